@@ -1,0 +1,35 @@
+"""Shared pytest fixtures: tiny random BERT models and hand-written corpora."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer x 2-head random BERT (BertModel) with a WordPiece tokenizer, saved locally."""
+    from bertlook.tiny_models import make_tiny_bert
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), num_layers=2, num_heads=2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tmp_path_factory) -> Path:
+    """The same tiny BERT with a masked-LM head (BertForMaskedLM)."""
+    from bertlook.tiny_models import make_tiny_bert
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_mlm"), num_layers=2, num_heads=2, seed=0, mlm_head=True)
