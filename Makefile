@@ -1,0 +1,54 @@
+# bertlook — common entry points. Everything runs from a local virtualenv (.venv).
+#   make test        install into .venv and run the test suite (offline)
+#   make demo        offline configuration end to end -> results/offline-minilm/
+#   make reproduce   paper configuration (needs network, or local paths in config.yaml)
+#   make report      HTML report of every run of CONFIG
+#   make lint        snakemake --lint
+#   make bench       benchmark scripts (extraction, JS divergence)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CONFIG ?= config.yaml
+OFFLINE_CONFIG := config/offline.yaml
+CORES ?= all
+SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORES)
+export PATH := $(abspath $(BIN)):$(PATH)
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test demo reproduce report lint bench clean
+
+install: $(VENV)/.installed
+
+# torch is pinned to 2.13.0 in the same pip call (a CPU wheel of it may lie on local disk);
+# constraints.txt pins every other version the golden numbers were produced with.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]" torch==2.13.0
+	touch $@
+
+test: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+demo: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(SNAKEMAKE) --configfile $(OFFLINE_CONFIG)
+	@echo "results: results/offline-minilm/  (report: make report CONFIG=$(OFFLINE_CONFIG))"
+
+reproduce: install
+	$(BIN)/bertlook preflight $(CONFIG)
+	$(SNAKEMAKE) --configfile $(CONFIG)
+
+report: install
+	for run in $$($(BIN)/bertlook runs $(CONFIG)); do \
+	  $(BIN)/snakemake --configfile $(CONFIG) --report results/$$run/report.html || exit 1; \
+	done
+
+lint: install
+	$(BIN)/snakemake --lint --configfile $(OFFLINE_CONFIG)
+
+bench: install
+	$(BIN)/python scripts/bench_extract.py
+	$(BIN)/python scripts/bench_js.py
+
+clean:
+	rm -rf $(VENV) .snakemake

@@ -1,0 +1,29 @@
+# bertlook: "What Does BERT Look At?" (Clark et al., 2019), from corpus to tables and figures.
+#   snakemake --cores all                                   # paper configuration (config.yaml)
+#   snakemake --cores all --configfile config/offline.yaml  # offline configuration
+#   snakemake --report results/<run>/report.html            # HTML report of a finished run
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+# The paper configuration, unless --configfile/--config gave another one (e.g. config/offline.yaml).
+if not config:
+
+    configfile: "config.yaml"
+
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/corpora.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/stats.smk"
+include: "workflow/rules/cluster.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/manifest.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True

@@ -1,0 +1,5 @@
+import sys
+
+from bertlook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,536 @@
+"""MediaWiki dump -> documents -> sentences -> paper-style segments (``bertlook corpora``).
+
+The paper (Clark et al. 2019, Section 3) ran BERT over 1000 Wikipedia segments ``[CLS] A [SEP] B [SEP]``
+of at most 128 wordpieces, made the way BERT's ``create_pretraining_data.py`` makes its pre-training
+examples, without the random "next sentence": sentences of one document are collected into a chunk
+until it holds ``max_seq_len - 3`` wordpieces, the chunk is split at a random sentence boundary into
+A and B, and over-long pairs are cut one token at a time from a random end of the longer part.
+
+Steps:
+  * :func:`iter_documents` reads a ``.xml.bz2`` / ``.xml`` dump lazily (gensim's ``extract_pages``),
+    keeps namespace-0 articles that are not redirects, strips the markup and keeps prose paragraphs;
+  * :func:`split_sentences` splits text with spaCy's rule-based ``sentencizer`` (deterministic);
+  * :func:`build_segments` makes the segments; :func:`write_segments` / :func:`read_segments` store
+    them as JSONL (format in docs/DESIGN.md).
+
+Everything excluded is counted (``counts`` / the summary JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import html
+import json
+import os
+import random
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
+
+SEGMENT_KEYS = ("id", "doc", "doc_index", "text_a", "text_b", "tokens", "segment_ids", "truncated")
+REQUIRED_SEGMENT_KEYS = ("id", "doc", "text_a", "text_b", "tokens", "segment_ids", "truncated")
+CLS_LIKE = frozenset({"[CLS]", "<s>", "<cls>", "[cls]"})
+
+DOCUMENT_COUNT_KEYS = (
+    "pages_read",                  # every <page> read, any namespace
+    "non_article_pages_skipped",   # namespace != 0
+    "redirects_skipped",           # #REDIRECT pages
+    "documents_without_sentences",  # articles with no usable sentence after cleaning
+    "documents_kept",
+    "non_prose_lines_skipped",     # headings, lists, tables, captions, template remnants, ...
+    "short_sentences_skipped",     # < 3 words or no letter
+    "sentences_kept",
+)
+
+
+@dataclass
+class Document:
+    """One article: ``index`` is its 0-based position among the kept articles of the dump."""
+
+    index: int
+    title: str
+    sentences: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ cleaning
+
+_HEADING = re.compile(r"^=+.*=+$")
+_MARKUP_START = ("*", "#", ":", ";", "|", "!", "{", "}", "-", "=")
+_FILE_LINE = re.compile(r"^(?:file|image|media|category)\s*:", re.IGNORECASE)
+_BOLD_ITALIC = re.compile(r"'{2,}")
+_TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")
+_TAG = re.compile(r"<[^<>\n]{0,300}>")
+_EMPTY_PARENS = re.compile(r"[(\[]\s*[,;:]?\s*[)\]]")
+_SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?)])")
+_SPACE_AFTER_OPEN = re.compile(r"([(])\s+")
+_PROSE_END = re.compile(r"[.!?:][\"'\u201d\u2019)\]]*$")
+
+
+_FILE_LINK_START = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.IGNORECASE)
+
+
+def _remove_file_links(raw: str) -> str:
+    """Drop ``[[File:...]]`` / ``[[Image:...]]`` links with their captions (links may nest)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _FILE_LINK_START.search(raw, pos)
+        if not m:
+            out.append(raw[pos:])
+            return "".join(out)
+        out.append(raw[pos:m.start()])
+        depth, i = 0, m.start()
+        while i < len(raw):
+            if raw.startswith("[[", i):
+                depth += 1
+                i += 2
+            elif raw.startswith("]]", i):
+                depth -= 1
+                i += 2
+                if depth == 0:
+                    break
+            else:
+                i += 1
+        pos = i
+
+
+def _remove_tables(raw: str) -> tuple[str, int]:
+    """Drop ``{| ... |}`` table blocks (tables may nest); return (text, number of lines dropped)."""
+    kept: list[str] = []
+    depth = dropped = 0
+    for line in raw.split("\n"):
+        stripped = line.lstrip()
+        if stripped.startswith("{|"):
+            depth += 1
+        if depth:
+            dropped += 1
+            if stripped.startswith("|}"):
+                depth -= 1
+            continue
+        kept.append(line)
+    return "\n".join(kept), dropped
+
+
+def _clean_line(line: str) -> str:
+    """Inline cleanup of one line left by ``filter_wiki``; returns '' for pure markup."""
+    line = html.unescape(line.replace("&nbsp;", " "))
+    line = _BOLD_ITALIC.sub("", line)
+    for _ in range(5):  # nested templates, innermost first
+        new = _TEMPLATE.sub("", line)
+        if new == line:
+            break
+        line = new
+    line = line.replace("{{", "").replace("}}", "")
+    line = _TAG.sub("", line)
+    line = " ".join(line.split())  # collapses \xa0, tabs, runs of spaces
+    line = _EMPTY_PARENS.sub("", line)
+    line = _SPACE_BEFORE_PUNCT.sub(r"\1", line)
+    line = _SPACE_AFTER_OPEN.sub(r"\1", line)
+    return " ".join(line.split())
+
+
+def clean_wiki_text(raw: str, counts: dict[str, int] | None = None) -> list[str]:
+    """Wiki markup -> prose paragraphs (one string per paragraph).
+
+    File/image links (with their captions) and ``{| ... |}`` tables are removed, then
+    ``gensim.corpora.wikicorpus.filter_wiki`` removes links, references and templates; then headings, list / table / caption lines and template remnants are dropped, bold and
+    italic quotes, leftover tags and entities removed, whitespace collapsed. A paragraph is kept only
+    when it ends like prose (``. ! ? :``, optionally followed by a closing quote or bracket).
+    Dropped non-empty lines are counted in ``counts["non_prose_lines_skipped"]``.
+    """
+    from gensim.corpora.wikicorpus import filter_wiki
+
+    text, skipped = _remove_tables(_remove_file_links(raw))
+    text = filter_wiki(text)
+    paragraphs: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if (_HEADING.match(line) or line.startswith(_MARKUP_START) or _FILE_LINE.match(line)
+                or "|" in line):
+            skipped += 1
+            continue
+        line = _clean_line(line)
+        if not line:
+            skipped += 1
+            continue
+        if not _PROSE_END.search(line):
+            skipped += 1
+            continue
+        paragraphs.append(line)
+    if counts is not None:
+        counts["non_prose_lines_skipped"] = counts.get("non_prose_lines_skipped", 0) + skipped
+    return paragraphs
+
+
+@functools.lru_cache(maxsize=1)
+def _sentencizer():
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.max_length = 10_000_000
+    return nlp
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences, paragraph by paragraph (one paragraph per line).
+
+    Uses spaCy's rule-based ``sentencizer`` on ``spacy.blank("en")``, so the result is deterministic.
+    Whitespace inside a sentence is collapsed; empty sentences are omitted.
+    """
+    paragraphs = [p for p in text.split("\n") if p.strip()]
+    sentences: list[str] = []
+    for doc in _sentencizer().pipe(paragraphs):
+        for sent in doc.sents:
+            s = " ".join(sent.text.split())
+            if s:
+                sentences.append(s)
+    return sentences
+
+
+def is_usable_sentence(sentence: str) -> bool:
+    """At least 3 whitespace-separated words and at least one letter."""
+    return len(sentence.split()) >= 3 and any(c.isalpha() for c in sentence)
+
+
+# ---------------------------------------------------------------------------------- reading dumps
+
+def _open_dump(path: Path):
+    import bz2
+
+    with open(path, "rb") as fh:
+        magic = fh.read(3)
+    if path.suffix == ".bz2" or magic == b"BZh":
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def iter_documents(
+    dump_path: str | os.PathLike,
+    *,
+    max_articles: int | None = None,
+    counts: dict[str, int] | None = None,
+) -> Iterator[Document]:
+    """Yield the prose articles of a MediaWiki XML dump (``.xml.bz2`` or ``.xml``), lazily.
+
+    Namespace-0 pages only; redirects and articles without a usable sentence are skipped and counted
+    in ``counts`` (keys :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read). ``max_articles``
+    stops after that many kept documents. Missing, empty, corrupt or invalid files raise
+    :class:`BertlookError` naming the file (and the line for XML errors).
+    """
+    import xml.etree.ElementTree as ET
+
+    from gensim.corpora.wikicorpus import extract_pages
+
+    path = Path(dump_path)
+    if counts is None:
+        counts = {}
+    for key in DOCUMENT_COUNT_KEYS:
+        counts.setdefault(key, 0)
+    if not path.exists():
+        raise BertlookError(f"{path}: Wikipedia dump not found")
+    if not path.is_file():
+        raise BertlookError(f"{path}: not a file (expected a MediaWiki .xml.bz2 or .xml dump)")
+    if path.stat().st_size == 0:
+        raise BertlookError(f"{path}: empty file (expected a MediaWiki .xml.bz2 or .xml dump)")
+    if max_articles is not None and max_articles < 1:
+        raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
+
+    page: dict[str, Any] = {}
+
+    def _inspect(elem, namespace=None, ns_path=None, **_kw) -> bool:
+        ns_el = elem.find(ns_path) if ns_path else None
+        page["ns"] = (ns_el.text or "0").strip() if ns_el is not None else "0"
+        page["redirect"] = elem.find(f"{{{namespace}}}redirect") is not None
+        return True
+
+    kept = 0
+    try:
+        with _open_dump(path) as fh:
+            for title, text, _pageid in extract_pages(fh, filter_articles=_inspect):
+                counts["pages_read"] += 1
+                if page.get("ns", "0") != "0":
+                    counts["non_article_pages_skipped"] += 1
+                    continue
+                if page.get("redirect") or text.lstrip()[:9].upper() == "#REDIRECT":
+                    counts["redirects_skipped"] += 1
+                    continue
+                sentences: list[str] = []
+                for sent in split_sentences("\n".join(clean_wiki_text(text, counts))):
+                    if is_usable_sentence(sent):
+                        sentences.append(sent)
+                    else:
+                        counts["short_sentences_skipped"] += 1
+                if not sentences:
+                    counts["documents_without_sentences"] += 1
+                    continue
+                counts["documents_kept"] += 1
+                counts["sentences_kept"] += len(sentences)
+                yield Document(index=kept, title=title or "", sentences=sentences)
+                kept += 1
+                if max_articles is not None and kept >= max_articles:
+                    return
+    except ET.ParseError as err:
+        line = err.position[0] if getattr(err, "position", None) else "?"
+        if counts["pages_read"] == 0 and "no element found" in str(err) and line == 1:
+            raise BertlookError(f"{path}: empty dump (no XML inside)") from err
+        raise BertlookError(f"{path}:{line}: invalid XML in the Wikipedia dump ({err})") from err
+    except EOFError as err:
+        raise BertlookError(f"{path}: truncated compressed file ({err}); re-download it") from err
+    except OSError as err:
+        raise BertlookError(f"{path}: cannot read the dump ({err}); the file may be corrupt, "
+                            "re-download it") from err
+    except (ValueError, AttributeError, RuntimeError) as err:
+        raise BertlookError(f"{path}: not a MediaWiki XML dump ({err})") from err
+
+
+# ----------------------------------------------------------------------------------- segments
+
+def _truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_num_tokens: int,
+                       rng: random.Random) -> bool:
+    """BERT's ``truncate_seq_pair``: cut the longer side (B on a tie) at a random end, in place."""
+    truncated = False
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+        truncated = True
+    return truncated
+
+
+def build_segments(
+    documents: Iterable[Document],
+    tokenizer,
+    *,
+    n_segments: int,
+    max_seq_len: int = 128,
+    seed: int = 0,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Make up to ``n_segments`` paper-style segments ``[CLS] A [SEP] B [SEP]``; return (segments, summary).
+
+    For each document in order, sentences (tokenised with ``tokenizer.tokenize``) are accumulated
+    into a chunk until it holds ``max_seq_len - 3`` wordpieces or the document ends; a chunk of >= 2
+    sentences is split at ``rng.randint(1, len(chunk) - 1)`` and the pair truncated as in BERT's
+    ``create_pretraining_data.py``; single-sentence chunks are skipped and counted. Stops when
+    ``n_segments`` segments exist, shuffles them with the same ``random.Random(seed)`` and numbers
+    them 0..k-1 in shuffled order. Producing fewer than requested is not an error (see
+    ``summary["segments_produced"]``).
+    """
+    if n_segments < 1:
+        raise BertlookError(f"n_segments must be at least 1, got {n_segments}")
+    if max_seq_len < 5:
+        raise BertlookError(f"max_seq_len must be at least 5 ([CLS] A [SEP] B [SEP]), got {max_seq_len}")
+    cls_token, sep_token = getattr(tokenizer, "cls_token", None), getattr(tokenizer, "sep_token", None)
+    if not cls_token or not sep_token:
+        raise BertlookError("the tokenizer has no cls_token/sep_token; a BERT-style tokenizer is needed")
+
+    rng = random.Random(seed)
+    max_num_tokens = max_seq_len - 3
+    segments: list[dict[str, Any]] = []
+    stats = dict(documents_read=0, single_sentence_chunks_skipped=0, sentences_used=0,
+                 sentences_unused=0, sentences_without_tokens=0)
+    docs_used: set[int] = set()
+
+    def emit(doc: Document, chunk: list[tuple[str, list[str]]]) -> None:
+        if len(chunk) < 2:
+            stats["single_sentence_chunks_skipped"] += 1
+            stats["sentences_unused"] += len(chunk)
+            return
+        a_end = rng.randint(1, len(chunk) - 1)
+        tokens_a = [t for _, toks in chunk[:a_end] for t in toks]
+        tokens_b = [t for _, toks in chunk[a_end:] for t in toks]
+        truncated = _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+        tokens = [cls_token, *tokens_a, sep_token, *tokens_b, sep_token]
+        segments.append({
+            "id": -1,
+            "doc": doc.title,
+            "doc_index": doc.index,
+            "text_a": " ".join(s for s, _ in chunk[:a_end]),
+            "text_b": " ".join(s for s, _ in chunk[a_end:]),
+            "tokens": tokens,
+            "segment_ids": [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1),
+            "truncated": truncated,
+        })
+        stats["sentences_used"] += len(chunk)
+        docs_used.add(doc.index)
+
+    for doc in documents:
+        stats["documents_read"] += 1
+        tokenized = []
+        for sent in doc.sentences:
+            toks = tokenizer.tokenize(sent)
+            if toks:
+                tokenized.append((sent, toks))
+            else:
+                stats["sentences_without_tokens"] += 1
+        chunk: list[tuple[str, list[str]]] = []
+        length = 0
+        for i, item in enumerate(tokenized):
+            chunk.append(item)
+            length += len(item[1])
+            if i == len(tokenized) - 1 or length >= max_num_tokens:
+                emit(doc, chunk)
+                chunk, length = [], 0
+                if len(segments) >= n_segments:
+                    break
+        if len(segments) >= n_segments:
+            break  # do not pull another document from a lazy reader
+
+    rng.shuffle(segments)
+    for i, seg in enumerate(segments):
+        seg["id"] = i
+    lengths = [len(s["tokens"]) for s in segments]
+    summary = {
+        "segments_requested": n_segments,
+        "segments_produced": len(segments),
+        "documents_used": len(docs_used),
+        "documents_read": stats["documents_read"],
+        "truncated_segments": sum(1 for s in segments if s["truncated"]),
+        "single_sentence_chunks_skipped": stats["single_sentence_chunks_skipped"],
+        "sentences_used": stats["sentences_used"],
+        "sentences_unused": stats["sentences_unused"],
+        "sentences_without_tokens": stats["sentences_without_tokens"],
+        "mean_tokens": round(sum(lengths) / len(lengths), 3) if lengths else 0.0,
+        "max_tokens": max(lengths) if lengths else 0,
+        "max_seq_len": max_seq_len,
+        "seed": seed,
+    }
+    return segments, summary
+
+
+# ------------------------------------------------------------------------------------ JSONL I/O
+
+def write_segments(path: str | os.PathLike, segments: Iterable[dict[str, Any]]) -> None:
+    """Write segments as JSONL (one object per line, keys in the DESIGN.md order), atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for seg in segments:
+                ordered = {k: seg[k] for k in SEGMENT_KEYS if k in seg}
+                ordered.update({k: v for k, v in seg.items() if k not in ordered})
+                fh.write(json.dumps(ordered, ensure_ascii=False))
+                fh.write("\n")
+
+
+def _validate_segment(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    missing = [k for k in REQUIRED_SEGMENT_KEYS if k not in obj]
+    if missing:
+        return f"missing key(s) {', '.join(missing)}"
+    if not isinstance(obj["id"], int) or isinstance(obj["id"], bool):
+        return f"id must be an integer, got {obj['id']!r}"
+    tokens, seg_ids = obj["tokens"], obj["segment_ids"]
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        return "tokens must be a non-empty list of strings"
+    if not isinstance(seg_ids, list) or not all(s in (0, 1) and not isinstance(s, bool) for s in seg_ids):
+        return "segment_ids must be a list of 0/1"
+    if len(tokens) != len(seg_ids):
+        return f"len(tokens) = {len(tokens)} but len(segment_ids) = {len(seg_ids)}"
+    if tokens[0] not in CLS_LIKE:
+        return f"first token must be a [CLS]-like token, got {tokens[0]!r}"
+    if not isinstance(obj["truncated"], bool):
+        return "truncated must be true or false"
+    return None
+
+
+def read_segments(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read and validate a segments JSONL file; errors are ``BertlookError("<path>:<line>: ...")``."""
+    path = Path(path)
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as err:
+        raise BertlookError(f"{path}: cannot read segments file ({err.strerror or err})") from err
+    segments: list[dict[str, Any]] = []
+    seen: dict[int, int] = {}
+    with fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise BertlookError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
+                problem = _validate_segment(obj)
+                if problem:
+                    raise BertlookError(f"{path}:{lineno}: {problem}")
+                if obj["id"] in seen:
+                    raise BertlookError(f"{path}:{lineno}: duplicate id {obj['id']} "
+                                        f"(first on line {seen[obj['id']]})")
+                seen[obj["id"]] = lineno
+                segments.append(obj)
+        except UnicodeDecodeError as err:
+            raise BertlookError(f"{path}: not UTF-8 text ({err})") from err
+    return segments
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+def _handler(args: argparse.Namespace) -> int:
+    from bertlook.config import resolve_data_path
+    from bertlook.io_utils import write_json
+    from bertlook.modeling import load_tokenizer, resolve_model
+
+    dump = resolve_data_path(args.dump)
+    tokenizer = load_tokenizer(resolve_model(args.model, args.revision))
+    counts: dict[str, int] = {}
+    docs = iter_documents(dump, max_articles=args.max_articles, counts=counts)
+    try:
+        segments, summary = build_segments(docs, tokenizer, n_segments=args.n_segments,
+                                           max_seq_len=args.max_seq_len, seed=args.seed)
+    finally:
+        docs.close()
+    write_segments(args.out, segments)
+    summary = {"dump": str(dump), "model": args.model, "revision": args.revision,
+               "max_articles": args.max_articles, **summary, **counts}
+    write_json(args.summary, summary)
+    print(
+        f"corpora: {summary['segments_produced']}/{summary['segments_requested']} segments from "
+        f"{summary['documents_used']} documents ({summary['truncated_segments']} truncated, "
+        f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, mean "
+        f"{summary['mean_tokens']} / max {summary['max_tokens']} tokens); pages read "
+        f"{counts['pages_read']}, redirects {counts['redirects_skipped']}, non-article "
+        f"{counts['non_article_pages_skipped']}, without sentences "
+        f"{counts['documents_without_sentences']}; -> {args.out}"
+    )
+    if summary["segments_produced"] < summary["segments_requested"]:
+        print(f"warning: only {summary['segments_produced']} of {summary['segments_requested']} "
+              f"segments could be made from {dump}", file=sys.stderr)
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "corpora",
+        help="Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
+        description=(
+            "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) and the "
+            "tokenizer of --model. Output: --out (segments JSONL: id, doc, doc_index, text_a, text_b, "
+            "tokens, segment_ids, truncated) and --summary (JSON with every count, including pages "
+            "and sentences skipped). Segments are made as in BERT's create_pretraining_data.py "
+            "(no random next sentence), the first --n-segments kept and shuffled with --seed."
+        ),
+    )
+    p.add_argument("--dump", required=True, metavar="PATH", help="MediaWiki XML dump (.xml.bz2 or .xml)")
+    p.add_argument("--model", required=True, metavar="SPEC",
+                   help="model whose tokenizer is used (hub id, local dir, package:MODULE)")
+    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    p.add_argument("--out", required=True, metavar="segments.jsonl", help="output segments JSONL")
+    p.add_argument("--summary", required=True, metavar="summary.json", help="output summary JSON")
+    p.add_argument("--n-segments", type=int, default=1000, help="segments to keep (default 1000)")
+    p.add_argument("--max-seq-len", type=int, default=128,
+                   help="maximum wordpieces per segment, special tokens included (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--max-articles", type=int, default=None, metavar="N",
+                   help="read at most N kept articles (default: all that are needed)")
+    p.set_defaults(func=_handler)

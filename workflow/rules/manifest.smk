@@ -1,0 +1,28 @@
+# Stage `manifest`: provenance of a run (model, corpus checksum, config, versions, device).
+
+
+rule manifest:
+    input:
+        dump=WIKI_DUMP,
+        store=rules.extract_segments.output.store,
+        segments=rules.segments.output.summary,
+        extraction=rules.extract_segments.output.summary,
+        stats=rules.surface_stats.output.summary,
+    output:
+        run_path("manifest.json"),
+    params:
+        bertlook=BERTLOOK,
+        config_json=json.dumps(config, sort_keys=True),
+    log:
+        log_path("manifest"),
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV_ANALYSIS
+    shell:
+        "{params.bertlook} manifest --run {wildcards.run} --config-json {params.config_json:q} "
+        "--corpus {input.dump:q} --attention {input.store:q} "
+        "--summary segments={input.segments:q} --summary extraction={input.extraction:q} "
+        "--summary stats={input.stats:q} --out {output:q} > {log:q} 2>&1"
