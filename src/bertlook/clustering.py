@@ -10,8 +10,9 @@ Vectorized form used by :func:`js_divergence_matrix`: with ``xlx(x) = sum x ln x
     JS_ij = 0.5 * (xlx(P_i) + xlx(P_j) + ln 2 * (sum P_i + sum P_j) - xlx(P_i + P_j))
 
 (this identity holds also when float16 rounding leaves rows that do not sum exactly to 1), so only
-``xlx(P_i + P_j)`` needs all pairs: it is computed with torch for a block of heads ``i`` against every
-head ``j >= i`` at a time, which bounds memory by the block size.
+``xlx(P_i + P_j)`` needs all pairs: it is computed for one head ``i`` against a block of heads
+``j >= i`` at a time (one vectorized add / log / dot-product per block, numpy by default or torch),
+which keeps the scratch memory cache-sized; there is no Python loop over single pairs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def js_pair_naive(p: "np.ndarray", q: "np.ndarray", *, smoothing: float = JS_SMO
     """Direct JS divergence of two attention maps ``[..., n]`` (rows = from-tokens), summed over rows.
 
     Each row is smoothed ``(1 - smoothing) * p + smoothing / n``; float64 numpy; no vectorization over
-    pairs (the reference for tests and the benchmark baseline).
+    pairs (the reference for tests and the benchmark baseline). With ``smoothing=0`` the inputs must
+    be strictly positive.
     """
     import numpy as np
 
@@ -240,6 +242,8 @@ def mds_embedding(
 
     from bertlook.errors import BertlookError
 
+    if int(n_init) < 1 or int(max_iter) < 1 or not float(eps) >= 0:
+        raise BertlookError(f"MDS needs n_init >= 1, max_iter >= 1, eps >= 0 (got {n_init}, {max_iter}, {eps})")
     D = np.asarray(D, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
         raise BertlookError(f"MDS needs a square dissimilarity matrix, got shape {list(D.shape)}")
@@ -346,6 +350,7 @@ def cluster_heads(
     max_iter: int = 300,
     eps: float = 1e-9,
     chunk: int | None = None,
+    num_threads: int = 1,
 ) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """JS divergence table and 2-D MDS embedding with behaviour labels.
 
@@ -356,7 +361,7 @@ def cluster_heads(
 
     L, H = store.num_layers, store.num_heads
     stats = _align_stats(stats_df, L, H)
-    D = js_divergence_matrix(store, max_examples=max_examples, chunk=chunk)
+    D = js_divergence_matrix(store, max_examples=max_examples, chunk=chunk, num_threads=num_threads)
     xy = mds_embedding(D, seed=seed, n_init=n_init, max_iter=max_iter, eps=eps)
     labels = [head_label(l, h) for l in range(L) for h in range(H)]
     js_df = pd.DataFrame(D, columns=labels)
@@ -394,12 +399,21 @@ def _run_cluster(args: "argparse.Namespace") -> int:
     from bertlook.io_utils import write_csv
     from bertlook.surface_stats import open_store
 
+    threads = args.threads
+    if threads is None:
+        import os
+
+        env = os.environ.get("OMP_NUM_THREADS", "").strip()
+        threads = int(env) if env.isdigit() and int(env) > 0 else 1
+    if threads < 1:
+        raise BertlookError(f"--threads must be >= 1, got {threads}")
     store = open_store(args.attention)
     stats = _read_stats(args.stats)
     try:
         js_df, clusters_df = cluster_heads(
             store, stats, seed=args.seed, max_examples=args.max_examples,
             n_init=args.mds_n_init, max_iter=args.mds_max_iter, eps=args.mds_eps,
+            num_threads=threads,
         )
     except AttentionStoreError as err:
         raise BertlookError(str(err)) from None
@@ -444,4 +458,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--mds-n-init", type=int, default=4, help="MDS restarts (default 4; released code: 5)")
     p.add_argument("--mds-max-iter", type=int, default=300, help="MDS iterations per restart (default 300; released: 1000)")
     p.add_argument("--mds-eps", type=float, default=1e-9, help="MDS convergence tolerance (default 1e-9; released: 1e-10)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="worker threads for the JS divergence matrix (default: $OMP_NUM_THREADS, else 1; "
+                   "results do not depend on it)")
     p.set_defaults(func=_run_cluster)

@@ -18,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bertlook import __version__
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path
 
 log = logging.getLogger(__name__)
 
 CHUNK_SIZE = 1 << 20  # 1 MiB
-USER_AGENT = "bertlook/0.1 (+https://github.com/; reproduction of Clark et al. 2019)"
+PROGRESS_EVERY = 512 << 20  # log a progress line every 512 MiB
+USER_AGENT = f"bertlook/{__version__} (re-run of Clark et al. 2019; Python urllib)"
 
 OFFLINE_HINT = (
     "If this machine has no network access, set `wikipedia.path` in the config to a local MediaWiki "
@@ -149,6 +151,10 @@ def _stream_to(url: str, tmp: Path, timeout: float) -> tuple[str, str, int]:
                 sha256.update(chunk)
                 sha1.update(chunk)
                 size += len(chunk)
+                if size % PROGRESS_EVERY < len(chunk):
+                    log.info("%s: %d MiB received%s", url, size >> 20,
+                             f" of {int(expected_len) >> 20} MiB" if expected_len
+                             and expected_len.isdigit() else "")
     if expected_len is not None and expected_len.isdigit() and int(expected_len) != size:
         raise _Retryable(f"incomplete body: got {size} of {expected_len} bytes")
     return sha256.hexdigest(), sha1.hexdigest(), size
