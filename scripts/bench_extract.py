@@ -82,14 +82,14 @@ def matmul_peak(size: int, reps: int, trials: int) -> tuple[float, list[float]]:
     return max(rates), rates
 
 
-def run_pipeline(examples, model, batch_size: int) -> float:
+def run_pipeline(examples, model, batch_size: int) -> tuple[float, dict]:
     from bertlook.extraction import extract_to_store
 
     with tempfile.TemporaryDirectory(prefix="bench-extract-") as tmp:
         t0 = time.perf_counter()
-        extract_to_store(examples, model, os.path.join(tmp, "store"), batch_size=batch_size, max_seq_len=512,
-                         meta={"bench": True}, progress_every=0)
-        return time.perf_counter() - t0
+        summary = extract_to_store(examples, model, os.path.join(tmp, "store"), batch_size=batch_size,
+                                   max_seq_len=512, meta={"bench": True}, progress_every=0)
+        return time.perf_counter() - t0, summary
 
 
 def run_naive(examples, model) -> float:
@@ -121,8 +121,10 @@ def bench_model(name, model, examples, args, peak):
             ids = torch.tensor([ex[1]])
             model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
     pipe_t, naive_t = [], []
+    summary = {}
     for _ in range(args.repeats):
-        pipe_t.append(run_pipeline(examples, model, args.batch_size))
+        seconds, summary = run_pipeline(examples, model, args.batch_size)
+        pipe_t.append(seconds)
         naive_t.append(run_naive(examples, model))
     rows = []
     for method, times in (("pipeline", pipe_t), ("naive", naive_t)):
@@ -134,7 +136,8 @@ def bench_model(name, model, examples, args, peak):
         })
     print(f"  {name}: {len(examples)} examples, {tokens} tokens, {flops / 1e9:.1f} GFLOP "
           f"(L={layers}, h={hidden}, i={inter}); tokens/s per repeat: pipeline [{rows[0]['spread']}], "
-          f"naive [{rows[1]['spread']}]", flush=True)
+          f"naive [{rows[1]['spread']}]; pipeline padding overhead "
+          f"{100 * (summary['padded_tokens'] / summary['tokens'] - 1):.0f}% tokens", flush=True)
     return rows
 
 
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-examples", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
-    ap.add_argument("--repeats", type=int, default=2, help="timed runs per method; the best is reported")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per method; the best is reported")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (2-layer BERT-base width, 8 short examples)")
     ap.add_argument("--skip-minilm", action="store_true")
@@ -206,14 +209,14 @@ def main(argv=None) -> int:
         peak = peak2
 
     print()
-    head = f"{'model':<24} {'method':<9} {'seconds':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'% peak':>7} {'vs naive':>9}"
+    head = f"{'model':<28} {'method':<9} {'seconds':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'% peak':>7} {'vs naive':>9}"
     print(head)
     print("-" * len(head))
     for i in range(0, len(rows), 2):
         pipe, naive = rows[i], rows[i + 1]
         ratio = pipe["tokens_per_s"] / naive["tokens_per_s"]
         for r, rat in ((pipe, f"{ratio:.2f}x"), (naive, "1.00x")):
-            print(f"{r['model']:<24} {r['method']:<9} {r['seconds']:8.2f} {r['tokens_per_s']:9.0f} "
+            print(f"{r['model']:<28} {r['method']:<9} {r['seconds']:8.2f} {r['tokens_per_s']:9.0f} "
                   f"{r['gflops']:8.1f} {100 * r['frac_peak']:6.1f}% {rat:>9}")
     print("-" * len(head))
     print(f"peak = best fp32 {peak_size}x{peak_size} matmul, {threads} thread(s): {peak:.1f} GFLOP/s. "

@@ -330,7 +330,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         help="extract token-level attention maps of a model into an attention store",
         description=(
             "Run a model on paper-style segments ([CLS] A [SEP] B [SEP]) and store its attention maps.\n"
-            "Input:  --segments segments.jsonl (from `bertlook segments`), a model spec.\n"
+            "Input:  --segments segments.jsonl (from `bertlook corpora`), a model spec.\n"
             "Output: --out DIR, an attention store (meta.json, index.jsonl, shard-*.bin: float16\n"
             "        [layer, head, from, to] per example, in length-sorted order; match by id);\n"
             "        --summary JSON with counts (excluded over-long examples), tokens/s, device."
