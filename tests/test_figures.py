@@ -115,10 +115,10 @@ def test_choose_example_heads_picks_best_per_behaviour():
     put(2, 3, sep=0.95)
     put(1, 3, punct=0.8)
     assert figures.choose_example_heads(df) == [
-        (1, 2, "attends broadly"),
-        (2, 1, "attends to next token"),
-        (2, 3, "attends to [SEP]"),
-        (1, 3, "attends to . and ,"),
+        (1, 2, "broadest attention (entropy 3.00 nats)"),
+        (2, 1, "most attention to next token (mean 0.90)"),
+        (2, 3, "most attention to [SEP] (mean 0.95)"),
+        (1, 3, "most attention to . and , (mean 0.80)"),
     ]
 
 

@@ -43,11 +43,14 @@ BEHAVIOURS = ("next token", "previous token", "broad", "[CLS]", "[SEP]", "punctu
 
 #: (stats column, label) for the example heads of Fig 1, in the order they are chosen.
 EXAMPLE_BEHAVIOURS = (
-    ("entropy", "attends broadly"),
-    ("next", "attends to next token"),
-    ("sep", "attends to [SEP]"),
-    ("punct", "attends to . and ,"),
+    ("entropy", "broadest attention"),
+    ("next", "most attention to next token"),
+    ("sep", "most attention to [SEP]"),
+    ("punct", "most attention to . and ,"),
 )
+# The statistic behind each label is printed with it ("entropy 4.68 nats", "mean 0.07"), so a model
+# without, e.g., a strong [SEP] head does not get a panel that claims one.
+_EXAMPLE_UNITS = {"entropy": "entropy {:.2f} nats"}
 
 FIGURE_FILES = {
     "fig1": "fig1_example_heads.png",
@@ -256,8 +259,8 @@ def parse_head_labels(
 def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
     """One characteristic head per behaviour, as in the paper's Fig 1: ``[(layer, head, label)]``.
 
-    In order: highest ``entropy`` ("attends broadly"), highest ``next`` ("attends to next token"),
-    highest ``sep`` ("attends to [SEP]"), highest ``punct`` ("attends to . and ,"). Each head is used
+    In order: highest ``entropy``, highest ``next``, highest ``sep``, highest ``punct``; each label
+    carries the head's value, e.g. "most attention to [SEP] (mean 0.07)". Each head is used
     once: a behaviour whose best head was already taken gets its best remaining head. Ties go to the
     lowest layer, then head. Fewer than four entries only if the table has fewer heads.
     """
@@ -280,7 +283,8 @@ def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
             key = (int(df.at[idx, "layer"]), int(df.at[idx, "head"]))
             if key not in taken:
                 taken.add(key)
-                chosen.append((*key, label))
+                value = _EXAMPLE_UNITS.get(col, "mean {:.2f}").format(float(vals[idx]))
+                chosen.append((*key, f"{label} ({value})"))
                 break
     return chosen
 
