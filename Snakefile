@@ -20,6 +20,9 @@ include: "workflow/rules/extract.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/cluster.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/treebank.smk"
+include: "workflow/rules/words.smk"
+include: "workflow/rules/heads.smk"
 include: "workflow/rules/manifest.smk"
 
 

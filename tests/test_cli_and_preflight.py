@@ -13,8 +13,8 @@ import yaml
 from bertlook import cli, preflight
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "stats", "cluster",
-         "figures", "manifest"]
+STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "treebank",
+         "extract-words", "stats", "cluster", "figures", "heads", "manifest"]
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -65,6 +65,7 @@ def test_preflight_offline_paper_config_says_what_to_set(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert code == 2
     assert "model 'bert-base-uncased'" in err and "Wikipedia dump https://" in err
+    assert "UD treebank https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.14/" in err
     assert "wikipedia.path" in err and "models[].name_or_path" in err and "make demo" in err
 
 
@@ -74,11 +75,13 @@ def test_preflight_real_unreachable_url(tmp_path, tiny_bert_dir, capsys):
     config["resources_dir"] = str(tmp_path / "resources")
     config["models"] = [{"label": "tiny", "name_or_path": str(tiny_bert_dir), "revision": None}]
     config["wikipedia"].update(url="http://127.0.0.1:9/enwiki.xml.bz2", sha1sums_url=None)
+    config["treebank"] = {"source": "local", "local": {"dev": str(path_missing := tmp_path / "dev.conllu")}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     assert cli.main(["preflight", str(path)]) == 2
     err = capsys.readouterr().err
     assert "http://127.0.0.1:9/enwiki.xml.bz2" in err and "model" not in err.split("What to do")[0]
+    assert f"treebank.local.dev: {path_missing} does not exist" in err
 
 
 def test_preflight_local_paths_ok_and_missing(tmp_path, tiny_bert_dir, capsys):

@@ -35,6 +35,8 @@ def tiny_config(workdir: Path, model_dir: Path) -> dict:
     offline["segments"].update(n_segments=12, max_seq_len=48)
     offline["extraction"].update(batch_size=4, device="cpu")
     offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
+    offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=12, max_words=25)
+    offline["heads"].update(min_count=3, bootstrap=50)
     return offline
 
 

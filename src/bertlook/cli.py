@@ -21,9 +21,12 @@ STEP_MODULES = [
     "bertlook.download",
     "bertlook.corpora",
     "bertlook.extraction",
+    "bertlook.treebank",
+    "bertlook.alignment",
     "bertlook.surface_stats",
     "bertlook.clustering",
     "bertlook.figures",
+    "bertlook.head_accuracy",
     "bertlook.manifest",
 ]
 

@@ -21,7 +21,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from bertlook.errors import BertlookError
 
@@ -109,6 +109,7 @@ def extract_to_store(
     meta: dict[str, Any] | None = None,
     progress_every: int = 256,
     shard_mb: float = 256,
+    transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``.
 
@@ -130,8 +131,16 @@ def extract_to_store(
     ``id`` to match store entries to segments.
 
     ``meta`` is merged into the store's ``meta.json``; callers should put the model provenance
-    (``model``) and ``special_tokens: {"cls": ..., "sep": ...}`` there. On any exception nothing is
-    left at ``out_dir`` (the store is built under a temporary name).
+    (``model``) and ``special_tokens: {"cls": ..., "sep": ...}`` there. A ``meta["excluded"]`` dict
+    (exclusions the caller made before, e.g. sentences that could not be aligned) is merged into
+    the store's ``excluded`` entry next to the over-long counts. On any exception nothing is left
+    at ``out_dir`` (the store is built under a temporary name).
+
+    ``transform(record, attn) -> (record, attn)``, when given, is applied to every example just
+    before it is written (e.g. token -> word level conversion: the stored record and map may then
+    have another size ``m``, with ``len(record["tokens"]) == m``). It receives the example's own
+    float32 ``[L, H, n, n]`` map (numpy; maps are kept in float32 instead of float16 when a
+    transform is given) and the record as passed in; the store converts the result to float16.
 
     Returns a summary dict: n_examples, n_input, excluded_too_long, excluded_ids, tokens,
     padded_tokens, seconds, tokens_per_second, device, batch_size, dtype, max_seq_len,
@@ -187,7 +196,9 @@ def extract_to_store(
 
     store_meta = dict(meta or {})
     store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted"})
-    excluded = {"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)}
+    excluded = dict(store_meta.pop("excluded", None) or {})
+    excluded.update({"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)})
+    map_dtype = torch.float16 if transform is None else torch.float32
 
     was_training = model.training
     model.eval()
@@ -220,15 +231,18 @@ def extract_to_store(
                     raise BertlookError(
                         "the model returned no attention weights (it must be loaded with attn_implementation='eager')"
                     )
-                # one pass: stack layers and convert to float16 on the device -> [B, L, H, T, T]
-                maps = torch.empty((B, num_layers, num_heads, T, T), dtype=torch.float16, device=device)
+                # one pass: stack layers and convert to float16 (float32 for a transform) on the device
+                maps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
                 for layer, a in enumerate(attns):
                     maps[:, layer].copy_(a)
                 del out, attns
                 maps = maps.cpu().numpy()
                 for b, (record, _, _) in enumerate(batch):
                     n = lengths[b]
-                    writer.add(record, maps[b, :, :, :n, :n])
+                    if transform is None:
+                        writer.add(record, maps[b, :, :, :n, :n])
+                    else:
+                        writer.add(*transform(record, maps[b, :, :, :n, :n]))
                 del maps
                 n_tokens += sum(lengths)
                 padded_tokens += B * T

@@ -51,7 +51,28 @@ def preflight_problems(config: dict[str, Any]) -> list[str]:
             reason = check_reachable(wiki["url"])
             if reason:
                 problems.append(f"Wikipedia dump {wiki['url']}: {reason}")
+    problems.extend(_treebank_problems(config, check_reachable))
     return problems
+
+
+def _treebank_problems(config: dict[str, Any], check_reachable) -> list[str]:
+    tb = config.get("treebank") or {}
+    if tb.get("source") == "local":
+        local = tb.get("local") or {}
+        if not local.get("dev"):
+            return ["treebank.local.dev: no dev file set (source: local)"]
+        return [f"treebank.local.{split}: {local[split]} does not exist"
+                for split in ("train", "dev") if local.get(split) and not Path(local[split]).is_file()]
+    if tb.get("source") == "ud":
+        ud = tb["ud"]
+        cache = Path(config["resources_dir"]) / "ud" / ud["repo"] / ud["release"]
+        missing = [f for f in (ud["train_file"], ud["dev_file"]) if not (cache / f).is_file()]
+        if missing:
+            url = ud["base_url"].format(repo=ud["repo"], release=ud["release"], file=missing[0])
+            reason = check_reachable(url)
+            if reason:
+                return [f"UD treebank {url}: {reason} (or set treebank.source: local with your files)"]
+    return []
 
 
 HOW_TO_FIX = """\
@@ -59,6 +80,7 @@ What to do:
   - a model: set models[].name_or_path to a local directory holding the model
     (config.json, weights, tokenizer files), e.g. one saved with save_pretrained();
   - the corpus: set wikipedia.path to a local MediaWiki dump (.xml.bz2);
+  - the treebank: set treebank.source: local and treebank.local.{train,dev} to CoNLL-U/CoNLL-X files;
   - or run `make demo`: the offline configuration (config/offline.yaml, packaged MiniLM model
     and gensim's packaged Wikipedia excerpt) needs no network."""
 

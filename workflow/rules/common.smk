@@ -34,6 +34,7 @@ BERTLOOK = f"PYTHONPATH={_SRC}${{PYTHONPATH:+:$PYTHONPATH}} {_PYTHON} -m bertloo
 
 wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
+    split="train|dev",
 
 
 def run_path(*parts):
@@ -74,6 +75,68 @@ def example_heads_arg():
     return heads if heads == "auto" else ",".join(heads)
 
 
+# ---- treebank (Table 1) -------------------------------------------------------------------------
+TREEBANK = config["treebank"]
+TREEBANK_KIND = {"silver": "silver", "ud": "ud", "local": TREEBANK["local"]["kind"]}[TREEBANK["source"]]
+TREEBANK_NAME = {
+    "silver": f"silver Wikipedia trees (spaCy {TREEBANK['silver']['spacy_model']})",
+    "ud": f"{TREEBANK['ud']['repo']} {TREEBANK['ud']['release']}",
+    "local": f"local {TREEBANK_KIND} treebank",
+}[TREEBANK["source"]]
+# Without a train split (local source, no train file) there is no held-out head selection.
+HAS_TRAIN_SPLIT = TREEBANK["source"] != "local" or bool(TREEBANK["local"]["train"])
+
+
+def treebank_inputs(wildcards):
+    if TREEBANK["source"] == "silver":
+        return {"dump": WIKI_DUMP, "segments": run_path("corpus", "segments.jsonl").format(run=wildcards.run)}
+    if TREEBANK["source"] == "local":
+        local = TREEBANK["local"]
+        return {k: local[k] for k in ("train", "dev") if local[k]}
+    return {}
+
+
+def treebank_source_args(wildcards, input):
+    """Command-line flags of `bertlook treebank` for the configured source."""
+    strip = " --strip-subtypes" if TREEBANK["strip_subtypes"] else ""
+    if TREEBANK["source"] == "silver":
+        silver = TREEBANK["silver"]
+        return (
+            f"--source silver --dump {shlex.quote(input.dump)} --segments {shlex.quote(input.segments)} "
+            f"--train-sentences {silver['train_sentences']} --dev-sentences {silver['dev_sentences']} "
+            f"--max-words {silver['max_words']} --seed {config['seed']} "
+            f"--spacy-model {shlex.quote(silver['spacy_model'])}{strip}"
+        )
+    if TREEBANK["source"] == "local":
+        local = TREEBANK["local"]
+        train = f" --train {shlex.quote(input.train)}" if local["train"] else ""
+        return f"--source local --dev {shlex.quote(input.dev)}{train} --format {local['format']}{strip}"
+    ud = TREEBANK["ud"]
+    args = (
+        f"--source ud --ud-repo {shlex.quote(ud['repo'])} --ud-release {shlex.quote(ud['release'])} "
+        f"--ud-train-file {shlex.quote(ud['train_file'])} --ud-dev-file {shlex.quote(ud['dev_file'])} "
+        f"--ud-base-url {shlex.quote(ud['base_url'])} "
+        f"--download-dir {shlex.quote(os.path.join(RESOURCES, 'ud', ud['repo'], ud['release']))}"
+    )
+    for split in ("train", "dev"):
+        if ud[f"{split}_sha256"]:
+            args += f" --{split}-sha256 {ud[split + '_sha256']}"
+    return args + strip
+
+
+def heads_inputs(wildcards):
+    inputs = {"dev": run_path("attention", "words-dev").format(run=wildcards.run)}
+    if HAS_TRAIN_SPLIT:
+        inputs["train"] = run_path("attention", "words-train").format(run=wildcards.run)
+    return inputs
+
+
+def paper_comparable_flag(wildcards):
+    """--paper-comparable only for the paper's model on the paper's corpus (PTB-SD)."""
+    comparable = MODELS[wildcards.run].get("compare_with_paper") and TREEBANK_KIND == "ptb_sd"
+    return "--paper-comparable" if comparable else ""
+
+
 def all_outputs():
     return expand(
         [
@@ -81,6 +144,10 @@ def all_outputs():
             run_path("tables", "js_divergence.csv"),
             run_path("tables", "head_clusters.csv"),
             *[run_path("figures", name) for name in FIGURES],
+            run_path("tables", "head_accuracy.csv"),
+            run_path("tables", "table1.csv"),
+            run_path("tables", "table1.md"),
+            run_path("figures", "fig5_syntax_heads.png"),
             run_path("manifest.json"),
         ],
         run=RUNS,

@@ -8,11 +8,14 @@ rule manifest:
         segments=rules.segments.output.summary,
         extraction=rules.extract_segments.output.summary,
         stats=rules.surface_stats.output.summary,
+        treebank=rules.treebank.output.summary,
+        words_dev=run_path("attention", "words-dev.summary.json"),
+        heads=rules.heads.output.summary,
     output:
         run_path("manifest.json"),
     params:
         bertlook=BERTLOOK,
-        config_json=json.dumps(config, sort_keys=True),
+        config_json=lambda wildcards: json.dumps(config, sort_keys=True),
     log:
         log_path("manifest"),
     threads: 1
@@ -25,4 +28,6 @@ rule manifest:
         "{params.bertlook} manifest --run {wildcards.run} --config-json {params.config_json:q} "
         "--corpus {input.dump:q} --attention {input.store:q} "
         "--summary segments={input.segments:q} --summary extraction={input.extraction:q} "
-        "--summary stats={input.stats:q} --out {output:q} > {log:q} 2>&1"
+        "--summary stats={input.stats:q} --summary treebank={input.treebank:q} "
+        "--summary words_dev={input.words_dev:q} --summary heads={input.heads:q} "
+        "--out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,472 @@
+"""Words -> subword tokens, token-level -> word-level attention, word-level extraction (``extract-words``).
+
+Paper (Clark et al. 2019, Section 4, "word-level attention"): for the dependency-syntax analyses
+BERT runs on ``[CLS] w1 .. wn [SEP]`` and its token-level maps are turned into word-level maps:
+
+* attention TO a split word = the SUM of the attention to its tokens (columns are summed, so every
+  row is still a distribution);
+* attention FROM a split word = the MEAN of its tokens' rows (paper text). The authors' released
+  code called its converter with the default mode, which takes the FIRST token's row; ``max``
+  (element-wise max over the token rows, renormalised) is the converter's third mode. All three
+  are offered (``from_split``), ``mean`` by default;
+* [CLS] and [SEP] stay as the first and last rows/columns: a sentence of W words gives a
+  ``(W + 2) x (W + 2)`` map per head.
+
+:func:`align_words` maps the treebank's words to the model's tokens through the fast tokenizer's
+character offsets, so it works for BERT WordPiece (``##`` continuations) and for byte-level BPE
+(RoBERTa/GPT-2, ``Ġ`` space marker, with or without ``trim_offsets``).
+
+:func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.treebank.read_conllu``), aligns
+every sentence, runs the model with the batched machinery of :func:`bertlook.extraction.extract_to_store`
+(sorted batches, padding masks, dropout off, over-long sentences excluded and counted) and streams
+the word-level maps into an attention store (``level: "word"``) whose records carry the gold
+``heads``/``rels``/``upos``/``xpos``, so later steps need only the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from bertlook.errors import BertlookError
+
+FROM_SPLIT_MODES = ("mean", "first", "max")
+MAX_LISTED_ERRORS = 20
+
+
+# --------------------------------------------------------------------------------------------
+# alignment
+
+@dataclasses.dataclass(frozen=True)
+class Alignment:
+    """Tokenization of one sentence and the word each token belongs to.
+
+    ``input_ids`` / ``tokens``: the model input including the special tokens (first and last).
+    ``word_of_token``: per token, ``-1`` for the two special tokens, else the 0-based word index
+    (non-decreasing: every word's tokens are contiguous). ``token_spans``: per word, its
+    ``[start, end)`` range of token positions (``end - start >= 1``).
+    """
+
+    input_ids: list[int]
+    tokens: list[str]
+    word_of_token: list[int]
+    token_spans: list[tuple[int, int]]
+
+    @property
+    def n_words(self) -> int:
+        return len(self.token_spans)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def split_words(self) -> int:
+        """Number of words split into more than one token."""
+        return sum(1 for s, e in self.token_spans if e - s > 1)
+
+    def groups(self) -> np.ndarray:
+        """Per token, its row/column in the word-level map: 0 = first special, 1..W = words, W+1 = last special.
+
+        Raises :class:`BertlookError` when the alignment is not ``special, contiguous words, special``.
+        """
+        wot = np.asarray(self.word_of_token, dtype=np.int64)
+        n, w = wot.size, self.n_words
+        if n < 2 or wot[0] != -1 or wot[-1] != -1:
+            raise BertlookError("alignment must start and end with a special token")
+        inner = wot[1:-1]
+        if (inner < 0).any():
+            raise BertlookError(
+                f"alignment has a special token inside the sentence (token {int(np.argmax(inner < 0)) + 1}); "
+                "word-level attention needs a single segment [CLS] w1..wn [SEP]"
+            )
+        expected = np.repeat(np.arange(w), [e - s for s, e in self.token_spans]) if w else np.zeros(0, np.int64)
+        if inner.size != expected.size or not np.array_equal(inner, expected):
+            raise BertlookError("alignment word_of_token and token_spans disagree (tokens must be contiguous per word)")
+        return np.concatenate([[0], inner + 1, [w + 1]])
+
+
+def _char_to_word(words: Sequence[str]) -> tuple[str, np.ndarray, list[tuple[int, int]]]:
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for w in words:
+        spans.append((pos, pos + len(w)))
+        pos += len(w) + 1
+    text = " ".join(words)
+    owner = np.full(len(text) + 1, -1, dtype=np.int64)  # +1: an empty span at the very end
+    for i, (s, e) in enumerate(spans):
+        owner[s:e] = i
+    return text, owner, spans
+
+
+def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alignment:
+    """Tokenize ``words`` (joined with single spaces) with the fast ``tokenizer`` and align tokens to words.
+
+    Each non-special token goes to the word whose character span holds the token's first
+    non-space character (byte-level BPE offsets may include the leading space when
+    ``trim_offsets`` is off); a token with no non-space character (a lone ``Ġ``) goes to the word
+    that starts right after it. The special tokens are the first and last tokens of the encoding
+    (tokens the post-processor added; ``[CLS]``/``[SEP]``, ``<s>``/``</s>``).
+
+    Raises :class:`BertlookError` naming ``sent_id`` when a word is empty or blank, when the
+    tokenizer drops a word entirely (e.g. a lone control character under BERT's normalizer), when a
+    token straddles two words, or when the encoding is not ``special, tokens, special``; callers
+    (:func:`prepare_word_examples`) count and list such sentences and skip them.
+    """
+    where = f"sentence {sent_id!r}" if sent_id is not None else "sentence"
+    words = list(words)
+    if not words:
+        raise BertlookError(f"{where}: no words")
+    for i, w in enumerate(words):
+        if not isinstance(w, str) or not w.strip():
+            raise BertlookError(f"{where}: word {i + 1} is empty or blank ({w!r})")
+    if not getattr(tokenizer, "is_fast", False):
+        raise BertlookError("word alignment needs a fast tokenizer (character offsets)")
+    text, owner, spans = _char_to_word(words)
+    enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True, return_attention_mask=False,
+                    return_token_type_ids=False, truncation=False, verbose=False)
+    input_ids = [int(i) for i in enc["input_ids"]]
+    offsets = enc["offset_mapping"]
+    seq_ids = enc.sequence_ids()
+    n = len(input_ids)
+    special = [i for i, s in enumerate(seq_ids) if s is None]
+    if n < 2 or special != [0, n - 1]:
+        raise BertlookError(
+            f"{where}: expected the tokenizer to add exactly one special token at each end "
+            f"(special token positions {special} of {n}); word-level attention needs [CLS] w1..wn [SEP]"
+        )
+    word_of_token = [-1] * n
+    for t in range(1, n - 1):
+        s, e = int(offsets[t][0]), int(offsets[t][1])
+        piece = text[s:e]
+        stripped = piece.lstrip()
+        if stripped:
+            first = s + (len(piece) - len(stripped))
+            last = s + len(piece.rstrip()) - 1
+            w = int(owner[first])
+            if w < 0 or int(owner[last]) != w:
+                raise BertlookError(
+                    f"{where}: token {t} {tokenizer.convert_ids_to_tokens(input_ids[t])!r} (characters {s}-{e}) "
+                    "does not lie within one word"
+                )
+        else:  # empty or whitespace-only span (a lone space marker): the word starting right after it
+            w = int(owner[e]) if 0 <= e < owner.size else -1
+            if w < 0:
+                raise BertlookError(
+                    f"{where}: token {t} {tokenizer.convert_ids_to_tokens(input_ids[t])!r} (characters {s}-{e}) "
+                    "belongs to no word"
+                )
+        word_of_token[t] = w
+    inner = np.asarray(word_of_token[1:-1], dtype=np.int64)
+    counts = np.bincount(inner, minlength=len(words)) if inner.size else np.zeros(len(words), np.int64)
+    missing = [i for i in range(len(words)) if counts[i] == 0]
+    if missing:
+        shown = ", ".join(f"{i + 1} {words[i]!r}" for i in missing[:5])
+        raise BertlookError(f"{where}: the tokenizer produced no token for word(s) {shown}")
+    if inner.size and (np.diff(inner) < 0).any():
+        raise BertlookError(f"{where}: tokens are not in word order (a word's tokens must be contiguous)")
+    ends = np.cumsum(counts) + 1
+    token_spans = [(int(e - c), int(e)) for e, c in zip(ends, counts)]
+    return Alignment(input_ids=input_ids, tokens=tokenizer.convert_ids_to_tokens(input_ids),
+                     word_of_token=word_of_token, token_spans=token_spans)
+
+
+# --------------------------------------------------------------------------------------------
+# token -> word attention
+
+def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "mean") -> np.ndarray:
+    """Convert token-level maps ``[L, H, n, n]`` (row = FROM, column = TO) to word level ``[L, H, W+2, W+2]``.
+
+    Index 0 is the first special token ([CLS]), 1..W the words, W+1 the last special token ([SEP]).
+    Columns: sum over the word's tokens. Rows (``from_split``): ``mean`` of the word's token rows
+    (paper), ``first`` token's row (released code), or ``max`` (element-wise max over the rows,
+    renormalised to sum to 1). Rows are taken of the column-summed map, as in the released code.
+    Returns float32; each row sums to 1 when the input rows do.
+    """
+    if from_split not in FROM_SPLIT_MODES:
+        raise BertlookError(f"unknown from_split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+    a = np.asarray(attn, dtype=np.float32)
+    n = alignment.n_tokens
+    if a.ndim != 4 or a.shape[2:] != (n, n):
+        raise BertlookError(f"attention of shape {list(a.shape)} does not match the alignment's {n} tokens "
+                            "(expected [layers, heads, n, n])")
+    groups = alignment.groups()
+    g = alignment.n_words + 2
+    assign = np.zeros((n, g), dtype=np.float32)
+    assign[np.arange(n), groups] = 1.0
+    cols = a @ assign  # [L, H, n, g]: attention TO each word (sum over its tokens)
+    starts = np.concatenate([[0], [s for s, _ in alignment.token_spans], [n - 1]]).astype(np.intp)
+    if from_split == "first":
+        out = cols[:, :, starts, :]
+    elif from_split == "mean":
+        mean_t = (assign / assign.sum(axis=0, keepdims=True)).T  # [g, n]
+        out = mean_t @ cols
+    else:
+        out = np.maximum.reduceat(cols, starts, axis=2)
+        total = out.sum(axis=-1, keepdims=True)
+        out = np.divide(out, total, out=np.zeros_like(out), where=total > 0)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# word-level extraction
+
+def _read_treebank(path) -> tuple[list, dict[str, int]]:
+    """Sentences of a CoNLL-U file (``bertlook.treebank.read_conllu``) and the reader's counts."""
+    from bertlook.treebank import read_conllu
+
+    try:
+        params = inspect.signature(read_conllu).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        params = {}
+    kwargs: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    if "allow_empty" in params:
+        kwargs["allow_empty"] = True
+    if "counts" in params:
+        kwargs["counts"] = counts
+    return list(read_conllu(path, **kwargs)), counts
+
+
+def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
+    sid = getattr(sent, "sent_id", None)
+    sid = str(sid) if sid not in (None, "") else str(index + 1)
+    words = list(sent.words)
+    fields = {"words": words}
+    for name in ("heads", "rels", "upos", "xpos"):
+        value = getattr(sent, name, None)
+        value = list(value) if value is not None else None
+        if value is not None and len(value) != len(words):
+            raise BertlookError(f"{path}: sentence {sid!r}: {len(value)} {name} for {len(words)} words")
+        fields[name] = value
+    if fields["heads"] is not None:
+        fields["heads"] = [int(h) for h in fields["heads"]]
+    fields["id"] = sid
+    return fields
+
+
+def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sentences>") -> tuple[list, dict, list, list[str]]:
+    """Align treebank sentences (objects with ``sent_id, words, heads, rels, upos, xpos``).
+
+    Returns ``(examples, alignments, excluded_ids, errors)``: ``examples`` are the
+    ``(record, input_ids, token_type_ids)`` triples for :func:`~bertlook.extraction.extract_to_store`
+    (record: ``id``, wordpiece ``tokens`` and the gold fields), ``alignments`` maps id ->
+    :class:`Alignment`; sentences that cannot be aligned are left out, their ids listed in
+    ``excluded_ids`` and their messages in ``errors``.
+    """
+    examples: list = []
+    alignments: dict[str, Alignment] = {}
+    excluded_ids: list[str] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    for index, sent in enumerate(sentences):
+        fields = _sentence_fields(sent, index, path)
+        sid = fields["id"]
+        if sid in seen:
+            raise BertlookError(f"{path}: duplicate sentence id {sid!r}")
+        seen.add(sid)
+        try:
+            al = align_words(fields["words"], tokenizer, sent_id=sid)
+        except BertlookError as err:
+            excluded_ids.append(sid)
+            errors.append(str(err))
+            continue
+        record = {"id": sid, "tokens": al.tokens, **{k: v for k, v in fields.items() if k not in ("id",)}}
+        examples.append((record, al.input_ids, [0] * al.n_tokens))
+        alignments[sid] = al
+    return examples, alignments, excluded_ids, errors
+
+
+def make_word_transform(alignments: dict[str, Alignment], from_split: str = "mean"):
+    """The ``transform`` hook for ``extract_to_store``: token-level record + map -> word-level record + map."""
+
+    def transform(record: dict[str, Any], attn):
+        al = alignments[record["id"]]
+        words = record["words"]
+        out = {
+            "id": record["id"],
+            "tokens": [al.tokens[0], *words, al.tokens[-1]],
+            "heads": record.get("heads"),
+            "rels": record.get("rels"),
+            "upos": record.get("upos"),
+            "xpos": record.get("xpos"),
+            "n_wordpieces": al.n_tokens,
+            "split_words": al.split_words,
+        }
+        return out, token_to_word_attention(attn, al, from_split=from_split)
+
+    return transform
+
+
+def extract_word_attention_from_sentences(
+    sentences: Iterable,
+    model_spec: str,
+    out_dir,
+    *,
+    revision: str | None = None,
+    batch_size: int = 16,
+    max_seq_len: int = 128,
+    device: str = "auto",
+    from_split: str = "mean",
+    shard_mb: float = 256,
+    summary_extra: dict[str, Any] | None = None,
+    source: Any = None,
+    progress_every: int = 256,
+) -> dict[str, Any]:
+    """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta)."""
+    from bertlook.extraction import extract_to_store
+    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
+
+    if from_split not in FROM_SPLIT_MODES:
+        raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+    src = source if source is not None else "<sentences>"
+    resolved = resolve_model(model_spec, revision)
+    dev = pick_device(device)
+    tokenizer = load_tokenizer(resolved)
+    sentences = list(sentences)
+    examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src)
+
+    # word statistics over the sentences that will be stored (over-long ones are excluded below)
+    kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= max_seq_len]
+    n_words = sum(al.n_words for al in kept)
+    n_split = sum(al.split_words for al in kept)
+    if kept:
+        special = {"cls": kept[0].tokens[0], "sep": kept[0].tokens[-1]}
+    else:
+        special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
+
+    model = load_model(resolved, dev)
+    meta = {
+        "model": resolved.provenance(model.config),
+        "special_tokens": special,
+        "from_split": from_split,
+        "treebank": str(src),
+        "n_sentences": len(sentences),
+        "n_words": n_words,
+        "n_split_words": n_split,
+        "split_word_fraction": round(n_split / n_words, 6) if n_words else None,
+        "excluded": {"alignment": len(bad_ids), "alignment_ids": bad_ids},
+        "token_type_ids": "zeros",
+    }
+    summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
+                               device=dev, level="word", meta=meta, progress_every=progress_every,
+                               shard_mb=shard_mb, transform=make_word_transform(alignments, from_split))
+    summary.update({
+        "treebank": str(src),
+        "model": model_spec,
+        "revision": revision,
+        "from_split": from_split,
+        "n_sentences": len(sentences),
+        "n_extracted": summary["n_examples"],
+        "excluded_too_long_ids": summary["excluded_ids"],
+        "excluded_alignment": len(bad_ids),
+        "excluded_alignment_ids": bad_ids,
+        "alignment_errors": bad_msgs[:MAX_LISTED_ERRORS],
+        "n_words": n_words,
+        "n_split_words": n_split,
+        "split_word_fraction": meta["split_word_fraction"],
+        "special_tokens": special,
+        "level": "word",
+    })
+    if summary_extra:
+        summary.update(summary_extra)
+    return summary
+
+
+def extract_word_attention(
+    conllu_path,
+    model_spec: str,
+    out_dir,
+    *,
+    revision: str | None = None,
+    batch_size: int = 16,
+    max_seq_len: int = 128,
+    device: str = "auto",
+    from_split: str = "mean",
+    shard_mb: float = 256,
+    summary_extra: dict[str, Any] | None = None,
+    progress_every: int = 256,
+) -> dict[str, Any]:
+    """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
+
+    The model runs on ``[CLS] w1 .. wn [SEP]`` (single segment, token type ids 0) in length-sorted
+    batches; sentences with more than ``max_seq_len`` tokens and sentences that cannot be aligned
+    are excluded, counted and their ids listed (summary and ``meta.json`` ``excluded``). Store
+    records: ``id`` (sent_id), ``tokens`` = ``[CLS, *words, SEP]``, gold ``heads``/``rels``/
+    ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
+    Returns the summary dict (counts, split-word fraction, tokens/s, device, ...).
+    """
+    path = Path(conllu_path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: treebank file not found")
+    sentences, read_counts = _read_treebank(path)
+    extra = {"treebank_counts": read_counts} if read_counts else {}
+    extra.update(summary_extra or {})
+    return extract_word_attention_from_sentences(
+        sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
+        device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
+        progress_every=progress_every,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``extract-words`` subcommand."""
+    p = subparsers.add_parser(
+        "extract-words",
+        help="extract word-level attention maps of treebank sentences into an attention store",
+        description=(
+            "Run a model on treebank sentences ([CLS] w1 .. wn [SEP]) and store word-level attention maps:\n"
+            "attention TO a split word = sum over its tokens, FROM a split word = --from-split.\n"
+            "Input:  --treebank FILE.conllu (gold words, heads, relations), a model spec.\n"
+            "Output: --out DIR, an attention store (level word; float16 [layer, head, from, to] of size\n"
+            "        n_words + 2 with [CLS] first and [SEP] last; records carry id, tokens, heads, rels,\n"
+            "        upos, xpos, n_wordpieces, split_words; length-sorted order, match by id);\n"
+            "        --summary JSON: sentences in/extracted, excluded over-long and unalignable sentences\n"
+            "        (counts and ids), fraction of words split into several tokens, tokens/s, device."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--treebank", required=True, help="CoNLL-U file of the sentences")
+    p.add_argument("--model", required=True, help="model spec: hub id, local model directory, or package:MODULE")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) for a hub id")
+    p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
+    p.add_argument("--from-split", choices=FROM_SPLIT_MODES, default="mean",
+                   help="attention FROM a split word: mean of its tokens' rows (paper, default), "
+                        "first token's row (authors' code), or renormalised max")
+    p.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass (default 16)")
+    p.add_argument("--max-seq-len", type=int, default=128,
+                   help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted (default 128)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
+    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    p.set_defaults(func=_cmd_extract_words)
+    return p
+
+
+def _cmd_extract_words(args) -> int:
+    from bertlook.io_utils import write_json
+
+    summary = extract_word_attention(
+        args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
+        max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
+    )
+    if args.summary:
+        write_json(args.summary, summary)
+    frac = summary["split_word_fraction"]
+    print(
+        f"extract-words: {summary['n_extracted']}/{summary['n_sentences']} sentences "
+        f"({summary['n_words']} words, {summary['tokens']} tokens) -> {Path(args.out)}; "
+        f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} tokens, "
+        f"{summary['excluded_alignment']} unalignable; "
+        f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
+        f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
+    )
+    return 0

@@ -1,0 +1,1061 @@
+"""Accuracy of single attention heads at dependency syntax (paper Table 1) and the Fig 5 twin.
+
+Input: a **word-level** attention store (``meta["level"] == "word"``, see ``bertlook.alignment``). Each
+example's map is ``[L, H, W+2, W+2]`` (index 0 = [CLS], 1..W = words, W+1 = [SEP]; row = attention
+FROM a word, column = TO a word) and its record holds the gold tree: ``heads`` (W ints, 1-based index
+of the head word, 0 = ROOT), ``rels`` (W labels), optionally ``xpos`` / ``upos``.
+
+Definitions (Clark et al. 2019, Table 1; ``shared/PAPER_NOTES.md``):
+
+- For every head and every word i (1..W) two predictions, both ignoring the word itself and
+  [CLS]/[SEP] (those are never predicted, and their rows/columns are never scored):
+  ``dep2head`` = argmax_j A[i, j] (the word i attends to most) and ``head2dep`` = argmax_j A[j, i]
+  (the word that attends most to i). Ties go to the lowest index (``np.argmax``).
+- Correct when the prediction equals the gold head. ROOT is never predicted, so a word whose head is 0
+  is never correct; it still counts in the denominator of its relation and of "All".
+- Accuracy of relation r = correct / number of words labelled r. **"All" = every word** (punctuation
+  and root included, as in the authors' notebook).
+- Fixed-offset baselines: word i+k clipped to [1, W], for each k in ``offsets``; per relation the best
+  k is reported (ties: first k in ``offsets``).
+- ``poss_from_possessive`` (default on, as the released code): a ``poss`` / ``nmod:poss`` word
+  followed by a possessive marker (xpos ``POS`` or token ``'s``, ``'``, ``s'``) is scored with the
+  prediction made from the marker's row (dep2head) / column (head2dep), compared with the poss word's
+  own gold head. As in the released code (one evaluation function for every predictor) the switch
+  applies to the offset baselines too: the baseline prediction is then marker + k.
+- Best head of a row: highest accuracy over all L x H heads and both directions (ties: lowest layer,
+  then head, dep2head before head2dep). The paper chose and scored heads on the same dev data, which
+  is optimistic; with ``train_scores`` the table adds a held-out choice (head picked on train,
+  accuracy measured on dev).
+- 95% intervals: percentile bootstrap over **sentences** (resampled with replacement,
+  ``numpy.random.default_rng(seed)``), for the best head's and the best baseline's accuracy of each
+  row; the head and the offset stay fixed across replicates. A replicate with no word of a relation
+  gives no value for it (ignored by the percentile).
+
+Computation is vectorized over heads: per example only the word block ``1..W`` of the map is searched
+(so [CLS]/[SEP] cannot win), its diagonal is set to -inf, and argmax is taken over the last axis
+(dep2head) and over axis -2 (head2dep) for all L x H heads at once (float16 maps are compared as
+their integer bit patterns, which order non-negative float16 values exactly; a negative or
+non-finite value is an error). Correct counts are summed per relation with a one-hot ``[W, R]``
+matrix product. One example is in memory at a time. Per sentence only the word counts and baseline correct counts per
+relation are kept; the per-sentence correct counts of the few heads that Table 1 reports come from a
+second pass over the store (:func:`sentence_correct`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    import numpy as np
+    import pandas as pd
+
+    from bertlook.attention_store import AttentionStore
+
+DIRECTIONS = ("dep2head", "head2dep")
+DIRECTION_ARROWS = {"dep2head": "d\u2192h", "head2dep": "h\u2192d"}
+DEFAULT_OFFSETS = (-3, -2, -1, 1, 2, 3)
+ALL = "All"
+#: never a Table 1 row (root: ROOT is never predicted; punctuation as in the paper; PTB "P").
+SKIP_RELATIONS = ("root", "ROOT", "punct", "P")
+#: rows the design card requires whenever the corpus has the relation (even below min_count).
+FORCED_RELATIONS = ("dobj", "det", "pobj")
+POSS_RELATIONS = ("poss", "nmod:poss")
+POSSESSIVE_TOKENS = ("'s", "'", "s'", "\u2019s", "\u2019", "s\u2019")
+POSSESSIVE_XPOS = "POS"
+_F16_MAX_BITS = 0x7BFF  # largest finite positive float16 (65504) as an unsigned bit pattern
+
+ACCURACY_COLUMNS = ["relation", "layer", "head", "direction", "accuracy", "count"]
+TABLE1_COLUMNS = [
+    "relation", "best_head", "direction", "accuracy", "ci_low", "ci_high",
+    "baseline_offset", "baseline_accuracy", "baseline_ci_low", "baseline_ci_high", "count", "below_min_count",
+]
+HELDOUT_COLUMNS = ["heldout_head", "heldout_direction", "heldout_accuracy"]
+PAPER_COLUMNS = [
+    "paper_relation", "paper_head", "paper_direction", "paper_accuracy", "paper_baseline",
+    "paper_baseline_offset", "paper_note", "diff_accuracy",
+]
+
+#: --treebank-kind -> (relation scheme of paper_reference, words for the markdown note)
+TREEBANK_KINDS = {
+    "ptb_sd": ("sd", "gold trees (Penn Treebank WSJ, Stanford Dependencies)"),
+    "ud": ("ud", "gold trees (Universal Dependencies)"),
+    "silver": ("clearnlp", "silver trees (predicted by a parser, not gold)"),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# scores
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HeadScores:
+    """Correct counts of every head and baseline per relation, from :func:`score_heads`.
+
+    Arrays (int64 unless noted); ``R = len(relations)``, ``K = len(offsets)``:
+
+    - ``word_counts[R]``: words per relation;
+    - ``correct[R, L, H, 2]``: words predicted correctly by each head, direction 0 = dep2head,
+      1 = head2dep (0-indexed layer/head);
+    - ``baseline_correct[R, K]``: the same for the fixed-offset baselines;
+    - ``sentence_counts[S, R]`` (int32) and ``sentence_baseline_correct[S, R, K]`` (int32): per-sentence
+      versions, for the bootstrap (None when ``keep_sentences=False``).
+    """
+
+    relations: list[str]
+    num_layers: int
+    num_heads: int
+    offsets: tuple[int, ...]
+    word_counts: "np.ndarray"
+    correct: "np.ndarray"
+    baseline_correct: "np.ndarray"
+    n_sentences: int
+    sentence_ids: list[Any]
+    sentence_counts: "np.ndarray | None"
+    sentence_baseline_correct: "np.ndarray | None"
+    poss_from_possessive: bool
+    n_poss: int
+    n_poss_affected: int
+    store_path: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_words(self) -> int:
+        return int(self.word_counts.sum())
+
+    def relation_index(self, relation: str) -> int | None:
+        try:
+            return self.relations.index(relation)
+        except ValueError:
+            return None
+
+    def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
+        """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
+        if relation == ALL:
+            return self.correct.sum(axis=0), self.n_words, self.baseline_correct.sum(axis=0)
+        r = self.relation_index(relation)
+        if r is None:
+            raise KeyError(relation)
+        return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
+
+
+@dataclass
+class _Sentence:
+    n_words: int
+    gold: "np.ndarray"  # [W] 1-based head, 0 = ROOT
+    rel: "np.ndarray"  # [W] relation index
+    src: "np.ndarray"  # [W] 0-based word whose prediction is used (poss switch)
+    n_poss: int
+    n_affected: int
+
+
+def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
+    return f"{store.path}: sentence {rec.get('id', k)!r} (example {k})"
+
+
+def _check_word_store(store: "AttentionStore") -> None:
+    level = store.meta.get("level")
+    if level != "word":
+        raise BertlookError(
+            f"{store.path}: expected a word-level attention store (meta level 'word'), got level {level!r}; "
+            "convert token-level maps with the alignment step first"
+        )
+
+
+def _is_int(v: Any) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _parse_sentence(
+    store: "AttentionStore", rec: dict[str, Any], k: int, rel_index: dict[str, int], poss_switch: bool
+) -> _Sentence:
+    import numpy as np
+
+    where = _where(store, rec, k)
+    n = int(rec.get("n", len(rec.get("tokens", []))))
+    W = n - 2
+    if W < 1:
+        raise BertlookError(f"{where}: no words (a word-level map needs [CLS], at least one word, [SEP])")
+    heads, rels = rec.get("heads"), rec.get("rels")
+    if not isinstance(heads, list) or not isinstance(rels, list):
+        raise BertlookError(f"{where}: record lacks the gold tree (`heads` and `rels` lists)")
+    if len(heads) != W or len(rels) != W:
+        raise BertlookError(f"{where}: {len(heads)} heads and {len(rels)} relations for {W} words")
+    for i, h in enumerate(heads):
+        if not _is_int(h) or not 0 <= h <= W or h == i + 1:
+            raise BertlookError(f"{where}: word {i + 1}: bad head {h!r} (expected 0..{W}, not the word itself)")
+    for i, r in enumerate(rels):
+        if not isinstance(r, str) or not r:
+            raise BertlookError(f"{where}: word {i + 1}: bad relation {r!r}")
+    xpos = rec.get("xpos")
+    if xpos is not None and (not isinstance(xpos, list) or len(xpos) != W):
+        raise BertlookError(f"{where}: `xpos` must be a list of {W} tags")
+    tokens = rec.get("tokens") or []
+    src = np.arange(W, dtype=np.int64)
+    n_poss = n_affected = 0
+    for i in range(W):
+        if rels[i] not in POSS_RELATIONS:
+            continue
+        n_poss += 1
+        if i + 1 >= W:
+            continue
+        nxt_tok = str(tokens[i + 2]).lower() if len(tokens) == n else ""
+        if (xpos is not None and xpos[i + 1] == POSSESSIVE_XPOS) or nxt_tok in POSSESSIVE_TOKENS:
+            n_affected += 1
+            if poss_switch:
+                src[i] = i + 1
+    return _Sentence(
+        n_words=W,
+        gold=np.asarray(heads, dtype=np.int64),
+        rel=np.fromiter((rel_index[r] for r in rels), dtype=np.int64, count=W),
+        src=src,
+        n_poss=n_poss,
+        n_affected=n_affected if poss_switch else 0,
+    )
+
+
+def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention") -> "np.ndarray":
+    """Predicted head word of every word for every head: ``[..., 2, W]`` int64, 1-based word index.
+
+    ``attn`` is a word-level map ``[..., W+2, W+2]`` (any leading axes, e.g. ``[L, H]``). Index 0 of
+    axis -2 is dep2head (argmax over the row), 1 is head2dep (argmax over the column). The word itself
+    and [CLS]/[SEP] are never predicted (only the word block ``1..W`` is searched, with the diagonal
+    at -inf). A one-word sentence has no candidate: its prediction is 0 (never correct).
+    """
+    import numpy as np
+
+    W = int(n_words)
+    block = np.asarray(attn)[..., 1 : W + 1, 1 : W + 1]
+    if block.dtype == np.float16:
+        # Stored maps are float16 and attention is >= 0: the bit patterns of non-negative float16
+        # values, read as integers, sort exactly like the values (equal values <-> equal bits), so the
+        # argmax runs on int32 without a float conversion (2x faster). -0.0 (0x8000) is read as 0.
+        a = block.view(np.uint16).astype(np.int32)  # copy: the store is read-only
+        if a.size and int(a.max()) > _F16_MAX_BITS:
+            a[a == 0x8000] = 0
+            if int(a.max()) > _F16_MAX_BITS:
+                raise BertlookError(f"{where}: non-finite or negative attention values")
+        mask = -1
+    else:
+        a = np.array(block, dtype=np.float32)
+        if not np.isfinite(a).all():
+            raise BertlookError(f"{where}: non-finite attention values")
+        mask = -np.inf
+    lead = a.shape[:-2]
+    a.reshape(*lead, W * W)[..., :: W + 1] = mask
+    pred = np.empty((*lead, 2, W), dtype=np.int64)
+    pred[..., 0, :] = a.argmax(axis=-1)
+    pred[..., 1, :] = a.argmax(axis=-2)
+    pred += 1
+    if W == 1:
+        pred[...] = 0
+    return pred
+
+
+def _baseline_predictions(W: int, offsets: Sequence[int]) -> "np.ndarray":
+    import numpy as np
+
+    pos = np.arange(1, W + 1, dtype=np.int64)
+    return np.clip(pos[None, :] + np.asarray(offsets, dtype=np.int64)[:, None], 1, W)  # [K, W]
+
+
+def _relation_vocabulary(store: "AttentionStore", records: list[dict[str, Any]]) -> list[str]:
+    import collections
+
+    counts: collections.Counter = collections.Counter()
+    for k, rec in enumerate(records):
+        rels = rec.get("rels")
+        if not isinstance(rels, list):
+            raise BertlookError(f"{_where(store, rec, k)}: record lacks the gold tree (`heads` and `rels` lists)")
+        counts.update(str(r) if isinstance(r, str) else repr(r) for r in rels)
+    return sorted(counts, key=lambda r: (-counts[r], r))
+
+
+def _parse_offsets(offsets: Iterable[int]) -> tuple[int, ...]:
+    try:
+        out = tuple(int(k) for k in offsets)
+    except (TypeError, ValueError):
+        raise BertlookError(f"offsets must be integers, got {offsets!r}") from None
+    if not out or 0 in out or len(set(out)) != len(out):
+        raise BertlookError(f"offsets must be distinct non-zero integers, got {list(out)}")
+    return out
+
+
+def score_heads(
+    store: "AttentionStore",
+    *,
+    offsets: Sequence[int] = DEFAULT_OFFSETS,
+    poss_from_possessive: bool = True,
+    max_examples: int | None = None,
+    keep_sentences: bool = True,
+) -> HeadScores:
+    """Count correct predictions of every head (both directions) and every offset baseline.
+
+    One pass over the (first ``max_examples``) sentences of a word-level store, one example in memory
+    at a time. ``keep_sentences=False`` skips the per-sentence arrays (not needed for a train store).
+    """
+    import numpy as np
+
+    _check_word_store(store)
+    offsets = _parse_offsets(offsets)
+    if max_examples is not None and max_examples < 0:
+        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    records = store.records if max_examples is None else store.records[:max_examples]
+    if not records:
+        raise BertlookError(f"{store.path}: no sentences to score")
+    relations = _relation_vocabulary(store, records)
+    rel_index = {r: i for i, r in enumerate(relations)}
+    L, H, R, K, S = store.num_layers, store.num_heads, len(relations), len(offsets), len(records)
+    correct = np.zeros((R, L * H * 2), dtype=np.int64)
+    base_correct = np.zeros((R, K), dtype=np.int64)
+    word_counts = np.zeros(R, dtype=np.int64)
+    sent_counts = np.zeros((S, R), dtype=np.int32) if keep_sentences else None
+    sent_base = np.zeros((S, R, K), dtype=np.int32) if keep_sentences else None
+    n_poss = n_affected = 0
+    for k, rec in enumerate(records):
+        sent = _parse_sentence(store, rec, k, rel_index, poss_from_possessive)
+        W, gold, rel, src = sent.n_words, sent.gold, sent.rel, sent.src
+        n_poss += sent.n_poss
+        n_affected += sent.n_affected
+        attn = store.get(k)
+        pred = predict_heads(attn, W, where=_where(store, rec, k))[..., src]  # [L, H, 2, W]
+        ok = (pred == gold) & (gold > 0)
+        # sum the correct words of each relation: a [W, R] one-hot matmul (exact: counts <= W < 2**24)
+        onehot = np.zeros((W, R), dtype=np.float32)
+        onehot[np.arange(W), rel] = 1.0
+        correct += (ok.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
+        base_ok = (_baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [K, W]
+        row_base = (base_ok.astype(np.float32) @ onehot).T.astype(np.int64)  # [R, K]
+        base_correct += row_base
+        row_counts = np.bincount(rel, minlength=R)
+        word_counts += row_counts
+        if keep_sentences:
+            sent_counts[k] = row_counts
+            sent_base[k] = row_base
+    return HeadScores(
+        relations=relations,
+        num_layers=L,
+        num_heads=H,
+        offsets=offsets,
+        word_counts=word_counts,
+        correct=correct.reshape(R, L, H, 2),
+        baseline_correct=base_correct,
+        n_sentences=S,
+        sentence_ids=[rec.get("id", k) for k, rec in enumerate(records)],
+        sentence_counts=sent_counts,
+        sentence_baseline_correct=sent_base,
+        poss_from_possessive=bool(poss_from_possessive),
+        n_poss=n_poss,
+        n_poss_affected=n_affected,
+        store_path=str(store.path),
+        meta={"level": "word", "excluded": store.meta.get("excluded") or {}},
+    )
+
+
+def sentence_correct(
+    store: "AttentionStore", scores: HeadScores, selections: Sequence[tuple[str, int, int, int]]
+) -> "np.ndarray":
+    """Per-sentence correct counts ``[S, len(selections)]`` (int64) for a few heads.
+
+    ``selections``: ``(relation or "All", layer, head, direction)``, 0-indexed layer/head, direction
+    0 = dep2head, 1 = head2dep. Second pass over the same store (and options) ``scores`` came from;
+    only the selected heads are evaluated.
+    """
+    import numpy as np
+
+    _check_word_store(store)
+    if (store.num_layers, store.num_heads) != (scores.num_layers, scores.num_heads) or len(store) < scores.n_sentences:
+        raise BertlookError(f"{store.path}: does not match the scored store ({scores.store_path})")
+    rel_index = {r: i for i, r in enumerate(scores.relations)}
+    uniq = sorted({(l, h) for _, l, h, _ in selections})
+    pos = {lh: u for u, lh in enumerate(uniq)}
+    li = np.array([l for l, _ in uniq], dtype=np.int64)
+    hi = np.array([h for _, h in uniq], dtype=np.int64)
+    sel_u = np.array([pos[(l, h)] for _, l, h, _ in selections], dtype=np.int64)
+    sel_d = np.array([d for *_, d in selections], dtype=np.int64)
+    sel_r = np.array([-1 if r == ALL else rel_index.get(r, -2) for r, *_ in selections], dtype=np.int64)
+    out = np.zeros((scores.n_sentences, len(selections)), dtype=np.int64)
+    if not selections:
+        return out
+    for k in range(scores.n_sentences):
+        rec = store.records[k]
+        if rec.get("id", k) != scores.sentence_ids[k]:
+            raise BertlookError(
+                f"{_where(store, rec, k)}: does not match the scored store (expected sentence "
+                f"{scores.sentence_ids[k]!r})"
+            )
+        try:
+            sent = _parse_sentence(store, rec, k, rel_index, scores.poss_from_possessive)
+        except KeyError as err:
+            raise BertlookError(f"{_where(store, rec, k)}: relation {err} was not in the scored store") from None
+        attn = store.get(k)
+        pred = predict_heads(attn[li, hi], sent.n_words, where=_where(store, rec, k))[..., sent.src]  # [U, 2, W]
+        ok = (pred == sent.gold) & (sent.gold > 0)
+        chosen = ok[sel_u, sel_d]  # [n_sel, W]
+        in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])
+        out[k] = (chosen & in_rel).sum(axis=1)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------
+
+
+def head_label(layer0: int, head0: int) -> str:
+    """1-indexed "L-H" label of 0-indexed (layer, head)."""
+    return f"{int(layer0) + 1}-{int(head0) + 1}"
+
+
+def _parse_label(label: str) -> tuple[int, int]:
+    from bertlook.figures import parse_head_label
+
+    layer, head = parse_head_label(label)
+    return layer - 1, head - 1
+
+
+def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
+    """Every head, every relation ("All" first, then by frequency), both directions.
+
+    Columns ``relation, layer, head, direction, accuracy, count``: layer/head 1-indexed, accuracy a
+    fraction (0..1), count = words of the relation.
+    """
+    import numpy as np
+    import pandas as pd
+
+    L, H = scores.num_layers, scores.num_heads
+    names = [ALL, *scores.relations]
+    corr = np.concatenate([scores.correct.sum(axis=0)[None], scores.correct], axis=0)  # [R+1, L, H, 2]
+    counts = np.concatenate([[scores.n_words], scores.word_counts]).astype(np.int64)
+    R1 = len(names)
+    rel_i, lay, hd, d = np.meshgrid(np.arange(R1), np.arange(L), np.arange(H), np.arange(2), indexing="ij")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = corr / counts[:, None, None, None]
+    return pd.DataFrame(
+        {
+            "relation": np.asarray(names, dtype=object)[rel_i.ravel()],
+            "layer": lay.ravel() + 1,
+            "head": hd.ravel() + 1,
+            "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
+            "accuracy": acc.ravel().astype(np.float64),
+            "count": counts[rel_i.ravel()],
+        },
+        columns=ACCURACY_COLUMNS,
+    )
+
+
+def _best(correct_lh2: "np.ndarray") -> tuple[int, int, int]:
+    """(layer, head, direction) of the highest count; ties: lowest layer, head, dep2head first."""
+    import numpy as np
+
+    flat = int(np.argmax(correct_lh2.reshape(-1)))
+    return tuple(int(v) for v in np.unravel_index(flat, correct_lh2.shape))  # type: ignore[return-value]
+
+
+def table1_relations(scores: HeadScores, min_count: int = 100) -> list[tuple[str, bool]]:
+    """Rows of Table 1 as ``(relation, below_min_count)``: "All", then relations by frequency.
+
+    Relations with at least ``min_count`` words, skipping :data:`SKIP_RELATIONS`; the
+    :data:`FORCED_RELATIONS` present in the corpus are always included (flagged when below).
+    """
+    rows = [(ALL, False)]
+    for r, c in zip(scores.relations, scores.word_counts):  # already by frequency
+        if r in SKIP_RELATIONS or c == 0:
+            continue
+        if c >= min_count:
+            rows.append((r, False))
+        elif r in FORCED_RELATIONS:
+            rows.append((r, True))
+    return rows
+
+
+def bootstrap_ci(
+    numerators: "np.ndarray",
+    denominators: "np.ndarray",
+    *,
+    replicates: int,
+    confidence: float = 0.95,
+    seed: int = 0,
+    chunk: int = 200,
+) -> tuple["np.ndarray", "np.ndarray"]:
+    """Percentile bootstrap interval of ratios ``sum(num) / sum(den)``, resampling rows (sentences).
+
+    ``numerators [S, M]``, ``denominators [S, M]`` -> ``(low [M], high [M])``. Each replicate draws S
+    sentences with replacement (multinomial weights from ``default_rng(seed)``); all M statistics
+    share the same replicates. A replicate whose denominator is 0 is ignored for that statistic;
+    NaN when no replicate has a value or ``replicates == 0``.
+    """
+    import warnings
+
+    import numpy as np
+
+    num = np.asarray(numerators, dtype=np.float64)
+    den = np.asarray(denominators, dtype=np.float64)
+    S, M = num.shape
+    if not 0 < confidence < 1:
+        raise BertlookError(f"confidence must be in (0, 1), got {confidence}")
+    if replicates <= 0 or S == 0 or M == 0:
+        return np.full(M, np.nan), np.full(M, np.nan)
+    rng = np.random.default_rng(seed)
+    stats = np.empty((replicates, M), dtype=np.float64)
+    p = np.full(S, 1.0 / S)
+    for start in range(0, replicates, chunk):
+        b = min(chunk, replicates - start)
+        w = rng.multinomial(S, p, size=b).astype(np.float64)  # [b, S] times each sentence is drawn
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats[start : start + b] = (w @ num) / (w @ den)
+    alpha = (1.0 - confidence) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        low, high = np.nanpercentile(stats, [100 * alpha, 100 * (1 - alpha)], axis=0)
+    return low, high
+
+
+def _open(path_or_store) -> "AttentionStore":
+    from bertlook.attention_store import AttentionStore
+    from bertlook.surface_stats import open_store
+
+    return path_or_store if isinstance(path_or_store, AttentionStore) else open_store(path_or_store)
+
+
+def table1(
+    dev_scores: HeadScores,
+    *,
+    min_count: int = 100,
+    train_scores: HeadScores | None = None,
+    dev_store: "AttentionStore | str | os.PathLike | None" = None,
+    bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    paper: dict[str, dict[str, Any]] | None = None,
+    comparable: bool = False,
+) -> "pd.DataFrame":
+    """Twin of the paper's Table 1 (see the module docstring for every definition).
+
+    Columns :data:`TABLE1_COLUMNS` (accuracies are fractions 0..1; ``best_head`` 1-indexed "L-H"),
+    then :data:`HELDOUT_COLUMNS` when ``train_scores`` is given (head chosen on train, accuracy on
+    dev), then :data:`PAPER_COLUMNS` when ``paper`` (relation -> row of
+    :func:`bertlook.paper_reference.table1_reference`, percents) is given; ``diff_accuracy`` (ours -
+    paper, fraction) is filled only when ``comparable``. The head CIs need a second pass over the dev
+    store: ``dev_store`` (store or path), default the store ``dev_scores`` was computed from.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if min_count < 0:
+        raise BertlookError(f"min_count must be >= 0, got {min_count}")
+    if bootstrap < 0:
+        raise BertlookError(f"bootstrap must be >= 0, got {bootstrap}")
+    rows = table1_relations(dev_scores, min_count)
+    out: list[dict[str, Any]] = []
+    selections = []
+    for rel, below in rows:
+        corr, count, base = dev_scores.counts_for(rel)
+        l, h, d = _best(corr)
+        k = int(np.argmax(base))
+        out.append({
+            "relation": rel,
+            "best_head": head_label(l, h),
+            "direction": DIRECTIONS[d],
+            "accuracy": corr[l, h, d] / count,
+            "ci_low": np.nan,
+            "ci_high": np.nan,
+            "baseline_offset": int(dev_scores.offsets[k]),
+            "baseline_accuracy": base[k] / count,
+            "baseline_ci_low": np.nan,
+            "baseline_ci_high": np.nan,
+            "count": int(count),
+            "below_min_count": bool(below),
+        })
+        selections.append((rel, l, h, d, k))
+
+    if bootstrap > 0:
+        sc, sb = dev_scores.sentence_counts, dev_scores.sentence_baseline_correct
+        if sc is None or sb is None:
+            raise BertlookError("table1: bootstrap needs dev scores computed with keep_sentences=True")
+        dens, base_nums = [], []
+        for rel, *_, k in selections:
+            r = dev_scores.relation_index(rel) if rel != ALL else None
+            dens.append(sc.sum(axis=1) if r is None else sc[:, r])
+            base_nums.append(sb[:, :, k].sum(axis=1) if r is None else sb[:, r, k])
+        den = np.stack(dens, axis=1)
+        store_ref = dev_store if dev_store is not None else dev_scores.store_path
+        if store_ref is not None:
+            head_nums = sentence_correct(_open(store_ref), dev_scores, [s[:4] for s in selections])
+        else:
+            head_nums = np.full_like(den, np.nan, dtype=np.float64)
+        low, high = bootstrap_ci(
+            np.concatenate([head_nums, np.stack(base_nums, axis=1)], axis=1),
+            np.concatenate([den, den], axis=1),
+            replicates=bootstrap, confidence=confidence, seed=seed,
+        )
+        n = len(selections)
+        for i, row in enumerate(out):
+            row["ci_low"], row["ci_high"] = float(low[i]), float(high[i])
+            row["baseline_ci_low"], row["baseline_ci_high"] = float(low[n + i]), float(high[n + i])
+
+    columns = list(TABLE1_COLUMNS)
+    if train_scores is not None:
+        if (train_scores.num_layers, train_scores.num_heads) != (dev_scores.num_layers, dev_scores.num_heads):
+            raise BertlookError(
+                f"train scores ({train_scores.store_path}) have {train_scores.num_layers}x{train_scores.num_heads} "
+                f"heads, dev scores ({dev_scores.store_path}) {dev_scores.num_layers}x{dev_scores.num_heads}"
+            )
+        columns += HELDOUT_COLUMNS
+        for row in out:
+            rel = row["relation"]
+            row.update(heldout_head="", heldout_direction="", heldout_accuracy=np.nan)
+            if rel != ALL and (train_scores.relation_index(rel) is None or
+                               train_scores.word_counts[train_scores.relation_index(rel)] == 0):
+                continue  # relation absent from train: no held-out choice
+            tl, th, td = _best(train_scores.counts_for(rel)[0])
+            corr, count, _ = dev_scores.counts_for(rel)
+            row.update(heldout_head=head_label(tl, th), heldout_direction=DIRECTIONS[td],
+                       heldout_accuracy=corr[tl, th, td] / count)
+
+    if paper is not None:
+        columns += PAPER_COLUMNS
+        for row in out:
+            ref = paper.get(row["relation"])
+            row.update(paper_relation="", paper_head="", paper_direction="", paper_accuracy=np.nan,
+                       paper_baseline=np.nan, paper_baseline_offset=pd.NA, paper_note="", diff_accuracy=np.nan)
+            if ref is None:
+                continue
+            acc = float(ref["accuracy"]) / 100.0
+            row.update(
+                paper_relation=str(ref.get("paper_relation", ref.get("relation", row["relation"]))),
+                paper_head=str(ref["head"]),
+                paper_direction=str(ref.get("direction", "")),
+                paper_accuracy=acc,
+                paper_baseline=float(ref["baseline"]) / 100.0,
+                paper_baseline_offset=int(ref["baseline_offset"]),
+                paper_note=" ".join(str(ref.get("note", "")).split()),
+                diff_accuracy=row["accuracy"] - acc if comparable else np.nan,
+            )
+    df = pd.DataFrame(out, columns=columns)
+    df["baseline_offset"] = df["baseline_offset"].astype("int64")
+    df["count"] = df["count"].astype("int64")
+    if "paper_baseline_offset" in df.columns:
+        df["paper_baseline_offset"] = df["paper_baseline_offset"].astype("Int64")
+    return df
+
+
+# --------------------------------------------------------------------------------------------------
+# markdown
+# --------------------------------------------------------------------------------------------------
+
+
+def _pct(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return ""
+    return "" if math.isnan(v) else f"{100 * v:.1f}"
+
+
+def _ci(lo: Any, hi: Any) -> str:
+    a, b = _pct(lo), _pct(hi)
+    return f" [{a}, {b}]" if a and b else ""
+
+
+def _offset(k: Any) -> str:
+    try:
+        return f"{int(k):+d}"
+    except (TypeError, ValueError):
+        return ""
+
+
+def _has(df: "pd.DataFrame", col: str) -> bool:
+    import pandas as pd
+
+    return col in df.columns and bool(df[col].map(lambda v: not (pd.isna(v) or v == "")).any())
+
+
+def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
+    """One or two sentences on the trees used and whether the numbers are comparable to the paper."""
+    if kind not in TREEBANK_KINDS:
+        trees = "trees of unrecorded origin"
+    else:
+        trees = TREEBANK_KINDS[kind][1]
+        if name:
+            trees = trees.replace(")", f"; {name})") if "(" in trees else f"{trees} ({name})"
+    if kind == "silver":
+        trees = f"silver trees ({name or 'spaCy parser'}; predicted by a parser, not gold)"
+    if comparable:
+        comp = "Comparable to the paper (same data and model): the Diff column is ours minus the paper."
+    else:
+        comp = ("Not comparable to the paper (another model and/or other trees): paper numbers are shown "
+                "for orientation only, without a difference.")
+    return f"Trees: {trees}. {comp}"
+
+
+def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
+    """Markdown twin of the paper's Table 1: percents with one decimal, 95% bootstrap CI in brackets."""
+    import pandas as pd
+
+    heldout = _has(df, "heldout_head")
+    paper = _has(df, "paper_head")
+    diff = _has(df, "diff_accuracy")
+    header = ["Relation", "n", "Head", "Accuracy", "Baseline (offset)"]
+    if heldout:
+        header += ["Held-out head", "Held-out accuracy"]
+    if paper:
+        header += ["Paper head", "Paper accuracy", "Paper baseline"]
+    if diff:
+        header += ["Diff (points)"]
+    lines = [f"# {title}", "", corpus_note, "", "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    notes: list[str] = []
+    any_below = False
+    for row in df.itertuples(index=False):
+        rel = str(row.relation)
+        if bool(getattr(row, "below_min_count", False)):
+            rel += " \\*"
+            any_below = True
+        cells = [
+            rel,
+            f"{int(row.count):,}",
+            f"{row.best_head} {DIRECTION_ARROWS.get(row.direction, row.direction)}",
+            f"{_pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
+            f"{_pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
+        ]
+        if heldout:
+            hh = str(row.heldout_head or "")
+            cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
+                      _pct(row.heldout_accuracy)]
+        if paper:
+            ph = str(row.paper_head or "")
+            pr = str(getattr(row, "paper_relation", "") or "")
+            tag = f" ({pr})" if pr and pr != str(row.relation) else ""
+            cells += [f"{ph} {DIRECTION_ARROWS.get(row.paper_direction, '')}{tag}".strip() if ph else "",
+                      _pct(row.paper_accuracy),
+                      f"{_pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
+                      if not pd.isna(row.paper_baseline) else ""]
+            note = str(getattr(row, "paper_note", "") or "")
+            if note:
+                notes.append(f"- {row.relation}: {note}")
+        if diff:
+            v = row.diff_accuracy
+            cells.append("" if pd.isna(v) else f"{100 * float(v):+.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Accuracy: % of the relation's words whose gold head is the word the head attends to most "
+        "(d\u2192h: the word's own attention; h\u2192d: the word attending most to it), best of all heads "
+        "and both directions. Baseline: best fixed offset (word i+k). Brackets: 95% bootstrap interval "
+        "over sentences. All = every word (punctuation and root included). Heads are layer-head, 1-indexed.",
+    ]
+    if heldout:
+        lines.append("Held-out: head chosen on the train split, accuracy measured on this (dev) split; "
+                     "the main columns choose and score on the same data, as the paper did (optimistic).")
+    if any_below:
+        lines.append("\\* fewer words than the minimum count; shown because the design requires this row.")
+    if paper:
+        lines.append("Paper: Clark et al. 2019, Table 1 (BERT-base, WSJ dev, Stanford Dependencies); a "
+                     "relation in parentheses is the paper's label of the matching row.")
+    if notes:
+        lines += ["", "Notes on paper numbers:", *notes]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Fig 5 twin
+# --------------------------------------------------------------------------------------------------
+
+
+def _message_panel(ax, title: str, text: str) -> None:
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=11)
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3",
+            transform=ax.transAxes)
+
+
+def fig5_syntax_heads(
+    dev_store_path: str | os.PathLike,
+    table1_df: "pd.DataFrame",
+    out_png: str | os.PathLike,
+    *,
+    relations: Sequence[str] = ("det", "dobj", "pobj"),
+    example_index: int | None = None,
+) -> Path:
+    """Twin of the paper's Fig 5: the best head of each relation on one sentence containing it.
+
+    One panel per relation: the head (``best_head``/``direction`` of its Table 1 row) drawn like Fig 1
+    (words listed twice, left = attention FROM, right = TO, line opacity/width = weight, weights below
+    0.01 not drawn), with the relation's gold arcs in red, drawn the way the head should attend
+    (dep2head: dependent -> head; head2dep: head -> dependent). The sentence is the first one holding
+    the relation, or ``example_index`` for every panel. A relation without a Table 1 row or without a
+    sentence gets a panel that says so.
+    """
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.collections import LineCollection
+
+    from bertlook.figures import _MIN_WEIGHT, _new_figure, _open_store, _save_png, _short_token, _style
+
+    relations = list(relations)
+    if not relations:
+        raise BertlookError("fig5_syntax_heads: no relations given")
+    store = _open_store(dev_store_path)
+    _check_word_store(store)
+    if example_index is not None and not 0 <= int(example_index) < len(store):
+        raise BertlookError(
+            f"{dev_store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
+        )
+    by_rel = {str(r): row for r, row in zip(table1_df["relation"], table1_df.to_dict("records"))}
+    panels: list[dict[str, Any]] = []
+    for rel in relations:
+        row = by_rel.get(rel)
+        if row is None or not str(row.get("best_head", "")):
+            n_rel = sum((rec.get("rels") or []).count(rel) for rec in store.records)
+            why = "the relation does not occur in this corpus" if n_rel == 0 else f"{n_rel} words, below the minimum count"
+            panels.append({"rel": rel, "msg": f"no '{rel}' row in Table 1:\n{why}"})
+            continue
+        if example_index is not None:
+            k = int(example_index)
+            if rel not in (store.records[k].get("rels") or []):
+                panels.append({"rel": rel, "msg": f"example {k} has no '{rel}' word"})
+                continue
+        else:
+            k = next((i for i, rec in enumerate(store.records) if rel in (rec.get("rels") or [])), None)
+            if k is None:
+                panels.append({"rel": rel, "msg": f"no sentence of the store has a '{rel}' word"})
+                continue
+        layer0, head0 = _parse_label(str(row["best_head"]))
+        if layer0 >= store.num_layers or head0 >= store.num_heads:
+            raise BertlookError(f"fig5: head {row['best_head']} is not in the {store.num_layers}x{store.num_heads} store")
+        panels.append({"rel": rel, "k": k, "layer": layer0, "head": head0, "direction": str(row["direction"])})
+
+    max_n = max((int(store.records[p["k"]]["n"]) for p in panels if "k" in p), default=8)
+    fontsize = 9.0 if max_n <= 32 else 7.5 if max_n <= 64 else 6.0
+    row_in = fontsize * 1.45 / 72.0
+    panel_w, panel_h = 3.2 + 0.012 * max_n, max(2.4, (max_n + 1.5) * row_in + 0.6)
+    colors = sns.color_palette("colorblind", len(panels))
+    gold_color = sns.color_palette("deep")[3]
+
+    with _style():
+        fig = _new_figure(figsize=(panel_w * len(panels), panel_h))
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, p, color in zip(axes, panels, colors):
+            if "msg" in p:
+                _message_panel(ax, f"{p['rel']}", p["msg"])
+                continue
+            ax.set_axis_off()
+            k, rec = p["k"], store.records[p["k"]]
+            tokens = [_short_token(t) for t in rec["tokens"]]
+            n = len(tokens)
+            W = n - 2
+            a = np.asarray(store.get(k)[p["layer"], p["head"]], dtype=np.float32)
+            ys = -np.arange(n, dtype=float)
+            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
+            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
+            order = np.argsort(w, kind="stable")
+            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
+            segs = np.stack([np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1)
+            rgba = np.tile(np.array([*color, 1.0]), (len(w), 1))
+            rgba[:, 3] = w
+            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
+            rels, heads = rec["rels"], rec["heads"]
+            d = DIRECTIONS.index(p["direction"]) if p["direction"] in DIRECTIONS else 0
+            deps = [i for i in range(W) if rels[i] == p["rel"] and int(heads[i]) > 0]
+            pred = predict_heads(a[None, None], W)[0, 0, d]  # [W]
+            n_ok = sum(int(pred[i] == heads[i]) for i in deps)
+            gold_segs, left_hi, right_hi = [], set(), set()
+            for i in deps:
+                dep_row, head_row = i + 1, int(heads[i])
+                src_row, dst_row = (dep_row, head_row) if d == 0 else (head_row, dep_row)
+                gold_segs.append([(0.0, ys[src_row]), (1.0, ys[dst_row])])
+                left_hi.add(src_row)
+                right_hi.add(dst_row)
+            ax.add_collection(LineCollection(gold_segs, colors=[(*gold_color, 0.9)], linewidths=1.6,
+                                             linestyles="--", zorder=3))
+            for t, (y, tok) in enumerate(zip(ys, tokens)):
+                special = t in (0, n - 1)
+                for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
+                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize,
+                            fontweight="bold" if special or t in hi else "normal",
+                            color=gold_color if t in hi else "black")
+            ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            ax.set_xlim(-0.6, 1.6)
+            ax.set_ylim(-max_n + 0.5, 1.6)
+            arrow = "dependent \u2192 head" if d == 0 else "head \u2192 dependent"
+            ax.set_title(
+                f"{p['rel']}: head {head_label(p['layer'], p['head'])} ({arrow})\n"
+                f"sentence {rec.get('id', k)}: {n_ok}/{len(deps)} {p['rel']} arcs right",
+                fontsize=10,
+            )
+        fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+_HELP = """\
+Accuracy of every attention head at predicting dependency heads (twin of Table 1 of Clark et al.
+2019) and the Fig 5 twin (the best det / dobj / pobj heads on a sentence).
+
+inputs:
+  --dev-attention DIR     word-level attention store with gold trees (heads, rels, xpos per record);
+                          heads are chosen and scored on it, as in the paper
+  --train-attention DIR   optional word-level store of the train split: adds a held-out choice
+                          (head chosen on train, scored on dev)
+
+outputs:
+  --out-accuracy CSV      every head x relation x direction: relation,layer,head,direction,accuracy,count
+  --out-table CSV         Table 1 twin: best head, accuracy, bootstrap CI, best offset baseline, count,
+                          held-out and paper columns (accuracies as fractions 0..1)
+  --out-markdown MD       the same as a markdown table (percent, 1 decimal)
+  --out-figure PNG        Fig 5 twin
+  --summary JSON          counts (sentences, words, relations, poss words switched, rows shown/skipped)
+"""
+
+
+def _offsets_arg(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        return _parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``heads`` subcommand."""
+    import argparse
+
+    p = subparsers.add_parser(
+        "heads",
+        help="per-head dependency accuracy, Table 1 twin (best head per relation vs offset baselines), Fig 5 twin",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level dev attention store")
+    p.add_argument("--train-attention", metavar="DIR", default=None,
+                   help="input: word-level train attention store (held-out head choice; optional)")
+    p.add_argument("--out-accuracy", required=True, metavar="CSV", help="output: head_accuracy.csv")
+    p.add_argument("--out-table", required=True, metavar="CSV", help="output: table1.csv")
+    p.add_argument("--out-markdown", required=True, metavar="MD", help="output: table1.md")
+    p.add_argument("--out-figure", required=True, metavar="PNG", help="output: fig5_syntax_heads.png")
+    p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
+    p.add_argument("--min-count", type=int, default=100,
+                   help="relations with fewer words are not rows (except dobj, det, pobj; default 100)")
+    p.add_argument("--offsets", type=_offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+                   help="baseline offsets (default -3,-2,-1,1,2,3; released code: -3,-2,-1,1,2)")
+    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
+                   help="score a poss word with the prediction made from the following 's (default: on, as "
+                   "the released code)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="use only the first N sentences of each store (default: all)")
+    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=None,
+                   help="where the trees come from: ptb_sd (gold PTB, Stanford Dependencies), ud (gold UD), "
+                   "silver (spaCy parses, ClearNLP labels); default: the store's meta 'treebank_kind'")
+    p.add_argument("--treebank-name", default=None, metavar="NAME",
+                   help="treebank / parser name for the notes (default: the store's meta 'treebank_name')")
+    p.add_argument("--paper-comparable", action="store_true",
+                   help="the run is comparable to the paper (bert-base-uncased on PTB SD dev): add ours-minus-paper")
+    p.set_defaults(func=_run_heads)
+
+
+def _run_heads(args: "argparse.Namespace") -> int:
+    from bertlook.attention_store import AttentionStoreError
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.paper_reference import table1_reference
+
+    dev_store = _open(args.dev_attention)
+    _check_word_store(dev_store)
+    kind = args.treebank_kind or dev_store.meta.get("treebank_kind")
+    if kind not in TREEBANK_KINDS:
+        raise BertlookError(
+            f"{args.dev_attention}: tree source unknown: pass --treebank-kind "
+            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
+        )
+    name = args.treebank_name or dev_store.meta.get("treebank_name") or None
+    scheme = TREEBANK_KINDS[kind][0]
+    if args.paper_comparable and kind != "ptb_sd":
+        print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
+    try:
+        dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                          max_examples=args.max_examples)
+        train = None
+        if args.train_attention:
+            train_store = _open(args.train_attention)
+            train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                                max_examples=args.max_examples, keep_sentences=False)
+        paper = table1_reference(scheme)
+        table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
+                       bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
+                       paper=paper, comparable=args.paper_comparable)
+    except AttentionStoreError as err:
+        raise BertlookError(str(err)) from None
+    acc = head_accuracy_table(dev)
+    title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
+    md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))
+    write_csv(args.out_accuracy, acc)
+    write_csv(args.out_table, table)
+    write_text(args.out_markdown, md)
+    fig5_syntax_heads(args.dev_attention, table, args.out_figure)
+
+    shown = set(table["relation"])
+    counts = {r: int(c) for r, c in zip(dev.relations, dev.word_counts)}
+    all_row = table.iloc[0]
+    summary = {
+        "dev_attention": str(args.dev_attention),
+        "train_attention": str(args.train_attention) if args.train_attention else None,
+        "treebank_kind": kind,
+        "treebank_name": name,
+        "relation_scheme": scheme,
+        "paper_comparable": bool(args.paper_comparable),
+        "n_sentences": dev.n_sentences,
+        "n_sentences_in_store": len(dev_store),
+        "n_words": dev.n_words,
+        "num_layers": dev.num_layers,
+        "num_heads": dev.num_heads,
+        "relation_counts": counts,
+        "rows": list(table["relation"]),
+        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
+        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
+        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+        "min_count": args.min_count,
+        "offsets": list(dev.offsets),
+        "poss_from_possessive": dev.poss_from_possessive,
+        "n_poss_words": dev.n_poss,
+        "n_poss_switched": dev.n_poss_affected,
+        "bootstrap": args.bootstrap,
+        "confidence": args.confidence,
+        "seed": args.seed,
+        "store_excluded": dev_store.meta.get("excluded") or {},
+        "all": {"best_head": all_row["best_head"], "direction": all_row["direction"],
+                "accuracy": float(all_row["accuracy"]), "baseline_offset": int(all_row["baseline_offset"]),
+                "baseline_accuracy": float(all_row["baseline_accuracy"])},
+        "train": None if train is None else {"n_sentences": train.n_sentences, "n_words": train.n_words,
+                                             "n_poss_switched": train.n_poss_affected},
+        "outputs": {"accuracy": str(args.out_accuracy), "table": str(args.out_table),
+                    "markdown": str(args.out_markdown), "figure": str(args.out_figure)},
+    }
+    write_json(args.summary, summary)
+    print(
+        f"heads: {dev.n_sentences} sentences, {dev.n_words} words, {len(dev.relations)} relations, "
+        f"{len(table)} Table 1 rows ({kind} trees); All: head {all_row['best_head']} "
+        f"{100 * all_row['accuracy']:.1f}% vs offset {int(all_row['baseline_offset']):+d} "
+        f"{100 * all_row['baseline_accuracy']:.1f}%; poss words switched to the 's prediction: "
+        f"{dev.n_poss_affected} of {dev.n_poss}"
+    )
+    for path in (args.out_accuracy, args.out_table, args.out_markdown, args.out_figure, args.summary):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,126 @@
+"""The paper's printed numbers (``paper_reference.yaml``, shipped inside the package).
+
+- :func:`load_reference` -- the whole YAML document as a dict (validated).
+- :func:`table1_reference` -- Table 1 rows keyed by relation, optionally renamed into the relation
+  scheme of another treebank (``"ud"``, ``"clearnlp"``), see ``docs/relations.md``.
+- :func:`relation_map` -- SD -> UD / ClearNLP relation names.
+
+Percentages stay percentages here (as printed); :mod:`bertlook.head_accuracy` converts them to
+fractions for its CSV.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from bertlook.errors import BertlookError
+
+RESOURCE = "paper_reference.yaml"
+DIRECTIONS = ("dep2head", "head2dep")
+#: Relation schemes a treebank can use, and the map that renames SD labels into each.
+SCHEMES = {"sd": None, "ud": "relation_map_sd_to_ud", "clearnlp": "relation_map_sd_to_clearnlp"}
+TABLE1_REQUIRED = ("relation", "head", "direction", "accuracy", "baseline", "baseline_offset", "tolerance", "source")
+
+
+@functools.lru_cache(maxsize=1)
+def _load_cached() -> dict[str, Any]:
+    import importlib.resources
+
+    import yaml
+
+    try:
+        text = importlib.resources.files("bertlook").joinpath(RESOURCE).read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError) as err:
+        raise BertlookError(f"bertlook/{RESOURCE}: cannot read the packaged paper reference: {err}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise BertlookError(f"bertlook/{RESOURCE}: invalid YAML: {err}") from None
+    _validate(doc)
+    return doc
+
+
+def _validate(doc: Any) -> None:
+    where = f"bertlook/{RESOURCE}"
+    if not isinstance(doc, dict) or not isinstance(doc.get("table1"), list):
+        raise BertlookError(f"{where}: expected a mapping with a `table1` list")
+    seen: set[str] = set()
+    for k, row in enumerate(doc["table1"]):
+        if not isinstance(row, dict):
+            raise BertlookError(f"{where}: table1[{k}] is not a mapping")
+        missing = [key for key in TABLE1_REQUIRED if key not in row]
+        if missing:
+            raise BertlookError(f"{where}: table1[{k}] ({row.get('relation')!r}) lacks {', '.join(missing)}")
+        rel = str(row["relation"])
+        if rel in seen:
+            raise BertlookError(f"{where}: table1 relation {rel!r} appears twice")
+        seen.add(rel)
+        if row["direction"] not in DIRECTIONS:
+            raise BertlookError(f"{where}: table1 {rel}: direction must be one of {DIRECTIONS}")
+        parts = str(row["head"]).split("-")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+            raise BertlookError(f"{where}: table1 {rel}: head {row['head']!r} is not a 1-indexed 'L-H' label")
+        for key in ("accuracy", "baseline", "tolerance"):
+            if not isinstance(row[key], (int, float)) or isinstance(row[key], bool) or not 0 <= row[key] <= 100:
+                raise BertlookError(f"{where}: table1 {rel}: {key} must be a percentage, got {row[key]!r}")
+        if not isinstance(row["baseline_offset"], int) or isinstance(row["baseline_offset"], bool):
+            raise BertlookError(f"{where}: table1 {rel}: baseline_offset must be an integer")
+    for name in ("relation_map_sd_to_ud", "relation_map_sd_to_clearnlp"):
+        mapping = doc.get(name)
+        if not isinstance(mapping, dict):
+            raise BertlookError(f"{where}: missing mapping `{name}`")
+        for sd, entry in mapping.items():
+            target = entry.get("target") if isinstance(entry, dict) else None
+            targets = target if isinstance(target, list) else [target]
+            if not targets or not all(isinstance(t, str) and t for t in targets):
+                raise BertlookError(f"{where}: {name}.{sd}: `target` must be a label or a list of labels")
+
+
+def load_reference() -> dict[str, Any]:
+    """The packaged ``paper_reference.yaml`` (``yaml.safe_load``), validated; a fresh copy per call."""
+    return copy.deepcopy(_load_cached())
+
+
+def relation_map(scheme: str = "ud") -> dict[str, dict[str, Any]]:
+    """SD label -> ``{"target": label | [labels], "direction_reversed": bool, "note": str?}``."""
+    key = SCHEMES.get(scheme)
+    if scheme not in SCHEMES:
+        raise BertlookError(f"unknown relation scheme {scheme!r} (expected one of: {', '.join(SCHEMES)})")
+    if key is None:
+        return {}
+    out = {}
+    for sd, entry in load_reference()[key].items():
+        out[str(sd)] = {"direction_reversed": False, **entry}
+    return out
+
+
+def table1_reference(scheme: str = "sd") -> dict[str, dict[str, Any]]:
+    """Paper Table 1 rows keyed by relation name (``"All"`` included), in the paper's row order.
+
+    Each row: ``relation, head ("L-H", 1-indexed), direction, accuracy, baseline (percent),
+    baseline_offset, tolerance, source`` (+ ``notebook_accuracy``, ``notebook_baseline``, ``note``
+    where the paper and the authors' notebook disagree) and ``paper_relation`` (the SD label).
+
+    ``scheme="sd"`` (default) keys rows by the paper's own labels. ``"clearnlp"`` / ``"ud"`` rename
+    them into that scheme (``nn`` -> ``compound``, ``dobj`` -> ``obj`` in UD, ...); rows whose UD
+    counterpart has the opposite arc direction (``prep``, ``pobj``) or several candidate labels are
+    left out for UD, since no row of that name measures the same thing.
+    """
+    if scheme not in SCHEMES:
+        raise BertlookError(f"unknown relation scheme {scheme!r} (expected one of: {', '.join(SCHEMES)})")
+    mapping = relation_map(scheme)
+    out: dict[str, dict[str, Any]] = {}
+    for row in load_reference()["table1"]:
+        sd = str(row["relation"])
+        row = dict(row, paper_relation=sd)
+        entry = mapping.get(sd)
+        name = sd
+        if entry is not None:
+            if entry.get("direction_reversed") or isinstance(entry["target"], list):
+                continue
+            name = entry["target"]
+        row["relation"] = name
+        out[name] = row
+    return out

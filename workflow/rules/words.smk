@@ -1,0 +1,31 @@
+# Stage `extract` on sentences: word-level attention maps ([CLS] w1..wn [SEP], split words merged:
+# TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split.
+
+
+rule extract_words:
+    input:
+        treebank=run_path("treebank", "{split}.conllu"),
+    output:
+        store=directory(run_path("attention", "words-{split}")),
+        summary=run_path("attention", "words-{split}.summary.json"),
+    params:
+        bertlook=BERTLOOK,
+        model=model_args,
+        from_split=config["word_attention"]["from_split"],
+        batch_size=config["extraction"]["batch_size"],
+        max_seq_len=config["segments"]["max_seq_len"],
+        device=config["extraction"]["device"],
+        shard_mb=config["extraction"]["shard_mb"],
+    log:
+        log_path("extract_words-{split}"),
+    threads: 8
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    conda:
+        ENV_TORCH
+    shell:
+        "OMP_NUM_THREADS={threads} {params.bertlook} extract-words --treebank {input.treebank:q} "
+        "{params.model} --out {output.store:q} --from-split {params.from_split} "
+        "--batch-size {params.batch_size} --max-seq-len {params.max_seq_len} --device {params.device} "
+        "--shard-mb {params.shard_mb} --summary {output.summary:q} > {log:q} 2>&1"
