@@ -48,7 +48,8 @@ lint: install
 
 bench: install
 	$(BIN)/python scripts/bench_extract.py
-	$(BIN)/python scripts/bench_js.py
+	$(BIN)/python scripts/bench_js.py --threads 2
+	$(BIN)/python scripts/bench_heads.py
 
 clean:
 	rm -rf $(VENV) .snakemake

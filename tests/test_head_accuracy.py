@@ -476,6 +476,8 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
     assert run_cli(argv) == 0
     acc = pd.read_csv(out / "head_accuracy.csv")
     assert list(acc.columns) == ha.ACCURACY_COLUMNS and len(acc) == (1 + 10) * 2 * 3 * 2
+    exact = ha.head_accuracy_table(ha.score_heads(dev)).accuracy.to_numpy()
+    assert np.array_equal(acc.accuracy.to_numpy(), exact)  # full precision in the CSV
     t1 = pd.read_csv(out / "table1.csv", keep_default_na=False)
     assert t1.columns.tolist() == ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + ha.PAPER_COLUMNS
     assert t1.relation.iloc[0] == "All"
@@ -506,3 +508,17 @@ def test_cli_help_lists_inputs_outputs(capsys):
                  "--bootstrap", "--seed", "--treebank-kind", "--treebank-name", "--paper-comparable"):
         assert flag in text
     assert "inputs:" in text and "outputs:" in text
+
+
+def test_design_card_rows_are_forced_per_scheme():
+    """dobj/det/pobj rows (SD, ClearNLP) and their UD analogues obj/det/case always appear."""
+    from types import SimpleNamespace
+
+    from bertlook.head_accuracy import FORCED_BY_SCHEME, table1_relations
+
+    scores = SimpleNamespace(relations=["nsubj", "obj", "case", "det", "dobj", "punct"],
+                             word_counts=[500, 5, 4, 3, 2, 900])
+    ud = table1_relations(scores, 100, FORCED_BY_SCHEME["ud"])
+    assert ud == [("All", False), ("nsubj", False), ("obj", True), ("case", True), ("det", True)]
+    sd = table1_relations(scores, 100, FORCED_BY_SCHEME["sd"])
+    assert sd == [("All", False), ("nsubj", False), ("det", True), ("dobj", True)]

@@ -80,7 +80,25 @@ def test_every_declared_output_is_well_formed(finished_run):
     segments = [json.loads(line) for line in (run / "corpus" / "segments.jsonl").read_text().splitlines()]
     assert len(segments) == 12 and all(len(s["tokens"]) <= 48 for s in segments)
 
+    acc = pd.read_csv(run / "tables" / "head_accuracy.csv")
+    assert list(acc.columns) == ["relation", "layer", "head", "direction", "accuracy", "count"]
+    assert set(acc["direction"]) == {"dep2head", "head2dep"}
+    assert ((acc["accuracy"] >= 0) & (acc["accuracy"] <= 1)).all()
+    assert len(acc[acc["relation"] == "All"]) == 2 * 4  # 4 heads x 2 directions
+    table1 = pd.read_csv(run / "tables" / "table1.csv")
+    assert table1["relation"].iloc[0] == "All"
+    for rel in ("det", "pobj", "dobj"):  # the design card's rows, present for every corpus
+        assert rel in set(table1["relation"]), rel
+    assert {"heldout_head", "heldout_accuracy", "ci_low", "ci_high", "baseline_offset"} <= set(table1.columns)
+    assert (table1["ci_low"] <= table1["accuracy"] + 1e-12).all()
+    assert "silver" in (run / "tables" / "table1.md").read_text()
+    for split in ("train", "dev"):
+        conllu = (run / "treebank" / f"{split}.conllu").read_text()
+        assert "# source = silver" in conllu and "\tdet\t" in conllu
+    assert (run / "figures" / "fig5_syntax_heads.png").read_bytes()[:4] == b"\x89PNG"
+
     manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["steps"]["treebank"]["parser"]["name"]
     assert manifest["run"] == RUN and manifest["seed"] == 0
     assert len(manifest["corpus"]["dump_sha256"]) == 64
     assert manifest["packages"]["torch"].startswith("2.13")

@@ -67,6 +67,10 @@ ALL = "All"
 SKIP_RELATIONS = ("root", "ROOT", "punct", "P")
 #: rows the design card requires whenever the corpus has the relation (even below min_count).
 FORCED_RELATIONS = ("dobj", "det", "pobj")
+#: The design card's rows (direct objects, determiners, prepositional objects) in each relation scheme.
+#: In UD the object of a preposition is not a relation of its own: the preposition is a `case`
+#: dependent of its noun, so the paper's pobj attention (preposition -> noun) is UD `case`, dep2head.
+FORCED_BY_SCHEME = {"sd": FORCED_RELATIONS, "clearnlp": FORCED_RELATIONS, "ud": ("obj", "det", "case")}
 POSS_RELATIONS = ("poss", "nmod:poss")
 POSSESSIVE_TOKENS = ("'s", "'", "s'", "\u2019s", "\u2019", "s\u2019")
 POSSESSIVE_XPOS = "POS"
@@ -462,11 +466,14 @@ def _best(correct_lh2: "np.ndarray") -> tuple[int, int, int]:
     return tuple(int(v) for v in np.unravel_index(flat, correct_lh2.shape))  # type: ignore[return-value]
 
 
-def table1_relations(scores: HeadScores, min_count: int = 100) -> list[tuple[str, bool]]:
+def table1_relations(
+    scores: HeadScores, min_count: int = 100, forced: Sequence[str] = FORCED_RELATIONS
+) -> list[tuple[str, bool]]:
     """Rows of Table 1 as ``(relation, below_min_count)``: "All", then relations by frequency.
 
-    Relations with at least ``min_count`` words, skipping :data:`SKIP_RELATIONS`; the
-    :data:`FORCED_RELATIONS` present in the corpus are always included (flagged when below).
+    Relations with at least ``min_count`` words, skipping :data:`SKIP_RELATIONS`; the ``forced``
+    relations (the design card's rows, :data:`FORCED_BY_SCHEME`) present in the corpus are always
+    included (flagged when below).
     """
     rows = [(ALL, False)]
     for r, c in zip(scores.relations, scores.word_counts):  # already by frequency
@@ -474,7 +481,7 @@ def table1_relations(scores: HeadScores, min_count: int = 100) -> list[tuple[str
             continue
         if c >= min_count:
             rows.append((r, False))
-        elif r in FORCED_RELATIONS:
+        elif r in forced:
             rows.append((r, True))
     return rows
 
@@ -539,6 +546,7 @@ def table1(
     seed: int = 0,
     paper: dict[str, dict[str, Any]] | None = None,
     comparable: bool = False,
+    forced_relations: Sequence[str] = FORCED_RELATIONS,
 ) -> "pd.DataFrame":
     """Twin of the paper's Table 1 (see the module docstring for every definition).
 
@@ -556,7 +564,7 @@ def table1(
         raise BertlookError(f"min_count must be >= 0, got {min_count}")
     if bootstrap < 0:
         raise BertlookError(f"bootstrap must be >= 0, got {bootstrap}")
-    rows = table1_relations(dev_scores, min_count)
+    rows = table1_relations(dev_scores, min_count, forced_relations)
     out: list[dict[str, Any]] = []
     selections = []
     for rel, below in rows:
@@ -697,6 +705,12 @@ def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = 
         comp = ("Not comparable to the paper (another model and/or other trees): paper numbers are shown "
                 "for orientation only, without a difference.")
     return f"Trees: {trees}. {comp}"
+
+
+def _fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
+    """Fig 5 panel order det, dobj-like, pobj-like from a scheme's forced rows."""
+    obj, det, pobj = forced
+    return (det, obj, pobj)
 
 
 def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
@@ -923,6 +937,14 @@ outputs:
 """
 
 
+def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
+    """CSV at full float precision (shortest round-trip repr), written atomically."""
+    from bertlook.io_utils import atomic_path
+
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
 def _offsets_arg(text: str) -> tuple[int, ...]:
     import argparse
 
@@ -974,7 +996,7 @@ def register_cli(subparsers) -> None:
 
 def _run_heads(args: "argparse.Namespace") -> int:
     from bertlook.attention_store import AttentionStoreError
-    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.io_utils import write_json, write_text
     from bertlook.paper_reference import table1_reference
 
     dev_store = _open(args.dev_attention)
@@ -1000,16 +1022,18 @@ def _run_heads(args: "argparse.Namespace") -> int:
         paper = table1_reference(scheme)
         table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
                        bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
-                       paper=paper, comparable=args.paper_comparable)
+                       paper=paper, comparable=args.paper_comparable,
+                       forced_relations=FORCED_BY_SCHEME[scheme])
     except AttentionStoreError as err:
         raise BertlookError(str(err)) from None
     acc = head_accuracy_table(dev)
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
     md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))
-    write_csv(args.out_accuracy, acc)
-    write_csv(args.out_table, table)
+    _write_csv_full(args.out_accuracy, acc)
+    _write_csv_full(args.out_table, table)
     write_text(args.out_markdown, md)
-    fig5_syntax_heads(args.dev_attention, table, args.out_figure)
+    fig5_syntax_heads(args.dev_attention, table, args.out_figure,
+                      relations=_fig5_relations(FORCED_BY_SCHEME[scheme]))
 
     shown = set(table["relation"])
     counts = {r: int(c) for r, c in zip(dev.relations, dev.word_counts)}

@@ -121,6 +121,7 @@ SD_ONLY_RELS = frozenset({
     "abbrev", "purpcl", "attr", "complm", "rel", "prt",
 })
 N_DIST = 8
+BUCKET_POOL_BATCHES = 50  # training batches are cut from length-sorted pools of 50 batches
 HIDDEN = 256
 DEFAULT_SEEDS = (0, 1, 2)
 
@@ -301,36 +302,86 @@ def distance_features(n_words: int) -> np.ndarray:
 
 
 def build_features(words: "torch.Tensor", root: "torch.Tensor", a: "torch.Tensor", b: "torch.Tensor") -> "torch.Tensor":
-    """Features ``x_ij`` ``[B, Wm, Wm+1, 2K]`` from word-word attention and the ROOT parts.
+    """Features ``x_ij`` as one tensor ``[B, Wm, Wm+1, 2K]`` (reference form; tests, gradient checks).
 
-    ``words[b, i, j, k] = A_k(word i -> word j)`` (0-based words), ``root[b, i, :, k]`` =
-    ``(A_k(i->[CLS]), A_k(i->[SEP]), A_k([CLS]->i), A_k([SEP]->i))``. Candidate 0 is ROOT.
+    Inputs in the batch layout (heads first): ``words[b, k, i, j] = A_k(word i -> word j)`` (0-based
+    words), ``root[b, r, k, i]`` with ``r`` = 0: ``A_k(i->[CLS])``, 1: ``A_k(i->[SEP])``,
+    2: ``A_k([CLS]->i)``, 3: ``A_k([SEP]->i)``. Candidate 0 is ROOT:
+    ``x_i0 = [a root0 + b root1] ++ [a root2 + b root3]``; ``x_ij = [A(i->j)] ++ [A(j->i)]``.
     """
     import torch
 
-    root_fwd = a * root[:, :, 0, :] + b * root[:, :, 1, :]
-    root_bwd = a * root[:, :, 2, :] + b * root[:, :, 3, :]
-    fwd = torch.cat([root_fwd.unsqueeze(2), words], dim=2)
-    bwd = torch.cat([root_bwd.unsqueeze(2), words.transpose(1, 2)], dim=2)
+    fwd_words = words.permute(0, 2, 3, 1)  # [B, i, j, K]
+    bwd_words = words.permute(0, 3, 2, 1)  # [B, i, j, K] = A(j -> i)
+    root_fwd = (a * root[:, 0] + b * root[:, 1]).transpose(1, 2)  # [B, Wm, K]
+    root_bwd = (a * root[:, 2] + b * root[:, 3]).transpose(1, 2)
+    fwd = torch.cat([root_fwd.unsqueeze(2), fwd_words], dim=2)
+    bwd = torch.cat([root_bwd.unsqueeze(2), bwd_words], dim=2)
     return torch.cat([fwd, bwd], dim=-1)
 
 
 def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "torch.Tensor",
                       weight: "torch.Tensor", bias: "torch.Tensor") -> "torch.Tensor":
-    """``score_ij = sum_m (weight [v_i ; v_j] + bias)_m x_ij[m]`` -> ``[B, Wm, Wm+1]``.
+    """Reference form: ``score_ij = sum_m (weight [v_i ; v_j] + bias)_m x_ij[m]`` -> ``[B, Wm, Wm+1]``.
 
-    Computed without materialising the per-pair weights: ``weight [v_i ; v_j] = P_i + Q_j``, so the
-    score is ``x_ij . (P_i + bias) + x_ij . Q_j`` (two batched contractions).
+    ``x`` from :func:`build_features`, ``cand_vecs`` ``[B, Wm+1, d]`` in candidate order (0 = ROOT).
+    The probes use the equivalent :func:`attn_glove_scores_fast`.
     """
     import torch
 
+    pair = torch.nn.functional.linear(
+        torch.cat([dep_vecs.unsqueeze(2).expand(-1, -1, cand_vecs.shape[1], -1),
+                   cand_vecs.unsqueeze(1).expand(-1, dep_vecs.shape[1], -1, -1)], dim=-1),
+        weight, bias)
+    return (pair * x).sum(-1)
+
+
+def attn_scores_fast(words, words_t, root, a, b, w) -> "torch.Tensor":
+    """Attn-only scores ``w . x_ij`` (``[B, Wm, Wm+1]``) without building ``x``.
+
+    ``w . x_ij = w1 . A(i->j) + w2 . A(j->i)``: two matrix-vector products over the heads axis
+    (``words_t[b, k, i, j] = words[b, k, j, i]``) plus the ROOT column.
+    """
+    import torch
+
+    B, K, Wm, _ = words.shape
+    w1, w2 = w[:K], w[K:]
+    s_words = (torch.matmul(w1, words.reshape(B, K, Wm * Wm))
+               + torch.matmul(w2, words_t.reshape(B, K, Wm * Wm))).reshape(B, Wm, Wm)
+    r = torch.einsum("brki,k->bri", root[:, :2], w1), torch.einsum("brki,k->bri", root[:, 2:], w2)
+    s_root = a * (r[0][:, 0] + r[1][:, 0]) + b * (r[0][:, 1] + r[1][:, 1])
+    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)
+
+
+def attn_glove_scores_fast(words, words_t, root, a, b, dep_vecs, cand_vecs, weight, bias) -> "torch.Tensor":
+    """Attn+GloVe scores (``[B, Wm, Wm+1]``) equal to :func:`attn_glove_scores` on :func:`build_features`.
+
+    With ``weight [v_i ; v_j] + bias = P_i + Q_j`` (``P`` from the dependent's vector plus the bias,
+    ``Q`` from the candidate's; halves 1 and 2 of the 2K features), ``F = words``, ``G = words_t``:
+    ``score_ij = sum_k F_kij (P1_ki + Q1_kj) + G_kij (P2_ki + Q2_kj)`` for word candidates, and the
+    ROOT column from the [CLS]/[SEP] parts with ``Q_0``. Heads-first layout: the sums over ``k`` run
+    over contiguous ``Wm x Wm`` planes (no ``[B, Wm, Wm+1, 2K]`` feature tensor is built).
+    """
+    import torch
+
+    B, K, Wm, _ = words.shape
     d = dep_vecs.shape[-1]
-    P = torch.nn.functional.linear(dep_vecs, weight[:, :d], bias)  # [B, Wm, 2K]
-    Q = torch.nn.functional.linear(cand_vecs, weight[:, d:])  # [B, Wm+1, 2K]
-    B, Wm, C, M = x.shape
-    s_dep = torch.matmul(x.reshape(B * Wm, C, M), P.reshape(B * Wm, M, 1)).reshape(B, Wm, C)
-    s_cand = torch.einsum("bijm,bjm->bij", x, Q)
-    return s_dep + s_cand
+    P = _linear_t(dep_vecs, weight[:, :d], bias)  # [B, 2K, Wm]
+    Q = _linear_t(cand_vecs, weight[:, d:], None)  # [B, 2K, Wm+1]
+    Qw = Q[:, :, 1:]
+    s_words = ((words * (P[:, :K, :, None] + Qw[:, :K, None, :])).sum(1)
+               + (words_t * (P[:, K:, :, None] + Qw[:, K:, None, :])).sum(1))
+    wr = P + Q[:, :, :1]  # per-feature weights of the ROOT candidate, [B, 2K, Wm]
+    fwd = a * root[:, 0] + b * root[:, 1]  # [B, K, Wm]
+    bwd = a * root[:, 2] + b * root[:, 3]
+    s_root = (fwd * wr[:, :K]).sum(1) + (bwd * wr[:, K:]).sum(1)
+    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)
+
+
+def _linear_t(x, weight, bias):
+    import torch
+
+    return torch.nn.functional.linear(x, weight, bias).transpose(1, 2)
 
 
 def _masked_log_softmax(scores: "torch.Tensor", cand_mask: "torch.Tensor") -> "torch.Tensor":
@@ -358,10 +409,11 @@ class Batch:
     dep_mask: "torch.Tensor"  # [B, Wm] bool
     cand_mask: "torch.Tensor"  # [B, Wm+1] bool
     punct: "torch.Tensor"  # [B, Wm] bool
-    words: "torch.Tensor | None" = None  # [B, Wm, Wm, K]
-    root: "torch.Tensor | None" = None  # [B, Wm, 4, K]
+    words: "torch.Tensor | None" = None  # [B, K, Wm, Wm]: words[b, k, i, j] = A_k(i -> j)
+    words_t: "torch.Tensor | None" = None  # [B, K, Wm, Wm]: words_t[b, k, i, j] = A_k(j -> i)
+    root: "torch.Tensor | None" = None  # [B, 4, K, Wm]: A(i->[CLS]), A(i->[SEP]), A([CLS]->i), A([SEP]->i)
     dep_vecs: "torch.Tensor | None" = None  # [B, Wm, d]
-    cand_vecs: "torch.Tensor | None" = None  # [B, Wm+1, d]
+    cand_vecs: "torch.Tensor | None" = None  # [B, Wm+1, d], candidate order (0 = ROOT)
     dist: "torch.Tensor | None" = None  # [B, Wm, Wm+1, 8]
 
 
@@ -388,20 +440,24 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
     )
     if attn:
         K = data.num_heads_total
-        words = np.zeros((B, Wm, Wm, K), dtype=np.float32)
-        root = np.zeros((B, Wm, 4, K), dtype=np.float32)
+        words = np.zeros((B, K, Wm, Wm), dtype=np.float32)
+        words_t = np.zeros((B, K, Wm, Wm), dtype=np.float32)
+        root = np.zeros((B, 4, K, Wm), dtype=np.float32)
         for b, s in enumerate(sents):
             W = s.n_words
             A = data.store.get(s.index)
             if A.shape[-1] != W + 2:
                 raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
-            A = np.asarray(A, dtype=np.float32).reshape(K, W + 2, W + 2)
-            words[b, :W, :W, :] = A[:, 1 : W + 1, 1 : W + 1].transpose(1, 2, 0)
-            root[b, :W, 0, :] = A[:, 1 : W + 1, 0].T
-            root[b, :W, 1, :] = A[:, 1 : W + 1, W + 1].T
-            root[b, :W, 2, :] = A[:, 0, 1 : W + 1].T
-            root[b, :W, 3, :] = A[:, W + 1, 1 : W + 1].T
+            A = A.reshape(K, W + 2, W + 2)
+            ww = words[b, :, :W, :W]
+            ww[...] = A[:, 1 : W + 1, 1 : W + 1]
+            words_t[b, :, :W, :W] = ww.transpose(0, 2, 1)
+            root[b, 0, :, :W] = A[:, 1 : W + 1, 0]
+            root[b, 1, :, :W] = A[:, 1 : W + 1, W + 1]
+            root[b, 2, :, :W] = A[:, 0, 1 : W + 1]
+            root[b, 3, :, :W] = A[:, W + 1, 1 : W + 1]
         batch.words = torch.from_numpy(words)
+        batch.words_t = torch.from_numpy(words_t)
         batch.root = torch.from_numpy(root)
     if glove:
         if data.glove is None:
@@ -449,6 +505,9 @@ def _modules():
             self.glove_dim = None
 
         def forward(self, batch: Batch) -> torch.Tensor:
+            return attn_scores_fast(batch.words, batch.words_t, batch.root, self.root_ab[0], self.root_ab[1], self.w)
+
+        def forward_reference(self, batch: Batch) -> torch.Tensor:
             x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
             return torch.matmul(x, self.w)
 
@@ -467,6 +526,10 @@ def _modules():
             self.proj = nn.Linear(2 * self.glove_dim, 2 * self.num_heads_total)
 
         def forward(self, batch: Batch) -> torch.Tensor:
+            return attn_glove_scores_fast(batch.words, batch.words_t, batch.root, self.root_ab[0], self.root_ab[1],
+                                          batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
+
+        def forward_reference(self, batch: Batch) -> torch.Tensor:
             x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
             return attn_glove_scores(x, batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
 
@@ -521,12 +584,41 @@ def make_model(kind: str, *, num_heads_total: int | None, glove_dim: int | None,
     return DistancesGloveProbe(glove_dim)
 
 
-def _batches(data: ProbeData, order: Iterable[int], batch_size: int, model) -> Iterable[Batch]:
-    order = list(order)
-    for start in range(0, len(order), batch_size):
-        sents = [data.sentences[i] for i in order[start : start + batch_size]]
+def _batches(data: ProbeData, groups: Iterable[Sequence[int]], model) -> Iterable[Batch]:
+    """One :class:`Batch` per group of sentence positions (``data.sentences`` indices)."""
+    for group in groups:
+        sents = [data.sentences[i] for i in group]
         yield make_batch(data, sents, attn="attn" in model.needs, glove="glove" in model.needs,
                          dist="dist" in model.needs, released_offbyone=model.released_offbyone)
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, generator: "torch.Generator",
+                  pool_batches: int = BUCKET_POOL_BATCHES) -> list[list[int]]:
+    """The batches of one training epoch (lists of sentence positions), drawn with ``generator``.
+
+    The sentences are shuffled; with ``batch_size > 1`` each run of ``pool_batches * batch_size``
+    shuffled sentences is sorted by length (stable) and cut into batches, and the batches are
+    shuffled, so that a batch holds sentences of similar length (less padding; the objective, a sum
+    over all sentences, is unchanged). ``batch_size == 1`` is a plain shuffle.
+    """
+    import torch
+
+    n = len(lengths)
+    perm = torch.randperm(n, generator=generator).tolist()
+    if batch_size == 1:
+        return [[i] for i in perm]
+    pool = max(1, int(pool_batches)) * batch_size
+    batches: list[list[int]] = []
+    for start in range(0, n, pool):
+        chunk = sorted(perm[start : start + pool], key=lambda i: lengths[i])
+        batches += [chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+def _eval_batches(data: ProbeData, batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(data.sentences)), key=lambda i: data.sentences[i].n_words)
+    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
 
 
 def _check_compatible(model, data: ProbeData, what: str) -> None:
@@ -578,13 +670,13 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
     n = len(data.sentences)
+    lengths = [st.n_words for st in data.sentences]
     steps = 0
     epoch_losses = []
     t0 = time.perf_counter()
     for _ in range(int(epochs)):
-        order = torch.randperm(n, generator=gen).tolist()
         total = 0.0
-        for batch in _batches(data, order, int(batch_size), model):
+        for batch in _batches(data, epoch_batches(lengths, int(batch_size), gen), model):
             scores = model(batch)
             loss = probe_loss(scores, batch.heads, batch.dep_mask, batch.cand_mask)
             optimizer.zero_grad(set_to_none=True)
@@ -723,7 +815,7 @@ def evaluate_probe(model, kind: str, dev_store, *, glove: "GloveVectors | None" 
     correct_mst = 0 if mst else None
     model.eval()
     with torch.no_grad():
-        for batch in _batches(data, range(len(data.sentences)), batch_size, model):
+        for batch in _batches(data, _eval_batches(data, batch_size), model):
             logp = _masked_log_softmax(model(batch), batch.cand_mask)
             pred = logp.argmax(dim=-1)
             counted = batch.dep_mask & ~batch.punct
