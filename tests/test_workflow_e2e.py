@@ -32,10 +32,10 @@ def tiny_config(workdir: Path, model_dir: Path) -> dict:
         models=[{"label": "rand", "name_or_path": str(model_dir), "revision": None}],
     )
     offline["wikipedia"].update(path=GENSIM_DUMP, max_articles=3)
-    offline["segments"].update(n_segments=12, max_seq_len=48)
+    offline["segments"].update(n_segments=12, max_seq_len=128)
     offline["extraction"].update(batch_size=4, device="cpu")
     offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
-    offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=12, max_words=25)
+    offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=15, max_words=18)
     offline["heads"].update(min_count=3, bootstrap=50)
     return offline
 
@@ -78,7 +78,7 @@ def test_every_declared_output_is_well_formed(finished_run):
         assert (run / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
     segments = [json.loads(line) for line in (run / "corpus" / "segments.jsonl").read_text().splitlines()]
-    assert len(segments) == 12 and all(len(s["tokens"]) <= 48 for s in segments)
+    assert len(segments) == 12 and all(len(s["tokens"]) <= 128 for s in segments)
 
     acc = pd.read_csv(run / "tables" / "head_accuracy.csv")
     assert list(acc.columns) == ["relation", "layer", "head", "direction", "accuracy", "count"]

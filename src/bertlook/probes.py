@@ -952,6 +952,15 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
     return df
 
 
+def _isna(v) -> bool:
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
 def _pct(v) -> str:
     try:
         f = float(v)
@@ -966,16 +975,7 @@ def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
     for r in df.itertuples(index=False):
-        seeds = "" if r.n_seeds is None or (isinstance(r.n_seeds, float) and math.isnan(r.n_seeds)) else str(r.n_seeds)
-        try:
-            import pandas as pd
-
-            if pd.isna(r.n_seeds):
-                seeds = "–"
-        except (TypeError, ValueError):
-            pass
-        if r.probe == "right_branching" and seeds == "0":
-            seeds = "–"
+        seeds = "–" if _isna(r.n_seeds) or int(r.n_seeds) == 0 else str(int(r.n_seeds))
         cells = [PROBE_LABELS.get(r.probe, r.probe), _pct(r.uas_mean), _pct(r.uas_sd), seeds]
         if has_mst:
             cells += [_pct(r.uas_mst_mean), _pct(r.uas_mst_sd)]
@@ -1026,6 +1026,12 @@ def _run_probes_cli(args: "argparse.Namespace") -> int:
     probes = _parse_probes(args.probes)
     if (args.random_train_attention is None) != (args.random_dev_attention is None):
         raise BertlookError("give both --random-train-attention and --random-dev-attention, or neither")
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise BertlookError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     if len(seeds) < 3:
         print(f"probes: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
     t0 = time.perf_counter()
@@ -1057,6 +1063,7 @@ def _run_probes_cli(args: "argparse.Namespace") -> int:
             "mst": bool(args.mst),
             "probes": probes,
             "max_train_sentences": args.max_train_sentences,
+            "threads": args.threads,
             "data": df.attrs.get("data", {}),
             "table": json.loads(df.to_json(orient="records")),
             "runs": df.attrs.get("runs", []),
@@ -1111,6 +1118,9 @@ def register_cli(subparsers) -> None:
                    help=f"comma-separated subset of {','.join(PROBES)} (default: all)")
     p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
                    help="train on the first N training sentences only (default: all)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); "
+                   "results do not depend on it beyond float rounding")
     p.add_argument("--note", default="", help="text put under the Markdown table (model, treebank, ...)")
     p.add_argument("--out-table", required=True, metavar="CSV", help="output: table3.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: table3.md")

@@ -1,0 +1,154 @@
+"""The random-init baseline model of Table 3: pretrained embeddings, every other weight random.
+
+The paper's "random-init Attn + GloVe" probe reads the attention of a BERT whose word and position
+embeddings are the pretrained ones while every other weight is randomly initialised (the authors
+did not release this code). :func:`make_random_init_model` builds that model:
+
+1. load the pretrained model (``bertlook.modeling``: ``AutoModel``, fp32, eager attention);
+2. re-initialise, with the model's own ``_init_weights`` (``N(0, initializer_range)`` for linear
+   layers and embeddings, zero biases, LayerNorm weight 1 / bias 0) under ``torch.manual_seed(seed)``,
+   every parameter EXCEPT ``embeddings.word_embeddings`` and ``embeddings.position_embeddings``; that
+   is: token-type embeddings, all LayerNorms (the embedding LayerNorm included), attention, FFN and
+   the pooler;
+3. save it with ``save_pretrained`` plus the tokenizer into a temporary directory beside ``out_dir``,
+   write ``bertlook_random_init.json`` (source model provenance, seed, kept and re-initialised
+   parameter names, transformers/torch versions) and rename the directory into place.
+
+The global torch RNG of the caller is left as it was (``torch.random.fork_rng``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+PROVENANCE_FILE = "bertlook_random_init.json"
+KEPT_MODULES = ("embeddings.word_embeddings", "embeddings.position_embeddings")
+
+
+def _kept(name: str) -> bool:
+    """True for parameters of the word / position embeddings (with or without a ``bert.`` prefix)."""
+    return any(name == f"{m}.weight" or name.endswith(f".{m}.weight") for m in KEPT_MODULES)
+
+
+def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
+    """Re-initialise ``model`` in place, keeping the word and position embeddings.
+
+    Returns ``{"kept": [...], "reinitialized": [...]}`` (parameter names).
+    """
+    import torch
+
+    params = dict(model.named_parameters())
+    kept = [n for n in params if _kept(n)]
+    if len(kept) != len(KEPT_MODULES):
+        raise BertlookError(
+            f"model {type(model).__name__}: expected parameters {', '.join(m + '.weight' for m in KEPT_MODULES)}, "
+            f"found {kept or 'none'}; only BERT-style models are supported"
+        )
+    saved = {n: params[n].detach().clone() for n in kept}
+    init_fn = getattr(model, "_init_weights", None)
+    if not callable(init_fn):
+        raise BertlookError(f"model {type(model).__name__} has no _init_weights method")
+    # transformers >= 5 skips tensors flagged as already initialised (set on loading); clear the flags.
+    for t in list(model.parameters()) + list(model.buffers()):
+        if getattr(t, "_is_hf_initialized", False):
+            t._is_hf_initialized = False
+    for m in model.modules():
+        if getattr(m, "_is_hf_initialized", False):
+            m._is_hf_initialized = False
+    for n in kept:
+        params[n]._is_hf_initialized = True  # untouched by _init_weights
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        with torch.no_grad():
+            for module in model.modules():
+                init_fn(module)
+            for n, value in saved.items():  # belt and braces: the kept tensors are bit-identical
+                params[n].copy_(value)
+    for t in model.parameters():
+        t._is_hf_initialized = True
+    return {"kept": kept, "reinitialized": [n for n in params if n not in saved]}
+
+
+def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed: int,
+                           revision: str | None = None) -> dict[str, Any]:
+    """Write the random-init twin of ``model_spec`` to ``out_dir``; returns the provenance dict."""
+    import json
+
+    import torch
+    import transformers
+
+    from bertlook.modeling import load_model, load_tokenizer, resolve_model
+
+    resolved = resolve_model(model_spec, revision)
+    model = load_model(resolved, "cpu")
+    tokenizer = load_tokenizer(resolved)
+    source = resolved.provenance(model.config)
+    names = reinit_except_embeddings(model, seed)
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        prov = {
+            "kind": "random-init (pretrained word and position embeddings, every other weight re-initialised)",
+            "source_model": source,
+            "seed": int(seed),
+            "init": f"{type(model).__name__}._init_weights under torch.manual_seed({int(seed)})",
+            "initializer_range": getattr(model.config, "initializer_range", None),
+            "kept_parameters": names["kept"],
+            "reinitialized_parameters": names["reinitialized"],
+            "transformers_version": transformers.__version__,
+            "torch_version": torch.__version__.split("+")[0],
+        }
+        with open(tmp / PROVENANCE_FILE, "w", encoding="utf-8") as fh:
+            json.dump(prov, fh, indent=2)
+            fh.write("\n")
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return prov
+
+
+# ============================================================================================= CLI
+def _run_random_init(args: "argparse.Namespace") -> int:
+    prov = make_random_init_model(args.model, args.out, seed=args.seed, revision=args.revision)
+    print(
+        f"random-init: {prov['source_model']['spec']} -> {args.out} (seed {args.seed}; kept "
+        f"{', '.join(prov['kept_parameters'])}; re-initialised {len(prov['reinitialized_parameters'])} tensors)"
+    )
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``random-init`` subcommand."""
+    p = subparsers.add_parser(
+        "random-init",
+        help="random-init baseline model: pretrained word/position embeddings, all other weights random (Table 3)",
+        description=(
+            "Load a pretrained model, re-initialise every weight except the word and position "
+            "embeddings with the model's own initialiser (seeded), and save it with its tokenizer. "
+            "Input: --model (hub id, local directory or package:MODULE; --revision for hub ids). "
+            f"Output: --out (a Hugging Face model directory with {PROVENANCE_FILE}: source model "
+            "provenance, seed, kept and re-initialised parameters). Extract its word-level attention "
+            "with `bertlook extract-words --model DIR` for the random-init probe."
+        ),
+    )
+    p.add_argument("--model", required=True, metavar="SPEC", help="input: pretrained model spec")
+    p.add_argument("--revision", default=None, metavar="REV", help="hub revision (hub ids only)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output: model directory")
+    p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation (default 0)")
+    p.set_defaults(func=_run_random_init)

@@ -1,0 +1,462 @@
+"""Table 3 probes: features, gradients, training, UAS, MST, seeds, the table and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertlook.attention_store import AttentionStore, AttentionWriter
+from bertlook.errors import BertlookError
+from bertlook.glove import GloveVectors
+from bertlook.probes import (
+    PROBES,
+    TABLE_COLUMNS,
+    ProbeData,
+    _batches,
+    attn_glove_scores,
+    attn_glove_scores_fast,
+    attn_scores_fast,
+    build_features,
+    candidate_vectors,
+    chu_liu_edmonds,
+    distance_features,
+    epoch_batches,
+    evaluate_probe,
+    make_batch,
+    make_model,
+    mst_heads,
+    probe_loss,
+    random_tree,
+    register_cli,
+    right_branching_heads,
+    right_branching_uas,
+    run_probes,
+    table3_markdown,
+    train_probe,
+    write_synthetic_word_store,
+)
+
+L, H = 2, 3
+K = L * H
+VOCAB = ["the", "cat", "sat", "on", "mat", ".", "dog", "ran", ",", "big"]
+
+
+def tiny_glove(dim: int = 4, seed: int = 0) -> GloveVectors:
+    rng = np.random.default_rng(seed)
+    return GloveVectors(rng.standard_normal((len(VOCAB), dim)).astype(np.float32), VOCAB, source="test")
+
+
+def gold_store(path, n_sentences: int, *, seed: int = 0, gold_head: int = 4, min_words=3, max_words=9):
+    """Word-level store where head ``gold_head`` (flat index) attends exactly to each word's gold head."""
+    rng = np.random.default_rng(seed)
+    with AttentionWriter(path, num_layers=L, num_heads=H, level="word") as w:
+        for sid in range(n_sentences):
+            W = int(rng.integers(min_words, max_words + 1))
+            n = W + 2
+            heads = random_tree(W, rng)
+            attn = rng.dirichlet(np.full(n, 1.0), size=(K, n))
+            attn[gold_head, 1 : W + 1] = 0.0
+            attn[gold_head, np.arange(1, W + 1), heads] = 1.0  # ROOT -> [CLS] (index 0)
+            forms = [VOCAB[int(i)] for i in rng.integers(0, len(VOCAB), W)]
+            rec = {"id": f"g{sid}", "tokens": ["[CLS]", *forms, "[SEP]"], "heads": heads.tolist(),
+                   "rels": ["punct" if f in (".", ",") else "dep" for f in forms],
+                   "upos": ["X"] * W, "xpos": ["XX"] * W}
+            w.add(rec, attn.reshape(L, H, n, n))
+    return AttentionStore(path)
+
+
+def store_from_sentences(path, sentences, *, seed: int = 0):
+    """``sentences``: list of dicts with forms, heads, rels (and optional xpos)."""
+    rng = np.random.default_rng(seed)
+    with AttentionWriter(path, num_layers=L, num_heads=H, level="word") as w:
+        for sid, s in enumerate(sentences):
+            W = len(s["forms"])
+            n = W + 2
+            attn = rng.dirichlet(np.ones(n), size=(K, n))
+            rec = {"id": f"s{sid}", "tokens": ["[CLS]", *s["forms"], "[SEP]"], "heads": s["heads"],
+                   "rels": s["rels"], "upos": ["X"] * W, "xpos": s.get("xpos", ["XX"] * W)}
+            w.add(rec, attn.reshape(L, H, n, n))
+    return AttentionStore(path)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe_stores")
+    return {
+        "train": gold_store(root / "train", 48, seed=1),
+        "dev": gold_store(root / "dev", 16, seed=2),
+    }
+
+
+# =============================================================================== features
+def _random_batch(B=3, Wm=5, d=4, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    words = torch.rand(B, K, Wm, Wm, generator=g, dtype=dtype)
+    root = torch.rand(B, 4, K, Wm, generator=g, dtype=dtype)
+    dep = torch.randn(B, Wm, d, generator=g, dtype=dtype)
+    cand = torch.randn(B, Wm + 1, d, generator=g, dtype=dtype)
+    return words, words.transpose(2, 3).contiguous(), root, dep, cand
+
+
+def test_build_features_layout():
+    words, _, root, _, _ = _random_batch(B=1, Wm=3)
+    a, b = torch.tensor(0.3, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    x = build_features(words, root, a, b)
+    assert x.shape == (1, 3, 4, 2 * K)
+    for i, j in itertools.product(range(3), range(3)):
+        assert torch.allclose(x[0, i, j + 1, :K], words[0, :, i, j])  # A(i -> j)
+        assert torch.allclose(x[0, i, j + 1, K:], words[0, :, j, i])  # A(j -> i)
+    for i in range(3):
+        assert torch.allclose(x[0, i, 0, :K], 0.3 * root[0, 0, :, i] + 2.0 * root[0, 1, :, i])
+        assert torch.allclose(x[0, i, 0, K:], 0.3 * root[0, 2, :, i] + 2.0 * root[0, 3, :, i])
+
+
+def test_fast_scores_equal_reference():
+    words, words_t, root, dep, cand = _random_batch()
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.tensor(0.7, dtype=torch.float64), torch.tensor(-1.3, dtype=torch.float64)
+    w = torch.randn(2 * K, generator=g, dtype=torch.float64)
+    weight = torch.randn(2 * K, 8, generator=g, dtype=torch.float64)
+    bias = torch.randn(2 * K, generator=g, dtype=torch.float64)
+    x = build_features(words, root, a, b)
+    assert torch.allclose(attn_scores_fast(words, words_t, root, a, b, w), x @ w)
+    ref = attn_glove_scores(x, dep, cand, weight, bias)
+    # by hand for one pair: (W [v_i; v_j] + c) . x_ij
+    i, j = 2, 3
+    manual = ((weight @ torch.cat([dep[1, i], cand[1, j]]) + bias) * x[1, i, j]).sum()
+    assert torch.allclose(ref[1, i, j], manual)
+    assert torch.allclose(attn_glove_scores_fast(words, words_t, root, a, b, dep, cand, weight, bias), ref)
+
+
+def test_gradcheck_score_functions():
+    words, words_t, root, dep, cand = _random_batch(B=2, Wm=3, d=3)
+    g = torch.Generator().manual_seed(2)
+    ab = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(2 * K, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(2 * K, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2 * K, generator=g, dtype=torch.float64, requires_grad=True)
+
+    def glove_fast(ab, weight, bias):
+        return attn_glove_scores_fast(words, words_t, root, ab[0], ab[1], dep, cand, weight, bias)
+
+    def glove_ref(ab, weight, bias):
+        return attn_glove_scores(build_features(words, root, ab[0], ab[1]), dep, cand, weight, bias)
+
+    def attn_fast(ab, w):
+        return attn_scores_fast(words, words_t, root, ab[0], ab[1], w)
+
+    assert torch.autograd.gradcheck(glove_fast, (ab, weight, bias))
+    assert torch.autograd.gradcheck(glove_ref, (ab, weight, bias))
+    assert torch.autograd.gradcheck(attn_fast, (ab, w))
+
+    # the loss too (masked candidates, padded dependents)
+    heads = torch.tensor([[0, 1, 2], [2, 0, 0]])
+    dep_mask = torch.tensor([[True, True, True], [True, True, False]])
+    cand_mask = torch.tensor([[True] * 4, [True, True, True, False]])
+
+    def loss(ab, weight, bias):
+        return probe_loss(glove_fast(ab, weight, bias), heads, dep_mask, cand_mask)
+
+    assert torch.autograd.gradcheck(loss, (ab, weight, bias))
+
+
+def test_loss_is_sum_of_per_sentence_losses():
+    words, words_t, root, dep, cand = _random_batch(B=2, Wm=4, d=3, dtype=torch.float32)
+    # sentence 0 has 4 words, sentence 1 has 2 (padding beyond)
+    words[1, :, 2:, :] = 0
+    words[1, :, :, 2:] = 0
+    words_t = words.transpose(2, 3).contiguous()
+    weight = torch.randn(2 * K, 6)
+    bias = torch.randn(2 * K)
+    a, b = torch.tensor(1.0), torch.tensor(0.5)
+    heads = torch.tensor([[2, 0, 2, 3], [0, 1, 0, 0]])
+    dep_mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    cand_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    s = attn_glove_scores_fast(words, words_t, root, a, b, dep, cand, weight, bias)
+    total = probe_loss(s, heads, dep_mask, cand_mask)
+    per = 0.0
+    for bi, W in ((0, 4), (1, 2)):
+        si = attn_glove_scores_fast(words[bi:bi + 1, :, :W, :W], words_t[bi:bi + 1, :, :W, :W],
+                                    root[bi:bi + 1, :, :, :W], a, b, dep[bi:bi + 1, :W],
+                                    cand[bi:bi + 1, : W + 1], weight, bias)
+        per = per + torch.nn.functional.cross_entropy(si[0], heads[bi, :W], reduction="sum")
+    assert torch.allclose(total, per, atol=1e-5)
+
+
+def test_candidate_vectors_offbyone():
+    words = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    root = np.array([9.0, 9.0])
+    right = candidate_vectors(words, root)
+    assert right.tolist() == [[9, 9], [1, 1], [2, 2], [3, 3]]  # candidate j -> word j, 0 -> ROOT
+    rel = candidate_vectors(words, root, released_offbyone=True)
+    assert rel.tolist() == [[1, 1], [2, 2], [3, 3], [9, 9]]  # candidate j -> word j+1, last -> ROOT
+
+
+def test_batch_vectors_follow_offbyone_switch(stores):
+    glove = tiny_glove()
+    data = ProbeData(stores["dev"], glove=glove)
+    sents = data.sentences[:2]
+    ok = make_batch(data, sents, attn=False, glove=True, dist=False)
+    bad = make_batch(data, sents, attn=False, glove=True, dist=False, released_offbyone=True)
+    s0 = sents[0]
+    vecs = glove.lookup(data.store.records[s0.index]["tokens"][1:-1])
+    W = s0.n_words
+    assert np.allclose(ok.dep_vecs[0, :W].numpy(), vecs)
+    assert np.allclose(bad.dep_vecs[0, :W].numpy(), vecs)  # dependents are not shifted
+    assert np.allclose(ok.cand_vecs[0, 0].numpy(), 0) and np.allclose(ok.cand_vecs[0, 1 : W + 1].numpy(), vecs)
+    assert np.allclose(bad.cand_vecs[0, :W].numpy(), vecs) and np.allclose(bad.cand_vecs[0, W].numpy(), 0)
+    # the released model gets the shifted vectors
+    torch.manual_seed(0)
+    model = make_model("attn_glove_released", num_heads_total=K, glove_dim=glove.dim)
+    assert model.released_offbyone
+    (b,) = list(_batches(data, [[0]], model))
+    assert np.allclose(b.cand_vecs[0, 0].numpy(), vecs[0])
+
+
+def test_distance_features():
+    f = distance_features(3)
+    assert f.shape == (3, 4, 8)
+    assert f[0, 0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1]  # ROOT candidate
+    # dependent 1 (row 0), candidate 3: offset +2 -> right distance 2/3, indicator +2
+    assert np.allclose(f[0, 3], [2 / 3, 0, 0, 0, 0, 0, 1, 0])
+    # dependent 3 (row 2), candidate 2: offset -1
+    assert np.allclose(f[2, 2], [0, 1 / 3, 0, 1, 0, 0, 0, 0])
+    # self
+    assert np.allclose(f[1, 2], [0, 0, 1, 0, 0, 0, 0, 0])
+
+
+# =================================================================================== training
+def test_attn_probe_learns_gold_head(stores):
+    model, info = train_probe("attn", stores["train"], seed=0, epochs=4, batch_size=4, lr=0.05)
+    res = evaluate_probe(model, "attn", stores["dev"])
+    assert res["uas"] >= 0.99, res
+    assert info["steps"] == 4 * 12 and info["n_sentences"] == 48
+    assert int(model.w.detach().abs().argmax()) == 4  # the gold head's A(i -> j) feature
+    assert info["loss_per_word_by_epoch"][-1] < info["loss_per_word_by_epoch"][0]
+
+
+def test_seeds_reproducible_and_different(stores):
+    glove = tiny_glove()
+    m1, _ = train_probe("attn_glove", stores["train"], glove=glove, seed=3, batch_size=8)
+    m2, _ = train_probe("attn_glove", stores["train"], glove=glove, seed=3, batch_size=8)
+    m3, _ = train_probe("attn_glove", stores["train"], glove=glove, seed=4, batch_size=8)
+    for (k, v), v2 in zip(m1.state_dict().items(), m2.state_dict().values()):
+        assert torch.equal(v, v2), k
+    assert not torch.equal(m1.proj.weight, m3.proj.weight)
+    r1 = evaluate_probe(m1, "attn_glove", stores["dev"], glove=glove, mst=True)
+    r2 = evaluate_probe(m2, "attn_glove", stores["dev"], glove=glove, mst=True)
+    assert r1 == r2
+
+
+def test_epoch_batches_cover_every_sentence_once():
+    lengths = [5, 3, 9, 1, 7, 7, 2, 8, 4, 6, 10]
+    g = torch.Generator().manual_seed(0)
+    batches = epoch_batches(lengths, 4, g, pool_batches=2)
+    assert sorted(i for b in batches for i in b) == list(range(11))
+    assert all(len(b) <= 4 for b in batches)
+    again = epoch_batches(lengths, 4, torch.Generator().manual_seed(0), pool_batches=2)
+    assert batches == again
+    assert [len(b) for b in epoch_batches(lengths, 1, g)] == [1] * 11
+
+
+def test_all_trainable_probes_run(stores):
+    glove = tiny_glove()
+    for kind in ("distances_glove", "attn_glove_released", "random_init_attn_glove"):
+        model, info = train_probe(kind, stores["train"], glove=glove, seed=0, batch_size=16)
+        res = evaluate_probe(model, kind, stores["dev"], glove=glove, mst=True)
+        assert 0.0 <= res["uas"] <= 1.0 and 0.0 <= res["uas_mst"] <= 1.0
+        assert res["n_sentences"] == 16
+
+
+def test_glove_probe_without_glove_is_an_error(stores):
+    with pytest.raises(BertlookError, match="GloVe"):
+        train_probe("attn_glove", stores["train"], seed=0)
+
+
+def test_token_level_store_rejected(tmp_path):
+    with AttentionWriter(tmp_path / "tok", num_layers=1, num_heads=1) as w:
+        w.add({"id": 0, "tokens": ["[CLS]", "a", "[SEP]"]}, np.full((1, 1, 3, 3), 1 / 3))
+    with pytest.raises(BertlookError, match="word-level"):
+        train_probe("attn", tmp_path / "tok", seed=0)
+
+
+def test_bad_heads_name_the_sentence(tmp_path):
+    store = store_from_sentences(tmp_path / "bad", [{"forms": ["a", "b"], "heads": [2, 5], "rels": ["x", "root"]}])
+    with pytest.raises(BertlookError, match="sentence 's0'.*0..2"):
+        right_branching_uas(store)
+
+
+# ========================================================================================= UAS
+def test_right_branching_by_hand(tmp_path):
+    sents = [
+        # right-branching predicts 2, 3, 0 -> words 1 and 3 right (word 2's gold head is 1)
+        {"forms": ["the", "cat", "sat"], "heads": [2, 1, 0], "rels": ["det", "nsubj", "root"]},
+        # predicts 2, 3, 4, 0 -> words 1, 2 right; word 4 is punctuation (not counted); word 3 wrong
+        {"forms": ["big", "dog", "ran", "."], "heads": [2, 3, 0, 3], "rels": ["amod", "nsubj", "root", "punct"]},
+    ]
+    store = store_from_sentences(tmp_path / "rb", sents)
+    assert right_branching_heads(4).tolist() == [2, 3, 4, 0]
+    res = right_branching_uas(store, mst=True)
+    assert res["n_words"] == 6 and res["n_sentences"] == 2
+    assert res["uas"] == pytest.approx(4 / 6)
+    assert res["uas_mst"] == res["uas"]
+
+
+def test_punctuation_excluded_and_sd_xpos(tmp_path):
+    # UD-style relations: only `punct` is excluded, a "$" word with another relation counts
+    ud = store_from_sentences(tmp_path / "ud", [
+        {"forms": ["a", "$", "."], "heads": [2, 0, 2], "rels": ["nummod", "root", "punct"],
+         "xpos": ["CD", "$", "."]},
+    ])
+    data = ProbeData(ud)
+    assert data.relation_scheme == "ud" and data.n_eval_words == 2
+    # SD relations (pobj present): PTB punctuation tags are excluded too
+    sd = store_from_sentences(tmp_path / "sd", [
+        {"forms": ["on", "mat", "$", "."], "heads": [0, 1, 1, 1], "rels": ["root", "pobj", "dep", "punct"],
+         "xpos": ["IN", "NN", "$", "."]},
+    ])
+    data = ProbeData(sd)
+    assert data.relation_scheme == "sd" and data.n_eval_words == 2
+    # UAS: right-branching gets word 1 wrong (2 vs 0) and word 2 wrong (3 vs 1); punctuation ignored
+    assert right_branching_uas(sd)["uas"] == 0.0
+    assert right_branching_uas(sd)["n_words"] == 2
+
+
+def test_evaluate_counts_only_non_punct(stores):
+    model, _ = train_probe("attn", stores["train"], seed=0, epochs=4, batch_size=4, lr=0.05)
+    res = evaluate_probe(model, "attn", stores["dev"])
+    data = ProbeData(stores["dev"])
+    assert res["n_words"] == data.n_eval_words < data.n_words
+
+
+# ========================================================================================= MST
+def test_mst_fixes_a_cycle():
+    # words 1 and 2 prefer each other (greedy: a cycle); ROOT is a good head for word 1
+    s = np.full((3, 3), -np.inf)
+    s[1] = [np.log(0.4), -np.inf, np.log(0.6)]
+    s[2] = [np.log(0.1), np.log(0.9), -np.inf]
+    greedy = s[1:].argmax(axis=1)
+    assert greedy.tolist() == [2, 1]  # 1 -> 2 -> 1
+    heads = chu_liu_edmonds(s)
+    assert heads.tolist() == [-1, 0, 1]
+    assert mst_heads(s[1:]).tolist() == [0, 1]
+
+
+def _brute_force(scores):
+    n = scores.shape[0]
+    best, best_heads = -np.inf, None
+    for heads in itertools.product(range(n), repeat=n - 1):
+        heads = (-1, *heads)
+        if any(h == d for d, h in enumerate(heads) if d):
+            continue
+        ok = True
+        for d in range(1, n):  # every node reaches ROOT
+            seen, v = set(), d
+            while v != 0 and ok:
+                if v in seen:
+                    ok = False
+                seen.add(v)
+                v = heads[v]
+        if not ok:
+            continue
+        total = sum(scores[d, heads[d]] for d in range(1, n))
+        if total > best:
+            best, best_heads = total, heads
+    return best, best_heads
+
+
+def test_mst_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = int(rng.integers(2, 6))
+        s = rng.standard_normal((n, n))
+        heads = chu_liu_edmonds(s)
+        best, _ = _brute_force(np.where(np.eye(n, dtype=bool), -np.inf, s))
+        total = sum(s[d, heads[d]] for d in range(1, n))
+        assert total == pytest.approx(best)
+        assert heads[0] == -1 and all(heads[d] != d for d in range(1, n))
+
+
+# ======================================================================================= table
+def test_run_probes_table_and_missing_random_stores(stores):
+    glove = tiny_glove()
+    df = run_probes(stores["train"], stores["dev"], glove=glove, seeds=[0, 1, 2], epochs=1, batch_size=16,
+                    mst=True, probes=["right_branching", "random_init_attn_glove", "attn"])
+    assert list(df.columns) == TABLE_COLUMNS
+    assert df["probe"].tolist() == ["right_branching", "random_init_attn_glove", "attn"]
+    rnd = df.set_index("probe").loc["random_init_attn_glove"]
+    assert "random-init" in rnd["note"] and pd.isna(rnd["uas_mean"]) and pd.isna(rnd["n_seeds"])
+    attn = df.set_index("probe").loc["attn"]
+    assert attn["n_seeds"] == 3 and not pd.isna(attn["uas_sd"]) and not pd.isna(attn["uas_mst_mean"])
+    runs = [r for r in df.attrs["runs"] if r["probe"] == "attn"]
+    uas = [r["dev_uas"] for r in runs]
+    assert attn["uas_mean"] == pytest.approx(np.mean(uas))
+    assert attn["uas_sd"] == pytest.approx(np.std(uas, ddof=1))
+    assert df.set_index("probe").loc["right_branching", "paper_uas"] == pytest.approx(0.26)
+    md = table3_markdown(df, note="tiny test")
+    assert "Random-init Attn + GloVe" in md and "random-init attention stores" in md
+    assert "80 UUAS" in md and "tiny test" in md
+    assert f"{100 * attn['uas_mean']:.1f}" in md
+
+
+def test_run_probes_with_random_stores_and_no_glove(stores):
+    df = run_probes(stores["train"], stores["dev"], random_train_store=stores["train"],
+                    random_dev_store=stores["dev"], glove=None, seeds=[0], batch_size=16,
+                    probes=["random_init_attn_glove", "distances_glove"])
+    assert df["note"].str.contains("GloVe").all() and df["uas_mean"].isna().all()
+    with pytest.raises(BertlookError, match="unknown probe"):
+        run_probes(stores["train"], stores["dev"], glove=None, seeds=[0], probes=["nope"])
+
+
+def test_cli_writes_table(stores, tmp_path):
+    glove_txt = tmp_path / "glove.txt"
+    rng = np.random.default_rng(0)
+    glove_txt.write_text("".join(f"{w} " + " ".join(f"{v:.4f}" for v in rng.standard_normal(4)) + "\n"
+                                 for w in VOCAB))
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers())
+    out = tmp_path / "out"
+    args = parser.parse_args([
+        "probes", "--train-attention", str(stores["train"].path), "--dev-attention", str(stores["dev"].path),
+        "--glove", str(glove_txt), "--seeds", "0,1,2", "--epochs", "1", "--batch-size", "16", "--mst",
+        "--probes", "right_branching,attn,attn_glove,attn_glove_released,random_init_attn_glove",
+        "--out-table", str(out / "table3.csv"), "--out-markdown", str(out / "table3.md"),
+        "--summary", str(out / "table3.summary.json"), "--note", "CLI test",
+    ])
+    assert args.func(args) == 0
+    df = pd.read_csv(out / "table3.csv")
+    assert list(df.columns) == TABLE_COLUMNS
+    assert len(df) == 5 and df.loc[df.probe == "attn", "n_seeds"].item() == 3
+    assert df.loc[df.probe == "random_init_attn_glove", "uas_mean"].isna().item()
+    md = (out / "table3.md").read_text()
+    assert md.startswith("| Probe |") and "CLI test" in md
+    summary = json.loads((out / "table3.summary.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and len(summary["runs"]) == 1 + 3 * 3
+    assert summary["data"]["dev"]["n_sentences"] == 16
+
+
+def test_cli_help_lists_inputs_and_outputs():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    register_cli(sub)
+    text = sub.choices["probes"].format_help()
+    for flag in ("--train-attention", "--dev-attention", "--random-train-attention", "--glove", "--seeds",
+                 "--mst", "--out-table", "--out-markdown", "--summary"):
+        assert flag in text
+    assert set(PROBES) <= set(text.replace(",", " ").split()) or "right_branching" in text
+
+
+def test_synthetic_store_is_word_level(tmp_path):
+    store = write_synthetic_word_store(tmp_path / "syn", n_sentences=3, num_layers=1, num_heads=4,
+                                       min_words=4, max_words=6, seed=0)
+    assert store.meta["level"] == "word" and len(store) == 3
+    rec, attn = next(iter(store))
+    W = len(rec["heads"])
+    assert attn.shape == (1, 4, W + 2, W + 2)
+    assert np.allclose(np.asarray(attn, dtype=np.float32).sum(-1)[:, :, 1 : W + 1], 1.0, atol=1e-2)
