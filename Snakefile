@@ -23,6 +23,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/treebank.smk"
 include: "workflow/rules/words.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/probes.smk"
 include: "workflow/rules/manifest.smk"
 
 

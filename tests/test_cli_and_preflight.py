@@ -66,6 +66,7 @@ def test_preflight_offline_paper_config_says_what_to_set(tmp_path, capsys, monke
     assert code == 2
     assert "model 'bert-base-uncased'" in err and "Wikipedia dump https://" in err
     assert "UD treebank https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.14/" in err
+    assert "GloVe vectors https://nlp.stanford.edu/data/glove.6B.zip" in err and "glove.path" in err
     assert "wikipedia.path" in err and "models[].name_or_path" in err and "make demo" in err
 
 

@@ -233,11 +233,11 @@ def test_distance_features():
 
 # =================================================================================== training
 def test_attn_probe_learns_gold_head(stores):
-    model, info = train_probe("attn", stores["train"], seed=0, epochs=4, batch_size=4, lr=0.05)
-    res = evaluate_probe(model, "attn", stores["dev"])
-    assert res["uas"] >= 0.99, res
-    assert info["steps"] == 4 * 12 and info["n_sentences"] == 48
-    assert int(model.w.detach().abs().argmax()) == 4  # the gold head's A(i -> j) feature
+    model, info = train_probe("attn", stores["train"], seed=0, epochs=3, batch_size=4)  # Adam lr 0.002
+    res = evaluate_probe(model, "attn", stores["dev"], mst=True)
+    assert res["uas"] >= 0.99 and res["uas_mst"] >= 0.99, res
+    assert info["steps"] == 3 * 12 and info["n_sentences"] == 48
+    assert int(model.w.detach().argmax()) == 4  # the gold head's A(i -> j) feature
     assert info["loss_per_word_by_epoch"][-1] < info["loss_per_word_by_epoch"][0]
 
 
@@ -329,7 +329,7 @@ def test_punctuation_excluded_and_sd_xpos(tmp_path):
 
 
 def test_evaluate_counts_only_non_punct(stores):
-    model, _ = train_probe("attn", stores["train"], seed=0, epochs=4, batch_size=4, lr=0.05)
+    model, _ = train_probe("attn", stores["train"], seed=0, epochs=2, batch_size=4)
     res = evaluate_probe(model, "attn", stores["dev"])
     data = ProbeData(stores["dev"])
     assert res["n_words"] == data.n_eval_words < data.n_words
@@ -449,7 +449,9 @@ def test_cli_help_lists_inputs_and_outputs():
     for flag in ("--train-attention", "--dev-attention", "--random-train-attention", "--glove", "--seeds",
                  "--mst", "--out-table", "--out-markdown", "--summary"):
         assert flag in text
-    assert set(PROBES) <= set(text.replace(",", " ").split()) or "right_branching" in text
+    description = " ".join(sub.choices["probes"].description.split())
+    assert "Inputs:" in description and "Outputs:" in description
+    assert all(p in " ".join(text.split()).replace(", ", ",") for p in PROBES)
 
 
 def test_synthetic_store_is_word_level(tmp_path):

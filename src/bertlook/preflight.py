@@ -52,7 +52,28 @@ def preflight_problems(config: dict[str, Any]) -> list[str]:
             if reason:
                 problems.append(f"Wikipedia dump {wiki['url']}: {reason}")
     problems.extend(_treebank_problems(config, check_reachable))
+    problems.extend(_glove_problems(config, check_reachable))
     return problems
+
+
+def _glove_problems(config: dict[str, Any], check_reachable) -> list[str]:
+    glove = config.get("glove") or {}
+    path = glove.get("path")
+    if path:
+        if path.startswith("package:"):
+            import importlib.util
+
+            module = path[len("package:"):]
+            if importlib.util.find_spec(module) is None:
+                return [f"glove.path: Python package {module!r} is not installed (pip install {module.replace('_', '-')})"]
+            return []
+        return [] if Path(path).is_file() else [f"glove.path: {path} does not exist"]
+    url = glove.get("url")
+    if not url:
+        return ["config key 'glove': set either glove.path or glove.url"]
+    cached = Path(config["resources_dir"]) / "glove" / url.rstrip("/").rsplit("/", 1)[-1]
+    reason = None if cached.is_file() else check_reachable(url)
+    return [f"GloVe vectors {url}: {reason}"] if reason else []
 
 
 def _treebank_problems(config: dict[str, Any], check_reachable) -> list[str]:
@@ -81,6 +102,7 @@ What to do:
     (config.json, weights, tokenizer files), e.g. one saved with save_pretrained();
   - the corpus: set wikipedia.path to a local MediaWiki dump (.xml.bz2);
   - the treebank: set treebank.source: local and treebank.local.{train,dev} to CoNLL-U/CoNLL-X files;
+  - GloVe: set glove.path to a local glove.6B.100d.txt (or the .zip, with glove.member);
   - or run `make demo`: the offline configuration (config/offline.yaml, packaged MiniLM model
     and gensim's packaged Wikipedia excerpt) needs no network."""
 

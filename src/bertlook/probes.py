@@ -1115,7 +1115,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
     p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
     p.add_argument("--probes", default=None, metavar="LIST",
-                   help=f"comma-separated subset of {','.join(PROBES)} (default: all)")
+                   help=f"comma-separated subset of {', '.join(PROBES)} (default: all)")
     p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
                    help="train on the first N training sentences only (default: all)")
     p.add_argument("--threads", type=int, default=None, metavar="N",

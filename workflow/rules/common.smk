@@ -35,6 +35,7 @@ BERTLOOK = f"PYTHONPATH={_SRC}${{PYTHONPATH:+:$PYTHONPATH}} {_PYTHON} -m bertloo
 wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
     split="train|dev",
+    maps="words|randwords",
 
 
 def run_path(*parts):
@@ -120,7 +121,7 @@ def treebank_source_args(wildcards, input):
     )
     for split in ("train", "dev"):
         if ud[f"{split}_sha256"]:
-            args += f" --{split}-sha256 {ud[split + '_sha256']}"
+            args += f" --{split}-sha256 {ud[f'{split}_sha256']}"
     return args + strip
 
 
@@ -128,6 +129,42 @@ def heads_inputs(wildcards):
     inputs = {"dev": run_path("attention", "words-dev").format(run=wildcards.run)}
     if HAS_TRAIN_SPLIT:
         inputs["train"] = run_path("attention", "words-train").format(run=wildcards.run)
+    return inputs
+
+
+def extract_words_inputs(wildcards):
+    inputs = {"treebank": run_path("treebank", f"{wildcards.split}.conllu").format(run=wildcards.run)}
+    if wildcards.maps == "randwords":
+        inputs["model"] = run_path("models", "random_init").format(run=wildcards.run)
+    return inputs
+
+
+def extract_words_model_args(wildcards, input):
+    """The run's model, or the random-init copy for the probes' baseline maps."""
+    if wildcards.maps == "randwords":
+        return f"--model {shlex.quote(input.model)}"
+    return model_args(wildcards)
+
+
+# ---- probes (Table 3) ----------------------------------------------------------------------------
+GLOVE = config["glove"]
+GLOVE_FILE = (
+    os.path.join(RESOURCES, "glove", os.path.basename(GLOVE["url"]))
+    if not GLOVE.get("path") and GLOVE.get("url")
+    else None
+)
+GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
+# The probes need a train split; without one (local source, no train file) there is no Table 3.
+RUN_PROBES = HAS_TRAIN_SPLIT
+
+
+def probes_inputs(wildcards):
+    words = lambda maps, split: run_path("attention", f"{maps}-{split}").format(run=wildcards.run)
+    inputs = {"train": words("words", "train"), "dev": words("words", "dev")}
+    if config["probes"]["random_init"]:
+        inputs.update(random_train=words("randwords", "train"), random_dev=words("randwords", "dev"))
+    if GLOVE_FILE:
+        inputs["glove"] = GLOVE_FILE
     return inputs
 
 
@@ -148,6 +185,7 @@ def all_outputs():
             run_path("tables", "table1.csv"),
             run_path("tables", "table1.md"),
             run_path("figures", "fig5_syntax_heads.png"),
+            *([run_path("tables", "table3.csv"), run_path("tables", "table3.md")] if RUN_PROBES else []),
             run_path("manifest.json"),
         ],
         run=RUNS,

@@ -11,10 +11,14 @@ rule manifest:
         treebank=rules.treebank.output.summary,
         words_dev=run_path("attention", "words-dev.summary.json"),
         heads=rules.heads.output.summary,
+        probes=lambda wildcards: (
+            [run_path("tables", "table3.summary.json").format(run=wildcards.run)] if RUN_PROBES else []
+        ),
     output:
         run_path("manifest.json"),
     params:
         bertlook=BERTLOOK,
+        probes=lambda wildcards, input: "".join(f" --summary probes={shlex.quote(p)}" for p in input.probes),
         config_json=lambda wildcards: json.dumps(config, sort_keys=True),
     log:
         log_path("manifest"),
@@ -29,5 +33,5 @@ rule manifest:
         "--corpus {input.dump:q} --attention {input.store:q} "
         "--summary segments={input.segments:q} --summary extraction={input.extraction:q} "
         "--summary stats={input.stats:q} --summary treebank={input.treebank:q} "
-        "--summary words_dev={input.words_dev:q} --summary heads={input.heads:q} "
+        "--summary words_dev={input.words_dev:q} --summary heads={input.heads:q}{params.probes} "
         "--out {output:q} > {log:q} 2>&1"
