@@ -24,6 +24,8 @@ include: "workflow/rules/treebank.smk"
 include: "workflow/rules/words.smk"
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/probes.smk"
+include: "workflow/rules/coref.smk"
+include: "workflow/rules/gradients.smk"
 include: "workflow/rules/manifest.smk"
 
 

@@ -86,3 +86,47 @@ def test_table1_reference_renamed_per_scheme():
     assert {"dobj", "pobj", "prep", "poss", "auxpass", "All"} <= set(clear)
     with pytest.raises(BertlookError):
         pr.table1_reference("xx")
+
+
+# system: (all, pronoun, proper, nominal), as printed in Table 2 of the paper
+TABLE2 = {
+    "nearest": (27, 29, 29, 19),
+    "head_match": (52, 47, 67, 40),
+    "rule_based": (69, 70, 77, 60),
+    "neural": (83, None, None, None),
+    "best_head": (65, 64, 73, 58),
+}
+
+
+def test_table2_numbers_as_printed():
+    ref = pr.table2_reference()
+    assert list(ref) == list(TABLE2)  # the paper's row order
+    for system, values in TABLE2.items():
+        row = ref[system]
+        assert (row["all"], row["pronoun"], row["proper"], row["nominal"]) == values, system
+        assert row["source"] == "Table 2" and row["system"] == system
+    assert ref["best_head"]["head"] == "5-4" and "head" not in ref["nearest"]
+    assert "untruncated" in ref["neural"]["note"]
+    ref["nearest"]["all"] = 0
+    assert pr.table2_reference()["nearest"]["all"] == 27  # callers get a copy
+    assert len(pr.load_reference()["table1"]) == 15  # table1 untouched
+
+
+def test_table2_validation():
+    good = pr.load_reference()
+    pr._validate(good)
+    for bad_row, msg in [
+        ({"system": "oracle", "source": "x", "all": 1, "pronoun": 1, "proper": 1, "nominal": 1}, "unknown system"),
+        ({"system": "nearest", "source": "x", "all": 101, "pronoun": 1, "proper": 1, "nominal": 1}, "percentage"),
+        ({"system": "head_match", "source": "x", "all": 1, "pronoun": None, "proper": 1, "nominal": 1}, "percentage"),
+        ({"system": "best_head", "source": "x", "head": "5", "all": 1, "pronoun": 1, "proper": 1, "nominal": 1},
+         "L-H"),
+    ]:
+        doc = pr.load_reference()
+        doc["table2"] = [bad_row]
+        with pytest.raises(BertlookError, match=msg):
+            pr._validate(doc)
+    doc = pr.load_reference()
+    doc["table2"] = doc["table2"][:1] * 2
+    with pytest.raises(BertlookError, match="twice"):
+        pr._validate(doc)

@@ -37,6 +37,9 @@ def tiny_config(workdir: Path, model_dir: Path) -> dict:
     offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
     offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=15, max_words=18)
     offline["heads"].update(min_count=3, bootstrap=50)
+    offline["probes"].update(seeds=[0, 1], mst=True)
+    offline["coref"]["conll"] = [str(ROOT / "tests" / "fixtures" / "tiny_coref.gold_conll")]
+    offline["gradients"].update(max_examples=4, batch_size=2)
     return offline
 
 
@@ -97,8 +100,27 @@ def test_every_declared_output_is_well_formed(finished_run):
         assert "# source = silver" in conllu and "\tdet\t" in conllu
     assert (run / "figures" / "fig5_syntax_heads.png").read_bytes()[:4] == b"\x89PNG"
 
+    table3 = pd.read_csv(run / "tables" / "table3.csv")
+    probes = set(table3["probe"])
+    assert {"right_branching", "distances_glove", "random_init_attn_glove", "attn", "attn_glove",
+            "attn_glove_released"} <= probes
+    trained = table3[table3["probe"] != "right_branching"]
+    assert (trained["n_seeds"] == 2).all() and trained["uas_mean"].between(0, 1).all()
+    assert "Paper" in (run / "tables" / "table3.md").read_text() or "paper" in (run / "tables" / "table3.md").read_text()
+
+    table2 = pd.read_csv(run / "tables" / "table2.csv")  # the hand-written CoNLL-2012 fixture
+    assert {"nearest", "head_match", "rule_based", "best_head"} <= set(table2["system"])
+    coref_heads = pd.read_csv(run / "tables" / "coref_heads.csv")
+    assert len(coref_heads) == 4
+
+    # the tiny BertModel has no MLM head: the gradients stage says so instead of inventing numbers
+    grads = pd.read_csv(run / "tables" / "sep_gradients.csv")
+    assert "no masked-LM head" in str(grads["note"].iloc[0])
+    assert (run / "figures" / "fig3_sep_gradients.png").read_bytes()[:4] == b"\x89PNG"
+
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["steps"]["treebank"]["parser"]["name"]
+    assert manifest["steps"]["gradients"]["status"] == "not run"
     assert manifest["run"] == RUN and manifest["seed"] == 0
     assert len(manifest["corpus"]["dump_sha256"]) == 64
     assert manifest["packages"]["torch"].startswith("2.13")
@@ -127,3 +149,16 @@ def test_interrupted_outputs_are_rebuilt_identically(finished_run):
     proc = snakemake(workdir, "--rerun-triggers", "mtime")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert table.read_text() == before
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/offline.yaml"])
+def test_lint_is_clean_and_dag_builds(configfile, tmp_path):
+    """`snakemake --lint` stays clean and the DAG of both shipped configurations builds (dry run)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    base = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--configfile", str(ROOT / configfile)]
+    lint = subprocess.run(base + ["--lint"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    dry = subprocess.run(base + ["-n", "--directory", str(tmp_path)], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule heads:" in dry.stdout and "rule manifest:" in dry.stdout

@@ -27,6 +27,10 @@ STEP_MODULES = [
     "bertlook.clustering",
     "bertlook.figures",
     "bertlook.head_accuracy",
+    "bertlook.random_init",
+    "bertlook.probes",
+    "bertlook.coref",
+    "bertlook.gradients",
     "bertlook.manifest",
 ]
 

@@ -4,6 +4,7 @@
 - :func:`table1_reference` -- Table 1 rows keyed by relation, optionally renamed into the relation
   scheme of another treebank (``"ud"``, ``"clearnlp"``), see ``docs/relations.md``.
 - :func:`relation_map` -- SD -> UD / ClearNLP relation names.
+- :func:`table2_reference` -- Table 2 (coreference antecedent selection) rows keyed by system.
 
 Percentages stay percentages here (as printed); :mod:`bertlook.head_accuracy` converts them to
 fractions for its CSV.
@@ -21,6 +22,8 @@ RESOURCE = "paper_reference.yaml"
 DIRECTIONS = ("dep2head", "head2dep")
 #: Relation schemes a treebank can use, and the map that renames SD labels into each.
 SCHEMES = {"sd": None, "ud": "relation_map_sd_to_ud", "clearnlp": "relation_map_sd_to_clearnlp"}
+TABLE2_SYSTEMS = ("nearest", "head_match", "rule_based", "neural", "best_head")
+TABLE2_COLUMNS = ("all", "pronoun", "proper", "nominal")
 TABLE1_REQUIRED = ("relation", "head", "direction", "accuracy", "baseline", "baseline_offset", "tolerance", "source")
 
 
@@ -67,6 +70,8 @@ def _validate(doc: Any) -> None:
                 raise BertlookError(f"{where}: table1 {rel}: {key} must be a percentage, got {row[key]!r}")
         if not isinstance(row["baseline_offset"], int) or isinstance(row["baseline_offset"], bool):
             raise BertlookError(f"{where}: table1 {rel}: baseline_offset must be an integer")
+    if "table2" in doc:
+        _validate_table2(doc["table2"], where)
     for name in ("relation_map_sd_to_ud", "relation_map_sd_to_clearnlp"):
         mapping = doc.get(name)
         if not isinstance(mapping, dict):
@@ -76,6 +81,31 @@ def _validate(doc: Any) -> None:
             targets = target if isinstance(target, list) else [target]
             if not targets or not all(isinstance(t, str) and t for t in targets):
                 raise BertlookError(f"{where}: {name}.{sd}: `target` must be a label or a list of labels")
+
+
+def _validate_table2(rows: Any, where: str) -> None:
+    if not isinstance(rows, list):
+        raise BertlookError(f"{where}: `table2` must be a list")
+    seen: set[str] = set()
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict) or "system" not in row or "source" not in row:
+            raise BertlookError(f"{where}: table2[{k}] must be a mapping with `system` and `source`")
+        system = str(row["system"])
+        if system not in TABLE2_SYSTEMS:
+            raise BertlookError(f"{where}: table2[{k}]: unknown system {system!r} (expected one of {TABLE2_SYSTEMS})")
+        if system in seen:
+            raise BertlookError(f"{where}: table2 system {system!r} appears twice")
+        seen.add(system)
+        for key in TABLE2_COLUMNS:
+            v = row.get(key)
+            if v is None and system == "neural" and key != "all":
+                continue
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 100:
+                raise BertlookError(f"{where}: table2 {system}: {key} must be a percentage, got {v!r}")
+        if "head" in row:
+            parts = str(row["head"]).split("-")
+            if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+                raise BertlookError(f"{where}: table2 {system}: head {row['head']!r} is not a 1-indexed 'L-H' label")
 
 
 def load_reference() -> dict[str, Any]:
@@ -124,3 +154,16 @@ def table1_reference(scheme: str = "sd") -> dict[str, dict[str, Any]]:
         row["relation"] = name
         out[name] = row
     return out
+
+
+def table2_reference() -> dict[str, dict[str, Any]]:
+    """Paper Table 2 rows keyed by system, in the paper's row order.
+
+    Systems: ``nearest``, ``head_match``, ``rule_based``, ``neural`` (All only; the other columns are
+    ``None``), ``best_head`` (``head: "5-4"``). Each row: ``system, label, all, pronoun, proper,
+    nominal`` (percent, as printed), ``source`` (+ ``head``, ``note``).
+    """
+    doc = load_reference()
+    if "table2" not in doc:
+        raise BertlookError(f"bertlook/{RESOURCE}: no `table2` section")
+    return {str(row["system"]): dict(row) for row in doc["table2"]}

@@ -44,12 +44,16 @@ Training (:func:`train_probe`): loss = cross-entropy summed over all words of a 
 included, as in the authors' code) and over the sentences of a batch; Adam, lr 0.002, one epoch by
 default. Batches of ``batch_size`` sentences are padded to the longest; padded dependents are masked
 out of the loss and padded candidates get ``-inf`` before the softmax, so the objective is the sum of
-the per-sentence objectives (Adam takes fewer, larger steps than with one sentence per step, so
-results are close to, not identical with, batch size 1). Sentences are shuffled every epoch with a
-``torch.Generator`` seeded with ``seed``; parameters are initialised after ``torch.manual_seed(seed)``:
-a rerun with the same seed gives identical numbers. Attention maps are streamed from the
-memory-mapped stores one batch at a time; only small per-sentence metadata (length, gold heads,
-punctuation mask, GloVe row numbers) is kept in RAM.
+the per-sentence objectives. Adam, however, takes ``batch_size`` times fewer steps: with a small
+training set and one epoch, batched training under-fits compared with the paper's one sentence per
+step (``scripts/bench_probes.py`` prints both); ``batch_size=1`` is the paper's loop. Every epoch the
+sentences are shuffled with a ``torch.Generator`` seeded with ``seed``, and (for ``batch_size > 1``)
+cut into batches of similar length out of length-sorted pools of :data:`BUCKET_POOL_BATCHES` batches,
+the batches shuffled again (:func:`epoch_batches`). Parameters are initialised after
+``torch.manual_seed(seed)``: a rerun with the same seed (and thread count) gives identical numbers.
+Attention maps are streamed from the memory-mapped stores one batch at a time (heads-first layout,
+``[B, K, Wm, Wm]``); only small per-sentence metadata (length, gold heads, punctuation mask, GloVe row
+numbers) is kept in RAM.
 
 Evaluation (:func:`evaluate_probe`): UAS = fraction of non-punctuation words whose argmax candidate is
 the gold head (independent argmax per word). Punctuation = relation ``punct``, and, when the
@@ -122,6 +126,7 @@ SD_ONLY_RELS = frozenset({
 })
 N_DIST = 8
 BUCKET_POOL_BATCHES = 50  # training batches are cut from length-sorted pools of 50 batches
+MAX_BATCH_ELEMENTS = 2**24  # largest padded [B, K, Wm, Wm+1] (or [B, Wm, Wm+1, 256]) tensor run at once
 HIDDEN = 256
 DEFAULT_SEEDS = (0, 1, 2)
 
@@ -256,7 +261,8 @@ class ProbeData:
 def _as_data(store, *, glove=None, max_sentences=None, what="attention store") -> ProbeData:
     if isinstance(store, ProbeData):
         if max_sentences is not None and max_sentences < len(store.sentences):
-            data = ProbeData(store.store, glove=glove or store.glove, max_sentences=max_sentences,
+            data = ProbeData(store.store, glove=glove if glove is not None else store.glove,
+                             max_sentences=max_sentences,
                              punct_by_xpos=store.punct_by_xpos, what=what)
             return data
         if glove is not None:
@@ -336,31 +342,33 @@ def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "t
     return (pair * x).sum(-1)
 
 
-def attn_scores_fast(words, words_t, root, a, b, w) -> "torch.Tensor":
+def attn_scores_fast(words, root, a, b, w) -> "torch.Tensor":
     """Attn-only scores ``w . x_ij`` (``[B, Wm, Wm+1]``) without building ``x``.
 
-    ``w . x_ij = w1 . A(i->j) + w2 . A(j->i)``: two matrix-vector products over the heads axis
-    (``words_t[b, k, i, j] = words[b, k, j, i]``) plus the ROOT column.
+    ``w . x_ij = w1 . A(i->j) + w2 . A(j->i)``: one product of ``[w1, w2]`` with the word-word
+    attention over the heads axis, the second row transposed, plus the ROOT column.
     """
     import torch
 
     B, K, Wm, _ = words.shape
-    w1, w2 = w[:K], w[K:]
-    s_words = (torch.matmul(w1, words.reshape(B, K, Wm * Wm))
-               + torch.matmul(w2, words_t.reshape(B, K, Wm * Wm))).reshape(B, Wm, Wm)
-    r = torch.einsum("brki,k->bri", root[:, :2], w1), torch.einsum("brki,k->bri", root[:, 2:], w2)
-    s_root = a * (r[0][:, 0] + r[1][:, 0]) + b * (r[0][:, 1] + r[1][:, 1])
+    W2 = torch.stack([w[:K], w[K:]])  # [2, K]
+    r = torch.matmul(W2, words.reshape(B, K, Wm * Wm)).reshape(B, 2, Wm, Wm)
+    s_words = r[:, 0] + r[:, 1].transpose(1, 2)
+    rr = torch.einsum("rk,bski->bsri", W2, root)  # [B, 4, 2, Wm]
+    s_root = a * (rr[:, 0, 0] + rr[:, 2, 1]) + b * (rr[:, 1, 0] + rr[:, 3, 1])
     return torch.cat([s_root.unsqueeze(2), s_words], dim=2)
 
 
-def attn_glove_scores_fast(words, words_t, root, a, b, dep_vecs, cand_vecs, weight, bias) -> "torch.Tensor":
+def attn_glove_scores_fast(words, root, a, b, dep_vecs, cand_vecs, weight, bias) -> "torch.Tensor":
     """Attn+GloVe scores (``[B, Wm, Wm+1]``) equal to :func:`attn_glove_scores` on :func:`build_features`.
 
     With ``weight [v_i ; v_j] + bias = P_i + Q_j`` (``P`` from the dependent's vector plus the bias,
-    ``Q`` from the candidate's; halves 1 and 2 of the 2K features), ``F = words``, ``G = words_t``:
-    ``score_ij = sum_k F_kij (P1_ki + Q1_kj) + G_kij (P2_ki + Q2_kj)`` for word candidates, and the
-    ROOT column from the [CLS]/[SEP] parts with ``Q_0``. Heads-first layout: the sums over ``k`` run
-    over contiguous ``Wm x Wm`` planes (no ``[B, Wm, Wm+1, 2K]`` feature tensor is built).
+    ``Q`` from the candidate's; halves 1 and 2 of the 2K features) and ``F = words``
+    (``F_kij = A_k(i->j)``), the word candidates score
+    ``sum_k F_kij (P1_ki + Q1_kj) + sum_k F_kji (P2_ki + Q2_kj)``; the second sum is
+    ``Y_ji`` with ``Y_pq = sum_k F_kpq (Q2_kp + P2_kq)``, so only ``F`` is needed. The ROOT column
+    comes from the [CLS]/[SEP] parts with ``Q_0``. Heads-first layout: the sums over ``k`` run over
+    contiguous ``Wm x Wm`` planes; no ``[B, Wm, Wm+1, 2K]`` feature tensor is built.
     """
     import torch
 
@@ -368,9 +376,10 @@ def attn_glove_scores_fast(words, words_t, root, a, b, dep_vecs, cand_vecs, weig
     d = dep_vecs.shape[-1]
     P = _linear_t(dep_vecs, weight[:, :d], bias)  # [B, 2K, Wm]
     Q = _linear_t(cand_vecs, weight[:, d:], None)  # [B, 2K, Wm+1]
-    Qw = Q[:, :, 1:]
-    s_words = ((words * (P[:, :K, :, None] + Qw[:, :K, None, :])).sum(1)
-               + (words_t * (P[:, K:, :, None] + Qw[:, K:, None, :])).sum(1))
+    P1, P2 = P[:, :K], P[:, K:]
+    Q1, Q2 = Q[:, :K, 1:], Q[:, K:, 1:]
+    s_words = ((words * (P1[:, :, :, None] + Q1[:, :, None, :])).sum(1)
+               + (words * (Q2[:, :, :, None] + P2[:, :, None, :])).sum(1).transpose(1, 2))
     wr = P + Q[:, :, :1]  # per-feature weights of the ROOT candidate, [B, 2K, Wm]
     fwd = a * root[:, 0] + b * root[:, 1]  # [B, K, Wm]
     bwd = a * root[:, 2] + b * root[:, 3]
@@ -410,7 +419,6 @@ class Batch:
     cand_mask: "torch.Tensor"  # [B, Wm+1] bool
     punct: "torch.Tensor"  # [B, Wm] bool
     words: "torch.Tensor | None" = None  # [B, K, Wm, Wm]: words[b, k, i, j] = A_k(i -> j)
-    words_t: "torch.Tensor | None" = None  # [B, K, Wm, Wm]: words_t[b, k, i, j] = A_k(j -> i)
     root: "torch.Tensor | None" = None  # [B, 4, K, Wm]: A(i->[CLS]), A(i->[SEP]), A([CLS]->i), A([SEP]->i)
     dep_vecs: "torch.Tensor | None" = None  # [B, Wm, d]
     cand_vecs: "torch.Tensor | None" = None  # [B, Wm+1, d], candidate order (0 = ROOT)
@@ -440,25 +448,22 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
     )
     if attn:
         K = data.num_heads_total
-        words = np.zeros((B, K, Wm, Wm), dtype=np.float32)
-        words_t = np.zeros((B, K, Wm, Wm), dtype=np.float32)
-        root = np.zeros((B, 4, K, Wm), dtype=np.float32)
+        # staged in float16 (plain copies out of the memory map), converted by torch in one call
+        words = np.zeros((B, K, Wm, Wm), dtype=np.float16)
+        root = np.zeros((B, 4, K, Wm), dtype=np.float16)
         for b, s in enumerate(sents):
             W = s.n_words
             A = data.store.get(s.index)
             if A.shape[-1] != W + 2:
                 raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
             A = A.reshape(K, W + 2, W + 2)
-            ww = words[b, :, :W, :W]
-            ww[...] = A[:, 1 : W + 1, 1 : W + 1]
-            words_t[b, :, :W, :W] = ww.transpose(0, 2, 1)
+            words[b, :, :W, :W] = A[:, 1 : W + 1, 1 : W + 1]
             root[b, 0, :, :W] = A[:, 1 : W + 1, 0]
             root[b, 1, :, :W] = A[:, 1 : W + 1, W + 1]
             root[b, 2, :, :W] = A[:, 0, 1 : W + 1]
             root[b, 3, :, :W] = A[:, W + 1, 1 : W + 1]
-        batch.words = torch.from_numpy(words)
-        batch.words_t = torch.from_numpy(words_t)
-        batch.root = torch.from_numpy(root)
+        batch.words = torch.from_numpy(words).float()
+        batch.root = torch.from_numpy(root).float()
     if glove:
         if data.glove is None:
             raise BertlookError(f"{data.path}: this probe needs GloVe vectors")
@@ -505,7 +510,7 @@ def _modules():
             self.glove_dim = None
 
         def forward(self, batch: Batch) -> torch.Tensor:
-            return attn_scores_fast(batch.words, batch.words_t, batch.root, self.root_ab[0], self.root_ab[1], self.w)
+            return attn_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1], self.w)
 
         def forward_reference(self, batch: Batch) -> torch.Tensor:
             x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
@@ -526,7 +531,7 @@ def _modules():
             self.proj = nn.Linear(2 * self.glove_dim, 2 * self.num_heads_total)
 
         def forward(self, batch: Batch) -> torch.Tensor:
-            return attn_glove_scores_fast(batch.words, batch.words_t, batch.root, self.root_ab[0], self.root_ab[1],
+            return attn_glove_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1],
                                           batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
 
         def forward_reference(self, batch: Batch) -> torch.Tensor:
@@ -616,9 +621,35 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, generator: "torch.Gen
     return [batches[i] for i in order]
 
 
-def _eval_batches(data: ProbeData, batch_size: int) -> list[list[int]]:
-    order = sorted(range(len(data.sentences)), key=lambda i: data.sentences[i].n_words)
-    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+def _width(model) -> int:
+    """Values per (dependent, candidate) pair in the model's largest batch tensors."""
+    return HIDDEN if "dist" in model.needs else int(model.num_heads_total)
+
+
+def _split_group(group: Sequence[int], lengths: Sequence[int], width: int, budget: int) -> list[list[int]]:
+    """Cut a batch (in order) into chunks whose padded size ``len * maxlen^2 * width`` fits ``budget``."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in group:
+        m = max(longest, lengths[i])
+        if cur and (len(cur) + 1) * (m + 1) * m * width > budget:
+            chunks.append(cur)
+            cur, m = [], lengths[i]
+        cur.append(i)
+        longest = m
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def _eval_batches(data: ProbeData, batch_size: int, width: int, budget: int = MAX_BATCH_ELEMENTS) -> list[list[int]]:
+    lengths = [s.n_words for s in data.sentences]
+    order = sorted(range(len(data.sentences)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    for k in range(0, len(order), batch_size):
+        out += _split_group(order[k : k + batch_size], lengths, width, budget)
+    return out
 
 
 def _check_compatible(model, data: ProbeData, what: str) -> None:
@@ -631,19 +662,23 @@ def _check_compatible(model, data: ProbeData, what: str) -> None:
         if data.glove is None:
             raise BertlookError(f"probe {model.kind!r} needs GloVe vectors (--glove)")
         if data.glove.dim != model.glove_dim:
-            raise BertlookError(f"GloVe vectors of dimension {data.glove.dim}, the probe was trained with {model.glove_dim}")
+            raise BertlookError(
+                f"GloVe vectors of dimension {data.glove.dim}, the probe was trained with {model.glove_dim}"
+            )
 
 
 # ======================================================================================== training
 def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, seed: int, epochs: int = 1,
                 batch_size: int = 32, lr: float = 0.002, released_offbyone: bool = False,
-                max_sentences: int | None = None):
+                max_sentences: int | None = None, max_batch_elements: int = MAX_BATCH_ELEMENTS):
     """Train one probe; returns ``(model, info)``.
 
     ``train_store``: a word-level store (path, ``AttentionStore`` or :class:`ProbeData`). ``kind``:
     ``attn``, ``attn_glove``, ``attn_glove_released``, ``distances_glove`` or
     ``random_init_attn_glove`` (= ``attn_glove``; pass the random-init store). ``max_sentences``:
-    use only the first N sentences of the store.
+    use only the first N sentences of the store. A batch whose padded tensors would exceed
+    ``max_batch_elements`` values is run as several chunks whose gradients are summed before the one
+    Adam step of the batch (the same update, bounded memory).
     """
     import torch
 
@@ -676,13 +711,13 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     t0 = time.perf_counter()
     for _ in range(int(epochs)):
         total = 0.0
-        for batch in _batches(data, epoch_batches(lengths, int(batch_size), gen), model):
-            scores = model(batch)
-            loss = probe_loss(scores, batch.heads, batch.dep_mask, batch.cand_mask)
+        for group in epoch_batches(lengths, int(batch_size), gen):
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for batch in _batches(data, _split_group(group, lengths, _width(model), max_batch_elements), model):
+                loss = probe_loss(model(batch), batch.heads, batch.dep_mask, batch.cand_mask)
+                loss.backward()
+                total += float(loss.detach())
             optimizer.step()
-            total += float(loss.detach())
             steps += 1
         epoch_losses.append(total / data.n_words)
     seconds = time.perf_counter() - t0
@@ -815,7 +850,7 @@ def evaluate_probe(model, kind: str, dev_store, *, glove: "GloveVectors | None" 
     correct_mst = 0 if mst else None
     model.eval()
     with torch.no_grad():
-        for batch in _batches(data, _eval_batches(data, batch_size), model):
+        for batch in _batches(data, _eval_batches(data, batch_size, _width(model)), model):
             logp = _masked_log_softmax(model(batch), batch.cand_mask)
             pred = logp.argmax(dim=-1)
             counted = batch.dep_mask & ~batch.punct
@@ -1109,7 +1144,8 @@ def register_cli(subparsers) -> None:
                    ".zip (the paper: glove.6B.100d); without it the GloVe probes get a note")
     p.add_argument("--glove-member", metavar="NAME", default=None,
                    help="file inside the --glove .zip (default: its only .txt file)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each probe is trained once per seed (default 0,1,2)")
+    p.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated seeds, each probe is trained once per seed (default 0,1,2)")
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1, as in the paper)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32; the paper: 1)")
     p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")

@@ -174,6 +174,10 @@ def paper_comparable_flag(wildcards):
     return "--paper-comparable" if comparable else ""
 
 
+# ---- coreference (Table 2) -----------------------------------------------------------------------
+COREF_FILES = list(config["coref"]["conll"])
+
+
 def all_outputs():
     return expand(
         [
@@ -186,6 +190,11 @@ def all_outputs():
             run_path("tables", "table1.md"),
             run_path("figures", "fig5_syntax_heads.png"),
             *([run_path("tables", "table3.csv"), run_path("tables", "table3.md")] if RUN_PROBES else []),
+            run_path("tables", "table2.csv"),
+            run_path("tables", "table2.md"),
+            run_path("tables", "coref_heads.csv"),
+            run_path("tables", "sep_gradients.csv"),
+            run_path("figures", "fig3_sep_gradients.png"),
             run_path("manifest.json"),
         ],
         run=RUNS,

@@ -11,6 +11,8 @@ rule manifest:
         treebank=rules.treebank.output.summary,
         words_dev=run_path("attention", "words-dev.summary.json"),
         heads=rules.heads.output.summary,
+        coref=rules.coref.output.summary,
+        gradients=rules.gradients.output.summary,
         probes=lambda wildcards: (
             [run_path("tables", "table3.summary.json").format(run=wildcards.run)] if RUN_PROBES else []
         ),
@@ -34,4 +36,5 @@ rule manifest:
         "--summary segments={input.segments:q} --summary extraction={input.extraction:q} "
         "--summary stats={input.stats:q} --summary treebank={input.treebank:q} "
         "--summary words_dev={input.words_dev:q} --summary heads={input.heads:q}{params.probes} "
+        "--summary coref={input.coref:q} --summary gradients={input.gradients:q} "
         "--out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,829 @@
+"""Gradient importance of attention to [SEP] (twin of Fig 3 of Clark et al. 2019; no released code).
+
+The paper: "the magnitude of the gradient of the loss from BERT's masked language modeling task with
+respect to each attention weight", averaged per layer for attention to [SEP], to "." / "," and to
+other tokens; from layer 5 on, the gradients for attention to [SEP] become very small. The authors
+never released this code, so every choice below is ours; the ambiguous ones are switches
+(:func:`sep_gradient_importance` keyword / ``bertlook gradients`` flag in brackets).
+
+Masking (:func:`mask_segments`), as in BERT pre-training (``create_pretraining_data.py``)
+-------------------------------------------------------------------------------------------
+* Input: the unlabeled segments (``[CLS] A [SEP] B [SEP]`` wordpieces, looked up in the vocabulary
+  with :func:`bertlook.extraction.encode_segment`, never re-tokenized); token type ids ``zeros``
+  (default, what the authors fed) or ``pair`` [``segment_ids`` / ``--segment-ids``].
+* Candidates: every position whose token is not the tokenizer's CLS, SEP, PAD or MASK token, so
+  [CLS] and [SEP] are never masked (as in BERT, [UNK] may be masked).
+* One generator for the whole run, ``numpy.random.default_rng(seed)`` [``seed`` / ``--seed``],
+  consumed segment by segment in file order (the first ``max_examples`` segments of the file); per
+  segment with ``c`` candidates:
+
+  1. ``k = max(1, round(rate * c))`` positions (Python 3 ``round``: half to even; ``k = 0`` when
+     ``c = 0``; no cap: BERT's cap of 20 predictions per 128 tokens never binds at 15%)
+     [``mask_rate`` / ``--mask-rate``, default 0.15];
+  2. ``perm = rng.permutation(c)``; the chosen positions are the candidates ``perm[:k]``, handled in
+     ascending position order;
+  3. ``mask_mode="bert"`` (default): per chosen position one draw ``u = rng.random()``:
+     ``u < 0.8`` -> [MASK]; ``0.8 <= u < 0.9`` -> unchanged; ``u >= 0.9`` -> a random token, id
+     ``pool[rng.integers(len(pool))]`` where ``pool`` = every id of the tokenizer except its
+     special tokens (BERT drew from the whole vocabulary, special tokens included; we exclude them so
+     no [SEP]/[CLS] appears where there was none). One uniform draw replaces BERT's two (0.8, then
+     0.5): the same 80/10/10 distribution. ``mask_mode="mask_only"``: every chosen position becomes
+     [MASK] and no further draw is made [``mask_mode`` / ``--mask-mode``].
+
+* Labels: the original token id at the chosen positions (also the unchanged and random ones, as in
+  BERT), ignored elsewhere.
+
+Loss and gradients (:func:`attention_gradients`)
+-----------------------------------------------
+* The model is ``AutoModelForMaskedLM`` with eager attention in **eval mode** (dropout off) and
+  gradients enabled; fp32.
+* Per segment the loss is the mean cross-entropy over its masked positions; a batch's loss is the
+  **sum** of its segments' losses, so every segment's gradient is exactly its batch-1 gradient
+  (batches are padded to their longest segment with an attention mask; padded keys get the model's
+  large negative bias, so their probability is 0 and they change nothing for the real tokens).
+* Gradients are taken with ``torch.autograd.grad(loss, attentions)`` with respect to the tensors the
+  model returns with ``output_attentions=True``. In transformers' eager BERT attention
+  (``modeling_bert.eager_attention_forward``) these are the post-softmax probabilities after
+  attention dropout (identity in eval mode), i.e. exactly the tensor multiplied with the values, so
+  ``dL/dA[h, i, j]`` is the partial derivative of the loss with respect to head h's attention of
+  token i to token j, treating every probability as a free variable (no projection onto the
+  simplex). ``autograd.grad`` fails when a returned tensor is not on the path to the loss; that is
+  reported as an error instead of producing zeros. The test suite compares the result with an
+  independent forward pass whose probabilities are replaced by leaf tensors.
+* Segments longer than the model's ``max_position_embeddings`` and segments without a maskable
+  token are excluded and counted (summary), never dropped silently.
+
+Per-layer statistics (table ``sep_gradients.csv``)
+--------------------------------------------------
+* Target classes, by to-token (column) j: ``"[SEP]"`` (the SEP token), ``". ,"`` (exactly "." or
+  ","), ``"other"`` (everything else, [CLS] and masked positions included). Classes are taken from
+  the **original** segment tokens by default, or from the tokens actually fed to the model after
+  masking [``target_tokens`` / ``--target-tokens original|input``]; they differ only at masked "."
+  / "," positions (and random replacements that happen to draw "." or ",").
+* From-tokens: every real (non-padding) row, [CLS], [SEP] and masked rows included; padded rows and
+  columns are excluded from every sum and count.
+* ``mean_abs_grad`` of a layer and class: ``|dL/dA[h, i, j]|`` averaged over heads h, from-tokens i
+  and to-tokens j of the class, **pooled** over all segments: sum of all such entries of all
+  segments divided by their number (so longer segments weigh more) [``grad_average="pooled"``];
+  ``"segment"`` instead averages each segment's entries, then the segments (segments without a token
+  of the class, e.g. without "." or ",", are left out of that class and counted in the summary).
+* ``attention_mass`` of a layer and class: as the surface statistics (Fig 2): per segment and head,
+  the attention all from-tokens give to the class's to-tokens divided by the number of from-tokens
+  n, averaged over heads, then over segments. It is measured on the masked input the gradients
+  belong to, so it differs slightly from ``attention_stats.csv`` (unmasked input). The three classes
+  sum to 1 per layer.
+
+Models without a masked-LM head
+-------------------------------
+A checkpoint without the pre-training MLM head (e.g. the offline all-MiniLM-L6-v2 sentence encoder, a
+``BertModel`` checkpoint without ``cls.predictions.*``) would get a randomly initialised head from
+``AutoModelForMaskedLM``; gradients of that loss mean nothing. :func:`has_mlm_head` detects it from
+transformers' loading report (head weights in ``missing_keys``); the step then writes a table with
+a ``note`` column and one row with empty numbers saying why, a figure showing that sentence, and a
+summary with ``"status": "not run"`` and the ``reason``; it exits 0 so the pipeline continues.
+
+Heavy imports (torch, transformers, pandas, matplotlib) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from bertlook.errors import BertlookError
+
+TARGETS = ("[SEP]", ". ,", "other")
+PUNCT_TOKENS = (".", ",")
+COLUMNS = ["layer", "target", "mean_abs_grad", "attention_mass"]
+NOT_RUN_COLUMNS = [*COLUMNS, "note"]
+MASK_MODES = ("bert", "mask_only")
+TARGET_TOKEN_MODES = ("original", "input")
+GRAD_AVERAGES = ("pooled", "segment")
+SEGMENT_ID_MODES = ("zeros", "pair")
+IGNORE_INDEX = -100
+# BERT's 80 / 10 / 10 split of the chosen positions: [MASK] / unchanged / random token
+P_MASK, P_KEEP = 0.8, 0.1
+
+
+# --------------------------------------------------------------------------------------------------
+# masking
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MaskedSegment:
+    """One segment prepared for the masked-LM loss.
+
+    ``tokens``: the original wordpieces; ``input_tokens`` / ``input_ids``: what the model is fed
+    (after masking); ``labels``: the original id at masked positions, ``-100`` elsewhere;
+    ``masked_positions`` (ascending) and ``actions`` (``"mask"``, ``"keep"`` or ``"random"``, one per
+    masked position).
+    """
+
+    id: Any
+    tokens: list[str]
+    input_tokens: list[str]
+    input_ids: list[int]
+    token_type_ids: list[int]
+    labels: list[int]
+    masked_positions: list[int]
+    actions: list[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.input_ids)
+
+
+def _never_masked(tokenizer) -> set[str]:
+    names = ("cls_token", "sep_token", "pad_token", "mask_token")
+    return {str(getattr(tokenizer, a)) for a in names if getattr(tokenizer, a, None) is not None}
+
+
+def _random_pool(tokenizer):
+    import numpy as np
+
+    special = set(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []))
+    pool = np.array([i for i in range(len(tokenizer)) if i not in special], dtype=np.int64)
+    if pool.size == 0:
+        raise BertlookError("the tokenizer has no non-special tokens to draw random replacements from")
+    return pool
+
+
+def mask_segments(
+    segments: Sequence[dict[str, Any]],
+    tokenizer,
+    *,
+    seed: int,
+    rate: float = 0.15,
+    mask_mode: str = "bert",
+    segment_ids: str = "zeros",
+) -> list[MaskedSegment]:
+    """Mask ``segments`` as in BERT pre-training (procedure in the module docstring).
+
+    Deterministic for a given ``seed`` and segment order; one ``numpy.random.default_rng(seed)``
+    is consumed segment by segment. A segment without candidates (only special tokens) comes back
+    with no masked position; callers exclude it.
+    """
+    import numpy as np
+
+    from bertlook.extraction import encode_segment
+
+    if not (0.0 < float(rate) <= 1.0) or not math.isfinite(float(rate)):
+        raise BertlookError(f"mask rate must be in (0, 1], got {rate!r}")
+    if mask_mode not in MASK_MODES:
+        raise BertlookError(f"unknown mask mode {mask_mode!r} (use one of {', '.join(MASK_MODES)})")
+    mask_token = getattr(tokenizer, "mask_token", None)
+    mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_token is None or mask_id is None:
+        raise BertlookError("the tokenizer has no mask token; masked-LM gradients need one")
+    never = _never_masked(tokenizer)
+    pool = _random_pool(tokenizer) if mask_mode == "bert" else None
+    rng = np.random.default_rng(seed)
+    out: list[MaskedSegment] = []
+    for seg in segments:
+        ids, tts = encode_segment(seg, tokenizer, segment_ids)
+        tokens = list(seg["tokens"])
+        cand = np.array([i for i, t in enumerate(tokens) if t not in never], dtype=np.int64)
+        k = min(len(cand), max(1, int(round(rate * len(cand))))) if len(cand) else 0
+        chosen = np.sort(cand[rng.permutation(len(cand))[:k]]) if k else cand[:0]
+        input_ids = list(ids)
+        input_tokens = list(tokens)
+        labels = [IGNORE_INDEX] * len(ids)
+        actions: list[str] = []
+        for pos in chosen.tolist():
+            labels[pos] = ids[pos]
+            if mask_mode == "mask_only":
+                action = "mask"
+            else:
+                u = float(rng.random())
+                action = "mask" if u < P_MASK else "keep" if u < P_MASK + P_KEEP else "random"
+            if action == "mask":
+                input_ids[pos] = int(mask_id)
+                input_tokens[pos] = str(mask_token)
+            elif action == "random":
+                new = int(pool[rng.integers(len(pool))])
+                input_ids[pos] = new
+                input_tokens[pos] = str(tokenizer.convert_ids_to_tokens(new))
+            actions.append(action)
+        out.append(MaskedSegment(id=seg.get("id"), tokens=tokens, input_tokens=input_tokens,
+                                 input_ids=input_ids, token_type_ids=list(tts), labels=labels,
+                                 masked_positions=chosen.tolist(), actions=actions))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# gradients
+# --------------------------------------------------------------------------------------------------
+
+
+def _model_device(model):
+    import torch
+
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")  # pragma: no cover
+
+
+#: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``); the head must map
+#: ``[..., hidden]`` to ``[..., vocab]`` position by position.
+_HEAD_NAMES = ("cls", "lm_head")
+
+
+def _mlm_head_module(model):
+    """The model's masked-LM head module when it is a known per-position head, else None."""
+    import torch
+
+    for name in _HEAD_NAMES:
+        mod = getattr(model, name, None)
+        if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
+            return mod
+    return None
+
+
+def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
+    """One padded batch: ``(attentions, grads, losses, lengths)``.
+
+    ``attentions`` and ``grads``: one ``[B, H, T, T]`` tensor per layer (detached, on the device);
+    ``losses``: ``[B]`` per-segment mean cross-entropy; ``lengths``: real lengths.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from bertlook.extraction import _accepts_token_type_ids
+
+    if not batch:
+        raise BertlookError("empty batch")
+    device = _model_device(model) if device is None else torch.device(device)
+    lengths = [ex.n for ex in batch]
+    B, T = len(batch), max(lengths)
+    pad_id = getattr(model.config, "pad_token_id", None)
+    pad_id = 0 if pad_id is None else int(pad_id)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    tts = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.long)
+    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
+    for b, ex in enumerate(batch):
+        if not ex.masked_positions:
+            raise BertlookError(f"segment {ex.id!r}: no masked position (nothing to compute a loss on)")
+        n = ex.n
+        ids[b, :n] = torch.as_tensor(ex.input_ids, dtype=torch.long)
+        tts[b, :n] = torch.as_tensor(ex.token_type_ids, dtype=torch.long)
+        mask[b, :n] = 1
+        labels[b, :n] = torch.as_tensor(ex.labels, dtype=torch.long)
+    kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
+    if _accepts_token_type_ids(model):
+        kwargs["token_type_ids"] = tts.to(device)
+    elif bool(tts.any()):
+        raise BertlookError("the model takes no token type ids but non-zero ones were given (use segment ids 'zeros')")
+    labels = labels.to(device)
+    if model.training:
+        raise BertlookError("the model must be in eval mode (dropout off) for attention gradients")
+    selected = labels != IGNORE_INDEX  # [B, T]: the masked positions
+    head = _mlm_head_module(model)
+    hook = None
+    if head is not None:
+        # the MLM head works position by position: apply it to the masked positions only (the
+        # vocabulary projection of every position would cost as much as the encoder on a CPU)
+        def _gather(module, args):
+            return (args[0][selected], *args[1:])
+
+        hook = head.register_forward_pre_hook(_gather)
+    try:
+        with torch.enable_grad():
+            out = model(**kwargs)
+            attns = out.attentions
+            if attns is None or len(attns) == 0 or any(a is None for a in attns):
+                raise BertlookError(
+                    "the model returned no attention weights (it must be loaded with attn_implementation='eager')"
+                )
+            if not all(a.requires_grad for a in attns):
+                raise BertlookError("the returned attention weights are not part of the autograd graph")
+            logits = out.logits
+            if logits.dim() == 3:  # no head hook: logits of every position
+                logits = logits[selected]
+            if logits.dim() != 2 or logits.shape[0] != int(selected.sum()):
+                raise BertlookError(f"unexpected masked-LM logits of shape {tuple(out.logits.shape)}")
+            batch_of = torch.arange(B, device=device)[:, None].expand(B, T)[selected]
+            ce = F.cross_entropy(logits.float(), labels[selected], reduction="none")  # [M]
+            n_masked = selected.sum(dim=1)
+            losses = torch.zeros(B, dtype=ce.dtype, device=device).index_add(0, batch_of, ce) / n_masked
+            loss = losses.sum()  # sum of per-segment means: each segment's gradient is its batch-1 gradient
+            try:
+                grads = torch.autograd.grad(loss, list(attns))
+            except RuntimeError as err:
+                raise BertlookError(
+                    "the attention weights returned by the model are not on the path to the masked-LM loss "
+                    f"(cannot take gradients with respect to them): {str(err).splitlines()[0]}"
+                ) from None
+    finally:
+        if hook is not None:
+            hook.remove()
+    return [a.detach() for a in attns], [g.detach() for g in grads], losses.detach(), lengths
+
+
+def attention_gradients(model, examples: Sequence[MaskedSegment], *, device=None) -> list[dict[str, Any]]:
+    """Per example ``{"id", "loss", "attn", "grad"}`` for one batch of masked segments.
+
+    ``attn`` and ``grad`` are float32 numpy arrays ``[layers, heads, n, n]`` (row = FROM token, column
+    = TO token) cut to the example's own length: the attention probabilities and ``dL/dA`` of the
+    example's loss (mean cross-entropy over its masked positions). Padding never changes them.
+    """
+    import numpy as np
+
+    attns, grads, losses, lengths = _forward_backward(model, examples, device)
+    out = []
+    for b, ex in enumerate(examples):
+        n = lengths[b]
+        out.append({
+            "id": ex.id,
+            "loss": float(losses[b]),
+            "attn": np.stack([a[b, :, :n, :n].float().cpu().numpy() for a in attns]),
+            "grad": np.stack([g[b, :, :n, :n].float().cpu().numpy() for g in grads]),
+        })
+    return out
+
+
+def _class_masks(examples: Sequence[MaskedSegment], T: int, sep_token: str, target_tokens: str):
+    """``[B, 3, T]`` float masks of the to-token classes (zeros on padding), ``[B, T]`` row mask."""
+    import numpy as np
+
+    B = len(examples)
+    cls = np.zeros((B, len(TARGETS), T), dtype=np.float32)
+    rows = np.zeros((B, T), dtype=np.float32)
+    for b, ex in enumerate(examples):
+        toks = np.asarray(ex.tokens if target_tokens == "original" else ex.input_tokens, dtype=object)
+        is_sep = toks == sep_token
+        is_punct = np.isin(toks, PUNCT_TOKENS) & ~is_sep
+        n = len(toks)
+        cls[b, 0, :n] = is_sep
+        cls[b, 1, :n] = is_punct
+        cls[b, 2, :n] = ~(is_sep | is_punct)
+        rows[b, :n] = 1.0
+    return cls, rows
+
+
+def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str = "[SEP]",
+                     target_tokens: str = "original", device=None) -> dict[str, Any]:
+    """Per-example sums for one batch (reduced on the device).
+
+    Returns ``grad_sum [B, L, 3]`` (sum of ``|dL/dA|`` over heads, real rows and the class's columns),
+    ``count [B, 3]`` (number of those entries per layer: heads x n x columns of the class),
+    ``mass [B, L, 3]`` (attention mass per from-token, averaged over heads), ``loss [B]``, ``n [B]``.
+    """
+    import numpy as np
+    import torch
+
+    if target_tokens not in TARGET_TOKEN_MODES:
+        raise BertlookError(f"unknown target tokens mode {target_tokens!r} (use one of {', '.join(TARGET_TOKEN_MODES)})")
+    attns, grads, losses, lengths = _forward_backward(model, examples, device)
+    T = max(lengths)
+    H = int(attns[0].shape[1])
+    cls_np, rows_np = _class_masks(examples, T, sep_token, target_tokens)
+    dev = attns[0].device
+    cls = torch.as_tensor(cls_np, device=dev)
+    rows = torch.as_tensor(rows_np, device=dev)
+    n = torch.as_tensor(lengths, dtype=torch.float64, device=dev)
+    g_sums, masses = [], []
+    for a, g in zip(attns, grads):
+        g_h = g.float().abs().sum(dim=1)  # [B, T, T]: summed over heads
+        a_h = a.float().sum(dim=1)
+        g_rows = torch.einsum("bij,bi->bj", g_h, rows)  # [B, T]: summed over real rows
+        a_rows = torch.einsum("bij,bi->bj", a_h, rows)
+        g_sums.append(torch.einsum("bj,bcj->bc", g_rows.double(), cls.double()))
+        masses.append(torch.einsum("bj,bcj->bc", a_rows.double(), cls.double()) / (H * n)[:, None])
+    ncols = cls_np.sum(axis=2).astype(np.float64)  # [B, 3]
+    count = H * np.asarray(lengths, dtype=np.float64)[:, None] * ncols
+    return {
+        "ids": [ex.id for ex in examples],
+        "grad_sum": torch.stack(g_sums, dim=1).cpu().numpy(),
+        "count": count,
+        "mass": torch.stack(masses, dim=1).cpu().numpy(),
+        "loss": losses.double().cpu().numpy(),
+        "n": np.asarray(lengths, dtype=np.int64),
+        "n_masked": np.asarray([len(ex.masked_positions) for ex in examples], dtype=np.int64),
+    }
+
+
+def aggregate(stats: dict[str, Any], *, grad_average: str = "pooled"):
+    """``sep_gradients`` rows from concatenated :func:`batch_statistics` -> (DataFrame, extra summary)."""
+    import numpy as np
+    import pandas as pd
+
+    if grad_average not in GRAD_AVERAGES:
+        raise BertlookError(f"unknown gradient average {grad_average!r} (use one of {', '.join(GRAD_AVERAGES)})")
+    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]  # [N, L, 3], [N, 3], [N, L, 3]
+    N, L, C = gsum.shape
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if grad_average == "pooled":
+            tot = count.sum(axis=0)  # [3]
+            grad = gsum.sum(axis=0) / np.where(tot > 0, tot, np.nan)[None, :]
+        else:
+            per = gsum / np.where(count > 0, count, np.nan)[:, None, :]
+            with warnings.catch_warnings():  # a class absent from every segment -> NaN, not a warning
+                warnings.simplefilter("ignore", RuntimeWarning)
+                grad = np.nanmean(per, axis=0) if N else np.full((L, C), np.nan)
+    att = mass.mean(axis=0)
+    rows = [
+        {"layer": layer + 1, "target": TARGETS[c], "mean_abs_grad": float(grad[layer, c]),
+         "attention_mass": float(att[layer, c])}
+        for layer in range(L) for c in range(C)
+    ]
+    extra = {
+        "segments_without_target": {TARGETS[c]: int((count[:, c] == 0).sum()) for c in range(C)},
+        "entries_per_layer": {TARGETS[c]: int(count[:, c].sum()) for c in range(C)},
+    }
+    return pd.DataFrame(rows, columns=COLUMNS), extra
+
+
+# --------------------------------------------------------------------------------------------------
+# model loading, MLM-head check
+# --------------------------------------------------------------------------------------------------
+
+
+def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
+    parts = [k.split(".") for k in sorted(head_missing)]
+    common: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    if len(parts) == 1:
+        common = common[:-1]
+    prefix = ".".join(common) + ".*" if common else ", ".join(sorted(head_missing)[:4])
+    return (
+        f"not run: {spec} has no masked-LM head (checkpoint lacks {prefix} weights); "
+        "gradient importance needs the pre-training MLM head"
+    )
+
+
+def load_mlm_checked(resolved, device="cpu"):
+    """``(model, has_head, reason, loading)``: load ``AutoModelForMaskedLM`` and check its head weights.
+
+    The head is missing when transformers reports weights of the MLM model outside the base model
+    (``model.base_model_prefix``) as ``missing_keys`` (they would be randomly initialised); the model
+    is then returned anyway (for its config, on the CPU) with ``has_head=False``. Missing weights of
+    the base model itself are an error (a broken or foreign checkpoint). ``loading``:
+    ``{"missing_keys": [...], "unexpected_keys": [...]}`` from transformers' loading report, whose
+    own log output is silenced (it would call a BertModel checkpoint "corrupted"; the summary JSON
+    carries the keys instead).
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from bertlook.modeling import _from_pretrained
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = _from_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
+                                       dtype=torch.float32, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(level)
+    info = info or {}
+    missing = sorted(set(info.get("missing_keys") or ()))
+    loading = {"missing_keys": missing, "unexpected_keys": sorted(set(info.get("unexpected_keys") or ()))}
+    prefix = str(getattr(model, "base_model_prefix", "") or "")
+    base_missing = [k for k in missing if prefix and k.startswith(prefix + ".")]
+    head_missing = [k for k in missing if k not in base_missing]
+    if base_missing:
+        shown = ", ".join(base_missing[:5]) + (" ..." if len(base_missing) > 5 else "")
+        raise BertlookError(
+            f"model {resolved.spec!r}: the checkpoint lacks {len(base_missing)} weight(s) of the base model "
+            f"({shown}); it does not match its config"
+        )
+    model.eval()
+    if head_missing:
+        return model, False, _missing_head_reason(resolved.spec, head_missing), loading
+    model = model.to(device if isinstance(device, torch.device) else torch.device(device))
+    return model, True, "", loading
+
+
+def has_mlm_head(resolved) -> tuple[bool, str]:
+    """``(True, "")`` when the checkpoint holds trained masked-LM head weights, else ``(False, reason)``."""
+    _, ok, reason, _ = load_mlm_checked(resolved, "cpu")
+    return ok, reason
+
+
+# --------------------------------------------------------------------------------------------------
+# the step
+# --------------------------------------------------------------------------------------------------
+
+
+def not_run_frame(reason: str):
+    """The one-row table written when the step cannot run (empty numbers, ``note`` says why)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"layer": None, "target": None, "mean_abs_grad": None, "attention_mass": None,
+                          "note": reason}], columns=NOT_RUN_COLUMNS)
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
+
+
+def sep_gradient_importance(
+    segments_path: str | os.PathLike,
+    model_spec: str,
+    *,
+    revision: str | None = None,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_examples: int | None = None,
+    device: str = "auto",
+    segment_ids: str = "zeros",
+    mask_rate: float = 0.15,
+    mask_mode: str = "bert",
+    target_tokens: str = "original",
+    grad_average: str = "pooled",
+    progress_every: int = 100,
+):
+    """Per-layer gradient importance of attention to [SEP], ". ," and other tokens -> ``(frame, summary)``.
+
+    ``frame`` has the columns ``layer, target, mean_abs_grad, attention_mass`` (3 rows per layer), or,
+    when the model has no masked-LM head, :func:`not_run_frame` (``summary["status"] == "not run"``).
+    Nothing is written; see the ``gradients`` CLI for the files.
+    """
+    import numpy as np
+
+    from bertlook.corpora import read_segments
+    from bertlook.modeling import load_tokenizer, pick_device, resolve_model
+
+    _check_choice("mask mode", mask_mode, MASK_MODES)
+    _check_choice("segment ids mode", segment_ids, SEGMENT_ID_MODES)
+    _check_choice("target tokens mode", target_tokens, TARGET_TOKEN_MODES)
+    _check_choice("gradient average", grad_average, GRAD_AVERAGES)
+    if batch_size < 1:
+        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    if max_examples is not None and max_examples < 1:
+        raise BertlookError(f"max examples must be >= 1, got {max_examples}")
+    segments = read_segments(segments_path)
+    n_input = len(segments)
+    if max_examples is not None:
+        segments = segments[:max_examples]
+    settings = {
+        "segments": str(segments_path), "model": model_spec, "revision": revision, "seed": int(seed),
+        "batch_size": int(batch_size), "max_examples": max_examples, "segment_ids": segment_ids,
+        "mask_rate": float(mask_rate), "mask_mode": mask_mode, "target_tokens": target_tokens,
+        "grad_average": grad_average, "targets": list(TARGETS),
+    }
+    resolved = resolve_model(model_spec, revision)
+    dev = pick_device(device)
+    model, ok, reason, loading = load_mlm_checked(resolved, dev)
+    provenance = resolved.provenance(model.config)
+    if not ok:
+        del model
+        summary = {"status": "not run", "reason": reason, **settings, "n_segments_in_file": n_input,
+                   "model_provenance": provenance, "loading": loading}
+        return not_run_frame(reason), summary
+
+    if not segments:
+        raise BertlookError(f"{segments_path}: no segments")
+    tokenizer = load_tokenizer(resolved)
+    masked = mask_segments(segments, tokenizer, seed=seed, rate=mask_rate, mask_mode=mask_mode,
+                           segment_ids=segment_ids)
+    max_pos = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    too_long = [m.id for m in masked if max_pos and m.n > max_pos]
+    no_mask = [m.id for m in masked if not m.masked_positions and not (max_pos and m.n > max_pos)]
+    kept = [m for m in masked if m.masked_positions and not (max_pos and m.n > max_pos)]
+    if not kept:
+        raise BertlookError(f"{segments_path}: no segment left to compute gradients on "
+                            f"({len(too_long)} too long, {len(no_mask)} without a maskable token)")
+    order = sorted(range(len(kept)), key=lambda i: (-kept[i].n, i))  # length-sorted batches
+    sep_token = str(tokenizer.sep_token)
+    parts: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    done = 0
+    for start in range(0, len(order), batch_size):
+        batch = [kept[i] for i in order[start:start + batch_size]]
+        parts.append(batch_statistics(model, batch, sep_token=sep_token, target_tokens=target_tokens, device=dev))
+        prev, done = done, done + len(batch)
+        if progress_every and (done // progress_every > prev // progress_every or done == len(kept)):
+            print(f"gradients: {done}/{len(kept)} segments ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    seconds = time.perf_counter() - t0
+    stats = {key: np.concatenate([p[key] for p in parts]) for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
+    frame, extra = aggregate(stats, grad_average=grad_average)
+    actions = [a for m in kept for a in m.actions]
+    never = _never_masked(tokenizer)
+    maskable = sum(sum(1 for t in m.tokens if t not in never) for m in kept)
+    n_tokens = int(stats["n"].sum())
+    summary = {
+        "status": "ok",
+        "reason": None,
+        **settings,
+        "n_segments_in_file": n_input,
+        "n_examples": len(kept),
+        "excluded_too_long": len(too_long),
+        "excluded_too_long_ids": too_long,
+        "max_position_embeddings": max_pos or None,
+        "excluded_no_maskable_token": len(no_mask),
+        "excluded_no_maskable_token_ids": no_mask,
+        "masked_tokens": int(stats["n_masked"].sum()),
+        "maskable_fraction_masked": round(int(stats["n_masked"].sum()) / maskable, 6) if maskable else None,
+        "mask_actions": {k: actions.count(k) for k in ("mask", "keep", "random")},
+        "mean_loss": float(stats["loss"].mean()),
+        "tokens": n_tokens,
+        "mean_tokens": n_tokens / len(kept),
+        "seconds": round(seconds, 3),
+        "segments_per_second": round(len(kept) / seconds, 3) if seconds > 0 else None,
+        "device": str(dev),
+        "num_layers": int(stats["grad_sum"].shape[1]),
+        **extra,
+        "model_provenance": provenance,
+        "loading": loading,
+    }
+    return frame, summary
+
+
+# --------------------------------------------------------------------------------------------------
+# figure
+# --------------------------------------------------------------------------------------------------
+
+_TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
+
+
+def _target_colors():
+    import seaborn as sns
+
+    pal = sns.color_palette("colorblind", 10)
+    return {"[SEP]": pal[4], ". ,": pal[1], "other": (0.45, 0.45, 0.45)}
+
+
+def _read_gradient_table(path):
+    """``(frame, note)``: the typed table, or ``(None, note)`` for a not-run table."""
+    import pandas as pd
+
+    from bertlook.figures import _read_table
+
+    raw = _read_table(path, str_cols=tuple(COLUMNS))
+    header = list(pd.read_csv(path, nrows=0).columns)
+    if "note" in header:
+        notes = pd.read_csv(path, dtype=str, keep_default_na=False)["note"].str.strip()
+        if (raw["mean_abs_grad"] == "").all() and (raw["attention_mass"] == "").all():
+            note = next((t for t in notes if t), "not run")
+            return None, note
+    df = _read_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"), str_cols=("target",))
+    bad = ~df["target"].isin(TARGETS)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{path}:{i + 2}: unknown target {df['target'].iloc[i]!r} (expected one of: {', '.join(TARGETS)})")
+    dup = df.duplicated(subset=["layer", "target"])
+    if dup.any():
+        i = int(dup.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{path}:{i + 2}: layer {df['layer'].iloc[i]}, target {df['target'].iloc[i]!r} appears twice")
+    return df, None
+
+
+def _note_figure(note: str, out_png):
+    import textwrap
+
+    from bertlook.figures import _new_figure, _save_png, _style
+
+    with _style():
+        fig = _new_figure(figsize=(8.0, 3.0))
+        ax = fig.subplots()
+        ax.set_axis_off()
+        ax.set_title("Gradient importance of attention to [SEP] (Fig. 3 twin)", fontsize="large")
+        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 70, break_on_hyphens=False)), ha="center", va="center", transform=ax.transAxes,
+                fontsize="medium", color="0.15",
+                bbox=dict(boxstyle="round,pad=0.6", facecolor=(1.0, 0.96, 0.88), edgecolor=(0.85, 0.6, 0.2)))
+        return _save_png(fig, out_png)
+
+
+def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Twin of the paper's Fig 3 from ``sep_gradients.csv``.
+
+    Left: average attention mass per layer to [SEP], ". ," and other tokens; right: the average
+    gradient magnitude ``|dL/dA|`` of attention to the same targets. A not-run table (``note`` column,
+    empty numbers) gives a figure that shows the note.
+    """
+    from bertlook.figures import _layer_ticks, _new_figure, _save_png, _style
+
+    df, note = _read_gradient_table(csv)
+    if df is None:
+        return _note_figure(note, out_png)
+    colors = _target_colors()
+    num_layers = int(df["layer"].max())
+    top = float(df["mean_abs_grad"].abs().max()) if df["mean_abs_grad"].notna().any() else 0.0
+    exponent = int(math.floor(math.log10(top))) if top > 0 and math.isfinite(top) else 0
+    exponent = exponent if exponent < -2 or exponent > 3 else 0
+    scale = 10.0 ** -exponent  # gradients are drawn as value x 10^-exponent, the unit goes to the label
+    markers = {"[SEP]": "o", ". ,": "s", "other": "^"}
+    with _style():
+        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
+        ax_a, ax_g = fig.subplots(1, 2)
+        for target in TARGETS:
+            d = df[df["target"] == target].sort_values("layer")
+            if d.empty:
+                continue
+            lw, z = (2.2, 3) if target == "[SEP]" else (1.5, 2)
+            for ax, col, k in ((ax_a, "attention_mass", 1.0), (ax_g, "mean_abs_grad", scale)):
+                ax.plot(d["layer"], d[col] * k, color=colors[target], marker=markers[target], ms=5, lw=lw,
+                        zorder=z, label=_TARGET_LABELS[target])
+        ax_a.set_title("Avg. attention to target")
+        ax_a.set_ylabel("Attention (fraction per token)")
+        ax_a.set_ylim(-0.03, 1.03)
+        ax_g.set_title("Avg. gradient magnitude |dL/d attention|")
+        unit = f" ($\\times 10^{{{exponent}}}$)" if exponent else ""
+        ax_g.set_ylabel(f"Mean |gradient| per weight{unit}")
+        ax_g.set_ylim(bottom=0.0)
+        for ax in (ax_a, ax_g):
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+        handles, labels = ax_a.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+_HELP = """\
+Gradient importance of attention to [SEP] (twin of Fig 3): gradient of the masked-LM loss with
+respect to every attention probability, averaged per layer for attention to [SEP], to "." / ","
+and to other tokens, beside the attention mass itself. Needs a model with its pre-training
+masked-LM head; for a checkpoint without one (e.g. the offline MiniLM sentence encoder) the
+outputs say "not run" and why, and the command still exits 0.
+
+inputs:
+  --segments JSONL   segments (corpora step): [CLS] A [SEP] B [SEP] wordpieces
+  --model SPEC       model with a masked-LM head (hub id, local dir, package:MODULE) [--revision]
+
+outputs:
+  --out-table CSV    layer,target,mean_abs_grad,attention_mass (3 targets per layer, layer 1-indexed);
+                     not run: one row with empty numbers and a `note` column
+  --out-figure PNG   Fig 3 twin: attention mass and mean |gradient| per layer and target
+  --summary JSON     status ("ok" / "not run"), reason, settings, counts (masked tokens, excluded
+                     segments), mean loss, timing, device, model provenance
+
+Definitions (masking procedure, loss, averaging): see the docstring of bertlook.gradients.
+"""
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``gradients`` subcommand to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "gradients",
+        help="gradient importance of attention to [SEP] / '. ,' / other tokens per layer (Fig 3)",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--segments", required=True, metavar="JSONL", help="segments JSONL (input)")
+    p.add_argument("--model", required=True, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
+    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    p.add_argument("--out-table", required=True, metavar="CSV", help="sep_gradients.csv (output)")
+    p.add_argument("--out-figure", required=True, metavar="PNG", help="fig3_sep_gradients.png (output)")
+    p.add_argument("--summary", required=True, metavar="JSON", help="summary JSON (output)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the masking generator (default 0)")
+    p.add_argument("--batch-size", type=int, default=8, help="segments per batch (default 8)")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="use the first N segments of the file (default: all)")
+    p.add_argument("--mask-rate", type=float, default=0.15,
+                   help="fraction of the non-special tokens masked per segment (default 0.15)")
+    p.add_argument("--mask-mode", choices=MASK_MODES, default="bert",
+                   help="bert: 80%% [MASK] / 10%% unchanged / 10%% random token; mask_only: all [MASK] (default bert)")
+    p.add_argument("--segment-ids", choices=SEGMENT_ID_MODES, default="zeros",
+                   help="token type ids: zeros (authors' code) or pair (A = 0, B = 1) (default zeros)")
+    p.add_argument("--target-tokens", choices=TARGET_TOKEN_MODES, default="original",
+                   help="classify to-tokens by the original tokens or by the masked input (default original)")
+    p.add_argument("--grad-average", choices=GRAD_AVERAGES, default="pooled",
+                   help="pooled: mean over all entries of all segments; segment: mean of per-segment means (default pooled)")
+    p.add_argument("--device", default="auto", metavar="auto|cpu|cuda", help="device (default auto)")
+    p.set_defaults(func=_cli_gradients)
+    return p
+
+
+def _cli_gradients(args: argparse.Namespace) -> int:
+    from bertlook.io_utils import write_csv, write_json
+
+    frame, summary = sep_gradient_importance(
+        args.segments, args.model, revision=args.revision, seed=args.seed, batch_size=args.batch_size,
+        max_examples=args.max_examples, device=args.device, segment_ids=args.segment_ids,
+        mask_rate=args.mask_rate, mask_mode=args.mask_mode, target_tokens=args.target_tokens,
+        grad_average=args.grad_average,
+    )
+    write_csv(args.out_table, frame)
+    fig3_sep_gradients(args.out_table, args.out_figure)
+    write_json(args.summary, summary)
+    if summary["status"] != "ok":
+        print(f"gradients: {summary['reason']}", file=sys.stderr)
+        print(f"gradients: not run; wrote the note to {args.out_table}, {args.out_figure}, {args.summary}")
+        return 0
+    sep = frame[frame["target"] == "[SEP]"]
+    print(
+        f"gradients: {summary['n_examples']} segments ({summary['masked_tokens']} masked tokens, "
+        f"{summary['excluded_too_long']} too long, {summary['excluded_no_maskable_token']} without a maskable "
+        f"token excluded), mean loss {summary['mean_loss']:.3f}, {summary['seconds']:.1f} s on "
+        f"{summary['device']}; mean |grad| to [SEP] by layer: "
+        + " ".join(f"{v:.2e}" for v in sep["mean_abs_grad"]) + f" -> {args.out_table}"
+    )
+    return 0

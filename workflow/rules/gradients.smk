@@ -1,0 +1,45 @@
+# Stage `gradients`: |d MLM loss / d attention| to [SEP], ". ," and other tokens per layer (paper
+# Fig 3). A model without a masked-LM head gets a table and figure that say why it did not run.
+
+
+rule gradients:
+    input:
+        segments=rules.segments.output.segments,
+    output:
+        table=report(
+            run_path("tables", "sep_gradients.csv"),
+            caption="../report/sep_gradients.rst",
+            category="Tables",
+            labels={"run": "{run}", "table": "sep_gradients"},
+        ),
+        figure=report(
+            run_path("figures", "fig3_sep_gradients.png"),
+            caption="../report/fig3_sep_gradients.rst",
+            category="Figures",
+            labels={"run": "{run}", "figure": "Fig 3: gradients of attention to [SEP]"},
+        ),
+        summary=run_path("tables", "sep_gradients.summary.json"),
+    params:
+        bertlook=BERTLOOK,
+        model=model_args,
+        seed=config["seed"],
+        batch_size=config["gradients"]["batch_size"],
+        max_examples=optional_flag("--max-examples", config["gradients"].get("max_examples")),
+        mask_rate=config["gradients"]["mask_rate"],
+        mask_mode=config["gradients"]["mask_mode"],
+        segment_ids=config["extraction"]["segment_ids"],
+        device=config["extraction"]["device"],
+    log:
+        log_path("gradients"),
+    threads: 8
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    conda:
+        ENV_TORCH
+    shell:
+        "OMP_NUM_THREADS={threads} {params.bertlook} gradients --segments {input.segments:q} "
+        "{params.model} --out-table {output.table:q} --out-figure {output.figure:q} "
+        "--summary {output.summary:q} --seed {params.seed} --batch-size {params.batch_size} "
+        "{params.max_examples} --mask-rate {params.mask_rate} --mask-mode {params.mask_mode} "
+        "--segment-ids {params.segment_ids} --device {params.device} > {log:q} 2>&1"
