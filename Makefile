@@ -4,7 +4,7 @@
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
 #   make report      HTML report of every run of CONFIG
 #   make lint        snakemake --lint
-#   make bench       benchmark scripts (extraction, JS divergence)
+#   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python scripts/bench_extract.py
 	$(BIN)/python scripts/bench_js.py --threads 2
 	$(BIN)/python scripts/bench_heads.py
+	$(BIN)/python scripts/bench_probes.py
 
 clean:
 	rm -rf $(VENV) .snakemake
