@@ -4,6 +4,8 @@
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
 #   make report      HTML report of every run of CONFIG
 #   make lint        snakemake --lint
+#   make check       offline run vs the committed golden numbers (after make demo)
+#   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
 #   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes)
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +17,10 @@ SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORE
 export PATH := $(abspath $(BIN)):$(PATH)
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo reproduce report lint bench clean
+GOLDEN := tests/golden/offline-minilm.json
+OFFLINE_RUN := results/offline-minilm
+
+.PHONY: install test demo reproduce report lint bench check golden clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +47,13 @@ report: install
 	for run in $$($(BIN)/bertlook runs $(CONFIG)); do \
 	  $(BIN)/snakemake --configfile $(CONFIG) --report results/$$run/report.html || exit 1; \
 	done
+
+check: install
+	$(BIN)/bertlook check-regression $(OFFLINE_RUN) --against $(GOLDEN)
+	$(BIN)/bertlook check-regression $(OFFLINE_RUN) --against paper
+
+golden: install
+	$(BIN)/bertlook make-golden $(OFFLINE_RUN) --out $(GOLDEN)
 
 lint: install
 	$(BIN)/snakemake --lint --configfile $(OFFLINE_CONFIG)

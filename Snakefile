@@ -27,6 +27,7 @@ include: "workflow/rules/probes.smk"
 include: "workflow/rules/coref.smk"
 include: "workflow/rules/gradients.smk"
 include: "workflow/rules/manifest.smk"
+include: "workflow/rules/comparison.smk"
 
 
 rule all:

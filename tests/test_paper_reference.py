@@ -130,3 +130,115 @@ def test_table2_validation():
     doc["table2"] = doc["table2"][:1] * 2
     with pytest.raises(BertlookError, match="twice"):
         pr._validate(doc)
+
+
+# probe: UAS (percent) as printed in Table 3 of the paper
+TABLE3 = {
+    "right_branching": 26,
+    "distances_glove": 58,
+    "random_init_attn_glove": 30,
+    "attn": 61,
+    "attn_glove": 77,
+    "attn_glove_released": 77,
+    "structural_probe": 80,
+}
+
+
+def test_table3_numbers_as_printed():
+    ref = pr.table3_reference()
+    assert list(ref) == list(TABLE3)  # the paper's row order, then the released-code and context rows
+    for probe, uas in TABLE3.items():
+        row = ref[probe]
+        assert row["uas"] == uas and row["source"] == "Table 3" and row["probe"] == probe, probe
+        assert 0 < row["tolerance"] <= 5
+    assert ref["attn_glove"]["printed_by_code"] == 78.0
+    assert all("printed_by_code" not in r for k, r in ref.items() if k != "attn_glove")
+    assert "off-by-one" in ref["attn_glove_released"]["note"]
+    assert ref["structural_probe"]["comparable"] is False and ref["structural_probe"]["metric"] == "UUAS"
+    assert all(r["comparable"] is True for k, r in ref.items() if k != "structural_probe")
+    # the probes module's ids are the reference's ids
+    from bertlook.probes import PAPER_UAS, PROBES
+
+    assert set(PROBES) <= set(ref)
+    assert {p: ref[p]["uas"] for p in PROBES} == PAPER_UAS
+
+
+def test_figure_facts_present():
+    facts = {f["id"]: f for f in pr.figure_facts()}
+    assert list(facts) == ["sep_share_layers_6_10", "sep_to_sep", "prev_token_heads", "next_token_heads",
+                           "last_layer_cls_entropy", "broad_heads_max_attention"]
+    sep = facts["sep_share_layers_6_10"]
+    assert sep["metric"] == {"stat": "sep", "aggregate": "mean", "layers": [6, 10]}
+    assert (sep["op"], sep["value"]) == (">", 0.5) and "Figure 2" in sep["source"]
+    sep_sep = facts["sep_to_sep"]
+    assert sep_sep["metric"]["stat"] == "sep_sep" and sep_sep["metric"]["layers"] is None
+    assert (sep_sep["op"], sep_sep["value"]) == (">", 0.9) and "scope_note" in sep_sep
+    for fid, stat, n in (("prev_token_heads", "prev", 4), ("next_token_heads", "next", 5)):
+        f = facts[fid]
+        assert f["metric"]["stat"] == stat and f["metric"]["aggregate"] == "count_above"
+        assert f["metric"]["threshold"] == 0.5 and (f["op"], f["value"], f["tolerance"]) == ("==", n, 1)
+    cls = facts["last_layer_cls_entropy"]
+    assert cls["metric"] == {"stat": "cls_entropy", "aggregate": "mean", "layers": "last"}
+    assert (cls["op"], cls["value"], cls["tolerance"]) == ("==", 3.89, 0.3)
+    broad = facts["broad_heads_max_attention"]
+    assert broad["metric"]["where"] == {"stat": "entropy", "op": ">", "value": 3.8}
+    assert (broad["op"], broad["value"]) == ("<=", 0.1)
+    for f in facts.values():  # every number has a source and a tolerance
+        assert f["source"] and f["description"] and f["tolerance"] >= 0
+
+
+def test_every_number_has_source_and_tolerance():
+    doc = pr.load_reference()
+    for section in ("table1", "table2", "table3", "figure_facts"):
+        for row in doc[section]:
+            assert row.get("source"), (section, row)
+            assert isinstance(row.get("tolerance"), (int, float)), (section, row)
+
+
+def _expect_invalid(mutate, msg):
+    doc = pr.load_reference()
+    mutate(doc)
+    with pytest.raises(BertlookError, match=msg):
+        pr._validate(doc)
+
+
+def test_table2_needs_tolerance():
+    _expect_invalid(lambda d: d["table2"][0].pop("tolerance"), "tolerance")
+
+
+def test_table3_validation():
+    _expect_invalid(lambda d: d["table3"][0].pop("tolerance"), "lacks tolerance")
+    _expect_invalid(lambda d: d["table3"][1].pop("source"), "lacks source")
+    _expect_invalid(lambda d: d["table3"][0].update(uas=260), "percentage")
+    _expect_invalid(lambda d: d["table3"][4].update(printed_by_code="78"), "printed_by_code")
+    _expect_invalid(lambda d: d["table3"][0].update(tolerance=-1), "tolerance")
+    _expect_invalid(lambda d: d["table3"][6].update(comparable="no"), "comparable")
+    _expect_invalid(lambda d: d["table3"].append(dict(d["table3"][0])), "twice")
+    _expect_invalid(lambda d: d.update(table3=[]), "non-empty list")
+
+
+def test_figure_facts_validation():
+    _expect_invalid(lambda d: d["figure_facts"][0].pop("tolerance"), "lacks tolerance")
+    _expect_invalid(lambda d: d["figure_facts"][0].pop("source"), "lacks source")
+    _expect_invalid(lambda d: d["figure_facts"][0].update(source=" "), "empty `source`")
+    _expect_invalid(lambda d: d["figure_facts"][0].update(op="~"), "op '~'")
+    _expect_invalid(lambda d: d["figure_facts"][0].update(value="half"), "`value` must be a number")
+    _expect_invalid(lambda d: d["figure_facts"][0]["metric"].update(aggregate="median"), "aggregate 'median'")
+    _expect_invalid(lambda d: d["figure_facts"][2]["metric"].pop("threshold"), "threshold")
+    _expect_invalid(lambda d: d["figure_facts"][0]["metric"].update(layers=[10, 6]), "layers")
+    _expect_invalid(lambda d: d["figure_facts"][0]["metric"].update(layers="first"), "layers")
+    _expect_invalid(lambda d: d["figure_facts"][1]["metric"].update(reference_layers=[0, 3]), "reference_layers")
+    _expect_invalid(lambda d: d["figure_facts"][5]["metric"].update(where={"stat": "entropy", "op": "=="}), "where")
+    _expect_invalid(lambda d: d["figure_facts"][0].update(metric="mean sep"), "`stat`")
+    _expect_invalid(lambda d: d["figure_facts"].append(dict(d["figure_facts"][0])), "twice")
+    with pytest.raises(BertlookError, match="figure fact"):
+        doc = pr.load_reference()
+        doc["figure_facts"][3]["tolerance"] = -0.5
+        pr._validate(doc)
+
+
+def test_table3_and_facts_are_copies():
+    pr.table3_reference()["attn"]["uas"] = 0
+    pr.figure_facts()[0]["metric"]["layers"] = [1, 2]
+    assert pr.table3_reference()["attn"]["uas"] == 61
+    assert pr.figure_facts()[0]["metric"]["layers"] == [6, 10]

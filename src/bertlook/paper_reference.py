@@ -5,6 +5,12 @@
   scheme of another treebank (``"ud"``, ``"clearnlp"``), see ``docs/relations.md``.
 - :func:`relation_map` -- SD -> UD / ClearNLP relation names.
 - :func:`table2_reference` -- Table 2 (coreference antecedent selection) rows keyed by system.
+- :func:`table3_reference` -- Table 3 (dependency-parsing probes, UAS) rows keyed by probe.
+- :func:`figure_facts` -- checks read off the paper's figures and text (attention to [SEP], previous /
+  next-token heads, [CLS] entropy, ...), each with the statistic that measures it.
+
+Every number carries a ``source`` (where in the paper it is printed) and a ``tolerance``; the
+validation run on loading enforces it.
 
 Percentages stay percentages here (as printed); :mod:`bertlook.head_accuracy` converts them to
 fractions for its CSV.
@@ -25,6 +31,13 @@ SCHEMES = {"sd": None, "ud": "relation_map_sd_to_ud", "clearnlp": "relation_map_
 TABLE2_SYSTEMS = ("nearest", "head_match", "rule_based", "neural", "best_head")
 TABLE2_COLUMNS = ("all", "pronoun", "proper", "nominal")
 TABLE1_REQUIRED = ("relation", "head", "direction", "accuracy", "baseline", "baseline_offset", "tolerance", "source")
+TABLE3_REQUIRED = ("probe", "uas", "tolerance", "source")
+FACT_REQUIRED = ("id", "source", "description", "metric", "op", "value", "tolerance")
+#: ``op`` of a figure fact; the run's number x passes when (relaxed by the tolerance t):
+#: ``>`` x > v - t, ``>=`` x >= v - t, ``<`` x < v + t, ``<=`` x <= v + t, ``==`` |x - v| <= t.
+FACT_OPS = (">", ">=", "<", "<=", "==")
+FACT_AGGREGATES = ("mean", "max", "min", "count_above")
+FILTER_OPS = (">", ">=", "<", "<=")
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,6 +85,10 @@ def _validate(doc: Any) -> None:
             raise BertlookError(f"{where}: table1 {rel}: baseline_offset must be an integer")
     if "table2" in doc:
         _validate_table2(doc["table2"], where)
+    if "table3" in doc:
+        _validate_table3(doc["table3"], where)
+    if "figure_facts" in doc:
+        _validate_figure_facts(doc["figure_facts"], where)
     for name in ("relation_map_sd_to_ud", "relation_map_sd_to_clearnlp"):
         mapping = doc.get(name)
         if not isinstance(mapping, dict):
@@ -106,6 +123,90 @@ def _validate_table2(rows: Any, where: str) -> None:
             parts = str(row["head"]).split("-")
             if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
                 raise BertlookError(f"{where}: table2 {system}: head {row['head']!r} is not a 1-indexed 'L-H' label")
+        if not _is_number(row.get("tolerance")) or row["tolerance"] < 0:
+            raise BertlookError(f"{where}: table2 {system}: `tolerance` must be a number >= 0, got {row.get('tolerance')!r}")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _validate_table3(rows: Any, where: str) -> None:
+    if not isinstance(rows, list) or not rows:
+        raise BertlookError(f"{where}: `table3` must be a non-empty list")
+    seen: set[str] = set()
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise BertlookError(f"{where}: table3[{k}] is not a mapping")
+        missing = [key for key in TABLE3_REQUIRED if key not in row]
+        if missing:
+            raise BertlookError(f"{where}: table3[{k}] ({row.get('probe')!r}) lacks {', '.join(missing)}")
+        probe = str(row["probe"])
+        if probe in seen:
+            raise BertlookError(f"{where}: table3 probe {probe!r} appears twice")
+        seen.add(probe)
+        for key in ("uas", "printed_by_code"):
+            if key in row and (not _is_number(row[key]) or not 0 <= row[key] <= 100):
+                raise BertlookError(f"{where}: table3 {probe}: {key} must be a percentage, got {row[key]!r}")
+        if not _is_number(row["tolerance"]) or row["tolerance"] < 0:
+            raise BertlookError(f"{where}: table3 {probe}: `tolerance` must be a number >= 0, got {row['tolerance']!r}")
+        if "comparable" in row and not isinstance(row["comparable"], bool):
+            raise BertlookError(f"{where}: table3 {probe}: `comparable` must be true or false")
+        if not str(row["source"]).strip():
+            raise BertlookError(f"{where}: table3 {probe}: empty `source`")
+
+
+def _validate_figure_facts(facts: Any, where: str) -> None:
+    if not isinstance(facts, list) or not facts:
+        raise BertlookError(f"{where}: `figure_facts` must be a non-empty list")
+    seen: set[str] = set()
+    for k, fact in enumerate(facts):
+        if not isinstance(fact, dict):
+            raise BertlookError(f"{where}: figure_facts[{k}] is not a mapping")
+        missing = [key for key in FACT_REQUIRED if key not in fact]
+        if missing:
+            raise BertlookError(f"{where}: figure_facts[{k}] ({fact.get('id')!r}) lacks {', '.join(missing)}")
+        fid = str(fact["id"])
+        if fid in seen:
+            raise BertlookError(f"{where}: figure fact {fid!r} appears twice")
+        seen.add(fid)
+        name = f"{where}: figure fact {fid}"
+        if not str(fact["source"]).strip():
+            raise BertlookError(f"{name}: empty `source`")
+        if fact["op"] not in FACT_OPS:
+            raise BertlookError(f"{name}: op {fact['op']!r} is not one of {', '.join(FACT_OPS)}")
+        for key in ("value", "tolerance"):
+            if not _is_number(fact[key]):
+                raise BertlookError(f"{name}: `{key}` must be a number, got {fact[key]!r}")
+        if fact["tolerance"] < 0:
+            raise BertlookError(f"{name}: `tolerance` must be >= 0, got {fact['tolerance']!r}")
+        _validate_metric(fact["metric"], name)
+
+
+def _is_layer_range(layers: Any) -> bool:
+    return (isinstance(layers, list) and len(layers) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in layers)
+            and layers[0] <= layers[1])
+
+
+def _validate_metric(metric: Any, name: str) -> None:
+    if not isinstance(metric, dict) or not isinstance(metric.get("stat"), str) or not metric["stat"]:
+        raise BertlookError(f"{name}: `metric` must be a mapping with a `stat` (a column of attention_stats.csv)")
+    agg = metric.get("aggregate")
+    if agg not in FACT_AGGREGATES:
+        raise BertlookError(f"{name}: metric aggregate {agg!r} is not one of {', '.join(FACT_AGGREGATES)}")
+    if agg == "count_above" and not _is_number(metric.get("threshold")):
+        raise BertlookError(f"{name}: metric aggregate count_above needs a numeric `threshold`")
+    layers = metric.get("layers")
+    if not (layers is None or layers == "last" or _is_layer_range(layers)):
+        raise BertlookError(f"{name}: metric layers must be null, \"last\" or [first, last] (1-indexed), got {layers!r}")
+    ref_layers = metric.get("reference_layers")
+    if ref_layers is not None and not _is_layer_range(ref_layers):
+        raise BertlookError(f"{name}: metric reference_layers must be [first, last] (1-indexed), got {ref_layers!r}")
+    flt = metric.get("where")
+    if flt is not None and not (isinstance(flt, dict) and isinstance(flt.get("stat"), str)
+                                and flt.get("op") in FILTER_OPS and _is_number(flt.get("value"))):
+        raise BertlookError(f"{name}: metric `where` must be {{stat, op ({', '.join(FILTER_OPS)}), value}}, got {flt!r}")
 
 
 def load_reference() -> dict[str, Any]:
@@ -167,3 +268,31 @@ def table2_reference() -> dict[str, dict[str, Any]]:
     if "table2" not in doc:
         raise BertlookError(f"bertlook/{RESOURCE}: no `table2` section")
     return {str(row["system"]): dict(row) for row in doc["table2"]}
+
+
+def table3_reference() -> dict[str, dict[str, Any]]:
+    """Paper Table 3 rows keyed by probe id (:data:`bertlook.probes.PROBES` plus ``structural_probe``).
+
+    Each row: ``probe, label, uas`` (percent, as printed), ``tolerance`` (points), ``source``; plus
+    ``printed_by_code`` (``attn_glove``: 78.0, what the authors' run printed), ``comparable: false``
+    and ``metric: UUAS`` (``structural_probe``: context only) and ``note`` where relevant.
+    ``comparable`` defaults to true.
+    """
+    doc = load_reference()
+    if "table3" not in doc:
+        raise BertlookError(f"bertlook/{RESOURCE}: no `table3` section")
+    return {str(row["probe"]): {"comparable": True, **row} for row in doc["table3"]}
+
+
+def figure_facts() -> list[dict[str, Any]]:
+    """Checks read off the paper's figures and text, in file order.
+
+    Each fact: ``id, source, description, metric, op, value, tolerance`` (+ ``scope_note``), where
+    ``metric`` = ``{stat, aggregate, layers, threshold?, where?}`` says how to compute the run's number
+    from ``tables/attention_stats.csv`` (see the comments in ``paper_reference.yaml`` and
+    :data:`FACT_OPS`).
+    """
+    doc = load_reference()
+    if "figure_facts" not in doc:
+        raise BertlookError(f"bertlook/{RESOURCE}: no `figure_facts` section")
+    return [dict(f) for f in doc["figure_facts"]]

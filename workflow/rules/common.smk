@@ -177,6 +177,9 @@ def paper_comparable_flag(wildcards):
 # ---- coreference (Table 2) -----------------------------------------------------------------------
 COREF_FILES = list(config["coref"]["conll"])
 
+# ---- cross-model summary (several models in one config) ------------------------------------------
+SUMMARY_DIR = os.path.join(RESULTS, f"{config['run_name']}-all-models")
+
 
 def all_outputs():
     return expand(
@@ -196,6 +199,8 @@ def all_outputs():
             run_path("tables", "sep_gradients.csv"),
             run_path("figures", "fig3_sep_gradients.png"),
             run_path("manifest.json"),
+            run_path("comparison.csv"),
+            run_path("comparison.md"),
         ],
         run=RUNS,
-    )
+    ) + [os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png")]

@@ -1,0 +1,1264 @@
+"""A run's numbers against the paper's, regression checks, and a summary across models.
+
+**Comparison with the paper** (:func:`build_comparison`, CLI ``compare``). One row per checked number
+(columns :data:`COLUMNS`) in four sections:
+
+- ``Table 1``: per paper row (``paper_reference.table1``, Stanford Dependencies labels) the best-head
+  accuracy and the best fixed-offset baseline accuracy of ``tables/table1.csv``, matched through its
+  ``paper_relation`` column (so a silver ``compound`` row stands for the paper's ``nn``); whether the
+  best head is the paper's head is a note;
+- ``Table 2``: ``tables/table2.csv`` (coreference; "not run" when the stage did not run);
+- ``Table 3``: ``uas_mean`` of ``tables/table3.csv`` per probe (probes; "not run" when absent);
+- ``Figure facts``: the checks of ``paper_reference.figure_facts`` computed from
+  ``tables/attention_stats.csv`` (:func:`fact_value`).
+
+Table sections are in percent (as the paper prints them); figure facts in their own units (fractions,
+head counts, nats). ``difference`` = reproduced - paper. ``status``: ``PASS`` / ``FAIL`` (the number is
+within / outside the tolerance of the paper's, or for a figure fact passes / fails its ``op``),
+``not comparable`` (the section is not comparable to the paper: both numbers and the difference are
+shown, it never fails), ``not run`` (the stage did not run), ``not measured`` (the run has no such
+number, e.g. a relation below ``min_count``, or a statistic the pipeline does not compute).
+
+Which sections are comparable comes from the run's ``manifest.json`` (:func:`comparability`): Table 1
+and Table 3 need the model flagged ``compare_with_paper`` **and** gold PTB trees in Stanford
+Dependencies (treebank kind ``ptb_sd``); Table 2 needs the flag and a coreference stage that ran;
+figure facts need the flag (the unlabeled text is Wikipedia in both).
+
+**Regression checks** (CLI ``check-regression RUN_DIR --against paper|FILE``). ``paper``: exit 1 when
+a comparable row FAILs. ``FILE``: a golden JSON made by :func:`make_golden` (CLI ``make-golden``) that
+holds every checked number of a run with a tolerance per group; exit 1 on any differing, missing or
+extra number (:func:`compare_golden`). Exit 2 on bad input (missing files, invalid JSON).
+
+**Across models** (:func:`models_summary`, CLI ``models-summary``): best-head accuracy per Table 1
+relation, probe UAS and a few surface facts of several runs side by side, and a two-panel figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+    import pandas as pd
+
+COLUMNS = ["section", "item", "metric", "paper", "reproduced", "difference", "tolerance", "status", "note"]
+PASS, FAIL = "PASS", "FAIL"
+NOT_COMPARABLE, NOT_RUN, NOT_MEASURED = "not comparable", "not run", "not measured"
+STATUSES = (PASS, FAIL, NOT_COMPARABLE, NOT_RUN, NOT_MEASURED)
+#: section key -> title used in the ``section`` column and the markdown
+SECTIONS = {"table1": "Table 1", "table2": "Table 2", "table3": "Table 3", "figure_facts": "Figure facts"}
+NOTHING_COMPARABLE = "nothing comparable to the paper in this run"
+
+MANIFEST = "manifest.json"
+STATS_CSV = "tables/attention_stats.csv"
+TABLE1_CSV = "tables/table1.csv"
+TABLE2_CSV = "tables/table2.csv"
+TABLE3_CSV = "tables/table3.csv"
+HEAD_ACCURACY_CSV = "tables/head_accuracy.csv"
+CLUSTERS_CSV = "tables/head_clusters.csv"
+JS_CSV = "tables/js_divergence.csv"
+GRADIENTS_CSV = "tables/sep_gradients.csv"
+
+TREES = {
+    "ptb_sd": ("gold", "Penn Treebank WSJ, Stanford Dependencies"),
+    "ud": ("gold", "Universal Dependencies"),
+    "silver": ("silver", "parser output, not gold"),
+}
+DIRECTION_SHORT = {"dep2head": "d→h", "head2dep": "h→d"}
+TABLE2_COLUMNS = ("all", "pronoun", "proper", "nominal")
+
+
+# ==================================================================================== reading inputs
+def _read_json(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: {what} not found")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise BertlookError(f"{path}:{err.lineno}: {what} is not valid JSON: {err.msg}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot read {what}: {err}") from None
+    if not isinstance(doc, dict):
+        raise BertlookError(f"{path}: {what} must be a JSON object")
+    return doc
+
+
+def _check_run_dir(run_dir: str | os.PathLike) -> Path:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BertlookError(f"{run_dir}: run directory not found")
+    if not (run_dir / MANIFEST).is_file():
+        runs = sorted(p.name for p in run_dir.iterdir() if (p / MANIFEST).is_file()) if run_dir.is_dir() else []
+        hint = f" (run directories inside: {', '.join(runs)}; give one of them)" if runs else ""
+        raise BertlookError(f"{run_dir / MANIFEST}: manifest not found{hint}")
+    return run_dir
+
+
+def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``RUN_DIR/manifest.json`` as a dict (:class:`BertlookError` naming the file when missing/invalid)."""
+    return _read_json(_check_run_dir(run_dir) / MANIFEST, "run manifest")
+
+
+def _read_csv(path: str | os.PathLike, *, required: Sequence[str] = (), what: str = "table"):
+    """A CSV as strings (empty cells stay ``""``); errors name the file."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: {what} not found")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise BertlookError(f"{path}: empty file (expected a CSV with a header)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot parse CSV: {err}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)} (header has: {', '.join(df.columns)})")
+    return df
+
+
+def _num(text: Any, where: str = "") -> float:
+    """A CSV cell as float; empty / NaN -> nan; garbage -> BertlookError naming ``where``."""
+    if text is None:
+        return math.nan
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    s = str(text).strip()
+    if s.lower() in ("", "nan", "na", "<na>", "none"):
+        return math.nan
+    try:
+        return float(s)
+    except ValueError:
+        raise BertlookError(f"{where}: expected a number, got {s!r}") from None
+
+
+def _read_stats(run_dir: Path):
+    from bertlook.figures import _read_table
+    from bertlook.surface_stats import STAT_COLUMNS
+
+    path = run_dir / STATS_CSV
+    header = list(_read_csv(path, required=("layer", "head"), what="attention statistics").columns)
+    floats = [c for c in header if c not in ("layer", "head")]
+    missing = [c for c in STAT_COLUMNS if c not in header]
+    if missing:
+        raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)}")
+    return _read_table(path, int_cols=("layer", "head"), float_cols=floats)
+
+
+# ===================================================================================== comparability
+def treebank_kind(manifest: dict[str, Any]) -> str | None:
+    """``ptb_sd`` / ``ud`` / ``silver`` (or None): the heads step's record, else the configuration."""
+    heads = (manifest.get("steps") or {}).get("heads") or {}
+    if heads.get("treebank_kind"):
+        return str(heads["treebank_kind"])
+    tb = (manifest.get("config") or {}).get("treebank") or {}
+    source = tb.get("source")
+    if source == "local":
+        return str((tb.get("local") or {}).get("kind") or "ptb_sd")
+    return str(source) if source else None
+
+
+def _treebank_name(manifest: dict[str, Any]) -> str | None:
+    steps = manifest.get("steps") or {}
+    name = (steps.get("heads") or {}).get("treebank_name")
+    if name:
+        return str(name)
+    parser = (steps.get("treebank") or {}).get("parser") or {}
+    return f"spaCy {parser['name']}" if parser.get("name") else None
+
+
+def _compare_flag(manifest: dict[str, Any]) -> bool:
+    model = (manifest.get("model") or {}).get("config") or {}
+    return bool(model.get("compare_with_paper", False))
+
+
+def coref_ran(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> bool:
+    """Whether the coreference stage scored a corpus (manifest step status, else ``table2.csv``)."""
+    step = (manifest.get("steps") or {}).get("coref")
+    if isinstance(step, dict) and "status" in step:
+        return step["status"] == "ok"
+    if run_dir is not None and (Path(run_dir) / TABLE2_CSV).is_file():
+        systems = _read_csv(Path(run_dir) / TABLE2_CSV, required=("system",))["system"].str.strip()
+        return not (systems == "not run").all()
+    return False
+
+
+def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """Per section key: ``{"comparable": bool, "reason": str}`` read from a run's manifest."""
+    flag = _compare_flag(manifest)
+    kind = treebank_kind(manifest)
+    ran = coref_ran(manifest, run_dir)
+    model_reason = "" if flag else "the model is not flagged compare_with_paper (not the paper's model)"
+    trees_ok = kind == "ptb_sd"
+    trees_reason = "" if trees_ok else f"trees are {kind or 'of unrecorded origin'}, not gold PTB in Stanford Dependencies (ptb_sd)"
+
+    def entry(ok: bool, *reasons: str) -> dict[str, Any]:
+        why = "; ".join(r for r in reasons if r)
+        return {"comparable": ok, "reason": why or "same model and data as the paper"}
+
+    return {
+        "table1": entry(flag and trees_ok, model_reason, trees_reason),
+        "table2": entry(flag and ran, model_reason, "" if ran else "the coreference stage did not run"),
+        "table3": entry(flag and trees_ok, model_reason, trees_reason),
+        "figure_facts": entry(flag, model_reason),
+    }
+
+
+def comparable_from_manifest(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, bool]:
+    """``{section key: bool}`` for :func:`build_comparison` (see :func:`comparability`)."""
+    return {k: v["comparable"] for k, v in comparability(manifest, run_dir).items()}
+
+
+def _comparable_lookup(comparable: dict[str, Any]) -> dict[str, bool]:
+    out = {}
+    titles = {v.lower(): k for k, v in SECTIONS.items()}
+    for key, value in comparable.items():
+        k = str(key)
+        k = k if k in SECTIONS else titles.get(k.lower())
+        if k is None:
+            raise BertlookError(f"comparable: unknown section {key!r} (use one of: {', '.join(SECTIONS)})")
+        out[k] = bool(value["comparable"] if isinstance(value, dict) else value)
+    return {k: out.get(k, False) for k in SECTIONS}
+
+
+# ========================================================================================= the rows
+def _row(section: str, item: str, metric: str, paper: Any, reproduced: Any, tolerance: Any, status: str,
+         note: str = "") -> dict[str, Any]:
+    p = _num(paper)
+    r = _num(reproduced)
+    diff = r - p if not (math.isnan(p) or math.isnan(r)) else math.nan
+    return {"section": SECTIONS[section], "item": item, "metric": metric, "paper": p, "reproduced": r,
+            "difference": diff, "tolerance": _num(tolerance), "status": status, "note": note.strip()}
+
+
+def _judge(comparable: bool, ok: bool) -> str:
+    if not comparable:
+        return NOT_COMPARABLE
+    return PASS if ok else FAIL
+
+
+def _within(reproduced: float, paper: float, tolerance: float) -> bool:
+    # a hair of slack so that 2.0-point differences computed in floating point count as within 2.0
+    return abs(reproduced - paper) <= tolerance + 1e-9
+
+
+def _head_text(head: str, direction: str) -> str:
+    d = DIRECTION_SHORT.get(direction, direction)
+    return f"{head} {d}".strip()
+
+
+# ---- Table 1
+def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    from bertlook.head_accuracy import TREEBANK_KINDS
+    from bertlook.paper_reference import table1_reference
+
+    path = run_dir / TABLE1_CSV
+    df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
+                                   "baseline_accuracy"), what="Table 1 twin")
+    scheme = TREEBANK_KINDS.get(treebank_kind(manifest) or "", ("sd",))[0]
+    if "paper_relation" in df.columns:
+        key = df["paper_relation"].str.strip()
+    else:  # older tables: map the run's labels back to the paper's
+        back = {name: row["paper_relation"] for name, row in table1_reference(scheme).items()}
+        key = df["relation"].str.strip().map(lambda r: back.get(r, ""))
+    counts = ((manifest.get("steps") or {}).get("heads") or {}).get("relation_counts") or {}
+    run_name = {row["paper_relation"]: name for name, row in table1_reference(scheme).items()}
+    rows: list[dict[str, Any]] = []
+    for rel, ref in table1_reference("sd").items():
+        tol = ref["tolerance"]
+        hit = df.index[key == rel]
+        paper_head = _head_text(ref["head"], ref["direction"])
+        if len(hit) == 0:
+            n = [f"{name}: {counts[name]} words" for name in (run_name.get(rel, rel),) if name in counts]
+            why = ("no row of tables/table1.csv matches the paper's relation (absent from the dev trees or "
+                   "below heads.min_count" + (f"; {n[0]}" if n else "") + ")")
+            rows.append(_row("table1", rel, "best-head accuracy (%)", ref["accuracy"], None, tol, NOT_MEASURED, why))
+            rows.append(_row("table1", rel, "baseline accuracy (%)", ref["baseline"], None, tol, NOT_MEASURED, why))
+            continue
+        i = hit[0]
+        r = df.loc[i]
+        where = f"{path}:{i + 2}"
+        acc = 100.0 * _num(r["accuracy"], where)
+        base = 100.0 * _num(r["baseline_accuracy"], where)
+        head = _head_text(str(r["best_head"]).strip(), str(r["direction"]).strip())
+        same = str(r["best_head"]).strip() == ref["head"] and str(r["direction"]).strip() == ref["direction"]
+        note = f"best head {head}; " + ("the paper's head" if same else f"the paper's: {paper_head}")
+        if str(r["relation"]).strip() != rel:
+            note += f"; run relation {r['relation'].strip()}"
+        if str(r.get("below_min_count", "")).strip().lower() == "true":
+            note += "; below heads.min_count"
+        if "notebook_accuracy" in ref and not math.isnan(acc):
+            note += (f"; the authors' notebook prints {ref['notebook_accuracy']} (difference "
+                     f"{acc - ref['notebook_accuracy']:+.1f})")
+        status = NOT_MEASURED if math.isnan(acc) else _judge(comparable, _within(acc, ref["accuracy"], tol))
+        rows.append(_row("table1", rel, "best-head accuracy (%)", ref["accuracy"], acc, tol, status, note))
+        off = str(r["baseline_offset"]).strip()
+        try:
+            off_txt = f"{int(float(off)):+d}"
+        except ValueError:
+            off_txt = off
+        bnote = f"offset {off_txt}; " + (
+            "the paper's offset" if off_txt == f"{ref['baseline_offset']:+d}" else f"the paper's: {ref['baseline_offset']:+d}")
+        if "notebook_baseline" in ref and not math.isnan(base):
+            bnote += (f"; the authors' notebook prints {ref['notebook_baseline']} (difference "
+                      f"{base - ref['notebook_baseline']:+.1f})")
+        status = NOT_MEASURED if math.isnan(base) else _judge(comparable, _within(base, ref["baseline"], tol))
+        rows.append(_row("table1", rel, "baseline accuracy (%)", ref["baseline"], base, tol, status, bnote))
+    return rows
+
+
+# ---- Table 2
+def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
+    from bertlook.paper_reference import table2_reference
+
+    ref = table2_reference()
+    path = run_dir / TABLE2_CSV
+    not_run = None
+    df = None
+    if not path.is_file():
+        not_run = f"{TABLE2_CSV} not found: the coreference stage did not run"
+    else:
+        df = _read_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
+        systems = df["system"].str.strip()
+        if (systems == "not run").all():
+            notes = [n for n in df.get("note", []) if str(n).strip()]
+            not_run = str(notes[0]).strip() if notes else "the coreference stage did not run"
+    rows = []
+    for system, pref in ref.items():
+        label = str(pref.get("label", system))
+        tol = pref.get("tolerance", math.nan)
+        for col in TABLE2_COLUMNS:
+            paper = pref.get(col)
+            if paper is None:
+                continue
+            metric = f"{col} (%)"
+            if not_run is not None:
+                rows.append(_row("table2", label, metric, paper, None, tol, NOT_RUN, not_run))
+                continue
+            if system == "neural":
+                rows.append(_row("table2", label, metric, paper, None, tol, NOT_MEASURED,
+                                 "the paper's number only: bertlook runs no neural coreference system"))
+                continue
+            hit = df.index[df["system"].str.strip() == system]
+            if len(hit) == 0:
+                rows.append(_row("table2", label, metric, paper, None, tol, NOT_MEASURED,
+                                 f"no `{system}` row in {TABLE2_CSV}"))
+                continue
+            r = df.loc[hit[0]]
+            value = 100.0 * _num(r[col], f"{path}:{hit[0] + 2}")
+            note = ""
+            if system == "best_head":
+                head = str(r.get("head", "")).strip()
+                paper_head = str(pref.get("head", ""))
+                note = (f"best head {head or '-'}; "
+                        + ("the paper's head" if head == paper_head else f"the paper's: {paper_head}"))
+            if math.isnan(value):
+                rows.append(_row("table2", label, metric, paper, None, tol, NOT_MEASURED,
+                                 (note + "; " if note else "") + "no mention of this type scored"))
+                continue
+            rows.append(_row("table2", label, metric, paper, value, tol,
+                             _judge(comparable, _within(value, paper, tol)), note))
+    return rows
+
+
+# ---- Table 3
+def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
+    from bertlook.paper_reference import table3_reference
+
+    ref = table3_reference()
+    path = run_dir / TABLE3_CSV
+    df = None
+    missing = None
+    if not path.is_file():
+        missing = f"{TABLE3_CSV} not found: the probes stage did not run"
+    else:
+        df = _read_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
+    rows = []
+    for probe, pref in ref.items():
+        label = str(pref.get("label", probe))
+        metric = f"{pref.get('metric', 'UAS')} (%)"
+        tol = pref["tolerance"]
+        if not pref.get("comparable", True):
+            rows.append(_row("table3", label, metric, pref["uas"], None, tol, NOT_COMPARABLE,
+                             " ".join(str(pref.get("note", "context only")).split())))
+            continue
+        if missing:
+            rows.append(_row("table3", label, metric, pref["uas"], None, tol, NOT_RUN, missing))
+            continue
+        hit = df.index[df["probe"].str.strip() == probe]
+        if len(hit) == 0:
+            rows.append(_row("table3", label, metric, pref["uas"], None, tol, NOT_RUN, f"no `{probe}` row in {TABLE3_CSV}"))
+            continue
+        r = df.loc[hit[0]]
+        where = f"{path}:{hit[0] + 2}"
+        uas = 100.0 * _num(r["uas_mean"], where)
+        if math.isnan(uas):
+            why = str(r.get("note", "")).strip() or "no UAS in the table"
+            rows.append(_row("table3", label, metric, pref["uas"], None, tol, NOT_RUN, why))
+            continue
+        notes = []
+        sd = _num(r.get("uas_sd"), where) if "uas_sd" in r else math.nan
+        n_seeds = str(r.get("n_seeds", "")).strip()
+        if not math.isnan(sd):
+            notes.append(f"sd {100 * sd:.1f} over {n_seeds} seeds")
+        if "printed_by_code" in pref:
+            notes.append(f"the authors' run printed {pref['printed_by_code']} (difference {uas - pref['printed_by_code']:+.1f})")
+        rows.append(_row("table3", label, metric, pref["uas"], uas, tol,
+                         _judge(comparable, _within(uas, pref["uas"], tol)), "; ".join(notes)))
+    return rows
+
+
+# ---- figure facts
+def _layer_selection(layers: Any, num_layers: int) -> tuple[list[int] | None, str]:
+    if layers is None:
+        return list(range(1, num_layers + 1)), f"all {num_layers} layers"
+    if layers == "last":
+        return [num_layers], f"layer {num_layers} (the last)"
+    lo, hi = int(layers[0]), int(layers[1])
+    if lo > num_layers:
+        return None, f"the model has {num_layers} layers; the paper's fact is about layers {lo}-{hi}"
+    top = min(hi, num_layers)
+    desc = f"layers {lo}-{top}" if lo != top else f"layer {lo}"
+    if top < hi:
+        desc += f" (the paper's {lo}-{hi}; the model has {num_layers} layers)"
+    return list(range(lo, top + 1)), desc
+
+
+_FILTER = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def fact_value(stats: "pd.DataFrame", metric: dict[str, Any], *, layers: Any = "metric") -> tuple[float | None, str]:
+    """The run's number for a figure fact's ``metric`` from the per-head statistics, and a note.
+
+    ``(None, reason)`` when it cannot be measured (column absent, no layer or head selected).
+    ``layers`` overrides ``metric["layers"]`` (used for ``reference_layers``).
+    """
+    stat = str(metric["stat"])
+    if stat not in stats.columns:
+        return None, (f"{STATS_CSV} has no `{stat}` column: the pipeline does not measure it "
+                      "(not invented here)")
+    num_layers = int(stats["layer"].max())
+    sel, desc = _layer_selection(metric.get("layers") if layers == "metric" else layers, num_layers)
+    if sel is None:
+        return None, desc
+    df = stats[stats["layer"].isin(sel)]
+    flt = metric.get("where")
+    if flt:
+        if flt["stat"] not in stats.columns:
+            return None, f"{STATS_CSV} has no `{flt['stat']}` column"
+        df = df[_FILTER[flt["op"]](df[flt["stat"]], float(flt["value"]))]
+        desc += f", heads with {flt['stat']} {flt['op']} {flt['value']}"
+    values = df[stat].dropna()
+    agg = metric["aggregate"]
+    if agg == "count_above":
+        thr = float(metric["threshold"])
+        above = df[df[stat] > thr]
+        heads = ", ".join(f"{int(a.layer)}-{int(a.head)} ({getattr(a, stat):.2f})" for a in above.itertuples())
+        return float(len(above)), f"heads with {stat} > {thr:g} in {desc}: {heads or 'none'}"
+    if values.empty:
+        return None, f"no head selected ({desc})"
+    value = float({"mean": values.mean, "max": values.max, "min": values.min}[agg]())
+    return value, f"{agg} of {stat} over {len(values)} heads of {desc}"
+
+
+def fact_passes(x: float, op: str, value: float, tolerance: float) -> bool:
+    """Whether the run's number ``x`` satisfies ``op value``, relaxed by ``tolerance`` (see paper_reference)."""
+    t = float(tolerance) + 1e-12
+    if op == ">":
+        return x > value - t
+    if op == ">=":
+        return x >= value - t
+    if op == "<":
+        return x < value + t
+    if op == "<=":
+        return x <= value + t
+    if op == "==":
+        return abs(x - value) <= t
+    raise BertlookError(f"unknown comparison {op!r}")
+
+
+def _relaxed(op: str, value: float, tol: float) -> str:
+    if op == "==":
+        return f"x in [{value - tol:g}, {value + tol:g}]"
+    bound = value - tol if op.startswith(">") else value + tol
+    return f"x {op} {bound:g}"
+
+
+def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
+    from bertlook.paper_reference import figure_facts
+
+    rows = []
+    for fact in figure_facts():
+        m = fact["metric"]
+        metric = f"{'number of heads' if m['aggregate'] == 'count_above' else m['aggregate']} {m['stat']}"
+        metric += f" {fact['op']} paper"
+        value, note = fact_value(stats, m)
+        note = f"{fact['source']}: {fact['description']}. " + note
+        if value is None:
+            rows.append(_row("figure_facts", fact["id"], metric, fact["value"], None, fact["tolerance"], NOT_MEASURED, note))
+            continue
+        note += f"; passes when {_relaxed(fact['op'], fact['value'], fact['tolerance'])}"
+        if m.get("reference_layers"):
+            ref_value, ref_note = fact_value(stats, m, layers=m["reference_layers"])
+            if ref_value is not None:
+                note += f"; for reference, {ref_note}: {ref_value:.3g}"
+        ok = fact_passes(value, fact["op"], float(fact["value"]), float(fact["tolerance"]))
+        rows.append(_row("figure_facts", fact["id"], metric, fact["value"], value, fact["tolerance"],
+                         _judge(comparable, ok), note))
+    return rows
+
+
+def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] | None = None) -> "pd.DataFrame":
+    """The run's numbers against the paper's: one row per check, columns :data:`COLUMNS`.
+
+    ``comparable``: section key (``table1``, ``table2``, ``table3``, ``figure_facts``; titles such as
+    ``"Table 1"`` work too) -> bool (or a :func:`comparability` entry); a section not named is not
+    comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparable_from_manifest`).
+    ``df.attrs``: ``run``, ``comparable`` and ``context`` (model, corpus, trees) for the markdown.
+    """
+    import pandas as pd
+
+    run_dir = _check_run_dir(run_dir)
+    manifest = read_manifest(run_dir)
+    comp = comparability(manifest, run_dir)
+    if comparable is None:
+        flags = {k: v["comparable"] for k, v in comp.items()}
+    else:
+        flags = _comparable_lookup(comparable)
+        for k, v in flags.items():
+            if v != comp[k]["comparable"]:
+                comp[k] = {"comparable": v, "reason": "as given by the caller"}
+    stats = _read_stats(run_dir)
+    rows = [
+        *_table1_rows(run_dir, flags["table1"], manifest),
+        *_table2_rows(run_dir, flags["table2"]),
+        *_table3_rows(run_dir, flags["table3"]),
+        *_fact_rows(stats, flags["figure_facts"]),
+    ]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("paper", "reproduced", "difference", "tolerance"):
+        df[col] = df[col].astype("float64")
+    df.attrs["run"] = str(manifest.get("run") or run_dir.name)
+    df.attrs["comparable"] = comp
+    df.attrs["context"] = run_context(manifest)
+    return df
+
+
+def run_context(manifest: dict[str, Any]) -> dict[str, str]:
+    """Model, corpus and trees of a run, in words (the comparison's header)."""
+    model_cfg = (manifest.get("model") or {}).get("config") or {}
+    prov = (manifest.get("model") or {}).get("provenance") or {}
+    model = str(model_cfg.get("name_or_path") or prov.get("spec") or "unknown model")
+    model_note = []
+    if model_cfg.get("revision"):
+        model_note.append(f"revision {str(model_cfg['revision'])[:10]}")
+    if prov.get("num_layers"):
+        model_note.append(f"{prov['num_layers']} layers x {prov.get('num_heads')} heads")
+    corpus_cfg = (manifest.get("corpus") or {})
+    wiki = corpus_cfg.get("wikipedia") or {}
+    corpus = str(wiki.get("path") or wiki.get("url") or corpus_cfg.get("dump_file") or "unknown corpus")
+    n_seg = ((manifest.get("steps") or {}).get("segments") or {}).get("segments_produced")
+    if n_seg is not None:
+        corpus += f", {n_seg} segments"
+    kind = treebank_kind(manifest)
+    gold, what = TREES.get(kind or "", ("unknown", "trees of unrecorded origin"))
+    name = _treebank_name(manifest)
+    trees = f"{gold} ({what}; kind `{kind}`)" + (f": {name}" if name else "") if kind else "unknown"
+    return {"model": model, "model_note": ", ".join(model_note), "corpus": corpus, "trees": trees,
+            "trees_kind": kind or "", "compare_with_paper": str(_compare_flag(manifest)).lower()}
+
+
+# ========================================================================================= markdown
+def _fmt(x: Any, section: str, *, signed: bool = False) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "–"
+    if math.isnan(v):
+        return "–"
+    if section == SECTIONS["figure_facts"]:
+        return f"{v:+.3g}" if signed else f"{v:.3g}"
+    return f"{v:+.1f}" if signed else f"{v:.1f}"
+
+
+def status_counts(df: "pd.DataFrame") -> dict[str, int]:
+    return {s: int((df["status"] == s).sum()) for s in STATUSES}
+
+
+def comparison_markdown(df: "pd.DataFrame") -> str:
+    """Markdown: a header (model, corpus, trees, PASS/FAIL counts) and one table per section."""
+    ctx = df.attrs.get("context", {})
+    comp = df.attrs.get("comparable", {})
+    counts = status_counts(df)
+    judged = counts[PASS] + counts[FAIL]
+    lines = [f"# Comparison with the paper: {df.attrs.get('run', '')}", ""]
+    lines += [
+        f"- Model: `{ctx.get('model', '?')}` ("
+        + (f"{ctx['model_note']}; " if ctx.get("model_note") else "")
+        + f"compare_with_paper: {ctx.get('compare_with_paper', '?')})",
+        f"- Corpus: {ctx.get('corpus', '?')}",
+        f"- Trees: {ctx.get('trees', '?')}",
+        f"- Result: **{counts[PASS]} PASS, {counts[FAIL]} FAIL** of {judged} comparable checks; "
+        f"{counts[NOT_COMPARABLE]} not comparable, {counts[NOT_RUN]} not run, {counts[NOT_MEASURED]} not measured",
+        "",
+    ]
+    if judged == 0:
+        lines += [f"**{NOTHING_COMPARABLE[0].upper()}{NOTHING_COMPARABLE[1:]}**: the numbers below are for "
+                  "orientation only and never fail.", ""]
+    lines += ["Comparable to the paper:", ""]
+    for key, title in SECTIONS.items():
+        c = comp.get(key, {"comparable": False, "reason": "unknown"})
+        lines.append(f"- {title}: {'yes' if c['comparable'] else 'no'} ({c['reason']})")
+    lines += ["", "Paper: Clark et al. 2019; tables in percent as printed, figure facts in their own units "
+              "(fractions, head counts, nats). Difference = reproduced - paper. A non-comparable row shows "
+              "both numbers and never fails.", ""]
+    for key, title in SECTIONS.items():
+        part = df[df["section"] == title]
+        lines += [f"## {title}", ""]
+        if part.empty:
+            lines += ["No rows.", ""]
+            continue
+        if (part["status"] == NOT_RUN).all() and part["note"].nunique() == 1:
+            lines += [f"Not run: {part['note'].iloc[0]}", ""]
+            continue
+        lines += ["| Item | Metric | Paper | Reproduced | Difference | Tolerance | Status | Note |",
+                  "|---|---|---:|---:|---:|---:|---|---|"]
+        for r in part.itertuples(index=False):
+            status = f"**{r.status}**" if r.status == FAIL else r.status
+            note = str(r.note).replace("|", "/").replace("\n", " ")
+            lines.append(
+                f"| {r.item} | {r.metric} | {_fmt(r.paper, title)} | {_fmt(r.reproduced, title)} | "
+                f"{_fmt(r.difference, title, signed=True)} | ±{_fmt(r.tolerance, title)} | {status} | {note} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_comparison(run_dir: str | os.PathLike, out_csv: str | os.PathLike, out_markdown: str | os.PathLike,
+                     *, comparable: dict[str, Any] | None = None) -> "pd.DataFrame":
+    from bertlook.io_utils import write_csv, write_text
+
+    df = build_comparison(run_dir, comparable=comparable)
+    write_csv(out_csv, df)
+    write_text(out_markdown, comparison_markdown(df))
+    return df
+
+
+# ================================================================================ check vs the paper
+def check_against_paper(run_dir: str | os.PathLike, out: Callable[[str], None] = print) -> int:
+    """Exit code: 1 when a comparable row FAILs (printed), 0 otherwise (incl. nothing comparable)."""
+    df = build_comparison(run_dir)
+    counts = status_counts(df)
+    run = df.attrs.get("run", str(run_dir))
+    if counts[PASS] + counts[FAIL] == 0:
+        out(f"{run}: {NOTHING_COMPARABLE}:")
+        for key, c in df.attrs["comparable"].items():
+            out(f"  {SECTIONS[key]}: {'comparable, but no number was measured' if c['comparable'] else c['reason']}")
+        return 0
+    fails = df[df["status"] == FAIL]
+    if not fails.empty:
+        out(f"{run}: {len(fails)} of {counts[PASS] + counts[FAIL]} comparable checks FAIL against the paper:")
+        for r in fails.itertuples(index=False):
+            out(f"  FAIL {r.section} | {r.item} | {r.metric}: paper {_fmt(r.paper, r.section)}, reproduced "
+                f"{_fmt(r.reproduced, r.section)} (difference {_fmt(r.difference, r.section, signed=True)}, "
+                f"tolerance ±{_fmt(r.tolerance, r.section)})" + (f" -- {r.note}" if r.note else ""))
+        return 1
+    out(f"{run}: all {counts[PASS]} comparable checks PASS against the paper "
+        f"({counts[NOT_COMPARABLE]} not comparable, {counts[NOT_RUN]} not run, {counts[NOT_MEASURED]} not measured)")
+    return 0
+
+
+# ====================================================================================== golden file
+GOLDEN_FORMAT = "bertlook-golden/1"
+#: full-precision tables: float rounding only
+STATS_TOL = {"rtol": 1e-6, "atol": 1e-9}
+#: tables written with 6 significant digits (io_utils.write_csv, "%.6g"): one unit in the 6th digit
+SIX_DIGIT_TOL = {"rtol": 1e-5, "atol": 1e-9}
+EXACT = {"rtol": 0.0, "atol": 0.0}
+GOLDEN_HEADER = (
+    "Every checked number of one run. A float matches when |got - golden| <= atol + rtol * |golden| "
+    "with the rtol/atol of its group; 'exact up to float rounding' means these tolerances only absorb "
+    "floating-point summation order: rtol 1e-6 (atol 1e-9) for tables written at full precision, rtol "
+    "1e-5 for tables written with 6 significant digits (one unit in the last printed digit). Integers, "
+    "strings (heads, offsets, behaviour labels, statuses) and nulls (NaN / empty cells) must be equal. "
+    "A key missing from the run or present only in the run is a regression too. Regenerate with "
+    "`bertlook make-golden RUN_DIR --out FILE` after an intended change."
+)
+#: summary files whose integer counts go into the golden file (required ones first)
+COUNT_SUMMARIES = {
+    "segments": ("corpus/segments.summary.json", True),
+    "treebank": ("treebank/treebank.summary.json", True),
+    "extraction": ("attention/segments.summary.json", False),
+    "words_dev": ("attention/words-dev.summary.json", False),
+    "words_train": ("attention/words-train.summary.json", False),
+    "stats": ("tables/attention_stats.summary.json", False),
+    "heads": ("tables/head_accuracy.summary.json", False),
+}
+
+
+def _golden_float(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _group(source: str, tol: dict[str, float], values: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"source": source, **tol, **extra, "values": values}
+
+
+def _g_attention_stats(run_dir: Path) -> dict[str, Any]:
+    stats = _read_stats(run_dir)
+    cols = [c for c in stats.columns if c not in ("layer", "head")]
+    values = {}
+    for r in stats.itertuples(index=False):
+        for c in cols:
+            values[f"{r.layer}-{r.head}/{c}"] = _golden_float(float(getattr(r, c)))
+    return _group(STATS_CSV, SIX_DIGIT_TOL, values)
+
+
+def _g_table1(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / TABLE1_CSV
+    df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
+                                   "baseline_accuracy", "count"), what="Table 1 twin")
+    floats = [c for c in ("accuracy", "ci_low", "ci_high", "baseline_accuracy", "baseline_ci_low",
+                          "baseline_ci_high", "heldout_accuracy") if c in df.columns]
+    strings = [c for c in ("best_head", "direction", "baseline_offset", "heldout_head", "heldout_direction")
+               if c in df.columns]
+    values: dict[str, Any] = {}
+    for i, r in df.iterrows():
+        rel = r["relation"].strip()
+        where = f"{path}:{i + 2}"
+        for c in floats:
+            values[f"{rel}/{c}"] = _golden_float(_num(r[c], f"{where}: {c}"))
+        for c in strings:
+            values[f"{rel}/{c}"] = str(r[c]).strip()
+        values[f"{rel}/count"] = int(_num(r["count"], f"{where}: count"))
+    return _group(TABLE1_CSV, STATS_TOL, values)
+
+
+def _g_head_accuracy(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / HEAD_ACCURACY_CSV
+    df = _read_csv(path, required=("relation", "layer", "head", "direction", "accuracy"), what="head accuracy table")
+    values = {}
+    for i, r in df[df["relation"].str.strip() == "All"].iterrows():
+        key = f"All/{r['layer'].strip()}-{r['head'].strip()}/{r['direction'].strip()}"
+        values[key] = _golden_float(_num(r["accuracy"], f"{path}:{i + 2}"))
+    if not values:
+        raise BertlookError(f"{path}: no `All` rows")
+    return _group(HEAD_ACCURACY_CSV + " (All rows)", STATS_TOL, values)
+
+
+def _g_table3(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / TABLE3_CSV
+    if not path.is_file():
+        return _group(TABLE3_CSV, SIX_DIGIT_TOL, {"status": "absent"})
+    df = _read_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
+    values: dict[str, Any] = {"status": "ok"}
+    for i, r in df.iterrows():
+        probe = r["probe"].strip()
+        for c in ("uas_mean", "uas_sd", "uas_mst_mean"):
+            if c in df.columns:
+                values[f"{probe}/{c}"] = _golden_float(_num(r[c], f"{path}:{i + 2}"))
+        if "n_seeds" in df.columns:
+            n = _num(r["n_seeds"], f"{path}:{i + 2}")
+            values[f"{probe}/n_seeds"] = None if math.isnan(n) else int(n)
+    return _group(TABLE3_CSV, SIX_DIGIT_TOL, values)
+
+
+def _g_table2(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / TABLE2_CSV
+    if not path.is_file():
+        return _group(TABLE2_CSV, STATS_TOL, {"status": "absent"})
+    df = _read_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
+    if (df["system"].str.strip() == "not run").all():
+        return _group(TABLE2_CSV, STATS_TOL, {"status": "not run"})
+    values: dict[str, Any] = {"status": "ok"}
+    for i, r in df.iterrows():
+        system = r["system"].strip()
+        where = f"{path}:{i + 2}"
+        for c in TABLE2_COLUMNS:
+            values[f"{system}/{c}"] = _golden_float(_num(r[c], where))
+            if f"n_{c}" in df.columns:
+                n = _num(r[f"n_{c}"], where)
+                values[f"{system}/n_{c}"] = None if math.isnan(n) else int(n)
+        if "head" in df.columns:
+            values[f"{system}/head"] = str(r["head"]).strip()
+    return _group(TABLE2_CSV, STATS_TOL, values)
+
+
+def _g_gradients(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / GRADIENTS_CSV
+    if not path.is_file():
+        return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, {"status": "absent"})
+    df = _read_csv(path, required=("layer", "target", "mean_abs_grad", "attention_mass"), what="[SEP] gradient table")
+    if (df["mean_abs_grad"].str.strip() == "").all() and (df["attention_mass"].str.strip() == "").all():
+        return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, {"status": "not run"})
+    values: dict[str, Any] = {"status": "ok"}
+    for i, r in df.iterrows():
+        key = f"{r['layer'].strip()}/{r['target'].strip()}"
+        for c in ("mean_abs_grad", "attention_mass"):
+            values[f"{key}/{c}"] = _golden_float(_num(r[c], f"{path}:{i + 2}"))
+    return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, values)
+
+
+def _g_clusters(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / CLUSTERS_CSV
+    df = _read_csv(path, required=("layer", "head", "behavior"), what="head clusters table")
+    values = {f"{r['layer'].strip()}-{r['head'].strip()}": str(r["behavior"]).strip() for _, r in df.iterrows()}
+    return _group(CLUSTERS_CSV + " (behaviour labels)", EXACT, values)
+
+
+def _g_js(run_dir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    path = run_dir / JS_CSV
+    df = _read_csv(path, what="JS divergence matrix")
+    if df.shape[1] < 2 or df.shape[0] != df.shape[1] - 1:
+        raise BertlookError(f"{path}: expected a square matrix with a label column, got {df.shape[0]} rows x "
+                            f"{df.shape[1]} columns")
+    try:
+        m = df.iloc[:, 1:].apply(lambda s: s.str.strip().astype(float)).to_numpy(dtype=np.float64)
+    except ValueError as err:
+        raise BertlookError(f"{path}: non-numeric cell: {err}") from None
+    upper = np.sort(m[np.triu_indices(m.shape[0], k=1)])[::-1]
+    values: dict[str, Any] = {"n_heads": int(m.shape[0]), "sum": float(m.sum())}
+    for k, v in enumerate(upper[:5], start=1):
+        values[f"largest/{k}"] = float(v)
+    return _group(JS_CSV + " (sum of the matrix; 5 largest head-pair values)", SIX_DIGIT_TOL, values)
+
+
+def _int_leaves(obj: Any, prefix: str, out: dict[str, int]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _int_leaves(v, f"{prefix}/{k}", out)
+    elif isinstance(obj, int) and not isinstance(obj, bool):
+        out[prefix] = int(obj)
+
+
+def _g_counts(run_dir: Path) -> dict[str, Any]:
+    values: dict[str, int] = {}
+    for name, (rel, required) in COUNT_SUMMARIES.items():
+        path = run_dir / rel
+        if not path.is_file() and not required:
+            continue
+        _int_leaves(_read_json(path, f"{name} summary"), name, values)
+    return _group("integer counts of the step summaries: " + ", ".join(r for r, _ in COUNT_SUMMARIES.values()),
+                  EXACT, values)
+
+
+GOLDEN_GROUPS: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "attention_stats": _g_attention_stats,
+    "table1": _g_table1,
+    "head_accuracy_all": _g_head_accuracy,
+    "table3": _g_table3,
+    "table2": _g_table2,
+    "sep_gradients": _g_gradients,
+    "head_clusters": _g_clusters,
+    "js_divergence": _g_js,
+    "counts": _g_counts,
+}
+
+
+def make_golden(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Every checked number of a run, grouped, each group with its ``rtol``/``atol`` (see :data:`GOLDEN_HEADER`).
+
+    Groups: ``attention_stats`` (every head, every column), ``table1`` (per relation: accuracies, CI
+    bounds, held-out accuracy; head, direction, offset as strings; count), ``head_accuracy_all`` (the
+    ``All`` rows: every head and direction), ``table3`` (uas_mean, uas_sd, uas_mst_mean, n_seeds per
+    probe), ``table2`` (per system and column, or the status ``not run`` / ``absent``),
+    ``sep_gradients`` (per layer and target, or the status), ``head_clusters`` (behaviour labels),
+    ``js_divergence`` (the matrix sum and its 5 largest head-pair values), ``counts`` (every integer of
+    the segment, extraction, treebank, word-extraction, statistics and heads summaries).
+    Required files: attention_stats.csv, table1.csv, head_accuracy.csv, head_clusters.csv,
+    js_divergence.csv and the segment and treebank summaries (:class:`BertlookError` naming the file).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BertlookError(f"{run_dir}: run directory not found")
+    run = run_dir.name
+    if (run_dir / MANIFEST).is_file():
+        run = str(read_manifest(run_dir).get("run") or run)
+    from bertlook import __version__
+
+    return {
+        "format": GOLDEN_FORMAT,
+        "run": run,
+        "made_with": f"bertlook {__version__}",
+        "comparison": GOLDEN_HEADER,
+        "groups": {name: fn(run_dir) for name, fn in GOLDEN_GROUPS.items()},
+    }
+
+
+def read_golden(path: str | os.PathLike) -> dict[str, Any]:
+    """A golden file, checked (format, groups with ``values`` and numeric ``rtol``/``atol``)."""
+    doc = _read_json(path, "golden file")
+    if doc.get("format") != GOLDEN_FORMAT:
+        raise BertlookError(f"{path}: not a golden file (format {doc.get('format')!r}, expected {GOLDEN_FORMAT!r})")
+    groups = doc.get("groups")
+    if not isinstance(groups, dict):
+        raise BertlookError(f"{path}: `groups` must be an object")
+    for name, g in groups.items():
+        if not isinstance(g, dict) or not isinstance(g.get("values"), dict):
+            raise BertlookError(f"{path}: group {name!r} lacks a `values` object")
+        for key in ("rtol", "atol"):
+            v = g.get(key)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise BertlookError(f"{path}: group {name!r}: `{key}` must be a number >= 0, got {v!r}")
+    return doc
+
+
+def _same(golden: Any, got: Any, rtol: float, atol: float) -> bool:
+    if golden is None or got is None:
+        return golden is None and got is None
+    g_num = isinstance(golden, (int, float)) and not isinstance(golden, bool)
+    n_num = isinstance(got, (int, float)) and not isinstance(got, bool)
+    if g_num and n_num:
+        if isinstance(golden, int) and isinstance(got, int):
+            return golden == got
+        g, n = float(golden), float(got)
+        if math.isinf(g) or math.isinf(n):
+            return g == n
+        return abs(n - g) <= atol + rtol * abs(g)
+    return type(golden) is type(got) and golden == got
+
+
+def compare_golden(golden: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
+    """Differences between a golden file and a run's :func:`make_golden`, tolerances from the golden file.
+
+    Each difference: ``{"path": "group/key", "kind": "differs" | "missing in run" | "not in golden",
+    "golden": value, "got": value}``; empty list = no regression.
+    """
+    diffs: list[dict[str, Any]] = []
+    ggroups, cgroups = golden["groups"], current["groups"]
+    for name, g in ggroups.items():
+        cur = cgroups.get(name)
+        if cur is None:
+            diffs.append({"path": name, "kind": "missing in run", "golden": f"{len(g['values'])} values", "got": None})
+            continue
+        rtol, atol = float(g["rtol"]), float(g["atol"])
+        for key, gv in g["values"].items():
+            path = f"{name}/{key}"
+            if key not in cur["values"]:
+                diffs.append({"path": path, "kind": "missing in run", "golden": gv, "got": None})
+            elif not _same(gv, cur["values"][key], rtol, atol):
+                diffs.append({"path": path, "kind": "differs", "golden": gv, "got": cur["values"][key]})
+        for key in cur["values"]:
+            if key not in g["values"]:
+                diffs.append({"path": f"{name}/{key}", "kind": "not in golden", "golden": None,
+                              "got": cur["values"][key]})
+    for name, cur in cgroups.items():
+        if name not in ggroups:
+            diffs.append({"path": name, "kind": "not in golden", "golden": None, "got": f"{len(cur['values'])} values"})
+    return diffs
+
+
+def check_against_golden(run_dir: str | os.PathLike, golden_path: str | os.PathLike,
+                         out: Callable[[str], None] = print) -> int:
+    """Exit code 1 and every difference printed when the run differs from the golden file, else 0."""
+    golden = read_golden(golden_path)
+    current = make_golden(run_dir)
+    diffs = compare_golden(golden, current)
+    n = sum(len(g["values"]) for g in golden["groups"].values())
+    if not diffs:
+        out(f"{run_dir}: all {n} numbers of {golden_path} match (tolerances per group in the file)")
+        return 0
+    out(f"{run_dir}: {len(diffs)} difference(s) from {golden_path} ({n} golden numbers):")
+    for d in diffs:
+        if d["kind"] == "differs":
+            extra = ""
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (d["golden"], d["got"])):
+                extra = f" (difference {float(d['got']) - float(d['golden']):+.3g})"
+            out(f"  differs: {d['path']}: golden {d['golden']!r}, got {d['got']!r}{extra}")
+        elif d["kind"] == "missing in run":
+            out(f"  missing in run: {d['path']} (golden {d['golden']!r})")
+        else:
+            out(f"  not in golden (extra in run): {d['path']} (got {d['got']!r})")
+    return 1
+
+
+# ====================================================================================== models summary
+SUMMARY_COLUMNS = ["model", "section", "item", "metric", "value", "detail"]
+
+
+def middle_third(num_layers: int) -> tuple[int, int]:
+    """1-indexed inclusive layer range of the middle third (12 layers: 5-8; 6 layers: 3-4)."""
+    k = num_layers // 3
+    return k + 1, num_layers - k
+
+
+def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] | None = None) -> "pd.DataFrame":
+    """One row per (model, metric): best-head accuracy per Table 1 relation present in every run,
+    probe UAS (``uas_mean``) per probe, and surface facts (mean ``sep`` over the middle third of the
+    layers, largest ``prev`` and ``next``). Values are fractions (accuracy, UAS, attention)."""
+    import pandas as pd
+
+    if not run_dirs:
+        raise BertlookError("models-summary: give at least one --run-dir")
+    dirs = [Path(d) for d in run_dirs]
+    if labels is None:
+        labels = [d.name for d in dirs]
+    labels = [str(x).strip() for x in labels]
+    if len(labels) != len(dirs):
+        raise BertlookError(f"--labels: {len(labels)} label(s) for {len(dirs)} run directories")
+    if len(set(labels)) != len(labels) or not all(labels):
+        raise BertlookError(f"--labels must be distinct and non-empty, got {','.join(labels)}")
+    for d in dirs:
+        if not d.is_dir():
+            raise BertlookError(f"{d}: run directory not found")
+    t1 = [_read_csv(d / TABLE1_CSV, required=("relation", "best_head", "direction", "accuracy"), what="Table 1 twin")
+          for d in dirs]
+    common = [r.strip() for r in t1[0]["relation"] if all((t["relation"].str.strip() == r.strip()).any() for t in t1)]
+    rows: list[dict[str, Any]] = []
+    for label, d, t in zip(labels, dirs, t1):
+        t = t.assign(relation=t["relation"].str.strip())
+        for rel in common:
+            i = t.index[t["relation"] == rel][0]
+            r = t.loc[i]
+            rows.append({"model": label, "section": "Table 1", "item": rel, "metric": "best-head accuracy",
+                         "value": _num(r["accuracy"], f"{d / TABLE1_CSV}:{i + 2}"),
+                         "detail": _head_text(r["best_head"].strip(), r["direction"].strip())})
+    probes: list[str] = []
+    t3 = {}
+    for d in dirs:
+        if (d / TABLE3_CSV).is_file():
+            t3[d] = _read_csv(d / TABLE3_CSV, required=("probe", "uas_mean"), what="Table 3 twin")
+            probes += [p.strip() for p in t3[d]["probe"] if p.strip() not in probes]
+    for label, d in zip(labels, dirs):
+        for probe in probes:
+            value, detail = math.nan, "probes not run"
+            if d in t3:
+                hit = t3[d].index[t3[d]["probe"].str.strip() == probe]
+                if len(hit):
+                    value = _num(t3[d].loc[hit[0], "uas_mean"], f"{d / TABLE3_CSV}:{hit[0] + 2}")
+                    detail = "" if not math.isnan(value) else str(t3[d].loc[hit[0]].get("note", "")).strip()
+                else:
+                    detail = "probe not in table3.csv"
+            rows.append({"model": label, "section": "Table 3", "item": probe, "metric": "UAS", "value": value,
+                         "detail": detail})
+    for label, d in zip(labels, dirs):
+        stats = _read_stats(d)
+        num_layers = int(stats["layer"].max())
+        lo, hi = middle_third(num_layers)
+        mid = stats[(stats["layer"] >= lo) & (stats["layer"] <= hi)]
+        rows.append({"model": label, "section": "surface", "item": "[SEP] share, middle third",
+                     "metric": "mean sep", "value": float(mid["sep"].mean()),
+                     "detail": f"layers {lo}-{hi} of {num_layers}"})
+        for col, name in (("prev", "previous-token head"), ("next", "next-token head")):
+            best = stats.loc[stats[col].idxmax()]
+            rows.append({"model": label, "section": "surface", "item": f"strongest {name}", "metric": f"max {col}",
+                         "value": float(best[col]), "detail": f"head {int(best['layer'])}-{int(best['head'])}; "
+                         f"{int((stats[col] > 0.5).sum())} heads > 0.5"})
+    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    df["value"] = df["value"].astype("float64")
+    df.attrs["labels"] = list(labels)
+    df.attrs["run_dirs"] = [str(d) for d in dirs]
+    return df
+
+
+def models_summary_markdown(df: "pd.DataFrame") -> str:
+    labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
+    lines = ["# Models side by side", "",
+             "Runs: " + ", ".join(f"`{lab}` ({d})" for lab, d in zip(labels, df.attrs.get("run_dirs", labels))), "",
+             "Table 1: best-head accuracy (%, best of all heads and both directions; head in parentheses) for "
+             "the relations present in every run. Table 3: probe UAS (%, mean over seeds). Surface: attention "
+             "fractions (mean [SEP] share over the middle third of the layers; the largest previous- / next-token "
+             "attention of any head). Runs with other trees or models are not comparable with one another "
+             "row by row beyond orientation.", ""]
+    lines += ["| Section | Item | Metric | " + " | ".join(labels) + " |",
+              "|---|---|---|" + "---:|" * len(labels)]
+    for (section, item, metric), part in df.groupby(["section", "item", "metric"], sort=False):
+        cells = []
+        for lab in labels:
+            hit = part[part["model"] == lab]
+            if hit.empty or math.isnan(hit["value"].iloc[0]):
+                cells.append("–")
+                continue
+            v = hit["value"].iloc[0]
+            text = f"{100 * v:.1f}" if section in ("Table 1", "Table 3") else f"{v:.3f}"
+            detail = str(hit["detail"].iloc[0])
+            if section == "Table 1" and detail:
+                text += f" ({detail})"
+            elif section == "surface" and detail.startswith("head"):
+                text += f" ({detail.split(';')[0]})"
+            cells.append(text)
+        lines.append(f"| {section} | {item} | {metric} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
+    """Two panels of grouped bars: best-head accuracy per relation per model; probe UAS per probe per model."""
+    import numpy as np
+    import seaborn as sns
+
+    from bertlook.figures import _new_figure, _save_png, _style
+    from bertlook.probes import PROBE_LABELS
+
+    labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
+    colors = sns.color_palette("colorblind", max(3, len(labels)))
+    panels = (("Table 1", "Best-head accuracy per relation", "Accuracy (%)"),
+              ("Table 3", "Probe UAS", "UAS (%)"))
+    n_rel = df[df["section"] == "Table 1"]["item"].nunique()
+    with _style():
+        fig = _new_figure(figsize=(min(20.0, max(10.0, 0.3 * n_rel * max(1, len(labels)) + 7.0)), 4.6))
+        axes = fig.subplots(1, 2, width_ratios=[max(n_rel, 1), max(3, 0.6 * n_rel)])
+        for ax, (section, title, ylabel) in zip(axes, panels):
+            part = df[df["section"] == section]
+            items = list(dict.fromkeys(part["item"]))
+            ax.set_title(title)
+            if not items or part["value"].isna().all():
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, "no probe results in these runs" if section == "Table 3" else "no common relations",
+                        ha="center", va="center", transform=ax.transAxes, color="0.3")
+                continue
+            x = np.arange(len(items))
+            width = 0.8 / len(labels)
+            for k, lab in enumerate(labels):
+                vals = [part[(part["item"] == it) & (part["model"] == lab)]["value"] for it in items]
+                heights = [100 * float(v.iloc[0]) if len(v) and not math.isnan(v.iloc[0]) else math.nan for v in vals]
+                pos = x - 0.4 + width * (k + 0.5)
+                ax.bar(pos, np.nan_to_num(heights), width, label=lab, color=colors[k % len(colors)])
+                for xp, h in zip(pos, heights):
+                    if math.isnan(h):  # not run / no such row: say so instead of a zero-height bar
+                        ax.text(xp, 1.5, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90, color="0.35")
+            ax.set_xticks(x)
+            names = [PROBE_LABELS.get(it, it) for it in items] if section == "Table 3" else items
+            ax.set_xticklabels(names, rotation=45, ha="right")
+            ax.set_ylim(0, 100)
+            ax.set_ylabel(ylabel)
+        handles, names = axes[0].get_legend_handles_labels()
+        if not handles:
+            handles, names = axes[1].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, names, loc="outside lower center", ncol=min(len(labels), 6), frameon=False)
+        return _save_png(fig, out_png)
+
+
+# ============================================================================================== CLI
+def _cmd_compare(args: "argparse.Namespace") -> int:
+    run_dir = Path(args.run_dir)
+    out_csv = args.out_csv or run_dir / "comparison.csv"
+    out_md = args.out_markdown or run_dir / "comparison.md"
+    df = write_comparison(run_dir, out_csv, out_md)
+    c = status_counts(df)
+    print(f"compare: {df.attrs['run']}: {c[PASS]} PASS, {c[FAIL]} FAIL, {c[NOT_COMPARABLE]} not comparable, "
+          f"{c[NOT_RUN]} not run, {c[NOT_MEASURED]} not measured -> {out_csv}, {out_md}")
+    if c[PASS] + c[FAIL] == 0:
+        print(f"compare: {NOTHING_COMPARABLE}")
+    return 0
+
+
+def _cmd_check(args: "argparse.Namespace") -> int:
+    if args.against == "paper":
+        return check_against_paper(args.results_dir)
+    if not Path(args.against).is_file():
+        raise BertlookError(f"{args.against}: golden file not found (--against paper|FILE)")
+    return check_against_golden(args.results_dir, args.against)
+
+
+def _cmd_make_golden(args: "argparse.Namespace") -> int:
+    from bertlook.io_utils import write_json
+
+    doc = make_golden(args.run_dir)
+    write_json(args.out, doc)
+    sizes = ", ".join(f"{k} {len(g['values'])}" for k, g in doc["groups"].items())
+    print(f"make-golden: {args.out}: {sizes}")
+    return 0
+
+
+def _split_labels(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [x.strip() for x in text.split(",")]
+
+
+def _cmd_models_summary(args: "argparse.Namespace") -> int:
+    from bertlook.io_utils import write_csv, write_text
+
+    df = models_summary(args.run_dir, _split_labels(args.labels))
+    write_csv(args.out_csv, df)
+    write_text(args.out_markdown, models_summary_markdown(df))
+    outs = [str(args.out_csv), str(args.out_markdown)]
+    if args.out_figure:
+        fig_models_summary(df, args.out_figure)
+        outs.append(str(args.out_figure))
+    print(f"models-summary: {len(df.attrs['labels'])} run(s), {len(df)} rows -> {', '.join(outs)}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``compare``, ``check-regression``, ``make-golden`` and ``models-summary``."""
+    p = subparsers.add_parser(
+        "compare", help="a run's numbers against the paper's (comparison.csv / .md)",
+        description="Inputs: RUN_DIR/manifest.json (which sections are comparable), tables/table1.csv, "
+        "tables/attention_stats.csv, and when present tables/table2.csv and tables/table3.csv. Outputs: "
+        "comparison.csv (section,item,metric,paper,reproduced,difference,tolerance,status,note) and "
+        "comparison.md. Status: PASS / FAIL / not comparable / not run / not measured.",
+    )
+    p.add_argument("--run-dir", required=True, metavar="DIR", help="results/{run}/ (with manifest.json)")
+    p.add_argument("--out-csv", default=None, metavar="CSV", help="output (default RUN_DIR/comparison.csv)")
+    p.add_argument("--out-markdown", default=None, metavar="MD", help="output (default RUN_DIR/comparison.md)")
+    p.set_defaults(func=_cmd_compare)
+
+    q = subparsers.add_parser(
+        "check-regression", help="exit 1 when a run regresses against the paper or a golden file",
+        description="Inputs: RUN_DIR (its manifest.json and tables) and `paper` or a golden JSON. "
+        "--against paper: exit 1 when a comparable row of the comparison FAILs (non-comparable "
+        "rows never fail; when nothing is comparable it says so and exits 0). --against FILE: compare every "
+        "number of the run with a golden JSON (bertlook make-golden) within the file's per-group "
+        "tolerances; exit 1 listing each differing, missing or extra number. Exit 2: bad input.",
+    )
+    q.add_argument("results_dir", metavar="RUN_DIR", help="results/{run}/")
+    q.add_argument("--against", required=True, metavar="paper|FILE", help="`paper` or a golden JSON file")
+    q.set_defaults(func=_cmd_check)
+
+    g = subparsers.add_parser(
+        "make-golden", help="write a golden JSON of every checked number of a run",
+        description="Input: RUN_DIR; output: the golden JSON. Collects attention_stats.csv (every head and column), table1.csv, the All rows of "
+        "head_accuracy.csv, table3.csv, table2.csv, sep_gradients.csv (values or not-run status), the "
+        "behaviour labels of head_clusters.csv, a summary of js_divergence.csv (sum, 5 largest) and the "
+        "integer counts of the step summaries, with rtol/atol per group.",
+    )
+    g.add_argument("run_dir", metavar="RUN_DIR", help="results/{run}/")
+    g.add_argument("--out", required=True, metavar="JSON", help="golden file to write (e.g. tests/golden/offline-minilm.json)")
+    g.set_defaults(func=_cmd_make_golden)
+
+    m = subparsers.add_parser(
+        "models-summary", help="several runs (models) side by side: table, markdown, figure",
+        description="Inputs: run directories (tables/table1.csv, tables/attention_stats.csv, tables/table3.csv "
+        "when present). Outputs: CSV, markdown, figure. One row per (model, metric): best-head accuracy per Table 1 relation present in every "
+        "run, probe UAS per probe, mean [SEP] attention over the middle third of the layers, largest "
+        "previous- / next-token attention. Figure: grouped bars (Table 1 relations; probes).",
+    )
+    m.add_argument("--run-dir", action="append", required=True, metavar="DIR", help="a run directory (repeatable)")
+    m.add_argument("--labels", default=None, metavar="A,B,...", help="one label per --run-dir (default: directory names)")
+    m.add_argument("--out-csv", required=True, metavar="CSV", help="output: models_summary.csv")
+    m.add_argument("--out-markdown", required=True, metavar="MD", help="output: models_summary.md")
+    m.add_argument("--out-figure", default=None, metavar="PNG", help="output: fig_models_summary.png")
+    m.set_defaults(func=_cmd_models_summary)
+
+
+def main(argv: Iterable[str] | None = None) -> int:  # pragma: no cover - `python -m bertlook.compare`
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bertlook-compare")
+    register_cli(parser.add_subparsers(dest="step"))
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        return int(args.func(args) or 0)
+    except BertlookError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

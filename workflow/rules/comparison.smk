@@ -1,0 +1,68 @@
+# Stage `compare`: every paper number beside the reproduced one (PASS / FAIL / not comparable), and,
+# when the config lists several models, a cross-model summary.
+
+
+rule comparison:
+    input:
+        manifest=rules.manifest.output[0],
+        stats=rules.surface_stats.output.table,
+        table1=rules.heads.output.table,
+        table2=rules.coref.output.table,
+        table3=lambda wildcards: (
+            [run_path("tables", "table3.csv").format(run=wildcards.run)] if RUN_PROBES else []
+        ),
+    output:
+        csv=report(
+            run_path("comparison.csv"),
+            caption="../report/comparison.rst",
+            category="Comparison with the paper",
+            labels={"run": "{run}", "table": "comparison"},
+        ),
+        markdown=run_path("comparison.md"),
+    params:
+        bertlook=BERTLOOK,
+        run_dir=lambda wildcards: run_path().format(run=wildcards.run),
+    log:
+        log_path("comparison"),
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV_ANALYSIS
+    shell:
+        "{params.bertlook} compare --run-dir {params.run_dir:q} --out-csv {output.csv:q} "
+        "--out-markdown {output.markdown:q} > {log:q} 2>&1"
+
+
+rule models_summary:
+    input:
+        comparisons=expand(run_path("comparison.csv"), run=RUNS),
+    output:
+        csv=report(
+            os.path.join(SUMMARY_DIR, "models_summary.csv"),
+            caption="../report/models_summary.rst",
+            category="Comparison across models",
+        ),
+        markdown=os.path.join(SUMMARY_DIR, "models_summary.md"),
+        figure=report(
+            os.path.join(SUMMARY_DIR, "fig_models_summary.png"),
+            caption="../report/fig_models_summary.rst",
+            category="Comparison across models",
+        ),
+    params:
+        bertlook=BERTLOOK,
+        run_dirs=" ".join(f"--run-dir {shlex.quote(os.path.join(RESULTS, run))}" for run in RUNS),
+        labels=",".join(m["label"] for m in config["models"]),
+    log:
+        os.path.join(SUMMARY_DIR, "logs", "models_summary.log"),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        ENV_ANALYSIS
+    shell:
+        "{params.bertlook} models-summary {params.run_dirs} --labels {params.labels:q} "
+        "--out-csv {output.csv:q} --out-markdown {output.markdown:q} "
+        "--out-figure {output.figure:q} > {log:q} 2>&1"
