@@ -14,7 +14,8 @@ from bertlook import cli, preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "treebank",
-         "extract-words", "stats", "cluster", "figures", "heads", "manifest"]
+         "extract-words", "stats", "cluster", "figures", "heads", "random-init", "probes", "coref-extract",
+         "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary"]
 
 
 @pytest.mark.parametrize("step", STEPS)

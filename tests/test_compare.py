@@ -47,7 +47,7 @@ def _stats_frame(num_layers: int = NUM_LAYERS, num_heads: int = NUM_HEADS) -> pd
                 "prev": 0.7 if (layer, head) in PREV_HEADS else 0.1,
                 "next": 0.6 if (layer, head) in NEXT_HEADS else 0.1,
                 "sep_sep": 0.95, "rest_sep": 0.1, "entropy": 3.0 + 0.01 * layer,
-                "cls_entropy": 3.9 if layer == num_layers else 2.0,
+                "cls_entropy": 3.9 if layer == num_layers else 2.0, "max_attention": 0.3,
             })
     return pd.DataFrame(rows)
 
@@ -235,8 +235,8 @@ def test_comparison_pass_and_fail_rows(run_dir):
     assert facts.loc["next_token_heads", "reproduced"] == 5
     assert facts.loc["last_layer_cls_entropy", "reproduced"] == pytest.approx(3.9)
     assert "layers 6-10" in facts.loc["sep_to_sep", "note"]  # the reference reading is printed
-    assert facts.loc["broad_heads_max_attention", "status"] == "not measured"
-    assert "max_attention" in facts.loc["broad_heads_max_attention", "note"]
+    assert facts.loc["broad_heads_max_attention", "status"] == "not measured"  # no head has entropy > 3.8
+    assert "no head selected" in facts.loc["broad_heads_max_attention", "note"]
 
     counts = compare.status_counts(df)
     assert counts["FAIL"] == 3  # det, rule-based pronoun, attn
@@ -274,7 +274,8 @@ def test_fact_value_layers_clipped_and_missing():
     assert v is None and "6 layers" in note
     v, _ = compare.fact_value(stats, {"stat": "cls_entropy", "aggregate": "mean", "layers": "last"})
     assert v == pytest.approx(3.9)
-    v, note = compare.fact_value(stats, {"stat": "max_attention", "aggregate": "mean", "layers": None})
+    v, note = compare.fact_value(stats.drop(columns="max_attention"),
+                                 {"stat": "max_attention", "aggregate": "mean", "layers": None})
     assert v is None and "max_attention" in note
     stats["max_attention"] = np.where(stats["entropy"] > 3.04, 0.05, 0.5)
     v, note = compare.fact_value(stats, {"stat": "max_attention", "aggregate": "mean", "layers": None,
@@ -296,7 +297,7 @@ def test_comparability_from_manifest(tmp_path):
     t2 = df[df["section"] == "Table 2"]
     assert set(t2["status"]) == {"not run"} and "no coreference corpus" in t2.iloc[0]["note"]
     assert not df.attrs["comparable"]["table2"]["comparable"]
-    assert "Not run: not run: no coreference corpus" in compare.comparison_markdown(df)
+    assert "\nNot run: no coreference corpus configured\n" in compare.comparison_markdown(df)
     # the treebank kind falls back to the configuration when the heads step recorded none
     m = compare.read_manifest(silver)
     del m["steps"]["heads"]["treebank_kind"]
@@ -370,7 +371,7 @@ def test_golden_roundtrip_change_missing_extra(run_dir, tmp_path, capsys, cli_ma
     assert doc["format"] == compare.GOLDEN_FORMAT and "float rounding" in doc["comparison"]
     g = doc["groups"]
     assert g["attention_stats"]["values"]["7-1/prev"] == pytest.approx(0.7)
-    assert len(g["attention_stats"]["values"]) == NUM_LAYERS * NUM_HEADS * 10
+    assert len(g["attention_stats"]["values"]) == NUM_LAYERS * NUM_HEADS * 11
     assert g["table1"]["values"]["All/best_head"] == "3-2" and g["table1"]["values"]["pobj/baseline_offset"] == "-2"
     assert g["table1"]["values"]["det/accuracy"] == pytest.approx(0.8) and g["table1"]["rtol"] == 1e-6
     assert len(g["head_accuracy_all"]["values"]) == NUM_LAYERS * NUM_HEADS * 2

@@ -116,7 +116,7 @@ def test_columns_order_and_one_indexing(tmp_path):
     frame, _ = compute_surface_stats(store)
     assert list(frame.columns) == [
         "layer", "head", "cls", "sep", "punct", "self", "prev", "next",
-        "sep_sep", "rest_sep", "entropy", "cls_entropy",
+        "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention",
     ]
     assert list(frame.columns) == COLUMNS
     assert frame[["layer", "head"]].values.tolist() == [[1, 1], [1, 2], [2, 1], [2, 2]]
@@ -132,6 +132,14 @@ def test_uniform_row_entropy_is_log_n(tmp_path):
     assert frame["entropy"][0] == pytest.approx(math.log(7), abs=1e-3)
     assert frame["cls_entropy"][0] == pytest.approx(math.log(7), abs=1e-3)
     assert summary["uniform_entropy"] == pytest.approx(math.log(7))
+    assert frame["max_attention"][0] == pytest.approx(1 / 7, abs=1e-3)  # largest weight of a uniform row
+
+
+def test_max_attention_is_mean_of_row_maxima(tmp_path):
+    attn = np.array([[[[1.0, 0.0, 0.0], [0.5, 0.25, 0.25], [0.2, 0.2, 0.6]]]])
+    store = make_store(tmp_path / "s", [(["[CLS]", "a", "[SEP]"], attn)], num_layers=1, num_heads=1)
+    frame, _ = compute_surface_stats(store)
+    assert frame["max_attention"][0] == pytest.approx((1.0 + 0.5 + 0.6) / 3, abs=1e-3)
 
 
 def test_example_without_sep_is_left_out_of_sep_sep_and_counted(tmp_path):

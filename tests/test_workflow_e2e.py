@@ -63,7 +63,7 @@ def test_every_declared_output_is_well_formed(finished_run):
     _, run = finished_run
     stats = pd.read_csv(run / "tables" / "attention_stats.csv")
     assert list(stats.columns) == ["layer", "head", "cls", "sep", "punct", "self", "prev", "next",
-                                   "sep_sep", "rest_sep", "entropy", "cls_entropy"]
+                                   "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention"]
     assert len(stats) == 4 and stats[["layer", "head"]].min().min() == 1
     frac = stats[["cls", "sep", "punct", "self", "prev", "next", "sep_sep", "rest_sep"]]
     assert ((frac >= 0) & (frac <= 1.0001)).all().all()

@@ -32,6 +32,7 @@ STEP_MODULES = [
     "bertlook.coref",
     "bertlook.gradients",
     "bertlook.manifest",
+    "bertlook.compare",
 ]
 
 

@@ -631,7 +631,10 @@ def comparison_markdown(df: "pd.DataFrame") -> str:
             lines += ["No rows.", ""]
             continue
         if (part["status"] == NOT_RUN).all() and part["note"].nunique() == 1:
-            lines += [f"Not run: {part['note'].iloc[0]}", ""]
+            note = str(part["note"].iloc[0])
+            if not note.lower().startswith("not run"):
+                note = f"not run: {note}"
+            lines += [f"{note[0].upper()}{note[1:]}", ""]
             continue
         lines += ["| Item | Metric | Paper | Reproduced | Difference | Tolerance | Status | Note |",
                   "|---|---|---:|---:|---:|---:|---|---|"]

@@ -9,7 +9,9 @@ For every head, per example, then the plain mean over examples:
 - ``sep_sep``: attention from [SEP] rows to [SEP] columns, divided by the number of [SEP] rows;
 - ``rest_sep``: attention from the other rows to [SEP] columns, divided by the number of other rows;
 - ``entropy``: mean over rows of the entropy (nats) of the smoothed row
-  ``0.9999 * a + 0.0001 / n``; ``cls_entropy``: the same for the [CLS] row only.
+  ``0.9999 * a + 0.0001 / n``; ``cls_entropy``: the same for the [CLS] row only;
+- ``max_attention`` (beyond the issue's column list, for the paper's "broad heads put at most 10% of
+  their attention on any single word"): mean over rows of the row's largest weight (unsmoothed).
 
 ``sep_sep`` / ``rest_sep`` / ``cls_entropy`` are undefined for an example without [SEP] rows / without
 other rows / without a [CLS] token: such examples are left out of that column's mean, and the number
@@ -31,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLUMNS = [
     "layer", "head", "cls", "sep", "punct", "self", "prev", "next",
-    "sep_sep", "rest_sep", "entropy", "cls_entropy",
+    "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention",
 ]
 STAT_COLUMNS = COLUMNS[2:]
 PUNCT_TOKENS = (".", ",")
@@ -86,6 +88,7 @@ def example_stats(
     out["entropy"] = ent.mean(axis=-1)
     cls_pos = np.flatnonzero(is_cls)
     out["cls_entropy"] = ent[..., cls_pos[0]] if cls_pos.size else nan
+    out["max_attention"] = a.max(axis=-1).mean(axis=-1)
     return out
 
 
