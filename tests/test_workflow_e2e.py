@@ -118,6 +118,13 @@ def test_every_declared_output_is_well_formed(finished_run):
     assert "no masked-LM head" in str(grads["note"].iloc[0])
     assert (run / "figures" / "fig3_sep_gradients.png").read_bytes()[:4] == b"\x89PNG"
 
+    comparison = pd.read_csv(run / "comparison.csv")
+    assert {"Table 1", "Table 2", "Table 3", "Figure facts"} <= set(comparison["section"])
+    assert "FAIL" not in set(comparison["status"])  # a tiny random model is never comparable
+    assert "Nothing comparable to the paper" in (run / "comparison.md").read_text()
+    summary = pd.read_csv(run.parent / "tiny-all-models" / "models_summary.csv")
+    assert len(summary) > 0
+
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["steps"]["treebank"]["parser"]["name"]
     assert manifest["steps"]["gradients"]["status"] == "not run"
@@ -138,6 +145,24 @@ def test_rerun_is_a_noop_and_report_builds(finished_run):
     proc = snakemake(workdir, "--report", str(report))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report.stat().st_size > 10_000
+
+
+def test_golden_round_trip_and_regression_detection(finished_run, tmp_path):
+    """make-golden then check-regression passes; a changed number makes it exit 1 naming it."""
+    _, run = finished_run
+    bertlook = [sys.executable, "-m", "bertlook"]
+    golden = tmp_path / "golden.json"
+    assert subprocess.run(bertlook + ["make-golden", str(run), "--out", str(golden)]).returncode == 0
+    ok = subprocess.run(bertlook + ["check-regression", str(run), "--against", str(golden)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    data = json.loads(golden.read_text())
+    key = next(iter(data["groups"]["attention_stats"]["values"]))
+    data["groups"]["attention_stats"]["values"][key] += 0.01
+    golden.write_text(json.dumps(data))
+    bad = subprocess.run(bertlook + ["check-regression", str(run), "--against", str(golden)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and key in bad.stdout + bad.stderr
 
 
 def test_interrupted_outputs_are_rebuilt_identically(finished_run):
