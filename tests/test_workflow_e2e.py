@@ -187,3 +187,17 @@ def test_lint_is_clean_and_dag_builds(configfile, tmp_path):
                          env=env, cwd=ROOT, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "rule heads:" in dry.stdout and "rule manifest:" in dry.stdout
+
+
+def test_several_models_fan_out_with_a_cross_model_summary(tmp_path, tiny_bert_dir):
+    """`models:` with two entries: every stage runs per model and models_summary reads both runs."""
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    config["models"].append({"label": "rand2", "name_or_path": str(tiny_bert_dir), "revision": None})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(tmp_path, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for run in ("tiny-rand", "tiny-rand2"):
+        assert f"results/{run}/tables/table1.csv" in out and f"results/{run}/comparison.csv" in out
+    assert out.count("rule extract_segments:") == 2 and out.count("rule models_summary:") == 1
+    assert "--run-dir" in out and "tiny-rand2" in out.split("models-summary", 1)[1].split("\n", 1)[0]
