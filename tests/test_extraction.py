@@ -22,12 +22,7 @@ TEXTS = [  # (text_a, text_b)
 ]
 
 
-def _segment(tokenizer, sid, text_a, text_b):
-    a, b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)
-    tokens = ["[CLS]", *a, "[SEP]", *b, "[SEP]"]
-    seg_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    return {"id": sid, "doc": "Test", "text_a": text_a, "text_b": text_b, "tokens": tokens,
-            "segment_ids": seg_ids, "truncated": False}
+from bertlook.tiny_models import make_segment as _segment
 
 
 @pytest.fixture(scope="module")

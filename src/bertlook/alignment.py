@@ -419,6 +419,8 @@ def extract_word_attention(
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
+    from bertlook.extraction import add_batch_arguments, add_model_arguments
+
     p = subparsers.add_parser(
         "extract-words",
         help="extract word-level attention maps of treebank sentences into an attention store",
@@ -435,17 +437,13 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--treebank", required=True, help="CoNLL-U file of the sentences")
-    p.add_argument("--model", required=True, help="model spec: hub id, local model directory, or package:MODULE")
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) for a hub id")
+    add_model_arguments(p)
     p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
     p.add_argument("--from-split", choices=FROM_SPLIT_MODES, default="mean",
                    help="attention FROM a split word: mean of its tokens' rows (paper, default), "
                         "first token's row (authors' code), or renormalised max")
-    p.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass (default 16)")
-    p.add_argument("--max-seq-len", type=int, default=128,
-                   help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted (default 128)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
-    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_batch_arguments(p, unit="sentences",
+                        length_help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
     p.set_defaults(func=_cmd_extract_words)
     return p

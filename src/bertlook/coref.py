@@ -1345,24 +1345,20 @@ def register_cli(subparsers) -> None:
     import argparse
 
     from bertlook.alignment import FROM_SPLIT_MODES
+    from bertlook.extraction import add_batch_arguments, add_model_arguments
 
     p = subparsers.add_parser("coref-extract", help="CoNLL-2012 parts -> word-level attention store with gold mentions",
                               description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conll", action="append", required=True, metavar="FILE",
                    help="input: CoNLL-2012 file or directory (repeatable)")
-    p.add_argument("--model", required=True, help="input: model spec (hub id, local directory, package:MODULE)")
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) for a hub id")
+    add_model_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output: attention store directory (replaced atomically)")
-    p.add_argument("--max-seq-len", type=int, default=128,
-                   help="wordpieces per part incl. [CLS]/[SEP]; whole words are kept (default 128)")
     p.add_argument("--from-split", choices=FROM_SPLIT_MODES, default="mean",
                    help="attention FROM a split word: mean (default), first, max")
     p.add_argument("--head-rule", choices=HEAD_RULES, default="tree",
                    help="mention head word: tree (Collins head rules on the gold parse; last word when the "
                         "span is not a constituent or the tree is unusable; default) or last (last word)")
-    p.add_argument("--batch-size", type=int, default=16, help="parts per forward pass (default 16)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
-    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_batch_arguments(p, unit="parts", length_help="wordpieces per part incl. [CLS]/[SEP]; whole words are kept")
     p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON")
     p.set_defaults(func=_cmd_coref_extract)
 

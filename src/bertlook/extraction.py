@@ -337,6 +337,22 @@ def extract_segments(
 # --------------------------------------------------------------------------------------------
 # CLI
 
+def add_model_arguments(p) -> None:
+    """--model / --revision, shared by every step that runs a model."""
+    p.add_argument("--model", required=True, metavar="SPEC",
+                   help="input: model spec: hub id, local model directory, or package:MODULE")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="hub revision (branch, tag or commit) for a hub id")
+
+
+def add_batch_arguments(p, *, unit: str, length_help: str) -> None:
+    """--batch-size / --max-seq-len / --device / --shard-mb of the attention-extraction steps."""
+    p.add_argument("--batch-size", type=int, default=16, help=f"{unit} per forward pass (default 16)")
+    p.add_argument("--max-seq-len", type=int, default=128, help=f"{length_help} (default 128)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
+    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+
+
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract`` subcommand."""
     p = subparsers.add_parser(
@@ -352,17 +368,11 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")
-    p.add_argument("--model", required=True,
-                   help="model spec: hub id, local model directory, or package:MODULE")
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) for a hub id")
+    add_model_arguments(p)
     p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
-    p.add_argument("--batch-size", type=int, default=16, help="examples per forward pass (default 16)")
     p.add_argument("--segment-ids", choices=SEGMENT_ID_MODES, default="zeros",
                    help="token type ids: zeros (authors' code, default) or pair (A=0, B=1)")
-    p.add_argument("--max-seq-len", type=int, default=128,
-                   help="examples with more wordpieces are excluded and counted (default 128)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
-    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_batch_arguments(p, unit="examples", length_help="examples with more wordpieces are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
     p.set_defaults(func=_cmd_extract)
     return p

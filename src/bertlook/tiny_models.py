@@ -95,3 +95,12 @@ def bert_base_config(**overrides):
                   intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2)
     params.update(overrides)
     return BertConfig(**params)
+
+
+def make_segment(tokenizer, sid: int, text_a: str, text_b: str) -> dict:
+    """A hand-made segment record (``[CLS] A [SEP] B [SEP]``, pair segment ids) for tests and demos."""
+    a, b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)
+    tokens = [tokenizer.cls_token, *a, tokenizer.sep_token, *b, tokenizer.sep_token]
+    seg_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    return {"id": sid, "doc": "Test", "text_a": text_a, "text_b": text_b, "tokens": tokens,
+            "segment_ids": seg_ids, "truncated": False}
