@@ -12,6 +12,7 @@ import pytest
 from bertlook.attention_store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.extraction import encode_segment, extract_segments, extract_to_store, register_cli
+from bertlook.tiny_models import make_segment as _segment
 
 TEXTS = [  # (text_a, text_b)
     ("the cat sat on the mat .", "the dog ran ."),
@@ -22,7 +23,6 @@ TEXTS = [  # (text_a, text_b)
 ]
 
 
-from bertlook.tiny_models import make_segment as _segment
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 
 from bertlook import gradients
 from bertlook.errors import BertlookError
+from bertlook.tiny_models import make_segment as _segment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -25,7 +26,6 @@ TEXTS = [  # (text_a, text_b): different lengths, with "." and ","
 ]
 
 
-from bertlook.tiny_models import make_segment as _segment
 
 
 @pytest.fixture(scope="module")
