@@ -29,8 +29,9 @@ PROGRESS_EVERY = 512 << 20  # log a progress line every 512 MiB
 USER_AGENT = f"bertlook/{__version__} (re-run of Clark et al. 2019; Python urllib)"
 
 OFFLINE_HINT = (
-    "If this machine has no network access, set `wikipedia.path` in the config to a local MediaWiki "
-    "dump (.xml.bz2), or run `make demo` (the offline configuration, config/offline.yaml)."
+    "If this machine has no network access, point the config at a local copy of the file "
+    "(`wikipedia.path` for a MediaWiki dump (.xml.bz2), `treebank.source: local`, `glove.path`), "
+    "or run `make demo` (the offline configuration, config/offline.yaml)."
 )
 
 
@@ -102,9 +103,9 @@ def _classify(url: str, err: BaseException) -> BaseException:
     return err
 
 
-def _unreachable_message(url: str, attempts: int, reason: str) -> str:
-    return (f"cannot reach {url} ({reason}; {attempts} attempt{'s' if attempts != 1 else ''}). "
-            + OFFLINE_HINT)
+def _unreachable_message(url: str, attempts: int, reason: str, *, hint: bool = True) -> str:
+    plural = "s" if attempts != 1 else ""
+    return f"cannot reach {url} ({reason}; {attempts} attempt{plural})" + (". " + OFFLINE_HINT if hint else "")
 
 
 def _with_retries(url: str, func, *, retries: int, backoff: float):
@@ -248,9 +249,9 @@ def check_reachable(url: str, timeout: float = 10) -> str | None:
                 continue  # some servers refuse HEAD; try GET
             return f"{url} answers HTTP {err.code} {err.reason}"
         except urllib.error.URLError as err:
-            return _unreachable_message(url, 1, str(err.reason))
+            return _unreachable_message(url, 1, str(err.reason), hint=False)
         except (OSError, ValueError) as err:
-            return _unreachable_message(url, 1, str(err))
+            return _unreachable_message(url, 1, str(err), hint=False)
     return f"{url}: {last}"
 
 
