@@ -107,6 +107,7 @@ def treebank_source_args(wildcards, input):
             f"--train-sentences {silver['train_sentences']} --dev-sentences {silver['dev_sentences']} "
             f"--max-words {silver['max_words']} --seed {config['seed']} "
             f"--spacy-model {shlex.quote(silver['spacy_model'])}{strip}"
+            + (f" --max-articles {silver['max_articles']}" if silver["max_articles"] else "")
         )
     if TREEBANK["source"] == "local":
         local = TREEBANK["local"]
