@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 from bertlook.errors import BertlookError
 
@@ -58,21 +58,30 @@ def _load_cached() -> dict[str, Any]:
     return doc
 
 
+def _keyed_rows(rows: Any, section: str, key: str, required: Sequence[str], where: str):
+    """Yield ``(name, row)`` of a reference section after the checks every section shares: a
+    non-empty list of mappings, each with the ``required`` keys and a unique ``key`` value."""
+    if not isinstance(rows, list) or not rows:
+        raise BertlookError(f"{where}: `{section}` must be a non-empty list")
+    seen: set[str] = set()
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise BertlookError(f"{where}: {section}[{k}] is not a mapping")
+        missing = [name for name in required if name not in row]
+        if missing:
+            raise BertlookError(f"{where}: {section}[{k}] ({row.get(key)!r}) lacks {', '.join(missing)}")
+        name = str(row[key])
+        if name in seen:
+            raise BertlookError(f"{where}: {section} {key} {name!r} appears twice")
+        seen.add(name)
+        yield name, row
+
+
 def _validate(doc: Any) -> None:
     where = f"bertlook/{RESOURCE}"
     if not isinstance(doc, dict) or not isinstance(doc.get("table1"), list):
         raise BertlookError(f"{where}: expected a mapping with a `table1` list")
-    seen: set[str] = set()
-    for k, row in enumerate(doc["table1"]):
-        if not isinstance(row, dict):
-            raise BertlookError(f"{where}: table1[{k}] is not a mapping")
-        missing = [key for key in TABLE1_REQUIRED if key not in row]
-        if missing:
-            raise BertlookError(f"{where}: table1[{k}] ({row.get('relation')!r}) lacks {', '.join(missing)}")
-        rel = str(row["relation"])
-        if rel in seen:
-            raise BertlookError(f"{where}: table1 relation {rel!r} appears twice")
-        seen.add(rel)
+    for rel, row in _keyed_rows(doc["table1"], "table1", "relation", TABLE1_REQUIRED, where):
         if row["direction"] not in DIRECTIONS:
             raise BertlookError(f"{where}: table1 {rel}: direction must be one of {DIRECTIONS}")
         parts = str(row["head"]).split("-")
@@ -132,19 +141,7 @@ def _is_number(v: Any) -> bool:
 
 
 def _validate_table3(rows: Any, where: str) -> None:
-    if not isinstance(rows, list) or not rows:
-        raise BertlookError(f"{where}: `table3` must be a non-empty list")
-    seen: set[str] = set()
-    for k, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise BertlookError(f"{where}: table3[{k}] is not a mapping")
-        missing = [key for key in TABLE3_REQUIRED if key not in row]
-        if missing:
-            raise BertlookError(f"{where}: table3[{k}] ({row.get('probe')!r}) lacks {', '.join(missing)}")
-        probe = str(row["probe"])
-        if probe in seen:
-            raise BertlookError(f"{where}: table3 probe {probe!r} appears twice")
-        seen.add(probe)
+    for probe, row in _keyed_rows(rows, "table3", "probe", TABLE3_REQUIRED, where):
         for key in ("uas", "printed_by_code"):
             if key in row and (not _is_number(row[key]) or not 0 <= row[key] <= 100):
                 raise BertlookError(f"{where}: table3 {probe}: {key} must be a percentage, got {row[key]!r}")
@@ -157,19 +154,7 @@ def _validate_table3(rows: Any, where: str) -> None:
 
 
 def _validate_figure_facts(facts: Any, where: str) -> None:
-    if not isinstance(facts, list) or not facts:
-        raise BertlookError(f"{where}: `figure_facts` must be a non-empty list")
-    seen: set[str] = set()
-    for k, fact in enumerate(facts):
-        if not isinstance(fact, dict):
-            raise BertlookError(f"{where}: figure_facts[{k}] is not a mapping")
-        missing = [key for key in FACT_REQUIRED if key not in fact]
-        if missing:
-            raise BertlookError(f"{where}: figure_facts[{k}] ({fact.get('id')!r}) lacks {', '.join(missing)}")
-        fid = str(fact["id"])
-        if fid in seen:
-            raise BertlookError(f"{where}: figure fact {fid!r} appears twice")
-        seen.add(fid)
+    for fid, fact in _keyed_rows(facts, "figure_facts", "id", FACT_REQUIRED, where):
         name = f"{where}: figure fact {fid}"
         if not str(fact["source"]).strip():
             raise BertlookError(f"{name}: empty `source`")
