@@ -111,22 +111,9 @@ def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 def _read_csv(path: str | os.PathLike, *, required: Sequence[str] = (), what: str = "table"):
     """A CSV as strings (empty cells stay ``""``); errors name the file."""
-    import pandas as pd
+    from bertlook.io_utils import read_csv_strings
 
-    path = Path(path)
-    if not path.is_file():
-        raise BertlookError(f"{path}: {what} not found")
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise BertlookError(f"{path}: empty file (expected a CSV with a header)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise BertlookError(f"{path}: cannot parse CSV: {err}") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)} (header has: {', '.join(df.columns)})")
-    return df
+    return read_csv_strings(path, required=required, what=what)
 
 
 def _num(text: Any, where: str = "") -> float:

@@ -812,7 +812,8 @@ def extract_coref_attention(
     """
     from bertlook.alignment import FROM_SPLIT_MODES
     from bertlook.extraction import extract_to_store
-    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model, sha256_file
+    from bertlook.io_utils import sha256_file
+    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")

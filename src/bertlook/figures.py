@@ -30,11 +30,11 @@ import argparse
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path, read_csv_strings
 
 DPI = 150
 
@@ -96,21 +96,9 @@ def _new_figure(**kwargs):
 
 def _save_png(fig, out_png: str | os.PathLike) -> Path:
     """Save ``fig`` as PNG to a temporary sibling of ``out_png`` and rename it into place."""
-    target = Path(out_png)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp.png", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        fig.savefig(tmp_path, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
-        os.replace(tmp_path, target)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-    return target
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
+    return Path(out_png)
 
 
 def _read_table(
@@ -124,21 +112,7 @@ def _read_table(
     import pandas as pd
 
     path = Path(path)
-    if not path.is_file():
-        raise BertlookError(f"{path}: file not found")
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise BertlookError(f"{path}: empty file (expected a CSV with a header)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise BertlookError(f"{path}: cannot parse CSV: {err}") from None
-    raw.columns = [str(c).strip() for c in raw.columns]
-    wanted = [*int_cols, *float_cols, *str_cols]
-    missing = [c for c in wanted if c not in raw.columns]
-    if missing:
-        raise BertlookError(
-            f"{path}:1: missing column(s) {', '.join(missing)} (header has: {', '.join(raw.columns)})"
-        )
+    raw = read_csv_strings(path, required=[*int_cols, *float_cols, *str_cols])
     if raw.empty:
         raise BertlookError(f"{path}: no data rows")
     out = pd.DataFrame(index=raw.index)

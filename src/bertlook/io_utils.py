@@ -31,6 +31,40 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_csv_strings(path: str | os.PathLike, *, required=(), what: str = "file"):
+    """A CSV as a DataFrame of strings (empty cells stay ``""``), header stripped; checks that the
+    ``required`` columns exist. Errors (:class:`BertlookError`) name the file (and line 1 for the header)."""
+    import pandas as pd
+
+    from bertlook.errors import BertlookError
+
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: {what} not found")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise BertlookError(f"{path}: empty file (expected a CSV with a header)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot parse CSV: {err}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)} (header has: {', '.join(df.columns)})")
+    return df
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

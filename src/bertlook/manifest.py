@@ -8,7 +8,6 @@ each step (counts of everything excluded), package versions, Python, platform an
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import platform
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import sha256_file
 
 PACKAGES = [
     "bertlook", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "scikit-learn",
@@ -35,14 +35,6 @@ def package_versions(names: list[str] = PACKAGES) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_json(path: str | None, what: str) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import sha256_file
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _SHARDED_WEIGHTS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
@@ -115,17 +116,6 @@ class ResolvedModel:
         }
         self._provenance = prov
         return dict(prov)
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
 
 
 def pip_name(module: str) -> str:

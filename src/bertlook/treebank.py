@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import logging
 import os
 import random
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from bertlook.errors import BertlookError
-from bertlook.io_utils import atomic_path, write_json
+from bertlook.io_utils import atomic_path, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -380,14 +379,6 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
 
 # ------------------------------------------------------------------------------------ summaries
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def relation_counts(sentences: Iterable[Sentence]) -> collections.Counter:
     """Number of words per relation label."""
     counter: collections.Counter = collections.Counter()
@@ -412,7 +403,7 @@ def _read_local(src: Path, fmt: str, strip_subtypes: bool) -> tuple[list[Sentenc
     fmt = detect_format(src) if fmt == "auto" else fmt
     counts: dict[str, int] = {}
     sentences = read_treebank(src, fmt, strip_subtypes=strip_subtypes, counts=counts)
-    info = {"input": str(src), "input_sha256": _sha256(src), "format": fmt,
+    info = {"input": str(src), "input_sha256": sha256_file(src), "format": fmt,
             **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")}}
     return sentences, info
 
