@@ -15,6 +15,11 @@ from typing import Any
 from bertlook.errors import BertlookError
 
 
+def _url_file_name(url: str) -> str:
+    """The last path component of a download URL: the file name of its cached copy."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
 def wikipedia_target(config: dict[str, Any]) -> Path:
     """Where the workflow reads the Wikipedia dump: ``wikipedia.path`` or the download cache."""
     from bertlook.config import resolve_data_path
@@ -24,8 +29,21 @@ def wikipedia_target(config: dict[str, Any]) -> Path:
         return resolve_data_path(wiki["path"])
     if not wiki.get("url"):
         raise BertlookError("config key 'wikipedia': set either wikipedia.path or wikipedia.url")
-    name = wiki["url"].rstrip("/").rsplit("/", 1)[-1]
-    return Path(config["resources_dir"]) / "wikipedia" / name
+    return Path(config["resources_dir"]) / "wikipedia" / _url_file_name(wiki["url"])
+
+
+def glove_download_target(config: dict[str, Any]) -> Path | None:
+    """Where the workflow caches a downloaded GloVe file (None when ``glove.path`` is set or no url)."""
+    glove = config.get("glove") or {}
+    if glove.get("path") or not glove.get("url"):
+        return None
+    return Path(config["resources_dir"]) / "glove" / _url_file_name(glove["url"])
+
+
+def ud_download_dir(config: dict[str, Any]) -> Path:
+    """Where the workflow caches the files of the configured UD treebank release."""
+    ud = config["treebank"]["ud"]
+    return Path(config["resources_dir"]) / "ud" / ud["repo"] / ud["release"]
 
 
 def preflight_problems(config: dict[str, Any]) -> list[str]:
@@ -71,8 +89,7 @@ def _glove_problems(config: dict[str, Any], check_reachable) -> list[str]:
     url = glove.get("url")
     if not url:
         return ["config key 'glove': set either glove.path or glove.url"]
-    cached = Path(config["resources_dir"]) / "glove" / url.rstrip("/").rsplit("/", 1)[-1]
-    reason = None if cached.is_file() else check_reachable(url)
+    reason = None if glove_download_target(config).is_file() else check_reachable(url)
     return [f"GloVe vectors {url}: {reason}"] if reason else []
 
 
@@ -86,7 +103,7 @@ def _treebank_problems(config: dict[str, Any], check_reachable) -> list[str]:
                 for split in ("train", "dev") if local.get(split) and not Path(local[split]).is_file()]
     if tb.get("source") == "ud":
         ud = tb["ud"]
-        cache = Path(config["resources_dir"]) / "ud" / ud["repo"] / ud["release"]
+        cache = ud_download_dir(config)
         missing = [f for f in (ud["train_file"], ud["dev_file"]) if not (cache / f).is_file()]
         if missing:
             url = ud["base_url"].format(repo=ud["repo"], release=ud["release"], file=missing[0])

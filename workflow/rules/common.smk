@@ -8,7 +8,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from bertlook.preflight import wikipedia_target
+from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -118,7 +118,7 @@ def treebank_source_args(wildcards, input):
         f"--source ud --ud-repo {shlex.quote(ud['repo'])} --ud-release {shlex.quote(ud['release'])} "
         f"--ud-train-file {shlex.quote(ud['train_file'])} --ud-dev-file {shlex.quote(ud['dev_file'])} "
         f"--ud-base-url {shlex.quote(ud['base_url'])} "
-        f"--download-dir {shlex.quote(os.path.join(RESOURCES, 'ud', ud['repo'], ud['release']))}"
+        f"--download-dir {shlex.quote(str(ud_download_dir(config)))}"
     )
     for split in ("train", "dev"):
         if ud[f"{split}_sha256"]:
@@ -149,11 +149,8 @@ def extract_words_model_args(wildcards, input):
 
 # ---- probes (Table 3) ----------------------------------------------------------------------------
 GLOVE = config["glove"]
-GLOVE_FILE = (
-    os.path.join(RESOURCES, "glove", os.path.basename(GLOVE["url"]))
-    if not GLOVE.get("path") and GLOVE.get("url")
-    else None
-)
+_glove_target = glove_download_target(config)
+GLOVE_FILE = str(_glove_target) if _glove_target else None
 GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
 # The probes need a train split; without one (local source, no train file) there is no Table 3.
 RUN_PROBES = HAS_TRAIN_SPLIT
