@@ -7,10 +7,10 @@ import hashlib
 import http.server
 import json
 import socket
-import threading
 from pathlib import Path
 
 import pytest
+from local_http import local_http_server
 
 from bertlook import download as dl
 from bertlook.errors import BertlookError
@@ -60,18 +60,8 @@ def server(tmp_path):
     root = tmp_path / "served"
     root.mkdir()
     (root / "dump.xml").write_bytes(PAYLOAD)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.root, srv.hits, srv.lock = root, {}, threading.Lock()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
-    try:
+    with local_http_server(root, _Handler) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture()

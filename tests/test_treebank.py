@@ -8,10 +8,10 @@ import http.server
 import json
 import random
 import re
-import threading
 from pathlib import Path
 
 import pytest
+from local_http import local_http_server
 
 from bertlook import treebank as tb
 from bertlook.corpora import write_segments
@@ -337,18 +337,9 @@ def ud_server(tmp_path, fixtures_dir):
     release.mkdir(parents=True)
     (release / "xx_tiny-ud-train.conllu").write_bytes((fixtures_dir / "tiny.conllu").read_bytes())
     (release / "xx_tiny-ud-dev.conllu").write_bytes((fixtures_dir / "tiny.conllu").read_bytes())
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.root, srv.hits, srv.lock = root, {}, threading.Lock()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    srv.template = f"http://127.0.0.1:{srv.server_address[1]}/{{repo}}/{{release}}/{{file}}"
-    try:
+    with local_http_server(root, _Handler) as srv:
+        srv.template = f"{srv.base}/{{repo}}/{{release}}/{{file}}"
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 UD_ARGS = dict(train_file="xx_tiny-ud-train.conllu", dev_file="xx_tiny-ud-dev.conllu",
