@@ -395,3 +395,90 @@ def test_cli_help_lists_inputs_and_outputs(capsys):
     for word in ("Input:", "Output:", "--dump", "--model", "--revision", "--out", "--summary",
                  "--n-segments", "--max-seq-len", "--seed", "--max-articles"):
         assert word in text
+
+
+# ------------------------------------------------------------------- bad and hostile dumps (issue 9)
+
+_MW_HEAD = '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">'
+
+
+def _page(title, text, ns=0, redirect=False):
+    return (f"<page><title>{title}</title><ns>{ns}</ns><id>1</id>" + ("<redirect title='X'/>" if redirect else "")
+            + f"<revision><id>2</id><text>{text}</text></revision></page>")
+
+
+@pytest.mark.parametrize("pages, what", [
+    ("", "pages read 0"),
+    (_page("R", "#REDIRECT [[Cat]]", redirect=True) + _page("T", "Talk page text is here.", ns=1),
+     "pages read 2, non-article pages 1, redirects 1"),
+    (_page("Stub", "== Heading ==\n* a list item"), "articles without a usable sentence 1"),
+])
+def test_dump_without_usable_articles_is_an_error_naming_it(tmp_path, pages, what):
+    path = tmp_path / "dump.xml"
+    path.write_text(f"{_MW_HEAD}{pages}</mediawiki>")
+    with pytest.raises(BertlookError, match="no usable article") as exc:
+        list(iter_documents(path))
+    assert str(path) in str(exc.value) and what in str(exc.value)
+    bz = tmp_path / "dump.xml.bz2"
+    bz.write_bytes(bz2.compress(path.read_bytes()))
+    with pytest.raises(BertlookError, match=f"{bz}: no usable article"):
+        list(iter_documents(bz))
+
+
+def test_cli_corpora_empty_dump_exits_2_and_writes_nothing(fake_modeling, tiny_bert_dir, tmp_path, capsys):
+    from bertlook.cli import main
+
+    dump = tmp_path / "redirects.xml"
+    dump.write_text(f"{_MW_HEAD}{_page('R', '#REDIRECT [[Cat]]')}</mediawiki>")
+    out = tmp_path / "segments.jsonl"
+    code = main(["corpora", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
+                 "--summary", str(tmp_path / "s.json")])
+    assert code == 2 and not out.exists()
+    assert f"error: {dump}: no usable article in the Wikipedia dump (pages read 1" in capsys.readouterr().err
+
+
+def test_cli_corpora_no_segment_possible_is_an_error(fake_modeling, tiny_bert_dir, tmp_path, capsys):
+    from bertlook.cli import main
+
+    dump = tmp_path / "one_sentence_each.xml"
+    dump.write_text(f"{_MW_HEAD}{_page('A', 'The cat sat on the mat.')}{_page('B', 'The dog ran to the river.')}"
+                    "</mediawiki>")
+    out = tmp_path / "segments.jsonl"
+    code = main(["corpora", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
+                 "--summary", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert f"{dump}: no segment could be made (2 usable articles read, 2 single-sentence chunks skipped" in err
+
+
+def test_cli_corpora_shortfall_is_reported_in_the_summary(fake_modeling, tiny_bert_dir, wiki_bz2, tmp_path, capsys):
+    summary_path = tmp_path / "s.json"
+    args = _parse(["corpora", "--dump", str(wiki_bz2), "--model", str(tiny_bert_dir), "--out",
+                   str(tmp_path / "seg.jsonl"), "--summary", str(summary_path), "--n-segments", "1000"])
+    assert args.func(args) == 0
+    summary = json.loads(summary_path.read_text())
+    assert summary["warnings"] == [f"only {summary['segments_produced']} of 1000 segments could be made from "
+                                   f"{wiki_bz2}: its 2 usable articles ran out"]
+    assert f"warning: {summary['warnings'][0]}" in capsys.readouterr().err
+
+
+def test_entity_bombs_and_external_entities_are_refused(tmp_path):
+    lol = '<!ENTITY l0 "lol">' + "".join(f'<!ENTITY l{i} "{("&l%d;" % (i - 1)) * 10}">' for i in range(1, 10))
+    bomb = tmp_path / "bomb.xml"
+    bomb.write_text(f"<?xml version='1.0'?><!DOCTYPE mediawiki [{lol}]>{_MW_HEAD}{_page('A', '&l9;')}</mediawiki>")
+    with pytest.raises(BertlookError, match=rf"{bomb}:1: invalid XML .*amplification"):
+        list(iter_documents(bomb))
+    xxe = tmp_path / "xxe.xml"
+    xxe.write_text("<?xml version='1.0'?><!DOCTYPE mediawiki [<!ENTITY x SYSTEM 'file:///etc/passwd'>]>"
+                   f"{_MW_HEAD}{_page('A', '&x;')}</mediawiki>")
+    with pytest.raises(BertlookError, match=rf"{xxe}:1: invalid XML .*undefined entity"):
+        list(iter_documents(xxe))
+
+
+def test_invalid_utf8_in_dump_names_file_and_line(tmp_path, wiki_xml):
+    data = wiki_xml.read_bytes().replace(b"The cat was in the house", b"The cat was in the \xff house", 1)
+    path = tmp_path / "bad.xml"
+    path.write_bytes(data)
+    line = data[: data.index(b"\xff")].count(b"\n") + 1
+    with pytest.raises(BertlookError, match=rf"{path}:{line}: invalid XML"):
+        list(iter_documents(path))

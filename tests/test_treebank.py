@@ -515,3 +515,71 @@ def test_silver_rejects_segments_of_another_dump(fixtures_dir, tmp_path):
     with pytest.raises(BertlookError, match="segment 0 has no doc_index"):
         tb.prepare_silver(fixtures_dir / "tiny_wiki.xml", no_index, tmp_path / "t", tmp_path / "d")
     assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
+
+
+# ------------------------------------------------------------------------ hostile input (issue 9)
+
+@pytest.mark.parametrize("fixture, reader", [("tiny.conllu", tb.read_conllu), ("tiny_sd.conllx", tb.read_conllx)])
+def test_bom_crlf_and_cr_only(fixture, reader, fixtures_dir, tmp_path):
+    data = (fixtures_dir / fixture).read_bytes()
+    expected = reader(fixtures_dir / fixture)
+    for name, variant in (("bom", b"\xef\xbb\xbf" + data), ("crlf", data.replace(b"\n", b"\r\n")),
+                          ("bom_crlf", b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"))):
+        path = tmp_path / name / fixture  # same stem: same derived sentence ids
+        path.parent.mkdir()
+        path.write_bytes(variant)
+        got = reader(path)
+        assert got == expected and [s.line for s in got] == [s.line for s in expected], name
+    cr = tmp_path / f"mac{Path(fixture).suffix}"
+    cr.write_bytes(data.replace(b"\n", b"\r"))
+    with pytest.raises(BertlookError, match=re.escape(f"{cr}:1: carriage return (CR) inside a line: CR-only "
+                                                      "line endings") + r".*convert with: tr '\\r' '\\n' <"):
+        reader(cr)
+    stray = tmp_path / f"stray{Path(fixture).suffix}"
+    lines = data.split(b"\n")
+    lines[3] = lines[3].replace(b"\t", b"\t\r", 1)
+    stray.write_bytes(b"\n".join(lines))
+    with pytest.raises(BertlookError, match=re.escape(f"{stray}:4: carriage return")):
+        reader(stray)
+
+
+@pytest.mark.parametrize("bad", ["a\tb", "a\x00b", "a\x0bb", "a\u2028b", "a\x85b"])
+def test_sent_id_with_control_character_names_file_and_line(tmp_path, bad):
+    path = tmp_path / "ids.conllu"
+    path.write_text("\n".join(["# sent_id = ok", _conllu_word(1, "Hi", 0, "root"), "",
+                               f"# sent_id = {bad}", _conllu_word(1, "Yo", 0, "root"), ""]) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(BertlookError, match=re.escape(f"{path}:4: sent_id {bad!r} contains the control "
+                                                      "character")):
+        tb.read_conllu(path)
+
+
+def test_sent_id_with_tab_stops_the_cli_with_file_and_line(tmp_path, capsys):
+    """Today's failure mode was an error from the writer without file or line."""
+    from bertlook.cli import main
+
+    path = tmp_path / "dev.conllu"
+    path.write_text("\n".join(["# sent_id = s\t1", _conllu_word(1, "Hi", 0, "root"), ""]) + "\n")
+    out = tmp_path / "out"
+    assert main(["treebank", "--source", "local", "--dev", str(path), "--out-train", str(out / "t.conllu"),
+                 "--out-dev", str(out / "d.conllu"), "--summary", str(out / "s.json")]) == 2
+    assert f"error: {path}:1: sent_id 's\\t1' contains the control character" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("col", [0, 6])
+def test_huge_word_id_or_head_is_a_line_error(tmp_path, col):
+    cols = ["1", "Hi", "_", "X", "X", "_", "0", "root", "_", "_"]
+    cols[col] = "9" * 5000
+    path = tmp_path / "huge.conllu"
+    path.write_text("\t".join(cols) + "\n")
+    with pytest.raises(BertlookError, match=re.escape(f"{path}:1: ") + ".*more than 9 digits"):
+        tb.read_conllu(path)
+
+
+def test_bad_utf8_line_number_deep_in_the_file(tmp_path):
+    block = "\n".join([_conllu_word(1, "Hi", 0, "root"), ""]) + "\n"
+    path = tmp_path / "deep.conllx"
+    path.write_bytes(block.encode() * 3000 + b"1\tH\xe9\t_\tX\tX\t_\t0\troot\n")
+    with pytest.raises(BertlookError, match=re.escape(f"{path}:6001: not UTF-8")):
+        tb.read_conllx(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -46,41 +47,235 @@ def _fill_defaults(schema: dict[str, Any], data: Any) -> None:
             _fill_defaults(sub, data[key])
 
 
-def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Validate ``config`` (a dict) against the schema; return a copy with defaults filled.
+def _non_finite(data: Any, where: str = "", seen: set[int] | None = None) -> list[str]:
+    """Dotted names of every float that is inf, -inf or nan (YAML ``.inf``, ``-.inf``, ``.nan``).
 
+    A container shared through YAML anchors is visited once (no blow-up on alias bombs)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return [f"config key '{where or '(top level)'}': {data!r} is not a finite number"]
+    out: list[str] = []
+    if isinstance(data, (dict, list)):
+        seen = set() if seen is None else seen
+        if id(data) in seen:
+            return out
+        seen.add(id(data))
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        for key, value in items:
+            out.extend(_non_finite(value, f"{where}.{key}" if where else str(key), seen))
+    return out
+
+
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(data: Any, memo: dict[int, int] | None = None) -> int:
+    """Number of values in ``data`` with every YAML alias expanded (linear time: shared nodes are
+    counted from a memo), so a "billion laughs" alias bomb is measured, not walked."""
+    if not isinstance(data, (dict, list)):
+        return 1
+    memo = {} if memo is None else memo
+    if id(data) not in memo:
+        memo[id(data)] = 0  # a (non-YAML) cycle counts as nothing more
+        children = data.values() if isinstance(data, dict) else data
+        memo[id(data)] = 1 + sum(_expanded_size(v, memo) for v in children)
+    return memo[id(data)]
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    t = schema.get("type")
+    return {t} if isinstance(t, str) else set(t or ())
+
+
+def normalise_integers(schema: dict[str, Any], data: Any) -> Any:
+    """Return ``data`` with every integral float whose schema type is ``integer`` (``30.0``) made an int.
+
+    JSON Schema counts ``30.0`` as an integer, so a validated config may hold floats where the code
+    and the command lines expect ints. Follows ``properties``, ``additionalProperties``, ``items``
+    and the ``oneOf``/``anyOf`` branch that the value matches. Non-integral floats are left alone
+    (validation rejects them).
+    """
+    if isinstance(data, float) and data.is_integer() and math.isfinite(data):
+        types = _types(schema)
+        if "integer" in types and "number" not in types:
+            return int(data)
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            import jsonschema
+
+            for sub in schema[key]:
+                if jsonschema.Draft202012Validator(sub).is_valid(data):
+                    data = normalise_integers(sub, data)
+                    break
+    if isinstance(data, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        out = {}
+        for k, v in data.items():
+            sub = props.get(k, extra if isinstance(extra, dict) else None)
+            out[k] = normalise_integers(sub, v) if sub else v
+        return out
+    if isinstance(data, list) and isinstance(schema.get("items"), dict):
+        return [normalise_integers(schema["items"], v) for v in data]
+    return data
+
+
+_URL_FILE_PROBLEM = "its last path component must be a file name (not empty, '.' or '..')"
+
+
+def cross_field_problems(config: dict[str, Any]) -> list[str]:
+    """Requirements that involve more than one key (schema-valid ``config`` with defaults filled)."""
+    problems: list[str] = []
+    wiki = config["wikipedia"]
+    if not wiki.get("path") and not wiki.get("url"):
+        problems.append("config key 'wikipedia': set wikipedia.path (a local dump) or wikipedia.url "
+                        "(both are null)")
+    glove = config["glove"]
+    if not glove.get("path") and not glove.get("url"):
+        problems.append("config key 'glove': set glove.path (local vectors or package:...) or glove.url "
+                        "(both are null)")
+    for key, url in (("wikipedia.url", None if wiki.get("path") else wiki.get("url")),
+                     ("glove.url", None if glove.get("path") else glove.get("url"))):
+        if url:
+            # as bertlook.preflight._url_file_name: the cache file is resources/<kind>/<name>
+            name = url.rstrip("/").rsplit("/", 1)[-1]
+            host_only = "/" not in url.split("://", 1)[-1].rstrip("/")
+            if name in ("", ".", "..") or host_only:
+                problems.append(f"config key '{key}': {url!r}: the download is cached under the URL's file "
+                                f"name, so {_URL_FILE_PROBLEM}")
+    source = glove.get("path") or glove.get("url") or ""
+    if glove.get("member") and not source.lower().rstrip("/").endswith(".zip"):
+        problems.append(f"config key 'glove.member': {glove['member']!r} names a file inside a .zip, but the "
+                        f"vectors come from {source!r}, not a .zip (set glove.member: null)")
+    tb = config["treebank"]
+    if tb["source"] == "local":
+        local = tb.get("local") or {}
+        if not local.get("dev"):
+            problems.append("config key 'treebank.local.dev': treebank.source is local but no dev file is "
+                            "set (treebank.local.dev)")
+        if local.get("format", "auto") == "auto":
+            from bertlook.treebank import CONLLU_SUFFIXES, CONLLX_SUFFIXES
+
+            for split in ("train", "dev"):
+                path = local.get(split)
+                if path and Path(path).suffix.lower() not in CONLLU_SUFFIXES + CONLLX_SUFFIXES:
+                    problems.append(
+                        f"config key 'treebank.local.{split}': cannot tell the format of {path!r} from its "
+                        f"extension; set treebank.local.format to conllu or conllx")
+    if tb["source"] == "ud":
+        base = tb["ud"]["base_url"]
+        if "{file}" not in base:
+            problems.append("config key 'treebank.ud.base_url': the URL template has no {file} (train and "
+                            "dev would be the same download)")
+    return problems
+
+
+def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Validate ``config`` (a dict); return a normalised copy with defaults filled.
+
+    Checks: the JSON schema; no inf/nan anywhere; unique model labels; requirements across keys
+    (:func:`cross_field_problems`, e.g. wikipedia.path or wikipedia.url). The returned copy has
+    every integral float whose schema type is integer turned into an int (``n_segments: 30.0`` ->
+    30; see :func:`normalise_integers`), so use it, not ``config``.
     Raises BertlookError listing every bad key by its dotted name.
     """
     import jsonschema
 
     with open(schema_path(), encoding="utf-8") as fh:
         schema = yaml.safe_load(fh)
+    if not isinstance(config, dict):
+        raise BertlookError(f"{source}: a configuration must be a mapping, got {type(config).__name__}")
+    size = _expanded_size(config)
+    if size > MAX_CONFIG_VALUES:
+        raise BertlookError(f"{source}: the configuration holds {size} values once YAML aliases are expanded "
+                            f"(more than {MAX_CONFIG_VALUES}); not a bertlook configuration")
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = "\n".join(f"  - {_format_error(e)}" for e in errors)
-        raise BertlookError(f"{source}: invalid configuration:\n{lines}")
+    lines = _non_finite(config) + [_format_error(e) for e in errors]
+    if lines:
+        text = "\n".join(f"  - {line}" for line in lines)
+        raise BertlookError(f"{source}: invalid configuration:\n{text}")
     labels = [m["label"] for m in config["models"]]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise BertlookError(f"{source}: config key 'models': duplicate label(s) {dupes}")
     filled = copy.deepcopy(config)
     _fill_defaults(schema, filled)
+    filled = normalise_integers(schema, filled)
+    problems = cross_field_problems(filled)
+    if problems:
+        text = "\n".join(f"  - {line}" for line in problems)
+        raise BertlookError(f"{source}: invalid configuration:\n{text}")
     return filled
 
 
-def load_config(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and validate a YAML configuration file."""
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping of a YAML document repeats a key (PyYAML would silently keep the last value)."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a key repeated in one mapping (``<<`` merge keys excepted)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable key: SafeLoader reports it itself
+                    continue
+                if first is not None:
+                    raise DuplicateKeyError(
+                        None, None,
+                        f"duplicate key {key!r} (first on line {first.line + 1}); "
+                        "YAML would silently keep only the last value",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_strict(path: str | os.PathLike) -> Any:
+    """Parse a YAML file with :class:`StrictLoader`; return its data (any YAML value).
+
+    Raises BertlookError ``"<file>:<line>: ..."`` for a missing/unreadable file, invalid YAML,
+    or a key repeated in one mapping (``<file>:<line>: duplicate key 'seed' (first on line 3)``).
+    """
     p = Path(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        with open(p, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         raise BertlookError(f"{p}: configuration file not found") from None
+    except OSError as err:
+        raise BertlookError(f"{p}: cannot read the configuration ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise BertlookError(f"{p}:{line}: not UTF-8 text ({err.reason})") from None
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+    except DuplicateKeyError as err:
+        raise BertlookError(f"{p}:{err.problem_mark.line + 1}: {err.problem}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise BertlookError(f"{p}{line}: not valid YAML: {getattr(err, 'problem', err)}") from None
+        raise BertlookError(f"{p}{line}: not valid YAML: {getattr(err, 'problem', None) or err}") from None
+
+
+def check_yaml_file(path: str | os.PathLike) -> None:
+    """Raise BertlookError (``<file>:<line>: duplicate key ...``) unless ``path`` is valid YAML
+    without repeated keys. For the Snakefile, which loads ``--configfile`` files with a lenient loader."""
+    load_yaml_strict(path)
+
+
+def load_config(path: str | os.PathLike) -> dict[str, Any]:
+    """Read (strictly: duplicate keys are errors) and validate a YAML configuration file."""
+    p = Path(path)
+    data = load_yaml_strict(p)
     if not isinstance(data, dict):
         raise BertlookError(f"{p}: a configuration must be a YAML mapping")
     return validate_config(data, source=str(p))

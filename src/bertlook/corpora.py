@@ -213,6 +213,12 @@ def _open_dump(path: Path):
     return open(path, "rb")
 
 
+def _count_text(counts: dict[str, int]) -> str:
+    return (f"pages read {counts['pages_read']}, non-article pages {counts['non_article_pages_skipped']}, "
+            f"redirects {counts['redirects_skipped']}, articles without a usable sentence "
+            f"{counts['documents_without_sentences']}")
+
+
 def iter_documents(
     dump_path: str | os.PathLike,
     *,
@@ -224,7 +230,8 @@ def iter_documents(
     Namespace-0 pages only; redirects and articles without a usable sentence are skipped and counted
     in ``counts`` (keys :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read). ``max_articles``
     stops after that many kept documents. Missing, empty, corrupt or invalid files raise
-    :class:`BertlookError` naming the file (and the line for XML errors).
+    :class:`BertlookError` naming the file (and the line for XML errors), and so does a dump that
+    ends without a single usable article (all redirects, other namespaces, or no prose).
     """
     import xml.etree.ElementTree as ET
 
@@ -278,6 +285,8 @@ def iter_documents(
                 kept += 1
                 if max_articles is not None and kept >= max_articles:
                     return
+        if kept == 0:
+            raise BertlookError(f"{path}: no usable article in the Wikipedia dump ({_count_text(counts)})")
     except ET.ParseError as err:
         line = err.position[0] if getattr(err, "position", None) else "?"
         if counts["pages_read"] == 0 and "no element found" in str(err) and line == 1:
@@ -490,9 +499,20 @@ def _handler(args: argparse.Namespace) -> int:
                                            max_seq_len=args.max_seq_len, seed=args.seed)
     finally:
         docs.close()
+    if not segments:
+        raise BertlookError(
+            f"{dump}: no segment could be made ({summary['documents_read']} usable articles read, "
+            f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
+            f"{summary['sentences_without_tokens']} sentences without tokens; {_count_text(counts)}): a "
+            "segment needs two sentences of one article")
+    warnings = []
+    if summary["segments_produced"] < summary["segments_requested"]:
+        warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
+                        f"could be made from {dump}: its {summary['documents_read']} usable articles ran out"
+                        + (f" (max_articles {args.max_articles})" if args.max_articles else ""))
     write_segments(args.out, segments)
     summary = {"dump": str(dump), "model": args.model, "revision": args.revision,
-               "max_articles": args.max_articles, **summary, **counts}
+               "max_articles": args.max_articles, **summary, **counts, "warnings": warnings}
     write_json(args.summary, summary)
     print(
         f"corpora: {summary['segments_produced']}/{summary['segments_requested']} segments from "
@@ -503,9 +523,8 @@ def _handler(args: argparse.Namespace) -> int:
         f"{counts['non_article_pages_skipped']}, without sentences "
         f"{counts['documents_without_sentences']}; -> {args.out}"
     )
-    if summary["segments_produced"] < summary["segments_requested"]:
-        print(f"warning: only {summary['segments_produced']} of {summary['segments_requested']} "
-              f"segments could be made from {dump}", file=sys.stderr)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,9 @@ sources into the same normalized files, ``train.conllu`` and ``dev.conllu`` (CoN
 
 Readers (:func:`read_conllu`, :func:`read_conllx`) validate every sentence and raise
 :class:`~bertlook.errors.BertlookError` naming ``path:line`` (and the sentence id where known).
+Files are UTF-8 (a leading BOM is skipped) with LF or CRLF line endings; bytes that are not UTF-8,
+CR-only (old Mac) line endings and a ``sent_id`` holding a tab or other control character are
+``path:line`` errors (:func:`iter_text_lines`).
 Nothing is dropped silently: multi-word-token lines, empty nodes, stripped subtypes, multi-root
 sentences and, for silver trees, every skipped sentence are counted and written to the summary.
 """
@@ -27,7 +30,9 @@ import logging
 import os
 import random
 import re
+import shlex
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -64,6 +69,36 @@ _SENT_ID = re.compile(r"^#\s*sent_id\s*=\s*(.*?)\s*$")
 _INT = re.compile(r"^[0-9]+$")
 _RANGE_ID = re.compile(r"^[0-9]+-[0-9]+$")
 _EMPTY_ID = re.compile(r"^[0-9]+\.[0-9]+$")
+_MAX_ID_DIGITS = 9  # word ids and heads: longer digit strings are rejected before int()
+
+
+def iter_text_lines(fh, path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line of a binary file: UTF-8 (a BOM at the start is skipped),
+    LF or CRLF line endings (the ending is removed).
+
+    Raises :class:`BertlookError` ``"<path>:<line>: ..."`` for bytes that are not UTF-8 and for a
+    carriage return inside a line (a file with CR-only line endings reads as one line holding CRs).
+    """
+    for lineno, raw in enumerate(fh, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise BertlookError(f"{path}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start + 1} "
+                                "of the line)") from None
+        line = line.rstrip("\n")
+        if line.endswith("\r"):
+            line = line[:-1]
+        if "\r" in line:
+            q = shlex.quote(str(path))
+            raise BertlookError(
+                f"{path}:{lineno}: carriage return (CR) inside a line: CR-only line endings (old Mac "
+                f"format) or a stray CR; convert with: tr '\\r' '\\n' < {q} > {shlex.quote(str(path) + '.lf')}")
+        yield lineno, line
+
+
+def _control_char(text: str) -> str | None:
+    """The first control / line-separator character of ``text`` (tab, CR, NUL, U+2028, ...), else None."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
 
 
 # ------------------------------------------------------------------------------------ data model
@@ -158,6 +193,10 @@ class _Reader:
                                      "first word line of a sentence)")
         m = _SENT_ID.match(text)
         if m:
+            bad = _control_char(m.group(1))
+            if bad is not None:
+                raise BertlookError(f"{self.path}:{lineno}: sent_id {m.group(1)!r} contains the control "
+                                    f"character {bad!r} (sentence ids are written to TSV and JSON outputs)")
             self.sent_id, self.sent_id_line = m.group(1), lineno
 
     def token(self, lineno: int, line: str) -> None:
@@ -179,6 +218,8 @@ class _Reader:
             return
         if not _INT.match(wid):
             raise self.error(lineno, f"non-integer word id {cols[0]!r}")
+        if len(wid) > _MAX_ID_DIGITS:
+            raise self.error(lineno, f"word id {wid[:20]}... has more than {_MAX_ID_DIGITS} digits")
         expected = len(self.words) + 1
         if int(wid) != expected:
             raise self.error(lineno, f"word id {int(wid)} out of order: ids must run 1..n, "
@@ -189,6 +230,9 @@ class _Reader:
         head = cols[6].strip()
         if not _INT.match(head):
             raise self.error(lineno, f"non-integer head {cols[6]!r} of word {expected}")
+        if len(head) > _MAX_ID_DIGITS:
+            raise self.error(lineno, f"head {head[:20]}... of word {expected} has more than "
+                                     f"{_MAX_ID_DIGITS} digits")
         rel = cols[7].strip()
         if self.strip_subtypes and ":" in rel:
             rel = rel.split(":", 1)[0]
@@ -250,11 +294,7 @@ class _Reader:
         except OSError as err:
             raise BertlookError(f"{path}: cannot read the treebank ({err.strerror or err})") from err
         with fh:
-            for lineno, raw in enumerate(fh, start=1):
-                try:
-                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as err:
-                    raise BertlookError(f"{path}:{lineno}: not UTF-8 text ({err.reason})") from err
+            for lineno, line in iter_text_lines(fh, path):
                 if not line.strip():
                     self.end_sentence()
                 elif line.startswith("#"):
