@@ -21,11 +21,13 @@ BASE, BIG = 0.01, 0.9
 
 # ------------------------------------------------------------------------------------------ helpers
 def pointer_map(n: int, targets: dict[int, int], base: float = BASE, big: float = BIG) -> np.ndarray:
-    """[n, n] map: row i puts ``big`` on column targets[i], ``base`` everywhere else."""
+    """[n, n] map: row i puts ``big`` on column targets[i], ``base`` everywhere else; rows are then
+    normalised to sum to 1 (stores refuse other rows), which keeps every row's and column's argmax
+    when every row has a target."""
     a = np.full((n, n), base)
     for i, j in targets.items():
         a[i, j] = big
-    return a
+    return a / a.sum(-1, keepdims=True)
 
 
 def make_store(path: Path, sentences: list[dict], maps: list[np.ndarray], *, level: str = "word",
@@ -134,6 +136,9 @@ def test_head2dep_is_dep2head_of_transposed_map(tmp_path):
         heads = [0] + [int(rng.integers(1, i + 1)) for i in range(1, W)]
         sents.append({"words": [f"w{i}" for i in range(W)], "heads": heads, "rels": ["root"] + ["dep"] * (W - 1)})
         a = rng.dirichlet(np.ones(W + 2), size=(1, 1, W + 2))
+        for _ in range(200):  # Sinkhorn: doubly stochastic, so the transpose's rows also sum to 1
+            a = a / a.sum(-2, keepdims=True)
+            a = a / a.sum(-1, keepdims=True)
         maps.append(np.concatenate([a, np.swapaxes(a, -1, -2)], axis=1))  # head 2 = transpose of head 1
     sc = ha.score_heads(make_store(tmp_path / "s", sents, maps))
     corr = sc.correct  # [R, 1, 2, 2]

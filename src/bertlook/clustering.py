@@ -394,10 +394,9 @@ def _read_stats(path) -> "pd.DataFrame":
 
 
 def _run_cluster(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import AttentionStoreError
+    from bertlook.attention_store import open_store
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv
-    from bertlook.surface_stats import open_store
 
     threads = args.threads
     if threads is None:
@@ -415,8 +414,6 @@ def _run_cluster(args: "argparse.Namespace") -> int:
             n_init=args.mds_n_init, max_iter=args.mds_max_iter, eps=args.mds_eps,
             num_threads=threads,
         )
-    except AttentionStoreError as err:
-        raise BertlookError(str(err)) from None
     except BertlookError as err:
         if str(err).startswith("statistics table"):
             raise BertlookError(f"{args.stats}: {err}") from None

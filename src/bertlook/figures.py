@@ -173,15 +173,6 @@ def _read_summary(path: str | os.PathLike) -> dict[str, Any]:
     return summary
 
 
-def _open_store(store_path: str | os.PathLike):
-    from bertlook.attention_store import AttentionStore, AttentionStoreError
-
-    try:
-        return AttentionStore(store_path)
-    except (AttentionStoreError, OSError, KeyError, ValueError) as err:
-        raise BertlookError(f"{store_path}: cannot open attention store: {err}") from None
-
-
 def _layer_ticks(ax, num_layers: int, axis: str = "x") -> None:
     step = 1 if num_layers <= 16 else 2 if num_layers <= 32 else max(1, num_layers // 12)
     ticks = list(range(1, num_layers + 1, step))
@@ -296,7 +287,9 @@ def fig1_example_heads(
         raise BertlookError("fig1_example_heads: no heads given")
     if labels is not None and len(labels) != len(heads):
         raise BertlookError(f"fig1_example_heads: {len(labels)} labels for {len(heads)} heads")
-    store = _open_store(store_path)
+    from bertlook.attention_store import open_store
+
+    store = open_store(store_path)
     for layer, head in heads:
         parse_head_label(f"{layer}-{head}", store.num_layers, store.num_heads)
     if len(store) == 0:
@@ -573,7 +566,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_figures(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
-    store = _open_store(args.attention)
+    from bertlook.attention_store import open_store
+
+    store = open_store(args.attention)
     spec = str(args.example_heads).strip()
     if spec.lower() == "auto":
         stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])

@@ -166,12 +166,9 @@ def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
 
 
 def _check_word_store(store: "AttentionStore") -> None:
-    level = store.meta.get("level")
-    if level != "word":
-        raise BertlookError(
-            f"{store.path}: expected a word-level attention store (meta level 'word'), got level {level!r}; "
-            "convert token-level maps with the alignment step first"
-        )
+    from bertlook.attention_store import open_store
+
+    open_store(store, level="word")
 
 
 def _is_int(v: Any) -> bool:
@@ -528,13 +525,6 @@ def bootstrap_ci(
     return low, high
 
 
-def _open(path_or_store) -> "AttentionStore":
-    from bertlook.attention_store import AttentionStore
-    from bertlook.surface_stats import open_store
-
-    return path_or_store if isinstance(path_or_store, AttentionStore) else open_store(path_or_store)
-
-
 def table1(
     dev_scores: HeadScores,
     *,
@@ -599,7 +589,9 @@ def table1(
         den = np.stack(dens, axis=1)
         store_ref = dev_store if dev_store is not None else dev_scores.store_path
         if store_ref is not None:
-            head_nums = sentence_correct(_open(store_ref), dev_scores, [s[:4] for s in selections])
+            from bertlook.attention_store import open_store
+
+            head_nums = sentence_correct(open_store(store_ref, level="word"), dev_scores, [s[:4] for s in selections])
         else:
             head_nums = np.full_like(den, np.nan, dtype=np.float64)
         low, high = bootstrap_ci(
@@ -815,12 +807,13 @@ def fig5_syntax_heads(
     import seaborn as sns
     from matplotlib.collections import LineCollection
 
-    from bertlook.figures import _MIN_WEIGHT, _new_figure, _open_store, _save_png, _short_token, _style
+    from bertlook.attention_store import open_store
+    from bertlook.figures import _MIN_WEIGHT, _new_figure, _save_png, _short_token, _style
 
     relations = list(relations)
     if not relations:
         raise BertlookError("fig5_syntax_heads: no relations given")
-    store = _open_store(dev_store_path)
+    store = open_store(dev_store_path)
     _check_word_store(store)
     if example_index is not None and not 0 <= int(example_index) < len(store):
         raise BertlookError(
@@ -995,12 +988,11 @@ def register_cli(subparsers) -> None:
 
 
 def _run_heads(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import AttentionStoreError
+    from bertlook.attention_store import open_store
     from bertlook.io_utils import write_json, write_text
     from bertlook.paper_reference import table1_reference
 
-    dev_store = _open(args.dev_attention)
-    _check_word_store(dev_store)
+    dev_store = open_store(args.dev_attention, level="word")
     kind = args.treebank_kind or dev_store.meta.get("treebank_kind")
     if kind not in TREEBANK_KINDS:
         raise BertlookError(
@@ -1011,21 +1003,18 @@ def _run_heads(args: "argparse.Namespace") -> int:
     scheme = TREEBANK_KINDS[kind][0]
     if args.paper_comparable and kind != "ptb_sd":
         print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
-    try:
-        dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                          max_examples=args.max_examples)
-        train = None
-        if args.train_attention:
-            train_store = _open(args.train_attention)
-            train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                                max_examples=args.max_examples, keep_sentences=False)
-        paper = table1_reference(scheme)
-        table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
-                       bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
-                       paper=paper, comparable=args.paper_comparable,
-                       forced_relations=FORCED_BY_SCHEME[scheme])
-    except AttentionStoreError as err:
-        raise BertlookError(str(err)) from None
+    dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                      max_examples=args.max_examples)
+    train = None
+    if args.train_attention:
+        train_store = open_store(args.train_attention, level="word")
+        train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                            max_examples=args.max_examples, keep_sentences=False)
+    paper = table1_reference(scheme)
+    table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
+                   bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
+                   paper=paper, comparable=args.paper_comparable,
+                   forced_relations=FORCED_BY_SCHEME[scheme])
     acc = head_accuracy_table(dev)
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
     md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))

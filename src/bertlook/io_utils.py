@@ -3,32 +3,116 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+# errno values meaning "the disk (or quota) is full"
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def write_error(path: str | os.PathLike, err: OSError, what: str = "output"):
+    """A :class:`BertlookError` for an OSError while writing ``path`` (ENOSPC: "no space left on device")."""
+    from bertlook.errors import BertlookError
+
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.errno in NO_SPACE_ERRNOS:
+        return BertlookError(f"{path}: cannot write {what}: no space left on device ({reason}); "
+                             "nothing was written (free some space and run the step again)")
+    return BertlookError(f"{path}: cannot write {what}: {reason}; nothing was written")
+
+
+def temp_prefix(target: str | os.PathLike, kind: str = "") -> str:
+    """Prefix of the temporary names made for ``target`` by this process: ``.NAME.{kind}PID-``."""
+    return f".{Path(target).name}.{kind}{os.getpid()}-"
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists (another user's), or cannot tell: keep its files
+    return True
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
+    """Remove what an interrupted (killed) writer of ``target`` left beside it.
+
+    Matches only names made for this very target: directories ``.NAME.tmp-PID-XXXXXXXX``
+    (:class:`bertlook.attention_store.AttentionWriter`) and files ``.NAME.PID-XXXXXXXX.tmp``
+    (:func:`atomic_path`), also without ``PID-`` (older runs); the random part never holds a dot, so
+    ``.NAME.ext.PID-XXXXXXXX.tmp`` of a target ``NAME.ext`` is left alone. A temporary whose writer
+    process (PID) is still running on this machine is kept, so two runs sharing a download cache do
+    not remove each other's files. Called when a writer for ``target`` starts. Returns the removed paths.
+    """
+    target = Path(target)
+    name = re.escape(target.name)
+    pattern = re.compile(rf"\.{name}\.(?:tmp-(?:(\d+)-)?[A-Za-z0-9_]+|(?:(\d+)-)?[A-Za-z0-9_]+\.tmp)")
+    try:
+        entries = [(p, m) for p in target.parent.iterdir() if (m := pattern.fullmatch(p.name))]
+    except OSError:  # no parent directory yet, or unreadable: nothing to clean
+        return []
+    removed = []
+    for p, m in entries:
+        pid = m.group(1) or m.group(2)
+        if pid is not None and _process_alive(int(pid)):
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(p)
+        except OSError:  # already gone, or not ours to remove: leave it
+            pass
+    return removed
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds.
 
-    On an exception the temporary file is removed and ``path`` is left untouched.
+    On an exception the temporary file is removed and ``path`` is left untouched. Temporary files of
+    ``path`` left by a killed earlier run are removed first. An OSError of this function, or a full
+    disk (ENOSPC / EDQUOT / EFBIG) inside the block, becomes a :class:`BertlookError` naming ``path``.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
+        os.close(fd)
+    except OSError as err:
+        raise write_error(target, err) from None
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        if tmp_path.exists():  # mkstemp creates 0600 files: give the usual umask permissions
-            os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, target)
+        try:
+            yield tmp_path
+        except OSError as err:
+            if err.errno in NO_SPACE_ERRNOS:
+                raise write_error(target, err) from None
+            raise
+        try:
+            if tmp_path.exists():  # mkstemp creates 0600 files: give the usual umask permissions
+                os.chmod(tmp_path, 0o666 & ~umask())
+            os.replace(tmp_path, target)
+        except OSError as err:
+            raise write_error(target, err) from None
     finally:
         if tmp_path.exists():
-            tmp_path.unlink()
+            try:
+                tmp_path.unlink()
+            except OSError:
+                pass
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -65,10 +149,14 @@ def read_csv_strings(path: str | os.PathLike, *, required=(), what: str = "file"
     return df
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process umask (read without changing it for good)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_umask = umask
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -51,7 +51,7 @@ sentences are shuffled with a ``torch.Generator`` seeded with ``seed``, and (for
 cut into batches of similar length out of length-sorted pools of :data:`BUCKET_POOL_BATCHES` batches,
 the batches shuffled again (:func:`epoch_batches`). Parameters are initialised after
 ``torch.manual_seed(seed)``: a rerun with the same seed (and thread count) gives identical numbers.
-Attention maps are streamed from the memory-mapped stores one batch at a time (heads-first layout,
+Attention maps are read from the stores (checked, one example at a time) one batch at a time (heads-first layout,
 ``[B, K, Wm, Wm]``); only small per-sentence metadata (length, gold heads, punctuation mask, GloVe row
 numbers) is kept in RAM.
 
@@ -132,26 +132,6 @@ DEFAULT_SEEDS = (0, 1, 2)
 
 
 # =========================================================================================== data
-def open_word_store(store: "AttentionStore | str | os.PathLike", what: str = "attention store") -> "AttentionStore":
-    """Open a word-level attention store; any problem is a BertlookError naming the path."""
-    from bertlook.attention_store import AttentionStore, AttentionStoreError
-
-    if not isinstance(store, AttentionStore):
-        try:
-            store = AttentionStore(store)
-        except AttentionStoreError as err:
-            raise BertlookError(f"{what}: {err}") from None
-        except FileNotFoundError as err:
-            raise BertlookError(f"{what}: {store}: {err.strerror}: {err.filename}") from None
-    level = store.meta.get("level")
-    if level != "word":
-        raise BertlookError(
-            f"{store.path}: the probes need a word-level attention store (`bertlook extract-words`), "
-            f"this one has level {level!r}"
-        )
-    return store
-
-
 @dataclasses.dataclass
 class SentenceMeta:
     """What is kept in RAM per sentence (no attention)."""
@@ -170,7 +150,9 @@ class ProbeData:
     def __init__(self, store: "AttentionStore | str | os.PathLike", *, glove: "GloveVectors | None" = None,
                  punct_by_xpos: bool | None = None, max_sentences: int | None = None,
                  what: str = "attention store") -> None:
-        self.store = open_word_store(store, what)
+        from bertlook.attention_store import open_store
+
+        self.store = open_store(store, level="word", what=what)
         self.path = str(self.store.path)
         self.num_heads_total = self.store.num_layers * self.store.num_heads
         records = self.store.records
@@ -427,7 +409,7 @@ class Batch:
 
 def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, glove: bool, dist: bool,
                released_offbyone: bool = False) -> Batch:
-    """Pad ``sents`` to the longest and read their attention (float16 memmap -> float32)."""
+    """Pad ``sents`` to the longest and read their attention (float16 store reads -> float32)."""
     import torch
 
     B = len(sents)
@@ -448,7 +430,7 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
     )
     if attn:
         K = data.num_heads_total
-        # staged in float16 (plain copies out of the memory map), converted by torch in one call
+        # staged in float16 (copies of the checked maps read from the store), converted by torch in one call
         words = np.zeros((B, K, Wm, Wm), dtype=np.float16)
         root = np.zeros((B, 4, K, Wm), dtype=np.float16)
         for b, s in enumerate(sents):

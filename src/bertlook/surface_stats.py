@@ -161,29 +161,12 @@ def compute_surface_stats(
     return frame, summary
 
 
-def open_store(path) -> "AttentionStore":
-    """Open an attention store, turning a store error into a :class:`BertlookError`."""
-    from bertlook.attention_store import AttentionStore, AttentionStoreError
-    from bertlook.errors import BertlookError
-
-    try:
-        return AttentionStore(path)
-    except AttentionStoreError as err:
-        raise BertlookError(str(err)) from None
-    except OSError as err:
-        raise BertlookError(f"{path}: cannot read attention store: {err}") from None
-
-
 def _run_stats(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import AttentionStoreError
-    from bertlook.errors import BertlookError
+    from bertlook.attention_store import open_store
     from bertlook.io_utils import write_csv, write_json
 
     store = open_store(args.attention)
-    try:
-        frame, summary = compute_surface_stats(store, max_examples=args.max_examples)
-    except AttentionStoreError as err:
-        raise BertlookError(str(err)) from None
+    frame, summary = compute_surface_stats(store, max_examples=args.max_examples)
     summary = {"attention": str(args.attention), **summary}
     write_csv(args.out, frame)
     write_json(args.summary, summary)
