@@ -420,3 +420,29 @@ def test_empty_treebank_gives_empty_store(tiny_bert_dir, tmp_path, treebank_read
     assert summary["n_sentences"] == 0 and summary["n_extracted"] == 0 and summary["split_word_fraction"] is None
     store = AttentionStore(tmp_path / "o")
     assert len(store) == 0 and store.meta["level"] == "word"
+
+
+def test_extract_words_unk_counts_gate_and_size_estimate(tiny_bert_dir, tmp_path, monkeypatch):
+    """[UNK] words are counted and named; the store's size estimate (words + 2 per map) is exact for the maps."""
+    from bertlook import modeling
+
+    sents = [Sent("a", ["the", "cat", "sat", "."]), Sent("snow", ["the", "☃", "sat", "on", "the", "mat"]),
+             Sent("b", ["unbelievably", "good", "."])]
+    summary = extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "w", device="cpu",
+                                                    progress_every=0)
+    assert summary["unk_tokens"] == 1 and summary["examples_with_unk"] == 1
+    assert summary["unk_examples"] == [{"id": "snow", "unk_tokens": 1, "words": ["☃"]}]
+    assert summary["non_special_tokens"] == summary["tokens"] - 2 * 3  # [CLS] and [SEP] of 3 sentences
+    assert summary["unk_rate"] == pytest.approx(1 / summary["non_special_tokens"])
+    shards = sum(p.stat().st_size for p in (tmp_path / "w").glob("shard-*.bin"))
+    total = sum(p.stat().st_size for p in (tmp_path / "w").iterdir())
+    assert summary["estimated_map_bytes"] == shards == sum(2 * 2 * 2 * (len(s.words) + 2) ** 2 for s in sents)
+    assert total <= summary["estimated_bytes"]
+    assert AttentionStore(tmp_path / "w").meta["unknown_tokens"]["unk_tokens"] == 1
+
+    monkeypatch.setattr(modeling, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    with pytest.raises(BertlookError) as err:
+        extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "x", device="cpu",
+                                              progress_every=0, max_unk_rate=0.01)
+    assert "'snow': '☃'" in str(err.value) and str(tiny_bert_dir) in str(err.value)
+    assert not (tmp_path / "x").exists()

@@ -124,3 +124,28 @@ def test_manifest_cli(tmp_path, capsys):
                      "--corpus", str(dump), "--attention", str(store),
                      "--summary", f"stats={bad}", "--out", str(tmp_path / "m2.json")]) == 2
     assert "bad.json:1" in capsys.readouterr().err and not (tmp_path / "m2.json").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t + "\nseed: 3\n", r"c\.yaml:\d+: duplicate key 'seed' \(first on line \d+\)"),
+    (lambda t: t.replace("n_segments: 1000", "n_segments: 1000.5"), r"config key 'segments\.n_segments'"),
+    (lambda t: t.replace("lr: 0.002", "lr: .nan"), r"config key 'probes\.lr': nan is not a finite number"),
+    (lambda t: t.replace("seed: 0 ", f"seed: {2**32} "), r"config key 'seed': 4294967296 is greater than"),
+    (lambda t: t.replace("url: https://nlp.stanford.edu/data/glove.6B.zip",
+                         "url: https://nlp.stanford.edu/data/glove.6B.zip;touch${IFS}x"), r"config key 'glove\.url'"),
+])
+def test_validate_config_cli_rejects_hostile_configs(tmp_path, capsys, edit, message):
+    import re
+
+    path = tmp_path / "c.yaml"
+    path.write_text(edit((ROOT / "config.yaml").read_text()))
+    assert cli.main(["validate-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err), err
+
+
+def test_validate_config_cli_accepts_integral_floats(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text((ROOT / "config.yaml").read_text().replace("n_segments: 1000", "n_segments: 30.0"))
+    assert cli.main(["validate-config", str(path)]) == 0
+    assert "valid" in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -528,3 +529,102 @@ def test_cli_end_to_end(tmp_path, tiny_bert_dir):
     assert c["mentions_dropped_cut"] == 2 and c["mentions_dropped_outside"] == 15 and c["parts_read"] == 4
     assert c["parts_skipped_without_mentions"] == 1 and c["documents_without_mentions"] == 1
     assert c["mentions_with_antecedents"] == {"all": 1, "pronoun": 1, "proper": 0, "nominal": 0}
+
+
+def test_coref_extract_unk_counts_gate_and_size_estimate(tmp_path, tiny_bert_dir, monkeypatch):
+    from bertlook import modeling
+
+    s = coref.extract_coref_attention([FIXTURE], str(tiny_bert_dir), tmp_path / "st", device="cpu", progress_every=0)
+    assert s["unk_tokens"] == 0 and s["unk_rate"] == 0.0 and s["max_unk_rate"] == 0.05
+    assert s["non_special_tokens"] == s["tokens"] - 2 * s["n_examples"]
+    st = AttentionStore(tmp_path / "st")
+    shards = sum(p.stat().st_size for p in (tmp_path / "st").glob("shard-*.bin"))
+    assert s["estimated_map_bytes"] == shards == sum(2 * 2 * 2 * len(r["tokens"]) ** 2 for r in st.records)
+    assert sum(p.stat().st_size for p in (tmp_path / "st").iterdir()) <= s["estimated_bytes"]
+
+    lines = _lines()
+    k = _line_no(lines, "nw/tiny/00/tiny_0001 0 1 saw")
+    bad = _write(tmp_path, _replace_col(lines, k, 3, "☃"))
+    s = coref.extract_coref_attention([bad], str(tiny_bert_dir), tmp_path / "unk", device="cpu", progress_every=0)
+    assert s["unk_tokens"] == 1 and s["unk_examples"] == [{"id": P0, "unk_tokens": 1, "words": ["☃"]}]
+    monkeypatch.setattr(modeling, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    with pytest.raises(BertlookError) as err:
+        _cli(["coref-extract", "--conll", bad, "--model", tiny_bert_dir, "--out", tmp_path / "x",
+              "--device", "cpu", "--max-unk-rate", "0"])
+    assert f"'{P0}': '☃'" in str(err.value) and "--max-unk-rate" in str(err.value)
+    assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------ hostile input (issue 9)
+
+def _summary(docs):
+    return [(d.id, d.words, d.mentions, d.line) for d in docs]
+
+
+def test_bom_and_crlf_are_accepted(tmp_path):
+    data = FIXTURE.read_bytes()
+    expected = _summary(coref.read_conll(FIXTURE))
+    for name, variant in (("bom", b"\xef\xbb\xbf" + data), ("crlf", data.replace(b"\n", b"\r\n")),
+                          ("bom_crlf", b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"))):
+        path = tmp_path / f"{name}.gold_conll"
+        path.write_bytes(variant)
+        assert _summary(coref.read_conll(path)) == expected, name
+
+
+def test_cr_only_line_endings_get_a_hint(tmp_path):
+    path = tmp_path / "mac.gold_conll"
+    path.write_bytes(FIXTURE.read_bytes().replace(b"\n", b"\r"))
+    with pytest.raises(BertlookError, match=rf"{path}:1: carriage return \(CR\) inside a line: CR-only line "
+                                            r"endings .*convert with: tr '\\r' '\\n'"):
+        coref.read_conll(path)
+
+
+def test_bad_utf8_names_the_right_line_deep_in_the_file(tmp_path):
+    """A text-mode reader decodes 8 KB chunks ahead: the error must name the line of the bad byte."""
+    lines = _lines()
+    k = _line_no(lines, "him PRP (NP*)))")
+    filler = ["# a comment line to push the bad byte past the first chunk"] * 400
+    path = tmp_path / "deep.gold_conll"
+    data = "\n".join(filler + lines).encode().replace(b" him ", b" h\xffm ", 1)
+    path.write_bytes(data + b"\n")
+    with pytest.raises(BertlookError, match=rf"{path}:{len(filler) + k}: not UTF-8"):
+        coref.read_conll(path)
+
+
+@pytest.mark.parametrize("content, msg", [
+    (b"", "empty file"),
+    (b"# only a comment\n\n", "no '#begin document' line in its 2 lines"),
+])
+def test_file_without_documents_is_an_error(tmp_path, content, msg):
+    path = tmp_path / "x.gold_conll"
+    path.write_bytes(content)
+    with pytest.raises(BertlookError, match=re.escape(f"{path}: {msg}")):
+        coref.read_conll(path)
+
+
+def test_corpus_without_mentions_names_the_files(tmp_path, capsys):
+    lines = [" ".join(line.split()[:-1] + ["-"]) if line.strip() and not line.startswith("#") else line
+             for line in _lines()]
+    a = _write(tmp_path, lines, "a.gold_conll")
+    with pytest.raises(BertlookError, match=re.escape(f"{a}: no coreference mention in any of the 4 document "
+                                                      "part(s)")):
+        coref.read_conll_files([a])
+    assert coref.read_conll(a) == []  # one file on its own: parts without mentions are skipped, counted
+    from bertlook.cli import main
+
+    b = _write(tmp_path, lines[:8] + ["#end document"], "b.gold_conll")
+    code = main(["coref-extract", "--conll", str(a), "--conll", str(b), "--model", "unused",
+                 "--out", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"error: {a}, {b}: no coreference mention in any of the 5 document part(s)" in err
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("col, value", [(-1, "(" + "9" * 5000 + ")"), (2, "9" * 5000), (1, "9" * 5000)])
+def test_huge_numbers_are_line_errors(tmp_path, col, value):
+    lines = _lines()
+    k = _line_no(lines, "saw VBD (VP* see")
+    bad = _write(tmp_path, _replace_col(lines, k, col, value))
+    with pytest.raises(BertlookError, match=rf"{bad}:{k}: "):
+        coref.read_conll(bad)

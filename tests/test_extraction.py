@@ -247,3 +247,144 @@ def test_extract_segments_rejects_foreign_tokens(segments, tiny_bert_dir, tmp_pa
     with pytest.raises(BertlookError, match="segment 0"):
         extract_segments(seg_path, str(tiny_bert_dir), tmp_path / "store", device="cpu", progress_every=0)
     assert not (tmp_path / "store").exists()
+
+
+# ------------------------------------------------------------------------------------ unknown tokens
+
+def _unk_segments(tokenizer):
+    """The fixture segments plus one whose text holds a symbol the tiny vocabulary lacks (-> [UNK])."""
+    segs = [_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
+    segs.append(_segment(tokenizer, 99, "the ☃ sat on the mat .", "the dog ran ."))
+    assert segs[-1]["tokens"].count("[UNK]") == 1
+    return segs
+
+
+def test_unk_statistics(tokenizer):
+    from bertlook.extraction import segment_unk_words, unk_statistics
+
+    segs = _unk_segments(tokenizer)
+    stats = unk_statistics(_examples(segs, tokenizer), tokenizer, words_of=segment_unk_words(tokenizer))
+    n_special = sum(t in ("[CLS]", "[SEP]") for s in segs for t in s["tokens"])
+    n_all = sum(len(s["tokens"]) for s in segs)
+    assert stats["unk_tokens"] == 1 and stats["non_special_tokens"] == n_all - n_special
+    assert stats["unk_rate"] == pytest.approx(1 / (n_all - n_special))
+    assert stats["examples"] == len(segs) and stats["examples_with_unk"] == 1
+    assert stats["unk_examples"] == [{"id": 99, "unk_tokens": 1, "words": ["☃"]}]
+    assert stats["unk_token"] == "[UNK]"
+    # without texts: the unknown token is shown with its neighbours
+    no_text = [dict(segs[-1], text_a=None, text_b=None)]
+    stats = unk_statistics(_examples(no_text, tokenizer), tokenizer, words_of=segment_unk_words(tokenizer))
+    assert stats["unk_examples"][0]["words"] == ["the [UNK] sat"]
+
+
+def test_extract_counts_unk_and_stops_above_the_rate_before_loading(tokenizer, tiny_bert_dir, tmp_path,
+                                                                    monkeypatch, capsys):
+    from bertlook import modeling
+
+    seg_path = _write_segments(tmp_path / "segments.jsonl", _unk_segments(tokenizer))
+    summary = extract_segments(seg_path, str(tiny_bert_dir), tmp_path / "store", device="cpu", progress_every=0)
+    assert summary["unk_tokens"] == 1 and summary["examples_with_unk"] == 1 and 0 < summary["unk_rate"] < 0.05
+    assert summary["max_unk_rate"] == 0.05 and summary["unk_examples"][0]["words"] == ["☃"]
+    assert AttentionStore(tmp_path / "store").meta["unknown_tokens"]["unk_tokens"] == 1
+
+    def no_model(*a, **k):
+        raise AssertionError("the model must not be loaded when the unknown-token check fails")
+
+    monkeypatch.setattr(modeling, "load_model", no_model)
+    with pytest.raises(BertlookError) as err:
+        extract_segments(seg_path, str(tiny_bert_dir), tmp_path / "refused", device="cpu", progress_every=0,
+                         max_unk_rate=0.001)
+    msg = str(err.value)
+    assert str(tiny_bert_dir) in msg and "99: '☃'" in msg and "[UNK]" in msg and "--max-unk-rate" in msg
+    assert not (tmp_path / "refused").exists()
+
+    from bertlook.cli import main
+
+    capsys.readouterr()
+    assert main(["extract", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
+                 str(tmp_path / "cli"), "--device", "cpu", "--max-unk-rate", "0"]) == 2
+    err_text = capsys.readouterr().err
+    assert "error: model" in err_text and "Traceback" not in err_text
+    with pytest.raises(SystemExit) as exit_:
+        main(["extract", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
+              str(tmp_path / "cli"), "--max-unk-rate", "1.5"])
+    assert exit_.value.code == 2 and "max-unk-rate" in capsys.readouterr().err
+    with pytest.raises(BertlookError, match=r"\[0, 1\]"):
+        extract_segments(seg_path, str(tiny_bert_dir), tmp_path / "x", max_unk_rate=-0.1)
+
+
+def test_check_max_unk_rate():
+    from bertlook.extraction import check_max_unk_rate
+
+    assert check_max_unk_rate(0) == 0.0 and check_max_unk_rate("0.05") == 0.05 and check_max_unk_rate(1) == 1.0
+    for bad in (-0.01, 1.01, float("nan"), "x", None):
+        with pytest.raises(BertlookError):
+            check_max_unk_rate(bad)
+
+
+# ------------------------------------------------------------------------------------ disk space
+
+def _store_bytes(path: Path) -> tuple[int, int]:
+    shards = sum(p.stat().st_size for p in path.glob("shard-*.bin"))
+    total = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    return shards, total
+
+
+def test_size_estimate_matches_the_written_store(segments, tokenizer, tiny_model, tmp_path, capsys):
+    ex = _examples(segments, tokenizer)
+    longest = max(len(s["tokens"]) for s in segments)
+    summary = extract_to_store(ex, tiny_model, tmp_path / "s", batch_size=2, max_seq_len=longest - 1,
+                               progress_every=0, shard_mb=0.001)  # several shards
+    shards, total = _store_bytes(tmp_path / "s")
+    kept = [len(s["tokens"]) for s in segments if len(s["tokens"]) <= longest - 1]
+    assert summary["estimated_map_bytes"] == shards == sum(2 * 2 * 2 * n * n for n in kept)
+    overhead = summary["estimated_bytes"] - summary["estimated_map_bytes"]
+    assert summary["estimated_bytes"] >= total and summary["estimated_bytes"] - total <= overhead
+    assert summary["disk_free_bytes"] > 0
+    assert f"estimated store size" in capsys.readouterr().err
+
+
+def test_disk_space_refusal(segments, tokenizer, tiny_model, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    Usage = namedtuple("Usage", "total used free")
+    seen = []
+
+    def tiny_disk(path):
+        seen.append(Path(path))
+        return Usage(10**9, 10**9 - 50 * 2**20, 50 * 2**20)  # 50 MiB free: below the 100 MiB margin
+
+    monkeypatch.setattr(shutil, "disk_usage", tiny_disk)
+    out = tmp_path / "not" / "yet" / "there" / "store"
+    with pytest.raises(BertlookError) as err:
+        extract_to_store(_examples(segments, tokenizer), tiny_model, out, progress_every=0)
+    msg = str(err.value)
+    assert "not enough disk space" in msg and str(out) in msg and "50.0 MiB free" in msg
+    assert "--max-seq-len" in msg and "n_segments" in msg
+    assert seen == [tmp_path]  # nearest existing parent of the output
+    assert not out.exists() and not (tmp_path / "not").exists()
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10**12, 0, 10**12))
+    summary = extract_to_store(_examples(segments, tokenizer), tiny_model, out, progress_every=0)
+    assert summary["disk_free_bytes"] == 10**12 and out.is_dir()
+
+
+def test_token_ids_outside_the_vocabulary_refused(segments, tokenizer, tiny_model, tmp_path):
+    seg, ids, tts = _examples(segments, tokenizer)[0]
+    bad = list(ids)
+    bad[1] = tiny_model.config.vocab_size + 5
+    with pytest.raises(BertlookError, match=r"example 0: token id\(s\)"):
+        extract_to_store([(seg, bad, tts)], tiny_model, tmp_path / "s", progress_every=0)
+    assert not (tmp_path / "s").exists()
+
+
+def test_device_warning_recorded_in_summary(segments, tokenizer, tiny_model, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    summary = extract_to_store(_examples(segments, tokenizer)[:1], tiny_model, tmp_path / "s", progress_every=0)
+    assert "CUDA_VISIBLE_DEVICES='0,1'" in summary["device_warning"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    summary = extract_to_store(_examples(segments, tokenizer)[:1], tiny_model, tmp_path / "t", progress_every=0)
+    assert summary["device_warning"] is None

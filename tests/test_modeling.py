@@ -201,3 +201,253 @@ def test_check_reachable_model(tiny_bert_dir, monkeypatch):
     monkeypatch.setattr(modeling, "in_hf_cache", lambda *a, **k: False)
     monkeypatch.setattr(modeling, "_hub_probe", lambda *a, **k: None)
     assert check_reachable_model("bertlook-test/never-cached-model") is None
+
+
+# ------------------------------------------------------------------ tokenizer files, weights safety
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
+def _copy_model(src: Path, dst: Path, names) -> Path:
+    import shutil
+
+    dst.mkdir()
+    for name in names:
+        shutil.copy(src / name, dst / name)
+    return dst
+
+
+def _cli_error(argv, capsys) -> str:
+    from bertlook.cli import main
+
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    return last
+
+
+def _segments_file(path: Path) -> Path:
+    import json
+
+    seg = {"id": 0, "doc": "d", "text_a": "the cat", "text_b": "sat", "tokens": ["[CLS]", "the", "cat", "[SEP]",
+           "sat", "[SEP]"], "segment_ids": [0, 0, 0, 0, 1, 1], "truncated": False}
+    path.write_text(json.dumps(seg) + "\n", encoding="utf-8")
+    return path
+
+
+def test_model_dir_without_tokenizer_files_refused(tiny_bert_dir, tmp_path, capsys):
+    # what model.save_pretrained() alone writes: config.json + model.safetensors
+    from transformers import AutoModel
+
+    d = tmp_path / "model_only"
+    AutoModel.from_pretrained(tiny_bert_dir).save_pretrained(d)
+    assert sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"]
+    r = resolve_model(str(d))
+    with pytest.raises(BertlookError) as err:
+        load_tokenizer(r)
+    msg = str(err.value)
+    assert str(d) in msg and "tokenizer.json" in msg and "vocab.txt" in msg and "merges.txt" in msg
+    assert "tokenizer_config.json" in msg and "\n" not in msg
+    assert "no tokenizer files" in check_reachable_model(str(d))
+    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+                      "--out", tmp_path / "store", "--device", "cpu"], capsys)
+    assert str(d) in err and "tokenizer.json" in err
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("vocab_files", [("vocab.txt",), ("tokenizer.json", "tokenizer_config.json")])
+def test_model_dir_with_some_tokenizer_files_loads(tiny_bert_dir, tmp_path, vocab_files):
+    d = _copy_model(tiny_bert_dir, tmp_path / "m", ("config.json", "model.safetensors", *vocab_files))
+    tok = load_tokenizer(resolve_model(str(d)))
+    assert tok.tokenize("the cat sat") == ["the", "cat", "sat"]
+
+
+def test_tokenizer_without_vocabulary_refused(tiny_bert_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    class Empty:
+        is_fast = True
+        unk_token = "[UNK]"
+        all_special_tokens = ["[UNK]", "[CLS]", "[SEP]"]
+
+        def get_vocab(self):
+            return {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *a, **k: Empty())
+    with pytest.raises(BertlookError, match="no vocabulary"):
+        load_tokenizer(resolve_model(str(tiny_bert_dir)))
+
+
+def _weights_dir(tiny_bert_dir, tmp_path, name="m") -> Path:
+    return _copy_model(tiny_bert_dir, tmp_path / name, ("config.json", "model.safetensors", *TOKENIZER_FILES))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_corrupt_safetensors_refused_with_file_named(tiny_bert_dir, tmp_path, damage, capsys):
+    import os
+
+    d = _weights_dir(tiny_bert_dir, tmp_path)
+    w = d / "model.safetensors"
+    data = w.read_bytes()
+    w.write_bytes({"truncated": data[: len(data) // 2], "garbage": os.urandom(4096), "empty": b""}[damage])
+    with pytest.raises(BertlookError) as err:
+        load_model(resolve_model(str(d)), "cpu")
+    assert str(w) in str(err.value) and "safetensors" in str(err.value)
+    assert str(w) in check_reachable_model(str(d))
+    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+                      "--out", tmp_path / "store", "--device", "cpu"], capsys)
+    assert str(w) in err
+    assert not (tmp_path / "store").exists()
+
+
+def test_garbage_in_safetensors_data_refused(tiny_bert_dir, tmp_path):
+    # a valid header whose tensor bytes were overwritten: values become NaN
+    import struct
+
+    d = _weights_dir(tiny_bert_dir, tmp_path)
+    w = d / "model.safetensors"
+    data = bytearray(w.read_bytes())
+    header = 8 + struct.unpack("<Q", bytes(data[:8]))[0]
+    data[header:] = b"\xff" * (len(data) - header)
+    w.write_bytes(bytes(data))
+    with pytest.raises(BertlookError, match="NaN or infinite") as err:
+        load_model(resolve_model(str(d)), "cpu")
+    assert "model.safetensors" in str(err.value)
+
+
+class _Evil:
+    """Unpickling this runs a shell command."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_pickled_weights_refused_and_never_unpickled(tiny_bert_dir, tmp_path, how, capsys):
+    import pickle
+
+    import torch
+
+    marker = tmp_path / "MARKER"
+    d = _copy_model(tiny_bert_dir, tmp_path / "evil", ("config.json", *TOKENIZER_FILES))
+    payload = {"bert.embeddings.word_embeddings.weight": _Evil(marker)}
+    if how == "pickle":
+        (d / "pytorch_model.bin").write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, d / "pytorch_model.bin")
+    with pytest.raises(BertlookError) as err:
+        load_model(resolve_model(str(d)), "cpu")
+    msg = str(err.value)
+    assert str(d / "pytorch_model.bin") in msg and "refusing pickled weights" in msg and "safetensors" in msg
+    assert "pytorch_model.bin" in check_reachable_model(str(d))
+    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+                      "--out", tmp_path / "store", "--device", "cpu"], capsys)
+    assert "pytorch_model.bin" in err
+    from bertlook.gradients import load_mlm_checked
+
+    with pytest.raises(BertlookError, match="refusing pickled weights"):
+        load_mlm_checked(resolve_model(str(d)), "cpu")
+    assert not marker.exists()
+
+
+def test_safetensors_preferred_over_a_pickle_next_to_it(tiny_bert_dir, tmp_path):
+    marker = tmp_path / "MARKER"
+    d = _weights_dir(tiny_bert_dir, tmp_path)
+    import pickle
+
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"x": _Evil(marker)}))
+    model = load_model(resolve_model(str(d)), "cpu")
+    assert model_dims(model) == (2, 2) and not marker.exists()
+
+
+def test_dir_without_weights(tiny_bert_dir, tmp_path):
+    d = _copy_model(tiny_bert_dir, tmp_path / "m", ("config.json", *TOKENIZER_FILES))
+    with pytest.raises(BertlookError, match="no model.safetensors"):
+        load_model(resolve_model(str(d)), "cpu")
+
+
+def test_from_pretrained_kwargs_safetensors_only_no_remote_code(tiny_bert_dir, monkeypatch):
+    from transformers import AutoModel
+
+    seen = {}
+
+    def fake(path, **kwargs):
+        seen.update(kwargs)
+        raise OSError("stop here")
+
+    monkeypatch.setattr(AutoModel, "from_pretrained", fake)
+    with pytest.raises(BertlookError, match="stop here"):
+        load_model(resolve_model(str(tiny_bert_dir)), "cpu")
+    assert seen["use_safetensors"] is True and seen["trust_remote_code"] is False
+
+
+def test_no_trust_remote_code_anywhere():
+    src = Path(modeling.__file__).parent
+    hits = [f"{p.name}:{i}" for p in src.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+            if "trust_remote_code" in line and "False" not in line and not line.lstrip().startswith(("#", "*", "``"))]
+    assert hits == []
+
+
+def test_pick_device_cuda_visible_but_no_cuda(monkeypatch, caplog):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with caplog.at_level("WARNING", logger="bertlook.modeling"):
+        assert pick_device("auto").type == "cpu"
+    assert "CUDA_VISIBLE_DEVICES='0'" in caplog.text and "no CUDA device" in caplog.text
+    assert "CUDA_VISIBLE_DEVICES" in modeling.cuda_visibility_warning()
+    with pytest.raises(BertlookError) as err:
+        pick_device("cuda")
+    assert "CUDA_VISIBLE_DEVICES='0'" in str(err.value) and "CUDA is not available" in str(err.value)
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert modeling.cuda_visibility_warning() is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert modeling.cuda_visibility_warning() is None
+
+
+def test_pick_device_cuda_index_out_of_range(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("cuda:0").index == 0
+    with pytest.raises(BertlookError, match="1 CUDA device"):
+        pick_device("cuda:3")
+
+
+def test_cached_hub_pickle_is_not_a_cached_model(tmp_path, monkeypatch):
+    """A hub model whose cache holds only pytorch_model.bin: not 'cached'; offline, the error says why."""
+    bin_file = tmp_path / "pytorch_model.bin"
+    bin_file.write_bytes(b"not read")
+    cache = {"config.json": str(tmp_path / "config.json"), "pytorch_model.bin": str(bin_file)}
+    monkeypatch.setattr(modeling, "_cached_file", lambda repo, name, rev, *a: cache.get(name))
+    assert not modeling.in_hf_cache("some-org/old-bert")
+    with pytest.raises(BertlookError) as err:
+        load_model(resolve_model("some-org/old-bert"), "cpu")
+    assert "could not be reached" in str(err.value) and "only pickled weights (pytorch_model.bin)" in str(err.value)
+
+
+def test_hub_without_safetensors_refused(monkeypatch):
+    from transformers import AutoModel
+
+    def no_safetensors(*a, **k):
+        assert k["use_safetensors"] is True
+        raise OSError("some-org/old-bert does not appear to have a file named model.safetensors or "
+                      "model.safetensors.index.json and thus cannot be loaded with `safetensors`. Please do not set "
+                      "`use_safetensors=True`.")
+
+    monkeypatch.setattr(modeling, "in_hf_cache", lambda *a, **k: False)
+    monkeypatch.setattr(modeling, "_hub_probe", lambda *a, **k: None)
+    monkeypatch.setattr(AutoModel, "from_pretrained", no_safetensors)
+    with pytest.raises(BertlookError, match="no safetensors weights .* refuses pickled weights"):
+        load_model(resolve_model("some-org/old-bert"), "cpu")

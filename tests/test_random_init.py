@@ -90,3 +90,18 @@ def test_cli_and_bad_model(source_dir, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert leftovers == []
+
+
+def test_random_init_copy_keeps_the_tokenizer_and_loads_through_bertlook(source_dir, tmp_path):
+    """The copy must hold tokenizer files (a model-only directory is refused by load_tokenizer)."""
+    from bertlook.modeling import load_model, load_tokenizer, resolve_model, tokenizer_files_problem
+
+    make_random_init_model(str(source_dir), tmp_path / "r", seed=1)
+    names = {p.name for p in (tmp_path / "r").iterdir()}
+    assert {"model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
+    assert not any(n.endswith(".bin") for n in names)
+    resolved = resolve_model(str(tmp_path / "r"))
+    assert tokenizer_files_problem(resolved) is None
+    tok = load_tokenizer(resolved)
+    assert tok.tokenize("the cat sat") == ["the", "cat", "sat"]
+    assert load_model(resolved, "cpu").config.num_hidden_layers == 2

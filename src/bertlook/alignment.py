@@ -317,19 +317,31 @@ def extract_word_attention_from_sentences(
     summary_extra: dict[str, Any] | None = None,
     source: Any = None,
     progress_every: int = 256,
+    max_unk_rate: float | None = None,
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta)."""
-    from bertlook.extraction import extract_to_store
+    from bertlook.extraction import (
+        DEFAULT_MAX_UNK_RATE,
+        aligned_unk_words,
+        check_max_unk_rate,
+        check_unk_rate,
+        extract_to_store,
+        unk_statistics,
+        unk_summary,
+    )
     from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+    max_unk_rate = check_max_unk_rate(DEFAULT_MAX_UNK_RATE if max_unk_rate is None else max_unk_rate)
     src = source if source is not None else "<sentences>"
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
     tokenizer = load_tokenizer(resolved)
     sentences = list(sentences)
     examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src)
+    unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
+    check_unk_rate(unk, max_unk_rate, model_spec, what=f"sentences of {src}", step="extract-words")
 
     # word statistics over the sentences that will be stored (over-long ones are excluded below)
     kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= max_seq_len]
@@ -352,10 +364,12 @@ def extract_word_attention_from_sentences(
         "split_word_fraction": round(n_split / n_words, 6) if n_words else None,
         "excluded": {"alignment": len(bad_ids), "alignment_ids": bad_ids},
         "token_type_ids": "zeros",
+        "unknown_tokens": unk,
     }
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb, transform=make_word_transform(alignments, from_split))
+                               shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
+                               stored_size=lambda rec, n: len(rec["words"]) + 2)
     summary.update({
         "treebank": str(src),
         "model": model_spec,
@@ -373,6 +387,7 @@ def extract_word_attention_from_sentences(
         "special_tokens": special,
         "level": "word",
     })
+    summary.update(unk_summary(unk, max_unk_rate))
     if summary_extra:
         summary.update(summary_extra)
     return summary
@@ -391,12 +406,15 @@ def extract_word_attention(
     shard_mb: float = 256,
     summary_extra: dict[str, Any] | None = None,
     progress_every: int = 256,
+    max_unk_rate: float | None = None,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
     The model runs on ``[CLS] w1 .. wn [SEP]`` (single segment, token type ids 0) in length-sorted
     batches; sentences with more than ``max_seq_len`` tokens and sentences that cannot be aligned
-    are excluded, counted and their ids listed (summary and ``meta.json`` ``excluded``). Store
+    are excluded, counted and their ids listed (summary and ``meta.json`` ``excluded``). The run
+    stops before the model is loaded when more than ``max_unk_rate`` (default 0.05) of the tokens
+    are the unknown token (:func:`bertlook.extraction.check_unk_rate`). Store
     records: ``id`` (sent_id), ``tokens`` = ``[CLS, *words, SEP]``, gold ``heads``/``rels``/
     ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
     Returns the summary dict (counts, split-word fraction, tokens/s, device, ...).
@@ -410,7 +428,7 @@ def extract_word_attention(
     return extract_word_attention_from_sentences(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
-        progress_every=progress_every,
+        progress_every=progress_every, max_unk_rate=max_unk_rate,
     )
 
 
@@ -455,6 +473,7 @@ def _cmd_extract_words(args) -> int:
     summary = extract_word_attention(
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
+        max_unk_rate=args.max_unk_rate,
     )
     if args.summary:
         write_json(args.summary, summary)
@@ -465,6 +484,7 @@ def _cmd_extract_words(args) -> int:
         f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} tokens, "
         f"{summary['excluded_alignment']} unalignable; "
         f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
+        f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
     )
     return 0

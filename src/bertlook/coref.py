@@ -126,9 +126,10 @@ _SLASH_ESCAPE = re.compile(r"^/([.?!\-])$")
 _BEGIN = re.compile(r"^#begin\s+document\s+\((.*)\)\s*(?:;\s*part\s+(\S+))?\s*$")
 _PARSE_BIT = re.compile(r"^((?:\([^()\s*]+)*)\*(\)*)$")
 _OPEN_LABEL = re.compile(r"\(([^()\s*]+)")
-_SINGLE = re.compile(r"^\((\d+)\)$")
-_OPEN = re.compile(r"^\((\d+)$")
-_CLOSE = re.compile(r"^(\d+)\)$")
+_SINGLE = re.compile(r"^\(([0-9]{1,18})\)$")
+_OPEN = re.compile(r"^\(([0-9]{1,18})$")
+_CLOSE = re.compile(r"^([0-9]{1,18})\)$")
+_INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")
 MIN_COLUMNS = 12
 
 
@@ -310,11 +311,10 @@ class _PartBuilder:
                                 f"({path}:{self._sent[0][0]}) has {len(self._sent[0][1])}")
         if cols[0] != self.doc_id:
             raise BertlookError(f"{where}: document id {cols[0]!r} inside document {self.doc_id!r}")
-        try:
-            part = int(cols[1])
-            index = int(cols[2])
-        except ValueError:
-            raise BertlookError(f"{where}: part number {cols[1]!r} and word index {cols[2]!r} must be integers") from None
+        if not (_INTEGER.match(cols[1]) and _INTEGER.match(cols[2])):
+            raise BertlookError(f"{where}: part number {cols[1]!r} and word index {cols[2]!r} must be integers")
+        part = int(cols[1])
+        index = int(cols[2])
         if part != self.part:
             raise BertlookError(f"{where}: part number {part} inside part {self.part:03d} of {self.doc_id!r}")
         if index != len(self._sent):
@@ -387,7 +387,9 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
 
     Parts without mentions are left out (``keep_empty=False``) and counted. ``counts`` (a dict, updated
     in place; see :func:`read_conll_files`) receives the reader's counts. Malformed input raises
-    :class:`BertlookError` with ``file:line``.
+    :class:`BertlookError` with ``file:line``. The file is UTF-8 (a leading BOM is skipped) with LF or
+    CRLF line endings; bytes that are not UTF-8, CR-only (old Mac) line endings, and a file without
+    any ``#begin document`` (e.g. empty) are errors too.
     """
     p = Path(path)
     if not p.is_file():
@@ -400,20 +402,17 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
     docs: list[Document] = []
     builder: _PartBuilder | None = None
     doc_ids: dict[str, bool] = {}  # doc id -> has any mention (this file)
+    from bertlook.treebank import iter_text_lines
+
     lineno = 0
+    begun = 0
     try:
-        fh = open(p, encoding="utf-8")
+        fh = open(p, "rb")
     except OSError as err:
         raise BertlookError(f"{p}: cannot read ({err.strerror or err})") from None
     with fh:
-        while True:
-            try:
-                raw = fh.readline()
-            except UnicodeDecodeError as err:
-                raise BertlookError(f"{p}:{lineno + 1}: not UTF-8 text ({err.reason})") from None
-            if not raw:
-                break
-            lineno += 1
+        # UTF-8 (a leading BOM is skipped), LF or CRLF; bad bytes and CR-only endings are file:line errors
+        for lineno, raw in iter_text_lines(fh, p):
             line = raw.strip()
             if line.startswith("#begin"):
                 m = _BEGIN.match(line)
@@ -423,11 +422,11 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
                 if builder is not None:
                     raise BertlookError(f"{p}:{lineno}: #begin document inside document {builder.doc_id!r} "
                                         f"(begun at line {builder.line}; missing #end document)")
-                try:
-                    part = int(m.group(2)) if m.group(2) is not None else 0
-                except ValueError:
-                    raise BertlookError(f"{p}:{lineno}: part {m.group(2)!r} is not an integer") from None
+                if m.group(2) is not None and not _INTEGER.match(m.group(2)):
+                    raise BertlookError(f"{p}:{lineno}: part {m.group(2)!r} is not an integer")
+                part = int(m.group(2)) if m.group(2) is not None else 0
                 builder = _PartBuilder(m.group(1), part, src, lineno)
+                begun += 1
             elif line.startswith("#end document"):
                 if builder is None:
                     raise BertlookError(f"{p}:{lineno}: #end document without #begin document")
@@ -465,6 +464,9 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
     if builder is not None:
         raise BertlookError(f"{p}:{builder.line}: document {builder.doc_id!r} part {builder.part:03d} has no "
                             "#end document")
+    if not begun:
+        what = "empty file" if lineno == 0 else f"no '#begin document' line in its {lineno} lines"
+        raise BertlookError(f"{p}: {what} (expected a CoNLL-2012 *_conll / *.gold_conll file)")
     c["documents"] += len(doc_ids)
     c["documents_without_mentions"] += sum(1 for has in doc_ids.values() if not has)
     return docs
@@ -494,18 +496,27 @@ def read_conll_files(paths: Iterable[str | os.PathLike], *, counts: dict[str, An
 
     ``counts`` receives: files, documents, parts, sentences, words, mentions, clusters,
     duplicate_mentions, comment_lines, documents_without_mentions, parts_without_mentions (+ ids),
-    parts_with_unusable_tree (+ ids, first errors). A part id seen twice is an error.
+    parts_with_unusable_tree (+ ids, first errors). A part id seen twice is an error, and so is
+    input without a single mention (nothing could be scored), naming the files.
     """
     c = counts if counts is not None else _new_counts()
     docs: list[Document] = []
     seen: dict[str, str] = {}
-    for path in expand_conll_paths(paths):
+    files = expand_conll_paths(paths)
+    for path in files:
         for doc in read_conll(path, counts=c):
             if doc.id in seen:
                 raise BertlookError(f"{doc.source}:{doc.line}: document {doc.doc_id} part {doc.part:03d} "
                                     f"already read at {seen[doc.id]}")
             seen[doc.id] = f"{doc.source}:{doc.line}"
             docs.append(doc)
+    if not docs:  # every part of every file is without mentions (each file has parts: read_conll)
+        shown = ", ".join(map(str, files[:MAX_LISTED]))
+        if len(files) > MAX_LISTED:
+            shown += f" (and {len(files) - MAX_LISTED} more files)"
+        raise BertlookError(f"{shown}: no coreference mention in any of the {c['parts']} document part(s) "
+                            "(the last column is '-' everywhere): nothing to score; give CoNLL-2012 files "
+                            "with gold coreference (*.gold_conll)")
     return docs
 
 
@@ -803,15 +814,25 @@ def extract_coref_attention(
     device: str = "auto",
     shard_mb: float = 256,
     progress_every: int = 256,
+    max_unk_rate: float | None = None,
 ) -> dict[str, Any]:
     """Read CoNLL-2012 files, truncate every part, and write a word-level attention store at ``out_dir``.
 
     Returns the summary: the reader's counts (``read``), truncation / exclusion / head-source counts
     (``truncation``), and ``extract_to_store``'s counts (examples, tokens/s, device). The same counts
-    go into the store's ``meta.json`` under ``coref``.
+    go into the store's ``meta.json`` under ``coref``. Stops before the model is loaded when more than
+    ``max_unk_rate`` (default 0.05) of the tokens are the unknown token (summary: ``unk_tokens``, ...).
     """
     from bertlook.alignment import FROM_SPLIT_MODES
-    from bertlook.extraction import extract_to_store
+    from bertlook.extraction import (
+        DEFAULT_MAX_UNK_RATE,
+        aligned_unk_words,
+        check_max_unk_rate,
+        check_unk_rate,
+        extract_to_store,
+        unk_statistics,
+        unk_summary,
+    )
     from bertlook.io_utils import sha256_file
     from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
@@ -819,6 +840,7 @@ def extract_coref_attention(
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
     if head_rule not in HEAD_RULES:
         raise BertlookError(f"unknown --head-rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
+    max_unk_rate = check_max_unk_rate(DEFAULT_MAX_UNK_RATE if max_unk_rate is None else max_unk_rate)
     files = expand_conll_paths(conll_paths)
     read_counts = _new_counts()
     docs = read_conll_files(files, counts=read_counts)
@@ -827,6 +849,8 @@ def extract_coref_attention(
     tokenizer = load_tokenizer(resolved)
     examples, alignments, trunc = prepare_coref_examples(docs, tokenizer, max_seq_len=max_seq_len,
                                                          head_rule=head_rule)
+    unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
+    check_unk_rate(unk, max_unk_rate, model_spec, what="coreference parts", step="coref-extract")
     special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
     if alignments:
         first = next(iter(alignments.values()))
@@ -842,6 +866,7 @@ def extract_coref_attention(
         "token_type_ids": "zeros",
         "kind": "coref",
         "coref": coref_meta,
+        "unknown_tokens": unk,
         "excluded": {
             "alignment": trunc["parts_excluded_alignment"], "alignment_ids": trunc["parts_excluded_alignment_ids"],
             "empty": trunc["parts_excluded_empty"], "empty_ids": trunc["parts_excluded_empty_ids"],
@@ -849,7 +874,9 @@ def extract_coref_attention(
     }
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb, transform=make_coref_transform(alignments, from_split))
+                               shard_mb=shard_mb, transform=make_coref_transform(alignments, from_split),
+                               stored_size=lambda rec, n: len(rec["words"]) + 2)
+    summary.update(unk_summary(unk, max_unk_rate))
     summary.update({
         "model": model_spec,
         "revision": revision,
@@ -1044,26 +1071,15 @@ def score_part(rec: dict[str, Any], attn, *, candidates: str = "all", where: str
     return out
 
 
-def _open(path_or_store) -> "AttentionStore":
-    from bertlook.attention_store import AttentionStore, AttentionStoreError
-
-    if isinstance(path_or_store, AttentionStore):
-        return path_or_store
-    try:
-        return AttentionStore(path_or_store)
-    except AttentionStoreError as err:
-        raise BertlookError(str(err)) from None
-
-
 def score_store(path_or_store, *, candidates: str = "all", max_examples: int | None = None) -> CorefScores:
     """Score every part of a coreference store (one example in memory at a time)."""
     import numpy as np
 
     if candidates not in CANDIDATES:
         raise BertlookError(f"unknown candidates {candidates!r} (use one of {', '.join(CANDIDATES)})")
-    store = _open(path_or_store)
-    if store.meta.get("level") != "word":
-        raise BertlookError(f"{store.path}: not a word-level attention store (level {store.meta.get('level')!r})")
+    from bertlook.attention_store import open_store
+
+    store = open_store(path_or_store, level="word", what="coreference attention store")
     L, H = store.num_layers, store.num_heads
     sc = CorefScores(num_layers=L, num_heads=H, candidates=candidates, head_correct=np.zeros((L, H, 4), np.int64),
                      counts=np.zeros(4, np.int64), baseline_correct={b: np.zeros(4, np.int64) for b in BASELINES},
@@ -1383,7 +1399,8 @@ def _cmd_coref_extract(args) -> int:
 
     s = extract_coref_attention(args.conll, args.model, args.out, revision=args.revision,
                                 max_seq_len=args.max_seq_len, from_split=args.from_split, head_rule=args.head_rule,
-                                batch_size=args.batch_size, device=args.device, shard_mb=args.shard_mb)
+                                batch_size=args.batch_size, device=args.device, shard_mb=args.shard_mb,
+                                max_unk_rate=args.max_unk_rate)
     if args.summary:
         write_json(args.summary, s)
     r, t = s["read"], s["truncation"]
@@ -1408,7 +1425,9 @@ def _cmd_coref(args) -> int:
         return 0
     if not args.attention:
         raise BertlookError("coref needs --attention DIR (or --not-run REASON when no corpus is configured)")
-    store = _open(args.attention)
+    from bertlook.attention_store import open_store
+
+    store = open_store(args.attention, level="word", what="coreference attention store")
     scores = score_store(store, candidates=args.candidates, max_examples=args.max_examples)
     table = table2_frame(scores)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"

@@ -13,11 +13,24 @@ Differences from the authors' released code, as switches:
 * padding: each batch is padded to its own longest example (not to 128); masked keys get the
   model's large negative bias, so every example's ``n x n`` map equals its unpadded batch-1 map
   up to float rounding.
+
+Guards before the forward pass (shared by ``extract``, ``extract-words`` and ``coref-extract``):
+
+* unknown tokens: :func:`unk_statistics` counts the tokenizer's unknown token (``[UNK]``) among the
+  non-special tokens of the input; :func:`check_unk_rate` stops the run above ``--max-unk-rate``
+  (config ``extraction.max_unk_rate``, default 0.05), naming the model and the first examples with
+  ``[UNK]`` (ids and words). The counts go into every summary and the store's ``meta.json``;
+* disk space: :func:`estimate_store_bytes` computes the store's size (``layers * heads * m * m``
+  float16 values per example, ``m`` = tokens, or words + 2 at word level, plus the index) and
+  :func:`check_disk_space` stops when the file system of the output lacks it plus a margin.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,6 +40,13 @@ from bertlook.errors import BertlookError
 
 SEGMENT_ID_MODES = ("zeros", "pair")
 STORE_DTYPE = "float16"
+STORE_ITEMSIZE = 2  # bytes per float16 value
+DEFAULT_MAX_UNK_RATE = 0.05
+UNK_EXAMPLES_SHOWN = 5
+DISK_MARGIN_FRACTION = 0.05
+DISK_MARGIN_MIN_BYTES = 100 * 2**20
+INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
+META_OVERHEAD = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,6 +90,192 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
 
 
 # --------------------------------------------------------------------------------------------
+# unknown tokens
+
+def check_max_unk_rate(value: Any) -> float:
+    """``value`` as a float in [0, 1] (the ``--max-unk-rate`` / ``extraction.max_unk_rate`` setting)."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise BertlookError(f"max unknown-token rate must be a number in [0, 1], got {value!r}") from None
+    if not (0.0 <= rate <= 1.0) or math.isnan(rate):
+        raise BertlookError(f"max unknown-token rate must be in [0, 1], got {value!r}")
+    return rate
+
+
+def segment_unk_words(tokenizer) -> Callable[[dict[str, Any], list[int]], list[str]]:
+    """``words_of`` for segments: the words of ``text_a``/``text_b`` the tokenizer maps to its unknown token.
+
+    Without texts, each unknown token is shown with its neighbouring tokens.
+    """
+    unk_id = getattr(tokenizer, "unk_token_id", None)
+
+    def words_of(record: dict[str, Any], positions: list[int]) -> list[str]:
+        out: list[str] = []
+        for key in ("text_a", "text_b"):
+            text = record.get(key)
+            if not isinstance(text, str) or not text:
+                continue
+            try:
+                enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False,
+                                verbose=False)
+            except Exception:  # pragma: no cover - a tokenizer without offsets
+                continue
+            out += [text[s:e] for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]) if i == unk_id]
+        if out:
+            return out
+        toks = record.get("tokens") or []
+        return [" ".join(toks[max(0, p - 1):p + 2]) for p in positions]
+
+    return words_of
+
+
+def aligned_unk_words(alignments: dict[Any, Any]) -> Callable[[dict[str, Any], list[int]], list[str]]:
+    """``words_of`` for word-level examples: the record's ``words`` that hold an unknown token."""
+
+    def words_of(record: dict[str, Any], positions: list[int]) -> list[str]:
+        al = alignments.get(record.get("id"))
+        words = record.get("words") or []
+        if al is None:
+            return []
+        idx = sorted({al.word_of_token[p] for p in positions if 0 <= al.word_of_token[p] < len(words)})
+        return [str(words[w]) for w in idx]
+
+    return words_of
+
+
+def unk_statistics(examples: Iterable[Sequence[Any]], tokenizer, *,
+                   words_of: Callable[[dict[str, Any], list[int]], list[str]] | None = None) -> dict[str, Any]:
+    """Count the tokenizer's unknown token in ``examples`` (``(record, input_ids, ...)``, before any exclusion).
+
+    Returns ``unk_token``, ``unk_tokens``, ``non_special_tokens`` (tokens that are not [CLS], [SEP],
+    [PAD], [MASK] ...; [UNK] counts as non-special), ``unk_rate`` (= unk_tokens / non_special_tokens,
+    None without tokens), ``examples``, ``examples_with_unk`` and ``unk_examples``: the first
+    :data:`UNK_EXAMPLES_SHOWN` examples with an unknown token (``id``, ``unk_tokens``, ``words``:
+    the words that became the unknown token, from ``words_of(record, positions)``).
+    """
+    unk_id = getattr(tokenizer, "unk_token_id", None)
+    special = set(getattr(tokenizer, "all_special_ids", None) or ()) - {unk_id}
+    n_unk = n_tokens = n_examples = 0
+    first: list[tuple[dict[str, Any], list[int]]] = []
+    n_with = 0
+    for ex in examples:
+        record, ids = ex[0], ex[1]
+        n_examples += 1
+        n_tokens += sum(1 for i in ids if i not in special)
+        if unk_id is None:
+            continue
+        positions = [k for k, i in enumerate(ids) if i == unk_id]
+        if positions:
+            n_unk += len(positions)
+            n_with += 1
+            if len(first) < UNK_EXAMPLES_SHOWN:
+                first.append((record, positions))
+    shown = []
+    for record, positions in first:
+        words = words_of(record, positions) if words_of is not None else []
+        shown.append({"id": record.get("id"), "unk_tokens": len(positions), "words": [str(w) for w in words[:5]]})
+    return {
+        "unk_token": getattr(tokenizer, "unk_token", None),
+        "unk_tokens": n_unk,
+        "non_special_tokens": n_tokens,
+        "unk_rate": (n_unk / n_tokens) if n_tokens else None,
+        "examples": n_examples,
+        "examples_with_unk": n_with,
+        "unk_examples": shown,
+    }
+
+
+def check_unk_rate(stats: dict[str, Any], max_rate: float, model_spec: str, *, what: str = "examples",
+                   step: str = "extract") -> None:
+    """Log the unknown-token count; raise :class:`BertlookError` when ``unk_rate > max_rate``."""
+    max_rate = check_max_unk_rate(max_rate)
+    rate = stats.get("unk_rate")
+    unk = stats.get("unk_token") or "[UNK]"
+    shown_rate = "n/a" if rate is None else f"{100 * rate:.3f}%"
+    print(f"{step}: {stats['unk_tokens']} unknown tokens ({unk}) among {stats['non_special_tokens']} tokens "
+          f"({shown_rate}) in {stats['examples_with_unk']} of {stats['examples']} {what}; max {100 * max_rate:g}%",
+          file=sys.stderr, flush=True)
+    if rate is None or rate <= max_rate:
+        return
+    listed = "; ".join(
+        f"{e['id']!r}: " + (", ".join(repr(w) for w in e["words"]) or f"{e['unk_tokens']} x {unk}")
+        for e in stats["unk_examples"]
+    )
+    raise BertlookError(
+        f"model {model_spec!r}: {stats['unk_tokens']} of {stats['non_special_tokens']} tokens "
+        f"({100 * rate:.2f}%) are the unknown token {unk}, in {stats['examples_with_unk']} of {stats['examples']} "
+        f"{what}; more than the maximum {100 * max_rate:g}% (--max-unk-rate, extraction.max_unk_rate). The "
+        f"tokenizer does not fit this text (wrong vocabulary, or a lower-cased vocabulary on cased text?). "
+        f"First {what} with {unk} (id: words): {listed}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# disk space
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def estimate_store_bytes(records: Sequence[dict[str, Any]], sizes: Sequence[int], num_layers: int,
+                         num_heads: int, *, meta: dict[str, Any] | None = None) -> dict[str, int]:
+    """Size of an attention store of ``records`` whose maps are ``sizes[i] x sizes[i]`` (float16).
+
+    ``map_bytes`` (the shards, exact) = ``sum(layers * heads * m * m * 2)``; ``index_bytes`` is an
+    upper estimate of ``index.jsonl`` + ``meta.json`` (records as JSON plus a fixed overhead).
+    """
+    per = int(num_layers) * int(num_heads) * STORE_ITEMSIZE
+    map_bytes = sum(per * int(m) * int(m) for m in sizes)
+    index_bytes = sum(len(json.dumps(r, ensure_ascii=False, default=str).encode("utf-8")) + INDEX_ENTRY_OVERHEAD
+                      for r in records)
+    meta_bytes = META_OVERHEAD + len(json.dumps(meta or {}, indent=2, ensure_ascii=False, default=str).encode("utf-8"))
+    return {"map_bytes": map_bytes, "index_bytes": index_bytes + meta_bytes,
+            "total_bytes": map_bytes + index_bytes + meta_bytes}
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.absolute()
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(path.anchor or ".")  # pragma: no cover
+
+
+def check_disk_space(out_dir, needed: int, *, what: str = "attention store", advice: str = "") -> dict[str, Any]:
+    """Raise :class:`BertlookError` when the file system of ``out_dir`` lacks ``needed`` bytes plus a margin.
+
+    The store is built beside ``out_dir`` and renamed into place, so the free space of the nearest
+    existing parent of ``out_dir`` is checked (``shutil.disk_usage``); the margin is 5% of
+    ``needed``, at least 100 MiB. Returns ``{"disk_free_bytes", "disk_checked_path", "disk_margin_bytes"}``.
+    """
+    where = _existing_parent(Path(out_dir).parent)
+    margin = max(int(DISK_MARGIN_FRACTION * needed), DISK_MARGIN_MIN_BYTES)
+    try:
+        free = int(shutil.disk_usage(where).free)
+    except OSError as err:  # pragma: no cover - e.g. a vanished mount point
+        print(f"warning: cannot check the free space of {where} ({err})", file=sys.stderr)
+        return {"disk_free_bytes": None, "disk_checked_path": str(where), "disk_margin_bytes": margin}
+    if free < needed + margin:
+        raise BertlookError(
+            f"not enough disk space for the {what} {out_dir}: it needs about {_fmt_bytes(needed)} "
+            f"({needed} bytes) plus a margin of {_fmt_bytes(margin)}, but {where} has {_fmt_bytes(free)} free. "
+            f"Free some space, write to another disk, or shrink the run{': ' + advice if advice else ''}"
+        )
+    return {"disk_free_bytes": free, "disk_checked_path": str(where), "disk_margin_bytes": margin}
+
+
+SHRINK_ADVICE = (
+    "fewer examples (segments.n_segments, fewer treebank sentences or coreference parts) or a smaller "
+    "--max-seq-len (segments.max_seq_len; a map grows with the square of its length); the batch size "
+    "does not change the store's size"
+)
+
+
+# --------------------------------------------------------------------------------------------
 # extraction
 
 def _id_key(value: Any) -> tuple[int, Any]:
@@ -110,6 +316,8 @@ def extract_to_store(
     progress_every: int = 256,
     shard_mb: float = 256,
     transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
+    stored_size: Callable[[dict[str, Any], int], int] | None = None,
+    check_disk: bool = True,
 ) -> dict[str, Any]:
     """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``.
 
@@ -141,10 +349,17 @@ def extract_to_store(
     have another size ``m``, with ``len(record["tokens"]) == m``). It receives the example's own
     float32 ``[L, H, n, n]`` map (numpy; maps are kept in float32 instead of float16 when a
     transform is given) and the record as passed in; the store converts the result to float16.
+    ``stored_size(record, n)`` gives the size ``m`` of the map the transform stores (default ``n``);
+    it feeds the size estimate.
+
+    Before the first forward pass the store's size is estimated (:func:`estimate_store_bytes`),
+    logged, and checked against the free space of the output's file system
+    (:func:`check_disk_space`, unless ``check_disk`` is False).
 
     Returns a summary dict: n_examples, n_input, excluded_too_long, excluded_ids, tokens,
-    padded_tokens, seconds, tokens_per_second, device, batch_size, dtype, max_seq_len,
-    num_layers, num_heads, out_dir.
+    padded_tokens, seconds, tokens_per_second, device, device_warning, batch_size, dtype,
+    max_seq_len, num_layers, num_heads, estimated_bytes, estimated_map_bytes, disk_free_bytes,
+    out_dir.
     """
     import torch
 
@@ -193,11 +408,36 @@ def extract_to_store(
             continue
         kept.append((record, input_ids, tt_ids))
     kept.sort(key=lambda ex: (-len(ex[1]), _id_key(ex[0]["id"])))
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if vocab_size:
+        for record, input_ids, _ in kept:
+            bad = [int(i) for i in input_ids if not 0 <= int(i) < int(vocab_size)]
+            if bad:
+                raise BertlookError(
+                    f"example {record['id']!r}: token id(s) {bad[:5]} outside the model's vocabulary of "
+                    f"{vocab_size} (does the tokenizer belong to this model?)"
+                )
 
     store_meta = dict(meta or {})
     store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted"})
     excluded = dict(store_meta.pop("excluded", None) or {})
     excluded.update({"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)})
+
+    # ---- size of the store, before any forward pass
+    sizes = [int(stored_size(rec, len(ids))) if stored_size is not None else len(ids) for rec, ids, _ in kept]
+    estimate = estimate_store_bytes([rec for rec, _, _ in kept], sizes, num_layers, num_heads,
+                                    meta={**store_meta, "excluded": excluded})
+    disk = {"disk_free_bytes": None, "disk_checked_path": None, "disk_margin_bytes": None}
+    if check_disk:
+        disk = check_disk_space(out_dir, estimate["total_bytes"], advice=SHRINK_ADVICE)
+    free = disk["disk_free_bytes"]
+    print(f"extract: estimated store size {_fmt_bytes(estimate['total_bytes'])} ({estimate['total_bytes']} bytes: "
+          f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}) -> {out_dir}"
+          + (f"; {_fmt_bytes(free)} free on {disk['disk_checked_path']}" if free is not None else ""),
+          file=sys.stderr, flush=True)
+    from bertlook.modeling import cuda_visibility_warning
+
+    device_warning = cuda_visibility_warning() if device.type == "cpu" else None
     map_dtype = torch.float16 if transform is None else torch.float32
 
     was_training = model.training
@@ -266,11 +506,15 @@ def extract_to_store(
         "seconds": round(seconds, 4),
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "device": str(device),
+        "device_warning": device_warning,
         "batch_size": int(batch_size),
         "max_seq_len": int(max_seq_len),
         "dtype": STORE_DTYPE,
         "num_layers": num_layers,
         "num_heads": num_heads,
+        "estimated_bytes": estimate["total_bytes"],
+        "estimated_map_bytes": estimate["map_bytes"],
+        "disk_free_bytes": free,
         "out_dir": str(out_dir),
     }
 
@@ -297,17 +541,21 @@ def extract_segments(
     device: str = "auto",
     shard_mb: float = 256,
     progress_every: int = 256,
+    max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
 ) -> dict[str, Any]:
     """Read ``segments.jsonl``, load the model, and extract token-level attention to ``out_dir``.
 
     The store's ``meta.json`` records the model provenance, the special tokens, the segment ids
-    mode and the segments file. Returns :func:`extract_to_store`'s summary plus model/input fields.
+    mode, the segments file and the unknown-token counts. The unknown-token rate is checked
+    (:func:`check_unk_rate`, ``max_unk_rate``) before the model is loaded. Returns
+    :func:`extract_to_store`'s summary plus model/input fields and the unknown-token counts.
     """
     from bertlook.corpora import read_segments
     from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if segment_ids not in SEGMENT_ID_MODES:
         raise BertlookError(f"unknown --segment-ids {segment_ids!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
+    max_unk_rate = check_max_unk_rate(max_unk_rate)
     segments = read_segments(segments_path)
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
@@ -317,6 +565,8 @@ def extract_segments(
     for seg in segments:
         ids, tts = encode_segment(seg, tokenizer, segment_ids)
         examples.append((seg, ids, tts))
+    unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
+    check_unk_rate(unk, max_unk_rate, model_spec, what=f"segments of {segments_path}", step="extract")
     model = load_model(resolved, dev)
     provenance = resolved.provenance(model.config)
     meta = {
@@ -325,13 +575,28 @@ def extract_segments(
         "segment_ids": segment_ids,
         "segments_path": str(segments_path),
         "n_segments": len(segments),
+        "unknown_tokens": unk,
     }
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="token", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb)
     summary.update({"model": model_spec, "revision": revision, "segments": str(segments_path),
                     "segment_ids": segment_ids, "n_segments": len(segments)})
+    summary.update(unk_summary(unk, max_unk_rate))
     return summary
+
+
+def unk_summary(stats: dict[str, Any], max_unk_rate: float) -> dict[str, Any]:
+    """The summary fields of :func:`unk_statistics` (``unk_tokens``, ``unk_rate``, ... ``max_unk_rate``)."""
+    return {
+        "unk_token": stats["unk_token"],
+        "unk_tokens": stats["unk_tokens"],
+        "non_special_tokens": stats["non_special_tokens"],
+        "unk_rate": stats["unk_rate"],
+        "examples_with_unk": stats["examples_with_unk"],
+        "unk_examples": stats["unk_examples"],
+        "max_unk_rate": float(max_unk_rate),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,6 +616,21 @@ def add_batch_arguments(p, *, unit: str, length_help: str) -> None:
     p.add_argument("--max-seq-len", type=int, default=128, help=f"{length_help} (default 128)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
     p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_unk_argument(p)
+
+
+def _rate_arg(text: str) -> float:
+    try:
+        return check_max_unk_rate(text)
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_unk_argument(p) -> None:
+    """--max-unk-rate (extraction.max_unk_rate): stop above this fraction of unknown tokens."""
+    p.add_argument("--max-unk-rate", type=_rate_arg, default=DEFAULT_MAX_UNK_RATE, metavar="RATE",
+                   help="stop, before running the model, when more than this fraction (0..1) of the "
+                        f"non-special tokens is the tokenizer's unknown token [UNK] (default {DEFAULT_MAX_UNK_RATE})")
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
@@ -384,12 +664,14 @@ def _cmd_extract(args) -> int:
     summary = extract_segments(
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
+        max_unk_rate=args.max_unk_rate,
     )
     if args.summary:
         write_json(args.summary, summary)
     print(
         f"extract: {summary['n_examples']} examples ({summary['tokens']} tokens) -> {Path(args.out)}; "
         f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
+        f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
     )
     return 0

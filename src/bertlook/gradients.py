@@ -478,7 +478,7 @@ def load_mlm_checked(resolved, device="cpu"):
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from bertlook.modeling import _from_pretrained
+    from bertlook.modeling import _check_finite, _from_pretrained
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -487,6 +487,7 @@ def load_mlm_checked(resolved, device="cpu"):
                                        dtype=torch.float32, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(level)
+    _check_finite(model, resolved)
     info = info or {}
     missing = sorted(set(info.get("missing_keys") or ()))
     loading = {"missing_keys": missing, "unexpected_keys": sorted(set(info.get("unexpected_keys") or ()))}

@@ -11,6 +11,16 @@ A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) i
 Hub ids are loaded from the local Hugging Face cache when they are there; otherwise the hub must be
 reachable. Every failure is a :class:`~bertlook.errors.BertlookError` with a one-paragraph message.
 
+Safety and sanity of what is loaded:
+
+* weights are loaded from safetensors only (``use_safetensors=True``): pickled weights
+  (``pytorch_model.bin`` and other ``.bin``/``.pt``/``.pth``/``.ckpt`` files) are refused before anything
+  reads them, since unpickling can run code; a corrupt or truncated safetensors file is named in the
+  error, and weights holding NaN/inf values are refused;
+* a local model directory must hold tokenizer files (:func:`tokenizer_files_problem`): without them
+  transformers would build a default tokenizer whose every word is ``[UNK]``;
+* ``trust_remote_code`` is always ``False``: no code shipped with a model is ever run.
+
 Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.
 """
 
@@ -19,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -32,6 +43,14 @@ _SHARDED_WEIGHTS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 HUB_TIMEOUT_S = 10.0
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+_SAFETENSORS_WEIGHTS = re.compile(r"^model(-\d+-of-\d+)?\.safetensors$")
+TOKENIZER_FILES_HELP = (
+    "tokenizer.json, or vocab.txt (WordPiece), or vocab.json + merges.txt (BPE), or a sentencepiece "
+    "model (*.model), next to tokenizer_config.json"
+)
+
+log = logging.getLogger(__name__)
 
 OFFLINE_ADVICE = (
     "set models[].name_or_path in the config to a local directory holding the model "
@@ -65,10 +84,15 @@ class ResolvedModel:
         """Weights files of a local/package model, or of a hub model present in the HF cache."""
         if not self.is_hub:
             root = Path(self.path_or_id)
-            for name in WEIGHT_FILES:
-                if (root / name).is_file():
-                    return [root / name]
-            return sorted(p for p in root.iterdir() if p.is_file() and _SHARDED_WEIGHTS.match(p.name))
+            if (root / WEIGHT_FILES[0]).is_file():
+                return [root / WEIGHT_FILES[0]]
+            shards = sorted(p for p in root.iterdir() if p.is_file() and _SHARDED_WEIGHTS.match(p.name))
+            safe = [p for p in shards if p.suffix == ".safetensors"]
+            if safe:
+                return safe
+            if (root / WEIGHT_FILES[1]).is_file():
+                return [root / WEIGHT_FILES[1]]
+            return shards
         try:
             from huggingface_hub import try_to_load_from_cache
         except ImportError:  # pragma: no cover
@@ -197,11 +221,22 @@ def _cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_
 
 
 def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
-    """True when the config and a weights file of ``repo_id`` are in the local HF cache."""
+    """True when the config and safetensors weights of ``repo_id`` are in the local HF cache.
+
+    (Cached pickled weights do not count: bertlook never loads them.)
+    """
     if _cached_file(repo_id, "config.json", revision) is None:
         return False
-    names = (*WEIGHT_FILES, "model.safetensors.index.json", "pytorch_model.bin.index.json")
-    return any(_cached_file(repo_id, n, revision) for n in names)
+    return any(_cached_file(repo_id, n, revision) for n in ("model.safetensors", "model.safetensors.index.json"))
+
+
+def _cached_pickle_note(repo_id: str, revision: str | None) -> str:
+    hit = _cached_file(repo_id, "pytorch_model.bin", revision) or \
+        _cached_file(repo_id, "pytorch_model.bin.index.json", revision)
+    if not hit:
+        return ""
+    return (f"; the local cache holds only pickled weights ({Path(hit).name}), which bertlook never loads "
+            "(safetensors only)")
 
 
 def _hub_offline() -> bool:
@@ -268,12 +303,127 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def _listing(root: Path, limit: int = 12) -> str:
+    try:
+        names = sorted(p.name for p in root.iterdir())
+    except OSError:
+        return "?"
+    return ", ".join(names[:limit]) + (f", ... ({len(names)} entries)" if len(names) > limit else "") or "nothing"
+
+
+def tokenizer_files_problem(resolved: ResolvedModel) -> str | None:
+    """None when a local/package model directory holds the files a tokenizer is built from, else why not.
+
+    A tokenizer needs ``tokenizer.json``, or ``vocab.txt``, or ``vocab.json`` + ``merges.txt``, or a
+    sentencepiece ``*.model`` file. ``model.save_pretrained(DIR)`` writes none of them; transformers
+    would then build a default tokenizer without a vocabulary (every word ``[UNK]``). Hub ids: None.
+    """
+    if resolved.is_hub:
+        return None
+    root = Path(resolved.path_or_id)
+    try:
+        names = {p.name for p in root.iterdir() if p.is_file()}
+    except OSError as err:
+        return f"cannot list model directory {root} ({err.strerror or err})"
+    if ("tokenizer.json" in names or "vocab.txt" in names or {"vocab.json", "merges.txt"} <= names
+            or any(n.endswith(".model") for n in names)):
+        return None
+    return (
+        f"model directory {root} has no tokenizer files (it holds {_listing(root)}); a tokenizer needs "
+        f"{TOKENIZER_FILES_HELP}. A directory written by model.save_pretrained() alone lacks them: save the "
+        "tokenizer there too (tokenizer.save_pretrained(DIR)) or copy the original model's tokenizer files"
+    )
+
+
+def check_weights_files(resolved: ResolvedModel) -> None:
+    """Refuse pickled weights and corrupt/truncated safetensors files before transformers reads them.
+
+    Local/package models: the directory must hold ``model.safetensors`` (or its shards); a directory
+    with only pickled weights (``pytorch_model.bin``, any ``.bin``/``.pt``/``.pth``/``.ckpt``) is
+    refused. Hub models: cached safetensors files are checked (a cached pickle is never read: the
+    hub is asked for safetensors). Every safetensors file found is opened with
+    ``safetensors.safe_open`` (header and coverage check, no tensor read).
+    """
+    if resolved.is_hub:
+        # from_pretrained(use_safetensors=True) never reads a cached pickle and fetches safetensors only
+        safe = [p for p in resolved._weights_paths() if p.suffix == ".safetensors"]
+    else:
+        root = Path(resolved.path_or_id)
+        files = [p for p in root.iterdir() if p.is_file()]
+        safe = sorted(p for p in files if _SAFETENSORS_WEIGHTS.match(p.name))
+        if not safe:
+            pickles = sorted(p for p in files if p.suffix.lower() in _PICKLE_SUFFIXES)
+            if pickles:
+                raise BertlookError(_pickle_refusal(resolved, pickles))
+            raise BertlookError(
+                f"model directory {root} has no model.safetensors (it holds {_listing(root)}); "
+                "bertlook loads weights from safetensors files only"
+            )
+    for path in safe:
+        _check_safetensors(path)
+
+
+def _pickle_refusal(resolved: ResolvedModel, pickles: list[Path]) -> str:
+    where = pickles[0] if len(pickles) == 1 else f"{pickles[0].parent} ({', '.join(p.name for p in pickles)})"
+    return (
+        f"model {resolved.spec!r}: refusing pickled weights {where}: loading a pickle can run arbitrary "
+        "code, so bertlook only loads safetensors weights (model.safetensors). Convert the checkpoint where "
+        "you trust it (e.g. AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR), which writes "
+        "model.safetensors; then copy the tokenizer files) and point the model spec at the new directory"
+    )
+
+
+def _check_safetensors(path: Path) -> None:
+    try:
+        from safetensors import safe_open
+    except ImportError:  # pragma: no cover - a dependency of transformers
+        return
+    try:
+        size = path.stat().st_size
+        if size < 8:
+            raise ValueError(f"{size} bytes, shorter than a safetensors header")
+        with safe_open(str(path), framework="pt") as fh:
+            fh.keys()
+    except Exception as err:  # SafetensorError, OSError, ValueError ...
+        raise BertlookError(
+            f"{path}: corrupt or truncated safetensors weights ({_first_line(err)}); "
+            "download or save the model again"
+        ) from None
+
+
+def _check_finite(model, resolved: ResolvedModel) -> None:
+    """Refuse weights with NaN/inf values (e.g. garbage bytes in a safetensors file's data)."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+                files = ", ".join(p.name for p in resolved._weights_paths()) or "weights"
+                raise BertlookError(
+                    f"model {resolved.spec!r}: weight {name} holds NaN or infinite values; the weights file "
+                    f"({files} in {Path(resolved.path_or_id) if not resolved.is_hub else resolved.path_or_id}) "
+                    "is corrupt: download or save the model again"
+                )
+
+
 def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
-    """Call ``loader.from_pretrained`` and turn every load failure into a BertlookError."""
+    """Call ``loader.from_pretrained`` and turn every load failure into a BertlookError.
+
+    ``what`` is ``"config"``, ``"tokenizer"`` or ``"weights"``; for weights the files are checked first
+    (:func:`check_weights_files`) and only safetensors are loaded. ``trust_remote_code`` is always False.
+    """
+    kwargs["trust_remote_code"] = False
+    if what == "tokenizer":
+        problem = tokenizer_files_problem(resolved)
+        if problem:
+            raise BertlookError(problem)
+    if what == "weights":
+        check_weights_files(resolved)
+        kwargs["use_safetensors"] = True
     if not resolved.is_hub:
         try:
             return loader.from_pretrained(resolved.path_or_id, **kwargs)
-        except (OSError, ValueError, KeyError) as err:
+        except Exception as err:  # OSError, ValueError, SafetensorError, RuntimeError (shape mismatch) ...
             raise BertlookError(
                 f"cannot load the {what} of model {resolved.spec!r} from {resolved.path_or_id}: {_first_line(err)}"
             ) from None
@@ -283,11 +433,19 @@ def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
     else:
         reason = _hub_probe(resolved.path_or_id, resolved.revision)
         if reason is not None:
+            if what == "weights":
+                reason += _cached_pickle_note(resolved.path_or_id, resolved.revision)
             raise BertlookError(hub_unreachable_message(resolved.path_or_id, resolved.revision, reason))
     try:
         return loader.from_pretrained(resolved.path_or_id, **kwargs)
     except _hub_errors() as err:
         text = str(err)
+        if what == "weights" and "cannot be loaded with `safetensors`" in text:
+            raise BertlookError(
+                f"model {resolved.path_or_id!r}: the hub has no safetensors weights for it (only pickled "
+                "pytorch_model.bin); bertlook refuses pickled weights, since loading a pickle can run arbitrary "
+                "code. Convert the checkpoint to safetensors where you trust it and use the local directory"
+            ) from None
         if "not a valid model identifier" in text or type(err).__name__ == "RepositoryNotFoundError":
             raise BertlookError(
                 f"cannot load model {resolved.path_or_id!r}: the Hugging Face hub has no such model "
@@ -295,6 +453,11 @@ def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
             ) from None
         raise BertlookError(
             hub_unreachable_message(resolved.path_or_id, resolved.revision, _first_line(err)[:200])
+        ) from None
+    except Exception as err:  # a corrupt cached file, a checkpoint that does not match its config ...
+        raise BertlookError(
+            f"cannot load the {what} of model {resolved.spec!r} (hub id {resolved.path_or_id}): "
+            f"{_first_line(err)[:300]}"
         ) from None
 
 
@@ -317,6 +480,16 @@ def load_tokenizer(resolved: ResolvedModel):
             f"model {resolved.spec!r}: the tokenizer ({type(tok).__name__}) is not a fast tokenizer; "
             "bertlook needs a fast tokenizer (tokenizer.json or a vocab a fast tokenizer can be built from)"
         )
+    try:
+        vocab = tok.get_vocab()
+        special = set(tok.all_special_tokens)
+    except Exception:  # pragma: no cover - every fast tokenizer has both
+        return tok
+    if not any(t not in special for t in vocab):
+        raise BertlookError(
+            f"model {resolved.spec!r}: its tokenizer has no vocabulary besides the special tokens "
+            f"({len(vocab)} entries), so every word would be {tok.unk_token}; the model needs {TOKENIZER_FILES_HELP}"
+        )
     return tok
 
 
@@ -327,21 +500,64 @@ def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = Fals
 
     loader = AutoModelForMaskedLM if mlm else AutoModel
     model = _from_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
+    _check_finite(model, resolved)
     model.eval()
     return model.to(device if isinstance(device, torch.device) else torch.device(device))
 
 
+def _no_cuda_reason() -> str:
+    import torch
+
+    if getattr(torch.version, "cuda", None) is None:
+        return f"this torch build ({torch.__version__}) has no CUDA support"
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU or driver"
+
+
+def cuda_visibility_warning() -> str | None:
+    """A warning when ``CUDA_VISIBLE_DEVICES`` names GPUs but torch sees no CUDA device, else None.
+
+    (An empty value or ``-1`` hides the GPUs on purpose: no warning.)
+    """
+    import torch
+
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None or cvd.strip() in ("", "-1") or torch.cuda.is_available():
+        return None
+    return (f"CUDA_VISIBLE_DEVICES={cvd!r} is set but torch sees no CUDA device ({_no_cuda_reason()}); "
+            "running on the CPU")
+
+
 def pick_device(pref: str = "auto"):
-    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU -> BertlookError."""
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU -> BertlookError.
+
+    When ``CUDA_VISIBLE_DEVICES`` is set but torch sees no GPU, ``auto``/``cpu`` log a warning
+    (:func:`cuda_visibility_warning`; the extraction summaries record it as ``device_warning``).
+    """
     import torch
 
     pref = (pref or "auto").strip().lower()
     if pref == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        warning = cuda_visibility_warning()
+        if warning:
+            log.warning("WARNING: %s", warning)
+        return torch.device("cpu")
     if pref.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise BertlookError(f"device {pref!r} requested but CUDA is not available (use --device cpu or auto)")
-        return torch.device(pref)
+            cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+            cvd_note = f"; CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else ""
+            raise BertlookError(
+                f"device {pref!r} requested but CUDA is not available ({_no_cuda_reason()}{cvd_note}); "
+                "use device auto or cpu (--device, extraction.device)"
+            )
+        try:
+            dev = torch.device(pref)
+        except (RuntimeError, ValueError):
+            raise BertlookError(f"unknown device {pref!r} (use auto, cpu, cuda or cuda:N)") from None
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BertlookError(f"device {pref!r} requested but torch sees {torch.cuda.device_count()} CUDA device(s)")
+        return dev
     if pref == "cpu":
         return torch.device("cpu")
     raise BertlookError(f"unknown device {pref!r} (use auto, cpu or cuda)")
@@ -367,7 +583,11 @@ def check_reachable_model(spec: str, revision: str | None = None) -> str | None:
     except BertlookError as err:
         return str(err)
     if not resolved.is_hub:
-        return None
+        try:
+            check_weights_files(resolved)
+        except BertlookError as err:
+            return str(err)
+        return tokenizer_files_problem(resolved)
     if in_hf_cache(resolved.path_or_id, revision):
         return None
     reason = _hub_probe(resolved.path_or_id, revision)
