@@ -15,39 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-GENSIM_DUMP = "package:gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-RUN = "tiny-rand"
+from workflow_helpers import ENV, GENSIM_DUMP, ROOT, RUN, SNAKEMAKE, snakemake, tiny_config  # noqa: F401
 
 pytestmark = pytest.mark.e2e
-
-
-def tiny_config(workdir: Path, model_dir: Path) -> dict:
-    offline = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())
-    offline.update(
-        run_name="tiny",
-        results_dir=str(workdir / "results"),
-        resources_dir=str(workdir / "resources"),
-        models=[{"label": "rand", "name_or_path": str(model_dir), "revision": None}],
-    )
-    offline["wikipedia"].update(path=GENSIM_DUMP, max_articles=3)
-    offline["segments"].update(n_segments=12, max_seq_len=128)
-    offline["extraction"].update(batch_size=4, device="cpu")
-    offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
-    offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=15, max_words=18)
-    offline["heads"].update(min_count=3, bootstrap=50)
-    offline["probes"].update(seeds=[0, 1], mst=True)
-    offline["coref"]["conll"] = [str(ROOT / "tests" / "fixtures" / "tiny_coref.gold_conll")]
-    offline["gradients"].update(max_examples=4, batch_size=2)
-    return offline
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +206,12 @@ def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path
         for _, attn in store:
             assert np.isfinite(attn).all()
 
+    # the lock the killed run left is reported with what to do (make demo / make reproduce call this)
+    check = [str(ROOT / "scripts" / "check_stale_lock.sh"), str(tmp_path), "config.yaml"]
+    stale = subprocess.run(check, capture_output=True, text=True)
+    assert stale.returncode == 2 and "make unlock" in stale.stderr, stale.stderr
     subprocess.run(cmd + ["--unlock"], capture_output=True, env=env, timeout=120)
+    assert subprocess.run(check, capture_output=True).returncode == 0
     done = subprocess.run(cmd + ["--rerun-incomplete"], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     _, reference = finished_run

@@ -19,14 +19,23 @@ rule cluster_heads:
             labels={"run": "{run}", "table": "head_clusters"},
         ),
     params:
-        bertlook=BERTLOOK,
-        seed=config["seed"],
-        max_examples=optional_flag("--max-examples", config["clustering"].get("max_examples")),
-        n_init=config["clustering"]["mds_n_init"],
-        max_iter=config["clustering"]["mds_max_iter"],
-        eps=config["clustering"]["mds_eps"],
+        cmd=bertlook_cmd(
+            "cluster",
+            omp_threads=True,
+            attention=IN.store,
+            stats=IN.stats,
+            out_js=OUT.js,
+            out_clusters=OUT.clusters,
+            seed=config["seed"],
+            max_examples=config["clustering"]["max_examples"],
+            mds_n_init=config["clustering"]["mds_n_init"],
+            mds_max_iter=config["clustering"]["mds_max_iter"],
+            mds_eps=config["clustering"]["mds_eps"],
+        ),
     log:
         log_path("cluster_heads"),
+    benchmark:
+        bench_path("cluster_heads")
     threads: 8
     resources:
         mem_mb=8000,
@@ -34,7 +43,4 @@ rule cluster_heads:
     conda:
         ENV_TORCH
     shell:
-        "OMP_NUM_THREADS={threads} {params.bertlook} cluster --attention {input.store:q} --stats {input.stats:q} "
-        "--out-js {output.js:q} --out-clusters {output.clusters:q} --seed {params.seed} "
-        "{params.max_examples} --mds-n-init {params.n_init} --mds-max-iter {params.max_iter} "
-        "--mds-eps {params.eps} > {log:q} 2>&1"
+        CMD

@@ -1,4 +1,5 @@
-# Shared definitions: config validation, run names, paths. Runs are {run_name}-{model label}.
+# Shared definitions: config validation, run names, paths, and the one way a rule builds its
+# command line (bertlook_cmd). Runs are {run_name}-{model label}.
 import json
 import os
 import re
@@ -6,12 +7,25 @@ import shlex
 import sys
 from pathlib import Path
 
-from snakemake.utils import validate
-
+from bertlook.config import load_yaml_strict, validate_config
+from bertlook.errors import BertlookError
 from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook.shellcmd import command
 
 
-validate(config, schema="../schemas/config.schema.yaml")
+# The config is validated (and normalised: 30.0 -> 30 where the schema says integer; defaults
+# filled) by bertlook's own validator, the one `bertlook validate-config` uses, and every
+# --configfile is re-read strictly (a duplicate key is an error; Snakemake's loader would keep
+# the last one silently).
+try:
+    for _configfile in workflow.configfiles:
+        load_yaml_strict(_configfile)
+    _validated = validate_config(dict(config), source=" + ".join(map(str, workflow.configfiles)) or "config")
+except BertlookError as _err:
+    print(f"error: {_err}", file=sys.stderr)
+    sys.exit(2)
+config.clear()
+config.update(_validated)
 
 RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
@@ -22,7 +36,8 @@ ENV_TORCH = "../../envs/torch.yaml"  # corpora, extraction, clustering (torch, t
 ENV_ANALYSIS = "../../envs/analysis.yaml"  # download, stats, figures, manifest (numpy, pandas, seaborn)
 
 # The step CLI, run from this checkout's src/ with the Python that runs Snakemake, or with the
-# rule's conda env Python under --software-deployment-method conda.
+# rule's conda env Python under --software-deployment-method conda. Built from paths only (never
+# from a config value), each quoted.
 _PYTHON = (
     "python"
     if "conda" in str(workflow.deployment_settings.deployment_method).lower()
@@ -30,6 +45,48 @@ _PYTHON = (
 )
 _SRC = shlex.quote(str(Path(workflow.basedir) / "src"))
 BERTLOOK = f"PYTHONPATH={_SRC}${{PYTHONPATH:+:$PYTHONPATH}} {_PYTHON} -m bertlook"
+
+
+# ---- command lines ------------------------------------------------------------------------------
+# Every rule has exactly one parameter, `cmd = bertlook_cmd(STEP, ...)`, and the shell line CMD.
+# Flag values are constants (config values), or IN.x / OUT.x / WC.x / functions of
+# (wildcards, input, output) resolved when the job runs; bertlook.shellcmd.command quotes every
+# one of them. None/False leave a flag out, True gives the bare flag, a list repeats it.
+CMD = "{params.cmd} > {log:q} 2>&1"
+
+
+class _JobRef:
+    """IN.name / OUT.name / WC.name: a job's named input, output or wildcard value."""
+
+    def __init__(self, kind):
+        self._kind = kind
+
+    def __getattr__(self, name):
+        kind = self._kind
+
+        def get(wildcards, input, output):
+            return getattr({"input": input, "output": output, "wildcards": wildcards}[kind], name)
+
+        return get
+
+
+IN, OUT, WC = _JobRef("input"), _JobRef("output"), _JobRef("wildcards")
+
+
+def bertlook_cmd(step, *flag_groups, omp_threads=False, **flags):
+    """params function: the whole `bertlook STEP ...` command line of a job, every value quoted.
+    flag_groups: functions of (wildcards, input, output) returning a dict of flags (e.g. the model)."""
+
+    def cmd(wildcards, input, output, threads):
+        values = {}
+        for group in flag_groups:
+            values.update(group(wildcards, input, output))
+        for name, value in flags.items():
+            values[name] = value(wildcards, input, output) if callable(value) else value
+        env = {"OMP_NUM_THREADS": threads} if omp_threads else None
+        return command(BERTLOOK, step, values, env)
+
+    return cmd
 
 
 wildcard_constraints:
@@ -47,17 +104,15 @@ def log_path(rule_name):
     return run_path("logs", f"{rule_name}.log")
 
 
-def model_args(wildcards):
-    """--model/--revision flags of a run's model."""
+def bench_path(rule_name):
+    """Snakemake benchmark file (wall time, max RSS, I/O) of a rule, per run."""
+    return run_path("benchmarks", f"{rule_name}.tsv")
+
+
+def model_flags(wildcards, input, output):
+    """--model/--revision of a run's model."""
     model = MODELS[wildcards.run]
-    args = f"--model {json.dumps(model['name_or_path'])}"
-    if model.get("revision"):
-        args += f" --revision {json.dumps(model['revision'])}"
-    return args
-
-
-def optional_flag(name, value):
-    return "" if value is None else f"{name} {value}"
+    return {"model": model["name_or_path"], "revision": model.get("revision")}
 
 
 # Figure file -> (report label, caption file under workflow/report/).
@@ -97,33 +152,37 @@ def treebank_inputs(wildcards):
     return {}
 
 
-def treebank_source_args(wildcards, input):
-    """Command-line flags of `bertlook treebank` for the configured source."""
-    strip = " --strip-subtypes" if TREEBANK["strip_subtypes"] else ""
+def treebank_flags(wildcards, input, output):
+    """Flags of `bertlook treebank` for the configured source."""
+    flags = {"source": TREEBANK["source"]}
     if TREEBANK["source"] == "silver":
         silver = TREEBANK["silver"]
-        return (
-            f"--source silver --dump {shlex.quote(input.dump)} --segments {shlex.quote(input.segments)} "
-            f"--train-sentences {silver['train_sentences']} --dev-sentences {silver['dev_sentences']} "
-            f"--max-words {silver['max_words']} --seed {config['seed']} "
-            f"--spacy-model {shlex.quote(silver['spacy_model'])}{strip}"
-            + (f" --max-articles {silver['max_articles']}" if silver["max_articles"] else "")
+        flags.update(
+            dump=input.dump,
+            segments=input.segments,
+            train_sentences=silver["train_sentences"],
+            dev_sentences=silver["dev_sentences"],
+            max_words=silver["max_words"],
+            seed=config["seed"],
+            spacy_model=silver["spacy_model"],
+            max_articles=silver["max_articles"],
         )
-    if TREEBANK["source"] == "local":
-        local = TREEBANK["local"]
-        train = f" --train {shlex.quote(input.train)}" if local["train"] else ""
-        return f"--source local --dev {shlex.quote(input.dev)}{train} --format {local['format']}{strip}"
-    ud = TREEBANK["ud"]
-    args = (
-        f"--source ud --ud-repo {shlex.quote(ud['repo'])} --ud-release {shlex.quote(ud['release'])} "
-        f"--ud-train-file {shlex.quote(ud['train_file'])} --ud-dev-file {shlex.quote(ud['dev_file'])} "
-        f"--ud-base-url {shlex.quote(ud['base_url'])} "
-        f"--download-dir {shlex.quote(str(ud_download_dir(config)))}"
-    )
-    for split in ("train", "dev"):
-        if ud[f"{split}_sha256"]:
-            args += f" --{split}-sha256 {ud[f'{split}_sha256']}"
-    return args + strip
+    elif TREEBANK["source"] == "local":
+        flags.update(dev=input.dev, train=input.get("train"), format=TREEBANK["local"]["format"])
+    else:
+        ud = TREEBANK["ud"]
+        flags.update(
+            ud_repo=ud["repo"],
+            ud_release=ud["release"],
+            ud_train_file=ud["train_file"],
+            ud_dev_file=ud["dev_file"],
+            ud_base_url=ud["base_url"],
+            download_dir=str(ud_download_dir(config)),
+            train_sha256=ud["train_sha256"],
+            dev_sha256=ud["dev_sha256"],
+        )
+    flags["strip_subtypes"] = TREEBANK["strip_subtypes"]
+    return flags
 
 
 def heads_inputs(wildcards):
@@ -140,11 +199,11 @@ def extract_words_inputs(wildcards):
     return inputs
 
 
-def extract_words_model_args(wildcards, input):
+def extract_words_model_flags(wildcards, input, output):
     """The run's model, or the random-init copy for the probes' baseline maps."""
     if wildcards.maps == "randwords":
-        return f"--model {shlex.quote(input.model)}"
-    return model_args(wildcards)
+        return {"model": input.model}
+    return model_flags(wildcards, input, output)
 
 
 # ---- probes (Table 3) ----------------------------------------------------------------------------
@@ -166,10 +225,9 @@ def probes_inputs(wildcards):
     return inputs
 
 
-def paper_comparable_flag(wildcards):
+def paper_comparable(wildcards, input, output):
     """--paper-comparable only for the paper's model on the paper's corpus (PTB-SD)."""
-    comparable = MODELS[wildcards.run].get("compare_with_paper") and TREEBANK_KIND == "ptb_sd"
-    return "--paper-comparable" if comparable else ""
+    return bool(MODELS[wildcards.run].get("compare_with_paper")) and TREEBANK_KIND == "ptb_sd"
 
 
 # ---- coreference (Table 2) -----------------------------------------------------------------------

@@ -20,10 +20,16 @@ rule comparison:
         ),
         markdown=run_path("comparison.md"),
     params:
-        bertlook=BERTLOOK,
-        run_dir=lambda wildcards: run_path().format(run=wildcards.run),
+        cmd=bertlook_cmd(
+            "compare",
+            run_dir=lambda wildcards, input, output: run_path().format(run=wildcards.run),
+            out_csv=OUT.csv,
+            out_markdown=OUT.markdown,
+        ),
     log:
         log_path("comparison"),
+    benchmark:
+        bench_path("comparison")
     threads: 1
     resources:
         mem_mb=1000,
@@ -31,8 +37,7 @@ rule comparison:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} compare --run-dir {params.run_dir:q} --out-csv {output.csv:q} "
-        "--out-markdown {output.markdown:q} > {log:q} 2>&1"
+        CMD
 
 
 rule models_summary:
@@ -51,11 +56,18 @@ rule models_summary:
             category="Comparison across models",
         ),
     params:
-        bertlook=BERTLOOK,
-        run_dirs=" ".join(f"--run-dir {shlex.quote(os.path.join(RESULTS, run))}" for run in RUNS),
-        labels=",".join(m["label"] for m in config["models"]),
+        cmd=bertlook_cmd(
+            "models-summary",
+            run_dir=[os.path.join(RESULTS, run) for run in RUNS],
+            labels=",".join(m["label"] for m in config["models"]),
+            out_csv=OUT.csv,
+            out_markdown=OUT.markdown,
+            out_figure=OUT.figure,
+        ),
     log:
         os.path.join(SUMMARY_DIR, "logs", "models_summary.log"),
+    benchmark:
+        os.path.join(SUMMARY_DIR, "benchmarks", "models_summary.tsv")
     threads: 1
     resources:
         mem_mb=2000,
@@ -63,6 +75,4 @@ rule models_summary:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} models-summary {params.run_dirs} --labels {params.labels:q} "
-        "--out-csv {output.csv:q} --out-markdown {output.markdown:q} "
-        "--out-figure {output.figure:q} > {log:q} 2>&1"
+        CMD

@@ -10,16 +10,24 @@ if COREF_FILES:
             store=directory(run_path("attention", "coref")),
             summary=run_path("attention", "coref.summary.json"),
         params:
-            bertlook=BERTLOOK,
-            model=model_args,
-            conll=lambda wildcards, input: " ".join(f"--conll {shlex.quote(p)}" for p in input),
-            max_seq_len=config["segments"]["max_seq_len"],
-            from_split=config["word_attention"]["from_split"],
-            head_rule=config["coref"]["head_rule"],
-            batch_size=config["extraction"]["batch_size"],
-            device=config["extraction"]["device"],
+            cmd=bertlook_cmd(
+                "coref-extract",
+                model_flags,
+                omp_threads=True,
+                conll=lambda wildcards, input, output: list(input),
+                out=OUT.store,
+                max_seq_len=config["segments"]["max_seq_len"],
+                from_split=config["word_attention"]["from_split"],
+                head_rule=config["coref"]["head_rule"],
+                batch_size=config["extraction"]["batch_size"],
+                device=config["extraction"]["device"],
+                max_unk_rate=config["extraction"]["max_unk_rate"],
+                summary=OUT.summary,
+            ),
         log:
             log_path("coref_extract"),
+        benchmark:
+            bench_path("coref_extract")
         threads: 8
         resources:
             mem_mb=16000,
@@ -27,10 +35,7 @@ if COREF_FILES:
         conda:
             ENV_TORCH
         shell:
-            "OMP_NUM_THREADS={threads} {params.bertlook} coref-extract {params.conll} {params.model} "
-            "--out {output.store:q} --max-seq-len {params.max_seq_len} --from-split {params.from_split} "
-            "--head-rule {params.head_rule} --batch-size {params.batch_size} --device {params.device} "
-            "--summary {output.summary:q} > {log:q} 2>&1"
+            CMD
 
 
 rule coref:
@@ -47,14 +52,22 @@ rule coref:
         heads=run_path("tables", "coref_heads.csv"),
         summary=run_path("tables", "table2.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        source=lambda wildcards, input: (
-            f"--attention {shlex.quote(input.store[0])} --candidates {config['coref']['candidates']}"
-            if COREF_FILES
-            else "--not-run 'no coreference corpus configured (set coref.conll to CoNLL-2012 files)'"
+        cmd=bertlook_cmd(
+            "coref",
+            lambda wildcards, input, output: (
+                {"attention": input.store[0], "candidates": config["coref"]["candidates"]}
+                if COREF_FILES
+                else {"not_run": "no coreference corpus configured (set coref.conll to CoNLL-2012 files)"}
+            ),
+            out_table=OUT.table,
+            out_markdown=OUT.markdown,
+            out_heads=OUT.heads,
+            summary=OUT.summary,
         ),
     log:
         log_path("coref"),
+    benchmark:
+        bench_path("coref")
     threads: 1
     resources:
         mem_mb=4000,
@@ -62,6 +75,4 @@ rule coref:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} coref {params.source} --out-table {output.table:q} "
-        "--out-markdown {output.markdown:q} --out-heads {output.heads:q} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        CMD

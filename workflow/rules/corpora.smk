@@ -7,18 +7,18 @@ if not config["wikipedia"].get("path"):
             dump=WIKI_DUMP,
             summary=f"{WIKI_DUMP}.download.json",
         params:
-            bertlook=BERTLOOK,
-            url=config["wikipedia"]["url"],
-            checks=" ".join(
-                flag
-                for flag in [
-                    optional_flag("--sha256", config["wikipedia"].get("sha256")),
-                    optional_flag("--sha1sums-url", config["wikipedia"].get("sha1sums_url")),
-                ]
-                if flag
+            cmd=bertlook_cmd(
+                "download",
+                url=config["wikipedia"]["url"],
+                out=OUT.dump,
+                sha256=config["wikipedia"].get("sha256"),
+                sha1sums_url=config["wikipedia"].get("sha1sums_url"),
+                summary=OUT.summary,
             ),
         log:
             f"{RESOURCES}/logs/download_wikipedia.log",
+        benchmark:
+            f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
         threads: 1
         resources:
             mem_mb=500,
@@ -27,8 +27,7 @@ if not config["wikipedia"].get("path"):
         conda:
             ENV_ANALYSIS
         shell:
-            "{params.bertlook} download --url {params.url:q} --out {output.dump:q} {params.checks} "
-            "--summary {output.summary:q} > {log:q} 2>&1"
+            CMD
 
 
 rule segments:
@@ -38,14 +37,21 @@ rule segments:
         segments=run_path("corpus", "segments.jsonl"),
         summary=run_path("corpus", "segments.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        model=model_args,
-        n_segments=config["segments"]["n_segments"],
-        max_seq_len=config["segments"]["max_seq_len"],
-        seed=config["seed"],
-        max_articles=optional_flag("--max-articles", config["wikipedia"].get("max_articles")),
+        cmd=bertlook_cmd(
+            "corpora",
+            model_flags,
+            dump=IN.dump,
+            out=OUT.segments,
+            summary=OUT.summary,
+            n_segments=config["segments"]["n_segments"],
+            max_seq_len=config["segments"]["max_seq_len"],
+            seed=config["seed"],
+            max_articles=config["wikipedia"].get("max_articles"),
+        ),
     log:
         log_path("segments"),
+    benchmark:
+        bench_path("segments")
     threads: 1
     resources:
         mem_mb=4000,
@@ -53,6 +59,4 @@ rule segments:
     conda:
         ENV_TORCH
     shell:
-        "{params.bertlook} corpora --dump {input.dump:q} {params.model} --out {output.segments:q} "
-        "--summary {output.summary:q} --n-segments {params.n_segments} "
-        "--max-seq-len {params.max_seq_len} --seed {params.seed} {params.max_articles} > {log:q} 2>&1"
+        CMD

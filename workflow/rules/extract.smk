@@ -9,15 +9,24 @@ rule extract_segments:
         store=directory(run_path("attention", "segments")),
         summary=run_path("attention", "segments.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        model=model_args,
-        batch_size=config["extraction"]["batch_size"],
-        segment_ids=config["extraction"]["segment_ids"],
-        max_seq_len=config["segments"]["max_seq_len"],
-        device=config["extraction"]["device"],
-        shard_mb=config["extraction"]["shard_mb"],
+        cmd=bertlook_cmd(
+            "extract",
+            model_flags,
+            omp_threads=True,
+            segments=IN.segments,
+            out=OUT.store,
+            batch_size=config["extraction"]["batch_size"],
+            segment_ids=config["extraction"]["segment_ids"],
+            max_seq_len=config["segments"]["max_seq_len"],
+            device=config["extraction"]["device"],
+            shard_mb=config["extraction"]["shard_mb"],
+            max_unk_rate=config["extraction"]["max_unk_rate"],
+            summary=OUT.summary,
+        ),
     log:
         log_path("extract_segments"),
+    benchmark:
+        bench_path("extract_segments")
     threads: 8
     resources:
         mem_mb=16000,
@@ -25,7 +34,4 @@ rule extract_segments:
     conda:
         ENV_TORCH
     shell:
-        "OMP_NUM_THREADS={threads} {params.bertlook} extract --segments {input.segments:q} {params.model} "
-        "--out {output.store:q} --batch-size {params.batch_size} --segment-ids {params.segment_ids} "
-        "--max-seq-len {params.max_seq_len} --device {params.device} --shard-mb {params.shard_mb} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        CMD

@@ -18,12 +18,20 @@ rule figures:
             for name, (label, caption) in FIGURE_REPORT.items()
         },
     params:
-        bertlook=BERTLOOK,
-        out_dir=lambda wildcards, output: os.path.dirname(output[0]),
-        example_heads=example_heads_arg(),
-        example_index=config["figures"]["example_index"],
+        cmd=bertlook_cmd(
+            "figures",
+            attention=IN.store,
+            stats=IN.stats,
+            stats_summary=IN.stats_summary,
+            clusters=IN.clusters,
+            out_dir=lambda wildcards, input, output: os.path.dirname(output[0]),
+            example_heads=example_heads_arg(),
+            example_index=config["figures"]["example_index"],
+        ),
     log:
         log_path("figures"),
+    benchmark:
+        bench_path("figures")
     threads: 1
     resources:
         mem_mb=4000,
@@ -31,7 +39,4 @@ rule figures:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} figures --attention {input.store:q} --stats {input.stats:q} "
-        "--stats-summary {input.stats_summary:q} --clusters {input.clusters:q} "
-        "--out-dir {params.out_dir:q} --example-heads {params.example_heads:q} "
-        "--example-index {params.example_index} > {log:q} 2>&1"
+        CMD

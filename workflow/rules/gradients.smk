@@ -20,17 +20,26 @@ rule gradients:
         ),
         summary=run_path("tables", "sep_gradients.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        model=model_args,
-        seed=config["seed"],
-        batch_size=config["gradients"]["batch_size"],
-        max_examples=optional_flag("--max-examples", config["gradients"].get("max_examples")),
-        mask_rate=config["gradients"]["mask_rate"],
-        mask_mode=config["gradients"]["mask_mode"],
-        segment_ids=config["extraction"]["segment_ids"],
-        device=config["extraction"]["device"],
+        cmd=bertlook_cmd(
+            "gradients",
+            model_flags,
+            omp_threads=True,
+            segments=IN.segments,
+            out_table=OUT.table,
+            out_figure=OUT.figure,
+            summary=OUT.summary,
+            seed=config["seed"],
+            batch_size=config["gradients"]["batch_size"],
+            max_examples=config["gradients"].get("max_examples"),
+            mask_rate=config["gradients"]["mask_rate"],
+            mask_mode=config["gradients"]["mask_mode"],
+            segment_ids=config["extraction"]["segment_ids"],
+            device=config["extraction"]["device"],
+        ),
     log:
         log_path("gradients"),
+    benchmark:
+        bench_path("gradients")
     threads: 8
     resources:
         mem_mb=16000,
@@ -38,8 +47,4 @@ rule gradients:
     conda:
         ENV_TORCH
     shell:
-        "OMP_NUM_THREADS={threads} {params.bertlook} gradients --segments {input.segments:q} "
-        "{params.model} --out-table {output.table:q} --out-figure {output.figure:q} "
-        "--summary {output.summary:q} --seed {params.seed} --batch-size {params.batch_size} "
-        "{params.max_examples} --mask-rate {params.mask_rate} --mask-mode {params.mask_mode} "
-        "--segment-ids {params.segment_ids} --device {params.device} > {log:q} 2>&1"
+        CMD

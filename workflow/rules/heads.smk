@@ -26,24 +26,29 @@ rule heads:
         ),
         summary=run_path("tables", "head_accuracy.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        train=lambda wildcards, input: (
-            f"--train-attention {shlex.quote(input.train)}" if "train" in input.keys() else ""
+        cmd=bertlook_cmd(
+            "heads",
+            dev_attention=IN.dev,
+            train_attention=lambda wildcards, input, output: input.get("train"),
+            out_accuracy=OUT.accuracy,
+            out_table=OUT.table,
+            out_markdown=OUT.markdown,
+            out_figure=OUT.figure,
+            summary=OUT.summary,
+            min_count=config["heads"]["min_count"],
+            offsets=",".join(str(k) for k in config["heads"]["offsets"]),
+            poss_from_possessive=config["heads"]["poss_from_possessive"],
+            no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
+            bootstrap=config["heads"]["bootstrap"],
+            seed=config["seed"],
+            treebank_kind=TREEBANK_KIND,
+            treebank_name=TREEBANK_NAME,
+            paper_comparable=paper_comparable,
         ),
-        min_count=config["heads"]["min_count"],
-        offsets=",".join(str(k) for k in config["heads"]["offsets"]),
-        poss=(
-            "--poss-from-possessive"
-            if config["heads"]["poss_from_possessive"]
-            else "--no-poss-from-possessive"
-        ),
-        bootstrap=config["heads"]["bootstrap"],
-        seed=config["seed"],
-        kind=TREEBANK_KIND,
-        name=TREEBANK_NAME,
-        comparable=paper_comparable_flag,
     log:
         log_path("heads"),
+    benchmark:
+        bench_path("heads")
     threads: 1
     resources:
         mem_mb=8000,
@@ -51,9 +56,4 @@ rule heads:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} heads --dev-attention {input.dev:q} {params.train} "
-        "--out-accuracy {output.accuracy:q} --out-table {output.table:q} "
-        "--out-markdown {output.markdown:q} --out-figure {output.figure:q} --summary {output.summary:q} "
-        "--min-count {params.min_count} --offsets={params.offsets} {params.poss} "
-        "--bootstrap {params.bootstrap} --seed {params.seed} --treebank-kind {params.kind} "
-        "--treebank-name {params.name:q} {params.comparable} > {log:q} 2>&1"
+        CMD

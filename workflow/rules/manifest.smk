@@ -19,11 +19,24 @@ rule manifest:
     output:
         run_path("manifest.json"),
     params:
-        bertlook=BERTLOOK,
-        probes=lambda wildcards, input: "".join(f" --summary probes={shlex.quote(p)}" for p in input.probes),
-        config_json=lambda wildcards: json.dumps(config, sort_keys=True),
+        cmd=bertlook_cmd(
+            "manifest",
+            run=WC.run,
+            config_json=json.dumps(config, sort_keys=True),
+            corpus=IN.dump,
+            attention=IN.store,
+            summary=lambda wildcards, input, output: [
+                f"{name}={input[name]}"
+                for name in ("segments", "extraction", "stats", "treebank", "words_dev", "heads")
+            ]
+            + [f"probes={path}" for path in input.probes]
+            + [f"{name}={input[name]}" for name in ("coref", "gradients")],
+            out=lambda wildcards, input, output: output[0],
+        ),
     log:
         log_path("manifest"),
+    benchmark:
+        bench_path("manifest")
     threads: 1
     resources:
         mem_mb=1000,
@@ -31,10 +44,4 @@ rule manifest:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} manifest --run {wildcards.run} --config-json {params.config_json:q} "
-        "--corpus {input.dump:q} --attention {input.store:q} "
-        "--summary segments={input.segments:q} --summary extraction={input.extraction:q} "
-        "--summary stats={input.stats:q} --summary treebank={input.treebank:q} "
-        "--summary words_dev={input.words_dev:q} --summary heads={input.heads:q}{params.probes} "
-        "--summary coref={input.coref:q} --summary gradients={input.gradients:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        CMD

@@ -7,11 +7,17 @@ if not config["glove"].get("path"):
             archive=GLOVE_FILE,
             summary=f"{GLOVE_FILE}.download.json",
         params:
-            bertlook=BERTLOOK,
-            url=config["glove"]["url"],
-            checks=optional_flag("--sha256", config["glove"].get("sha256")),
+            cmd=bertlook_cmd(
+                "download",
+                url=config["glove"]["url"],
+                out=OUT.archive,
+                sha256=config["glove"].get("sha256"),
+                summary=OUT.summary,
+            ),
         log:
             f"{RESOURCES}/logs/download_glove.log",
+        benchmark:
+            f"{RESOURCES}/benchmarks/download_glove.tsv"
         threads: 1
         resources:
             mem_mb=500,
@@ -20,19 +26,18 @@ if not config["glove"].get("path"):
         conda:
             ENV_ANALYSIS
         shell:
-            "{params.bertlook} download --url {params.url:q} --out {output.archive:q} {params.checks} "
-            "--summary {output.summary:q} > {log:q} 2>&1"
+            CMD
 
 
 rule random_init_model:
     output:
         directory(run_path("models", "random_init")),
     params:
-        bertlook=BERTLOOK,
-        model=model_args,
-        seed=config["seed"],
+        cmd=bertlook_cmd("random-init", model_flags, out=lambda wildcards, input, output: output[0], seed=config["seed"]),
     log:
         log_path("random_init_model"),
+    benchmark:
+        bench_path("random_init_model")
     threads: 1
     resources:
         mem_mb=4000,
@@ -40,7 +45,7 @@ rule random_init_model:
     conda:
         ENV_TORCH
     shell:
-        "{params.bertlook} random-init {params.model} --out {output:q} --seed {params.seed} > {log:q} 2>&1"
+        CMD
 
 
 rule probes:
@@ -56,22 +61,28 @@ rule probes:
         markdown=run_path("tables", "table3.md"),
         summary=run_path("tables", "table3.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        random=lambda wildcards, input: (
-            f"--random-train-attention {shlex.quote(input.random_train)} "
-            f"--random-dev-attention {shlex.quote(input.random_dev)}"
-            if "random_train" in input.keys()
-            else ""
+        cmd=bertlook_cmd(
+            "probes",
+            omp_threads=True,
+            train_attention=IN.train,
+            dev_attention=IN.dev,
+            random_train_attention=lambda wildcards, input, output: input.get("random_train"),
+            random_dev_attention=lambda wildcards, input, output: input.get("random_dev"),
+            glove=GLOVE_ARG,
+            glove_member=config["glove"].get("member"),
+            seeds=",".join(str(s) for s in config["probes"]["seeds"]),
+            epochs=config["probes"]["epochs"],
+            batch_size=config["probes"]["batch_size"],
+            lr=config["probes"]["lr"],
+            mst=config["probes"]["mst"],
+            out_table=OUT.table,
+            out_markdown=OUT.markdown,
+            summary=OUT.summary,
         ),
-        glove=GLOVE_ARG,
-        member=optional_flag("--glove-member", config["glove"].get("member")),
-        seeds=",".join(str(s) for s in config["probes"]["seeds"]),
-        epochs=config["probes"]["epochs"],
-        batch_size=config["probes"]["batch_size"],
-        lr=config["probes"]["lr"],
-        mst="--mst" if config["probes"]["mst"] else "",
     log:
         log_path("probes"),
+    benchmark:
+        bench_path("probes")
     threads: 2
     resources:
         mem_mb=8000,
@@ -79,8 +90,4 @@ rule probes:
     conda:
         ENV_TORCH
     shell:
-        "OMP_NUM_THREADS={threads} {params.bertlook} probes --train-attention {input.train:q} "
-        "--dev-attention {input.dev:q} {params.random} --glove {params.glove:q} {params.member} "
-        "--seeds {params.seeds} --epochs {params.epochs} --batch-size {params.batch_size} "
-        "--lr {params.lr} {params.mst} --out-table {output.table:q} --out-markdown {output.markdown:q} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        CMD

@@ -13,9 +13,11 @@ rule surface_stats:
         ),
         summary=run_path("tables", "attention_stats.summary.json"),
     params:
-        bertlook=BERTLOOK,
+        cmd=bertlook_cmd("stats", attention=IN.store, out=OUT.table, summary=OUT.summary),
     log:
         log_path("surface_stats"),
+    benchmark:
+        bench_path("surface_stats")
     threads: 1
     resources:
         mem_mb=4000,
@@ -23,5 +25,4 @@ rule surface_stats:
     conda:
         ENV_ANALYSIS
     shell:
-        "{params.bertlook} stats --attention {input.store:q} --out {output.table:q} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        CMD

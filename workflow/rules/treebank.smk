@@ -10,10 +10,13 @@ rule treebank:
         dev=run_path("treebank", "dev.conllu"),
         summary=run_path("treebank", "treebank.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        source_args=treebank_source_args,
+        cmd=bertlook_cmd(
+            "treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary
+        ),
     log:
         log_path("treebank"),
+    benchmark:
+        bench_path("treebank")
     threads: 1
     resources:
         mem_mb=4000,
@@ -22,5 +25,4 @@ rule treebank:
     conda:
         ENV_TORCH
     shell:
-        "{params.bertlook} treebank {params.source_args} --out-train {output.train:q} "
-        "--out-dev {output.dev:q} --summary {output.summary:q} > {log:q} 2>&1"
+        CMD

@@ -10,15 +10,24 @@ rule extract_words:
         store=directory(run_path("attention", "{maps}-{split}")),
         summary=run_path("attention", "{maps}-{split}.summary.json"),
     params:
-        bertlook=BERTLOOK,
-        model=extract_words_model_args,
-        from_split=config["word_attention"]["from_split"],
-        batch_size=config["extraction"]["batch_size"],
-        max_seq_len=config["segments"]["max_seq_len"],
-        device=config["extraction"]["device"],
-        shard_mb=config["extraction"]["shard_mb"],
+        cmd=bertlook_cmd(
+            "extract-words",
+            extract_words_model_flags,
+            omp_threads=True,
+            treebank=IN.treebank,
+            out=OUT.store,
+            from_split=config["word_attention"]["from_split"],
+            batch_size=config["extraction"]["batch_size"],
+            max_seq_len=config["segments"]["max_seq_len"],
+            device=config["extraction"]["device"],
+            shard_mb=config["extraction"]["shard_mb"],
+            max_unk_rate=config["extraction"]["max_unk_rate"],
+            summary=OUT.summary,
+        ),
     log:
         log_path("extract_{maps}-{split}"),
+    benchmark:
+        bench_path("extract_{maps}-{split}")
     threads: 8
     resources:
         mem_mb=16000,
@@ -26,7 +35,4 @@ rule extract_words:
     conda:
         ENV_TORCH
     shell:
-        "OMP_NUM_THREADS={threads} {params.bertlook} extract-words --treebank {input.treebank:q} "
-        "{params.model} --out {output.store:q} --from-split {params.from_split} "
-        "--batch-size {params.batch_size} --max-seq-len {params.max_seq_len} --device {params.device} "
-        "--shard-mb {params.shard_mb} --summary {output.summary:q} > {log:q} 2>&1"
+        CMD
