@@ -3,6 +3,7 @@
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
 #   make report      HTML report of every run of CONFIG
+#   make unlock      remove the lock a killed run left (snakemake --unlock), then rerun the same target
 #   make lint        snakemake --lint
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
@@ -20,7 +21,10 @@ export TOKENIZERS_PARALLELISM := false
 GOLDEN := tests/golden/offline-minilm.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test demo reproduce report lint bench check golden clean
+.PHONY: install test demo reproduce report lint bench check golden clean unlock
+
+# A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
+# next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
 
 install: $(VENV)/.installed
 
@@ -36,10 +40,12 @@ test: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
 
 demo: install
+	@scripts/check_stale_lock.sh . $(OFFLINE_CONFIG)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(SNAKEMAKE) --configfile $(OFFLINE_CONFIG)
 	@echo "results: results/offline-minilm/  (report: make report CONFIG=$(OFFLINE_CONFIG))"
 
 reproduce: install
+	@scripts/check_stale_lock.sh . $(CONFIG)
 	$(BIN)/bertlook preflight $(CONFIG)
 	$(SNAKEMAKE) --configfile $(CONFIG)
 
@@ -54,6 +60,9 @@ check: install
 
 golden: install
 	$(BIN)/bertlook make-golden $(OFFLINE_RUN) --out $(GOLDEN)
+
+unlock: install
+	$(SNAKEMAKE) --configfile $(CONFIG) --unlock
 
 lint: install
 	$(BIN)/snakemake --lint --configfile $(OFFLINE_CONFIG)

@@ -827,10 +827,15 @@ def _g_js(run_dir: Path) -> dict[str, Any]:
     return _group(JS_CSV + " (sum of the matrix; 5 largest head-pair values)", SIX_DIGIT_TOL, values)
 
 
+# Integers of the summaries that describe the machine, not the run: never golden.
+MACHINE_COUNTS = frozenset({"disk_free_bytes"})
+
+
 def _int_leaves(obj: Any, prefix: str, out: dict[str, int]) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
-            _int_leaves(v, f"{prefix}/{k}", out)
+            if k not in MACHINE_COUNTS:
+                _int_leaves(v, f"{prefix}/{k}", out)
     elif isinstance(obj, int) and not isinstance(obj, bool):
         out[prefix] = int(obj)
 
