@@ -349,3 +349,24 @@ def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
     with pytest.raises(BertlookError, match=r"bomb\.yaml: the configuration holds \d+ values once YAML aliases"):
         load_config(path)
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("key", ["results_dir", "resources_dir", "wikipedia.path", "glove.path",
+                                 "treebank.local.dev", "coref.conll"])
+def test_paths_snakemake_uses_may_not_hold_braces(key):
+    """Snakemake reads { } in an input/output path as a wildcard: refused with the key's name."""
+    import copy
+
+    from bertlook.config import validate_config
+
+    config = validate_config(yaml.safe_load((ROOT / "config" / "offline.yaml").read_text()))
+    bad = copy.deepcopy(config)
+    node = bad
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[last] = ["a/{x}.conll"] if last == "conll" else "a/{x}.conllu"
+    if key.startswith("treebank.local"):
+        bad["treebank"]["source"] = "local"
+    with pytest.raises(BertlookError, match=key.replace(".", r"\.")):
+        validate_config(bad)

@@ -105,3 +105,20 @@ def test_random_init_copy_keeps_the_tokenizer_and_loads_through_bertlook(source_
     tok = load_tokenizer(resolved)
     assert tok.tokenize("the cat sat") == ["the", "cat", "sat"]
     assert load_model(resolved, "cpu").config.num_hidden_layers == 2
+
+
+def test_stale_temporary_of_a_killed_run_is_removed_and_permissions_follow_umask(source_dir, tmp_path):
+    import os
+    import stat
+
+    stale = tmp_path / ".rand.tmp-999999999-abcdefgh"  # a writer PID that does not exist
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    old = os.umask(0o022)
+    try:
+        make_random_init_model(str(source_dir), tmp_path / "rand", seed=0)
+    finally:
+        os.umask(old)
+    assert not stale.exists()
+    assert stat.S_IMODE((tmp_path / "rand").stat().st_mode) == 0o755
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rand"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -95,7 +96,8 @@ def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed:
     names = reinit_except_embeddings(model, seed)
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    remove_stale_temporaries(out)  # what a killed earlier run of this step left
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out, "tmp-"), dir=out.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -113,10 +115,13 @@ def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed:
         with open(tmp / PROVENANCE_FILE, "w", encoding="utf-8") as fh:
             json.dump(prov, fh, indent=2)
             fh.write("\n")
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o777 & ~umask())
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(out, err, what="random-init model") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
