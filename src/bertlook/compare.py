@@ -827,8 +827,9 @@ def _g_js(run_dir: Path) -> dict[str, Any]:
     return _group(JS_CSV + " (sum of the matrix; 5 largest head-pair values)", SIX_DIGIT_TOL, values)
 
 
-# Integers of the summaries that describe the machine, not the run: never golden.
-MACHINE_COUNTS = frozenset({"disk_free_bytes"})
+# Integers of the summaries that depend on the machine or the checkout, not on the run: never golden
+# (free disk space; the store-size estimate, whose index part holds the absolute input path).
+MACHINE_COUNTS = frozenset({"disk_free_bytes", "estimated_bytes"})
 
 
 def _int_leaves(obj: Any, prefix: str, out: dict[str, int]) -> None:
