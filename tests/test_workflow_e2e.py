@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from bertlook.attention_store import open_store
 from workflow_helpers import ENV, GENSIM_DUMP, ROOT, RUN, SNAKEMAKE, snakemake, tiny_config  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -103,8 +104,12 @@ def test_every_declared_output_is_well_formed(finished_run):
     assert manifest["packages"]["torch"].startswith("2.13")
     assert manifest["device"] == "cpu"
     assert manifest["model"]["provenance"]["source"] == "local"
-    for log in ["segments", "extract_segments", "surface_stats", "cluster_heads", "figures", "manifest"]:
+    for log in ["segments", "extract_segments-1of1", "gather_extraction", "surface_stats-1of1", "surface_stats",
+                "js_divergence-1of1", "cluster_heads", "fig1_example-1of1", "figures", "merge_words-dev", "manifest"]:
         assert (run / "logs" / f"{log}.log").is_file(), log
+    # extraction.shards: 1, keep_maps: true (defaults): one segment store kept, word shard stores merged
+    assert len(open_store(run / "attention" / "segments-1of1")) == 12
+    assert not [p for p in (run / "attention").glob("*words-*-1of1") if p.is_dir()]  # temp(), merged
 
 
 def test_rerun_is_a_noop_and_report_builds(finished_run):
@@ -190,7 +195,7 @@ def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path
                             start_new_session=True)
     run = tmp_path / "results" / RUN
     deadline = time.time() + 120
-    while time.time() < deadline and not (run / "attention" / "segments").exists():
+    while time.time() < deadline and not (run / "attention" / "segments-1of1").exists():
         time.sleep(0.2)
     time.sleep(1.0)  # somewhere in the middle of the DAG
     os.killpg(proc.pid, signal.SIGKILL)

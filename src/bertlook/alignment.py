@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -233,9 +234,14 @@ def _read_treebank(path) -> tuple[list, dict[str, int]]:
     return list(read_conllu(path, **kwargs)), counts
 
 
-def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
+def sentence_id(sent, index: int) -> str:
+    """The store id of a treebank sentence: its ``sent_id``, else its 1-based position in the file."""
     sid = getattr(sent, "sent_id", None)
-    sid = str(sid) if sid not in (None, "") else str(index + 1)
+    return str(sid) if sid not in (None, "") else str(index + 1)
+
+
+def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
+    sid = sentence_id(sent, index)
     words = list(sent.words)
     fields = {"words": words}
     for name in ("heads", "rels", "upos", "xpos"):
@@ -318,8 +324,16 @@ def extract_word_attention_from_sentences(
     source: Any = None,
     progress_every: int = 256,
     max_unk_rate: float | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta)."""
+    """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
+
+    ``shard=(i, k)``: only shard ``i`` of ``k``, the contiguous range
+    :func:`bertlook.sharding.shard_range` of the sentences. Every sentence is still aligned and the
+    unknown-token check is made on all of them (the same decision whatever ``k``); counts in the
+    summary and ``meta.json`` are the shard's own, and the summary also holds ``shard`` and
+    ``store_meta`` for ``bertlook merge-stores``.
+    """
     from bertlook.extraction import (
         DEFAULT_MAX_UNK_RATE,
         aligned_unk_words,
@@ -342,6 +356,20 @@ def extract_word_attention_from_sentences(
     examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src)
     unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
     check_unk_rate(unk, max_unk_rate, model_spec, what=f"sentences of {src}", step="extract-words")
+    n_sentences = len(sentences)
+    info = None
+    if shard is not None:
+        from bertlook.sharding import shard_info
+
+        info = shard_info(len(sentences), *shard)
+        mine = {sentence_id(sent, k) for k, sent in enumerate(sentences) if info["start"] <= k < info["stop"]}
+        examples = [ex for ex in examples if ex[0]["id"] in mine]
+        kept_bad = [(sid, msg) for sid, msg in zip(bad_ids, bad_msgs) if sid in mine]
+        bad_ids, bad_msgs = [sid for sid, _ in kept_bad], [msg for _, msg in kept_bad]
+        unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
+        n_sentences = info["stop"] - info["start"]
+        print(f"extract-words: shard {info['index']}/{info['count']}: sentences {info['start'] + 1}..{info['stop']} "
+              f"of {len(sentences)}", file=sys.stderr, flush=True)
 
     # word statistics over the sentences that will be stored (over-long ones are excluded below)
     kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= max_seq_len]
@@ -358,7 +386,7 @@ def extract_word_attention_from_sentences(
         "special_tokens": special,
         "from_split": from_split,
         "treebank": str(src),
-        "n_sentences": len(sentences),
+        "n_sentences": n_sentences,
         "n_words": n_words,
         "n_split_words": n_split,
         "split_word_fraction": round(n_split / n_words, 6) if n_words else None,
@@ -369,13 +397,14 @@ def extract_word_attention_from_sentences(
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
-                               stored_size=lambda rec, n: len(rec["words"]) + 2)
+                               stored_size=lambda rec, n: len(rec["words"]) + 2,
+                               extra_meta={"shard": info} if info else None)
     summary.update({
         "treebank": str(src),
         "model": model_spec,
         "revision": revision,
         "from_split": from_split,
-        "n_sentences": len(sentences),
+        "n_sentences": n_sentences,
         "n_extracted": summary["n_examples"],
         "excluded_too_long_ids": summary["excluded_ids"],
         "excluded_alignment": len(bad_ids),
@@ -390,6 +419,10 @@ def extract_word_attention_from_sentences(
     summary.update(unk_summary(unk, max_unk_rate))
     if summary_extra:
         summary.update(summary_extra)
+    if info is not None:
+        from bertlook.extraction import add_shard_fields
+
+        add_shard_fields(summary, info, out_dir)
     return summary
 
 
@@ -407,6 +440,7 @@ def extract_word_attention(
     summary_extra: dict[str, Any] | None = None,
     progress_every: int = 256,
     max_unk_rate: float | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
@@ -417,7 +451,8 @@ def extract_word_attention(
     are the unknown token (:func:`bertlook.extraction.check_unk_rate`). Store
     records: ``id`` (sent_id), ``tokens`` = ``[CLS, *words, SEP]``, gold ``heads``/``rels``/
     ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
-    Returns the summary dict (counts, split-word fraction, tokens/s, device, ...).
+    Returns the summary dict (counts, split-word fraction, tokens/s, device, ...). ``shard=(i, k)``:
+    only the i-th of k contiguous ranges of the sentences (see :func:`extract_word_attention_from_sentences`).
     """
     path = Path(conllu_path)
     if not path.is_file():
@@ -428,7 +463,7 @@ def extract_word_attention(
     return extract_word_attention_from_sentences(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
-        progress_every=progress_every, max_unk_rate=max_unk_rate,
+        progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard,
     )
 
 
@@ -463,6 +498,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     add_batch_arguments(p, unit="sentences",
                         length_help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    from bertlook.extraction import add_shard_argument
+
+    add_shard_argument(p, "treebank sentences")
     p.set_defaults(func=_cmd_extract_words)
     return p
 
@@ -473,7 +511,7 @@ def _cmd_extract_words(args) -> int:
     summary = extract_word_attention(
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate,
+        max_unk_rate=args.max_unk_rate, shard=args.shard,
     )
     if args.summary:
         write_json(args.summary, summary)

@@ -13,6 +13,12 @@ Vectorized form used by :func:`js_divergence_matrix`: with ``xlx(x) = sum x ln x
 ``xlx(P_i + P_j)`` needs all pairs: it is computed for one head ``i`` against a block of heads
 ``j >= i`` at a time (one vectorized add / log / dot-product per block, numpy by default or torch),
 which keeps the scratch memory cache-sized; there is no Python loop over single pairs.
+
+Sharded runs (``extraction.shards``): the matrix is a sum over examples, so each shard's store gives
+a partial sum (:func:`js_divergence_partial`, ``bertlook cluster --out-partial``) and the gather step
+adds them in shard order and embeds the reduced matrix (``bertlook cluster --partial ...``). With
+``max_examples`` and the segments file, the examples are the first N segments of that file, the same
+ones whatever the sharding.
 """
 
 from __future__ import annotations
@@ -186,10 +192,55 @@ def js_divergence_example(
     return js
 
 
+PARTIAL_KIND = "js-divergence"
+
+
+def js_divergence_sum(
+    store: "AttentionStore",
+    *,
+    max_examples: int | None = None,
+    segments=None,
+    chunk: int | None = None,
+    dtype: str = "float32",
+    backend: str = "numpy",
+    num_threads: int = 1,
+    progress: bool = False,
+) -> tuple["np.ndarray", int]:
+    """``(sum of the per-example JS matrices [K, K], number of examples)`` over the selected examples.
+
+    Selection (:func:`bertlook.sharding.select_examples`): all examples; with ``max_examples`` the
+    first N segments of the ``segments`` file, or without it the first N examples of the store. No
+    example selected gives a zero matrix and 0. ``progress``: a progress bar (ETA) on stderr.
+    """
+    import numpy as np
+
+    from bertlook.errors import BertlookError
+    from bertlook.extraction import progress_bar
+    from bertlook.sharding import select_examples
+
+    if max_examples is not None and max_examples < 0:
+        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    K = store.num_layers * store.num_heads
+    total = np.zeros((K, K), dtype=np.float64)
+    used = 0
+    chosen = select_examples(store, max_examples, segments)
+    for k in progress_bar(chosen, desc="js", unit="ex", enabled=progress):
+        rec, attn = store.records[k], store.get(k)
+        a = np.asarray(attn, dtype=np.float32)
+        if a.shape[-1] < 1 or not np.isfinite(a).all():
+            raise BertlookError(
+                f"{store.path}: example {rec.get('id', used)!r} has no tokens or non-finite attention values"
+            )
+        total += js_divergence_example(a, chunk=chunk, dtype=dtype, backend=backend, num_threads=num_threads)
+        used += 1
+    return total, used
+
+
 def js_divergence_matrix(
     store: "AttentionStore",
     *,
     max_examples: int | None = None,
+    segments=None,
     chunk: int | None = None,
     dtype: str = "float32",
     backend: str = "numpy",
@@ -199,30 +250,58 @@ def js_divergence_matrix(
 
     Head ``k = layer * num_heads + head`` (0-indexed); float64, symmetric, zero diagonal. One
     example is in memory at a time. ``chunk``, ``dtype``, ``backend``, ``num_threads``: see
-    :func:`js_divergence_example`.
+    :func:`js_divergence_example`; ``segments``: see :func:`js_divergence_sum`.
+    """
+    from bertlook.errors import BertlookError
+
+    total, used = js_divergence_sum(store, max_examples=max_examples, segments=segments, chunk=chunk,
+                                    dtype=dtype, backend=backend, num_threads=num_threads)
+    if used == 0:
+        raise BertlookError(f"{store.path}: no examples to compute JS divergences on")
+    return total
+
+
+def js_divergence_partial(store: "AttentionStore", **kwargs) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
+    """``(meta, arrays)`` of one store for a sharded run: ``arrays["js_sum"]`` (the summed matrix) and
+    ``meta`` (layout, ``n_examples`` used, ``n_examples_in_store``, ``max_examples``). Keyword
+    arguments: those of :func:`js_divergence_sum`."""
+    total, used = js_divergence_sum(store, **kwargs)
+    meta = {"attention": str(store.path), "num_layers": store.num_layers, "num_heads": store.num_heads,
+            "n_examples": used, "n_examples_in_store": len(store), "max_examples": kwargs.get("max_examples")}
+    return meta, {"js_sum": total}
+
+
+def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[str, Any]]:
+    """Add partial JS sums (:func:`js_divergence_partial`, shard order) -> ``(matrix, info)``.
+
+    One partial gives its matrix exactly (added to zeros). ``info``: ``num_layers``, ``num_heads``,
+    ``n_examples`` (used), ``n_examples_in_store``. No example at all is an error.
     """
     import numpy as np
 
     from bertlook.errors import BertlookError
+    from bertlook.sharding import same_value
 
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
-    K = store.num_layers * store.num_heads
+    if not partials:
+        raise BertlookError("no partial JS divergences to reduce")
+    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
+    metas = [m for m, _ in partials]
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
+    same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    K = L * H
     total = np.zeros((K, K), dtype=np.float64)
-    used = 0
-    for rec, attn in store:
-        if max_examples is not None and used >= max_examples:
-            break
-        a = np.asarray(attn, dtype=np.float32)
-        if a.shape[-1] < 1 or not np.isfinite(a).all():
-            raise BertlookError(
-                f"{store.path}: example {rec.get('id', used)!r} has no tokens or non-finite attention values"
-            )
-        total += js_divergence_example(a, chunk=chunk, dtype=dtype, backend=backend, num_threads=num_threads)
-        used += 1
+    for (meta, arrays), w in zip(partials, where):
+        part = np.asarray(arrays["js_sum"], dtype=np.float64)
+        if part.shape != (K, K):
+            raise BertlookError(f"{w}: JS partial of shape {list(part.shape)}, expected {[K, K]}")
+        total += part
+    used = sum(int(m["n_examples"]) for m in metas)
     if used == 0:
-        raise BertlookError(f"{store.path}: no examples to compute JS divergences on")
-    return total
+        where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))
+        raise BertlookError(f"{where_txt}: no examples to compute JS divergences on")
+    return total, {"num_layers": L, "num_heads": H, "n_examples": used,
+                   "n_examples_in_store": sum(int(m["n_examples_in_store"]) for m in metas)}
 
 
 # -------------------------------------------------------------------------------------------- MDS
@@ -357,11 +436,28 @@ def cluster_heads(
     Returns ``(js_df, clusters_df)``: ``js_df`` is the ``K x K`` matrix with a first column ``head``
     and column names the 1-indexed "L-H" labels; ``clusters_df`` has columns ``layer,head,x,y,behavior``.
     """
+    L, H = store.num_layers, store.num_heads
+    _align_stats(stats_df, L, H)
+    D = js_divergence_matrix(store, max_examples=max_examples, chunk=chunk, num_threads=num_threads)
+    return cluster_matrix(D, stats_df, L, H, seed=seed, n_init=n_init, max_iter=max_iter, eps=eps)
+
+
+def cluster_matrix(
+    D: "np.ndarray",
+    stats_df: "pd.DataFrame",
+    num_layers: int,
+    num_heads: int,
+    *,
+    seed: int,
+    n_init: int = 4,
+    max_iter: int = 300,
+    eps: float = 1e-9,
+) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """:func:`cluster_heads` from an already summed JS matrix ``D`` (e.g. reduced over shards)."""
     import pandas as pd
 
-    L, H = store.num_layers, store.num_heads
+    L, H = num_layers, num_heads
     stats = _align_stats(stats_df, L, H)
-    D = js_divergence_matrix(store, max_examples=max_examples, chunk=chunk, num_threads=num_threads)
     xy = mds_embedding(D, seed=seed, n_init=n_init, max_iter=max_iter, eps=eps)
     labels = [head_label(l, h) for l in range(L) for h in range(H)]
     js_df = pd.DataFrame(D, columns=labels)
@@ -406,13 +502,36 @@ def _run_cluster(args: "argparse.Namespace") -> int:
         threads = int(env) if env.isdigit() and int(env) > 0 else 1
     if threads < 1:
         raise BertlookError(f"--threads must be >= 1, got {threads}")
-    store = open_store(args.attention)
+    from bertlook.sharding import load_partial, save_partial
+
+    if bool(args.attention) == bool(args.partial):
+        raise BertlookError("cluster: give --attention DIR or --partial NPZ ... (one of them)")
+    if args.out_partial:
+        if not args.attention:
+            raise BertlookError("cluster: --out-partial needs --attention")
+        meta, arrays = js_divergence_partial(open_store(args.attention), max_examples=args.max_examples,
+                                             segments=args.segments, num_threads=threads, progress=True)
+        save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
+        print(f"cluster: JS divergence sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
+              f"-> {args.out_partial}")
+        return 0
+    missing = [f for f, v in (("--stats", args.stats), ("--out-js", args.out_js), ("--out-clusters", args.out_clusters))
+               if not v]
+    if missing:
+        raise BertlookError(f"cluster: give {', '.join(missing)} (or --out-partial)")
+    if args.partial:
+        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
+        D, info = reduce_js_divergence(partials, where=args.partial)
+    else:
+        store = open_store(args.attention)
+        meta, arrays = js_divergence_partial(store, max_examples=args.max_examples, segments=args.segments,
+                                             num_threads=threads, progress=True)
+        D, info = reduce_js_divergence([(meta, arrays)], where=[store.path])
     stats = _read_stats(args.stats)
     try:
-        js_df, clusters_df = cluster_heads(
-            store, stats, seed=args.seed, max_examples=args.max_examples,
+        js_df, clusters_df = cluster_matrix(
+            D, stats, info["num_layers"], info["num_heads"], seed=args.seed,
             n_init=args.mds_n_init, max_iter=args.mds_max_iter, eps=args.mds_eps,
-            num_threads=threads,
         )
     except BertlookError as err:
         if str(err).startswith("statistics table"):
@@ -420,10 +539,10 @@ def _run_cluster(args: "argparse.Namespace") -> int:
         raise
     write_csv(args.out_js, js_df)
     write_csv(args.out_clusters, clusters_df)
-    used = len(store) if args.max_examples is None else min(len(store), args.max_examples)
+    used, total = info["n_examples"], info["n_examples_in_store"]
     counts = clusters_df["behavior"].value_counts().to_dict()
     print(
-        f"cluster: {used} of {len(store)} examples, {len(clusters_df)} heads -> "
+        f"cluster: {used} of {total} examples, {len(clusters_df)} heads -> "
         f"{args.out_js}, {args.out_clusters}; behaviours: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     )
@@ -439,19 +558,28 @@ def register_cli(subparsers) -> None:
             "Compare every pair of heads by the Jensen-Shannon divergence of their attention "
             "(summed over from-tokens and examples), embed the heads in 2-D with metric MDS and label "
             "their behaviour from the surface statistics. Inputs: --attention (attention store "
-            "directory), --stats (attention_stats.csv from `bertlook stats`). Outputs: --out-js "
+            "directory) or --partial (the summed matrices of the shards of a sharded extraction, from "
+            "--out-partial), --stats (attention_stats.csv from `bertlook stats`). Outputs: --out-js "
             "(K x K CSV, first column `head`, columns 'L-H') and --out-clusters (CSV: "
-            "layer,head,x,y,behavior)."
+            "layer,head,x,y,behavior); or --out-partial (NPZ: the summed matrix of one store, no MDS)."
         ),
     )
-    p.add_argument("--attention", required=True, metavar="DIR", help="input: attention store directory")
-    p.add_argument("--stats", required=True, metavar="CSV", help="input: per-head statistics (attention_stats.csv)")
-    p.add_argument("--out-js", required=True, metavar="CSV", help="output: JS divergence matrix (js_divergence.csv)")
-    p.add_argument("--out-clusters", required=True, metavar="CSV",
+    p.add_argument("--attention", default=None, metavar="DIR", help="input: attention store directory")
+    p.add_argument("--partial", action="append", default=None, metavar="NPZ",
+                   help="input: a shard's summed JS matrix (repeatable, shard order) instead of --attention")
+    p.add_argument("--stats", default=None, metavar="CSV", help="input: per-head statistics (attention_stats.csv)")
+    p.add_argument("--out-js", default=None, metavar="CSV", help="output: JS divergence matrix (js_divergence.csv)")
+    p.add_argument("--out-clusters", default=None, metavar="CSV",
                    help="output: MDS coordinates and behaviour per head (head_clusters.csv)")
+    p.add_argument("--out-partial", default=None, metavar="NPZ",
+                   help="output: only the summed JS matrix of --attention (no MDS, no --stats needed)")
+    p.add_argument("--segments", default=None, metavar="JSONL",
+                   help="input: the segments file of the store: --max-examples N then means the first N "
+                        "segments of this file")
     p.add_argument("--seed", type=int, default=0, help="random seed of the MDS initialisation (default 0)")
     p.add_argument("--max-examples", type=int, default=None, metavar="N",
-                   help="use only the first N examples of the store (default: all)")
+                   help="use only the first N segments of --segments (without it: the first N examples of "
+                        "the store) (default: all)")
     p.add_argument("--mds-n-init", type=int, default=4, help="MDS restarts (default 4; released code: 5)")
     p.add_argument("--mds-max-iter", type=int, default=300, help="MDS iterations per restart (default 300; released: 1000)")
     p.add_argument("--mds-eps", type=float, default=1e-9, help="MDS convergence tolerance (default 1e-9; released: 1e-10)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -47,6 +48,32 @@ DISK_MARGIN_FRACTION = 0.05
 DISK_MARGIN_MIN_BYTES = 100 * 2**20
 INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
 META_OVERHEAD = 4096
+
+
+# --------------------------------------------------------------------------------------------
+# progress
+
+#: seconds between two progress updates in a log (``BERTLOOK_PROGRESS_INTERVAL`` overrides)
+PROGRESS_INTERVAL = 30.0
+
+
+def progress_bar(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it",
+                 enabled: bool = True):
+    """A tqdm progress bar on stderr (rate and ETA) for the long steps' logs.
+
+    Updates at most every :data:`PROGRESS_INTERVAL` seconds (``BERTLOOK_PROGRESS_INTERVAL``), so a log
+    stays short; ``enabled=False`` or ``BERTLOOK_PROGRESS=0`` gives a silent bar (same interface).
+    """
+    from tqdm import tqdm
+
+    try:
+        interval = float(os.environ.get("BERTLOOK_PROGRESS_INTERVAL", PROGRESS_INTERVAL))
+    except ValueError:
+        interval = PROGRESS_INTERVAL
+    disable = not enabled or os.environ.get("BERTLOOK_PROGRESS", "1").strip() in ("0", "false", "no")
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=interval,
+                maxinterval=max(interval, 10.0), disable=disable, dynamic_ncols=False, ncols=100,
+                ascii=True, leave=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,6 +345,7 @@ def extract_to_store(
     transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
     stored_size: Callable[[dict[str, Any], int], int] | None = None,
     check_disk: bool = True,
+    extra_meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``.
 
@@ -350,7 +378,10 @@ def extract_to_store(
     float32 ``[L, H, n, n]`` map (numpy; maps are kept in float32 instead of float16 when a
     transform is given) and the record as passed in; the store converts the result to float16.
     ``stored_size(record, n)`` gives the size ``m`` of the map the transform stores (default ``n``);
-    it feeds the size estimate.
+    it feeds the size estimate. ``extra_meta`` is added to ``meta.json`` when the store is closed
+    (e.g. which shard of a sharded extraction the store is); it is not part of the size estimate.
+
+    Progress (examples/s, ETA) goes to stderr through :func:`progress_bar` (``progress_every=0``: none).
 
     Before the first forward pass the store's size is estimated (:func:`estimate_store_bytes`),
     logged, and checked against the free space of the output's file system
@@ -446,6 +477,7 @@ def extract_to_store(
     padded_tokens = 0
     done = 0
     t0 = time.perf_counter()
+    bar = progress_bar(total=len(kept), desc="extract", unit="ex", enabled=bool(progress_every))
     try:
         with AttentionWriter(out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
                              shard_bytes=int(shard_mb * 2**20), meta=store_meta) as writer, torch.inference_mode():
@@ -486,15 +518,17 @@ def extract_to_store(
                 del maps
                 n_tokens += sum(lengths)
                 padded_tokens += B * T
-                prev, done = done, done + B
-                if progress_every and (done // progress_every > prev // progress_every or done == len(kept)):
-                    el = time.perf_counter() - t0
-                    print(f"extract: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
-                          file=sys.stderr, flush=True)
-            writer.close(excluded=excluded)
+                done += B
+                bar.update(B)
+            writer.close(excluded=excluded, extra_meta=extra_meta)
     finally:
+        bar.close()
         if was_training:
             model.train()
+    if progress_every:
+        el = time.perf_counter() - t0
+        print(f"extract: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
+              file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
     return {
         "n_input": len(kept) + len(excluded_ids),
@@ -542,6 +576,7 @@ def extract_segments(
     shard_mb: float = 256,
     progress_every: int = 256,
     max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Read ``segments.jsonl``, load the model, and extract token-level attention to ``out_dir``.
 
@@ -549,6 +584,13 @@ def extract_segments(
     mode, the segments file and the unknown-token counts. The unknown-token rate is checked
     (:func:`check_unk_rate`, ``max_unk_rate``) before the model is loaded. Returns
     :func:`extract_to_store`'s summary plus model/input fields and the unknown-token counts.
+
+    ``shard=(i, k)``: extract only shard ``i`` of ``k`` (1-based), the contiguous range
+    :func:`bertlook.sharding.shard_range` of the file's segments. Every segment is still encoded and
+    the unknown-token check is made on the whole file (the same decision whatever ``k``); the
+    counts in the summary and ``meta.json`` are the shard's own (they add up over the shards). The
+    summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
+    ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
     """
     from bertlook.corpora import read_segments
     from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
@@ -567,6 +609,15 @@ def extract_segments(
         examples.append((seg, ids, tts))
     unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
     check_unk_rate(unk, max_unk_rate, model_spec, what=f"segments of {segments_path}", step="extract")
+    info = None
+    if shard is not None:
+        from bertlook.sharding import shard_info
+
+        info = shard_info(len(segments), *shard)
+        examples = examples[info["start"]:info["stop"]]
+        unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
+        print(f"extract: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
+              f"of {len(segments)}", file=sys.stderr, flush=True)
     model = load_model(resolved, dev)
     provenance = resolved.provenance(model.config)
     meta = {
@@ -579,11 +630,21 @@ def extract_segments(
     }
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="token", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb)
+                               shard_mb=shard_mb, extra_meta={"shard": info} if info else None)
     summary.update({"model": model_spec, "revision": revision, "segments": str(segments_path),
                     "segment_ids": segment_ids, "n_segments": len(segments)})
     summary.update(unk_summary(unk, max_unk_rate))
+    if info is not None:
+        add_shard_fields(summary, info, out_dir)
     return summary
+
+
+def add_shard_fields(summary: dict[str, Any], info: dict[str, Any], out_dir) -> None:
+    """``shard`` and ``store_meta`` (the written store's meta.json) in a shard's extraction summary."""
+    with open(Path(out_dir) / "meta.json", encoding="utf-8") as fh:
+        store_meta = json.load(fh)
+    summary["shard"] = info
+    summary["store_meta"] = store_meta
 
 
 def unk_summary(stats: dict[str, Any], max_unk_rate: float) -> dict[str, Any]:
@@ -654,8 +715,21 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="token type ids: zeros (authors' code, default) or pair (A=0, B=1)")
     add_batch_arguments(p, unit="examples", length_help="examples with more wordpieces are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    add_shard_argument(p, "segments")
     p.set_defaults(func=_cmd_extract)
+    from bertlook import sharding
+
+    sharding.register_cli(subparsers)
     return p
+
+
+def add_shard_argument(p, what: str) -> None:
+    """--shard I/K (extraction.shards): only the I-th of K contiguous ranges of the input."""
+    from bertlook.sharding import shard_arg
+
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
+                   help=f"extract only shard I of K: the I-th of K contiguous ranges of the {what} by index "
+                        "(the summary then holds what `gather-extraction` / `merge-stores` need)")
 
 
 def _cmd_extract(args) -> int:
@@ -664,7 +738,7 @@ def _cmd_extract(args) -> int:
     summary = extract_segments(
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate,
+        max_unk_rate=args.max_unk_rate, shard=args.shard,
     )
     if args.summary:
         write_json(args.summary, summary)

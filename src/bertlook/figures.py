@@ -278,10 +278,6 @@ def fig1_example_heads(
     draws a line from token i to token j with opacity and width proportional to ``a_ij``; weights
     below 0.01 are not drawn. Panel titles read "Head L-H" plus ``labels[k]`` when given.
     """
-    import numpy as np
-    import seaborn as sns
-    from matplotlib.collections import LineCollection
-
     heads = [(int(l), int(h)) for l, h in heads]
     if not heads:
         raise BertlookError("fig1_example_heads: no heads given")
@@ -299,11 +295,31 @@ def fig1_example_heads(
             f"{store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
         )
     rec = store.records[int(example_index)]
+    return draw_fig1(rec["tokens"], store.get(int(example_index)), heads, out_png, labels=labels,
+                     special_tokens=(store.meta.get("special_tokens") or {}).values())
+
+
+def draw_fig1(
+    record_tokens: Sequence[str],
+    attn,
+    heads: Sequence[tuple[int, int]],
+    out_png: str | os.PathLike,
+    *,
+    labels: Sequence[str | None] | None = None,
+    special_tokens: Iterable[str] = (),
+) -> Path:
+    """Draw Fig 1 for one example: its tokens and its map ``attn[L, H, n, n]`` (see :func:`fig1_example_heads`)."""
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.collections import LineCollection
+
+    heads = [(int(l), int(h)) for l, h in heads]
+    if labels is not None and len(labels) != len(heads):
+        raise BertlookError(f"fig1_example_heads: {len(labels)} labels for {len(heads)} heads")
     special = {"[CLS]", "[SEP]"}
-    special.update(str(v) for v in (store.meta.get("special_tokens") or {}).values())
-    is_special = [str(t) in special for t in rec["tokens"]]
-    tokens = [_short_token(t) for t in rec["tokens"]]
-    attn = store.get(int(example_index))
+    special.update(str(v) for v in special_tokens)
+    is_special = [str(t) in special for t in record_tokens]
+    tokens = [_short_token(t) for t in record_tokens]
     n = len(tokens)
 
     fontsize = 9.0 if n <= 32 else 7.5 if n <= 64 else 6.0
@@ -348,6 +364,66 @@ def fig1_example_heads(
                 title += f"\n{label}"
             ax.set_title(title, fontsize=11)
         return _save_png(fig, out_png)
+
+
+# The Fig 1 example of a sharded run: `figures.example_index` counts in the order of the unsharded
+# store (length-sorted, longest first, ties by id, over-long segments excluded), which every shard can
+# work out from the segments file; the shard holding the example saves its map (bertlook fig1-example).
+FIG1_KIND = "fig1-example"
+
+
+def example_id_from_segments(segments_path, example_index: int, max_seq_len: int | None) -> tuple[Any, int]:
+    """``(id, n)``: the id of the ``example_index``-th example of an unsharded store of these segments
+    (storage order: longest first, ties by id; segments over ``max_seq_len`` excluded) and ``n``, the
+    number of examples such a store holds. Out of range is an error."""
+    from bertlook.corpora import read_segments
+    from bertlook.extraction import _id_key
+
+    kept = [s for s in read_segments(segments_path) if max_seq_len is None or len(s["tokens"]) <= int(max_seq_len)]
+    kept.sort(key=lambda s: (-len(s["tokens"]), _id_key(s["id"])))
+    if not 0 <= int(example_index) < len(kept):
+        raise BertlookError(
+            f"{segments_path}: example index {example_index} out of range (the store holds {len(kept)} examples)"
+        )
+    return kept[int(example_index)]["id"], len(kept)
+
+
+def fig1_example_partial(store_path, segments_path, example_index: int = 0):
+    """``(meta, arrays)``: the Fig 1 example if the (shard) store holds it, else ``found: false``."""
+    import numpy as np
+
+    from bertlook.attention_store import open_store
+
+    store = open_store(store_path, level="token")
+    target, n_total = example_id_from_segments(segments_path, example_index, store.meta.get("max_seq_len"))
+    meta = {"attention": str(store_path), "example_index": int(example_index), "id": target,
+            "n_examples_total": n_total, "num_layers": store.num_layers, "num_heads": store.num_heads,
+            "special_tokens": store.meta.get("special_tokens") or {}, "found": False}
+    for k, rec in enumerate(store.records):
+        if rec["id"] == target:
+            meta.update(found=True, tokens=list(rec["tokens"]))
+            return meta, {"attn": store.get(k)}
+    return meta, {"attn": np.zeros((0,), dtype=np.float16)}
+
+
+def load_fig1_example(paths: Sequence[Any]):
+    """``(meta, attn)`` of the one file (of the shards' ``fig1-example`` files) that holds the example."""
+    from bertlook.sharding import load_partial
+
+    found = []
+    for path in paths:
+        meta, arrays = load_partial(path, FIG1_KIND)
+        if meta.get("found"):
+            found.append((path, meta, arrays["attn"]))
+    if len(found) != 1:
+        listed = ", ".join(str(p) for p in paths)
+        raise BertlookError(f"{listed}: {len(found)} of the Fig 1 example files hold the example (expected one; "
+                            "give every shard's file of the same run)")
+    path, meta, attn = found[0]
+    L, H, n = meta["num_layers"], meta["num_heads"], len(meta["tokens"])
+    if tuple(attn.shape) != (L, H, n, n):
+        raise BertlookError(f"{path}: example map of shape {list(attn.shape)}, expected {[L, H, n, n]}")
+    return meta, attn
 
 
 # --------------------------------------------------------------------------------------------------
@@ -526,6 +602,8 @@ Draw the PNG twins of the paper's figures.
 
 inputs:
   --attention DIR        attention store (extract step); Fig 1 draws one of its examples
+  --example NPZ          or: the Fig 1 example files of the shards of a sharded extraction
+                         (`bertlook fig1-example`, repeatable; exactly one holds the example)
   --stats CSV            attention_stats.csv (surface-stats step): one row per head
   --stats-summary JSON   surface-stats summary: n_examples, uniform_entropy, mean_tokens
   --clusters CSV         head_clusters.csv (clustering step): layer,head,x,y,behavior
@@ -546,7 +624,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--attention", required=True, metavar="DIR", help="attention store directory (input)")
+    p.add_argument("--attention", default=None, metavar="DIR", help="attention store directory (input)")
+    p.add_argument("--example", action="append", default=None, metavar="NPZ",
+                   help="input: instead of --attention, the shards' Fig 1 example files (repeatable)")
     p.add_argument("--stats", required=True, metavar="CSV", help="attention_stats.csv (input)")
     p.add_argument("--stats-summary", required=True, metavar="JSON", help="surface-stats summary JSON (input)")
     p.add_argument("--clusters", required=True, metavar="CSV", help="head_clusters.csv (input)")
@@ -561,31 +641,75 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--example-index", type=int, default=0, metavar="I",
                    help="index (storage order) of the example drawn in Fig 1 (default: 0)")
     p.set_defaults(func=_cli_figures)
+
+    e = subparsers.add_parser(
+        "fig1-example",
+        help="save the Fig 1 example of a sharded extraction, if this shard's store holds it",
+        description=(
+            "Inputs: --attention DIR (one shard's token-level store), --segments JSONL (the segments\n"
+            "file), --example-index I (figures.example_index: position in the order of the unsharded\n"
+            "store, i.e. longest segment first, ties by id, over-long segments excluded).\n"
+            "Output: --out NPZ: the example's map and tokens when this shard holds it, else a note\n"
+            "that it does not; `bertlook figures --example` reads the files of all shards."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument("--attention", required=True, metavar="DIR", help="input: a shard's attention store")
+    e.add_argument("--segments", required=True, metavar="JSONL", help="input: the segments file")
+    e.add_argument("--example-index", type=int, default=0, metavar="I", help="Fig 1 example (default 0)")
+    e.add_argument("--out", required=True, metavar="NPZ", help="output: the example file")
+    e.set_defaults(func=_cli_fig1_example)
     return p
+
+
+def _cli_fig1_example(args: argparse.Namespace) -> int:
+    from bertlook.sharding import save_partial
+
+    meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
+    save_partial(args.out, FIG1_KIND, meta, arrays)
+    where = "holds" if meta["found"] else "does not hold"
+    print(f"fig1-example: {args.attention} {where} example {args.example_index} (id {meta['id']!r}) -> {args.out}")
+    return 0
 
 
 def _cli_figures(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     from bertlook.attention_store import open_store
 
-    store = open_store(args.attention)
+    if bool(args.attention) == bool(args.example):
+        raise BertlookError("figures: give --attention DIR or --example NPZ ... (one of them)")
+    if args.attention:
+        store = open_store(args.attention)
+        num_layers, num_heads, source = store.num_layers, store.num_heads, args.attention
+    else:
+        example_meta, example_attn = load_fig1_example(args.example)
+        if int(example_meta["example_index"]) != int(args.example_index):
+            raise BertlookError(f"{', '.join(args.example)}: the example files hold example "
+                                f"{example_meta['example_index']}, not --example-index {args.example_index}")
+        num_layers, num_heads = int(example_meta["num_layers"]), int(example_meta["num_heads"])
+        source = ", ".join(args.example)
     spec = str(args.example_heads).strip()
     if spec.lower() == "auto":
         stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
         chosen = choose_example_heads(stats)
         for layer, head, _ in chosen:
             try:
-                parse_head_label(f"{layer}-{head}", store.num_layers, store.num_heads)
+                parse_head_label(f"{layer}-{head}", num_layers, num_heads)
             except BertlookError as err:
-                raise BertlookError(f"{args.stats}: does not match the attention store {args.attention}: {err}") from None
+                raise BertlookError(f"{args.stats}: does not match the attention store {source}: {err}") from None
         heads = [(l, h) for l, h, _ in chosen]
         labels: list[str] | None = [lab for _, _, lab in chosen]
     else:
-        heads = parse_head_labels(spec, store.num_layers, store.num_heads)
+        heads = parse_head_labels(spec, num_layers, num_heads)
         labels = None
+    if args.attention:
+        fig1 = fig1_example_heads(args.attention, heads, out_dir / FIGURE_FILES["fig1"],
+                                  example_index=args.example_index, labels=labels)
+    else:
+        fig1 = draw_fig1(example_meta["tokens"], example_attn, heads, out_dir / FIGURE_FILES["fig1"],
+                         labels=labels, special_tokens=(example_meta.get("special_tokens") or {}).values())
     written = [
-        fig1_example_heads(args.attention, heads, out_dir / FIGURE_FILES["fig1"],
-                           example_index=args.example_index, labels=labels),
+        fig1,
         fig2_special_tokens(args.stats, out_dir / FIGURE_FILES["fig2"]),
         fig4_entropy(args.stats, args.stats_summary, out_dir / FIGURE_FILES["fig4"]),
         fig6_head_clusters(args.clusters, out_dir / FIGURE_FILES["fig6"]),

@@ -531,7 +531,10 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
 
 
-def sep_gradient_importance(
+PARTIAL_KIND = "sep-gradients"
+
+
+def gradient_partial(
     segments_path: str | os.PathLike,
     model_spec: str,
     *,
@@ -546,16 +549,24 @@ def sep_gradient_importance(
     target_tokens: str = "original",
     grad_average: str = "pooled",
     progress_every: int = 100,
-):
-    """Per-layer gradient importance of attention to [SEP], ". ," and other tokens -> ``(frame, summary)``.
+    shard: tuple[int, int] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sums and counts of the gradient statistics of (a shard of) the segments: ``(meta, arrays)``.
 
-    ``frame`` has the columns ``layer, target, mean_abs_grad, attention_mass`` (3 rows per layer), or,
-    when the model has no masked-LM head, :func:`not_run_frame` (``summary["status"] == "not run"``).
-    Nothing is written; see the ``gradients`` CLI for the files.
+    The segments used are the first ``max_examples`` of the file; ``shard=(i, k)`` keeps the i-th of
+    k contiguous ranges of them (:func:`bertlook.sharding.shard_range`). Masking always runs over all
+    segments used, with the one generator of the module docstring, so a segment gets the same masked
+    input whatever the sharding. ``arrays``: ``grad_sum`` ``[L, 3]`` (sum of ``|dL/dA|``),
+    ``count_sum`` ``[3]`` (entries), ``seg_mean_sum`` / ``seg_mean_n`` ``[L, 3]`` (sum and number of
+    the per-segment means, for ``grad_average="segment"``), ``mass_sum`` ``[L, 3]``, ``loss_sum``,
+    ``segments_without_target`` ``[3]``; ``meta``: settings, counts, excluded ids, timing. A model
+    without a masked-LM head gives ``meta["status"] == "not run"`` and no arrays. Reduce with
+    :func:`reduce_gradients`.
     """
     import numpy as np
 
     from bertlook.corpora import read_segments
+    from bertlook.extraction import progress_bar
     from bertlook.modeling import load_tokenizer, pick_device, resolve_model
 
     _check_choice("mask mode", mask_mode, MASK_MODES)
@@ -576,72 +587,217 @@ def sep_gradient_importance(
         "mask_rate": float(mask_rate), "mask_mode": mask_mode, "target_tokens": target_tokens,
         "grad_average": grad_average, "targets": list(TARGETS),
     }
+    info = None
+    if shard is not None:
+        from bertlook.sharding import shard_info
+
+        info = shard_info(len(segments), *shard)
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
     model, ok, reason, loading = load_mlm_checked(resolved, dev)
     provenance = resolved.provenance(model.config)
+    base = {"settings": settings, "n_segments_in_file": n_input, "model_provenance": provenance,
+            "loading": loading, "shard": info}
     if not ok:
         del model
-        summary = {"status": "not run", "reason": reason, **settings, "n_segments_in_file": n_input,
-                   "model_provenance": provenance, "loading": loading}
-        return not_run_frame(reason), summary
+        return {"status": "not run", "reason": reason, **base}, {}
 
     if not segments:
         raise BertlookError(f"{segments_path}: no segments")
     tokenizer = load_tokenizer(resolved)
     masked = mask_segments(segments, tokenizer, seed=seed, rate=mask_rate, mask_mode=mask_mode,
                            segment_ids=segment_ids)
+    if info is not None:
+        masked = masked[info["start"]:info["stop"]]
+        print(f"gradients: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
+              f"of the {len(segments)} used", file=sys.stderr, flush=True)
     max_pos = int(getattr(model.config, "max_position_embeddings", 0) or 0)
     too_long = [m.id for m in masked if max_pos and m.n > max_pos]
     no_mask = [m.id for m in masked if not m.masked_positions and not (max_pos and m.n > max_pos)]
     kept = [m for m in masked if m.masked_positions and not (max_pos and m.n > max_pos)]
-    if not kept:
-        raise BertlookError(f"{segments_path}: no segment left to compute gradients on "
-                            f"({len(too_long)} too long, {len(no_mask)} without a maskable token)")
     order = sorted(range(len(kept)), key=lambda i: (-kept[i].n, i))  # length-sorted batches
     sep_token = str(tokenizer.sep_token)
     parts: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    done = 0
-    for start in range(0, len(order), batch_size):
-        batch = [kept[i] for i in order[start:start + batch_size]]
-        parts.append(batch_statistics(model, batch, sep_token=sep_token, target_tokens=target_tokens, device=dev))
-        prev, done = done, done + len(batch)
-        if progress_every and (done // progress_every > prev // progress_every or done == len(kept)):
-            print(f"gradients: {done}/{len(kept)} segments ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    with progress_bar(total=len(kept), desc="gradients", unit="seg", enabled=bool(progress_every)) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = [kept[i] for i in order[start:start + batch_size]]
+            parts.append(batch_statistics(model, batch, sep_token=sep_token, target_tokens=target_tokens,
+                                          device=dev))
+            bar.update(len(batch))
     seconds = time.perf_counter() - t0
-    stats = {key: np.concatenate([p[key] for p in parts]) for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
-    frame, extra = aggregate(stats, grad_average=grad_average)
+    L = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    if parts:
+        stats = {key: np.concatenate([p[key] for p in parts])
+                 for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
+        L = int(stats["grad_sum"].shape[1])
+    else:
+        C = len(TARGETS)
+        stats = {"grad_sum": np.zeros((0, L, C)), "count": np.zeros((0, C)), "mass": np.zeros((0, L, C)),
+                 "loss": np.zeros((0,)), "n": np.zeros((0,), dtype=np.int64),
+                 "n_masked": np.zeros((0,), dtype=np.int64)}
+    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]  # [N, L, 3], [N, 3], [N, L, 3]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per = gsum / np.where(count > 0, count, np.nan)[:, None, :]
+    per_valid = ~np.isnan(per)
+    arrays = {
+        "grad_sum": gsum.sum(axis=0),
+        "count_sum": count.sum(axis=0),
+        "seg_mean_sum": np.where(per_valid, per, 0.0).sum(axis=0),
+        "seg_mean_n": per_valid.sum(axis=0).astype(np.int64),
+        "mass_sum": mass.sum(axis=0),
+        "loss_sum": np.float64(stats["loss"].sum()),
+        "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),
+    }
     actions = [a for m in kept for a in m.actions]
     never = _never_masked(tokenizer)
-    maskable = sum(sum(1 for t in m.tokens if t not in never) for m in kept)
-    n_tokens = int(stats["n"].sum())
+    meta = {
+        "status": "ok",
+        "reason": None,
+        **base,
+        "n_examples": len(kept),
+        "excluded_too_long_ids": too_long,
+        "max_position_embeddings": max_pos or None,
+        "excluded_no_maskable_token_ids": no_mask,
+        "masked_tokens": int(stats["n_masked"].sum()),
+        "maskable": sum(sum(1 for t in m.tokens if t not in never) for m in kept),
+        "mask_actions": {k: actions.count(k) for k in ("mask", "keep", "random")},
+        "tokens": int(stats["n"].sum()),
+        "seconds": seconds,
+        "device": str(dev),
+        "num_layers": L,
+    }
+    return meta, arrays
+
+
+def reduce_gradients(partials, *, where=None):
+    """Add the partial sums of :func:`gradient_partial` (shard order) -> ``(frame, summary)``.
+
+    ``mean_abs_grad``: pooled = summed ``|dL/dA|`` / summed entries; segment = summed per-segment
+    means / their number; ``attention_mass`` = summed masses / segments; every count is summed. One
+    partial gives exactly the numbers of an unsharded run. All partials "not run" -> the not-run table.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from bertlook.sharding import same_value
+
+    if not partials:
+        raise BertlookError("no partial gradient statistics to reduce")
+    where = list(where) if where is not None else [f"partial {k + 1}" for k in range(len(partials))]
+    metas = [m for m, _ in partials]
+    settings = same_value([m["settings"] for m in metas], "gradient settings", where)
+    status = same_value([m["status"] for m in metas], "status", where)
+    first = metas[0]
+    if status != "ok":
+        summary = {"status": "not run", "reason": first["reason"], **settings,
+                   "n_segments_in_file": first["n_segments_in_file"],
+                   "model_provenance": first["model_provenance"], "loading": first["loading"]}
+        return not_run_frame(first["reason"]), summary
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    C = len(TARGETS)
+    tot = {key: np.zeros((L, C)) for key in ("grad_sum", "seg_mean_sum", "mass_sum")}
+    count_sum = np.zeros(C)
+    seg_mean_n = np.zeros((L, C), dtype=np.int64)
+    without = np.zeros(C, dtype=np.int64)
+    loss_sum = 0.0
+    for (meta, arrays), w in zip(partials, where):
+        for key in tot:
+            part = np.asarray(arrays[key], dtype=np.float64)
+            if part.shape != (L, C):
+                raise BertlookError(f"{w}: {key} of shape {list(part.shape)}, expected {[L, C]}")
+            tot[key] += part
+        count_sum += np.asarray(arrays["count_sum"], dtype=np.float64)
+        seg_mean_n += np.asarray(arrays["seg_mean_n"], dtype=np.int64)
+        without += np.asarray(arrays["segments_without_target"], dtype=np.int64)
+        loss_sum += float(arrays["loss_sum"])
+    N = sum(int(m["n_examples"]) for m in metas)
+    if N == 0:
+        too_long = sum(len(m["excluded_too_long_ids"]) for m in metas)
+        no_mask = sum(len(m["excluded_no_maskable_token_ids"]) for m in metas)
+        raise BertlookError(f"{settings['segments']}: no segment left to compute gradients on "
+                            f"({too_long} too long, {no_mask} without a maskable token)")
+    grad_average = settings["grad_average"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if grad_average == "pooled":
+            grad = tot["grad_sum"] / np.where(count_sum > 0, count_sum, np.nan)[None, :]
+        else:
+            grad = tot["seg_mean_sum"] / np.where(seg_mean_n > 0, seg_mean_n, np.nan)
+    att = tot["mass_sum"] / N
+    rows = [
+        {"layer": layer + 1, "target": TARGETS[c], "mean_abs_grad": float(grad[layer, c]),
+         "attention_mass": float(att[layer, c])}
+        for layer in range(L) for c in range(C)
+    ]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    too_long = [i for m in metas for i in m["excluded_too_long_ids"]]
+    no_mask = [i for m in metas for i in m["excluded_no_maskable_token_ids"]]
+    masked_tokens = sum(int(m["masked_tokens"]) for m in metas)
+    maskable = sum(int(m["maskable"]) for m in metas)
+    n_tokens = sum(int(m["tokens"]) for m in metas)
+    seconds = sum(float(m["seconds"]) for m in metas)
     summary = {
         "status": "ok",
         "reason": None,
         **settings,
-        "n_segments_in_file": n_input,
-        "n_examples": len(kept),
+        "n_segments_in_file": first["n_segments_in_file"],
+        "n_examples": N,
         "excluded_too_long": len(too_long),
         "excluded_too_long_ids": too_long,
-        "max_position_embeddings": max_pos or None,
+        "max_position_embeddings": first["max_position_embeddings"],
         "excluded_no_maskable_token": len(no_mask),
         "excluded_no_maskable_token_ids": no_mask,
-        "masked_tokens": int(stats["n_masked"].sum()),
-        "maskable_fraction_masked": round(int(stats["n_masked"].sum()) / maskable, 6) if maskable else None,
-        "mask_actions": {k: actions.count(k) for k in ("mask", "keep", "random")},
-        "mean_loss": float(stats["loss"].mean()),
+        "masked_tokens": masked_tokens,
+        "maskable_fraction_masked": round(masked_tokens / maskable, 6) if maskable else None,
+        "mask_actions": {k: sum(int(m["mask_actions"][k]) for m in metas) for k in ("mask", "keep", "random")},
+        "mean_loss": loss_sum / N,
         "tokens": n_tokens,
-        "mean_tokens": n_tokens / len(kept),
+        "mean_tokens": n_tokens / N,
         "seconds": round(seconds, 3),
-        "segments_per_second": round(len(kept) / seconds, 3) if seconds > 0 else None,
-        "device": str(dev),
-        "num_layers": int(stats["grad_sum"].shape[1]),
-        **extra,
-        "model_provenance": provenance,
-        "loading": loading,
+        "segments_per_second": round(N / seconds, 3) if seconds > 0 else None,
+        "device": first["device"],
+        "num_layers": L,
+        "segments_without_target": {TARGETS[c]: int(without[c]) for c in range(C)},
+        "entries_per_layer": {TARGETS[c]: int(count_sum[c]) for c in range(C)},
+        "model_provenance": first["model_provenance"],
+        "loading": first["loading"],
     }
+    if len(partials) > 1:
+        summary["shards"] = [{"shard": (m.get("shard") or {}).get("label"), "n_examples": m["n_examples"],
+                              "seconds": round(float(m["seconds"]), 3), "device": m["device"]} for m in metas]
     return frame, summary
+
+
+def sep_gradient_importance(
+    segments_path: str | os.PathLike,
+    model_spec: str,
+    *,
+    revision: str | None = None,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_examples: int | None = None,
+    device: str = "auto",
+    segment_ids: str = "zeros",
+    mask_rate: float = 0.15,
+    mask_mode: str = "bert",
+    target_tokens: str = "original",
+    grad_average: str = "pooled",
+    progress_every: int = 100,
+):
+    """Per-layer gradient importance of attention to [SEP], ". ," and other tokens -> ``(frame, summary)``.
+
+    ``frame`` has the columns ``layer, target, mean_abs_grad, attention_mass`` (3 rows per layer), or,
+    when the model has no masked-LM head, :func:`not_run_frame` (``summary["status"] == "not run"``).
+    Nothing is written; see the ``gradients`` CLI for the files. (The partial sums of one run,
+    :func:`gradient_partial`, reduced by :func:`reduce_gradients`.)
+    """
+    partial = gradient_partial(
+        segments_path, model_spec, revision=revision, seed=seed, batch_size=batch_size,
+        max_examples=max_examples, device=device, segment_ids=segment_ids, mask_rate=mask_rate,
+        mask_mode=mask_mode, target_tokens=target_tokens, grad_average=grad_average,
+        progress_every=progress_every,
+    )
+    return reduce_gradients([partial], where=[str(segments_path)])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -758,6 +914,10 @@ outputs say "not run" and why, and the command still exits 0.
 inputs:
   --segments JSONL   segments (corpora step): [CLS] A [SEP] B [SEP] wordpieces
   --model SPEC       model with a masked-LM head (hub id, local dir, package:MODULE) [--revision]
+  --partial NPZ      or: the partial sums of the shards of a sharded run (repeatable, shard order)
+
+sharded runs (extraction.shards): `--shard I/K --out-partial NPZ` computes the sums and counts of the
+I-th of K contiguous ranges of the segments (masks drawn as in one run), `--partial` adds them up.
 
 outputs:
   --out-table CSV    layer,target,mean_abs_grad,attention_mass (3 targets per layer, layer 1-indexed);
@@ -778,12 +938,20 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--segments", required=True, metavar="JSONL", help="segments JSONL (input)")
-    p.add_argument("--model", required=True, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
+    p.add_argument("--segments", default=None, metavar="JSONL", help="segments JSONL (input)")
+    p.add_argument("--model", default=None, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
     p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
-    p.add_argument("--out-table", required=True, metavar="CSV", help="sep_gradients.csv (output)")
-    p.add_argument("--out-figure", required=True, metavar="PNG", help="fig3_sep_gradients.png (output)")
-    p.add_argument("--summary", required=True, metavar="JSON", help="summary JSON (output)")
+    p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")
+    p.add_argument("--out-figure", default=None, metavar="PNG", help="fig3_sep_gradients.png (output)")
+    p.add_argument("--summary", default=None, metavar="JSON", help="summary JSON (output)")
+    from bertlook.sharding import shard_arg
+
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
+                   help="only shard I of K: the I-th of K contiguous ranges of the segments used (with --out-partial)")
+    p.add_argument("--out-partial", default=None, metavar="NPZ",
+                   help="output: only the partial sums and counts (of --shard), no table or figure")
+    p.add_argument("--partial", action="append", default=None, metavar="NPZ",
+                   help="input: the shards' partial sums (repeatable, shard order) instead of --segments/--model")
     p.add_argument("--seed", type=int, default=0, help="seed of the masking generator (default 0)")
     p.add_argument("--batch-size", type=int, default=8, help="segments per batch (default 8)")
     p.add_argument("--max-examples", type=int, default=None, metavar="N",
@@ -805,13 +973,36 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_csv, write_json
+    from bertlook.sharding import load_partial, save_partial
 
-    frame, summary = sep_gradient_importance(
-        args.segments, args.model, revision=args.revision, seed=args.seed, batch_size=args.batch_size,
+    if args.partial and (args.segments or args.model):
+        raise BertlookError("gradients: give --partial NPZ ... or --segments/--model, not both")
+    if not args.partial and not (args.segments and args.model):
+        raise BertlookError("gradients: give --segments and --model (or --partial NPZ ...)")
+    settings = dict(
+        revision=args.revision, seed=args.seed, batch_size=args.batch_size,
         max_examples=args.max_examples, device=args.device, segment_ids=args.segment_ids,
         mask_rate=args.mask_rate, mask_mode=args.mask_mode, target_tokens=args.target_tokens,
         grad_average=args.grad_average,
     )
+    if args.out_partial:
+        if args.partial:
+            raise BertlookError("gradients: --out-partial needs --segments and --model")
+        meta, arrays = gradient_partial(args.segments, args.model, shard=args.shard, **settings)
+        save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
+        what = f"{meta['n_examples']} segments" if meta["status"] == "ok" else meta["reason"]
+        print(f"gradients: partial sums ({what}) -> {args.out_partial}")
+        return 0
+    if args.shard is not None:
+        raise BertlookError("gradients: --shard needs --out-partial")
+    missing = [f for f, v in (("--out-table", args.out_table), ("--out-figure", args.out_figure),
+                              ("--summary", args.summary)) if not v]
+    if missing:
+        raise BertlookError(f"gradients: give {', '.join(missing)} (or --out-partial)")
+    if args.partial:
+        frame, summary = reduce_gradients([load_partial(p, PARTIAL_KIND) for p in args.partial], where=args.partial)
+    else:
+        frame, summary = sep_gradient_importance(args.segments, args.model, **settings)
     write_csv(args.out_table, frame)
     fig3_sep_gradients(args.out_table, args.out_figure)
     write_json(args.summary, summary)

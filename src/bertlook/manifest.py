@@ -60,7 +60,9 @@ def build_manifest(
     """Assemble the manifest dict (see module docstring)."""
     from bertlook.config import model_for_run
 
-    attention_meta = _read_json(str(Path(attention_dir) / "meta.json"), "attention store meta")
+    # a store directory, or its meta.json alone (a sharded run's gathered meta: no maps needed)
+    meta_path = Path(attention_dir) if Path(attention_dir).is_file() else Path(attention_dir) / "meta.json"
+    attention_meta = _read_json(str(meta_path), "attention store meta")
     summaries = {name: _read_json(path, f"{name} summary") for name, path in step_summaries.items()}
     extraction = summaries.get("extraction") or {}
     return {
@@ -112,7 +114,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--run", required=True, help="run name ({run_name}-{label})")
     p.add_argument("--config-json", required=True, help="the effective configuration as a JSON string")
     p.add_argument("--corpus", required=True, help="Wikipedia dump file used by the run")
-    p.add_argument("--attention", required=True, help="attention store directory of the segments")
+    p.add_argument("--attention", required=True,
+                   help="attention store directory of the segments, or its meta.json (e.g. the gathered "
+                        "attention/segments.meta.json of a sharded run)")
     p.add_argument("--summary", action="append", metavar="NAME=PATH", help="a step summary JSON (repeatable)")
     p.add_argument("--out", required=True, help="manifest.json to write")
     p.set_defaults(func=_cli)

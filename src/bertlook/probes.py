@@ -691,6 +691,9 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     steps = 0
     epoch_losses = []
     t0 = time.perf_counter()
+    from bertlook.extraction import progress_bar
+
+    bar = progress_bar(total=n * int(epochs), desc=f"probe {kind} seed {seed}", unit="sent")
     for _ in range(int(epochs)):
         total = 0.0
         for group in epoch_batches(lengths, int(batch_size), gen):
@@ -701,7 +704,9 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
                 total += float(loss.detach())
             optimizer.step()
             steps += 1
+            bar.update(len(group))
         epoch_losses.append(total / data.n_words)
+    bar.close()
     seconds = time.perf_counter() - t0
     model.eval()
     info = {

@@ -16,6 +16,11 @@ For every head, per example, then the plain mean over examples:
 ``sep_sep`` / ``rest_sep`` / ``cls_entropy`` are undefined for an example without [SEP] rows / without
 other rows / without a [CLS] token: such examples are left out of that column's mean, and the number
 left out is reported in the summary (never silently dropped).
+
+Sharded runs (``extraction.shards``): every statistic is a sum over examples divided by a count, so
+:func:`surface_stats_partial` writes per-shard sums and counts (``bertlook stats --out-partial``) and
+:func:`reduce_surface_stats` adds them and divides once (``bertlook stats --partial ...``); one partial
+gives exactly the unsharded numbers.
 """
 
 from __future__ import annotations
@@ -92,19 +97,24 @@ def example_stats(
     return out
 
 
-def compute_surface_stats(
-    store: "AttentionStore", *, max_examples: int | None = None
-) -> tuple["pd.DataFrame", dict[str, Any]]:
-    """Per-head surface statistics over (the first ``max_examples``) examples of ``store``.
+PARTIAL_KIND = "surface-stats"
 
-    Returns ``(frame, summary)``: ``frame`` has one row per head and columns :data:`COLUMNS`
-    (``layer``/``head`` 1-indexed); ``summary`` holds ``n_examples``, ``uniform_entropy`` (mean of
-    ``ln n``), ``mean_tokens`` and the counts of examples left out of the undefined columns.
+
+def surface_stats_partial(
+    store: "AttentionStore", *, max_examples: int | None = None, segments=None
+) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
+    """Sums and counts of the statistics over the selected examples of one store: ``(meta, arrays)``.
+
+    Selection (:func:`bertlook.sharding.select_examples`): all examples, or with ``max_examples`` the
+    first N segments of the ``segments`` file (without it: the first N of the store). ``arrays``:
+    ``sums`` ``[columns, layers, heads]`` (float64, in :data:`STAT_COLUMNS` order), ``sum_log_n``;
+    ``meta``: layout, special tokens, ``n_examples``, ``counts`` per column, ``sum_n``,
+    ``n_examples_in_store``. Reduce with :func:`reduce_surface_stats`.
     """
     import numpy as np
-    import pandas as pd
 
     from bertlook.errors import BertlookError
+    from bertlook.sharding import select_examples
 
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
@@ -115,9 +125,8 @@ def compute_surface_stats(
     n_examples = 0
     sum_log_n = 0.0
     sum_n = 0
-    for rec, attn in store:
-        if max_examples is not None and n_examples >= max_examples:
-            break
+    for k in select_examples(store, max_examples, segments):
+        rec, attn = store.records[k], store.get(k)
         n = int(attn.shape[-1])
         ex_id = rec.get("id", n_examples)
         if n < 1:
@@ -134,8 +143,62 @@ def compute_surface_stats(
         n_examples += 1
         sum_log_n += math.log(n)
         sum_n += n
+    meta = {
+        "attention": str(store.path),
+        "num_layers": L,
+        "num_heads": H,
+        "special_tokens": {"cls": cls_token, "sep": sep_token},
+        "n_examples": n_examples,
+        "n_examples_in_store": len(store),
+        "max_examples": max_examples,
+        "sum_n": sum_n,
+        "counts": counts,
+    }
+    arrays = {"sums": np.stack([sums[c] for c in STAT_COLUMNS]), "sum_log_n": np.float64(sum_log_n)}
+    return meta, arrays
+
+
+def reduce_surface_stats(
+    partials: "list[tuple[dict[str, Any], dict[str, np.ndarray]]]", *, where: "list[Any] | None" = None
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Add partial sums (:func:`surface_stats_partial`, in shard order) and divide once -> ``(frame, summary)``.
+
+    One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
+    """
+    import numpy as np
+    import pandas as pd
+
+    from bertlook.errors import BertlookError
+    from bertlook.sharding import same_value
+
+    if not partials:
+        raise BertlookError("no partial statistics to reduce")
+    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
+    metas = [m for m, _ in partials]
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
+    tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
+    cls_token, sep_token = tokens["cls"], tokens["sep"]
+    max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    stacked = np.zeros((len(STAT_COLUMNS), L, H))
+    counts = {c: 0 for c in STAT_COLUMNS}
+    n_examples = 0
+    sum_log_n = 0.0
+    sum_n = 0
+    for (meta, arrays), w in zip(partials, where):
+        part = np.asarray(arrays["sums"], dtype=np.float64)
+        if part.shape != stacked.shape:
+            raise BertlookError(f"{w}: partial sums of shape {list(part.shape)}, expected {list(stacked.shape)}")
+        stacked += part
+        for c in STAT_COLUMNS:
+            counts[c] += int(meta["counts"][c])
+        n_examples += int(meta["n_examples"])
+        sum_log_n += float(arrays["sum_log_n"])
+        sum_n += int(meta["sum_n"])
+    sums = {c: stacked[i] for i, c in enumerate(STAT_COLUMNS)}
     if n_examples == 0:
-        raise BertlookError(f"{store.path}: no examples to compute statistics on")
+        where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))
+        raise BertlookError(f"{where_txt}: no examples to compute statistics on")
 
     layer_idx, head_idx = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")
     data: dict[str, Any] = {"layer": layer_idx.ravel(), "head": head_idx.ravel()}
@@ -144,7 +207,7 @@ def compute_surface_stats(
     frame = pd.DataFrame(data, columns=COLUMNS)
     summary: dict[str, Any] = {
         "n_examples": n_examples,
-        "n_examples_in_store": len(store),
+        "n_examples_in_store": sum(int(m["n_examples_in_store"]) for m in metas),
         "max_examples": max_examples,
         "uniform_entropy": sum_log_n / n_examples,
         "mean_tokens": sum_n / n_examples,
@@ -161,13 +224,48 @@ def compute_surface_stats(
     return frame, summary
 
 
+def compute_surface_stats(
+    store: "AttentionStore", *, max_examples: int | None = None, segments=None
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Per-head surface statistics over (the first ``max_examples``) examples of ``store``.
+
+    Returns ``(frame, summary)``: ``frame`` has one row per head and columns :data:`COLUMNS`
+    (``layer``/``head`` 1-indexed); ``summary`` holds ``n_examples``, ``uniform_entropy`` (mean of
+    ``ln n``), ``mean_tokens`` and the counts of examples left out of the undefined columns.
+    ``max_examples`` with ``segments``: the first N segments of that file, else the first N of the store.
+    """
+    return reduce_surface_stats([surface_stats_partial(store, max_examples=max_examples, segments=segments)],
+                                where=[store.path])
+
+
 def _run_stats(args: "argparse.Namespace") -> int:
     from bertlook.attention_store import open_store
+    from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv, write_json
+    from bertlook.sharding import load_partial, save_partial
 
-    store = open_store(args.attention)
-    frame, summary = compute_surface_stats(store, max_examples=args.max_examples)
-    summary = {"attention": str(args.attention), **summary}
+    if bool(args.attention) == bool(args.partial):
+        raise BertlookError("stats: give --attention DIR or --partial NPZ ... (one of them)")
+    if args.out_partial:
+        if not args.attention:
+            raise BertlookError("stats: --out-partial needs --attention")
+        meta, arrays = surface_stats_partial(open_store(args.attention), max_examples=args.max_examples,
+                                             segments=args.segments)
+        save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
+        print(f"stats: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
+              f"-> {args.out_partial}")
+        return 0
+    if not (args.out and args.summary):
+        raise BertlookError("stats: give --out and --summary (or --out-partial)")
+    if args.partial:
+        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
+        frame, summary = reduce_surface_stats(partials, where=args.partial)
+        attention = [m["attention"] for m, _ in partials]
+        summary = {"attention": attention[0] if len(attention) == 1 else attention, **summary}
+    else:
+        store = open_store(args.attention)
+        frame, summary = compute_surface_stats(store, max_examples=args.max_examples, segments=args.segments)
+        summary = {"attention": str(args.attention), **summary}
     write_csv(args.out, frame)
     write_json(args.summary, summary)
     print(
@@ -187,15 +285,24 @@ def register_cli(subparsers) -> None:
         help="per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)",
         description=(
             "Compute per-head surface statistics of an attention store. "
-            "Input: --attention (attention store directory). "
+            "Input: --attention (attention store directory), or --partial (partial sums of the shards "
+            "of a sharded extraction, from --out-partial). "
             "Outputs: --out (CSV, one row per head: layer,head,cls,sep,punct,self,prev,next,"
             "sep_sep,rest_sep,entropy,cls_entropy) and --summary (JSON: n_examples, uniform_entropy, "
-            "mean_tokens, counts of examples left out of a column)."
+            "mean_tokens, counts of examples left out of a column); or --out-partial (NPZ: sums and "
+            "counts of one store, added up later with --partial)."
         ),
     )
-    p.add_argument("--attention", required=True, metavar="DIR", help="input: attention store directory")
-    p.add_argument("--out", required=True, metavar="CSV", help="output: per-head statistics (attention_stats.csv)")
-    p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON (summary.json)")
+    p.add_argument("--attention", default=None, metavar="DIR", help="input: attention store directory")
+    p.add_argument("--partial", action="append", default=None, metavar="NPZ",
+                   help="input: partial sums of a shard (repeatable, shard order) instead of --attention")
+    p.add_argument("--out", default=None, metavar="CSV", help="output: per-head statistics (attention_stats.csv)")
+    p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON (summary.json)")
+    p.add_argument("--out-partial", default=None, metavar="NPZ",
+                   help="output: only the partial sums and counts of --attention (no table)")
     p.add_argument("--max-examples", type=int, default=None, metavar="N",
-                   help="use only the first N examples of the store (default: all)")
+                   help="use only the first N segments of --segments (without it: the first N examples of the "
+                        "store) (default: all)")
+    p.add_argument("--segments", default=None, metavar="JSONL",
+                   help="input: the segments file of the store, for --max-examples")
     p.set_defaults(func=_run_stats)

@@ -1,0 +1,507 @@
+"""Scale-out: extraction shards, additive partial sums, merging word-level stores.
+
+``extraction.shards: K`` splits every model-running step into K jobs over **contiguous ranges of its
+input by index**: shard ``i`` of ``K`` (1-based) of ``N`` items is ``[(i-1)*N//K, i*N//K)`` of the
+segments file (``extract``, ``gradients``) or of the treebank file (``extract-words``). The
+statistics that follow are additive over examples, so each shard writes **partial sums and counts**
+(never means) to a plain ``.npz`` file (:func:`save_partial`, no pickle: float/int arrays plus one
+JSON string) and a gather step adds them up in shard order and divides once:
+
+* surface statistics (``bertlook stats --out-partial`` / ``--partial``): per-column sums and counts;
+* Jensen-Shannon divergences (``bertlook cluster --out-partial`` / ``--partial``): the summed matrix,
+  then MDS on the reduced matrix;
+* gradients (``bertlook gradients --shard I/K --out-partial`` / ``--partial``): summed ``|dL/dA|``
+  and entry counts, summed per-segment means, attention mass sums, loss sums;
+* the Fig 1 example (``bertlook fig1-example``): the shard that holds it saves its one map.
+
+With K = 1 each reduction adds one partial to zeros, so the numbers are bit-identical to an
+unsharded computation. Word-level stores are gathered by :func:`merge_stores` (``bertlook
+merge-stores``): shard files are hard-linked (copied where the file system cannot link), the indexes
+are concatenated with shard ids renumbered and put back into the unsharded store's order
+(length-sorted, ties by id), and the result is validated with
+:func:`bertlook.attention_store.open_store`; Table 1 and the probes read one store as before.
+Extraction summaries are gathered by :func:`merge_summaries` (``bertlook gather-extraction`` for the
+segments, ``merge-stores --part-summary`` for the words): counts are summed, settings must agree,
+id lists are concatenated, rates recomputed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from bertlook.errors import BertlookError
+
+PARTIAL_FORMAT = "bertlook-partial/1"
+_META_KEY = "__meta__"
+_SHARD_SPEC = re.compile(r"^\s*(\d+)\s*(?:/|of)\s*(\d+)\s*$")
+
+
+# --------------------------------------------------------------------------------------------
+# shard ranges
+
+def parse_shard(text: Any) -> tuple[int, int]:
+    """``"2/4"`` or ``"2of4"`` -> ``(2, 4)`` (1-based shard index, number of shards)."""
+    m = _SHARD_SPEC.match(str(text))
+    if not m:
+        raise BertlookError(f"--shard: expected I/K (e.g. 2/4), got {text!r}")
+    i, k = int(m.group(1)), int(m.group(2))
+    if k < 1 or not 1 <= i <= k:
+        raise BertlookError(f"--shard {text!r}: need 1 <= I <= K")
+    return i, k
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """argparse ``type`` of ``--shard``."""
+    try:
+        return parse_shard(text)
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def shard_label(i: int, k: int) -> str:
+    """File-name label of shard ``i`` of ``k``: ``"1of1"``, ``"03of12"`` (zero-padded, sorts in order)."""
+    return f"{int(i):0{len(str(int(k)))}d}of{int(k)}"
+
+
+def shard_labels(k: int) -> list[str]:
+    return [shard_label(i, k) for i in range(1, int(k) + 1)]
+
+
+def shard_range(n: int, i: int, k: int) -> tuple[int, int]:
+    """``[start, stop)`` of shard ``i`` (1-based) of ``k`` over ``n`` items: contiguous, by index,
+    sizes differing by at most one, together exactly ``range(n)``."""
+    if k < 1 or not 1 <= i <= k or n < 0:
+        raise BertlookError(f"bad shard {i}/{k} of {n} items")
+    return (i - 1) * n // k, i * n // k
+
+
+def shard_info(n: int, i: int, k: int) -> dict[str, Any]:
+    start, stop = shard_range(n, i, k)
+    return {"index": int(i), "count": int(k), "label": shard_label(i, k), "start": start, "stop": stop,
+            "n_total": int(n)}
+
+
+# --------------------------------------------------------------------------------------------
+# example selection ("the first N segments")
+
+def first_segment_ids(segments_path, max_examples: int) -> set:
+    """Ids of the first ``max_examples`` segments of a segments file."""
+    from bertlook.corpora import read_segments
+
+    return {seg["id"] for seg in read_segments(segments_path)[: max(0, int(max_examples))]}
+
+
+def select_examples(store, max_examples: int | None = None, segments=None) -> list[int]:
+    """Store positions (storage order) of the examples a statistic uses.
+
+    ``max_examples`` None: all. Otherwise, with ``segments`` (the segments file the store was
+    extracted from): the examples among the **first N segments of that file** (the same examples
+    whatever the sharding); without it: the first N examples of the store (storage order).
+    """
+    n = len(store)
+    if max_examples is None:
+        return list(range(n))
+    if max_examples < 0:
+        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    if segments is None:
+        return list(range(min(n, int(max_examples))))
+    wanted = first_segment_ids(segments, max_examples)
+    return [k for k, rec in enumerate(store.records) if rec.get("id") in wanted]
+
+
+# --------------------------------------------------------------------------------------------
+# partial files (.npz without pickle)
+
+def save_partial(path, kind: str, meta: dict[str, Any], arrays: dict[str, Any]) -> Path:
+    """Write a partial-sum file: numeric ``arrays`` plus ``meta`` (JSON in a unicode array), atomically."""
+    import numpy as np
+
+    from bertlook.io_utils import atomic_path
+
+    out = {}
+    for name, value in arrays.items():
+        a = np.asarray(value)
+        if a.dtype == object:
+            raise BertlookError(f"partial {name!r}: object arrays are not allowed")
+        out[name] = a
+    if _META_KEY in out:
+        raise BertlookError(f"partial array name {_META_KEY!r} is reserved")
+    text = json.dumps({"format": PARTIAL_FORMAT, "kind": kind, **meta}, ensure_ascii=False)
+    out[_META_KEY] = np.array(text)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **out)
+    return Path(path)
+
+
+def load_partial(path, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(meta, arrays)`` of a partial file written by :func:`save_partial` for ``kind`` (no pickle)."""
+    import zipfile
+
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise BertlookError(f"{path}: partial file not found")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise BertlookError(f"{path}: not a partial-sum file (.npz): {err}") from None
+    raw = arrays.pop(_META_KEY, None)
+    try:
+        meta = json.loads(str(raw[()])) if raw is not None else None
+    except (ValueError, TypeError):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != PARTIAL_FORMAT:
+        raise BertlookError(f"{path}: not a bertlook partial-sum file (no {PARTIAL_FORMAT!r} metadata)")
+    if meta.get("kind") != kind:
+        raise BertlookError(f"{path}: a {meta.get('kind')!r} partial, expected {kind!r}")
+    return meta, arrays
+
+
+def same_value(values: Sequence[Any], what: str, where: Sequence[Any]) -> Any:
+    """The common value of ``values``; an error naming both files when two differ."""
+    for v, w in zip(values[1:], where[1:]):
+        if v != values[0]:
+            raise BertlookError(f"{w}: {what} {v!r} differs from {values[0]!r} in {where[0]} "
+                                "(partials of different runs?)")
+    return values[0] if values else None
+
+
+# --------------------------------------------------------------------------------------------
+# merging summaries and store metadata
+
+#: how a key of an extraction summary / store meta is gathered over shards
+SUM_KEYS = frozenset({
+    "n_input", "n_examples", "excluded_too_long", "tokens", "padded_tokens", "seconds", "estimated_bytes",
+    "estimated_map_bytes", "unk_tokens", "non_special_tokens", "examples_with_unk", "examples",
+    "n_sentences", "n_extracted", "excluded_alignment", "n_words", "n_split_words", "alignment", "too_long",
+    "n_shards",
+})
+CONCAT_KEYS = {"excluded_ids": None, "excluded_too_long_ids": None, "excluded_alignment_ids": None,
+               "alignment_ids": None, "too_long_ids": None, "unk_examples": 5, "alignment_errors": 20}
+DROP_KEYS = frozenset({"shard", "store_meta"})
+FIRST_KEYS = frozenset({"device_warning"})
+MIN_KEYS = frozenset({"disk_free_bytes"})
+
+
+def _merge_values(key: str, values: list[Any], where: list[Any]) -> Any:
+    if key in SUM_KEYS and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        total = sum(values[1:], values[0])
+        return round(total, 4) if key == "seconds" else total
+    if key in CONCAT_KEYS and all(isinstance(v, list) for v in values):
+        out = [x for v in values for x in v]
+        cap = CONCAT_KEYS[key]
+        return out[:cap] if cap is not None else out
+    if key in FIRST_KEYS:
+        return next((v for v in values if v is not None), None)
+    if key in MIN_KEYS:
+        present = [v for v in values if v is not None]
+        return min(present) if present else None
+    if all(isinstance(v, dict) for v in values):
+        return merge_summaries(values, where=where)
+    if all(v == values[0] for v in values):
+        return values[0]
+    return values  # differs by shard (e.g. out_dir): kept per shard
+
+
+def merge_summaries(parts: Sequence[dict[str, Any]], *, where: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Gather per-shard extraction summaries (or store metas) into the unsharded one.
+
+    Counts are summed (:data:`SUM_KEYS`), id lists concatenated (:data:`CONCAT_KEYS`, capped as in a
+    single run), settings kept when equal (a list of the per-shard values otherwise), rates and
+    fractions recomputed from the summed counts; the per-shard ``shard`` / ``store_meta`` entries are
+    dropped. One part comes back unchanged (apart from the dropped keys).
+    """
+    parts = list(parts)
+    if not parts:
+        raise BertlookError("nothing to merge")
+    where = list(where) if where is not None else [f"part {i + 1}" for i in range(len(parts))]
+    keys: list[str] = []
+    for p in parts:
+        keys += [k for k in p if k not in keys]
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key in DROP_KEYS:
+            continue
+        have = [(p[key], w) for p, w in zip(parts, where) if key in p]  # a key some shards lack: the others'
+        out[key] = _merge_values(key, [v for v, _ in have], [w for _, w in have])
+    if len(parts) > 1:
+        _recompute_rates(out)
+    return out
+
+
+def _recompute_rates(out: dict[str, Any]) -> None:
+    if "unk_rate" in out and isinstance(out.get("unk_tokens"), int) and isinstance(out.get("non_special_tokens"), int):
+        out["unk_rate"] = out["unk_tokens"] / out["non_special_tokens"] if out["non_special_tokens"] else None
+    if "split_word_fraction" in out and isinstance(out.get("n_words"), int):
+        out["split_word_fraction"] = round(out["n_split_words"] / out["n_words"], 6) if out["n_words"] else None
+    if "tokens_per_second" in out and isinstance(out.get("seconds"), (int, float)) and isinstance(out.get("tokens"), int):
+        out["tokens_per_second"] = round(out["tokens"] / out["seconds"], 1) if out["seconds"] else None
+    for value in out.values():
+        if isinstance(value, dict):
+            _recompute_rates(value)
+
+
+def shard_entry(summary: dict[str, Any], path: Any) -> dict[str, Any]:
+    """What the gathered summary keeps of one shard (a list entry: per-shard, never summed)."""
+    info = summary.get("shard") or {}
+    return {"shard": info.get("label"), "start": info.get("start"), "stop": info.get("stop"),
+            "n_examples": summary.get("n_examples"), "seconds": summary.get("seconds"),
+            "tokens_per_second": summary.get("tokens_per_second"), "device": summary.get("device"),
+            "summary": str(path)}
+
+
+def _read_json(path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise BertlookError(f"{path}: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot read {what}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise BertlookError(f"{path}:{err.lineno}: {what} is not valid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise BertlookError(f"{path}: {what} must be a JSON object")
+    return data
+
+
+def check_shards(summaries: Sequence[dict[str, Any]], paths: Sequence[Any]) -> None:
+    """The summaries are shards 1..K of one K-way split, in order (or one unsharded summary)."""
+    infos = [s.get("shard") for s in summaries]
+    if all(i is None for i in infos) and len(infos) == 1:
+        return
+    for pos, (info, path) in enumerate(zip(infos, paths), 1):
+        if not isinstance(info, dict):
+            raise BertlookError(f"{path}: not the summary of a shard (no 'shard' entry; run with --shard I/K)")
+        if info.get("count") != len(summaries) or info.get("index") != pos:
+            raise BertlookError(f"{path}: shard {info.get('index')}/{info.get('count')}, expected {pos}/{len(summaries)} "
+                                "(give every shard's summary once, in order)")
+
+
+def gather_extraction(summary_paths: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(summary, store_meta)`` of the unsharded extraction from the shards' summaries."""
+    summaries = [_read_json(p, "extraction summary") for p in summary_paths]
+    check_shards(summaries, summary_paths)
+    metas = []
+    for s, p in zip(summaries, summary_paths):
+        meta = s.get("store_meta")
+        if not isinstance(meta, dict):
+            raise BertlookError(f"{p}: no 'store_meta' (written by `bertlook extract --shard I/K`)")
+        metas.append(meta)
+    summary = merge_summaries(summaries, where=summary_paths)
+    summary["shards"] = [shard_entry(s, p) for s, p in zip(summaries, summary_paths)]
+    meta = merge_store_meta(metas, where=summary_paths)
+    return summary, meta
+
+
+def merge_store_meta(metas: Sequence[dict[str, Any]], *, where: Sequence[Any]) -> dict[str, Any]:
+    """The meta.json of the unsharded store from the shards' meta.json."""
+    for key in ("format", "num_layers", "num_heads", "dtype", "level"):
+        same_value([m.get(key) for m in metas], f"store meta {key!r}", where)
+    merged = merge_summaries(metas, where=where)
+    merged.pop("shards", None)
+    merged["n_examples"] = sum(int(m.get("n_examples", 0)) for m in metas)
+    if len(metas) > 1:
+        merged["shards"] = [m.get("shard") for m in metas]
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# merging stores
+
+def _order_key(level: str):
+    from bertlook.extraction import _id_key
+
+    def key(rec: dict[str, Any]):
+        n = rec.get("n_wordpieces") if level == "word" and isinstance(rec.get("n_wordpieces"), int) else rec["n"]
+        return (-int(n), _id_key(rec["id"]))
+
+    return key
+
+
+def _link_or_copy(src: Path, dst: Path, link: bool) -> str:
+    if link:
+        try:
+            os.link(src, dst)
+            return "link"
+        except OSError:
+            pass
+    shutil.copyfile(src, dst)
+    return "copy"
+
+
+def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[str, Any]:
+    """Gather shard stores into one store at ``out_dir``; returns what was done.
+
+    Every input is opened (validated) with ``open_store``; layouts must agree and ids be unique.
+    Shard files holding examples are hard-linked (``link``; copied when linking fails) as
+    ``shard-NNNNN.bin`` in input order, index entries keep their offsets with the shard ids
+    renumbered, and, for stores written in length-sorted order, the index is put into the order one
+    unsharded run writes (longest first by model tokens, ties by id), so every reader sees the same
+    sequence of examples whatever the sharding. ``meta.json``: layout recomputed, counts summed,
+    exclusions concatenated (:func:`merge_store_meta`). Built under a temporary name beside
+    ``out_dir``, renamed into place, then opened again to validate.
+    """
+    from bertlook.attention_store import open_store
+    from bertlook.extraction import _id_key
+    from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
+
+    if not stores:
+        raise BertlookError("merge-stores: give at least one --store")
+    opened = [open_store(s) for s in stores]
+    first = opened[0]
+    for key in ("level", "num_layers", "num_heads"):
+        same_value([getattr(s, key) for s in opened], key, [s.path for s in opened])
+    order = same_value([s.meta.get("order") for s in opened], "store order", [s.path for s in opened])
+    seen: dict[Any, Path] = {}
+    entries: list[dict[str, Any]] = []
+    shard_map: dict[tuple[int, int], int] = {}
+    sources: list[Path] = []
+    for p, store in enumerate(opened):
+        used = sorted({rec["shard"] for rec in store.records})
+        for old in used:
+            shard_map[(p, old)] = len(sources)
+            sources.append(store.path / f"shard-{old:05d}.bin")
+        for rec in store.records:
+            key = _id_key(rec["id"])
+            if key in seen:
+                raise BertlookError(f"{store.path}: example {rec['id']!r} is also in {seen[key]} (overlapping shards?)")
+            seen[key] = store.path
+            entry = dict(rec)
+            entry["shard"] = shard_map[(p, rec["shard"])]
+            entries.append(entry)
+    if order == "length-sorted":
+        entries.sort(key=_order_key(first.level))
+    meta = merge_store_meta([s.meta for s in opened], where=[s.path for s in opened])
+    empty = not sources
+    meta["n_shards"] = max(1, len(sources))
+    meta["n_examples"] = len(entries)
+    layout = {k: meta[k] for k in ("format", "num_layers", "num_heads", "dtype", "level", "n_examples", "n_shards")}
+    meta = {**layout, "excluded": meta.get("excluded") or {}, **meta, **layout}
+
+    out = Path(out_dir)
+    how: dict[str, int] = {"link": 0, "copy": 0}
+    tmp = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out, "tmp-"), dir=out.parent))
+        os.chmod(tmp, 0o777 & ~umask())
+        for k, src in enumerate(sources):
+            how[_link_or_copy(src, tmp / f"shard-{k:05d}.bin", link)] += 1
+        if empty:
+            (tmp / "shard-00000.bin").write_bytes(b"")
+        with open(tmp / "index.jsonl", "w", encoding="utf-8") as fh:
+            for entry in entries:
+                fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=2, ensure_ascii=False)
+        old = None
+        if out.exists() or out.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=temp_prefix(out, "tmp-") + "old", dir=out.parent))
+            os.replace(out, old / "store")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if old is not None:
+                os.replace(old / "store", out)
+                shutil.rmtree(old, ignore_errors=True)
+            raise
+        tmp = None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as err:
+        raise write_error(out, err, what="attention store") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    merged = open_store(out)  # the layout of the result is validated like any store's
+    return {"out_dir": str(out), "n_examples": len(merged), "n_shard_files": len(sources),
+            "linked": how["link"], "copied": how["copy"], "inputs": [str(s.path) for s in opened]}
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+def _cmd_merge_stores(args) -> int:
+    from bertlook.io_utils import write_json
+
+    result = merge_stores(args.store, args.out, link=not args.copy)
+    if args.part_summary:
+        if not args.summary:
+            raise BertlookError("--part-summary needs --summary (the gathered summary to write)")
+        if len(args.part_summary) != len(args.store):
+            raise BertlookError(f"{len(args.part_summary)} --part-summary for {len(args.store)} --store")
+        summaries = [_read_json(p, "extraction summary") for p in args.part_summary]
+        check_shards(summaries, args.part_summary)
+        summary = merge_summaries(summaries, where=args.part_summary)
+        summary["out_dir"] = str(args.out)
+        summary["shards"] = [shard_entry(s, p) for s, p in zip(summaries, args.part_summary)]
+        write_json(args.summary, summary)
+    print(f"merge-stores: {result['n_examples']} examples from {len(args.store)} store(s) -> {args.out} "
+          f"({result['n_shard_files']} shard files: {result['linked']} hard-linked, {result['copied']} copied)")
+    return 0
+
+
+def _cmd_gather_extraction(args) -> int:
+    from bertlook.io_utils import write_json
+
+    summary, meta = gather_extraction(args.part_summary)
+    write_json(args.summary, summary)
+    if args.meta:
+        write_json(args.meta, meta)
+    print(f"gather-extraction: {len(args.part_summary)} shard(s), {summary.get('n_examples')} examples, "
+          f"{summary.get('excluded_too_long')} excluded as too long -> {args.summary}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``merge-stores`` and ``gather-extraction``."""
+    p = subparsers.add_parser(
+        "merge-stores",
+        help="gather the shard stores of a sharded extraction into one attention store",
+        description=(
+            "Gather attention stores (the shards of `extract-words --shard I/K`, or any stores of one\n"
+            "model) into one store without copying maps.\n"
+            "Input:  --store DIR (repeatable, shard order), optionally --part-summary JSON per store.\n"
+            "Output: --out DIR, one store: shard files hard-linked (copied where the file system\n"
+            "        cannot link), index concatenated with shard ids renumbered and put back into the\n"
+            "        unsharded length-sorted order, meta.json counts summed; validated when written.\n"
+            "        --summary JSON: the gathered extraction summary (counts summed, settings checked)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--store", action="append", required=True, metavar="DIR", help="input: a store (repeatable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output: the merged store (replaced atomically)")
+    p.add_argument("--part-summary", action="append", default=None, metavar="JSON",
+                   help="input: the extraction summary of each --store, same order")
+    p.add_argument("--summary", default=None, metavar="JSON", help="output: the gathered extraction summary")
+    p.add_argument("--copy", action="store_true", help="copy the shard files instead of hard-linking them")
+    p.set_defaults(func=_cmd_merge_stores)
+
+    g = subparsers.add_parser(
+        "gather-extraction",
+        help="gather the summaries of a sharded segment extraction (no maps needed)",
+        description=(
+            "Input:  --part-summary JSON of every shard of `extract --shard I/K`, in order.\n"
+            "Output: --summary JSON (what one unsharded `extract` writes: counts summed, settings\n"
+            "        checked, per-shard timing under `shards`) and --meta JSON (the meta.json of the\n"
+            "        unsharded store: model provenance, exclusions), so later steps (manifest) need no maps."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument("--part-summary", action="append", required=True, metavar="JSON",
+                   help="input: a shard's extraction summary (repeatable, shard order)")
+    g.add_argument("--summary", required=True, metavar="JSON", help="output: gathered extraction summary")
+    g.add_argument("--meta", default=None, metavar="JSON", help="output: gathered store meta (meta.json)")
+    g.set_defaults(func=_cmd_gather_extraction)
