@@ -19,6 +19,7 @@ from bertlook.errors import BertlookError
 STEP_MODULES = [
     "bertlook.preflight",
     "bertlook.download",
+    "bertlook.fetch",
     "bertlook.corpora",
     "bertlook.extraction",
     "bertlook.treebank",
@@ -33,6 +34,7 @@ STEP_MODULES = [
     "bertlook.gradients",
     "bertlook.manifest",
     "bertlook.compare",
+    "bertlook.resources",
 ]
 
 
@@ -50,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _close_progress_bars() -> None:
+    """Finish the progress bars of a failed step, so its ``error:`` line starts a line of the log."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", None) or ()):
+        bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -63,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except BertlookError as err:
+        _close_progress_bars()
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -205,6 +205,35 @@ def download(
     return result(d256, d1, size)
 
 
+def summary_path(dest: str | os.PathLike) -> Path:
+    """``{dest}.download.json``: the summary beside a downloaded file (what the download rules and
+    ``bertlook fetch`` write: ``{url, path, sha256, sha1, bytes}``)."""
+    dest = Path(dest)
+    return dest.with_name(dest.name + ".download.json")
+
+
+def present_as_recorded(dest: str | os.PathLike, url: str) -> dict[str, Any] | None:
+    """The recorded summary of ``dest`` when ``dest`` is there and is the file that summary
+    describes (same ``url``, same sha256 and size, hashed now), else None.
+
+    Lets a file fetched earlier (``bertlook fetch``, or a download rule) count as present when the
+    configuration pins no checksum, instead of downloading it again on a machine without network.
+    """
+    import json
+
+    dest = Path(dest)
+    try:
+        recorded = json.loads(summary_path(dest).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or recorded.get("url") != url or not dest.is_file():
+        return None
+    d256, d1, size = _digests(dest)
+    if recorded.get("sha256") != d256 or recorded.get("bytes") != size:
+        return None
+    return {"url": url, "path": str(dest), "sha256": d256, "sha1": d1, "bytes": size}
+
+
 def parse_sha1sums(text: str, filename: str, *, source: str = "sha1sums") -> str:
     """Return the sha1 of ``filename`` from ``sha1sum``-style text ("<hex>  <filename>" per line)."""
     wanted = filename.rsplit("/", 1)[-1]

