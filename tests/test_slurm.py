@@ -1,0 +1,343 @@
+"""SLURM: the profiles (fast checks, part of `make test`) and a real run on a single-node SLURM
+cluster set up on this machine (`make test-slurm`, marker `slurm`; excluded from plain `pytest`).
+
+The real run: slurm-wlm + munge from Debian (apt-get install when missing: needs root; without
+root or apt the test FAILS, saying why), own slurm.conf in a temporary directory, no slurmdbd. The
+tiny configuration runs through profiles/slurm-cpu with the real snakemake and the SLURM executor
+plugin, and the same configuration runs locally; every non-local job must have been a SLURM job
+(submission lines, `scontrol show job` records, plugin logs) and every table byte-identical to the local
+run's; then extraction runs again through profiles/slurm onto the (device-less) GPU partition.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workflow_helpers import ENV, ROOT, RUN, SNAKEMAKE, tiny_config
+
+PROFILES = ROOT / "profiles"
+SLURM_PROFILES = ["slurm", "slurm-cpu"]
+# Rules that run the model (extraction and gradients): a GPU each in profiles/slurm.
+MODEL_RULE_MARK = 'device=config["extraction"]["device"]'
+
+
+def load_profile(name: str, monkeypatch, **env: str) -> dict:
+    """The profile as Snakemake reads it (YTE-rendered) under the given BERTLOOK_SLURM_* variables."""
+    import yte
+
+    for var in ("BERTLOOK_SLURM_PARTITION", "BERTLOOK_SLURM_GPU_PARTITION", "BERTLOOK_SLURM_ACCOUNT"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with open(PROFILES / name / "config.yaml") as f:
+        return yte.process_yaml(f, require_use_yte=True)
+
+
+def rules_in_smk() -> dict[str, str]:
+    """rule name -> its text, for every rule in workflow/rules/*.smk."""
+    rules = {}
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        parts = re.split(r"^\s*rule (\w+):\s*$", smk.read_text(), flags=re.M)
+        rules.update(dict(zip(parts[1::2], parts[2::2])))
+    return rules
+
+
+# ---- the profiles --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SLURM_PROFILES)
+def test_slurm_profiles_never_retry_cap_threads_and_poll_squeue(name, monkeypatch):
+    profile = load_profile(name, monkeypatch)
+    assert profile["executor"] == "slurm"
+    assert profile["retries"] == 0  # a rejected submission is rejected again: no second sbatch
+    assert profile["slurm-status-command"] == "squeue"  # sacct needs slurmdbd
+    assert 1 <= profile["max-threads"] <= 4  # fits a small node; --max-threads N overrides this one key
+    assert "set-threads" not in profile  # threads come from the rules, capped by max-threads only
+    # without the variables: no partition (the cluster's default) and no account
+    assert "slurm_partition" not in profile["default-resources"]
+    assert "slurm_account" not in profile["default-resources"]
+    for resources in profile.get("set-resources", {}).values():  # memory and time: the rules' own sizing
+        assert not {"mem_mb", "mem", "runtime"} & set(resources)
+
+
+def test_cpu_profile_asks_for_no_gpu(monkeypatch):
+    profile = load_profile("slurm-cpu", monkeypatch, BERTLOOK_SLURM_PARTITION="short")
+    text = json.dumps(profile).lower()
+    assert "gpu" not in text and "gres" not in text
+
+
+def test_gpu_profile_puts_the_model_rules_on_the_gpu_partition(monkeypatch):
+    model_rules = {name for name, body in rules_in_smk().items() if MODEL_RULE_MARK in body}
+    assert {"extract_segments", "extract_words"} <= model_rules
+    profile = load_profile("slurm", monkeypatch)
+    on_gpu = {rule for rule, res in profile["set-resources"].items() if res.get("gpu")}
+    assert on_gpu == model_rules
+    for rule in on_gpu:
+        assert profile["set-resources"][rule]["slurm_partition"] == "'gpu'"
+        assert profile["set-resources"][rule]["gpu"] == 1
+
+
+@pytest.mark.parametrize("name", SLURM_PROFILES)
+def test_profiles_name_only_existing_rules(name, monkeypatch):
+    rules = rules_in_smk()
+    profile = load_profile(name, monkeypatch)
+    assert set(profile.get("set-resources", {})) <= set(rules)
+
+
+@pytest.mark.parametrize("name", SLURM_PROFILES)
+def test_partition_and_account_come_from_the_environment(name, monkeypatch):
+    # "all" is a Python builtin: the profile must hand it to Snakemake quoted, as a string
+    profile = load_profile(name, monkeypatch, BERTLOOK_SLURM_PARTITION="all", BERTLOOK_SLURM_ACCOUNT="proj42",
+                           BERTLOOK_SLURM_GPU_PARTITION="a100")
+    assert profile["default-resources"]["slurm_partition"] == "'all'"
+    assert profile["default-resources"]["slurm_account"] == "'proj42'"
+    for res in profile.get("set-resources", {}).values():
+        if res.get("gpu"):
+            assert res["slurm_partition"] == "'a100'"
+
+
+def test_dry_run_resources_with_the_gpu_profile(tmp_path, tiny_bert_dir):
+    """What Snakemake itself makes of profiles/slurm: partition strings and GPUs per job."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))
+    env = dict(ENV, BERTLOOK_SLURM_PARTITION="all", BERTLOOK_SLURM_GPU_PARTITION="a100",
+               BERTLOOK_SLURM_ACCOUNT="proj42")
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(tmp_path / "config.yaml"), "--workflow-profile", str(PROFILES / "slurm"), "-n"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", proc.stdout, flags=re.M)
+    assert jobs
+    model_rules = {name for name, body in rules_in_smk().items() if MODEL_RULE_MARK in body}
+    for rule, resources in jobs:
+        if rule == "all":
+            continue
+        assert "slurm_account=proj42" in resources, (rule, resources)
+        if rule in model_rules:
+            assert "slurm_partition=a100" in resources and "gpu=1" in resources, (rule, resources)
+        else:
+            assert "slurm_partition=all" in resources and "gpu=" not in resources, (rule, resources)
+
+
+def _local_rules(configfile: Path, workdir: Path) -> set[str]:
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(resource_settings=ResourceSettings(),
+                                config_settings=ConfigSettings(configfiles=[configfile]),
+                                snakefile=ROOT / "Snakefile", workdir=workdir)._workflow
+        return {rule.name for rule in workflow.rules if rule.name in workflow._localrules}
+
+
+def test_network_steps_are_local_rules(tmp_path):
+    """Downloads run where snakemake runs (the login node), never as compute jobs."""
+    paper = _local_rules(ROOT / "config.yaml", tmp_path)  # wikipedia and GloVe urls, UD treebank
+    assert {"download_wikipedia", "download_glove", "treebank"} <= paper
+    offline = _local_rules(ROOT / "config" / "offline.yaml", tmp_path)  # silver trees: compute
+    assert "treebank" not in offline
+
+
+# ---- a real cluster ------------------------------------------------------------------------------
+
+# squeue reasons of a job that can never start (more CPUs, memory or GPUs than any node has)
+NEVER_STARTS = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "ReqNodeNotAvail", "Resources_Unavailable"}
+
+
+@pytest.fixture(scope="module")
+def cluster(request, tmp_path_factory):
+    from slurm.single_node import SingleNodeSlurm
+
+    c = SingleNodeSlurm(keep_logs_in=tmp_path_factory.mktemp("slurm-daemons"))
+    request.addfinalizer(c.stop)  # before start(): a half-started cluster is stopped too
+    c.start()
+    return c
+
+
+class SnakemakeRun:
+    """The real snakemake on workdir/config.yaml, started in the background; :meth:`wait` fails the
+    test early (and says why) when it runs too long or, with ``cluster``, when a SLURM job pends for
+    a reason that never clears (more CPUs, memory or GPUs than the node has)."""
+
+    def __init__(self, workdir: Path, args: list[str], env: dict):
+        self.cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+                    "--configfile", str(workdir / "config.yaml"), *args]
+        self.out, self.err = workdir / "snakemake.out", workdir / "snakemake.err"
+        self.start = time.monotonic()
+        with open(self.out, "w") as fo, open(self.err, "w") as fe:
+            self.proc = subprocess.Popen(self.cmd, stdout=fo, stderr=fe, env=env, start_new_session=True)
+        self.end = None
+        self._waiter = threading.Thread(target=self._note_end, daemon=True)
+        self._waiter.start()
+
+    def _note_end(self):
+        self.proc.wait()
+        self.end = time.monotonic()
+
+    @property
+    def wall(self) -> float:
+        """Seconds from start to exit."""
+        return (self.end or time.monotonic()) - self.start
+
+    def kill(self) -> None:
+        """Stop snakemake (and its children: same session) if it still runs."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        except ProcessLookupError:  # exited meanwhile
+            pass
+
+    def wait(self, timeout: int, cluster=None) -> subprocess.CompletedProcess:
+        stuck = None
+        try:
+            while self.proc.poll() is None:
+                if time.monotonic() - self.start > timeout:
+                    stuck = f"snakemake still running after {timeout} s"
+                elif cluster is not None:
+                    pending = cluster.run("squeue", "-h", "-t", "PD", "-o", "%i|%r|%k").stdout.split()
+                    never = [line for line in pending if line.split("|")[1] in NEVER_STARTS]
+                    stuck = f"SLURM job(s) can never start (id|reason|comment): {never}" if never else None
+                if stuck:
+                    break
+                time.sleep(1)
+        finally:
+            self.kill()
+        self._waiter.join(timeout=10)
+        result = subprocess.CompletedProcess(self.cmd, self.proc.returncode, self.out.read_text(), self.err.read_text())
+        assert stuck is None, f"{stuck}\n{result.stderr[-4000:]}"
+        return result
+
+
+def _job_headers(log: str) -> list[tuple[bool, str, str]]:
+    """(local?, rule, snakemake jobid) of every job snakemake started."""
+    return [(bool(local), rule, jobid) for local, rule, jobid in
+            re.findall(r"^(local)?rule (\w+):\n(?:    .*\n)*?    jobid: (\d+)$", log, flags=re.M)]
+
+
+def _tables(workdir: Path) -> dict[str, bytes]:
+    tables = workdir / "results" / RUN / "tables"
+    return {p.name: p.read_bytes() for p in sorted(tables.iterdir()) if p.suffix in (".csv", ".md")}
+
+
+def slurm_test_config(workdir: Path, model_dir: Path) -> dict:
+    """tiny_config without the random-init probe baseline (5 jobs fewer) and with one probe seed."""
+    config = tiny_config(workdir, model_dir)
+    config["probes"].update(random_init=False, seeds=[0])
+    return config
+
+
+SLURM_POLL_FAST = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
+                   "--latency-wait", "5"]
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tiny_bert_dir, tmp_path_factory) -> dict:
+    """The tiny configuration through profiles/slurm-cpu on the cluster, and locally."""
+    local, on_slurm = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("on-slurm")
+    for workdir in (local, on_slurm):
+        (workdir / "config.yaml").write_text(yaml.safe_dump(slurm_test_config(workdir, tiny_bert_dir)))
+    # Threads: 1 per job in both runs (two 1-CPU jobs share a 2-CPU node), so that the numbers come
+    # from the same thread counts. The plugin polls every second instead of every 40 s.
+    threads = ["--max-threads", "1"]
+    env = cluster.env(ENV)
+    env["BERTLOOK_SLURM_PARTITION"] = "batch"  # not the default partition: the variable must reach sbatch
+    slurm_args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), *threads, "--slurm-keep-successful-logs",
+                  *SLURM_POLL_FAST]
+    # The local run goes alongside (it fills the CPUs while the SLURM run waits for squeue), unless
+    # BERTLOOK_SLURM_TEST_SEQUENTIAL=1 asks for undisturbed wall times of both.
+    sequential = os.environ.get("BERTLOOK_SLURM_TEST_SEQUENTIAL") == "1"
+    local_run = SnakemakeRun(local, ["--cores", "2", *threads], ENV)
+    slurm_run = None
+    try:
+        if sequential:
+            local_result = local_run.wait(timeout=900)
+        slurm_run = SnakemakeRun(on_slurm, slurm_args, env)
+        slurm_result = slurm_run.wait(timeout=900, cluster=cluster)
+        if not sequential:
+            local_result = local_run.wait(timeout=900)
+    finally:
+        for run in (local_run, slurm_run):
+            if run is not None:
+                run.kill()
+    assert local_result.returncode == 0, local_result.stderr[-4000:]
+    log = slurm_result.stdout + slurm_result.stderr
+    assert slurm_result.returncode == 0, log[-6000:] + "\n" + cluster.logs_tail()
+    n_jobs = log.count("has been submitted with SLURM jobid")
+    print(f"\nSLURM test: {n_jobs} SLURM jobs; snakemake wall time {slurm_run.wall:.0f} s on SLURM, "
+          f"{local_run.wall:.0f} s locally ({'one after the other' if sequential else 'both at once'}, "
+          f"--max-threads 1, {cluster.cpus} CPUs)")
+    return {"local": local, "slurm": on_slurm, "slurm_log": log, "local_log": local_result.stdout + local_result.stderr}
+
+
+@pytest.mark.slurm
+def test_every_job_ran_as_a_slurm_job(runs, cluster):
+    log = runs["slurm_log"]
+    # every job but `all` was a SLURM job (no rule of this config is a localrule)
+    headers = _job_headers(log)
+    assert [rule for is_local, rule, _ in headers if is_local] == ["all"]
+    remote = {jobid: rule for is_local, rule, jobid in headers if not is_local}
+    assert len(headers) == len(_job_headers(runs["local_log"]))  # the same DAG
+    submitted = re.findall(r"^Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (.+)\)\.$", log, flags=re.M)
+    assert sorted(jobid for jobid, _, _ in submitted) == sorted(remote)
+    records = cluster.jobs()
+    for jobid, slurm_id, slurm_log in submitted:
+        rule = remote[jobid]
+        record = records[slurm_id]
+        assert record["JobState"] == "COMPLETED", (rule, record)
+        assert record["Partition"] == "batch", (rule, record)
+        assert record["NumCPUs"] == "1", (rule, record)
+        assert "gpu" not in record.get("TresPerJob", "") + record.get("TresPerNode", ""), (rule, record)
+        assert record["Comment"].startswith(f"rule_{rule}"), (rule, record)
+        # the plugin's log of the job (kept: --slurm-keep-successful-logs), written by SLURM
+        assert f"slurm_logs/rule_{rule}/" in slurm_log and Path(slurm_log).stat().st_size > 0, slurm_log
+
+
+@pytest.mark.slurm
+def test_tables_equal_the_local_run_byte_for_byte(runs):
+    local_tables, slurm_tables = _tables(runs["local"]), _tables(runs["slurm"])
+    assert local_tables and sorted(slurm_tables) == sorted(local_tables)
+    differ = [name for name in local_tables if local_tables[name] != slurm_tables[name]]
+    assert not differ, f"tables differ between the SLURM and the local run: {differ}"
+
+
+@pytest.mark.slurm
+def test_gpu_profile_runs_extraction_on_the_gpu_partition(runs, cluster):
+    """profiles/slurm on a cluster with a GPU (device-less: SLURM schedules it, CUDA does not see it):
+    extraction, run again, goes to the `gpu` partition with one GPU and finishes."""
+    workdir = runs["slurm"]
+    env = cluster.env(ENV)
+    env["BERTLOOK_SLURM_PARTITION"] = "batch"  # the GPU partition keeps the profile's default, `gpu`
+    run = SnakemakeRun(workdir, ["--workflow-profile", str(PROFILES / "slurm"), "--forcerun", "extract_segments",
+                                 "--until", "extract_segments", "--max-threads", "1", *SLURM_POLL_FAST], env)
+    try:
+        result = run.wait(timeout=600, cluster=cluster)
+    finally:
+        run.kill()
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:] + "\n" + cluster.logs_tail()
+    remote = {jobid: rule for is_local, rule, jobid in _job_headers(log) if not is_local}
+    submitted = re.findall(r"^Job (\d+) has been submitted with SLURM jobid (\d+) ", log, flags=re.M)
+    assert set(remote.values()) == {"extract_segments"} and len(submitted) == len(remote) >= 1
+    records = cluster.jobs()
+    for _, slurm_id in submitted:
+        record = records[slurm_id]
+        assert record["JobState"] == "COMPLETED", record
+        assert record["Partition"] == "gpu", record
+        assert "gres:gpu:1" in record.get("TresPerJob", ""), record
