@@ -1,13 +1,17 @@
 # bertlook — common entry points. Everything runs from a local virtualenv (.venv).
 #   make test        install into .venv and run the test suite (offline)
+#   make test-slurm  set up a one-node SLURM cluster here (root: apt-get, daemons) and run the workflow on it
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
+#   make fetch       download every input of CONFIG (models, dump, UD, GloVe) before a cluster run (login node)
+#   make resources   per-rule measured resources of every run of CONFIG (from its benchmark files)
 #   make report      HTML report of every run of CONFIG
 #   make unlock      remove the lock a killed run left (snakemake --unlock), then rerun the same target
 #   make lint        snakemake --lint
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
 #   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes)
+#   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~40 min)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,7 +25,7 @@ export TOKENIZERS_PARALLELISM := false
 GOLDEN := tests/golden/offline-minilm.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test demo reproduce report lint bench check golden clean unlock
+.PHONY: install test test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
 
 # A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
 # next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
@@ -39,6 +43,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 test: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
 
+# tests/test_slurm.py -m slurm (excluded from `make test`): installs slurm-wlm + munge with apt-get when
+# missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables.
+test-slurm: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -s -m slurm tests/test_slurm.py
+
 demo: install
 	@scripts/check_stale_lock.sh . $(OFFLINE_CONFIG)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(SNAKEMAKE) --configfile $(OFFLINE_CONFIG)
@@ -48,6 +57,14 @@ reproduce: install
 	@scripts/check_stale_lock.sh . $(CONFIG)
 	$(BIN)/bertlook preflight $(CONFIG)
 	$(SNAKEMAKE) --configfile $(CONFIG)
+
+fetch: install
+	$(BIN)/bertlook fetch $(CONFIG)
+
+resources: install
+	for run in $$($(BIN)/bertlook runs $(CONFIG)); do \
+	  $(BIN)/bertlook resources results/$$run || exit 1; \
+	done
 
 report: install
 	for run in $$($(BIN)/bertlook runs $(CONFIG)); do \
@@ -72,6 +89,12 @@ bench: install
 	$(BIN)/python scripts/bench_js.py --threads 2
 	$(BIN)/python scripts/bench_heads.py
 	$(BIN)/python scripts/bench_probes.py
+
+# Paper-scale check (README "### Paper-scale check"): results/scale/scale_check.{md,json}.
+# SCALE_ARGS: e.g. --dry (plan only), --keep, --shards 8, --segments 100 --sentences 200.
+SCALE_ARGS ?=
+scale-check: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python scripts/scale_check.py --cores 2 $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .snakemake

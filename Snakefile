@@ -31,6 +31,7 @@ include: "workflow/rules/coref.smk"
 include: "workflow/rules/gradients.smk"
 include: "workflow/rules/manifest.smk"
 include: "workflow/rules/comparison.smk"
+include: "workflow/rules/resources.smk"
 
 
 rule all:

@@ -1,9 +1,42 @@
 # Stage `cluster`: Jensen-Shannon divergence between heads and its MDS embedding (paper Fig 6).
+# The JS matrix is a sum over examples: one partial sum per extraction shard
+# (partials/js-{shard}.npz, the heavy part), added up by cluster_heads, which embeds it with MDS.
+# clustering.max_examples = N: the first N segments of segments.jsonl, whatever the sharding.
+JS_MAX_EXAMPLES = config["clustering"]["max_examples"]
+
+
+rule js_divergence_shard:
+    input:
+        store=rules.extract_segments.output.store,
+        segments=rules.segments.output.segments,
+    output:
+        partial=run_path("partials", "js-{shard}.npz"),
+    params:
+        cmd=bertlook_cmd(
+            "cluster",
+            omp_threads=True,
+            attention=IN.store,
+            segments=IN.segments if JS_MAX_EXAMPLES is not None else None,
+            max_examples=JS_MAX_EXAMPLES,
+            out_partial=OUT.partial,
+        ),
+    log:
+        log_path("js_divergence-{shard}"),
+    benchmark:
+        bench_path("js_divergence-{shard}")
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("js_divergence_shard", config),
+    priority: 10  # before the next extraction shard: frees a temp() store early (keep_maps: false)
+    conda:
+        ENV_TORCH
+    shell:
+        CMD
 
 
 rule cluster_heads:
     input:
-        store=rules.extract_segments.output.store,
+        partials=every_shard(rules.js_divergence_shard.output.partial),
         stats=rules.surface_stats.output.table,
     output:
         js=report(
@@ -22,12 +55,11 @@ rule cluster_heads:
         cmd=bertlook_cmd(
             "cluster",
             omp_threads=True,
-            attention=IN.store,
+            partial=IN.partials,
             stats=IN.stats,
             out_js=OUT.js,
             out_clusters=OUT.clusters,
             seed=config["seed"],
-            max_examples=config["clustering"]["max_examples"],
             mds_n_init=config["clustering"]["mds_n_init"],
             mds_max_iter=config["clustering"]["mds_max_iter"],
             mds_eps=config["clustering"]["mds_eps"],
@@ -36,10 +68,9 @@ rule cluster_heads:
         log_path("cluster_heads"),
     benchmark:
         bench_path("cluster_heads")
-    threads: 8
+    threads: 1
     resources:
-        mem_mb=8000,
-        runtime=120,
+        **sizing.snakemake_resources("cluster_heads", config),
     conda:
         ENV_TORCH
     shell:

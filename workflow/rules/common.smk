@@ -10,6 +10,8 @@ from pathlib import Path
 from bertlook.config import load_yaml_strict, validate_config
 from bertlook.errors import BertlookError
 from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook import sizing
+from bertlook.sharding import shard_labels
 from bertlook.shellcmd import command
 
 
@@ -93,6 +95,7 @@ wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
     split="train|dev",
     maps="words|randwords",
+    shard="[0-9]+of[0-9]+",
 
 
 def run_path(*parts):
@@ -107,6 +110,27 @@ def log_path(rule_name):
 def bench_path(rule_name):
     """Snakemake benchmark file (wall time, max RSS, I/O) of a rule, per run."""
     return run_path("benchmarks", f"{rule_name}.tsv")
+
+
+# ---- scale-out: extraction.shards, extraction.keep_maps -----------------------------------------
+# Every model-running step runs once per shard {shard} = "1of4" ... "4of4": a contiguous range of its
+# input by index (`bertlook ... --shard 1of4`). Statistics are reduced from per-shard partial sums
+# (results/{run}/partials/*.npz); word-level stores are merged into one store (hard links).
+SHARDS = int(config["extraction"]["shards"])
+SHARD_LABELS = shard_labels(SHARDS)
+KEEP_MAPS = bool(config["extraction"]["keep_maps"])
+
+
+def segment_maps(path):
+    """The token-level segment stores: kept (extraction.keep_maps), or temp() -- deleted by Snakemake
+    once their consumers (stats / JS partial sums, the Fig 1 example) ran, so disk grows with the
+    shard size, not with the number of segments."""
+    return path if KEEP_MAPS else temp(path)
+
+
+def every_shard(path):
+    """``path`` (with {shard}) of every shard, other wildcards ({run}, ...) left for the rule."""
+    return expand(path, shard=SHARD_LABELS, allow_missing=True)
 
 
 def model_flags(wildcards, input, output):
@@ -257,6 +281,9 @@ def all_outputs():
             run_path("manifest.json"),
             run_path("comparison.csv"),
             run_path("comparison.md"),
+            run_path("resources.csv"),  # resources.smk: measured resources, after everything else
+            run_path("resources.md"),
         ],
         run=RUNS,
-    ) + [os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png")]
+    ) + [os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
+                                                        "resources.csv", "resources.md")]

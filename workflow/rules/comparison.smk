@@ -32,8 +32,7 @@ rule comparison:
         bench_path("comparison")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=10,
+        **sizing.snakemake_resources("comparison", config),
     conda:
         ENV_ANALYSIS
     shell:
@@ -70,8 +69,7 @@ rule models_summary:
         os.path.join(SUMMARY_DIR, "benchmarks", "models_summary.tsv")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **sizing.snakemake_resources("models_summary", config),
     conda:
         ENV_ANALYSIS
     shell:

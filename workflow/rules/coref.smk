@@ -30,8 +30,7 @@ if COREF_FILES:
             bench_path("coref_extract")
         threads: 8
         resources:
-            mem_mb=16000,
-            runtime=240,
+            **sizing.snakemake_resources("coref_extract", config),
         conda:
             ENV_TORCH
         shell:
@@ -70,8 +69,7 @@ rule coref:
         bench_path("coref")
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **sizing.snakemake_resources("coref", config),
     conda:
         ENV_ANALYSIS
     shell:

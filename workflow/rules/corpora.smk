@@ -3,6 +3,7 @@
 if not config["wikipedia"].get("path"):
 
     rule download_wikipedia:
+        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
         output:
             dump=WIKI_DUMP,
             summary=f"{WIKI_DUMP}.download.json",
@@ -21,8 +22,7 @@ if not config["wikipedia"].get("path"):
             f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
         threads: 1
         resources:
-            mem_mb=500,
-            runtime=120,
+            **sizing.snakemake_resources("download_wikipedia", config),
         retries: 2
         conda:
             ENV_ANALYSIS
@@ -54,8 +54,7 @@ rule segments:
         bench_path("segments")
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **sizing.snakemake_resources("segments", config),
     conda:
         ENV_TORCH
     shell:

@@ -1,13 +1,15 @@
 # Stage `extract`: attention maps [layers, heads, n, n] (float16, sharded) for every segment.
-# On SLURM (profiles/slurm) this rule asks for a GPU.
+# extraction.shards = K: K jobs, shard {shard} = the i-th of K contiguous ranges of segments.jsonl;
+# extraction.keep_maps: false makes each shard's store temp() (deleted once its consumers ran).
+# On SLURM (profiles/slurm) extract_segments asks for a GPU.
 
 
 rule extract_segments:
     input:
         segments=rules.segments.output.segments,
     output:
-        store=directory(run_path("attention", "segments")),
-        summary=run_path("attention", "segments.summary.json"),
+        store=segment_maps(directory(run_path("attention", "segments-{shard}"))),
+        summary=run_path("attention", "segments-{shard}.summary.json"),
     params:
         cmd=bertlook_cmd(
             "extract",
@@ -21,17 +23,40 @@ rule extract_segments:
             device=config["extraction"]["device"],
             shard_mb=config["extraction"]["shard_mb"],
             max_unk_rate=config["extraction"]["max_unk_rate"],
+            shard=WC.shard,
             summary=OUT.summary,
         ),
     log:
-        log_path("extract_segments"),
+        log_path("extract_segments-{shard}"),
     benchmark:
-        bench_path("extract_segments")
+        bench_path("extract_segments-{shard}")
     threads: 8
     resources:
-        mem_mb=16000,
-        runtime=240,
+        **sizing.snakemake_resources("extract_segments", config),
     conda:
         ENV_TORCH
+    shell:
+        CMD
+
+
+# The shards' summaries -> the summary and store meta.json of the whole extraction (no maps read:
+# the manifest takes the model provenance from segments.meta.json).
+rule gather_extraction:
+    input:
+        summaries=every_shard(rules.extract_segments.output.summary),
+    output:
+        summary=run_path("attention", "segments.summary.json"),
+        meta=run_path("attention", "segments.meta.json"),
+    params:
+        cmd=bertlook_cmd("gather-extraction", part_summary=IN.summaries, summary=OUT.summary, meta=OUT.meta),
+    log:
+        log_path("gather_extraction"),
+    benchmark:
+        bench_path("gather_extraction")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("gather_extraction", config),
+    conda:
+        ENV_ANALYSIS
     shell:
         CMD

@@ -1,10 +1,46 @@
 # Stage `gradients`: |d MLM loss / d attention| to [SEP], ". ," and other tokens per layer (paper
 # Fig 3). A model without a masked-LM head gets a table and figure that say why it did not run.
+# One job per extraction shard (the model runs on its range of segments; masks are drawn as in one
+# run) writes sums and counts (partials/gradients-{shard}.npz); `gradients` adds them up.
+
+
+rule gradients_shard:
+    input:
+        segments=rules.segments.output.segments,
+    output:
+        partial=run_path("partials", "gradients-{shard}.npz"),
+    params:
+        cmd=bertlook_cmd(
+            "gradients",
+            model_flags,
+            omp_threads=True,
+            segments=IN.segments,
+            shard=WC.shard,
+            out_partial=OUT.partial,
+            seed=config["seed"],
+            batch_size=config["gradients"]["batch_size"],
+            max_examples=config["gradients"].get("max_examples"),
+            mask_rate=config["gradients"]["mask_rate"],
+            mask_mode=config["gradients"]["mask_mode"],
+            segment_ids=config["extraction"]["segment_ids"],
+            device=config["extraction"]["device"],
+        ),
+    log:
+        log_path("gradients-{shard}"),
+    benchmark:
+        bench_path("gradients-{shard}")
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("gradients_shard", config),
+    conda:
+        ENV_TORCH
+    shell:
+        CMD
 
 
 rule gradients:
     input:
-        segments=rules.segments.output.segments,
+        partials=every_shard(rules.gradients_shard.output.partial),
     output:
         table=report(
             run_path("tables", "sep_gradients.csv"),
@@ -22,29 +58,19 @@ rule gradients:
     params:
         cmd=bertlook_cmd(
             "gradients",
-            model_flags,
-            omp_threads=True,
-            segments=IN.segments,
+            partial=IN.partials,
             out_table=OUT.table,
             out_figure=OUT.figure,
             summary=OUT.summary,
-            seed=config["seed"],
-            batch_size=config["gradients"]["batch_size"],
-            max_examples=config["gradients"].get("max_examples"),
-            mask_rate=config["gradients"]["mask_rate"],
-            mask_mode=config["gradients"]["mask_mode"],
-            segment_ids=config["extraction"]["segment_ids"],
-            device=config["extraction"]["device"],
         ),
     log:
         log_path("gradients"),
     benchmark:
         bench_path("gradients")
-    threads: 8
+    threads: 1
     resources:
-        mem_mb=16000,
-        runtime=240,
+        **sizing.snakemake_resources("gradients", config),
     conda:
-        ENV_TORCH
+        ENV_ANALYSIS
     shell:
         CMD

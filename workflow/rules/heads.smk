@@ -51,8 +51,7 @@ rule heads:
         bench_path("heads")
     threads: 1
     resources:
-        mem_mb=8000,
-        runtime=60,
+        **sizing.snakemake_resources("heads", config),
     conda:
         ENV_ANALYSIS
     shell:

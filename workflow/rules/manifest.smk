@@ -4,9 +4,9 @@
 rule manifest:
     input:
         dump=WIKI_DUMP,
-        store=rules.extract_segments.output.store,
+        attention_meta=rules.gather_extraction.output.meta,  # not the maps: they may be temp()
         segments=rules.segments.output.summary,
-        extraction=rules.extract_segments.output.summary,
+        extraction=rules.gather_extraction.output.summary,
         stats=rules.surface_stats.output.summary,
         treebank=rules.treebank.output.summary,
         words_dev=run_path("attention", "words-dev.summary.json"),
@@ -24,7 +24,7 @@ rule manifest:
             run=WC.run,
             config_json=json.dumps(config, sort_keys=True),
             corpus=IN.dump,
-            attention=IN.store,
+            attention=IN.attention_meta,
             summary=lambda wildcards, input, output: [
                 f"{name}={input[name]}"
                 for name in ("segments", "extraction", "stats", "treebank", "words_dev", "heads")
@@ -39,8 +39,7 @@ rule manifest:
         bench_path("manifest")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=10,
+        **sizing.snakemake_resources("manifest", config),
     conda:
         ENV_ANALYSIS
     shell:

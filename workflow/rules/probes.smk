@@ -3,6 +3,7 @@
 if not config["glove"].get("path"):
 
     rule download_glove:
+        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
         output:
             archive=GLOVE_FILE,
             summary=f"{GLOVE_FILE}.download.json",
@@ -20,8 +21,7 @@ if not config["glove"].get("path"):
             f"{RESOURCES}/benchmarks/download_glove.tsv"
         threads: 1
         resources:
-            mem_mb=500,
-            runtime=120,
+            **sizing.snakemake_resources("download_glove", config),
         retries: 2
         conda:
             ENV_ANALYSIS
@@ -40,8 +40,7 @@ rule random_init_model:
         bench_path("random_init_model")
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **sizing.snakemake_resources("random_init_model", config),
     conda:
         ENV_TORCH
     shell:
@@ -85,8 +84,7 @@ rule probes:
         bench_path("probes")
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=120,
+        **sizing.snakemake_resources("probes", config),
     conda:
         ENV_TORCH
     shell:

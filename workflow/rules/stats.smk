@@ -1,9 +1,31 @@
-# Stage `stats`: per-head surface statistics (paper Figs 2 and 4).
+# Stage `stats`: per-head surface statistics (paper Figs 2 and 4): sums and counts per extraction
+# shard (partials/stats-{shard}.npz), added up and divided once by surface_stats.
+
+
+rule surface_stats_shard:
+    input:
+        store=rules.extract_segments.output.store,
+    output:
+        partial=run_path("partials", "stats-{shard}.npz"),
+    params:
+        cmd=bertlook_cmd("stats", attention=IN.store, out_partial=OUT.partial),
+    log:
+        log_path("surface_stats-{shard}"),
+    benchmark:
+        bench_path("surface_stats-{shard}")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("surface_stats_shard", config),
+    priority: 10  # before the next extraction shard: frees a temp() store early (keep_maps: false)
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
 
 
 rule surface_stats:
     input:
-        store=rules.extract_segments.output.store,
+        partials=every_shard(rules.surface_stats_shard.output.partial),
     output:
         table=report(
             run_path("tables", "attention_stats.csv"),
@@ -13,15 +35,14 @@ rule surface_stats:
         ),
         summary=run_path("tables", "attention_stats.summary.json"),
     params:
-        cmd=bertlook_cmd("stats", attention=IN.store, out=OUT.table, summary=OUT.summary),
+        cmd=bertlook_cmd("stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
     log:
         log_path("surface_stats"),
     benchmark:
         bench_path("surface_stats")
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **sizing.snakemake_resources("surface_stats", config),
     conda:
         ENV_ANALYSIS
     shell:

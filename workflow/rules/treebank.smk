@@ -3,6 +3,7 @@
 
 
 rule treebank:
+    localrule: TREEBANK["source"] == "ud"  # ud downloads the treebank: login node, not a cluster job
     input:
         unpack(treebank_inputs),
     output:
@@ -19,8 +20,7 @@ rule treebank:
         bench_path("treebank")
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **sizing.snakemake_resources("treebank", config),
     retries: 1
     conda:
         ENV_TORCH

@@ -1,0 +1,81 @@
+# Stage `resources`: the measured resources of a run (wall, CPU, max RSS, I/O per rule) from the
+# Snakemake benchmark files every rule writes; runs after every other output of the run.
+
+# The resources tables of a run wait for every other output `all` asks for of that run, those of the
+# cross-model summary for every other output of the configuration.
+RESOURCES_TABLES = ("resources.csv", "resources.md")
+
+
+rule resources:
+    input:
+        outputs=lambda wildcards: [
+            path
+            for path in all_outputs()
+            if path.startswith(os.path.join(RESULTS, wildcards.run) + os.sep)
+            and path not in [os.path.join(RESULTS, wildcards.run, name) for name in RESOURCES_TABLES]
+        ],
+    output:
+        csv=report(
+            run_path("resources.csv"),
+            caption="../report/resources.rst",
+            category="Resources",
+            labels={"run": "{run}", "table": "resources"},
+        ),
+        markdown=run_path("resources.md"),
+    params:
+        cmd=bertlook_cmd(
+            "resources",
+            run_dir=lambda wildcards, input, output: run_path().format(run=wildcards.run),
+            exclude="resources",
+            out_csv=OUT.csv,
+            out_markdown=OUT.markdown,
+        ),
+    log:
+        log_path("resources"),
+    benchmark:
+        bench_path("resources")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("resources", config),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
+
+
+rule resources_summary:
+    input:
+        outputs=lambda wildcards: [
+            path
+            for path in all_outputs()
+            if path not in [os.path.join(SUMMARY_DIR, name) for name in RESOURCES_TABLES]
+        ],
+    output:
+        csv=report(
+            os.path.join(SUMMARY_DIR, "resources.csv"),
+            caption="../report/resources_summary.rst",
+            category="Resources",
+            labels={"run": "all models", "table": "resources"},
+        ),
+        markdown=os.path.join(SUMMARY_DIR, "resources.md"),
+    params:
+        cmd=bertlook_cmd(
+            "resources",
+            run_dir=[os.path.join(RESULTS, run) for run in RUNS]
+            + [SUMMARY_DIR, os.path.join(RESOURCES, "benchmarks")],
+            exclude="resources_summary",
+            by_rule=True,
+            out_csv=OUT.csv,
+            out_markdown=OUT.markdown,
+        ),
+    log:
+        os.path.join(SUMMARY_DIR, "logs", "resources_summary.log"),
+    benchmark:
+        os.path.join(SUMMARY_DIR, "benchmarks", "resources_summary.tsv")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("resources_summary", config),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
