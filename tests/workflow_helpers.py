@@ -16,25 +16,25 @@ RUN = "tiny-rand"
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 
+TINY_CONFIG = ROOT / ".test" / "config.yaml"
+
+
 def tiny_config(workdir: Path, model_dir: Path) -> dict:
-    """The offline configuration shrunk to seconds: a tiny random BERT, 3 articles, 12 segments."""
-    offline = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())
-    offline.update(
+    """The tiny configuration (.test/config.yaml: 3 articles, 12 segments, 20 + 15 silver sentences)
+    with a tiny random BERT (``model_dir``) as its one model and every path under ``workdir``.
+
+    .test/config.yaml is the one tiny configuration: a user runs it as it is (all-MiniLM-L6-v2, paths
+    relative to the repository root); tests only replace the model and the paths here."""
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config.update(
         run_name="tiny",
         results_dir=str(workdir / "results"),
         resources_dir=str(workdir / "resources"),
         models=[{"label": "rand", "name_or_path": str(model_dir), "revision": None}],
     )
-    offline["wikipedia"].update(path=GENSIM_DUMP, max_articles=3)
-    offline["segments"].update(n_segments=12, max_seq_len=128)
-    offline["extraction"].update(batch_size=4, device="cpu")
-    offline["clustering"].update(mds_n_init=1, mds_max_iter=50)
-    offline["treebank"]["silver"].update(train_sentences=20, dev_sentences=15, max_words=18)
-    offline["heads"].update(min_count=3, bootstrap=50)
-    offline["probes"].update(seeds=[0, 1], mst=True)
-    offline["coref"]["conll"] = [str(ROOT / "tests" / "fixtures" / "tiny_coref.gold_conll")]
-    offline["gradients"].update(max_examples=4, batch_size=2)
-    return offline
+    # relative to the repository root in the file; the tests run snakemake in ``workdir``
+    config["coref"]["conll"] = [str(ROOT / path) for path in config["coref"]["conll"]]
+    return config
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
