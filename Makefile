@@ -7,16 +7,17 @@
 #   make resources   per-rule measured resources of every run of CONFIG (from its benchmark files)
 #   make report      HTML report of every run of CONFIG
 #   make unlock      remove the lock a killed run left (snakemake --unlock), then rerun the same target
-#   make lint        snakemake --lint
+#   make lint        snakemake --lint (on the tiny configuration .test/config.yaml)
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
-#   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes)
+#   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes, hand-written parts)
 #   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~40 min)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG ?= config.yaml
 OFFLINE_CONFIG := config/offline.yaml
+TINY_CONFIG := .test/config.yaml
 CORES ?= all
 SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORES)
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -81,18 +82,22 @@ golden: install
 unlock: install
 	$(SNAKEMAKE) --configfile $(CONFIG) --unlock
 
+# .test/config.yaml: the tiny configuration (every stage on, offline), so the lint sees every rule;
+# `snakemake --configfile .test/config.yaml --cores 2` runs the whole DAG in a few minutes.
 lint: install
-	$(BIN)/snakemake --lint --configfile $(OFFLINE_CONFIG)
+	$(BIN)/snakemake --lint --configfile $(TINY_CONFIG)
 
 bench: install
 	$(BIN)/python scripts/bench_extract.py
 	$(BIN)/python scripts/bench_js.py --threads 2
 	$(BIN)/python scripts/bench_heads.py
 	$(BIN)/python scripts/bench_probes.py
+	$(BIN)/python -m pip install --quiet -c constraints.txt conllu networkx   # the [bench] extra
+	$(BIN)/python scripts/bench_handwritten.py
 
 # Paper-scale check (README "### Paper-scale check"): results/scale/scale_check.{md,json}.
-# SCALE_ARGS: e.g. --dry (plan only), --keep, --shards 8, --segments 100 --sentences 200.
-SCALE_ARGS ?=
+# SCALE_ARGS (default: the measured paper-scale settings): e.g. --dry (plan only), --keep, --segments 100 --sentences 200.
+SCALE_ARGS ?= --shards 8 --word-shards 1 --gradient-shards 2
 scale-check: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python scripts/scale_check.py --cores 2 $(SCALE_ARGS)
 

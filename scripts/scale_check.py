@@ -100,7 +100,7 @@ DISK_TARGET_BYTES = 1.0e9
 GRAD_FLOP_FACTOR = 2.0  # autograd.grad w.r.t. the attentions: activation gradients only (see docstring)
 
 # Jobs that run the model; how their FLOPs are counted.
-FORWARD_RULES = ("extract_segments", "extract_words", "coref_extract")
+FORWARD_RULES = ("extract_segments", "extract_words", "extract_randwords", "coref_extract")
 GRADIENT_RULES = ("gradients_shard",)  # the model-running gradient jobs (the `gradients` rule only reduces)
 
 
@@ -596,6 +596,7 @@ def schema_extraction_keys(schema_path: Path = SCHEMA) -> set[str]:
 
 def scale_config(results_dir: Path, model_dir: Path, resources_dir: Path, *, segments: int = PAPER_SEGMENTS,
                  sentences: int = PAPER_TRAIN, shards: int | None = None,
+                 word_shards: int | None = None, gradient_shards: int | None = None,
                  schema_keys: set[str] | None = None, label: str = LABEL) -> tuple[dict[str, Any], list[str]]:
     """The scale configuration derived from ``config/offline.yaml`` and notes on what was set."""
     import yaml
@@ -629,6 +630,12 @@ def scale_config(results_dir: Path, model_dir: Path, resources_dir: Path, *, seg
         cfg["extraction"].pop("shards", None)
     else:
         notes.append(f"extraction.shards: {cfg['extraction'].get('shards', 1)} (offline config)")
+    if word_shards is not None:
+        cfg["extraction"]["word_shards"] = int(word_shards)
+        notes.append(f"extraction.word_shards: {word_shards}")
+    if gradient_shards is not None:
+        cfg["gradients"]["shards"] = int(gradient_shards)
+        notes.append(f"gradients.shards: {gradient_shards}")
     return cfg, notes
 
 
@@ -716,6 +723,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sentences", type=int, default=PAPER_TRAIN,
                     help="silver train sentences (paper-sized: 2000; dev = N / 4, 500 at 2000)")
     ap.add_argument("--shards", type=int, default=None, help="extraction.shards (default: the offline config's)")
+    ap.add_argument("--word-shards", type=int, default=None,
+                    help="extraction.word_shards: jobs per treebank split (default: the offline config's)")
+    ap.add_argument("--gradient-shards", type=int, default=None,
+                    help="gradients.shards: gradient jobs (default: the offline config's)")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the random model")
     ap.add_argument("--tiny", action="store_true", help="2-layer, 2-head, hidden-32 model (smoke tests)")
@@ -743,7 +754,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = build_model(model_dir, tiny=args.tiny, seed=args.seed)
         keys = schema_extraction_keys()
         cfg, notes = scale_config(results, model_dir, resources, segments=args.segments, sentences=args.sentences,
-                                  shards=args.shards, schema_keys=keys, label=label)
+                                  shards=args.shards, word_shards=args.word_shards,
+                                  gradient_shards=args.gradient_shards, schema_keys=keys, label=label)
         validate_config(json.loads(json.dumps(cfg)), source="scale_check")
     except BertlookError as err:
         print(f"scale_check: {err}", file=sys.stderr)

@@ -157,3 +157,19 @@ def test_validate_config_cli_accepts_integral_floats(tmp_path, capsys):
     path.write_text((ROOT / "config.yaml").read_text().replace("n_segments: 1000", "n_segments: 30.0"))
     assert cli.main(["validate-config", str(path)]) == 0
     assert "valid" in capsys.readouterr().out
+
+
+def test_extract_words_and_probes_help_name_the_random_init_split(capsys):
+    """extract-words --random-init-seed (the random-init maps without a saved model copy) and the
+    probes' --rows-out / --add-rows (the random-init probe in its own job)."""
+    with pytest.raises(SystemExit):
+        cli.main(["extract-words", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--random-init-seed SEED" in text and "bit for bit" in text
+    with pytest.raises(SystemExit):
+        cli.main(["probes", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--rows-out JSON" in text and "--add-rows JSON" in text
+    with pytest.raises(SystemExit):
+        cli.main(["random-init", "--help"])
+    assert "--random-init-seed" in " ".join(capsys.readouterr().out.split())

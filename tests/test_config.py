@@ -370,3 +370,16 @@ def test_paths_snakemake_uses_may_not_hold_braces(key):
         bad["treebank"]["source"] = "local"
     with pytest.raises(BertlookError, match=key.replace(".", r"\.")):
         validate_config(bad)
+
+
+def test_word_shards_default_null_integral_or_refused():
+    config = _paper()
+    del config["extraction"]["word_shards"]
+    assert validate_config(config)["extraction"]["word_shards"] is None  # null: the same as shards
+    config["extraction"]["word_shards"] = 2.0
+    got = validate_config(config)["extraction"]["word_shards"]
+    assert got == 2 and isinstance(got, int)
+    for bad in (0, -1, 1.5, "2", True):
+        config["extraction"]["word_shards"] = bad
+        with pytest.raises(BertlookError, match=r"extraction\.word_shards"):
+            validate_config(config)

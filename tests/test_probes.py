@@ -478,3 +478,148 @@ def test_chunked_batches_give_the_same_update(stores):
     assert info["steps"] == info2["steps"] == 3
     for (k, v), v2 in zip(full.state_dict().items(), chunked.state_dict().values()):
         assert torch.allclose(v, v2, atol=1e-5), k
+
+
+# ================================================================= --rows-out / --add-rows (the workflow's split)
+def _glove_txt(path):
+    rng = np.random.default_rng(0)
+    path.write_text("".join(f"{w} " + " ".join(f"{v:.4f}" for v in rng.standard_normal(4)) + "\n" for w in VOCAB))
+    return path
+
+
+def _cli(argv):
+    from bertlook.cli import main
+
+    return main(argv)
+
+
+def _timing_free(obj):
+    """A summary without its timings (they differ from run to run)."""
+    if isinstance(obj, dict):
+        return {k: _timing_free(v) for k, v in obj.items() if k not in ("seconds", "sentences_per_s")}
+    if isinstance(obj, list):
+        return [_timing_free(v) for v in obj]
+    return obj
+
+
+@pytest.fixture(scope="module")
+def random_stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("random_stores")
+    return {"train": gold_store(root / "rtrain", 40, seed=7, gold_head=1),
+            "dev": gold_store(root / "rdev", 12, seed=8, gold_head=1)}
+
+
+def test_rows_out_then_add_rows_gives_the_table_of_one_run(stores, random_stores, tmp_path):
+    """The random-init probe alone (no model stores) -> rows JSON; the other probes + --add-rows: the
+    same table3.csv / .md, byte for byte, and the same summary (timings aside) as one run of all."""
+    glove = _glove_txt(tmp_path / "glove.txt")
+    common = ["--glove", str(glove), "--seeds", "0,1", "--batch-size", "16", "--mst", "--threads", "1"]
+    rnd = ["--random-train-attention", str(random_stores["train"].path),
+           "--random-dev-attention", str(random_stores["dev"].path)]
+    own = ["--train-attention", str(stores["train"].path), "--dev-attention", str(stores["dev"].path)]
+
+    def outputs(name):
+        d = tmp_path / name
+        return d, ["--out-table", str(d / "table3.csv"), "--out-markdown", str(d / "table3.md"),
+                   "--summary", str(d / "table3.summary.json"), "--note", "split test"]
+
+    one, one_out = outputs("one")
+    assert _cli(["probes", *own, *rnd, *common, *one_out]) == 0
+    rows = tmp_path / "partials" / "probes_random.json"
+    assert _cli(["probes", *rnd, *common, "--probes", "random_init_attn_glove", "--rows-out", str(rows)]) == 0
+    doc = json.loads(rows.read_text())
+    assert doc["format"] == "bertlook-probe-rows" and doc["probes"] == ["random_init_attn_glove"]
+    assert set(doc["data"]) == {"random_train", "random_dev"} and len(doc["runs"]) == 2
+    assert doc["inputs"]["train_attention"] is None and doc["settings"]["seeds"] == [0, 1]
+    split, split_out = outputs("split")
+    assert _cli(["probes", *own, *common, "--add-rows", str(rows), *split_out]) == 0
+    for name in ("table3.csv", "table3.md"):
+        assert (split / name).read_bytes() == (one / name).read_bytes(), name
+    a = json.loads((one / "table3.summary.json").read_text())
+    b = json.loads((split / "table3.summary.json").read_text())
+    assert list(a) == list(b) and list(a["data"]) == list(b["data"])
+    assert _timing_free(a) == _timing_free(b)
+    assert b["probes"] == list(PROBES) and [r["probe"] for r in b["table"]] == list(PROBES)
+    assert pd.read_csv(split / "table3.csv")["n_seeds"].tolist()[1:] == [2] * 5
+
+
+def test_random_probe_alone_needs_no_model_stores_and_others_do(random_stores, tmp_path, capsys):
+    glove = _glove_txt(tmp_path / "glove.txt")
+    rows = tmp_path / "rows.json"
+    assert _cli(["probes", "--probes", "random_init_attn_glove", "--glove", str(glove), "--seeds", "0",
+                 "--batch-size", "16", "--random-train-attention", str(random_stores["train"].path),
+                 "--random-dev-attention", str(random_stores["dev"].path), "--rows-out", str(rows)]) == 0
+    assert rows.is_file() and not (tmp_path / "table3.csv").exists()
+    capsys.readouterr()
+    assert _cli(["probes", "--probes", "attn", "--seeds", "0", "--rows-out", str(tmp_path / "x.json")]) == 2
+    assert "error: probe(s) attn need the training attention store (--train-attention)" in capsys.readouterr().err
+    assert _cli(["probes", "--probes", "right_branching", "--seeds", "0"]) == 2  # nothing to write
+    assert "nothing to write" in capsys.readouterr().err
+
+
+def _rows_doc(**edits):
+    row = {"probe": "random_init_attn_glove", "uas_mean": 0.1, "uas_sd": 0.01, "n_seeds": 1, "uas_mst_mean": None,
+           "uas_mst_sd": None, "paper_uas": 0.3, "note": ""}
+    doc = {"format": "bertlook-probe-rows", "version": 1, "probes": ["random_init_attn_glove"],
+           "settings": {"seeds": [0], "epochs": 1, "batch_size": 32, "lr": 0.002, "mst": False,
+                        "max_train_sentences": None, "glove_spec": None},
+           "inputs": {"train_attention": None, "dev_attention": None, "random_train_attention": "rt",
+                      "random_dev_attention": "rd"},
+           "glove": None, "table": [row], "runs": [{"probe": "random_init_attn_glove", "seed": 0}],
+           "data": {"random_train": {}, "random_dev": {}}, "seconds": 1.0}
+    for key, value in edits.items():
+        if key.startswith("row_"):
+            row[key[4:]] = value
+        else:
+            doc[key] = value
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "is not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (_rows_doc(format="other"), "format 'other'"),
+    (_rows_doc(version=2), "version 2"),
+    (_rows_doc().replace('"runs"', '"ruins"'), "missing key(s) runs"),
+    (_rows_doc(probes=["nope"]), "unknown probe(s) 'nope'"),
+    (_rows_doc(probes=["attn"]), "probe 'random_init_attn_glove', 'probes' says 'attn'"),
+    (_rows_doc(table=[]), "'table' must be a list of 1 row(s)"),
+    (_rows_doc(row_uas_mean="0.1"), "uas_mean must be a number or null"),
+    (_rows_doc().replace('"uas_mean": 0.1', '"uas_mean": NaN'), "not plain JSON"),
+    (_rows_doc(row_n_seeds=-1), "n_seeds must be an integer >= 0"),
+    (_rows_doc(row_extra=1), "exactly the keys"),
+    (_rows_doc(runs=[{"probe": "attn"}]), "'runs' must be a list of objects"),
+    (_rows_doc(settings={"seeds": [0]}), "'settings' must be an object"),
+    (_rows_doc(settings={"seeds": [5], "epochs": 1, "batch_size": 32, "lr": 0.002, "mst": False,
+                         "max_train_sentences": None, "glove_spec": None}), "computed with seeds [5]"),
+])
+def test_add_rows_refuses_a_malformed_rows_file(stores, tmp_path, capsys, text, message):
+    bad = tmp_path / "bad rows.json"
+    bad.write_text(text)
+    out = tmp_path / "out"
+    code = _cli(["probes", "--train-attention", str(stores["train"].path), "--dev-attention", str(stores["dev"].path),
+                 "--seeds", "0", "--add-rows", str(bad), "--out-table", str(out / "t.csv"),
+                 "--out-markdown", str(out / "t.md")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {bad}") and message in err, err
+    assert not out.exists()  # refused before any training
+
+
+def test_add_rows_and_probes_must_not_overlap(stores, tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    rows.write_text(_rows_doc())
+    code = _cli(["probes", "--train-attention", str(stores["train"].path), "--dev-attention", str(stores["dev"].path),
+                 "--seeds", "0", "--probes", "attn,random_init_attn_glove", "--add-rows", str(rows),
+                 "--out-table", str(tmp_path / "t.csv"), "--out-markdown", str(tmp_path / "t.md")])
+    assert code == 2 and "in --probes and in --add-rows" in capsys.readouterr().err
+    code = _cli(["probes", "--dev-attention", str(stores["dev"].path), "--seeds", "0", "--probes", "right_branching",
+                 "--add-rows", str(rows), "--add-rows", str(rows),
+                 "--out-table", str(tmp_path / "t.csv"), "--out-markdown", str(tmp_path / "t.md")])
+    assert code == 2 and "a probe is in two of the files" in capsys.readouterr().err
+    # the right rows merged into the table, in the paper's order
+    assert _cli(["probes", "--dev-attention", str(stores["dev"].path), "--seeds", "0", "--probes", "right_branching",
+                 "--add-rows", str(rows), "--out-table", str(tmp_path / "t.csv"),
+                 "--out-markdown", str(tmp_path / "t.md")]) == 0
+    df = pd.read_csv(tmp_path / "t.csv")
+    assert df["probe"].tolist() == ["right_branching", "random_init_attn_glove"]
+    assert df.loc[1, "uas_mean"] == 0.1 and df.loc[1, "n_seeds"] == 1

@@ -122,3 +122,40 @@ def test_stale_temporary_of_a_killed_run_is_removed_and_permissions_follow_umask
     assert not stale.exists()
     assert stat.S_IMODE((tmp_path / "rand").stat().st_mode) == 0o755
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rand"]
+
+
+def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(source_dir, fixtures_dir, tmp_path):
+    """`extract-words --random-init-seed S` (in memory, the workflow's way) and `extract-words` on the
+    copy `random-init --seed S` saved: the same maps, bit for bit, and the same provenance."""
+    import numpy as np
+
+    from bertlook.alignment import extract_word_attention
+    from bertlook.attention_store import open_store
+    from bertlook.cli import main
+
+    conllu = fixtures_dir / "tiny.conllu"
+    saved_prov = make_random_init_model(str(source_dir), tmp_path / "copy", seed=3)
+    saved = tmp_path / "saved"
+    extract_word_attention(conllu, str(tmp_path / "copy"), saved, batch_size=2, device="cpu", progress_every=0)
+    memory = tmp_path / "memory"
+    summary_path = tmp_path / "memory.summary.json"
+    assert main(["extract-words", "--treebank", str(conllu), "--model", str(source_dir), "--out", str(memory),
+                 "--batch-size", "2", "--device", "cpu", "--random-init-seed", "3",
+                 "--summary", str(summary_path)]) == 0
+    a, b = open_store(saved, level="word"), open_store(memory, level="word")
+    assert len(a) == len(b) > 0
+    for (rec_a, map_a), (rec_b, map_b) in zip(a, b):
+        assert rec_a == rec_b
+        assert map_a.dtype == map_b.dtype and np.array_equal(map_a, map_b), rec_a["id"]
+    # the pretrained model gives other maps (the re-initialisation did happen)
+    pretrained = tmp_path / "pretrained"
+    extract_word_attention(conllu, str(source_dir), pretrained, batch_size=2, device="cpu", progress_every=0)
+    c = open_store(pretrained, level="word")
+    assert not all(np.array_equal(m1, m2) for (_, m1), (_, m2) in zip(b, c))
+    # provenance: what bertlook_random_init.json records, in meta.json and in the summary
+    summary = json.loads(summary_path.read_text())
+    for prov in (b.meta["random_init"], summary["random_init"]):
+        assert prov == json.loads(json.dumps(saved_prov))
+        assert prov["seed"] == 3 and len(prov["kept_parameters"]) == 2
+        assert prov["source_model"]["path_or_id"] == str(source_dir.resolve())
+    assert "random_init" not in c.meta

@@ -109,12 +109,15 @@ def test_cluster_heads_from_the_store_size(tmp_path):
 
 def test_probes_by_hand():
     minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
-    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 5 probes
+    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 4 probes
     # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence
-    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 15 * 20000 * 2.794912e-3
-    # = 858.47 s x 2 / 60 = 28.6 -> 29 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
+    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 12 * 20000 * 2.794912e-3
+    # = 690.78 s x 2 / 60 = 23.03 -> 24 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
     # = 1014.27 MiB x 1.5 x 1.048576 = 1595.3 -> 1596
-    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 29, "disk_mb": 100}
+    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 24, "disk_mb": 100}
+    # probes_random: the random-init probe alone, 3 seeds x 1 epoch x 1 probe: 20 + 3 * 20000 * 2.794912e-3
+    # = 187.69 s x 2 / 60 = 6.26 -> 7 min; the same memory
+    assert _req("probes_random", config, dims=minilm) == {"mem_mb": 1596, "runtime": 7, "disk_mb": 100}
     # a GloVe text file instead of the package: + 500 MiB -> (1514.27 x 1.5 x 1.048576) = 2381.7 -> 2382
     text = _config(**{"treebank.silver.train_sentences": 20000, "glove.path": "/x/glove.6B.100d.txt"})
     assert _req("probes", text, dims=minilm)["mem_mb"] == 2382
@@ -127,8 +130,16 @@ def test_probes_read_the_train_store(tmp_path):
     with open(train / "shard-00000.bin", "wb") as fh:
         fh.truncate(144 * 2 * 10000 * 900 - len(json.dumps({"n_examples": 10000})))
     # 10000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 9,000,000 -> 900 per sentence; per sentence
-    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 15 * 10000 * 3.0184e-3 = 472.76 s x 2 / 60 = 15.8 -> 16
-    assert _req("probes", _config(), [str(train)])["runtime"] == 16
+    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 12 * 10000 * 3.0184e-3 = 382.21 s x 2 / 60 = 12.7 -> 13
+    assert _req("probes", _config(), [str(train)])["runtime"] == 13
+    # probes_random reads the random-init training store: 40000 sentences of the same size,
+    # 20 + 3 * 40000 * 3.0184e-3 = 382.21 s -> 13 min
+    rtrain = tmp_path / "randwords-train"
+    rtrain.mkdir()
+    (rtrain / "meta.json").write_text(json.dumps({"n_examples": 40000}))
+    with open(rtrain / "shard-00000.bin", "wb") as fh:
+        fh.truncate(144 * 2 * 40000 * 900 - len(json.dumps({"n_examples": 40000})))
+    assert _req("probes_random", _config(), [str(rtrain), str(tmp_path / "partials" / "x.json")])["runtime"] == 13
 
 
 def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
@@ -142,7 +153,10 @@ def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
     assert pieces.tokens == pytest.approx((1.3 * 3 + 2) + (1.3 * 5 + 2)) and pieces.longest == 128
     # the store: 144 heads * 74 * 2 bytes = 21,312 bytes -> under the disk floor
     assert _req("extract_words", _config(), [str(conllu)], wc={"split": "train", "maps": "words"})["disk_mb"] == 100
-    # randwords: the random-init model (an input directory) gives the dimensions, not the run's model
+    # a model directory among the inputs gives the dimensions, not the run's model (extract_randwords
+    # has none: it re-initialises the run's model in memory, so it has the run's model's dimensions)
+    assert _req("extract_randwords", _config(), [str(conllu)], wc={"split": "train"}) == \
+        _req("extract_words", _config(), [str(conllu)], wc={"split": "train"})
     job = sizing.Job(rule="extract_randwords", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
                      wildcards={"run": "offline-minilm"}, dims_of=lambda s, r: BASE)
     assert (job.dims().layers, job.dims().heads, job.dims().hidden) == (2, 2, 32)

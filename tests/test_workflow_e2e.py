@@ -110,6 +110,18 @@ def test_every_declared_output_is_well_formed(finished_run):
     # extraction.shards: 1, keep_maps: true (defaults): one segment store kept, word shard stores merged
     assert len(open_store(run / "attention" / "segments-1of1")) == 12
     assert not [p for p in (run / "attention").glob("*words-*-1of1") if p.is_dir()]  # temp(), merged
+    # the random-init maps: the run's model re-initialised in memory (no saved copy), provenance recorded
+    assert not (run / "models").exists()
+    rand = open_store(run / "attention" / "randwords-dev", level="word")
+    assert rand.meta["random_init"]["seed"] == 0 and "random_init" not in open_store(run / "attention" / "words-dev").meta
+    rand_summary = json.loads((run / "attention" / "randwords-train.summary.json").read_text())
+    assert rand_summary["random_init"]["source_model"]["path_or_id"] == rand.meta["model"]["path_or_id"]
+    # probes_random's rows, added to Table 3 by probes
+    rows = json.loads((run / "partials" / "probes_random.json").read_text())
+    assert rows["probes"] == ["random_init_attn_glove"] and rows["table"][0]["n_seeds"] == 2
+    assert table3.set_index("probe").loc["random_init_attn_glove", "uas_mean"] == pytest.approx(rows["table"][0]["uas_mean"])
+    for log in ("probes_random", "extract_randwords-train-1of1", "merge_randwords-dev"):
+        assert (run / "logs" / f"{log}.log").is_file(), log
 
 
 def test_rerun_is_a_noop_and_report_builds(finished_run):

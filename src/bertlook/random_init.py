@@ -14,6 +14,12 @@ did not release this code). :func:`make_random_init_model` builds that model:
    write ``bertlook_random_init.json`` (source model provenance, seed, kept and re-initialised
    parameter names, transformers/torch versions) and rename the directory into place.
 
+Steps 1-2 are :func:`load_random_init_model`, which the workflow uses without saving anything:
+``bertlook extract-words --random-init-seed SEED`` re-initialises the loaded model in memory (on the
+CPU, so the CPU generator draws the weights whatever the extraction device) and records the same
+provenance in the store's ``meta.json`` and its summary (``random_init``). The weights, hence the
+maps, are bit-identical to those of the saved copy (``tests/test_random_init.py``).
+
 The global torch RNG of the caller is left as it was (``torch.random.fork_rng``).
 """
 
@@ -79,21 +85,53 @@ def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
     return {"kept": kept, "reinitialized": [n for n in params if n not in saved]}
 
 
+def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict[str, list[str]]) -> dict[str, Any]:
+    """What ``bertlook_random_init.json`` records (and ``extract-words --random-init-seed`` puts in
+    the store's ``meta.json`` and summary as ``random_init``)."""
+    import torch
+    import transformers
+
+    return {
+        "kind": "random-init (pretrained word and position embeddings, every other weight re-initialised)",
+        "source_model": source,
+        "seed": int(seed),
+        "init": f"{type(model).__name__}._init_weights under torch.manual_seed({int(seed)})",
+        "initializer_range": getattr(model.config, "initializer_range", None),
+        "kept_parameters": names["kept"],
+        "reinitialized_parameters": names["reinitialized"],
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__.split("+")[0],
+    }
+
+
+def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
+    """``(model, provenance)``: the model of ``resolved`` (a ``bertlook.modeling.ResolvedModel``),
+    loaded on the CPU, re-initialised by :func:`reinit_except_embeddings` with ``seed``, then moved
+    to ``device``. The one code path of ``bertlook random-init`` and
+    ``extract-words --random-init-seed``: same loader, same generator (the CPU's), same weights."""
+    from bertlook.modeling import load_model
+
+    model = load_model(resolved, "cpu")
+    source = resolved.provenance(model.config)
+    names = reinit_except_embeddings(model, seed)
+    prov = random_init_provenance(model, source, seed, names)
+    if str(device) != "cpu":
+        import torch
+
+        model = model.to(device if isinstance(device, torch.device) else torch.device(device))
+    return model, prov
+
+
 def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed: int,
                            revision: str | None = None) -> dict[str, Any]:
     """Write the random-init twin of ``model_spec`` to ``out_dir``; returns the provenance dict."""
     import json
 
-    import torch
-    import transformers
-
-    from bertlook.modeling import load_model, load_tokenizer, resolve_model
+    from bertlook.modeling import load_tokenizer, resolve_model
 
     resolved = resolve_model(model_spec, revision)
-    model = load_model(resolved, "cpu")
+    model, prov = load_random_init_model(resolved, seed)
     tokenizer = load_tokenizer(resolved)
-    source = resolved.provenance(model.config)
-    names = reinit_except_embeddings(model, seed)
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)  # what a killed earlier run of this step left
@@ -101,17 +139,6 @@ def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        prov = {
-            "kind": "random-init (pretrained word and position embeddings, every other weight re-initialised)",
-            "source_model": source,
-            "seed": int(seed),
-            "init": f"{type(model).__name__}._init_weights under torch.manual_seed({int(seed)})",
-            "initializer_range": getattr(model.config, "initializer_range", None),
-            "kept_parameters": names["kept"],
-            "reinitialized_parameters": names["reinitialized"],
-            "transformers_version": transformers.__version__,
-            "torch_version": torch.__version__.split("+")[0],
-        }
         with open(tmp / PROVENANCE_FILE, "w", encoding="utf-8") as fh:
             json.dump(prov, fh, indent=2)
             fh.write("\n")
@@ -149,7 +176,9 @@ def register_cli(subparsers) -> None:
             "Input: --model (hub id, local directory or package:MODULE; --revision for hub ids). "
             f"Output: --out (a Hugging Face model directory with {PROVENANCE_FILE}: source model "
             "provenance, seed, kept and re-initialised parameters). Extract its word-level attention "
-            "with `bertlook extract-words --model DIR` for the random-init probe."
+            "with `bertlook extract-words --model DIR` for the random-init probe, or skip the copy: "
+            "`bertlook extract-words --model SPEC --random-init-seed SEED` re-initialises in memory and "
+            "gives bit-identical maps (what the workflow does)."
         ),
     )
     p.add_argument("--model", required=True, metavar="SPEC", help="input: pretrained model spec")

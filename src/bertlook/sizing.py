@@ -57,13 +57,19 @@ rule                   MiniLM: RSS, CPU s          BERT-base shape: RSS, CPU s  
 extract_segments       735, 75.7                   1141, 68.2                   735, 115 / 1174, 169
 extract_words train    695, 24.0                   1030, 95.5 (3.8 wp/word)     735, 69 / 1174, 96
 gradients              570, 6.6 (no MLM: not run)  1891, 58.9                   627, 20 / 1988, 156
-random_init_model      540, 5.8                    937, 8.1                     627, 24 / 958, 41
+random_init_model (*)  540, 5.8                    937, 8.1                     627, 24 / 958, 41
 cluster_heads          154, 46.8                   90, 33.0                     196, 118 / 232, 80
 surface_stats          154, 6.2 (wall 42.7)        121, 6.0 (wall 11.0)         196, 67 / 232, 39
 figures / heads        308, 5.0 / 266, 3.4         290, 4.7 / 240, 3.0          356 / 357, 394 / 394
 segments / treebank    456, 6.6 / 419, 6.1         406, 4.7 / 381, 6.3          460, 70 / 460, 32
 probes                 714, 99.1 (3 seeds)         797, 7.0 (1 seed, 1 thread)  1014, 102 / 1089, 29
 =====================  ==========================  ===========================  ==========================
+
+(*) a rule of earlier versions (the saved random-init model copy): the random-init maps now come from
+``extract_randwords``, which re-initialises the run's model in memory (``extract-words
+--random-init-seed``) and is sized like ``extract_words``. The probes are two rules since: ``probes``
+(4 trained probes per seed) and ``probes_random`` (the random-init probe, 1 per seed), each sized by the
+formula below with its own number of probes.
 
 A third point, the tests' tiny random BERT (2 x 2 heads, h 32): extraction RSS 412 MiB, the cost of
 the interpreter and libraries alone (below ``BASE_TORCH_MB``, which the two real models fit).
@@ -109,7 +115,9 @@ JS_NS_PER_ENTRY = 1.2  # CPU ns per (head pair x map entry) of the JS divergence
 IO_MB_S = 50.0  # MB/s reading a store (measured 55, 86 on a loaded machine)
 PROBE_STEP_S = 2.5e-3  # CPU s per training sentence, probe and seed (batch 1; measured 2.05e-3, 2.3e-3)
 PROBE_S_PER_FEATURE = 4e-9  # plus per attention feature of the sentence (K * (W+2)^2); README: 0.3 ms / 83k
-PROBES_PER_SEED = 5  # trained probes: attn, attn_glove, attn_glove_released, distances_glove, random_init
+# trained probes per seed: probes = attn, attn_glove, attn_glove_released, distances_glove; probes_random =
+# random_init_attn_glove (on the random-init stores)
+PROBES_PER_SEED = {"probes": 4, "probes_random": 1}
 BASE_PROBES_MB = 840.0  # BASE_TORCH_MB + 300: probes RSS 714 (MiniLM), 797 (BERT-base shape, 1 thread)
 STARTUP_S = 20.0  # interpreter + imports + model load of a step
 WORDPIECES_PER_WORD = 1.3  # BERT WordPiece on English treebanks (offline silver trees: 1.11)
@@ -333,7 +341,7 @@ class Job:
         return models[0]
 
     def dims(self) -> ModelDims:
-        for p in self.inputs:  # the random-init copy (randwords) is an input directory with config.json
+        for p in self.inputs:  # a model directory among the inputs (config.json) gives the dimensions
             if Path(p, "config.json").is_file():
                 return model_dims(p)
         m = self.run_model()
@@ -423,7 +431,7 @@ def _train_store(job: Job, dims: ModelDims) -> Examples:
     """Sentences and sum((W+2)^2) of the training split: from the train store's meta.json and size
     when it exists (``sum = bytes / (2 K)``), else from the configuration."""
     for p in job.stores():
-        if Path(p).name.startswith("words-train") or Path(p).name == "train":
+        if Path(p).name.startswith(("words-train", "randwords-train")) or Path(p).name == "train":
             try:
                 count = int(json.loads(Path(p, "meta.json").read_text(encoding="utf-8"))["n_examples"])
             except (OSError, ValueError, KeyError, TypeError):
@@ -481,9 +489,6 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         mem = BASE_TORCH_MB + dims.weights_mb + autograd / MIB
         cpu = STARTUP_S + (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) / CPU_FLOPS
         return mem, cpu, 0.0
-    if rule == "random_init_model":
-        dims = job.dims()
-        return BASE_TORCH_MB + dims.weights_mb, STARTUP_S + dims.weights_mb / 20.0, dims.weights_mb * 1.05
     if rule in ("surface_stats", "surface_stats_shard", "cluster_heads", "js_divergence_shard", "figures"):
         base = BASE_PLOT_MB if rule == "figures" else BASE_NUMPY_MB
         if not job.reads_maps():  # gathers: partial sums in, tables (and the MDS of a K x K matrix) out
@@ -506,12 +511,12 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         nbytes = _store_total(job, lambda: 2 * store_bytes(dims, words))
         one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
         return BASE_PLOT_MB + 4 * one, STARTUP_S + 2 * nbytes / (IO_MB_S * 1e6), 10.0
-    if rule == "probes":
+    if rule in ("probes", "probes_random"):
         dims = job.dims()
         train = _train_store(job, dims)
         one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
         glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
-        runs = len(cfg["probes"]["seeds"]) * int(cfg["probes"]["epochs"]) * PROBES_PER_SEED
+        runs = len(cfg["probes"]["seeds"]) * int(cfg["probes"]["epochs"]) * PROBES_PER_SEED[rule]
         per_sentence = PROBE_STEP_S + PROBE_S_PER_FEATURE * dims.heads_total * train.squares / max(1, train.count)
         cpu = STARTUP_S + runs * train.count * per_sentence
         return BASE_PROBES_MB + glove_mb + 8 * one, cpu, 10.0
@@ -533,11 +538,11 @@ def _estimate(job: Job) -> tuple[float, float, float]:
 
 
 SMALL_RULES = ("manifest", "comparison", "coref", "models_summary", "resources", "resources_summary",
-               "gather_extraction", "merge_words", "fig1_example_shard")
+               "gather_extraction", "merge_words", "merge_randwords", "fig1_example_shard")
 KNOWN_RULES = (
     "segments", "download_wikipedia", "download_glove", "extract_segments", "surface_stats_shard",
     "surface_stats", "js_divergence_shard", "cluster_heads", "figures", "treebank", "extract_words",
-    "extract_randwords", "heads", "random_init_model", "probes", "coref_extract", "gradients_shard",
+    "extract_randwords", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
     "gradients", *SMALL_RULES,
 )
 
@@ -551,8 +556,6 @@ def rule_resources(rule: str, config: Mapping[str, Any], input_paths: Iterable[A
     wc = {k: str(v) for k, v in (wildcards.items() if wildcards is not None else ())}  # dict or Wildcards
     inputs = [str(p) for p in (input_paths or [])]
     name = kind or rule
-    if name == "extract_words" and wc.get("maps") == "randwords":
-        name = "extract_randwords"
     job = Job(rule=name, config=config, inputs=inputs, wildcards=wc, dims_of=dims_of or model_dims)
     mem, cpu, disk = _estimate(job)
     attempt = max(1, int(attempt))

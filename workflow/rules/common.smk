@@ -94,7 +94,6 @@ def bertlook_cmd(step, *flag_groups, omp_threads=False, **flags):
 wildcard_constraints:
     run="|".join(re.escape(r) for r in RUNS),
     split="train|dev",
-    maps="words|randwords",
     shard="[0-9]+of[0-9]+",
 
 
@@ -112,12 +111,20 @@ def bench_path(rule_name):
     return run_path("benchmarks", f"{rule_name}.tsv")
 
 
-# ---- scale-out: extraction.shards, extraction.keep_maps -----------------------------------------
+# ---- scale-out: extraction.shards, extraction.word_shards, extraction.keep_maps -------------------
 # Every model-running step runs once per shard {shard} = "1of4" ... "4of4": a contiguous range of its
 # input by index (`bertlook ... --shard 1of4`). Statistics are reduced from per-shard partial sums
-# (results/{run}/partials/*.npz); word-level stores are merged into one store (hard links).
+# (results/{run}/partials/*.npz); word-level stores are merged into one store (hard links). The
+# word-level extraction of each treebank split has its own count, extraction.word_shards (null: the
+# same as extraction.shards): every job pays the start-up (~5 s) whatever its size.
 SHARDS = int(config["extraction"]["shards"])
 SHARD_LABELS = shard_labels(SHARDS)
+WORD_SHARDS = int(config["extraction"].get("word_shards") or SHARDS)
+WORD_SHARD_LABELS = shard_labels(WORD_SHARDS)
+# gradients.shards: the gradient step writes sums only (no maps), so its job count is its own (null:
+# extraction.shards).
+GRADIENT_SHARDS = int(config["gradients"].get("shards") or SHARDS)
+GRADIENT_SHARD_LABELS = shard_labels(GRADIENT_SHARDS)
 KEEP_MAPS = bool(config["extraction"]["keep_maps"])
 
 
@@ -128,9 +135,22 @@ def segment_maps(path):
     return path if KEEP_MAPS else temp(path)
 
 
-def every_shard(path):
-    """``path`` (with {shard}) of every shard, other wildcards ({run}, ...) left for the rule."""
-    return expand(path, shard=SHARD_LABELS, allow_missing=True)
+def word_maps(path):
+    """The merged word-level stores (attention/words-*, attention/randwords-*): kept (extraction.keep_maps),
+    or temp() -- deleted once their consumers ran (heads and probes; probes_random), so that the model's
+    and the random-init model's stores need not be on disk together (see words.smk, priorities)."""
+    return path if KEEP_MAPS else temp(path)
+
+
+def every_shard(path, labels=None):
+    """``path`` (with {shard}) of every shard (``labels``, default the segment shards
+    extraction.shards), other wildcards ({run}, ...) left for the rule."""
+    return expand(path, shard=SHARD_LABELS if labels is None else labels, allow_missing=True)
+
+
+def every_word_shard(path):
+    """``path`` (with {shard}) of every word-level extraction shard (extraction.word_shards)."""
+    return every_shard(path, WORD_SHARD_LABELS)
 
 
 def model_flags(wildcards, input, output):
@@ -216,20 +236,6 @@ def heads_inputs(wildcards):
     return inputs
 
 
-def extract_words_inputs(wildcards):
-    inputs = {"treebank": run_path("treebank", f"{wildcards.split}.conllu").format(run=wildcards.run)}
-    if wildcards.maps == "randwords":
-        inputs["model"] = run_path("models", "random_init").format(run=wildcards.run)
-    return inputs
-
-
-def extract_words_model_flags(wildcards, input, output):
-    """The run's model, or the random-init copy for the probes' baseline maps."""
-    if wildcards.maps == "randwords":
-        return {"model": input.model}
-    return model_flags(wildcards, input, output)
-
-
 # ---- probes (Table 3) ----------------------------------------------------------------------------
 GLOVE = config["glove"]
 _glove_target = glove_download_target(config)
@@ -239,14 +245,43 @@ GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
 RUN_PROBES = HAS_TRAIN_SPLIT
 
 
+# probes_random trains the random-init probe on the random-init stores and writes its rows
+# (partials/probes_random.json); probes trains the others on the model's stores and adds those rows,
+# so the two pairs of word stores are never needed at the same time (keep_maps: false deletes each
+# pair once read).
+PROBES_RANDOM_ROWS = run_path("partials", "probes_random.json")
+
+
 def probes_inputs(wildcards):
     words = lambda maps, split: run_path("attention", f"{maps}-{split}").format(run=wildcards.run)
     inputs = {"train": words("words", "train"), "dev": words("words", "dev")}
     if config["probes"]["random_init"]:
-        inputs.update(random_train=words("randwords", "train"), random_dev=words("randwords", "dev"))
+        inputs["random_rows"] = PROBES_RANDOM_ROWS.format(run=wildcards.run)
     if GLOVE_FILE:
         inputs["glove"] = GLOVE_FILE
     return inputs
+
+
+def probes_random_inputs(wildcards):
+    words = lambda split: run_path("attention", f"randwords-{split}").format(run=wildcards.run)
+    inputs = {"train": words("train"), "dev": words("dev")}
+    if GLOVE_FILE:
+        inputs["glove"] = GLOVE_FILE
+    return inputs
+
+
+def probe_settings():
+    """The probe training flags shared by probes and probes_random (the rows must agree on them)."""
+    probes = config["probes"]
+    return dict(
+        glove=GLOVE_ARG,
+        glove_member=config["glove"].get("member"),
+        seeds=",".join(str(s) for s in probes["seeds"]),
+        epochs=probes["epochs"],
+        batch_size=probes["batch_size"],
+        lr=probes["lr"],
+        mst=probes["mst"],
+    )
 
 
 def paper_comparable(wildcards, input, output):

@@ -1,7 +1,7 @@
 # Stage `gradients`: |d MLM loss / d attention| to [SEP], ". ," and other tokens per layer (paper
 # Fig 3). A model without a masked-LM head gets a table and figure that say why it did not run.
-# One job per extraction shard (the model runs on its range of segments; masks are drawn as in one
-# run) writes sums and counts (partials/gradients-{shard}.npz); `gradients` adds them up.
+# One job per gradient shard (gradients.shards, default extraction.shards; the model runs on its range
+# of segments; masks are drawn as in one run) writes sums and counts (partials/gradients-{shard}.npz); `gradients` adds them up.
 
 
 rule gradients_shard:
@@ -40,7 +40,7 @@ rule gradients_shard:
 
 rule gradients:
     input:
-        partials=every_shard(rules.gradients_shard.output.partial),
+        partials=every_shard(rules.gradients_shard.output.partial, GRADIENT_SHARD_LABELS),
     output:
         table=report(
             run_path("tables", "sep_gradients.csv"),

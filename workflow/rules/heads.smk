@@ -49,6 +49,7 @@ rule heads:
         log_path("heads"),
     benchmark:
         bench_path("heads")
+    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; words.smk)
     threads: 1
     resources:
         **sizing.snakemake_resources("heads", config),

@@ -29,18 +29,31 @@ if not config["glove"].get("path"):
             CMD
 
 
-rule random_init_model:
+# The random-init baseline (probes.random_init): its probe on the random-init model's word stores
+# (extract_randwords; no model copy is saved), rows written for `probes`, which adds them to Table 3.
+rule probes_random:
+    input:
+        unpack(probes_random_inputs),
     output:
-        directory(run_path("models", "random_init")),
+        rows=PROBES_RANDOM_ROWS,
     params:
-        cmd=bertlook_cmd("random-init", model_flags, out=lambda wildcards, input, output: output[0], seed=config["seed"]),
+        cmd=bertlook_cmd(
+            "probes",
+            omp_threads=True,
+            probes="random_init_attn_glove",
+            random_train_attention=IN.train,
+            random_dev_attention=IN.dev,
+            **probe_settings(),
+            rows_out=OUT.rows,
+        ),
     log:
-        log_path("random_init_model"),
+        log_path("probes_random"),
     benchmark:
-        bench_path("random_init_model")
-    threads: 1
+        bench_path("probes_random")
+    priority: 10  # as soon as the random-init stores exist: frees them (keep_maps: false)
+    threads: 2
     resources:
-        **sizing.snakemake_resources("random_init_model", config),
+        **sizing.snakemake_resources("probes_random", config),
     conda:
         ENV_TORCH
     shell:
@@ -65,15 +78,8 @@ rule probes:
             omp_threads=True,
             train_attention=IN.train,
             dev_attention=IN.dev,
-            random_train_attention=lambda wildcards, input, output: input.get("random_train"),
-            random_dev_attention=lambda wildcards, input, output: input.get("random_dev"),
-            glove=GLOVE_ARG,
-            glove_member=config["glove"].get("member"),
-            seeds=",".join(str(s) for s in config["probes"]["seeds"]),
-            epochs=config["probes"]["epochs"],
-            batch_size=config["probes"]["batch_size"],
-            lr=config["probes"]["lr"],
-            mst=config["probes"]["mst"],
+            add_rows=lambda wildcards, input, output: input.get("random_rows"),
+            **probe_settings(),
             out_table=OUT.table,
             out_markdown=OUT.markdown,
             summary=OUT.summary,
@@ -82,6 +88,7 @@ rule probes:
         log_path("probes"),
     benchmark:
         bench_path("probes")
+    priority: 10  # as soon as the model's word stores exist (and the random-init rows): frees them
     threads: 2
     resources:
         **sizing.snakemake_resources("probes", config),

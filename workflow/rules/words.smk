@@ -1,20 +1,29 @@
 # Stage `extract` on sentences: word-level attention maps ([CLS] w1..wn [SEP], split words merged:
 # TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split.
-# {maps} = "words" (the run's model) or "randwords" (the random-init baseline model of the probes).
-# One job per extraction shard ({shard}: a contiguous range of the split's sentences) writes a temp()
-# store; merge_words gathers them into one store by hard links (no map copied) and one summary.
+# extract_words: the run's model (attention/words-*); extract_randwords: the probes' random-init
+# baseline, the run's model re-initialised in memory (`extract-words --random-init-seed`, nothing saved;
+# attention/randwords-*). One job per word shard ({shard}: a contiguous range of the split's sentences,
+# extraction.word_shards) writes a temp() store; merge_words / merge_randwords gather them into one
+# store by hard links (no map copied) and one summary. With extraction.keep_maps: false the merged
+# stores are temp() too (word_maps): deleted once heads / probes (probes_random) read them.
+# Priorities (disk with keep_maps: false): the consumers (heads, probes, probes_random: 10) run as soon
+# as their stores exist. `probes` needs the rows of probes_random, so the random-init maps come first
+# (extract_randwords: 5, above extract_words and extract_segments: 0): extracted, read by probes_random
+# and deleted before the model's word stores are written, which heads and probes then read and free.
+# (The other way round the model's stores would wait on disk for probes while the random-init ones
+# are extracted: all four at once.)
 
 
 rule extract_words:
     input:
-        unpack(extract_words_inputs),
+        treebank=run_path("treebank", "{split}.conllu"),
     output:
-        store=temp(directory(run_path("attention", "{maps}-{split}-{shard}"))),
-        summary=run_path("attention", "{maps}-{split}-{shard}.summary.json"),
+        store=temp(directory(run_path("attention", "words-{split}-{shard}"))),
+        summary=run_path("attention", "words-{split}-{shard}.summary.json"),
     params:
         cmd=bertlook_cmd(
             "extract-words",
-            extract_words_model_flags,
+            model_flags,
             omp_threads=True,
             treebank=IN.treebank,
             out=OUT.store,
@@ -28,9 +37,9 @@ rule extract_words:
             summary=OUT.summary,
         ),
     log:
-        log_path("extract_{maps}-{split}-{shard}"),
+        log_path("extract_words-{split}-{shard}"),
     benchmark:
-        bench_path("extract_{maps}-{split}-{shard}")
+        bench_path("extract_words-{split}-{shard}")
     threads: 8
     resources:
         **sizing.snakemake_resources("extract_words", config),
@@ -40,24 +49,87 @@ rule extract_words:
         CMD
 
 
+rule extract_randwords:
+    input:
+        treebank=run_path("treebank", "{split}.conllu"),
+    output:
+        store=temp(directory(run_path("attention", "randwords-{split}-{shard}"))),
+        summary=run_path("attention", "randwords-{split}-{shard}.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "extract-words",
+            model_flags,
+            omp_threads=True,
+            random_init_seed=config["seed"],
+            treebank=IN.treebank,
+            out=OUT.store,
+            from_split=config["word_attention"]["from_split"],
+            batch_size=config["extraction"]["batch_size"],
+            max_seq_len=config["segments"]["max_seq_len"],
+            device=config["extraction"]["device"],
+            shard_mb=config["extraction"]["shard_mb"],
+            max_unk_rate=config["extraction"]["max_unk_rate"],
+            shard=WC.shard,
+            summary=OUT.summary,
+        ),
+    log:
+        log_path("extract_randwords-{split}-{shard}"),
+    benchmark:
+        bench_path("extract_randwords-{split}-{shard}")
+    priority: 5  # before the model's word extraction: see above
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("extract_randwords", config),
+    conda:
+        ENV_TORCH
+    shell:
+        CMD
+
+
 rule merge_words:
     input:
-        stores=every_shard(rules.extract_words.output.store),
-        summaries=every_shard(rules.extract_words.output.summary),
+        stores=every_word_shard(rules.extract_words.output.store),
+        summaries=every_word_shard(rules.extract_words.output.summary),
     output:
-        store=directory(run_path("attention", "{maps}-{split}")),
-        summary=run_path("attention", "{maps}-{split}.summary.json"),
+        store=word_maps(directory(run_path("attention", "words-{split}"))),
+        summary=run_path("attention", "words-{split}.summary.json"),
     params:
         cmd=bertlook_cmd(
             "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
         ),
     log:
-        log_path("merge_{maps}-{split}"),
+        log_path("merge_words-{split}"),
     benchmark:
-        bench_path("merge_{maps}-{split}")
+        bench_path("merge_words-{split}")
+    priority: 10  # frees the shard stores (hard links) and lets the consumers start
     threads: 1
     resources:
         **sizing.snakemake_resources("merge_words", config),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
+
+
+rule merge_randwords:
+    input:
+        stores=every_word_shard(rules.extract_randwords.output.store),
+        summaries=every_word_shard(rules.extract_randwords.output.summary),
+    output:
+        store=word_maps(directory(run_path("attention", "randwords-{split}"))),
+        summary=run_path("attention", "randwords-{split}.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
+        ),
+    log:
+        log_path("merge_randwords-{split}"),
+    benchmark:
+        bench_path("merge_randwords-{split}")
+    priority: 10
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("merge_randwords", config),
     conda:
         ENV_ANALYSIS
     shell:

@@ -1,0 +1,130 @@
+"""The DAG of the tiny configuration (snakemake -n and the rules as Snakemake parsed them): the
+random-init maps come from extract_randwords (the run's model re-initialised in memory, no saved
+model copy), the probes are split into probes_random + probes, extraction.word_shards sets the number
+of word-level extraction jobs, and extraction.keep_maps: false makes the merged word stores temp()."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workflow_helpers import ROOT, snakemake, tiny_config
+
+pytestmark = pytest.mark.e2e
+
+
+def _write_config(workdir: Path, model_dir: Path, **extraction) -> Path:
+    config = tiny_config(workdir, model_dir)
+    config["extraction"].update(extraction)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _dry_run(workdir: Path) -> tuple[dict[str, int], str]:
+    """(jobs per rule, the printed shell commands) of `snakemake -n -p`."""
+    proc = snakemake(workdir, "-n", "-p")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    stats = out[out.index("Job stats:"):]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.M)}
+    counts.pop("total", None)
+    return counts, out
+
+
+def _rules(configfile: Path, workdir: Path) -> dict:
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(resource_settings=ResourceSettings(),
+                                config_settings=ConfigSettings(configfiles=[configfile]),
+                                snakefile=ROOT / "Snakefile", workdir=workdir)._workflow
+        return {rule.name: rule for rule in workflow.rules}
+
+
+def _temp(rule, name: str) -> bool:
+    from snakemake.io import is_flagged
+
+    return bool(is_flagged(getattr(rule.output, name), "temp"))
+
+
+def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_path, tiny_bert_dir):
+    _write_config(tmp_path, tiny_bert_dir, shards=3, word_shards=2)
+    counts, out = _dry_run(tmp_path)
+    assert "random_init_model" not in counts and "models/random_init" not in out
+    assert counts["extract_segments"] == 3  # extraction.shards
+    # extraction.word_shards: 2 jobs per split, for the model and for its random-init twin
+    assert counts["extract_words"] == counts["extract_randwords"] == 2 * 2
+    assert counts["merge_words"] == counts["merge_randwords"] == 2
+    assert counts["probes_random"] == counts["probes"] == counts["heads"] == 1
+    for split in ("train", "dev"):
+        for shard in ("1of2", "2of2"):
+            assert f"attention/randwords-{split}-{shard}" in out and f"attention/words-{split}-{shard}" in out
+            assert f"logs/extract_randwords-{split}-{shard}.log" in out
+            assert f"benchmarks/extract_randwords-{split}-{shard}.tsv" in out
+    # the randwords jobs run the run's model with --random-init-seed (config seed 0)
+    commands = [line for line in out.splitlines() if " extract-words " in line]
+    assert len(commands) == 8
+    for line in commands:
+        assert f"--model {tiny_bert_dir}" in line
+        assert ("--random-init-seed 0" in line) == ("randwords-" in line), line
+    probes = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    assert len(probes) == 2
+    rows = [line for line in probes if "--rows-out" in line]
+    assert len(rows) == 1 and "--probes random_init_attn_glove" in rows[0] and "--train-attention" not in rows[0]
+    table = [line for line in probes if "--out-table" in line]
+    assert len(table) == 1 and "--add-rows" in table[0] and "partials/probes_random.json" in table[0]
+    assert "randwords" not in table[0]  # the model's stores only
+
+    # word_shards: null = extraction.shards
+    _write_config(tmp_path, tiny_bert_dir, shards=3, word_shards=None)
+    counts, _ = _dry_run(tmp_path)
+    assert counts["extract_words"] == counts["extract_randwords"] == 2 * 3
+
+
+def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_dir):
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    config["probes"]["random_init"] = False
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(tmp_path)
+    assert not {"extract_randwords", "merge_randwords", "probes_random", "random_init_model"} & set(counts)
+    table = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    assert len(table) == 1 and "--add-rows" not in table[0]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir, keep):
+    rules = _rules(_write_config(tmp_path, tiny_bert_dir, keep_maps=keep), tmp_path)
+    assert "random_init_model" not in rules
+    for name in ("merge_words", "merge_randwords"):
+        assert _temp(rules[name], "store") is (not keep), name
+        assert not _temp(rules[name], "summary"), name  # the manifest and the golden check read them
+    assert _temp(rules["extract_segments"], "store") is (not keep)
+    for name in ("extract_words", "extract_randwords"):  # shard stores: merged by hard links, always temp
+        assert _temp(rules[name], "store") and not _temp(rules[name], "summary"), name
+    # priorities: consumers first; the random-init maps (whose rows probes waits for) before the model's
+    assert rules["extract_randwords"].priority > rules["extract_words"].priority
+    assert rules["extract_randwords"].priority > rules["extract_segments"].priority
+    for name in ("heads", "probes", "probes_random", "merge_words", "merge_randwords"):
+        assert rules[name].priority == 10, name
+
+
+def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
+    """gradients.shards sets the number of gradients_shard jobs (null: extraction.shards), and the
+    gather rule reads exactly those partials."""
+    path = _write_config(tmp_path, tiny_bert_dir, shards=3)
+    config = yaml.safe_load(path.read_text())
+    config["gradients"]["shards"] = 2
+    path.write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(tmp_path)
+    assert counts["extract_segments"] == 3 and counts["gradients_shard"] == 2
+    assert "partials/gradients-1of2.npz" in out and "partials/gradients-2of2.npz" in out
+    assert "partials/gradients-1of3.npz" not in out
+    config["gradients"]["shards"] = None
+    path.write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(tmp_path)
+    assert counts["gradients_shard"] == 3 and "partials/gradients-3of3.npz" in out
