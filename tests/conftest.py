@@ -22,7 +22,7 @@ def fixtures_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     """A 2-layer x 2-head random BERT (BertModel) with a WordPiece tokenizer, saved locally."""
-    from bertlook.tiny_models import make_tiny_bert
+    from bertlook.testing.tiny_models import make_tiny_bert
 
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), num_layers=2, num_heads=2, seed=0)
 
@@ -30,6 +30,6 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mlm_dir(tmp_path_factory) -> Path:
     """The same tiny BERT with a masked-LM head (BertForMaskedLM)."""
-    from bertlook.tiny_models import make_tiny_bert
+    from bertlook.testing.tiny_models import make_tiny_bert
 
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_mlm"), num_layers=2, num_heads=2, seed=0, mlm_head=True)

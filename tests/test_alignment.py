@@ -1,4 +1,4 @@
-"""bertlook.alignment: words -> tokens, token -> word attention, word-level extraction (extract-words)."""
+"""bertlook.attention.alignment: words -> tokens, token -> word attention, word-level extraction (extract-words)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlook.alignment import (
+from bertlook.attention.alignment import (
     Alignment,
     align_words,
     extract_word_attention,
@@ -21,7 +21,7 @@ from bertlook.alignment import (
     register_cli,
     token_to_word_attention,
 )
-from bertlook.attention_store import AttentionStore
+from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 
 WORDS = ["The", "cat", "John's", "1234", "unbelievably", "."]
@@ -34,7 +34,7 @@ TRAIN_TEXTS = [
 
 @dataclass
 class Sent:
-    """Stand-in for bertlook.treebank.Sentence (duck typing)."""
+    """Stand-in for bertlook.data.treebank.Sentence (duck typing)."""
 
     sent_id: str
     words: list[str]
@@ -55,7 +55,7 @@ class Sent:
 
 @pytest.fixture(scope="module")
 def bert_tok(tiny_bert_dir):
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     return load_tokenizer(resolve_model(str(tiny_bert_dir)))
 
@@ -263,7 +263,7 @@ CONLLU = """\
 
 
 def _minimal_read_conllu(path, allow_empty=False):
-    """Used only while bertlook.treebank does not exist yet (a colleague is writing it)."""
+    """Used only while bertlook.data.treebank does not exist yet (a colleague is writing it)."""
     sents, cur, sid = [], [], None
     for line in Path(path).read_text(encoding="utf-8").splitlines() + [""]:
         if line.startswith("# sent_id ="):
@@ -283,17 +283,17 @@ def _minimal_read_conllu(path, allow_empty=False):
 @pytest.fixture
 def treebank_reader(monkeypatch):
     try:
-        from bertlook.treebank import read_conllu  # noqa: F401
+        from bertlook.data.treebank import read_conllu  # noqa: F401
     except ImportError:
-        mod = types.ModuleType("bertlook.treebank")
+        mod = types.ModuleType("bertlook.data.treebank")
         mod.read_conllu = _minimal_read_conllu
-        monkeypatch.setitem(sys.modules, "bertlook.treebank", mod)
+        monkeypatch.setitem(sys.modules, "bertlook.data.treebank", mod)
 
 
 def _direct_word_maps(model_dir, alignment, mode):
     import torch
 
-    from bertlook.modeling import load_model, resolve_model
+    from bertlook.attention.modeling import load_model, resolve_model
 
     model = load_model(resolve_model(str(model_dir)), "cpu")
     with torch.inference_mode():
@@ -424,7 +424,7 @@ def test_empty_treebank_gives_empty_store(tiny_bert_dir, tmp_path, treebank_read
 
 def test_extract_words_unk_counts_gate_and_size_estimate(tiny_bert_dir, tmp_path, monkeypatch):
     """[UNK] words are counted and named; the store's size estimate (words + 2 per map) is exact for the maps."""
-    from bertlook import modeling
+    from bertlook.attention import modeling
 
     sents = [Sent("a", ["the", "cat", "sat", "."]), Sent("snow", ["the", "☃", "sat", "on", "the", "mat"]),
              Sent("b", ["unbelievably", "good", "."])]

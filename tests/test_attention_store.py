@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from bertlook.attention_store import AttentionStore, AttentionStoreError, AttentionWriter
+from bertlook.attention.store import AttentionStore, AttentionStoreError, AttentionWriter
 
 
 def _attn(rng, layers, heads, n):
@@ -69,9 +69,9 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bertlook import attention_store as store_mod  # noqa: E402
+from bertlook.attention import store as store_mod  # noqa: E402
 from bertlook import cli, io_utils  # noqa: E402
-from bertlook.attention_store import META_KEYS, open_store, row_sum_tolerance  # noqa: E402
+from bertlook.attention.store import META_KEYS, open_store, row_sum_tolerance  # noqa: E402
 from bertlook.errors import BertlookError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -442,7 +442,7 @@ def test_tolerance_bound_holds_for_float16_rounding():
 
 def test_word_level_rows_all_modes_pass(tmp_path):
     """Word-level maps (first / mean / renormalised max rows) are row-stochastic: no special case."""
-    from bertlook.alignment import Alignment, token_to_word_attention
+    from bertlook.attention.alignment import Alignment, token_to_word_attention
 
     rng = np.random.default_rng(2)
     n = 9
@@ -532,7 +532,7 @@ def test_cli_stats_corrupt_store_subprocess(tmp_path):
 
 
 def _word_store_with_nan(path, n_sentences=40):
-    from bertlook.probes import write_synthetic_word_store
+    from bertlook.analyses.probes import write_synthetic_word_store
 
     write_synthetic_word_store(path, n_sentences=n_sentences, num_layers=2, num_heads=2, min_words=3,
                                max_words=6, seed=0)
@@ -542,7 +542,7 @@ def _word_store_with_nan(path, n_sentences=40):
 
 def test_cli_probes_refuses_nan_word_store(tmp_path, capsys):
     train = _word_store_with_nan(tmp_path / "train")
-    from bertlook.probes import write_synthetic_word_store
+    from bertlook.analyses.probes import write_synthetic_word_store
 
     write_synthetic_word_store(tmp_path / "dev", n_sentences=10, num_layers=2, num_heads=2, min_words=3,
                                max_words=6, seed=1)
@@ -711,7 +711,7 @@ def test_stale_atomic_files_removed(tmp_path):
 def test_killed_writer_leaves_temporary_that_the_next_run_removes(tmp_path):
     code = f"""
 import os, numpy as np
-from bertlook.attention_store import AttentionWriter
+from bertlook.attention.store import AttentionWriter
 from bertlook.io_utils import atomic_path
 w = AttentionWriter({str(tmp_path / 's')!r}, num_layers=1, num_heads=1)
 w.add({{"id": 0, "tokens": ["a"]}}, np.ones((1, 1, 1, 1)))

@@ -37,7 +37,7 @@ def test_our_reader_rejects_every_malformed_case_with_file_and_line(tmp_path):
     import pytest
 
     from bertlook.errors import BertlookError
-    from bertlook.treebank import read_conllu
+    from bertlook.data.treebank import read_conllu
 
     for name, (lines, line) in _bench().malformed_cases().items():
         path = tmp_path / f"{name.replace(' ', '_')}.conllu"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertlook import cli, preflight
+from bertlook import cli
+from bertlook.pipeline import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "treebank",
@@ -56,12 +57,12 @@ def _config(tmp_path, **wiki):
 
 def test_preflight_offline_paper_config_says_what_to_set(tmp_path, capsys, monkeypatch):
     """No network here: the hub id and the dump URL are reported with what to set instead."""
-    import bertlook.download
-    import bertlook.modeling
+    import bertlook.data.download
+    import bertlook.attention.modeling
 
-    monkeypatch.setattr(bertlook.modeling, "check_reachable_model",
+    monkeypatch.setattr(bertlook.attention.modeling, "check_reachable_model",
                         lambda spec, revision=None: "the Hugging Face hub cannot be reached")
-    monkeypatch.setattr(bertlook.download, "check_reachable",
+    monkeypatch.setattr(bertlook.data.download, "check_reachable",
                         lambda url, timeout=10: "cannot reach host")
     code = cli.main(["preflight", str(_config(tmp_path))])
     err = capsys.readouterr().err
@@ -99,7 +100,7 @@ def test_preflight_local_paths_ok_and_missing(tmp_path, tiny_bert_dir, capsys):
 
 
 def test_manifest_cli(tmp_path, capsys):
-    from bertlook.attention_store import AttentionWriter
+    from bertlook.attention.store import AttentionWriter
     import numpy as np
 
     config = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())

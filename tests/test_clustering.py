@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook.attention_store import AttentionStore, AttentionWriter
-from bertlook.clustering import (
+from bertlook.attention.store import AttentionStore, AttentionWriter
+from bertlook.analyses.clustering import (
     behaviour_labels,
     cluster_heads,
     js_divergence_example,
@@ -21,8 +21,8 @@ from bertlook.clustering import (
     register_cli,
 )
 from bertlook.errors import BertlookError
-from bertlook.surface_stats import compute_surface_stats
-from bertlook.surface_stats import register_cli as register_stats_cli
+from bertlook.analyses.surface_stats import compute_surface_stats
+from bertlook.analyses.surface_stats import register_cli as register_stats_cli
 
 LAYERS, HEADS = 2, 3
 LENGTHS = (5, 7, 9)

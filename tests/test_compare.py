@@ -1,4 +1,4 @@
-"""bertlook.compare: comparison with the paper, regression checks (paper / golden file), models summary.
+"""bertlook.reporting.compare: comparison with the paper, regression checks (paper / golden file), models summary.
 
 Every test builds a small synthetic run directory (tables + summaries + manifest.json) in tmp_path;
 nothing is read from results/.
@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import cli, compare
+from bertlook import cli
+from bertlook.reporting import compare
 from bertlook.errors import BertlookError
-from bertlook.paper_reference import table1_reference, table2_reference, table3_reference
+from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
 
 NUM_LAYERS, NUM_HEADS = 12, 3
 PREV_HEADS = [(2, 1), (4, 1), (7, 1), (8, 1)]  # paper: 4 heads > 0.5 on the previous token
@@ -26,8 +27,8 @@ NEXT_HEADS = [(1, 1), (2, 2), (2, 3), (3, 1), (6, 1)]  # paper: 5 heads on the n
 @pytest.fixture
 def cli_main(monkeypatch):
     """``bertlook.cli.main`` with this module's subcommands registered (whether or not cli lists it)."""
-    if "bertlook.compare" not in cli.STEP_MODULES:
-        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.compare"])
+    if "bertlook.reporting.compare" not in cli.STEP_MODULES:
+        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.reporting.compare"])
     return cli.main
 
 

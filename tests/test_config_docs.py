@@ -9,7 +9,7 @@ import yaml
 from workflow_helpers import ROOT
 
 DOC = ROOT / "config" / "README.md"
-SCHEMAS = [ROOT / "workflow" / "schemas" / "config.schema.yaml", ROOT / "src" / "bertlook" / "config.schema.yaml"]
+SCHEMAS = [ROOT / "workflow" / "schemas" / "config.schema.yaml", ROOT / "src" / "bertlook" / "pipeline" / "config.schema.yaml"]
 
 
 def schema_keys(schema: dict, prefix: str = "") -> set[str]:

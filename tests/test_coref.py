@@ -1,4 +1,4 @@
-"""bertlook.coref: CoNLL-2012 reader, head words, truncation, antecedent selection metric, baselines, CLI."""
+"""bertlook.analyses.coref: CoNLL-2012 reader, head words, truncation, antecedent selection metric, baselines, CLI."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import coref
-from bertlook.attention_store import AttentionStore, AttentionWriter
-from bertlook.coref import Document, Mention
+from bertlook.analyses import coref
+from bertlook.attention.store import AttentionStore, AttentionWriter
+from bertlook.analyses.coref import Document, Mention
 from bertlook.errors import BertlookError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_coref.gold_conll"
@@ -260,7 +260,7 @@ def test_truncation_point_and_split():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_bert_dir):
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     return load_tokenizer(resolve_model(str(tiny_bert_dir)))
 
@@ -532,7 +532,7 @@ def test_cli_end_to_end(tmp_path, tiny_bert_dir):
 
 
 def test_coref_extract_unk_counts_gate_and_size_estimate(tmp_path, tiny_bert_dir, monkeypatch):
-    from bertlook import modeling
+    from bertlook.attention import modeling
 
     s = coref.extract_coref_attention([FIXTURE], str(tiny_bert_dir), tmp_path / "st", device="cpu", progress_every=0)
     assert s["unk_tokens"] == 0 and s["unk_rate"] == 0.0 and s["max_unk_rate"] == 0.05

@@ -1,4 +1,4 @@
-"""bertlook.corpora: dump reading and cleaning, sentence splitting, paper-style segments, JSONL I/O."""
+"""bertlook.data.corpora: dump reading and cleaning, sentence splitting, paper-style segments, JSONL I/O."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bertlook import corpora
-from bertlook.corpora import Document, build_segments, iter_documents, read_segments, write_segments
+from bertlook.data import corpora
+from bertlook.data.corpora import Document, build_segments, iter_documents, read_segments, write_segments
 from bertlook.errors import BertlookError
 
 CAT_SENTENCES = [
@@ -360,13 +360,13 @@ def _parse(argv):
 
 @pytest.fixture()
 def fake_modeling(monkeypatch):
-    """Stand-in for bertlook.modeling (resolve_model / load_tokenizer contract)."""
+    """Stand-in for bertlook.attention.modeling (resolve_model / load_tokenizer contract)."""
     from transformers import AutoTokenizer
 
-    mod = types.ModuleType("bertlook.modeling")
+    mod = types.ModuleType("bertlook.attention.modeling")
     mod.resolve_model = lambda spec, revision=None: spec
     mod.load_tokenizer = lambda resolved: AutoTokenizer.from_pretrained(resolved)
-    monkeypatch.setitem(sys.modules, "bertlook.modeling", mod)
+    monkeypatch.setitem(sys.modules, "bertlook.attention.modeling", mod)
     return mod
 
 

@@ -1,4 +1,4 @@
-"""bertlook.download against a local http.server (127.0.0.1, random port, one thread)."""
+"""bertlook.data.download against a local http.server (127.0.0.1, random port, one thread)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from local_http import local_http_server
 
-from bertlook import download as dl
+from bertlook.data import download as dl
 from bertlook.errors import BertlookError
 
 PAYLOAD = b"<mediawiki>fake dump</mediawiki>\n" * 1000

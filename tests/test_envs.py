@@ -203,8 +203,9 @@ class ImportGraph:
 
     def __init__(self, src: Path = SRC):
         self.trees: dict[str, ast.Module] = {}
-        for path in sorted((src / PKG).glob("*.py")):
-            name = PKG if path.stem == "__init__" else f"{PKG}.{path.stem}"
+        for path in sorted((src / PKG).rglob("*.py")):
+            parts = path.relative_to(src).with_suffix("").parts  # ("bertlook", "attention", "store")
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             self.trees[name] = ast.parse(path.read_text(), filename=str(path))
         self.defs = {m: {n.name: n for n in t.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                        ast.ClassDef))}
@@ -439,7 +440,7 @@ def test_the_import_graph_sees_lazy_imports_and_branches():
     assert {"torch", "transformers"} <= shard and not {"matplotlib", "seaborn"} & shard  # --out-partial
     assert {"matplotlib", "seaborn", "pandas"} <= reduce and "torch" not in reduce    # --partial
     assert {"torch", "tqdm"} <= step_imports(rules["extract_segments"], graph)
-    assert "yaml" in graph.reach(["bertlook.config"]) and "numpy" in graph.reach(["bertlook.attention_store"])
+    assert "yaml" in graph.reach(["bertlook.pipeline.config"]) and "numpy" in graph.reach(["bertlook.attention.store"])
 
 
 def test_parse_time_imports_match_a_real_import():

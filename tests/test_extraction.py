@@ -1,4 +1,4 @@
-"""bertlook.extraction: batched attention extraction into an attention store."""
+"""bertlook.attention.extraction: batched attention extraction into an attention store."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlook.attention_store import AttentionStore
+from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
-from bertlook.extraction import encode_segment, extract_segments, extract_to_store, register_cli
-from bertlook.tiny_models import make_segment as _segment
+from bertlook.attention.extraction import encode_segment, extract_segments, extract_to_store, register_cli
+from bertlook.testing.tiny_models import make_segment as _segment
 
 TEXTS = [  # (text_a, text_b)
     ("the cat sat on the mat .", "the dog ran ."),
@@ -27,7 +27,7 @@ TEXTS = [  # (text_a, text_b)
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_bert_dir):
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     return load_tokenizer(resolve_model(str(tiny_bert_dir)))
 
@@ -39,7 +39,7 @@ def segments(tokenizer):
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_bert_dir):
-    from bertlook.modeling import load_model, resolve_model
+    from bertlook.attention.modeling import load_model, resolve_model
 
     return load_model(resolve_model(str(tiny_bert_dir)), "cpu")
 
@@ -49,7 +49,7 @@ def sharp_model(tiny_bert_dir):
     """The tiny BERT with scaled-up query/key weights, so that its maps are far from uniform."""
     import torch
 
-    from bertlook.modeling import load_model, resolve_model
+    from bertlook.attention.modeling import load_model, resolve_model
 
     model = load_model(resolve_model(str(tiny_bert_dir)), "cpu")
     with torch.no_grad():
@@ -260,7 +260,7 @@ def _unk_segments(tokenizer):
 
 
 def test_unk_statistics(tokenizer):
-    from bertlook.extraction import segment_unk_words, unk_statistics
+    from bertlook.attention.extraction import segment_unk_words, unk_statistics
 
     segs = _unk_segments(tokenizer)
     stats = unk_statistics(_examples(segs, tokenizer), tokenizer, words_of=segment_unk_words(tokenizer))
@@ -279,7 +279,7 @@ def test_unk_statistics(tokenizer):
 
 def test_extract_counts_unk_and_stops_above_the_rate_before_loading(tokenizer, tiny_bert_dir, tmp_path,
                                                                     monkeypatch, capsys):
-    from bertlook import modeling
+    from bertlook.attention import modeling
 
     seg_path = _write_segments(tmp_path / "segments.jsonl", _unk_segments(tokenizer))
     summary = extract_segments(seg_path, str(tiny_bert_dir), tmp_path / "store", device="cpu", progress_every=0)
@@ -314,7 +314,7 @@ def test_extract_counts_unk_and_stops_above_the_rate_before_loading(tokenizer, t
 
 
 def test_check_max_unk_rate():
-    from bertlook.extraction import check_max_unk_rate
+    from bertlook.attention.extraction import check_max_unk_rate
 
     assert check_max_unk_rate(0) == 0.0 and check_max_unk_rate("0.05") == 0.05 and check_max_unk_rate(1) == 1.0
     for bad in (-0.01, 1.01, float("nan"), "x", None):

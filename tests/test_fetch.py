@@ -22,12 +22,13 @@ import yaml
 from local_http import local_http_server
 from workflow_helpers import RUN, snakemake, tiny_config
 
-from bertlook import cli, fetch
-from bertlook.config import resolve_data_path, validate_config
-from bertlook.download import present_as_recorded
+from bertlook import cli
+from bertlook.data import fetch
+from bertlook.pipeline.config import resolve_data_path, validate_config
+from bertlook.data.download import present_as_recorded
 from bertlook.errors import BertlookError
-from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
-from bertlook.treebank import prepare_ud
+from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook.data.treebank import prepare_ud
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMP_NAME = "enwiki-20990101-pages-articles1.xml-p1p30302.bz2"
@@ -246,7 +247,7 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
         return str(snap)
 
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
     monkeypatch.setattr(fetch, "_snapshot_download", fake)
     rev = "86b5e0934494bd15c9632b12f734a8a67f723594"
     item = fetch.fetch_model("bert-base-uncased", rev)
@@ -269,7 +270,7 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
 
 def test_hub_snapshot_without_safetensors_is_refused(tmp_path, tiny_bert_dir, monkeypatch):
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
     monkeypatch.setattr(fetch, "_snapshot_download",
                         lambda **kw: str(_fake_snapshot(tmp_path / "snap", tiny_bert_dir, weights="pytorch_model.bin")))
     with pytest.raises(BertlookError, match="no safetensors weights"):
@@ -290,7 +291,7 @@ def test_hub_errors_and_offline_mode_are_clear(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
     with pytest.raises(BertlookError, match="offline mode is on"):  # conftest sets HF_HUB_OFFLINE=1
         fetch.fetch_model("bert-base-uncased", "main")
-    monkeypatch.setattr("bertlook.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
 
     class RevisionNotFoundError(Exception):
         pass

@@ -1,4 +1,4 @@
-"""Tests for bertlook.figures: PNG twins of the paper's Figs 1, 2, 4 and 6 (synthetic inputs)."""
+"""Tests for bertlook.reporting.figures: PNG twins of the paper's Figs 1, 2, 4 and 6 (synthetic inputs)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import figures
-from bertlook.attention_store import AttentionWriter
+from bertlook.reporting import figures
+from bertlook.attention.store import AttentionWriter
 from bertlook.errors import BertlookError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

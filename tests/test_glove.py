@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bertlook.errors import BertlookError
-from bertlook.glove import GloveVectors, clear_cache, load_glove
+from bertlook.data.glove import GloveVectors, clear_cache, load_glove
 
 TEXT = "the 0.1 0.2 0.3\ncat 1 2 3\n. -1 -2 -3.5\nthe 9 9 9\n"
 

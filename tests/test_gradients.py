@@ -1,4 +1,4 @@
-"""bertlook.gradients: masked-LM gradients w.r.t. attention probabilities (Fig 3 twin)."""
+"""bertlook.analyses.gradients: masked-LM gradients w.r.t. attention probabilities (Fig 3 twin)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import gradients
+from bertlook.analyses import gradients
 from bertlook.errors import BertlookError
-from bertlook.tiny_models import make_segment as _segment
+from bertlook.testing.tiny_models import make_segment as _segment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -30,14 +30,14 @@ TEXTS = [  # (text_a, text_b): different lengths, with "." and ","
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_mlm_dir):
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     return load_tokenizer(resolve_model(str(tiny_mlm_dir)))
 
 
 @pytest.fixture(scope="module")
 def mlm_model(tiny_mlm_dir):
-    from bertlook.modeling import load_model, resolve_model
+    from bertlook.attention.modeling import load_model, resolve_model
 
     return load_model(resolve_model(str(tiny_mlm_dir)), "cpu", mlm=True)
 
@@ -49,7 +49,7 @@ def segments(tokenizer):
 
 @pytest.fixture(scope="module")
 def segments_file(tmp_path_factory, segments):
-    from bertlook.corpora import write_segments
+    from bertlook.data.corpora import write_segments
 
     path = tmp_path_factory.mktemp("grad_segments") / "segments.jsonl"
     write_segments(path, segments)
@@ -256,7 +256,7 @@ def test_mask_only_mode_and_bad_arguments(tokenizer, segments):
 
 
 def test_has_mlm_head(tiny_mlm_dir, tiny_bert_dir):
-    from bertlook.modeling import resolve_model
+    from bertlook.attention.modeling import resolve_model
 
     assert gradients.has_mlm_head(resolve_model(str(tiny_mlm_dir))) == (True, "")
     ok, reason = gradients.has_mlm_head(resolve_model(str(tiny_bert_dir)))
@@ -333,7 +333,7 @@ def test_checkpoint_missing_base_weights_is_an_error(tmp_path, tiny_mlm_dir):
 
     from safetensors.torch import load_file, save_file
 
-    from bertlook.modeling import resolve_model
+    from bertlook.attention.modeling import resolve_model
 
     broken = tmp_path / "broken"
     shutil.copytree(tiny_mlm_dir, broken)

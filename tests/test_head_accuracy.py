@@ -1,4 +1,4 @@
-"""Tests for bertlook.head_accuracy: per-head dependency accuracy, Table 1 twin, Fig 5 twin."""
+"""Tests for bertlook.analyses.head_accuracy: per-head dependency accuracy, Table 1 twin, Fig 5 twin."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import head_accuracy as ha
-from bertlook.attention_store import AttentionStore, AttentionWriter
+from bertlook.analyses import head_accuracy as ha
+from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
-from bertlook.paper_reference import table1_reference
+from bertlook.reporting.paper_reference import table1_reference
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE, BIG = 0.01, 0.9
@@ -519,7 +519,7 @@ def test_design_card_rows_are_forced_per_scheme():
     """dobj/det/pobj rows (SD, ClearNLP) and their UD analogues obj/det/case always appear."""
     from types import SimpleNamespace
 
-    from bertlook.head_accuracy import FORCED_BY_SCHEME, table1_relations
+    from bertlook.analyses.head_accuracy import FORCED_BY_SCHEME, table1_relations
 
     scores = SimpleNamespace(relations=["nsubj", "obj", "case", "det", "dobj", "punct"],
                              word_counts=[500, 5, 4, 3, 2, 900])

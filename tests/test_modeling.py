@@ -1,4 +1,4 @@
-"""bertlook.modeling: model specs, loading, hub errors, devices, preflight."""
+"""bertlook.attention.modeling: model specs, loading, hub errors, devices, preflight."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bertlook import modeling
+from bertlook.attention import modeling
 from bertlook.errors import BertlookError
-from bertlook.modeling import (
+from bertlook.attention.modeling import (
     ResolvedModel,
     check_reachable_model,
     load_model,
@@ -351,7 +351,7 @@ def test_pickled_weights_refused_and_never_unpickled(tiny_bert_dir, tmp_path, ho
     err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
                       "--out", tmp_path / "store", "--device", "cpu"], capsys)
     assert "pytorch_model.bin" in err
-    from bertlook.gradients import load_mlm_checked
+    from bertlook.analyses.gradients import load_mlm_checked
 
     with pytest.raises(BertlookError, match="refusing pickled weights"):
         load_mlm_checked(resolve_model(str(d)), "cpu")
@@ -401,7 +401,7 @@ def test_pick_device_cuda_visible_but_no_cuda(monkeypatch, caplog):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    with caplog.at_level("WARNING", logger="bertlook.modeling"):
+    with caplog.at_level("WARNING", logger="bertlook.attention.modeling"):
         assert pick_device("auto").type == "cpu"
     assert "CUDA_VISIBLE_DEVICES='0'" in caplog.text and "no CUDA device" in caplog.text
     assert "CUDA_VISIBLE_DEVICES" in modeling.cuda_visibility_warning()

@@ -1,10 +1,10 @@
-"""Tests for bertlook.paper_reference: the packaged paper numbers are present and well-formed."""
+"""Tests for bertlook.reporting.paper_reference: the packaged paper numbers are present and well-formed."""
 
 from __future__ import annotations
 
 import pytest
 
-from bertlook import paper_reference as pr
+from bertlook.reporting import paper_reference as pr
 from bertlook.errors import BertlookError
 
 # relation: (head, accuracy, baseline, baseline offset), as printed in Table 1 of the paper
@@ -157,7 +157,7 @@ def test_table3_numbers_as_printed():
     assert ref["structural_probe"]["comparable"] is False and ref["structural_probe"]["metric"] == "UUAS"
     assert all(r["comparable"] is True for k, r in ref.items() if k != "structural_probe")
     # the probes module's ids are the reference's ids
-    from bertlook.probes import PROBES, paper_uas
+    from bertlook.analyses.probes import PROBES, paper_uas
 
     assert set(PROBES) <= set(ref)
     assert paper_uas() == {"right_branching": 26.0, "distances_glove": 58.0, "random_init_attn_glove": 30.0,

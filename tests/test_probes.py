@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlook.attention_store import AttentionStore, AttentionWriter
+from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
-from bertlook.glove import GloveVectors
-from bertlook.probes import (
+from bertlook.data.glove import GloveVectors
+from bertlook.analyses.probes import (
     PROBES,
     TABLE_COLUMNS,
     ProbeData,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertlook.errors import BertlookError
-from bertlook.random_init import PROVENANCE_FILE, make_random_init_model, register_cli
+from bertlook.attention.random_init import PROVENANCE_FILE, make_random_init_model, register_cli
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_cli_and_bad_model(source_dir, tmp_path, capsys):
 
 def test_random_init_copy_keeps_the_tokenizer_and_loads_through_bertlook(source_dir, tmp_path):
     """The copy must hold tokenizer files (a model-only directory is refused by load_tokenizer)."""
-    from bertlook.modeling import load_model, load_tokenizer, resolve_model, tokenizer_files_problem
+    from bertlook.attention.modeling import load_model, load_tokenizer, resolve_model, tokenizer_files_problem
 
     make_random_init_model(str(source_dir), tmp_path / "r", seed=1)
     names = {p.name for p in (tmp_path / "r").iterdir()}
@@ -129,8 +129,8 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
     copy `random-init --seed S` saved: the same maps, bit for bit, and the same provenance."""
     import numpy as np
 
-    from bertlook.alignment import extract_word_attention
-    from bertlook.attention_store import open_store
+    from bertlook.attention.alignment import extract_word_attention
+    from bertlook.attention.store import open_store
     from bertlook.cli import main
 
     conllu = fixtures_dir / "tiny.conllu"

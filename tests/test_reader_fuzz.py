@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from bertlook import coref
-from bertlook.corpora import iter_documents
+from bertlook.analyses import coref
+from bertlook.data.corpora import iter_documents
 from bertlook.errors import BertlookError
-from bertlook.treebank import read_conllu, read_conllx, write_conllu
+from bertlook.data.treebank import read_conllu, read_conllx, write_conllu
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONLLU = (FIXTURES / "tiny.conllu").read_bytes()

@@ -9,7 +9,7 @@ import pytest
 
 from bertlook import cli
 from bertlook.errors import BertlookError
-from bertlook.resources import TABLE_COLUMNS, read_benchmark, resource_table
+from bertlook.reporting.resources import TABLE_COLUMNS, read_benchmark, resource_table
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlook import sharding
-from bertlook.attention_store import AttentionStore, AttentionWriter, open_store
-from bertlook.clustering import js_divergence_matrix, js_divergence_partial, reduce_js_divergence
+from bertlook.pipeline import sharding
+from bertlook.attention.store import AttentionStore, AttentionWriter, open_store
+from bertlook.analyses.clustering import js_divergence_matrix, js_divergence_partial, reduce_js_divergence
 from bertlook.errors import BertlookError
-from bertlook.surface_stats import compute_surface_stats, reduce_surface_stats, surface_stats_partial
-from bertlook.tiny_models import make_segment
+from bertlook.analyses.surface_stats import compute_surface_stats, reduce_surface_stats, surface_stats_partial
+from bertlook.testing.tiny_models import make_segment
 
 LAYERS, HEADS = 2, 3
 TOKENS = ["[CLS]", ".", "a", ",", "b", "[SEP]", "c", "d", "e", ",", "f", "[SEP]"]
@@ -138,7 +138,7 @@ def test_js_sums_reduced_over_shards_equal_the_unsharded_matrix(tmp_path, token_
 
 
 def test_max_examples_means_the_first_segments_of_the_file_whatever_the_sharding(tmp_path, token_examples):
-    from bertlook.corpora import write_segments
+    from bertlook.data.corpora import write_segments
 
     seg_path = tmp_path / "segments.jsonl"
     write_segments(seg_path, [{"id": rec["id"], "doc": "d", "text_a": "a", "text_b": "b", "tokens": rec["tokens"],
@@ -295,8 +295,8 @@ TEXTS = [("the cat sat on the mat .", "the dog ran ."), ("john saw mary .", "she
 
 @pytest.fixture(scope="module")
 def segments_file(tmp_path_factory, tiny_mlm_dir):
-    from bertlook.corpora import write_segments
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.data.corpora import write_segments
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     tok = load_tokenizer(resolve_model(str(tiny_mlm_dir)))
     path = tmp_path_factory.mktemp("segs") / "segments.jsonl"
@@ -305,7 +305,7 @@ def segments_file(tmp_path_factory, tiny_mlm_dir):
 
 
 def test_sharded_extraction_gathers_into_the_unsharded_store_and_summary(tmp_path, tiny_mlm_dir, segments_file):
-    from bertlook.extraction import extract_segments
+    from bertlook.attention.extraction import extract_segments
 
     common = dict(batch_size=1, device="cpu", progress_every=0, max_seq_len=20)  # segments 2 and 5 are over 20
     whole = extract_segments(segments_file, str(tiny_mlm_dir), tmp_path / "whole", **common)
@@ -330,8 +330,8 @@ def test_sharded_extraction_gathers_into_the_unsharded_store_and_summary(tmp_pat
 
 
 def test_fig1_example_is_found_by_exactly_one_shard(tmp_path, tiny_mlm_dir, segments_file):
-    from bertlook.extraction import extract_segments
-    from bertlook.figures import fig1_example_partial, load_fig1_example
+    from bertlook.attention.extraction import extract_segments
+    from bertlook.reporting.figures import fig1_example_partial, load_fig1_example
 
     common = dict(batch_size=2, device="cpu", progress_every=0)
     extract_segments(segments_file, str(tiny_mlm_dir), tmp_path / "whole", **common)
@@ -351,7 +351,7 @@ def test_fig1_example_is_found_by_exactly_one_shard(tmp_path, tiny_mlm_dir, segm
 
 
 def test_sharded_word_extraction_merges_into_the_unsharded_store(tmp_path, tiny_bert_dir):
-    from bertlook.alignment import extract_word_attention
+    from bertlook.attention.alignment import extract_word_attention
 
     conllu = tmp_path / "dev.conllu"
     sents = [["The", "cat", "sat", "."], ["John's", "dog", "sang", "42"], ["a", "man", "."], ["it", "was", "big"],
@@ -384,7 +384,7 @@ def test_sharded_word_extraction_merges_into_the_unsharded_store(tmp_path, tiny_
 
 
 def test_sharded_gradients_reduce_to_the_unsharded_numbers(tiny_mlm_dir, segments_file):
-    from bertlook.gradients import gradient_partial, reduce_gradients, sep_gradient_importance
+    from bertlook.analyses.gradients import gradient_partial, reduce_gradients, sep_gradient_importance
 
     common = dict(seed=3, batch_size=1, device="cpu", progress_every=0, max_examples=5)
     want, want_summary = sep_gradient_importance(segments_file, str(tiny_mlm_dir), **common)

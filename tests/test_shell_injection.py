@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertlook.config import resolve_data_path, schema_path, validate_config
+from bertlook.pipeline.config import resolve_data_path, schema_path, validate_config
 from bertlook.errors import BertlookError
 from local_http import local_http_server
 from workflow_helpers import GENSIM_DUMP, ROOT, snakemake, tiny_config

@@ -1,4 +1,4 @@
-"""bertlook.shellcmd: the one way rules build command lines. Each value must reach the program as
+"""bertlook.pipeline.shellcmd: the one way rules build command lines. Each value must reach the program as
 exactly one literal argument, whatever it holds; checked by running the built line in bash."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from bertlook.shellcmd import command, flag_tokens
+from bertlook.pipeline.shellcmd import command, flag_tokens
 
 HOSTILE = [
     "plain",

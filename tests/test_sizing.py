@@ -1,4 +1,4 @@
-"""bertlook.sizing: resource requests per rule, checked against values computed by hand."""
+"""bertlook.pipeline.sizing: resource requests per rule, checked against values computed by hand."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertlook import sizing
-from bertlook.config import validate_config
+from bertlook.pipeline import sizing
+from bertlook.pipeline.config import validate_config
 from bertlook.errors import BertlookError
 
 ROOT = Path(__file__).resolve().parents[1]

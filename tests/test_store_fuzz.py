@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertlook.attention_store import META_KEYS, AttentionStore, AttentionWriter, row_sum_tolerance
+from bertlook.attention.store import META_KEYS, AttentionStore, AttentionWriter, row_sum_tolerance
 from bertlook.errors import BertlookError
 
 L, H = 2, 2

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook.attention_store import AttentionStore, AttentionWriter
+from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
-from bertlook.surface_stats import COLUMNS, compute_surface_stats, register_cli
+from bertlook.analyses.surface_stats import COLUMNS, compute_surface_stats, register_cli
 
 # ---------------------------------------------------------------------------------------------
 # Example 1: n = 4, tokens [CLS] a . [SEP]; 2 layers x 2 heads (all values exact in float16).

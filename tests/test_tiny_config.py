@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from bertlook.config import load_yaml_strict, validate_config
+from bertlook.pipeline.config import load_yaml_strict, validate_config
 from workflow_helpers import ROOT, SNAKEMAKE, TINY_CONFIG, tiny_config
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")

@@ -1,4 +1,4 @@
-"""bertlook.treebank: CoNLL-U / CoNLL-X readers and writer, local / UD / silver sources, CLI."""
+"""bertlook.data.treebank: CoNLL-U / CoNLL-X readers and writer, local / UD / silver sources, CLI."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from local_http import local_http_server
 
-from bertlook import treebank as tb
-from bertlook.corpora import write_segments
+from bertlook.data import treebank as tb
+from bertlook.data.corpora import write_segments
 from bertlook.errors import BertlookError
-from bertlook.treebank import Sentence
+from bertlook.data.treebank import Sentence
 
 GENSIM_DUMP = ("package:gensim/test/test_data/"
                "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
@@ -413,7 +413,7 @@ def _doc_index(sent_id: str) -> int:
 
 @pytest.fixture(scope="module")
 def silver(tmp_path_factory):
-    from bertlook.config import resolve_data_path
+    from bertlook.pipeline.config import resolve_data_path
 
     root = tmp_path_factory.mktemp("silver")
     segments = _segments(root / "segments.jsonl", [(0, "Anarchism"), (1, "Autism")])

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bertlook.attention_store import open_store
+from bertlook.attention.store import open_store
 from workflow_helpers import ENV, GENSIM_DUMP, ROOT, RUN, SNAKEMAKE, snakemake, tiny_config  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -197,7 +197,7 @@ def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path
     import signal
     import time
 
-    from bertlook.attention_store import AttentionStore
+    from bertlook.attention.store import AttentionStore
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),

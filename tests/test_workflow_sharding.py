@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bertlook.attention_store import open_store
-from bertlook.compare import make_golden
+from bertlook.attention.store import open_store
+from bertlook.reporting.compare import make_golden
 from workflow_helpers import RUN, snakemake, tiny_config
 
 pytestmark = pytest.mark.e2e

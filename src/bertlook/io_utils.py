@@ -48,7 +48,7 @@ def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
     """Remove what an interrupted (killed) writer of ``target`` left beside it.
 
     Matches only names made for this very target: directories ``.NAME.tmp-PID-XXXXXXXX``
-    (:class:`bertlook.attention_store.AttentionWriter`) and files ``.NAME.PID-XXXXXXXX.tmp``
+    (:class:`bertlook.attention.store.AttentionWriter`) and files ``.NAME.PID-XXXXXXXX.tmp``
     (:func:`atomic_path`), also without ``PID-`` (older runs); the random part never holds a dot, so
     ``.NAME.ext.PID-XXXXXXXX.tmp`` of a target ``NAME.ext`` is left alone. A temporary whose writer
     process (PID) is still running on this machine is kept, so two runs sharing a download cache do

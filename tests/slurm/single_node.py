@@ -28,7 +28,7 @@ from pathlib import Path
 PACKAGES = ["slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge"]
 PROGRAMS = ["munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "squeue", "srun", "sinfo", "scontrol", "scancel"]
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The node declares at least this much memory, so that the rules' requests (bertlook.sizing; a few GB
+# The node declares at least this much memory, so that the rules' requests (bertlook.pipeline.sizing; a few GB
 # at most for the tiny configuration) fit on a small CI machine too. Memory is not enforced here (no
 # cgroups), and slurmd accepts a declared size above the real one (config_overrides).
 MIN_NODE_MEMORY_MB = 16000

@@ -7,12 +7,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from bertlook.config import load_yaml_strict, validate_config
+from bertlook.pipeline.config import load_yaml_strict, validate_config
 from bertlook.errors import BertlookError
-from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
-from bertlook import sizing
-from bertlook.sharding import shard_labels
-from bertlook.shellcmd import command
+from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook.pipeline import sizing
+from bertlook.pipeline.sharding import shard_labels
+from bertlook.pipeline.shellcmd import command
 
 
 # The config is validated (and normalised: 30.0 -> 30 where the schema says integer; defaults
@@ -52,7 +52,7 @@ BERTLOOK = f"PYTHONPATH={_SRC}${{PYTHONPATH:+:$PYTHONPATH}} {_PYTHON} -m bertloo
 # ---- command lines ------------------------------------------------------------------------------
 # Every rule has exactly one parameter, `cmd = bertlook_cmd(STEP, ...)`, and the shell line CMD.
 # Flag values are constants (config values), or IN.x / OUT.x / WC.x / functions of
-# (wildcards, input, output) resolved when the job runs; bertlook.shellcmd.command quotes every
+# (wildcards, input, output) resolved when the job runs; bertlook.pipeline.shellcmd.command quotes every
 # one of them. None/False leave a flag out, True gives the bare flag, a list repeats it.
 CMD = "{params.cmd} > {log:q} 2>&1"
 

@@ -132,8 +132,8 @@ def _num(text: Any, where: str = "") -> float:
 
 
 def _read_stats(run_dir: Path):
-    from bertlook.figures import _read_table
-    from bertlook.surface_stats import STAT_COLUMNS
+    from bertlook.reporting.figures import _read_table
+    from bertlook.analyses.surface_stats import STAT_COLUMNS
 
     path = run_dir / STATS_CSV
     header = list(_read_csv(path, required=("layer", "head"), what="attention statistics").columns)
@@ -248,8 +248,8 @@ def _head_text(head: str, direction: str) -> str:
 
 # ---- Table 1
 def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    from bertlook.head_accuracy import TREEBANK_KINDS
-    from bertlook.paper_reference import table1_reference
+    from bertlook.analyses.head_accuracy import TREEBANK_KINDS
+    from bertlook.reporting.paper_reference import table1_reference
 
     path = run_dir / TABLE1_CSV
     df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
@@ -308,7 +308,7 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
 
 # ---- Table 2
 def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.paper_reference import table2_reference
+    from bertlook.reporting.paper_reference import table2_reference
 
     ref = table2_reference()
     path = run_dir / TABLE2_CSV
@@ -362,7 +362,7 @@ def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
 
 # ---- Table 3
 def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.paper_reference import table3_reference
+    from bertlook.reporting.paper_reference import table3_reference
 
     ref = table3_reference()
     path = run_dir / TABLE3_CSV
@@ -484,7 +484,7 @@ def _relaxed(op: str, value: float, tol: float) -> str:
 
 
 def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.paper_reference import figure_facts
+    from bertlook.reporting.paper_reference import figure_facts
 
     rows = []
     for fact in figure_facts():
@@ -1096,8 +1096,8 @@ def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
     import numpy as np
     import seaborn as sns
 
-    from bertlook.figures import _new_figure, _save_png, _style
-    from bertlook.probes import PROBE_LABELS
+    from bertlook.reporting.figures import _new_figure, _save_png, _style
+    from bertlook.analyses.probes import PROBE_LABELS
 
     labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
     colors = sns.color_palette("colorblind", max(3, len(labels)))
@@ -1243,7 +1243,7 @@ def register_cli(subparsers) -> None:
     m.set_defaults(func=_cmd_models_summary)
 
 
-def main(argv: Iterable[str] | None = None) -> int:  # pragma: no cover - `python -m bertlook.compare`
+def main(argv: Iterable[str] | None = None) -> int:  # pragma: no cover - `python -m bertlook.reporting.compare`
     import argparse
 
     parser = argparse.ArgumentParser(prog="bertlook-compare")

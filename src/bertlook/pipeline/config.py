@@ -22,10 +22,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
 def schema_path() -> Path:
-    """Location of ``config.schema.yaml``: the repository's workflow/schemas, else the packaged copy."""
-    repo_schema = PACKAGE_ROOT.parents[1] / "workflow" / "schemas" / "config.schema.yaml"
-    if repo_schema.is_file():
-        return repo_schema
+    """The one config schema, packaged beside this module (``workflow/schemas/config.schema.yaml`` is a
+    symbolic link to it, where Snakemake workflows keep their schema)."""
     return PACKAGE_ROOT / "config.schema.yaml"
 
 
@@ -136,7 +134,7 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
     for key, url in (("wikipedia.url", None if wiki.get("path") else wiki.get("url")),
                      ("glove.url", None if glove.get("path") else glove.get("url"))):
         if url:
-            # as bertlook.preflight._url_file_name: the cache file is resources/<kind>/<name>
+            # as bertlook.pipeline.preflight._url_file_name: the cache file is resources/<kind>/<name>
             name = url.rstrip("/").rsplit("/", 1)[-1]
             host_only = "/" not in url.split("://", 1)[-1].rstrip("/")
             if name in ("", ".", "..") or host_only:
@@ -153,7 +151,7 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
             problems.append("config key 'treebank.local.dev': treebank.source is local but no dev file is "
                             "set (treebank.local.dev)")
         if local.get("format", "auto") == "auto":
-            from bertlook.treebank import CONLLU_SUFFIXES, CONLLX_SUFFIXES
+            from bertlook.data.treebank import CONLLU_SUFFIXES, CONLLX_SUFFIXES
 
             for split in ("train", "dev"):
                 path = local.get(split)

@@ -22,7 +22,7 @@ def _url_file_name(url: str) -> str:
 
 def wikipedia_target(config: dict[str, Any]) -> Path:
     """Where the workflow reads the Wikipedia dump: ``wikipedia.path`` or the download cache."""
-    from bertlook.config import resolve_data_path
+    from bertlook.pipeline.config import resolve_data_path
 
     wiki = config["wikipedia"]
     if wiki.get("path"):
@@ -48,8 +48,8 @@ def ud_download_dir(config: dict[str, Any]) -> Path:
 
 def preflight_problems(config: dict[str, Any]) -> list[str]:
     """One line per thing the configuration needs but cannot reach; empty when all is reachable."""
-    from bertlook.download import check_reachable
-    from bertlook.modeling import check_reachable_model
+    from bertlook.data.download import check_reachable
+    from bertlook.attention.modeling import check_reachable_model
 
     problems = []
     for model in config["models"]:
@@ -125,7 +125,7 @@ What to do:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from bertlook.config import load_config, run_names
+    from bertlook.pipeline.config import load_config, run_names
 
     config = load_config(args.config)
     print(f"{args.config}: valid; runs: {', '.join(run_names(config))}")
@@ -133,14 +133,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from bertlook.config import load_config, run_names
+    from bertlook.pipeline.config import load_config, run_names
 
     print("\n".join(run_names(load_config(args.config))))
     return 0
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from bertlook.config import load_config
+    from bertlook.pipeline.config import load_config
 
     config = load_config(args.config)
     problems = preflight_problems(config)

@@ -204,7 +204,7 @@ def _weights_bytes(root: Path) -> int | None:
 def model_dims(spec: str, revision: str | None = None) -> ModelDims:
     """Dimensions of a model spec from its ``config.json``, without loading weights or using the
     network (hub ids: the HF cache only). :data:`DEFAULT_DIMS` when the config cannot be read."""
-    from bertlook.modeling import _cached_file, resolve_model
+    from bertlook.attention.modeling import _cached_file, resolve_model
 
     try:
         resolved = resolve_model(spec, revision)
@@ -258,7 +258,7 @@ class Examples:
 
 def shard_slice(items: list, shard: tuple[int, int] | None) -> list:
     """Shard ``i`` of ``k``: the contiguous range ``[(i-1) N // k, i N // k)`` of the items, as
-    ``bertlook.sharding.shard_range`` cuts the segments and treebank files."""
+    ``bertlook.pipeline.sharding.shard_range`` cuts the segments and treebank files."""
     if shard is None:
         return items
     i, k = shard

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from bertlook.attention_store import AttentionStore
+    from bertlook.attention.store import AttentionStore
 
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
 DEFAULT_CHUNK_BYTES = 2**20  # one block of pairwise mixtures (x2 buffers): about L2-sized
@@ -208,15 +208,15 @@ def js_divergence_sum(
 ) -> tuple["np.ndarray", int]:
     """``(sum of the per-example JS matrices [K, K], number of examples)`` over the selected examples.
 
-    Selection (:func:`bertlook.sharding.select_examples`): all examples; with ``max_examples`` the
+    Selection (:func:`bertlook.pipeline.sharding.select_examples`): all examples; with ``max_examples`` the
     first N segments of the ``segments`` file, or without it the first N examples of the store. No
     example selected gives a zero matrix and 0. ``progress``: a progress bar (ETA) on stderr.
     """
     import numpy as np
 
     from bertlook.errors import BertlookError
-    from bertlook.extraction import progress_bar
-    from bertlook.sharding import select_examples
+    from bertlook.attention.extraction import progress_bar
+    from bertlook.pipeline.sharding import select_examples
 
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
@@ -280,7 +280,7 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     import numpy as np
 
     from bertlook.errors import BertlookError
-    from bertlook.sharding import same_value
+    from bertlook.pipeline.sharding import same_value
 
     if not partials:
         raise BertlookError("no partial JS divergences to reduce")
@@ -490,7 +490,7 @@ def _read_stats(path) -> "pd.DataFrame":
 
 
 def _run_cluster(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv
 
@@ -502,7 +502,7 @@ def _run_cluster(args: "argparse.Namespace") -> int:
         threads = int(env) if env.isdigit() and int(env) > 0 else 1
     if threads < 1:
         raise BertlookError(f"--threads must be >= 1, got {threads}")
-    from bertlook.sharding import load_partial, save_partial
+    from bertlook.pipeline.sharding import load_partial, save_partial
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("cluster: give --attention DIR or --partial NPZ ... (one of them)")

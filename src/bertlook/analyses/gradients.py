@@ -9,7 +9,7 @@ never released this code, so every choice below is ours; the ambiguous ones are 
 Masking (:func:`mask_segments`), as in BERT pre-training (``create_pretraining_data.py``)
 -------------------------------------------------------------------------------------------
 * Input: the unlabeled segments (``[CLS] A [SEP] B [SEP]`` wordpieces, looked up in the vocabulary
-  with :func:`bertlook.extraction.encode_segment`, never re-tokenized); token type ids ``zeros``
+  with :func:`bertlook.attention.extraction.encode_segment`, never re-tokenized); token type ids ``zeros``
   (default, what the authors fed) or ``pair`` [``segment_ids`` / ``--segment-ids``].
 * Candidates: every position whose token is not the tokenizer's CLS, SEP, PAD or MASK token, so
   [CLS] and [SEP] are never masked (as in BERT, [UNK] may be masked).
@@ -173,7 +173,7 @@ def mask_segments(
     """
     import numpy as np
 
-    from bertlook.extraction import encode_segment
+    from bertlook.attention.extraction import encode_segment
 
     if not (0.0 < float(rate) <= 1.0) or not math.isfinite(float(rate)):
         raise BertlookError(f"mask rate must be in (0, 1], got {rate!r}")
@@ -256,7 +256,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     import torch
     import torch.nn.functional as F
 
-    from bertlook.extraction import _accepts_token_type_ids
+    from bertlook.attention.extraction import _accepts_token_type_ids
 
     if not batch:
         raise BertlookError("empty batch")
@@ -478,7 +478,7 @@ def load_mlm_checked(resolved, device="cpu"):
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from bertlook.modeling import _check_finite, _from_pretrained
+    from bertlook.attention.modeling import _check_finite, _from_pretrained
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -554,7 +554,7 @@ def gradient_partial(
     """Sums and counts of the gradient statistics of (a shard of) the segments: ``(meta, arrays)``.
 
     The segments used are the first ``max_examples`` of the file; ``shard=(i, k)`` keeps the i-th of
-    k contiguous ranges of them (:func:`bertlook.sharding.shard_range`). Masking always runs over all
+    k contiguous ranges of them (:func:`bertlook.pipeline.sharding.shard_range`). Masking always runs over all
     segments used, with the one generator of the module docstring, so a segment gets the same masked
     input whatever the sharding. ``arrays``: ``grad_sum`` ``[L, 3]`` (sum of ``|dL/dA|``),
     ``count_sum`` ``[3]`` (entries), ``seg_mean_sum`` / ``seg_mean_n`` ``[L, 3]`` (sum and number of
@@ -565,9 +565,9 @@ def gradient_partial(
     """
     import numpy as np
 
-    from bertlook.corpora import read_segments
-    from bertlook.extraction import progress_bar
-    from bertlook.modeling import load_tokenizer, pick_device, resolve_model
+    from bertlook.data.corpora import read_segments
+    from bertlook.attention.extraction import progress_bar
+    from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model
 
     _check_choice("mask mode", mask_mode, MASK_MODES)
     _check_choice("segment ids mode", segment_ids, SEGMENT_ID_MODES)
@@ -589,7 +589,7 @@ def gradient_partial(
     }
     info = None
     if shard is not None:
-        from bertlook.sharding import shard_info
+        from bertlook.pipeline.sharding import shard_info
 
         info = shard_info(len(segments), *shard)
     resolved = resolve_model(model_spec, revision)
@@ -680,7 +680,7 @@ def reduce_gradients(partials, *, where=None):
     import numpy as np
     import pandas as pd
 
-    from bertlook.sharding import same_value
+    from bertlook.pipeline.sharding import same_value
 
     if not partials:
         raise BertlookError("no partial gradient statistics to reduce")
@@ -818,7 +818,7 @@ def _read_gradient_table(path):
     """``(frame, note)``: the typed table, or ``(None, note)`` for a not-run table."""
     import pandas as pd
 
-    from bertlook.figures import _read_table
+    from bertlook.reporting.figures import _read_table
 
     raw = _read_table(path, str_cols=tuple(COLUMNS))
     header = list(pd.read_csv(path, nrows=0).columns)
@@ -842,7 +842,7 @@ def _read_gradient_table(path):
 def _note_figure(note: str, out_png):
     import textwrap
 
-    from bertlook.figures import _new_figure, _save_png, _style
+    from bertlook.reporting.figures import _new_figure, _save_png, _style
 
     with _style():
         fig = _new_figure(figsize=(8.0, 3.0))
@@ -862,7 +862,7 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
     gradient magnitude ``|dL/dA|`` of attention to the same targets. A not-run table (``note`` column,
     empty numbers) gives a figure that shows the note.
     """
-    from bertlook.figures import _layer_ticks, _new_figure, _save_png, _style
+    from bertlook.reporting.figures import _layer_ticks, _new_figure, _save_png, _style
 
     df, note = _read_gradient_table(csv)
     if df is None:
@@ -926,7 +926,7 @@ outputs:
   --summary JSON     status ("ok" / "not run"), reason, settings, counts (masked tokens, excluded
                      segments), mean loss, timing, device, model provenance
 
-Definitions (masking procedure, loss, averaging): see the docstring of bertlook.gradients.
+Definitions (masking procedure, loss, averaging): see the docstring of bertlook.analyses.gradients.
 """
 
 
@@ -944,7 +944,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")
     p.add_argument("--out-figure", default=None, metavar="PNG", help="fig3_sep_gradients.png (output)")
     p.add_argument("--summary", default=None, metavar="JSON", help="summary JSON (output)")
-    from bertlook.sharding import shard_arg
+    from bertlook.pipeline.sharding import shard_arg
 
     p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
                    help="only shard I of K: the I-th of K contiguous ranges of the segments used (with --out-partial)")
@@ -973,7 +973,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_csv, write_json
-    from bertlook.sharding import load_partial, save_partial
+    from bertlook.pipeline.sharding import load_partial, save_partial
 
     if args.partial and (args.segments or args.model):
         raise BertlookError("gradients: give --partial NPZ ... or --segments/--model, not both")

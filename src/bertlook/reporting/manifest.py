@@ -58,7 +58,7 @@ def build_manifest(
     step_summaries: dict[str, str],
 ) -> dict[str, Any]:
     """Assemble the manifest dict (see module docstring)."""
-    from bertlook.config import model_for_run
+    from bertlook.pipeline.config import model_for_run
 
     # a store directory, or its meta.json alone (a sharded run's gathered meta: no maps needed)
     meta_path = Path(attention_dir) if Path(attention_dir).is_file() else Path(attention_dir) / "meta.json"
@@ -87,7 +87,7 @@ def build_manifest(
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from bertlook.config import validate_config
+    from bertlook.pipeline.config import validate_config
     from bertlook.io_utils import write_json
 
     config = validate_config(json.loads(args.config_json), source="--config-json")

@@ -19,7 +19,7 @@ unsharded computation. Word-level stores are gathered by :func:`merge_stores` (`
 merge-stores``): shard files are hard-linked (copied where the file system cannot link), the indexes
 are concatenated with shard ids renumbered and put back into the unsharded store's order
 (length-sorted, ties by id), and the result is validated with
-:func:`bertlook.attention_store.open_store`; Table 1 and the probes read one store as before.
+:func:`bertlook.attention.store.open_store`; Table 1 and the probes read one store as before.
 Extraction summaries are gathered by :func:`merge_summaries` (``bertlook gather-extraction`` for the
 segments, ``merge-stores --part-summary`` for the words): counts are summed, settings must agree,
 id lists are concatenated, rates recomputed.
@@ -93,7 +93,7 @@ def shard_info(n: int, i: int, k: int) -> dict[str, Any]:
 
 def first_segment_ids(segments_path, max_examples: int) -> set:
     """Ids of the first ``max_examples`` segments of a segments file."""
-    from bertlook.corpora import read_segments
+    from bertlook.data.corpora import read_segments
 
     return {seg["id"] for seg in read_segments(segments_path)[: max(0, int(max_examples))]}
 
@@ -320,7 +320,7 @@ def merge_store_meta(metas: Sequence[dict[str, Any]], *, where: Sequence[Any]) -
 # merging stores
 
 def _order_key(level: str):
-    from bertlook.extraction import _id_key
+    from bertlook.attention.extraction import _id_key
 
     def key(rec: dict[str, Any]):
         n = rec.get("n_wordpieces") if level == "word" and isinstance(rec.get("n_wordpieces"), int) else rec["n"]
@@ -352,8 +352,8 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
     exclusions concatenated (:func:`merge_store_meta`). Built under a temporary name beside
     ``out_dir``, renamed into place, then opened again to validate.
     """
-    from bertlook.attention_store import open_store
-    from bertlook.extraction import _id_key
+    from bertlook.attention.store import open_store
+    from bertlook.attention.extraction import _id_key
     from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
 
     if not stores:

@@ -12,7 +12,7 @@
 Every number carries a ``source`` (where in the paper it is printed) and a ``tolerance``; the
 validation run on loading enforces it.
 
-Percentages stay percentages here (as printed); :mod:`bertlook.head_accuracy` converts them to
+Percentages stay percentages here (as printed); :mod:`bertlook.analyses.head_accuracy` converts them to
 fractions for its CSV.
 """
 
@@ -47,9 +47,9 @@ def _load_cached() -> dict[str, Any]:
     import yaml
 
     try:
-        text = importlib.resources.files("bertlook").joinpath(RESOURCE).read_text(encoding="utf-8")
+        text = importlib.resources.files("bertlook.reporting").joinpath(RESOURCE).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError) as err:
-        raise BertlookError(f"bertlook/{RESOURCE}: cannot read the packaged paper reference: {err}") from None
+        raise BertlookError(f"bertlook/reporting/{RESOURCE}: cannot read the packaged paper reference: {err}") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -256,7 +256,7 @@ def table2_reference() -> dict[str, dict[str, Any]]:
 
 
 def table3_reference() -> dict[str, dict[str, Any]]:
-    """Paper Table 3 rows keyed by probe id (:data:`bertlook.probes.PROBES` plus ``structural_probe``).
+    """Paper Table 3 rows keyed by probe id (:data:`bertlook.analyses.probes.PROBES` plus ``structural_probe``).
 
     Each row: ``probe, label, uas`` (percent, as printed), ``tolerance`` (points), ``source``; plus
     ``printed_by_code`` (``attn_glove``: 78.0, what the authors' run printed), ``comparable: false``

@@ -16,8 +16,8 @@ BERT runs on ``[CLS] w1 .. wn [SEP]`` and its token-level maps are turned into w
 character offsets, so it works for BERT WordPiece (``##`` continuations) and for byte-level BPE
 (RoBERTa/GPT-2, ``Ġ`` space marker, with or without ``trim_offsets``).
 
-:func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.treebank.read_conllu``), aligns
-every sentence, runs the model with the batched machinery of :func:`bertlook.extraction.extract_to_store`
+:func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.data.treebank.read_conllu``), aligns
+every sentence, runs the model with the batched machinery of :func:`bertlook.attention.extraction.extract_to_store`
 (sorted batches, padding masks, dropout off, over-long sentences excluded and counted) and streams
 the word-level maps into an attention store (``level: "word"``) whose records carry the gold
 ``heads``/``rels``/``upos``/``xpos``, so later steps need only the store.
@@ -218,8 +218,8 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
 # word-level extraction
 
 def _read_treebank(path) -> tuple[list, dict[str, int]]:
-    """Sentences of a CoNLL-U file (``bertlook.treebank.read_conllu``) and the reader's counts."""
-    from bertlook.treebank import read_conllu
+    """Sentences of a CoNLL-U file (``bertlook.data.treebank.read_conllu``) and the reader's counts."""
+    from bertlook.data.treebank import read_conllu
 
     try:
         params = inspect.signature(read_conllu).parameters
@@ -260,7 +260,7 @@ def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sente
     """Align treebank sentences (objects with ``sent_id, words, heads, rels, upos, xpos``).
 
     Returns ``(examples, alignments, excluded_ids, errors)``: ``examples`` are the
-    ``(record, input_ids, token_type_ids)`` triples for :func:`~bertlook.extraction.extract_to_store`
+    ``(record, input_ids, token_type_ids)`` triples for :func:`~bertlook.attention.extraction.extract_to_store`
     (record: ``id``, wordpiece ``tokens`` and the gold fields), ``alignments`` maps id ->
     :class:`Alignment`; sentences that cannot be aligned are left out, their ids listed in
     ``excluded_ids`` and their messages in ``errors``.
@@ -330,17 +330,17 @@ def extract_word_attention_from_sentences(
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
 
     ``random_init_seed``: run the random-init baseline of the probes instead of the model itself:
-    the model re-initialised in memory by :func:`bertlook.random_init.load_random_init_model` (the
+    the model re-initialised in memory by :func:`bertlook.attention.random_init.load_random_init_model` (the
     weights of ``bertlook random-init --seed SEED``, bit for bit); ``meta.json`` and the summary then
     hold ``random_init`` (what ``bertlook_random_init.json`` records).
 
     ``shard=(i, k)``: only shard ``i`` of ``k``, the contiguous range
-    :func:`bertlook.sharding.shard_range` of the sentences. Every sentence is still aligned and the
+    :func:`bertlook.pipeline.sharding.shard_range` of the sentences. Every sentence is still aligned and the
     unknown-token check is made on all of them (the same decision whatever ``k``); counts in the
     summary and ``meta.json`` are the shard's own, and the summary also holds ``shard`` and
     ``store_meta`` for ``bertlook merge-stores``.
     """
-    from bertlook.extraction import (
+    from bertlook.attention.extraction import (
         DEFAULT_MAX_UNK_RATE,
         aligned_unk_words,
         check_max_unk_rate,
@@ -349,7 +349,7 @@ def extract_word_attention_from_sentences(
         unk_statistics,
         unk_summary,
     )
-    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
+    from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
@@ -365,7 +365,7 @@ def extract_word_attention_from_sentences(
     n_sentences = len(sentences)
     info = None
     if shard is not None:
-        from bertlook.sharding import shard_info
+        from bertlook.pipeline.sharding import shard_info
 
         info = shard_info(len(sentences), *shard)
         mine = {sentence_id(sent, k) for k, sent in enumerate(sentences) if info["start"] <= k < info["stop"]}
@@ -390,7 +390,7 @@ def extract_word_attention_from_sentences(
     if random_init_seed is None:
         model = load_model(resolved, dev)
     else:
-        from bertlook.random_init import load_random_init_model
+        from bertlook.attention.random_init import load_random_init_model
 
         model, random_init = load_random_init_model(resolved, int(random_init_seed), dev)
     meta = {
@@ -436,7 +436,7 @@ def extract_word_attention_from_sentences(
     if summary_extra:
         summary.update(summary_extra)
     if info is not None:
-        from bertlook.extraction import add_shard_fields
+        from bertlook.attention.extraction import add_shard_fields
 
         add_shard_fields(summary, info, out_dir)
     return summary
@@ -465,7 +465,7 @@ def extract_word_attention(
     batches; sentences with more than ``max_seq_len`` tokens and sentences that cannot be aligned
     are excluded, counted and their ids listed (summary and ``meta.json`` ``excluded``). The run
     stops before the model is loaded when more than ``max_unk_rate`` (default 0.05) of the tokens
-    are the unknown token (:func:`bertlook.extraction.check_unk_rate`). Store
+    are the unknown token (:func:`bertlook.attention.extraction.check_unk_rate`). Store
     records: ``id`` (sent_id), ``tokens`` = ``[CLS, *words, SEP]``, gold ``heads``/``rels``/
     ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
     Returns the summary dict (counts, split-word fraction, tokens/s, device, ...). ``shard=(i, k)``:
@@ -490,7 +490,7 @@ def extract_word_attention(
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
-    from bertlook.extraction import add_batch_arguments, add_model_arguments
+    from bertlook.attention.extraction import add_batch_arguments, add_model_arguments
 
     p = subparsers.add_parser(
         "extract-words",
@@ -523,7 +523,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
                    help="re-initialise every weight but the word and position embeddings (seeded) before "
                         "extracting: the random-init baseline of the probes (default: the model as is)")
-    from bertlook.extraction import add_shard_argument
+    from bertlook.attention.extraction import add_shard_argument
 
     add_shard_argument(p, "treebank sentences")
     p.set_defaults(func=_cmd_extract_words)

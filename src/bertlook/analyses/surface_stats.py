@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from bertlook.attention_store import AttentionStore
+    from bertlook.attention.store import AttentionStore
 
 COLUMNS = [
     "layer", "head", "cls", "sep", "punct", "self", "prev", "next",
@@ -105,7 +105,7 @@ def surface_stats_partial(
 ) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
     """Sums and counts of the statistics over the selected examples of one store: ``(meta, arrays)``.
 
-    Selection (:func:`bertlook.sharding.select_examples`): all examples, or with ``max_examples`` the
+    Selection (:func:`bertlook.pipeline.sharding.select_examples`): all examples, or with ``max_examples`` the
     first N segments of the ``segments`` file (without it: the first N of the store). ``arrays``:
     ``sums`` ``[columns, layers, heads]`` (float64, in :data:`STAT_COLUMNS` order), ``sum_log_n``;
     ``meta``: layout, special tokens, ``n_examples``, ``counts`` per column, ``sum_n``,
@@ -114,7 +114,7 @@ def surface_stats_partial(
     import numpy as np
 
     from bertlook.errors import BertlookError
-    from bertlook.sharding import select_examples
+    from bertlook.pipeline.sharding import select_examples
 
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
@@ -169,7 +169,7 @@ def reduce_surface_stats(
     import pandas as pd
 
     from bertlook.errors import BertlookError
-    from bertlook.sharding import same_value
+    from bertlook.pipeline.sharding import same_value
 
     if not partials:
         raise BertlookError("no partial statistics to reduce")
@@ -239,10 +239,10 @@ def compute_surface_stats(
 
 
 def _run_stats(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv, write_json
-    from bertlook.sharding import load_partial, save_partial
+    from bertlook.pipeline.sharding import load_partial, save_partial
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("stats: give --attention DIR or --partial NPZ ... (one of them)")

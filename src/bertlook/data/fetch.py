@@ -9,16 +9,16 @@ of the configuration:
   pickled weights are never fetched, since bertlook refuses them. The snapshot must then hold
   safetensors weights and tokenizer files. Local directories and ``package:`` specs are only
   checked (safetensors headers, tokenizer files), as ``bertlook preflight`` does.
-* **Wikipedia dump** (``wikipedia.url``) -- into :func:`bertlook.preflight.wikipedia_target`, checked
+* **Wikipedia dump** (``wikipedia.url``) -- into :func:`bertlook.pipeline.preflight.wikipedia_target`, checked
   against ``wikipedia.sha256`` and/or the sha1 listed in ``wikipedia.sha1sums_url``;
 * **UD treebank** (``treebank.source: ud``) -- the train and dev files into
-  :func:`bertlook.preflight.ud_download_dir`, checked against ``treebank.ud.{train,dev}_sha256``;
-* **GloVe** (``glove.url``) -- into :func:`bertlook.preflight.glove_download_target`, checked against
+  :func:`bertlook.pipeline.preflight.ud_download_dir`, checked against ``treebank.ud.{train,dev}_sha256``;
+* **GloVe** (``glove.url``) -- into :func:`bertlook.pipeline.preflight.glove_download_target`, checked against
   ``glove.sha256`` (and ``glove.member`` must be in the zip);
 * local paths (``wikipedia.path``, ``glove.path``, local treebank files, coreference files) and the
   spaCy model of silver trees are checked, not fetched.
 
-Downloads go through :func:`bertlook.download.download` (retries, atomic write, checksums). Beside
+Downloads go through :func:`bertlook.data.download.download` (retries, atomic write, checksums). Beside
 every downloaded file a ``{file}.download.json`` summary is written, in the format of the workflow's
 download rules (``{url, path, sha256, sha1, bytes}``), so that Snakemake finds the download rules'
 outputs complete and schedules no download job.
@@ -73,7 +73,7 @@ def _snapshot_download(**kwargs) -> str:
 def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     """The snapshot directory of ``repo_id`` at ``revision`` when the HF cache already holds its
     config, safetensors weights and a tokenizer file; else None."""
-    from bertlook.modeling import _cached_file, in_hf_cache
+    from bertlook.attention.modeling import _cached_file, in_hf_cache
 
     if not in_hf_cache(repo_id, revision):
         return None
@@ -89,7 +89,7 @@ def _file_records(root: Path) -> list[dict[str, Any]]:
     left out."""
     import fnmatch
 
-    from bertlook.download import _digests
+    from bertlook.data.download import _digests
 
     out = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()
@@ -101,7 +101,7 @@ def _file_records(root: Path) -> list[dict[str, Any]]:
 
 def _check_model_dir(spec: str, directory: Path, source: str) -> None:
     """Safetensors weights (headers opened, pickles refused) and tokenizer files in ``directory``."""
-    from bertlook.modeling import ResolvedModel, check_weights_files, tokenizer_files_problem
+    from bertlook.attention.modeling import ResolvedModel, check_weights_files, tokenizer_files_problem
 
     as_local = ResolvedModel(spec=spec, path_or_id=str(directory), source=source)
     check_weights_files(as_local)
@@ -114,7 +114,7 @@ def fetch_model(spec: str, revision: str | None = None, *,
                 snapshot_download: Callable[..., str] | None = None) -> dict[str, Any]:
     """Fetch a hub model into the HF cache (safetensors, tokenizer, config only), or check a local /
     ``package:`` model. Returns a summary item; raises :class:`BertlookError` when it cannot."""
-    from bertlook.modeling import _hub_offline, hub_unreachable_message, resolve_model
+    from bertlook.attention.modeling import _hub_offline, hub_unreachable_message, resolve_model
 
     resolved = resolve_model(spec, revision)
     item: dict[str, Any] = {"kind": "model", "name": spec, "source": resolved.source}
@@ -163,7 +163,7 @@ def _fetch_file(kind: str, name: str, url: str, dest: Path, *, sha256: str | Non
                 backoff: float = 1.0) -> dict[str, Any]:
     """Download ``url`` to ``dest`` unless already there (checksum or recorded summary), then write
     ``{dest}.download.json``. Returns a summary item."""
-    from bertlook.download import (_digests, download, fetch_sha1_from_sums, present_as_recorded,
+    from bertlook.data.download import (_digests, download, fetch_sha1_from_sums, present_as_recorded,
                                    summary_path)
     from bertlook.io_utils import write_json
 
@@ -218,9 +218,9 @@ def _check_package(kind: str, name: str, module: str) -> dict[str, Any]:
 def _tasks(config: dict[str, Any], net: dict[str, Any],
            snapshot_download: Callable[..., str] | None) -> list[tuple[str, Callable[[], dict]]]:
     """(what, thunk) for every input of the configuration, in pipeline order."""
-    from bertlook.config import resolve_data_path
-    from bertlook.preflight import glove_download_target, ud_download_dir, wikipedia_target
-    from bertlook.treebank import ud_url
+    from bertlook.pipeline.config import resolve_data_path
+    from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
+    from bertlook.data.treebank import ud_url
 
     tasks: list[tuple[str, Callable[[], dict]]] = []
     for model in config["models"]:
@@ -327,7 +327,7 @@ def _echo_item(item: dict[str, Any], echo: Callable[[str], None]) -> None:
 # --------------------------------------------------------------------------------------------- CLI
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.config import load_config
+    from bertlook.pipeline.config import load_config
 
     config = load_config(args.config)
     out = fetch_config(config, retries=args.retries, timeout=args.timeout, summary=args.summary)

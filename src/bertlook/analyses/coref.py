@@ -31,7 +31,7 @@ always the last word. Every head records its source (``tree``, ``not_constituent
 mentions starting after it ("outside") are dropped and counted separately; nothing else is dropped.
 Words go to the model with PTB bracket escapes undone (``-LRB-`` -> ``(`` ...) and the ``/.``-style
 escapes of conversational OntoNotes text unescaped (:func:`model_word`). The maps are converted to
-word level exactly as for Table 1 (``bertlook.alignment``: TO a split word = sum, FROM = ``mean`` by
+word level exactly as for Table 1 (``bertlook.attention.alignment``: TO a split word = sum, FROM = ``mean`` by
 default) and streamed into a word-level attention store whose records carry ``id``
 (``<doc id>#<part>``), ``tokens`` (``[CLS], words.., [SEP]``), ``pos``, ``mentions``
 (``[start, end, cluster]``, 0-based inclusive word indices, sorted), ``mention_heads``, ``head_pos``,
@@ -80,7 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from bertlook.attention_store import AttentionStore
+    from bertlook.attention.store import AttentionStore
 
 HEAD_RULES = ("tree", "last")
 CANDIDATES = ("all", "mentions")
@@ -402,7 +402,7 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
     docs: list[Document] = []
     builder: _PartBuilder | None = None
     doc_ids: dict[str, bool] = {}  # doc id -> has any mention (this file)
-    from bertlook.treebank import iter_text_lines
+    from bertlook.data.treebank import iter_text_lines
 
     lineno = 0
     begun = 0
@@ -706,8 +706,8 @@ def coref_record(doc: Document, n_words: int | None = None, *, head_rule: str = 
 
 
 def _piece_counts(words: Sequence[str], tokenizer, *, sent_id: str) -> tuple[list[int], int]:
-    """Wordpieces per word and number of special tokens (via ``bertlook.alignment.align_words``)."""
-    from bertlook.alignment import align_words
+    """Wordpieces per word and number of special tokens (via ``bertlook.attention.alignment.align_words``)."""
+    from bertlook.attention.alignment import align_words
 
     al = align_words(words, tokenizer, sent_id=sent_id)
     counts = [e - s for s, e in al.token_spans]
@@ -723,7 +723,7 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
     kept words. Parts whose words cannot be aligned, or whose first word alone does not fit, are left
     out and counted with their ids.
     """
-    from bertlook.alignment import align_words
+    from bertlook.attention.alignment import align_words
 
     if head_rule not in HEAD_RULES:
         raise BertlookError(f"unknown head rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
@@ -790,7 +790,7 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
 
 def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
     """``extract_to_store`` hook: wordpiece record + map -> word-level record + ``[L, H, W+2, W+2]`` map."""
-    from bertlook.alignment import token_to_word_attention
+    from bertlook.attention.alignment import token_to_word_attention
 
     def transform(record: dict[str, Any], attn):
         al = alignments[record["id"]]
@@ -823,8 +823,8 @@ def extract_coref_attention(
     go into the store's ``meta.json`` under ``coref``. Stops before the model is loaded when more than
     ``max_unk_rate`` (default 0.05) of the tokens are the unknown token (summary: ``unk_tokens``, ...).
     """
-    from bertlook.alignment import FROM_SPLIT_MODES
-    from bertlook.extraction import (
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extraction import (
         DEFAULT_MAX_UNK_RATE,
         aligned_unk_words,
         check_max_unk_rate,
@@ -834,7 +834,7 @@ def extract_coref_attention(
         unk_summary,
     )
     from bertlook.io_utils import sha256_file
-    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
+    from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
@@ -1077,7 +1077,7 @@ def score_store(path_or_store, *, candidates: str = "all", max_examples: int | N
 
     if candidates not in CANDIDATES:
         raise BertlookError(f"unknown candidates {candidates!r} (use one of {', '.join(CANDIDATES)})")
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     store = open_store(path_or_store, level="word", what="coreference attention store")
     L, H = store.num_layers, store.num_heads
@@ -1136,7 +1136,7 @@ def table2_frame(scores: CorefScores, paper: dict[str, dict[str, Any]] | None = 
     import pandas as pd
 
     if paper is None:
-        from bertlook.paper_reference import table2_reference
+        from bertlook.reporting.paper_reference import table2_reference
 
         paper = table2_reference()
     n = [int(x) for x in scores.counts]
@@ -1361,8 +1361,8 @@ def register_cli(subparsers) -> None:
     """Add the ``coref-extract`` and ``coref`` subcommands."""
     import argparse
 
-    from bertlook.alignment import FROM_SPLIT_MODES
-    from bertlook.extraction import add_batch_arguments, add_model_arguments
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extraction import add_batch_arguments, add_model_arguments
 
     p = subparsers.add_parser("coref-extract", help="CoNLL-2012 parts -> word-level attention store with gold mentions",
                               description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1425,7 +1425,7 @@ def _cmd_coref(args) -> int:
         return 0
     if not args.attention:
         raise BertlookError("coref needs --attention DIR (or --not-run REASON when no corpus is configured)")
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     store = open_store(args.attention, level="word", what="coreference attention store")
     scores = score_store(store, candidates=args.candidates, max_examples=args.max_examples)

@@ -543,12 +543,12 @@ def prepare_ud(
 
     Files are fetched from ``base_url`` (default :data:`UD_URL_TEMPLATE`, GitHub raw files of
     ``UniversalDependencies/{repo}`` at tag ``{release}``) into ``download_dir/{file}`` with
-    :func:`bertlook.download.download` (retries, atomic write, skipped when the file is already there
+    :func:`bertlook.data.download.download` (retries, atomic write, skipped when the file is already there
     with the given sha256); a given sha256 that does not match is an error and nothing is written.
     German: ``repo="UD_German-GSD", train_file="de_gsd-ud-train.conllu", dev_file=...``.
     The sha256 of each file is recorded in the summary (pin it with ``train_sha256``/``dev_sha256``).
     """
-    from bertlook.download import download, present_as_recorded
+    from bertlook.data.download import download, present_as_recorded
 
     if out_train is None or out_dev is None:
         raise BertlookError("prepare_ud: output paths for the train and dev splits are required")
@@ -633,7 +633,7 @@ def silver_sentence(doc, sent_id: str, max_words: int) -> tuple[Sentence | None,
 
 
 def _used_documents(segments_path: Path) -> dict[int, str]:
-    from bertlook.corpora import read_segments
+    from bertlook.data.corpora import read_segments
 
     used: dict[int, str] = {}
     for seg in read_segments(segments_path):
@@ -669,7 +669,7 @@ def prepare_silver(
 
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
-       dump: error). All other documents of ``dump_path`` (:func:`bertlook.corpora.iter_documents`,
+       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.corpora.iter_documents`,
        at most ``max_articles`` kept articles when given) are candidates, with their sentences.
     2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
        in that order, whole, first into dev until it holds ``dev_sentences`` kept sentences, then
@@ -686,7 +686,7 @@ def prepare_silver(
     Too few sentences is not an error: what exists is written and each shortfall is a line in
     ``summary["warnings"]`` (also logged). Returns the summary (written to ``summary`` when given).
     """
-    from bertlook.corpora import iter_documents
+    from bertlook.data.corpora import iter_documents
 
     for name, value, low in (("train_sentences", train_sentences, 0), ("dev_sentences", dev_sentences, 0),
                              ("max_words", max_words, 1), ("batch_size", batch_size, 1)):
@@ -818,7 +818,7 @@ def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.config import resolve_data_path
+    from bertlook.pipeline.config import resolve_data_path
 
     if args.source == "local":
         _need(args, "local", "--dev")

@@ -1,6 +1,6 @@
 """Accuracy of single attention heads at dependency syntax (paper Table 1) and the Fig 5 twin.
 
-Input: a **word-level** attention store (``meta["level"] == "word"``, see ``bertlook.alignment``). Each
+Input: a **word-level** attention store (``meta["level"] == "word"``, see ``bertlook.attention.alignment``). Each
 example's map is ``[L, H, W+2, W+2]`` (index 0 = [CLS], 1..W = words, W+1 = [SEP]; row = attention
 FROM a word, column = TO a word) and its record holds the gold tree: ``heads`` (W ints, 1-based index
 of the head word, 0 = ROOT), ``rels`` (W labels), optionally ``xpos`` / ``upos``.
@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
 
-    from bertlook.attention_store import AttentionStore
+    from bertlook.attention.store import AttentionStore
 
 DIRECTIONS = ("dep2head", "head2dep")
 DIRECTION_ARROWS = {"dep2head": "d\u2192h", "head2dep": "h\u2192d"}
@@ -166,7 +166,7 @@ def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
 
 
 def _check_word_store(store: "AttentionStore") -> None:
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     open_store(store, level="word")
 
@@ -419,7 +419,7 @@ def head_label(layer0: int, head0: int) -> str:
 
 
 def _parse_label(label: str) -> tuple[int, int]:
-    from bertlook.figures import parse_head_label
+    from bertlook.reporting.figures import parse_head_label
 
     layer, head = parse_head_label(label)
     return layer - 1, head - 1
@@ -543,7 +543,7 @@ def table1(
     Columns :data:`TABLE1_COLUMNS` (accuracies are fractions 0..1; ``best_head`` 1-indexed "L-H"),
     then :data:`HELDOUT_COLUMNS` when ``train_scores`` is given (head chosen on train, accuracy on
     dev), then :data:`PAPER_COLUMNS` when ``paper`` (relation -> row of
-    :func:`bertlook.paper_reference.table1_reference`, percents) is given; ``diff_accuracy`` (ours -
+    :func:`bertlook.reporting.paper_reference.table1_reference`, percents) is given; ``diff_accuracy`` (ours -
     paper, fraction) is filled only when ``comparable``. The head CIs need a second pass over the dev
     store: ``dev_store`` (store or path), default the store ``dev_scores`` was computed from.
     """
@@ -589,7 +589,7 @@ def table1(
         den = np.stack(dens, axis=1)
         store_ref = dev_store if dev_store is not None else dev_scores.store_path
         if store_ref is not None:
-            from bertlook.attention_store import open_store
+            from bertlook.attention.store import open_store
 
             head_nums = sentence_correct(open_store(store_ref, level="word"), dev_scores, [s[:4] for s in selections])
         else:
@@ -807,8 +807,8 @@ def fig5_syntax_heads(
     import seaborn as sns
     from matplotlib.collections import LineCollection
 
-    from bertlook.attention_store import open_store
-    from bertlook.figures import _MIN_WEIGHT, _new_figure, _save_png, _short_token, _style
+    from bertlook.attention.store import open_store
+    from bertlook.reporting.figures import _MIN_WEIGHT, _new_figure, _save_png, _short_token, _style
 
     relations = list(relations)
     if not relations:
@@ -988,9 +988,9 @@ def register_cli(subparsers) -> None:
 
 
 def _run_heads(args: "argparse.Namespace") -> int:
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
     from bertlook.io_utils import write_json, write_text
-    from bertlook.paper_reference import table1_reference
+    from bertlook.reporting.paper_reference import table1_reference
 
     dev_store = open_store(args.dev_attention, level="word")
     kind = args.treebank_kind or dev_store.meta.get("treebank_kind")

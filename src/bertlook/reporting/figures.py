@@ -283,7 +283,7 @@ def fig1_example_heads(
         raise BertlookError("fig1_example_heads: no heads given")
     if labels is not None and len(labels) != len(heads):
         raise BertlookError(f"fig1_example_heads: {len(labels)} labels for {len(heads)} heads")
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     store = open_store(store_path)
     for layer, head in heads:
@@ -376,8 +376,8 @@ def example_id_from_segments(segments_path, example_index: int, max_seq_len: int
     """``(id, n)``: the id of the ``example_index``-th example of an unsharded store of these segments
     (storage order: longest first, ties by id; segments over ``max_seq_len`` excluded) and ``n``, the
     number of examples such a store holds. Out of range is an error."""
-    from bertlook.corpora import read_segments
-    from bertlook.extraction import _id_key
+    from bertlook.data.corpora import read_segments
+    from bertlook.attention.extraction import _id_key
 
     kept = [s for s in read_segments(segments_path) if max_seq_len is None or len(s["tokens"]) <= int(max_seq_len)]
     kept.sort(key=lambda s: (-len(s["tokens"]), _id_key(s["id"])))
@@ -392,7 +392,7 @@ def fig1_example_partial(store_path, segments_path, example_index: int = 0):
     """``(meta, arrays)``: the Fig 1 example if the (shard) store holds it, else ``found: false``."""
     import numpy as np
 
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     store = open_store(store_path, level="token")
     target, n_total = example_id_from_segments(segments_path, example_index, store.meta.get("max_seq_len"))
@@ -408,7 +408,7 @@ def fig1_example_partial(store_path, segments_path, example_index: int = 0):
 
 def load_fig1_example(paths: Sequence[Any]):
     """``(meta, attn)`` of the one file (of the shards' ``fig1-example`` files) that holds the example."""
-    from bertlook.sharding import load_partial
+    from bertlook.pipeline.sharding import load_partial
 
     found = []
     for path in paths:
@@ -663,7 +663,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _cli_fig1_example(args: argparse.Namespace) -> int:
-    from bertlook.sharding import save_partial
+    from bertlook.pipeline.sharding import save_partial
 
     meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
     save_partial(args.out, FIG1_KIND, meta, arrays)
@@ -674,7 +674,7 @@ def _cli_fig1_example(args: argparse.Namespace) -> int:
 
 def _cli_figures(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
-    from bertlook.attention_store import open_store
+    from bertlook.attention.store import open_store
 
     if bool(args.attention) == bool(args.example):
         raise BertlookError("figures: give --attention DIR or --example NPZ ... (one of them)")

@@ -394,8 +394,8 @@ def extract_to_store(
     """
     import torch
 
-    from bertlook.attention_store import AttentionWriter
-    from bertlook.modeling import model_dims
+    from bertlook.attention.store import AttentionWriter
+    from bertlook.attention.modeling import model_dims
 
     if batch_size < 1:
         raise BertlookError(f"batch size must be >= 1, got {batch_size}")
@@ -466,7 +466,7 @@ def extract_to_store(
           f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}) -> {out_dir}"
           + (f"; {_fmt_bytes(free)} free on {disk['disk_checked_path']}" if free is not None else ""),
           file=sys.stderr, flush=True)
-    from bertlook.modeling import cuda_visibility_warning
+    from bertlook.attention.modeling import cuda_visibility_warning
 
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
     map_dtype = torch.float16 if transform is None else torch.float32
@@ -586,14 +586,14 @@ def extract_segments(
     :func:`extract_to_store`'s summary plus model/input fields and the unknown-token counts.
 
     ``shard=(i, k)``: extract only shard ``i`` of ``k`` (1-based), the contiguous range
-    :func:`bertlook.sharding.shard_range` of the file's segments. Every segment is still encoded and
+    :func:`bertlook.pipeline.sharding.shard_range` of the file's segments. Every segment is still encoded and
     the unknown-token check is made on the whole file (the same decision whatever ``k``); the
     counts in the summary and ``meta.json`` are the shard's own (they add up over the shards). The
     summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
     ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
     """
-    from bertlook.corpora import read_segments
-    from bertlook.modeling import load_model, load_tokenizer, pick_device, resolve_model
+    from bertlook.data.corpora import read_segments
+    from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if segment_ids not in SEGMENT_ID_MODES:
         raise BertlookError(f"unknown --segment-ids {segment_ids!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
@@ -611,7 +611,7 @@ def extract_segments(
     check_unk_rate(unk, max_unk_rate, model_spec, what=f"segments of {segments_path}", step="extract")
     info = None
     if shard is not None:
-        from bertlook.sharding import shard_info
+        from bertlook.pipeline.sharding import shard_info
 
         info = shard_info(len(segments), *shard)
         examples = examples[info["start"]:info["stop"]]
@@ -717,7 +717,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
     add_shard_argument(p, "segments")
     p.set_defaults(func=_cmd_extract)
-    from bertlook import sharding
+    from bertlook.pipeline import sharding
 
     sharding.register_cli(subparsers)
     return p
@@ -725,7 +725,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def add_shard_argument(p, what: str) -> None:
     """--shard I/K (extraction.shards): only the I-th of K contiguous ranges of the input."""
-    from bertlook.sharding import shard_arg
+    from bertlook.pipeline.sharding import shard_arg
 
     p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
                    help=f"extract only shard I of K: the I-th of K contiguous ranges of the {what} by index "

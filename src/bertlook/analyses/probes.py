@@ -36,7 +36,7 @@ Probes (``kind``):
     -> score. Correct vector alignment.
 ``random_init_attn_glove``
     ``attn_glove`` trained and evaluated on the attention of the random-init model
-    (:mod:`bertlook.random_init`), given as separate stores.
+    (:mod:`bertlook.attention.random_init`), given as separate stores.
 ``right_branching``
     No training: the head of word i is word i+1, the last word's head is ROOT.
 
@@ -87,8 +87,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import torch
 
-    from bertlook.attention_store import AttentionStore
-    from bertlook.glove import GloveVectors
+    from bertlook.attention.store import AttentionStore
+    from bertlook.data.glove import GloveVectors
 
 # Table 3 rows, in the paper's order.
 PROBES = ("right_branching", "distances_glove", "random_init_attn_glove", "attn", "attn_glove",
@@ -99,7 +99,7 @@ def paper_uas() -> dict[str, float]:
     """Paper Table 3 UAS in percent per probe, from ``paper_reference.yaml`` (the one source of the
     paper's numbers); ``attn_glove_released`` carries the paper's Attn+GloVe 77 (the authors' own run
     printed 78.0)."""
-    from bertlook.paper_reference import table3_reference
+    from bertlook.reporting.paper_reference import table3_reference
 
     ref = table3_reference()
     return {p: float(ref[p]["uas"]) for p in PROBES}
@@ -150,7 +150,7 @@ class ProbeData:
     def __init__(self, store: "AttentionStore | str | os.PathLike", *, glove: "GloveVectors | None" = None,
                  punct_by_xpos: bool | None = None, max_sentences: int | None = None,
                  what: str = "attention store") -> None:
-        from bertlook.attention_store import open_store
+        from bertlook.attention.store import open_store
 
         self.store = open_store(store, level="word", what=what)
         self.path = str(self.store.path)
@@ -691,7 +691,7 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     steps = 0
     epoch_losses = []
     t0 = time.perf_counter()
-    from bertlook.extraction import progress_bar
+    from bertlook.attention.extraction import progress_bar
 
     bar = progress_bar(total=n * int(epochs), desc=f"probe {kind} seed {seed}", unit="sent")
     for _ in range(int(epochs)):
@@ -1235,7 +1235,7 @@ def _parse_probes(text: str | None) -> list[str]:
 def _run_probes_cli(args: "argparse.Namespace") -> int:
     import json
 
-    from bertlook.glove import load_glove
+    from bertlook.data.glove import load_glove
     from bertlook.io_utils import write_csv, write_json, write_text
 
     seeds = _parse_seeds(args.seeds)
@@ -1419,7 +1419,7 @@ def write_synthetic_word_store(out, *, n_sentences: int, num_layers: int = 6, nu
     next / previous word; every other head is a softmax of Gaussian logits (``sharpness``) with extra
     mass on [SEP]. Relations: ``punct`` for words whose form is "." or ",", else ``dep``.
     """
-    from bertlook.attention_store import AttentionStore, AttentionWriter
+    from bertlook.attention.store import AttentionStore, AttentionWriter
 
     rng = np.random.default_rng(seed)
     vocab = list(vocab) if vocab else ["the", "cat", "sat", "on", "mat", "dog", "ran", ".", ",", "a", "big",

@@ -486,9 +486,9 @@ def read_segments(path: str | os.PathLike) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------- CLI
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.config import resolve_data_path
+    from bertlook.pipeline.config import resolve_data_path
     from bertlook.io_utils import write_json
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     dump = resolve_data_path(args.dump)
     tokenizer = load_tokenizer(resolve_model(args.model, args.revision))

@@ -4,7 +4,7 @@ The paper's "random-init Attn + GloVe" probe reads the attention of a BERT whose
 embeddings are the pretrained ones while every other weight is randomly initialised (the authors
 did not release this code). :func:`make_random_init_model` builds that model:
 
-1. load the pretrained model (``bertlook.modeling``: ``AutoModel``, fp32, eager attention);
+1. load the pretrained model (``bertlook.attention.modeling``: ``AutoModel``, fp32, eager attention);
 2. re-initialise, with the model's own ``_init_weights`` (``N(0, initializer_range)`` for linear
    layers and embeddings, zero biases, LayerNorm weight 1 / bias 0) under ``torch.manual_seed(seed)``,
    every parameter EXCEPT ``embeddings.word_embeddings`` and ``embeddings.position_embeddings``; that
@@ -105,11 +105,11 @@ def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict
 
 
 def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
-    """``(model, provenance)``: the model of ``resolved`` (a ``bertlook.modeling.ResolvedModel``),
+    """``(model, provenance)``: the model of ``resolved`` (a ``bertlook.attention.modeling.ResolvedModel``),
     loaded on the CPU, re-initialised by :func:`reinit_except_embeddings` with ``seed``, then moved
     to ``device``. The one code path of ``bertlook random-init`` and
     ``extract-words --random-init-seed``: same loader, same generator (the CPU's), same weights."""
-    from bertlook.modeling import load_model
+    from bertlook.attention.modeling import load_model
 
     model = load_model(resolved, "cpu")
     source = resolved.provenance(model.config)
@@ -127,7 +127,7 @@ def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed:
     """Write the random-init twin of ``model_spec`` to ``out_dir``; returns the provenance dict."""
     import json
 
-    from bertlook.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     resolved = resolve_model(model_spec, revision)
     model, prov = load_random_init_model(resolved, seed)

@@ -1,0 +1,1 @@
+"""The workflow glue: configuration and its schema, command lines, sharding, rule resources, preflight."""

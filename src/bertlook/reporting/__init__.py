@@ -1,0 +1,1 @@
+"""Stage 4, reporting: figures, the paper's numbers and the comparison, manifest, measured resources."""
