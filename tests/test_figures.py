@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from bertlook.reporting import figures
+from bertlook import naming
 from bertlook.attention.store import AttentionWriter
 from bertlook.errors import BertlookError
 
@@ -84,20 +85,20 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_parse_head_labels_ok():
-    assert figures.parse_head_label("8-10") == (8, 10)
-    assert figures.parse_head_labels("1-1, 2-3", NUM_LAYERS, NUM_HEADS) == [(1, 1), (2, 3)]
-    assert figures.parse_head_labels(["2-1"], NUM_LAYERS, NUM_HEADS) == [(2, 1)]
+    assert naming.parse_head_label("8-10") == (8, 10)
+    assert naming.parse_head_labels("1-1, 2-3", NUM_LAYERS, NUM_HEADS) == [(1, 1), (2, 3)]
+    assert naming.parse_head_labels(["2-1"], NUM_LAYERS, NUM_HEADS) == [(2, 1)]
 
 
 @pytest.mark.parametrize("label", ["x", "13-1", "1-4", "0-1", "1-0", "1", "1-2-3", "-1-1", "a-b"])
 def test_parse_head_label_errors_name_the_label(label):
     with pytest.raises(BertlookError, match=repr(label).replace("[", r"\[")):
-        figures.parse_head_labels(f"1-1,{label}", NUM_LAYERS, NUM_HEADS)
+        naming.parse_head_labels(f"1-1,{label}", NUM_LAYERS, NUM_HEADS)
 
 
 def test_parse_head_labels_empty():
     with pytest.raises(BertlookError):
-        figures.parse_head_labels(" , ", NUM_LAYERS, NUM_HEADS)
+        naming.parse_head_labels(" , ", NUM_LAYERS, NUM_HEADS)
 
 
 # -- choose_example_heads -------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from bertlook.naming import head_label
+
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
@@ -49,10 +51,6 @@ LABEL_COLUMNS = ("next", "prev", "entropy", "cls", "sep", "punct")
 JS_COLUMNS_FIRST = "head"
 CLUSTER_COLUMNS = ["layer", "head", "x", "y", "behavior"]
 
-
-def head_label(layer0: int, head0: int) -> str:
-    """1-indexed "L-H" label of 0-indexed (layer, head)."""
-    return f"{layer0 + 1}-{head0 + 1}"
 
 
 # --------------------------------------------------------------------------------------------- JS

@@ -73,6 +73,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
+from bertlook.naming import head_label
+from bertlook.reporting.formatting import pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -1108,9 +1110,6 @@ def score_store(path_or_store, *, candidates: str = "all", max_examples: int | N
 # --------------------------------------------------------------------------------------------------
 
 
-def head_label(layer0: int, head0: int) -> str:
-    return f"{layer0 + 1}-{head0 + 1}"
-
 
 def heads_frame(scores: CorefScores) -> "pd.DataFrame":
     """``coref_heads.csv``: layer, head (1-indexed), all, pronoun, proper, nominal (fractions), n."""
@@ -1171,13 +1170,6 @@ def table2_frame(scores: CorefScores, paper: dict[str, dict[str, Any]] | None = 
     return df
 
 
-def _pct(x: Any) -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if math.isnan(v) else f"{100 * v:.1f}"
-
 
 def _paper_pct(x: Any) -> str:
     try:
@@ -1200,7 +1192,7 @@ def table2_markdown(df: "pd.DataFrame", *, title: str, note: str = "") -> str:
             label = f"Best head {row.head}" if row.head else "Best head (no mention to score)"
             if row.paper_head:
                 label += f" (paper: {row.paper_head})"
-        cells = [label, *(_pct(getattr(row, c)) for c in COLUMNS),
+        cells = [label, *(pct(getattr(row, c)) for c in COLUMNS),
                  *(_paper_pct(getattr(row, f"paper_{c}")) for c in COLUMNS)]
         lines.append("| " + " | ".join(cells) + " |")
     counts = df[df.system == "nearest"].iloc[0] if (df.system == "nearest").any() else None
@@ -1439,6 +1431,6 @@ def _cmd_coref(args) -> int:
     best = summary["best_head"]
     acc = summary["best_head_accuracy"]
     print(f"coref: {scores.n_parts} parts, {int(scores.counts[0])} mentions with antecedents; best head "
-          f"{best or '-'} {_pct(acc['all']) if acc else '–'}%; rule-based "
-          f"{_pct(summary['baselines']['rule_based']['all'])}%", file=sys.stdout)
+          f"{best or '-'} {pct(acc['all']) if acc else '–'}%; rule-based "
+          f"{pct(summary['baselines']['rule_based']['all'])}%", file=sys.stdout)
     return 0

@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
+from bertlook.naming import head_label, parse_head_label
+from bertlook.reporting.formatting import MISSING, pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -413,14 +415,7 @@ def sentence_correct(
 # --------------------------------------------------------------------------------------------------
 
 
-def head_label(layer0: int, head0: int) -> str:
-    """1-indexed "L-H" label of 0-indexed (layer, head)."""
-    return f"{int(layer0) + 1}-{int(head0) + 1}"
-
-
 def _parse_label(label: str) -> tuple[int, int]:
-    from bertlook.reporting.figures import parse_head_label
-
     layer, head = parse_head_label(label)
     return layer - 1, head - 1
 
@@ -655,17 +650,10 @@ def table1(
 # --------------------------------------------------------------------------------------------------
 
 
-def _pct(x: Any) -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return ""
-    return "" if math.isnan(v) else f"{100 * v:.1f}"
-
 
 def _ci(lo: Any, hi: Any) -> str:
-    a, b = _pct(lo), _pct(hi)
-    return f" [{a}, {b}]" if a and b else ""
+    a, b = pct(lo), pct(hi)
+    return f" [{a}, {b}]" if MISSING not in (a, b) else ""
 
 
 def _offset(k: Any) -> str:
@@ -732,20 +720,20 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
             rel,
             f"{int(row.count):,}",
             f"{row.best_head} {DIRECTION_ARROWS.get(row.direction, row.direction)}",
-            f"{_pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
-            f"{_pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
+            f"{pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
+            f"{pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
         ]
         if heldout:
             hh = str(row.heldout_head or "")
             cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
-                      _pct(row.heldout_accuracy)]
+                      pct(row.heldout_accuracy)]
         if paper:
             ph = str(row.paper_head or "")
             pr = str(getattr(row, "paper_relation", "") or "")
             tag = f" ({pr})" if pr and pr != str(row.relation) else ""
             cells += [f"{ph} {DIRECTION_ARROWS.get(row.paper_direction, '')}{tag}".strip() if ph else "",
-                      _pct(row.paper_accuracy),
-                      f"{_pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
+                      pct(row.paper_accuracy),
+                      f"{pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
                       if not pd.isna(row.paper_baseline) else ""]
             note = str(getattr(row, "paper_note", "") or "")
             if note:

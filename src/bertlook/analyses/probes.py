@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from bertlook.errors import BertlookError
+from bertlook.reporting.formatting import pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -1177,13 +1178,6 @@ def _isna(v) -> bool:
         return False
 
 
-def _pct(v) -> str:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if math.isnan(f) else f"{100 * f:.1f}"
-
 
 def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
@@ -1192,10 +1186,10 @@ def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
     for r in df.itertuples(index=False):
         seeds = "–" if _isna(r.n_seeds) or int(r.n_seeds) == 0 else str(int(r.n_seeds))
-        cells = [PROBE_LABELS.get(r.probe, r.probe), _pct(r.uas_mean), _pct(r.uas_sd), seeds]
+        cells = [PROBE_LABELS.get(r.probe, r.probe), pct(r.uas_mean), pct(r.uas_sd), seeds]
         if has_mst:
-            cells += [_pct(r.uas_mst_mean), _pct(r.uas_mst_sd)]
-        cells += [_pct(r.paper_uas), str(r.note or "").replace("|", "/")]
+            cells += [pct(r.uas_mst_mean), pct(r.uas_mst_sd)]
+        cells += [pct(r.paper_uas), str(r.note or "").replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     notes = []
