@@ -7,7 +7,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from bertlook.pipeline.config import load_yaml_strict, validate_config
+# The workflow uses the bertlook package of THIS checkout (src/), installed or not: its parse-time
+# imports (config validation, command lines, sharding, rule resources) need only PyYAML and
+# jsonschema, which Snakemake itself depends on; the steps run `python -m bertlook` from src/ too.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+try:
+    from bertlook.pipeline.config import load_yaml_strict, validate_config
+except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python running Snakemake
+    sys.exit(f"error: the workflow needs {Path(workflow.basedir) / 'src'} importable and its "
+             f"dependencies installed (make install, or pip install -e .): {_err}")
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline import sizing
