@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,34 +260,6 @@ CONLLU = """\
 """
 
 
-def _minimal_read_conllu(path, allow_empty=False):
-    """Used only while bertlook.data.treebank does not exist yet (a colleague is writing it)."""
-    sents, cur, sid = [], [], None
-    for line in Path(path).read_text(encoding="utf-8").splitlines() + [""]:
-        if line.startswith("# sent_id ="):
-            sid = line.split("=", 1)[1].strip()
-        elif not line.strip():
-            if cur:
-                sents.append(Sent(sid, [c[1] for c in cur], [int(c[6]) for c in cur], [c[7] for c in cur],
-                                  [c[3] for c in cur], [c[4] for c in cur]))
-            cur, sid = [], None
-        elif not line.startswith("#"):
-            cols = line.split("\t")
-            if cols[0].isdigit():
-                cur.append(cols)
-    return sents
-
-
-@pytest.fixture
-def treebank_reader(monkeypatch):
-    try:
-        from bertlook.data.treebank import read_conllu  # noqa: F401
-    except ImportError:
-        mod = types.ModuleType("bertlook.data.treebank")
-        mod.read_conllu = _minimal_read_conllu
-        monkeypatch.setitem(sys.modules, "bertlook.data.treebank", mod)
-
-
 def _direct_word_maps(model_dir, alignment, mode):
     import torch
 
@@ -303,7 +273,7 @@ def _direct_word_maps(model_dir, alignment, mode):
     return token_to_word_attention(tok_maps, alignment, from_split=mode)
 
 
-def test_extract_words_end_to_end(tiny_bert_dir, bert_tok, tmp_path, treebank_reader):
+def test_extract_words_end_to_end(tiny_bert_dir, bert_tok, tmp_path):
     conllu = tmp_path / "dev.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     out = tmp_path / "words"
@@ -384,7 +354,7 @@ def test_extract_words_roberta_style(tmp_path):
             np.testing.assert_allclose(np.asarray(attn, np.float32), want, atol=2e-3)
 
 
-def test_cli_extract_words(tiny_bert_dir, tmp_path, capsys, treebank_reader):
+def test_cli_extract_words(tiny_bert_dir, tmp_path, capsys):
     conllu = tmp_path / "t.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     parser = argparse.ArgumentParser(prog="bertlook")
@@ -413,7 +383,7 @@ def test_missing_treebank_file(tiny_bert_dir, tmp_path):
         extract_word_attention(tmp_path / "nope.conllu", str(tiny_bert_dir), tmp_path / "o", device="cpu")
 
 
-def test_empty_treebank_gives_empty_store(tiny_bert_dir, tmp_path, treebank_reader):
+def test_empty_treebank_gives_empty_store(tiny_bert_dir, tmp_path):
     conllu = tmp_path / "train.conllu"
     conllu.write_text("", encoding="utf-8")
     summary = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / "o", device="cpu", progress_every=0)

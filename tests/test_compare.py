@@ -307,6 +307,78 @@ def test_comparability_from_manifest(tmp_path):
     assert compare.treebank_kind(m) == "ptb_sd"
 
 
+def test_table1_without_paper_relation_is_rejected(tmp_path):
+    """tables/table1.csv always has paper_relation (bertlook heads); a table without it is an error,
+    not mapped back through the reference (that fallback for older tables is gone)."""
+    run = make_run(tmp_path)
+    t1 = pd.read_csv(run / "tables" / "table1.csv").drop(columns="paper_relation")
+    _csv(run / "tables" / "table1.csv", t1)
+    with pytest.raises(BertlookError, match=r"table1\.csv:1: missing column\(s\) paper_relation"):
+        compare.build_comparison(run)
+
+
+# (treebank section of the configuration, the kind it gives)
+TREEBANK_CASES = [
+    ({"source": "silver"}, "silver"),
+    ({"source": "ud"}, "ud"),
+    ({"source": "local", "local": {"kind": "ptb_sd", "dev": "dev.conllx", "format": "conllx"}}, "ptb_sd"),
+    ({"source": "local", "local": {"kind": "ud", "dev": "dev.conllu"}}, "ud"),
+]
+
+
+def test_paper_comparable_truth_table():
+    for flag in (True, False):
+        for kind in ("ptb_sd", "ud", "silver", None):
+            want = flag and kind == "ptb_sd"
+            assert compare.paper_comparable({"compare_with_paper": flag}, kind) is want
+            comp = compare.section_comparability({"compare_with_paper": flag}, kind, ran_coref=True)
+            assert comp["table1"]["comparable"] is want and comp["table3"]["comparable"] is want
+            assert comp["table2"]["comparable"] is flag and comp["figure_facts"]["comparable"] is flag
+    assert compare.paper_comparable({}, "ptb_sd") is False  # compare_with_paper defaults to false
+
+
+@pytest.mark.parametrize("treebank,kind", TREEBANK_CASES, ids=["silver", "ud", "local-ptb_sd", "local-ud"])
+def test_workflow_helper_and_comparison_agree(tmp_path, monkeypatch, treebank, kind):
+    """The workflow's paper_comparable (common.smk: heads --paper-comparable) and the comparison's
+    Table 1 / Table 3 verdict (compare.comparability of the manifest) agree for every
+    compare_with_paper x treebank kind: both come from compare.section_comparability."""
+    import yaml
+    from types import SimpleNamespace
+
+    pytest.importorskip("snakemake.api")
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+    from workflow_helpers import ROOT, TINY_CONFIG
+
+    from bertlook.pipeline.config import model_for_run
+
+    monkeypatch.chdir(tmp_path)  # the workflow API may change the working directory
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["models"] = [{"label": label, "name_or_path": "bert-base-uncased", "revision": None,
+                         "compare_with_paper": flag} for label, flag in (("paper", True), ("other", False))]
+    config["coref"]["conll"] = [str(ROOT / path) for path in config["coref"]["conll"]]
+    config["treebank"] = json.loads(json.dumps(treebank))
+    if "local" in treebank:
+        config["treebank"]["local"]["dev"] = str(tmp_path / treebank["local"]["dev"])
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(resource_settings=ResourceSettings(),
+                                config_settings=ConfigSettings(configfiles=[configfile]),
+                                snakefile=ROOT / "Snakefile", workdir=tmp_path)._workflow
+        g = workflow.globals
+        assert g["TREEBANK_KIND"] == kind
+        validated = dict(g["config"])
+        for run, flag in (("tiny-paper", True), ("tiny-other", False)):
+            helper = g["paper_comparable"](SimpleNamespace(run=run), None, None)
+            assert helper is (flag and kind == "ptb_sd"), (run, kind)
+            model = model_for_run(validated, run)
+            # as the manifest step records it: the heads step's treebank kind, or only the configuration
+            for steps in ({"heads": {"treebank_kind": g["TREEBANK_KIND"]}}, {}):
+                comp = compare.comparability({"model": {"config": model}, "config": validated, "steps": steps})
+                assert comp["table1"]["comparable"] is helper and comp["table3"]["comparable"] is helper, (run, kind, steps)
+
+
 def test_missing_optional_tables_are_not_run(tmp_path):
     run = make_run(tmp_path)
     (run / "tables" / "table3.csv").unlink()

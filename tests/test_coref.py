@@ -398,6 +398,11 @@ def test_antecedent_with_the_same_head_word_never_counts():
         coref.score_part(bad, attn)
     with pytest.raises(BertlookError, match="not a coreference store"):
         coref.score_part({"id": "x", "tokens": rec["tokens"]}, attn)
+    # every record coref-extract writes has one POS tag per word; no head-POS-only fallback
+    with pytest.raises(BertlookError, match="record has no 'pos'"):
+        coref.score_part({k: v for k, v in rec.items() if k != "pos"}, attn)
+    with pytest.raises(BertlookError, match="2 POS tags for 3 words"):
+        coref.score_part(dict(rec, pos=["DT", "NN"]), attn)
 
 
 def test_agreement_features():

@@ -21,6 +21,7 @@ from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, 
 from bertlook.pipeline import sizing
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
+from bertlook.reporting import compare as _compare
 
 
 # The config is validated (and normalised: 30.0 -> 30 where the schema says integer; defaults
@@ -185,7 +186,7 @@ def example_heads_arg():
 
 # ---- treebank (Table 1) -------------------------------------------------------------------------
 TREEBANK = config["treebank"]
-TREEBANK_KIND = {"silver": "silver", "ud": "ud", "local": TREEBANK["local"]["kind"]}[TREEBANK["source"]]
+TREEBANK_KIND = _compare.config_treebank_kind(TREEBANK)  # ptb_sd / ud / silver
 TREEBANK_NAME = {
     "silver": f"silver Wikipedia trees (spaCy {TREEBANK['silver']['spacy_model']})",
     "ud": f"{TREEBANK['ud']['repo']} {TREEBANK['ud']['release']}",
@@ -293,8 +294,9 @@ def probe_settings():
 
 
 def paper_comparable(wildcards, input, output):
-    """--paper-comparable only for the paper's model on the paper's corpus (PTB-SD)."""
-    return bool(MODELS[wildcards.run].get("compare_with_paper")) and TREEBANK_KIND == "ptb_sd"
+    """--paper-comparable: the one definition, bertlook.reporting.compare.paper_comparable (the paper's
+    model on the paper's trees, PTB-SD), also behind comparison.csv."""
+    return _compare.paper_comparable(MODELS[wildcards.run], TREEBANK_KIND)
 
 
 # ---- coreference (Table 2) -----------------------------------------------------------------------

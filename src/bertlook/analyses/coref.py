@@ -1006,13 +1006,15 @@ def _type_onehot(types: Sequence[str]) -> "np.ndarray":
 
 
 def _check_record(rec: dict[str, Any], n: int, where: str) -> tuple[int, list, list[int], list[str]]:
-    for key in ("mentions", "mention_heads", "head_pos", "tokens"):
+    for key in ("mentions", "mention_heads", "head_pos", "pos", "tokens"):
         if key not in rec:
             raise BertlookError(f"{where}: record has no {key!r} (not a coreference store; run coref-extract)")
     W = n - 2
     mentions, heads, hpos = rec["mentions"], [int(h) for h in rec["mention_heads"]], list(rec["head_pos"])
     if not (len(mentions) == len(heads) == len(hpos)):
         raise BertlookError(f"{where}: {len(mentions)} mentions, {len(heads)} heads and {len(hpos)} head POS")
+    if len(rec["pos"]) != W:
+        raise BertlookError(f"{where}: {len(rec['pos'])} POS tags for {W} words")
     for (s, e, _), h in zip(mentions, heads):
         if not (0 <= int(s) <= int(e) < W and int(s) <= h <= int(e)):
             raise BertlookError(f"{where}: mention [{s}, {e}] with head {h} lies outside the part's {W} words")
@@ -1060,12 +1062,7 @@ def score_part(rec: dict[str, Any], attn, *, candidates: str = "all", where: str
     out["head_correct"] = correct.astype(np.int64) @ T  # [L, H, 4]
 
     words = list(rec["tokens"][1:-1])
-    pos = list(rec.get("pos") or [])
-    if len(pos) != W:  # older/hand-built records: the head POS is all the baselines need
-        pos = ["-"] * W
-        for h, p in zip(heads, hpos):
-            pos[h] = p
-    preds = baseline_predictions(words, pos, mentions, heads)
+    preds = baseline_predictions(words, list(rec["pos"]), mentions, heads)
     for name, chosen in preds.items():
         ok = np.array([chosen[i] is not None and mentions[chosen[i]][2] == mentions[i][2] for i in scored],
                       dtype=np.int64)

@@ -22,7 +22,8 @@ number, e.g. a relation below ``min_count``, or a statistic the pipeline does no
 Which sections are comparable comes from the run's ``manifest.json`` (:func:`comparability`): Table 1
 and Table 3 need the model flagged ``compare_with_paper`` **and** gold PTB trees in Stanford
 Dependencies (treebank kind ``ptb_sd``); Table 2 needs the flag and a coreference stage that ran;
-figure facts need the flag (the unlabeled text is Wikipedia in both).
+figure facts need the flag (the unlabeled text is Wikipedia in both). :func:`section_comparability` is
+the one definition; the workflow's ``heads --paper-comparable`` comes from it too (:func:`paper_comparable`).
 
 **Regression checks** (CLI ``check-regression RUN_DIR --against paper|FILE``). ``paper``: exit 1 when
 a comparable row FAILs. ``FILE``: a golden JSON made by :func:`make_golden` (CLI ``make-golden``) that
@@ -145,16 +146,25 @@ def _read_stats(run_dir: Path):
 
 
 # ===================================================================================== comparability
+#: the trees of the paper's Tables 1 and 3: gold PTB WSJ in Stanford Dependencies
+PAPER_TREEBANK_KIND = "ptb_sd"
+
+
+def config_treebank_kind(treebank: dict[str, Any]) -> str | None:
+    """``ptb_sd`` / ``ud`` / ``silver`` (or None) of a configuration's ``treebank`` section: the source,
+    or for ``source: local`` its ``local.kind`` (default ``ptb_sd``). The workflow's TREEBANK_KIND."""
+    source = (treebank or {}).get("source")
+    if source == "local":
+        return str((treebank.get("local") or {}).get("kind") or PAPER_TREEBANK_KIND)
+    return str(source) if source else None
+
+
 def treebank_kind(manifest: dict[str, Any]) -> str | None:
     """``ptb_sd`` / ``ud`` / ``silver`` (or None): the heads step's record, else the configuration."""
     heads = (manifest.get("steps") or {}).get("heads") or {}
     if heads.get("treebank_kind"):
         return str(heads["treebank_kind"])
-    tb = (manifest.get("config") or {}).get("treebank") or {}
-    source = tb.get("source")
-    if source == "local":
-        return str((tb.get("local") or {}).get("kind") or "ptb_sd")
-    return str(source) if source else None
+    return config_treebank_kind((manifest.get("config") or {}).get("treebank") or {})
 
 
 def _treebank_name(manifest: dict[str, Any]) -> str | None:
@@ -182,13 +192,17 @@ def coref_ran(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None
     return False
 
 
-def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
-    """Per section key: ``{"comparable": bool, "reason": str}`` read from a run's manifest."""
-    flag = _compare_flag(manifest)
-    kind = treebank_kind(manifest)
-    ran = coref_ran(manifest, run_dir)
+def section_comparability(model: dict[str, Any], kind: str | None, ran_coref: bool = False) -> dict[str, dict[str, Any]]:
+    """THE definition of "comparable with the paper", per section key: ``{"comparable": bool, "reason": str}``.
+
+    ``model``: the run's model entry of the configuration (``models[]``: its ``compare_with_paper``);
+    ``kind``: the treebank kind (:func:`config_treebank_kind`); ``ran_coref``: whether the coreference
+    stage scored a corpus. Used by :func:`comparability` (a run's manifest) and, through
+    :func:`paper_comparable`, by the workflow (``heads --paper-comparable``)."""
+    flag = bool((model or {}).get("compare_with_paper", False))
+    ran = bool(ran_coref)
     model_reason = "" if flag else "the model is not flagged compare_with_paper (not the paper's model)"
-    trees_ok = kind == "ptb_sd"
+    trees_ok = kind == PAPER_TREEBANK_KIND
     trees_reason = "" if trees_ok else f"trees are {kind or 'of unrecorded origin'}, not gold PTB in Stanford Dependencies (ptb_sd)"
 
     def entry(ok: bool, *reasons: str) -> dict[str, Any]:
@@ -201,6 +215,19 @@ def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = 
         "table3": entry(flag and trees_ok, model_reason, trees_reason),
         "figure_facts": entry(flag, model_reason),
     }
+
+
+def paper_comparable(model: dict[str, Any], kind: str | None) -> bool:
+    """Whether Table 1 of a run of ``model`` on ``kind`` trees is comparable with the paper (the
+    workflow's ``heads --paper-comparable``; :func:`section_comparability`)."""
+    return section_comparability(model, kind)["table1"]["comparable"]
+
+
+def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """Per section key: ``{"comparable": bool, "reason": str}`` read from a run's manifest
+    (:func:`section_comparability` of its model entry, treebank kind and coreference stage)."""
+    model = (manifest.get("model") or {}).get("config") or {}
+    return section_comparability(model, treebank_kind(manifest), coref_ran(manifest, run_dir))
 
 
 def comparable_from_manifest(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, bool]:
@@ -253,13 +280,9 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
 
     path = run_dir / TABLE1_CSV
     df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
-                                   "baseline_accuracy"), what="Table 1 twin")
+                                   "baseline_accuracy", "paper_relation"), what="Table 1 twin")
     scheme = TREEBANK_KINDS.get(treebank_kind(manifest) or "", ("sd",))[0]
-    if "paper_relation" in df.columns:
-        key = df["paper_relation"].str.strip()
-    else:  # older tables: map the run's labels back to the paper's
-        back = {name: row["paper_relation"] for name, row in table1_reference(scheme).items()}
-        key = df["relation"].str.strip().map(lambda r: back.get(r, ""))
+    key = df["paper_relation"].str.strip()
     counts = ((manifest.get("steps") or {}).get("heads") or {}).get("relation_counts") or {}
     run_name = {row["paper_relation"]: name for name, row in table1_reference(scheme).items()}
     rows: list[dict[str, Any]] = []
