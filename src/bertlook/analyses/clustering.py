@@ -1,24 +1,15 @@
 """Jensen-Shannon divergence between heads, 2-D MDS embedding and behaviour labels (paper Fig 6).
 
-Distance between heads i and j on one example: the sum over from-tokens t of
-``JS(P_i(t), P_j(t))``, each row smoothed ``0.999 * p + 0.001 / n``, with
-``JS(p, q) = 0.5 KL(p || m) + 0.5 KL(q || m)``, ``m = (p + q) / 2``, natural log; the matrix is the
-sum (not the mean) over examples.
-
-Vectorized form used by :func:`js_divergence_matrix`: with ``xlx(x) = sum x ln x`` over all entries,
+:func:`js_divergence_example` / :func:`js_divergence_matrix` (summed over examples), :func:`mds_embedding`,
+:func:`behaviour_labels`, :func:`cluster_heads` / :func:`cluster_matrix` (``bertlook cluster``). The
+vectorized identity of :func:`js_divergence_example`, with ``xlx(x) = sum x ln x`` over all entries::
 
     JS_ij = 0.5 * (xlx(P_i) + xlx(P_j) + ln 2 * (sum P_i + sum P_j) - xlx(P_i + P_j))
 
-(this identity holds also when float16 rounding leaves rows that do not sum exactly to 1), so only
-``xlx(P_i + P_j)`` needs all pairs: it is computed for one head ``i`` against a block of heads
-``j >= i`` at a time (one vectorized add / log / dot-product per block, numpy by default or torch),
-which keeps the scratch memory cache-sized; there is no Python loop over single pairs.
+Sharded runs: :func:`js_divergence_partial` (``cluster --out-partial``), :func:`reduce_js_divergence`
+(``cluster --partial``).
 
-Sharded runs (``extraction.shards``): the matrix is a sum over examples, so each shard's store gives
-a partial sum (:func:`js_divergence_partial`, ``bertlook cluster --out-partial``) and the gather step
-adds them in shard order and embeds the reduced matrix (``bertlook cluster --partial ...``). With
-``max_examples`` and the segments file, the examples are the first N segments of that file, the same
-ones whatever the sharding.
+Definitions: docs/definitions.md#jensen-shannon-divergence-between-heads-and-mds
 """
 
 from __future__ import annotations

@@ -1,86 +1,15 @@
 """Gradient importance of attention to [SEP] (twin of Fig 3 of Clark et al. 2019; no released code).
 
-The paper: "the magnitude of the gradient of the loss from BERT's masked language modeling task with
-respect to each attention weight", averaged per layer for attention to [SEP], to "." / "," and to
-other tokens; from layer 5 on, the gradients for attention to [SEP] become very small. The authors
-never released this code, so every choice below is ours; the ambiguous ones are switches
-(:func:`sep_gradient_importance` keyword / ``bertlook gradients`` flag in brackets).
+:func:`mask_segments` masks the segments as in BERT pre-training (one seeded generator);
+:func:`attention_gradients` differentiates the masked-LM loss with respect to every attention
+probability; :func:`batch_statistics` / :func:`aggregate` reduce ``|dL/dA|`` and the attention mass per
+layer and target ([SEP], ". ,", other) into ``sep_gradients.csv``; :func:`gradient_partial` /
+:func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run;
+:func:`has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
+:func:`fig3_sep_gradients` draws the figure (``bertlook gradients``).
 
-Masking (:func:`mask_segments`), as in BERT pre-training (``create_pretraining_data.py``)
--------------------------------------------------------------------------------------------
-* Input: the unlabeled segments (``[CLS] A [SEP] B [SEP]`` wordpieces, looked up in the vocabulary
-  with :func:`bertlook.attention.extraction.encode_segment`, never re-tokenized); token type ids ``zeros``
-  (default, what the authors fed) or ``pair`` [``segment_ids`` / ``--segment-ids``].
-* Candidates: every position whose token is not the tokenizer's CLS, SEP, PAD or MASK token, so
-  [CLS] and [SEP] are never masked (as in BERT, [UNK] may be masked).
-* One generator for the whole run, ``numpy.random.default_rng(seed)`` [``seed`` / ``--seed``],
-  consumed segment by segment in file order (the first ``max_examples`` segments of the file); per
-  segment with ``c`` candidates:
-
-  1. ``k = max(1, round(rate * c))`` positions (Python 3 ``round``: half to even; ``k = 0`` when
-     ``c = 0``; no cap: BERT's cap of 20 predictions per 128 tokens never binds at 15%)
-     [``mask_rate`` / ``--mask-rate``, default 0.15];
-  2. ``perm = rng.permutation(c)``; the chosen positions are the candidates ``perm[:k]``, handled in
-     ascending position order;
-  3. ``mask_mode="bert"`` (default): per chosen position one draw ``u = rng.random()``:
-     ``u < 0.8`` -> [MASK]; ``0.8 <= u < 0.9`` -> unchanged; ``u >= 0.9`` -> a random token, id
-     ``pool[rng.integers(len(pool))]`` where ``pool`` = every id of the tokenizer except its
-     special tokens (BERT drew from the whole vocabulary, special tokens included; we exclude them so
-     no [SEP]/[CLS] appears where there was none). One uniform draw replaces BERT's two (0.8, then
-     0.5): the same 80/10/10 distribution. ``mask_mode="mask_only"``: every chosen position becomes
-     [MASK] and no further draw is made [``mask_mode`` / ``--mask-mode``].
-
-* Labels: the original token id at the chosen positions (also the unchanged and random ones, as in
-  BERT), ignored elsewhere.
-
-Loss and gradients (:func:`attention_gradients`)
------------------------------------------------
-* The model is ``AutoModelForMaskedLM`` with eager attention in **eval mode** (dropout off) and
-  gradients enabled; fp32.
-* Per segment the loss is the mean cross-entropy over its masked positions; a batch's loss is the
-  **sum** of its segments' losses, so every segment's gradient is exactly its batch-1 gradient
-  (batches are padded to their longest segment with an attention mask; padded keys get the model's
-  large negative bias, so their probability is 0 and they change nothing for the real tokens).
-* Gradients are taken with ``torch.autograd.grad(loss, attentions)`` with respect to the tensors the
-  model returns with ``output_attentions=True``. In transformers' eager BERT attention
-  (``modeling_bert.eager_attention_forward``) these are the post-softmax probabilities after
-  attention dropout (identity in eval mode), i.e. exactly the tensor multiplied with the values, so
-  ``dL/dA[h, i, j]`` is the partial derivative of the loss with respect to head h's attention of
-  token i to token j, treating every probability as a free variable (no projection onto the
-  simplex). ``autograd.grad`` fails when a returned tensor is not on the path to the loss; that is
-  reported as an error instead of producing zeros. The test suite compares the result with an
-  independent forward pass whose probabilities are replaced by leaf tensors.
-* Segments longer than the model's ``max_position_embeddings`` and segments without a maskable
-  token are excluded and counted (summary), never dropped silently.
-
-Per-layer statistics (table ``sep_gradients.csv``)
---------------------------------------------------
-* Target classes, by to-token (column) j: ``"[SEP]"`` (the SEP token), ``". ,"`` (exactly "." or
-  ","), ``"other"`` (everything else, [CLS] and masked positions included). Classes are taken from
-  the **original** segment tokens by default, or from the tokens actually fed to the model after
-  masking [``target_tokens`` / ``--target-tokens original|input``]; they differ only at masked "."
-  / "," positions (and random replacements that happen to draw "." or ",").
-* From-tokens: every real (non-padding) row, [CLS], [SEP] and masked rows included; padded rows and
-  columns are excluded from every sum and count.
-* ``mean_abs_grad`` of a layer and class: ``|dL/dA[h, i, j]|`` averaged over heads h, from-tokens i
-  and to-tokens j of the class, **pooled** over all segments: sum of all such entries of all
-  segments divided by their number (so longer segments weigh more) [``grad_average="pooled"``];
-  ``"segment"`` instead averages each segment's entries, then the segments (segments without a token
-  of the class, e.g. without "." or ",", are left out of that class and counted in the summary).
-* ``attention_mass`` of a layer and class: as the surface statistics (Fig 2): per segment and head,
-  the attention all from-tokens give to the class's to-tokens divided by the number of from-tokens
-  n, averaged over heads, then over segments. It is measured on the masked input the gradients
-  belong to, so it differs slightly from ``attention_stats.csv`` (unmasked input). The three classes
-  sum to 1 per layer.
-
-Models without a masked-LM head
--------------------------------
-A checkpoint without the pre-training MLM head (e.g. the offline all-MiniLM-L6-v2 sentence encoder, a
-``BertModel`` checkpoint without ``cls.predictions.*``) would get a randomly initialised head from
-``AutoModelForMaskedLM``; gradients of that loss mean nothing. :func:`has_mlm_head` detects it from
-transformers' loading report (head weights in ``missing_keys``); the step then writes a table with
-a ``note`` column and one row with empty numbers saying why, a figure showing that sentence, and a
-summary with ``"status": "not run"`` and the ``reason``; it exits 0 so the pipeline continues.
+Definitions (masking procedure, loss, averaging, switches):
+docs/definitions.md#gradient-importance-of-attention-to-sep
 
 Heavy imports (torch, transformers, pandas, matplotlib) happen inside the functions.
 """
@@ -165,7 +94,7 @@ def mask_segments(
     mask_mode: str = "bert",
     segment_ids: str = "zeros",
 ) -> list[MaskedSegment]:
-    """Mask ``segments`` as in BERT pre-training (procedure in the module docstring).
+    """Mask ``segments`` as in BERT pre-training (procedure: docs/definitions.md#gradient-importance-of-attention-to-sep).
 
     Deterministic for a given ``seed`` and segment order; one ``numpy.random.default_rng(seed)``
     is consumed segment by segment. A segment without candidates (only special tokens) comes back
@@ -926,7 +855,7 @@ outputs:
   --summary JSON     status ("ok" / "not run"), reason, settings, counts (masked tokens, excluded
                      segments), mean loss, timing, device, model provenance
 
-Definitions (masking procedure, loss, averaging): see the docstring of bertlook.analyses.gradients.
+Definitions (masking procedure, loss, averaging): docs/definitions.md#gradient-importance-of-attention-to-sep.
 """
 
 

@@ -1,26 +1,12 @@
-"""Per-head surface statistics of attention maps (paper Figs 2 and 4, token level).
+"""Per-head surface statistics of token-level attention maps (paper Figs 2 and 4; ``bertlook stats``).
 
-For every head, per example, then the plain mean over examples:
+:func:`example_stats` (with :func:`row_entropy`) gives one example's columns :data:`STAT_COLUMNS`
+(attention to [CLS], [SEP], ". ,", self, prev, next; ``sep_sep``, ``rest_sep``, ``entropy``,
+``cls_entropy``, ``max_attention``); :func:`compute_surface_stats` averages them over examples.
+Sharded runs: :func:`surface_stats_partial` writes sums and counts (``stats --out-partial``),
+:func:`reduce_surface_stats` adds them and divides once (``stats --partial``).
 
-- ``cls``, ``sep``, ``punct``: total attention to the [CLS] / [SEP] / "." or "," positions, summed
-  over all from-tokens and divided by the number of from-tokens ``n``;
-- ``self``, ``prev``, ``next``: attention to the token itself / the previous / the next token, summed
-  over the from-tokens that have one and divided by ``n``;
-- ``sep_sep``: attention from [SEP] rows to [SEP] columns, divided by the number of [SEP] rows;
-- ``rest_sep``: attention from the other rows to [SEP] columns, divided by the number of other rows;
-- ``entropy``: mean over rows of the entropy (nats) of the smoothed row
-  ``0.9999 * a + 0.0001 / n``; ``cls_entropy``: the same for the [CLS] row only;
-- ``max_attention`` (beyond the issue's column list, for the paper's "broad heads put at most 10% of
-  their attention on any single word"): mean over rows of the row's largest weight (unsmoothed).
-
-``sep_sep`` / ``rest_sep`` / ``cls_entropy`` are undefined for an example without [SEP] rows / without
-other rows / without a [CLS] token: such examples are left out of that column's mean, and the number
-left out is reported in the summary (never silently dropped).
-
-Sharded runs (``extraction.shards``): every statistic is a sum over examples divided by a count, so
-:func:`surface_stats_partial` writes per-shard sums and counts (``bertlook stats --out-partial``) and
-:func:`reduce_surface_stats` adds them and divides once (``bertlook stats --partial ...``); one partial
-gives exactly the unsharded numbers.
+Definitions: docs/definitions.md#surface-statistics (sharding: docs/definitions.md#sharded-reductions)
 """
 
 from __future__ import annotations

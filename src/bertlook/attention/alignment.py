@@ -1,33 +1,19 @@
 """Words -> subword tokens, token-level -> word-level attention, word-level extraction (``extract-words``).
 
-Paper (Clark et al. 2019, Section 4, "word-level attention"): for the dependency-syntax analyses
-BERT runs on ``[CLS] w1 .. wn [SEP]`` and its token-level maps are turned into word-level maps:
+:func:`align_words` aligns a sentence's words to the model's tokens (fast-tokenizer character offsets);
+:func:`token_to_word_attention` turns a token-level map ``[L, H, n, n]`` into a word-level one
+``[L, H, W+2, W+2]`` ([CLS], words, [SEP]; ``from_split`` = ``mean`` | ``first`` | ``max``);
+:func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.data.treebank.read_conllu``), runs
+the model through :func:`bertlook.attention.extraction.extract_to_store` and streams the word-level maps
+into an attention store (``level: "word"``) whose records carry the gold ``heads``/``rels``/``upos``/``xpos``.
 
-* attention TO a split word = the SUM of the attention to its tokens (columns are summed, so every
-  row is still a distribution);
-* attention FROM a split word = the MEAN of its tokens' rows (paper text). The authors' released
-  code called its converter with the default mode, which takes the FIRST token's row; ``max``
-  (element-wise max over the token rows, renormalised) is the converter's third mode. All three
-  are offered (``from_split``), ``mean`` by default;
-* [CLS] and [SEP] stay as the first and last rows/columns: a sentence of W words gives a
-  ``(W + 2) x (W + 2)`` map per head.
-
-:func:`align_words` maps the treebank's words to the model's tokens through the fast tokenizer's
-character offsets, so it works for BERT WordPiece (``##`` continuations) and for byte-level BPE
-(RoBERTa/GPT-2, ``Ġ`` space marker, with or without ``trim_offsets``).
-
-:func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.data.treebank.read_conllu``), aligns
-every sentence, runs the model with the batched machinery of :func:`bertlook.attention.extraction.extract_to_store`
-(sorted batches, padding masks, dropout off, over-long sentences excluded and counted) and streams
-the word-level maps into an attention store (``level: "word"``) whose records carry the gold
-``heads``/``rels``/``upos``/``xpos``, so later steps need only the store.
+Definitions: docs/definitions.md#word-level-attention
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -221,17 +207,8 @@ def _read_treebank(path) -> tuple[list, dict[str, int]]:
     """Sentences of a CoNLL-U file (``bertlook.data.treebank.read_conllu``) and the reader's counts."""
     from bertlook.data.treebank import read_conllu
 
-    try:
-        params = inspect.signature(read_conllu).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        params = {}
-    kwargs: dict[str, Any] = {}
     counts: dict[str, int] = {}
-    if "allow_empty" in params:
-        kwargs["allow_empty"] = True
-    if "counts" in params:
-        kwargs["counts"] = counts
-    return list(read_conllu(path, **kwargs)), counts
+    return list(read_conllu(path, allow_empty=True, counts=counts)), counts
 
 
 def sentence_id(sent, index: int) -> str:

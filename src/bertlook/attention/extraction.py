@@ -1,28 +1,13 @@
-"""Batched attention extraction into an attention store (paper: maps on ``[CLS] A [SEP] B [SEP]``).
+"""Batched attention extraction into an attention store (``bertlook extract``).
 
-``extract_segments`` is the glue used by ``bertlook extract``: read segments, load the model and
-tokenizer, encode the wordpieces (no re-tokenization) and call :func:`extract_to_store`, which runs
-the model in length-sorted batches and streams float16 maps ``[layer, head, from, to]`` to disk.
+:func:`extract_segments` reads the segments, loads the model and tokenizer, encodes the wordpieces
+(:func:`encode_segment`) and calls :func:`extract_to_store`, which runs the model in length-sorted
+batches and streams float16 maps ``[layer, head, from, to]`` to disk. Guards shared by ``extract``,
+``extract-words`` and ``coref-extract``: :func:`unk_statistics` / :func:`check_unk_rate`
+(``--max-unk-rate``) and :func:`estimate_store_bytes` / :func:`check_disk_space`.
 
-Differences from the authors' released code, as switches:
-
-* token type ids: ``zeros`` (default; what the released code fed, even for A/B pairs) or ``pair``
-  (standard A = 0 / B = 1 ids from the segment);
-* over-long examples: the released code dropped them silently; here they are excluded, counted and
-  their ids listed (summary JSON and the store's ``meta.json`` ``excluded``);
-* padding: each batch is padded to its own longest example (not to 128); masked keys get the
-  model's large negative bias, so every example's ``n x n`` map equals its unpadded batch-1 map
-  up to float rounding.
-
-Guards before the forward pass (shared by ``extract``, ``extract-words`` and ``coref-extract``):
-
-* unknown tokens: :func:`unk_statistics` counts the tokenizer's unknown token (``[UNK]``) among the
-  non-special tokens of the input; :func:`check_unk_rate` stops the run above ``--max-unk-rate``
-  (config ``extraction.max_unk_rate``, default 0.05), naming the model and the first examples with
-  ``[UNK]`` (ids and words). The counts go into every summary and the store's ``meta.json``;
-* disk space: :func:`estimate_store_bytes` computes the store's size (``layers * heads * m * m``
-  float16 values per example, ``m`` = tokens, or words + 2 at word level, plus the index) and
-  :func:`check_disk_space` stops when the file system of the output lacks it plus a margin.
+Definitions and the differences from the released code (token type ids, over-long examples,
+padding): docs/definitions.md#token-level-extraction
 """
 
 from __future__ import annotations

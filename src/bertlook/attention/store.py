@@ -1,27 +1,12 @@
 """Sharded on-disk store of per-example attention maps (no pickle, streamed).
 
-Layout of a store directory::
+A store directory holds ``meta.json``, ``index.jsonl`` and raw little-endian float16 ``shard-*.bin``
+files, each example ``[layer, head, from_token, to_token]``. :class:`AttentionWriter` appends maps
+one at a time (built under a temporary name, renamed into place on ``close()``); :func:`open_store`, the
+one entry point of every step, returns a validated :class:`AttentionStore` that reads and checks one
+map at a time (:func:`row_sum_tolerance`).
 
-    meta.json          # {"format": "bertlook-attention/1", "num_layers", "num_heads", "dtype": "float16",
-                       #  "n_examples", "level": "token"|"word", "excluded": {...}, ...extra meta}
-    index.jsonl        # one JSON object per example, in storage order:
-                       #  {"id", "n", "shard", "offset", "tokens": [...], ...extra fields}
-    shard-00000.bin    # raw little-endian float16 values, examples back to back
-
-Example ``i`` occupies ``num_layers * num_heads * n * n`` values starting at element ``offset``
-of its shard, laid out C-contiguously as ``[layer, head, from_token, to_token]``: row = attention
-FROM a token, column = attention TO a token (rows sum to 1 up to float16 rounding).
-
-Writers stream: each map is written as soon as it is added, only the small index is kept in RAM,
-and the whole directory is built under a temporary name and renamed into place on ``close()``,
-so an interrupted run never leaves a half-written store behind (a killed run's temporary
-directory is removed when the next writer of the same store starts; a full disk is an
-:class:`AttentionStoreError` saying "no space left on device").
-
-Readers (:func:`open_store`, the one entry point of every step) validate the whole layout when the
-store is opened and every map when it is read (finite, >= 0, rows summing to 1 within
-:func:`row_sum_tolerance`); maps are read with ``pread`` into fresh arrays, so resident memory
-stays bounded by one example.
+Definitions (layout, order, checks): docs/definitions.md#attention-store
 """
 
 from __future__ import annotations
