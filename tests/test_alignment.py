@@ -16,9 +16,9 @@ from bertlook.attention.alignment import (
     extract_word_attention,
     extract_word_attention_from_sentences,
     prepare_word_examples,
-    register_cli,
     token_to_word_attention,
 )
+from bertlook.cli.alignment import register_cli
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 

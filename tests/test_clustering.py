@@ -18,11 +18,11 @@ from bertlook.analyses.clustering import (
     js_divergence_matrix,
     js_pair_naive,
     mds_embedding,
-    register_cli,
 )
 from bertlook.errors import BertlookError
 from bertlook.analyses.surface_stats import compute_surface_stats
-from bertlook.analyses.surface_stats import register_cli as register_stats_cli
+from bertlook.cli.clustering import register_cli
+from bertlook.cli.surface_stats import register_cli as register_stats_cli
 
 LAYERS, HEADS = 2, 3
 LENGTHS = (5, 7, 9)

@@ -27,8 +27,8 @@ NEXT_HEADS = [(1, 1), (2, 2), (2, 3), (3, 1), (6, 1)]  # paper: 5 heads on the n
 @pytest.fixture
 def cli_main(monkeypatch):
     """``bertlook.cli.main`` with this module's subcommands registered (whether or not cli lists it)."""
-    if "bertlook.reporting.compare" not in cli.STEP_MODULES:
-        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.reporting.compare"])
+    if "bertlook.cli.compare" not in cli.STEP_MODULES:
+        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.cli.compare"])
     return cli.main
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from bertlook.analyses import coref
 from bertlook.attention.store import AttentionStore, AttentionWriter
+from bertlook.cli import coref as coref_cli
 from bertlook.analyses.coref import Document, Mention
 from bertlook.errors import BertlookError
 
@@ -459,7 +460,7 @@ def test_not_run_tables(tmp_path):
 def _cli(argv) -> int:
     parser = argparse.ArgumentParser(prog="bertlook")
     sub = parser.add_subparsers(dest="step")
-    coref.register_cli(sub)
+    coref_cli.register_cli(sub)
     args = parser.parse_args([str(a) for a in argv])
     return args.func(args)
 

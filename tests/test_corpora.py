@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bertlook.cli import corpora as corpora_cli
 from bertlook.data import corpora
 from bertlook.data.corpora import Document, build_segments, iter_documents, read_segments, write_segments
 from bertlook.errors import BertlookError
@@ -354,7 +355,7 @@ def test_read_segments_missing_file(tmp_path):
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="bertlook")
-    corpora.register_cli(parser.add_subparsers(dest="step"))
+    corpora_cli.register_cli(parser.add_subparsers(dest="step"))
     return parser.parse_args(argv)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from local_http import local_http_server
 
+from bertlook.cli import download as download_cli
 from bertlook.data import download as dl
 from bertlook.errors import BertlookError
 
@@ -207,7 +208,7 @@ def test_check_reachable(server, closed_port):
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="bertlook")
-    dl.register_cli(parser.add_subparsers(dest="step"))
+    download_cli.register_cli(parser.add_subparsers(dest="step"))
     return parser.parse_args(argv)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bertlook.cli import figures as figures_cli
 from bertlook.reporting import figures
 from bertlook import naming
 from bertlook.attention.store import AttentionWriter
@@ -227,7 +228,7 @@ def test_bad_tables_name_file_and_line(inputs, tmp_path):
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertlook")
-    figures.register_cli(parser.add_subparsers(dest="command", required=True))
+    figures_cli.register_cli(parser.add_subparsers(dest="command", required=True))
     return parser
 
 

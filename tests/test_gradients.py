@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from bertlook.analyses import gradients
+from bertlook.cli import gradients as gradients_cli
 from bertlook.errors import BertlookError
 from bertlook.testing.tiny_models import make_segment as _segment
 
@@ -59,7 +60,7 @@ def segments_file(tmp_path_factory, segments):
 def _run_cli(argv: list[str]) -> int:
     """Parse with the module's own subcommand and call its handler, as ``bertlook.cli.main`` does."""
     parser = argparse.ArgumentParser(prog="bertlook")
-    gradients.register_cli(parser.add_subparsers(dest="step"))
+    gradients_cli.register_cli(parser.add_subparsers(dest="step"))
     args = parser.parse_args(argv)
     return int(args.func(args))
 

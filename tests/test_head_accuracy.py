@@ -12,6 +12,7 @@ import pytest
 
 from bertlook.analyses import head_accuracy as ha
 from bertlook.attention.store import AttentionStore, AttentionWriter
+from bertlook.cli import head_accuracy as heads_cli
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference
 
@@ -464,7 +465,7 @@ def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    ha.register_cli(sub)
+    heads_cli.register_cli(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

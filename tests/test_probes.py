@@ -33,7 +33,6 @@ from bertlook.analyses.probes import (
     mst_heads,
     probe_loss,
     random_tree,
-    register_cli,
     right_branching_heads,
     right_branching_uas,
     run_probes,
@@ -41,6 +40,7 @@ from bertlook.analyses.probes import (
     train_probe,
     write_synthetic_word_store,
 )
+from bertlook.cli.probes import register_cli
 
 L, H = 2, 3
 K = L * H

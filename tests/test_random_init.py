@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bertlook.errors import BertlookError
-from bertlook.attention.random_init import PROVENANCE_FILE, make_random_init_model, register_cli
+from bertlook.attention.random_init import PROVENANCE_FILE, make_random_init_model
+from bertlook.cli.random_init import register_cli
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import pytest
 
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
-from bertlook.analyses.surface_stats import COLUMNS, compute_surface_stats, register_cli
+from bertlook.analyses.surface_stats import COLUMNS, compute_surface_stats
+from bertlook.cli.surface_stats import register_cli
 
 # ---------------------------------------------------------------------------------------------
 # Example 1: n = 4, tokens [CLS] a . [SEP]; 2 layers x 2 heads (all values exact in float16).

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from local_http import local_http_server
 
+from bertlook.cli import treebank as treebank_cli
 from bertlook.data import treebank as tb
 from bertlook.data.corpora import write_segments
 from bertlook.errors import BertlookError
@@ -26,7 +27,7 @@ PAPER_LABELS = {"nsubj", "dobj", "det", "prep", "pobj", "poss", "possessive", "n
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="bertlook")
-    tb.register_cli(parser.add_subparsers(dest="step"))
+    treebank_cli.register_cli(parser.add_subparsers(dest="step"))
     return parser.parse_args(argv)
 
 

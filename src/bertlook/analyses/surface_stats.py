@@ -15,8 +15,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    import argparse
-
     import numpy as np
     import pandas as pd
 
@@ -222,73 +220,3 @@ def compute_surface_stats(
     """
     return reduce_surface_stats([surface_stats_partial(store, max_examples=max_examples, segments=segments)],
                                 where=[store.path])
-
-
-def _run_stats(args: "argparse.Namespace") -> int:
-    from bertlook.attention.store import open_store
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv, write_json
-    from bertlook.pipeline.sharding import load_partial, save_partial
-
-    if bool(args.attention) == bool(args.partial):
-        raise BertlookError("stats: give --attention DIR or --partial NPZ ... (one of them)")
-    if args.out_partial:
-        if not args.attention:
-            raise BertlookError("stats: --out-partial needs --attention")
-        meta, arrays = surface_stats_partial(open_store(args.attention), max_examples=args.max_examples,
-                                             segments=args.segments)
-        save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
-        print(f"stats: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
-              f"-> {args.out_partial}")
-        return 0
-    if not (args.out and args.summary):
-        raise BertlookError("stats: give --out and --summary (or --out-partial)")
-    if args.partial:
-        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
-        frame, summary = reduce_surface_stats(partials, where=args.partial)
-        attention = [m["attention"] for m, _ in partials]
-        summary = {"attention": attention[0] if len(attention) == 1 else attention, **summary}
-    else:
-        store = open_store(args.attention)
-        frame, summary = compute_surface_stats(store, max_examples=args.max_examples, segments=args.segments)
-        summary = {"attention": str(args.attention), **summary}
-    write_csv(args.out, frame)
-    write_json(args.summary, summary)
-    print(
-        f"stats: {summary['n_examples']} of {summary['n_examples_in_store']} examples, "
-        f"{len(frame)} heads -> {args.out}, {args.summary}"
-    )
-    for what, count in summary["excluded_from_column"].items():
-        if count:
-            print(f"stats: {count} example(s) left out of {what}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add the ``stats`` subcommand."""
-    p = subparsers.add_parser(
-        "stats",
-        help="per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)",
-        description=(
-            "Compute per-head surface statistics of an attention store. "
-            "Input: --attention (attention store directory), or --partial (partial sums of the shards "
-            "of a sharded extraction, from --out-partial). "
-            "Outputs: --out (CSV, one row per head: layer,head,cls,sep,punct,self,prev,next,"
-            "sep_sep,rest_sep,entropy,cls_entropy) and --summary (JSON: n_examples, uniform_entropy, "
-            "mean_tokens, counts of examples left out of a column); or --out-partial (NPZ: sums and "
-            "counts of one store, added up later with --partial)."
-        ),
-    )
-    p.add_argument("--attention", default=None, metavar="DIR", help="input: attention store directory")
-    p.add_argument("--partial", action="append", default=None, metavar="NPZ",
-                   help="input: partial sums of a shard (repeatable, shard order) instead of --attention")
-    p.add_argument("--out", default=None, metavar="CSV", help="output: per-head statistics (attention_stats.csv)")
-    p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON (summary.json)")
-    p.add_argument("--out-partial", default=None, metavar="NPZ",
-                   help="output: only the partial sums and counts of --attention (no table)")
-    p.add_argument("--max-examples", type=int, default=None, metavar="N",
-                   help="use only the first N segments of --segments (without it: the first N examples of the "
-                        "store) (default: all)")
-    p.add_argument("--segments", default=None, metavar="JSONL",
-                   help="input: the segments file of the store, for --max-examples")
-    p.set_defaults(func=_run_stats)

@@ -12,15 +12,15 @@ Definitions: docs/definitions.md#word-level-attention
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 FROM_SPLIT_MODES = ("mean", "first", "max")
 MAX_LISTED_ERRORS = 20
@@ -62,6 +62,8 @@ class Alignment:
 
         Raises :class:`BertlookError` when the alignment is not ``special, contiguous words, special``.
         """
+        import numpy as np
+
         wot = np.asarray(self.word_of_token, dtype=np.int64)
         n, w = wot.size, self.n_words
         if n < 2 or wot[0] != -1 or wot[-1] != -1:
@@ -79,6 +81,8 @@ class Alignment:
 
 
 def _char_to_word(words: Sequence[str]) -> tuple[str, np.ndarray, list[tuple[int, int]]]:
+    import numpy as np
+
     spans: list[tuple[int, int]] = []
     pos = 0
     for w in words:
@@ -105,6 +109,8 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
     token straddles two words, or when the encoding is not ``special, tokens, special``; callers
     (:func:`prepare_word_examples`) count and list such sentences and skip them.
     """
+    import numpy as np
+
     where = f"sentence {sent_id!r}" if sent_id is not None else "sentence"
     words = list(words)
     if not words:
@@ -175,6 +181,8 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
     renormalised to sum to 1). Rows are taken of the column-summed map, as in the released code.
     Returns float32; each row sums to 1 when the input rows do.
     """
+    import numpy as np
+
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown from_split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
     a = np.asarray(attn, dtype=np.float32)
@@ -460,72 +468,3 @@ def extract_word_attention(
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
         progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-def register_cli(subparsers) -> argparse.ArgumentParser:
-    """Add the ``extract-words`` subcommand."""
-    from bertlook.attention.extraction import add_batch_arguments, add_model_arguments
-
-    p = subparsers.add_parser(
-        "extract-words",
-        help="extract word-level attention maps of treebank sentences into an attention store",
-        description=(
-            "Run a model on treebank sentences ([CLS] w1 .. wn [SEP]) and store word-level attention maps:\n"
-            "attention TO a split word = sum over its tokens, FROM a split word = --from-split.\n"
-            "Input:  --treebank FILE.conllu (gold words, heads, relations), a model spec.\n"
-            "Output: --out DIR, an attention store (level word; float16 [layer, head, from, to] of size\n"
-            "        n_words + 2 with [CLS] first and [SEP] last; records carry id, tokens, heads, rels,\n"
-            "        upos, xpos, n_wordpieces, split_words; length-sorted order, match by id);\n"
-            "        --summary JSON: sentences in/extracted, excluded over-long and unalignable sentences\n"
-            "        (counts and ids), fraction of words split into several tokens, tokens/s, device.\n"
-            "--random-init-seed SEED: the maps of the probes' random-init baseline instead: the model\n"
-            "        with pretrained word and position embeddings and every other weight re-initialised\n"
-            "        in memory (the weights `bertlook random-init --seed SEED` saves, bit for bit; nothing\n"
-            "        is saved); meta.json and the summary record it under `random_init`."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--treebank", required=True, help="CoNLL-U file of the sentences")
-    add_model_arguments(p)
-    p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
-    p.add_argument("--from-split", choices=FROM_SPLIT_MODES, default="mean",
-                   help="attention FROM a split word: mean of its tokens' rows (paper, default), "
-                        "first token's row (authors' code), or renormalised max")
-    add_batch_arguments(p, unit="sentences",
-                        length_help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted")
-    p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
-    p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
-                   help="re-initialise every weight but the word and position embeddings (seeded) before "
-                        "extracting: the random-init baseline of the probes (default: the model as is)")
-    from bertlook.attention.extraction import add_shard_argument
-
-    add_shard_argument(p, "treebank sentences")
-    p.set_defaults(func=_cmd_extract_words)
-    return p
-
-
-def _cmd_extract_words(args) -> int:
-    from bertlook.io_utils import write_json
-
-    summary = extract_word_attention(
-        args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
-    )
-    if args.summary:
-        write_json(args.summary, summary)
-    frac = summary["split_word_fraction"]
-    print(
-        f"extract-words: {summary['n_extracted']}/{summary['n_sentences']} sentences "
-        f"({summary['n_words']} words, {summary['tokens']} tokens) -> {Path(args.out)}; "
-        f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} tokens, "
-        f"{summary['excluded_alignment']} unalignable; "
-        f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
-        f"{summary['unk_tokens']} [UNK] tokens; "
-        f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
-        + (f"; random-init model (seed {args.random_init_seed})" if args.random_init_seed is not None else "")
-    )
-    return 0

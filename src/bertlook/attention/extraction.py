@@ -12,7 +12,6 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -643,94 +642,3 @@ def unk_summary(stats: dict[str, Any], max_unk_rate: float) -> dict[str, Any]:
         "unk_examples": stats["unk_examples"],
         "max_unk_rate": float(max_unk_rate),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-def add_model_arguments(p) -> None:
-    """--model / --revision, shared by every step that runs a model."""
-    p.add_argument("--model", required=True, metavar="SPEC",
-                   help="input: model spec: hub id, local model directory, or package:MODULE")
-    p.add_argument("--revision", default=None, metavar="REV",
-                   help="hub revision (branch, tag or commit) for a hub id")
-
-
-def add_batch_arguments(p, *, unit: str, length_help: str) -> None:
-    """--batch-size / --max-seq-len / --device / --shard-mb of the attention-extraction steps."""
-    p.add_argument("--batch-size", type=int, default=16, help=f"{unit} per forward pass (default 16)")
-    p.add_argument("--max-seq-len", type=int, default=128, help=f"{length_help} (default 128)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
-    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
-    add_unk_argument(p)
-
-
-def _rate_arg(text: str) -> float:
-    try:
-        return check_max_unk_rate(text)
-    except BertlookError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def add_unk_argument(p) -> None:
-    """--max-unk-rate (extraction.max_unk_rate): stop above this fraction of unknown tokens."""
-    p.add_argument("--max-unk-rate", type=_rate_arg, default=DEFAULT_MAX_UNK_RATE, metavar="RATE",
-                   help="stop, before running the model, when more than this fraction (0..1) of the "
-                        f"non-special tokens is the tokenizer's unknown token [UNK] (default {DEFAULT_MAX_UNK_RATE})")
-
-
-def register_cli(subparsers) -> argparse.ArgumentParser:
-    """Add the ``extract`` subcommand."""
-    p = subparsers.add_parser(
-        "extract",
-        help="extract token-level attention maps of a model into an attention store",
-        description=(
-            "Run a model on paper-style segments ([CLS] A [SEP] B [SEP]) and store its attention maps.\n"
-            "Input:  --segments segments.jsonl (from `bertlook corpora`), a model spec.\n"
-            "Output: --out DIR, an attention store (meta.json, index.jsonl, shard-*.bin: float16\n"
-            "        [layer, head, from, to] per example, in length-sorted order; match by id);\n"
-            "        --summary JSON with counts (excluded over-long examples), tokens/s, device."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")
-    add_model_arguments(p)
-    p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
-    p.add_argument("--segment-ids", choices=SEGMENT_ID_MODES, default="zeros",
-                   help="token type ids: zeros (authors' code, default) or pair (A=0, B=1)")
-    add_batch_arguments(p, unit="examples", length_help="examples with more wordpieces are excluded and counted")
-    p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
-    add_shard_argument(p, "segments")
-    p.set_defaults(func=_cmd_extract)
-    from bertlook.pipeline import sharding
-
-    sharding.register_cli(subparsers)
-    return p
-
-
-def add_shard_argument(p, what: str) -> None:
-    """--shard I/K (extraction.shards): only the I-th of K contiguous ranges of the input."""
-    from bertlook.pipeline.sharding import shard_arg
-
-    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
-                   help=f"extract only shard I of K: the I-th of K contiguous ranges of the {what} by index "
-                        "(the summary then holds what `gather-extraction` / `merge-stores` need)")
-
-
-def _cmd_extract(args) -> int:
-    from bertlook.io_utils import write_json
-
-    summary = extract_segments(
-        args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
-        segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard,
-    )
-    if args.summary:
-        write_json(args.summary, summary)
-    print(
-        f"extract: {summary['n_examples']} examples ({summary['tokens']} tokens) -> {Path(args.out)}; "
-        f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
-        f"{summary['unk_tokens']} [UNK] tokens; "
-        f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
-    )
-    return 0

@@ -31,12 +31,10 @@ fetched or found are reported as ``error:`` lines (all of them, after fetching t
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.util
 import json
 import logging
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Callable
@@ -322,43 +320,3 @@ def _echo_item(item: dict[str, Any], echo: Callable[[str], None]) -> None:
         echo(f"{head} {item['path']}  sha256 {item['sha256']}{size}")
     else:
         echo(f"{head} {item['path']}")
-
-
-# --------------------------------------------------------------------------------------------- CLI
-
-def _handler(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config
-
-    config = load_config(args.config)
-    out = fetch_config(config, retries=args.retries, timeout=args.timeout, summary=args.summary)
-    where = args.summary or Path(config["resources_dir"]) / "fetch.json"
-    if out["errors"]:
-        for line in out["errors"]:
-            print(f"error: {line}", file=sys.stderr)
-        print(f"error: {args.config}: {len(out['errors'])} input(s) could not be fetched; summary: {where}",
-              file=sys.stderr)
-        return 2
-    print(f"{args.config}: every input is in place; summary: {where}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "fetch",
-        help="download every input of a configuration (models, dump, UD, GloVe) before a cluster run",
-        description=(
-            "Input: CONFIG (YAML). Fetches every input where the workflow expects it: hub models at their "
-            "pinned revision into the Hugging Face cache (safetensors, tokenizer and config files only), "
-            "the Wikipedia dump, the UD treebank files and GloVe into resources_dir (checksums verified, "
-            "with the {file}.download.json summaries of the download rules, so Snakemake schedules no "
-            "download job); local paths and packages are checked. Files already there with a matching "
-            "checksum are not downloaded again. Output: every file's sha256 on stdout and "
-            "{resources_dir}/fetch.json. Exit 2 with an error: line per input that cannot be fetched."
-        ),
-    )
-    p.add_argument("config", help="configuration YAML (e.g. config.yaml)")
-    p.add_argument("--retries", type=int, default=3, help="attempts per download (default 3)")
-    p.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds (default 60)")
-    p.add_argument("--summary", metavar="JSON", default=None,
-                   help="where to write the summary (default {resources_dir}/fetch.json)")
-    p.set_defaults(func=_handler)

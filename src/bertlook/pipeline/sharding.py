@@ -27,7 +27,6 @@ id lists are concatenated, rates recomputed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -55,14 +54,6 @@ def parse_shard(text: Any) -> tuple[int, int]:
     if k < 1 or not 1 <= i <= k:
         raise BertlookError(f"--shard {text!r}: need 1 <= I <= K")
     return i, k
-
-
-def shard_arg(text: str) -> tuple[int, int]:
-    """argparse ``type`` of ``--shard``."""
-    try:
-        return parse_shard(text)
-    except BertlookError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def shard_label(i: int, k: int) -> str:
@@ -428,80 +419,3 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
     merged = open_store(out)  # the layout of the result is validated like any store's
     return {"out_dir": str(out), "n_examples": len(merged), "n_shard_files": len(sources),
             "linked": how["link"], "copied": how["copy"], "inputs": [str(s.path) for s in opened]}
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-def _cmd_merge_stores(args) -> int:
-    from bertlook.io_utils import write_json
-
-    result = merge_stores(args.store, args.out, link=not args.copy)
-    if args.part_summary:
-        if not args.summary:
-            raise BertlookError("--part-summary needs --summary (the gathered summary to write)")
-        if len(args.part_summary) != len(args.store):
-            raise BertlookError(f"{len(args.part_summary)} --part-summary for {len(args.store)} --store")
-        summaries = [_read_json(p, "extraction summary") for p in args.part_summary]
-        check_shards(summaries, args.part_summary)
-        summary = merge_summaries(summaries, where=args.part_summary)
-        summary["out_dir"] = str(args.out)
-        summary["shards"] = [shard_entry(s, p) for s, p in zip(summaries, args.part_summary)]
-        write_json(args.summary, summary)
-    print(f"merge-stores: {result['n_examples']} examples from {len(args.store)} store(s) -> {args.out} "
-          f"({result['n_shard_files']} shard files: {result['linked']} hard-linked, {result['copied']} copied)")
-    return 0
-
-
-def _cmd_gather_extraction(args) -> int:
-    from bertlook.io_utils import write_json
-
-    summary, meta = gather_extraction(args.part_summary)
-    write_json(args.summary, summary)
-    if args.meta:
-        write_json(args.meta, meta)
-    print(f"gather-extraction: {len(args.part_summary)} shard(s), {summary.get('n_examples')} examples, "
-          f"{summary.get('excluded_too_long')} excluded as too long -> {args.summary}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``merge-stores`` and ``gather-extraction``."""
-    p = subparsers.add_parser(
-        "merge-stores",
-        help="gather the shard stores of a sharded extraction into one attention store",
-        description=(
-            "Gather attention stores (the shards of `extract-words --shard I/K`, or any stores of one\n"
-            "model) into one store without copying maps.\n"
-            "Input:  --store DIR (repeatable, shard order), optionally --part-summary JSON per store.\n"
-            "Output: --out DIR, one store: shard files hard-linked (copied where the file system\n"
-            "        cannot link), index concatenated with shard ids renumbered and put back into the\n"
-            "        unsharded length-sorted order, meta.json counts summed; validated when written.\n"
-            "        --summary JSON: the gathered extraction summary (counts summed, settings checked)."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--store", action="append", required=True, metavar="DIR", help="input: a store (repeatable)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output: the merged store (replaced atomically)")
-    p.add_argument("--part-summary", action="append", default=None, metavar="JSON",
-                   help="input: the extraction summary of each --store, same order")
-    p.add_argument("--summary", default=None, metavar="JSON", help="output: the gathered extraction summary")
-    p.add_argument("--copy", action="store_true", help="copy the shard files instead of hard-linking them")
-    p.set_defaults(func=_cmd_merge_stores)
-
-    g = subparsers.add_parser(
-        "gather-extraction",
-        help="gather the summaries of a sharded segment extraction (no maps needed)",
-        description=(
-            "Input:  --part-summary JSON of every shard of `extract --shard I/K`, in order.\n"
-            "Output: --summary JSON (what one unsharded `extract` writes: counts summed, settings\n"
-            "        checked, per-shard timing under `shards`) and --meta JSON (the meta.json of the\n"
-            "        unsharded store: model provenance, exclusions), so later steps (manifest) need no maps."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    g.add_argument("--part-summary", action="append", required=True, metavar="JSON",
-                   help="input: a shard's extraction summary (repeatable, shard order)")
-    g.add_argument("--summary", required=True, metavar="JSON", help="output: gathered extraction summary")
-    g.add_argument("--meta", default=None, metavar="JSON", help="output: gathered store meta (meta.json)")
-    g.set_defaults(func=_cmd_gather_extraction)

@@ -7,7 +7,6 @@ each step (counts of everything excluded), package versions, Python, platform an
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -84,39 +83,3 @@ def build_manifest(
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }
-
-
-def _cli(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import validate_config
-    from bertlook.io_utils import write_json
-
-    config = validate_config(json.loads(args.config_json), source="--config-json")
-    steps = {}
-    for item in args.summary or []:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise BertlookError(f"--summary {item!r}: expected NAME=PATH")
-        steps[name] = path
-    manifest = build_manifest(run=args.run, config=config, corpus_path=args.corpus,
-                              attention_dir=args.attention, step_summaries=steps)
-    write_json(args.out, manifest)
-    print(f"wrote {args.out}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "manifest",
-        help="write the provenance record manifest.json of a run",
-        description="Inputs: the effective configuration (JSON), the Wikipedia dump file, the attention "
-        "store (for model provenance) and the step summaries. Output: manifest.json.",
-    )
-    p.add_argument("--run", required=True, help="run name ({run_name}-{label})")
-    p.add_argument("--config-json", required=True, help="the effective configuration as a JSON string")
-    p.add_argument("--corpus", required=True, help="Wikipedia dump file used by the run")
-    p.add_argument("--attention", required=True,
-                   help="attention store directory of the segments, or its meta.json (e.g. the gathered "
-                        "attention/segments.meta.json of a sharded run)")
-    p.add_argument("--summary", action="append", metavar="NAME=PATH", help="a step summary JSON (repeatable)")
-    p.add_argument("--out", required=True, help="manifest.json to write")
-    p.set_defaults(func=_cli)

@@ -1,7 +1,8 @@
 """``bertlook <step> ...``: every pipeline step as a command-line subcommand.
 
-Each module that implements a step exposes ``register_cli(subparsers)``; handlers return an exit
-code. User errors (:class:`bertlook.errors.BertlookError`) print ``error: ...`` and exit 2 without a
+One module per step in this package (``bertlook.cli.<step>``) exposes ``register_cli(subparsers)``
+with the step's argparse glue, summaries and printing; the computation lives in the stage
+packages. Handlers return an exit code. User errors (:class:`bertlook.errors.BertlookError`) print ``error: ...`` and exit 2 without a
 traceback.
 """
 
@@ -17,24 +18,24 @@ from bertlook.errors import BertlookError
 
 # Modules registering subcommands, in pipeline order.
 STEP_MODULES = [
-    "bertlook.pipeline.preflight",
-    "bertlook.data.download",
-    "bertlook.data.fetch",
-    "bertlook.data.corpora",
-    "bertlook.attention.extraction",
-    "bertlook.data.treebank",
-    "bertlook.attention.alignment",
-    "bertlook.analyses.surface_stats",
-    "bertlook.analyses.clustering",
-    "bertlook.reporting.figures",
-    "bertlook.analyses.head_accuracy",
-    "bertlook.attention.random_init",
-    "bertlook.analyses.probes",
-    "bertlook.analyses.coref",
-    "bertlook.analyses.gradients",
-    "bertlook.reporting.manifest",
-    "bertlook.reporting.compare",
-    "bertlook.reporting.resources",
+    "bertlook.cli.preflight",
+    "bertlook.cli.download",
+    "bertlook.cli.fetch",
+    "bertlook.cli.corpora",
+    "bertlook.cli.extraction",
+    "bertlook.cli.treebank",
+    "bertlook.cli.alignment",
+    "bertlook.cli.surface_stats",
+    "bertlook.cli.clustering",
+    "bertlook.cli.figures",
+    "bertlook.cli.head_accuracy",
+    "bertlook.cli.random_init",
+    "bertlook.cli.probes",
+    "bertlook.cli.coref",
+    "bertlook.cli.gradients",
+    "bertlook.cli.manifest",
+    "bertlook.cli.compare",
+    "bertlook.cli.resources",
 ]
 
 

@@ -1,0 +1,60 @@
+"""Argparse helpers shared by the model-running steps (``extract``, ``extract-words``, ``coref-extract``,
+``gradients``): ``--model`` / ``--revision``, the batch flags, ``--max-unk-rate`` and ``--shard I/K``.
+
+Light imports only: :mod:`bertlook.attention.extraction` and :mod:`bertlook.pipeline.sharding` import
+the standard library alone at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bertlook.attention.extraction import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
+from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import parse_shard
+
+
+def add_model_arguments(p) -> None:
+    """--model / --revision, shared by every step that runs a model."""
+    p.add_argument("--model", required=True, metavar="SPEC",
+                   help="input: model spec: hub id, local model directory, or package:MODULE")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="hub revision (branch, tag or commit) for a hub id")
+
+
+def add_batch_arguments(p, *, unit: str, length_help: str) -> None:
+    """--batch-size / --max-seq-len / --device / --shard-mb of the attention-extraction steps."""
+    p.add_argument("--batch-size", type=int, default=16, help=f"{unit} per forward pass (default 16)")
+    p.add_argument("--max-seq-len", type=int, default=128, help=f"{length_help} (default 128)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
+    p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_unk_argument(p)
+
+
+def _rate_arg(text: str) -> float:
+    try:
+        return check_max_unk_rate(text)
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_unk_argument(p) -> None:
+    """--max-unk-rate (extraction.max_unk_rate): stop above this fraction of unknown tokens."""
+    p.add_argument("--max-unk-rate", type=_rate_arg, default=DEFAULT_MAX_UNK_RATE, metavar="RATE",
+                   help="stop, before running the model, when more than this fraction (0..1) of the "
+                        f"non-special tokens is the tokenizer's unknown token [UNK] (default {DEFAULT_MAX_UNK_RATE})")
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """argparse ``type`` of ``--shard``."""
+    try:
+        return parse_shard(text)
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_shard_argument(p, what: str) -> None:
+    """--shard I/K (extraction.shards): only the I-th of K contiguous ranges of the input."""
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
+                   help=f"extract only shard I of K: the I-th of K contiguous ranges of the {what} by index "
+                        "(the summary then holds what `gather-extraction` / `merge-stores` need)")

@@ -1,0 +1,73 @@
+"""CLI of bertlook.attention.alignment: ``extract-words``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``extract-words`` subcommand."""
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
+
+    p = subparsers.add_parser(
+        "extract-words",
+        help="extract word-level attention maps of treebank sentences into an attention store",
+        description=(
+            "Run a model on treebank sentences ([CLS] w1 .. wn [SEP]) and store word-level attention maps:\n"
+            "attention TO a split word = sum over its tokens, FROM a split word = --from-split.\n"
+            "Input:  --treebank FILE.conllu (gold words, heads, relations), a model spec.\n"
+            "Output: --out DIR, an attention store (level word; float16 [layer, head, from, to] of size\n"
+            "        n_words + 2 with [CLS] first and [SEP] last; records carry id, tokens, heads, rels,\n"
+            "        upos, xpos, n_wordpieces, split_words; length-sorted order, match by id);\n"
+            "        --summary JSON: sentences in/extracted, excluded over-long and unalignable sentences\n"
+            "        (counts and ids), fraction of words split into several tokens, tokens/s, device.\n"
+            "--random-init-seed SEED: the maps of the probes' random-init baseline instead: the model\n"
+            "        with pretrained word and position embeddings and every other weight re-initialised\n"
+            "        in memory (the weights `bertlook random-init --seed SEED` saves, bit for bit; nothing\n"
+            "        is saved); meta.json and the summary record it under `random_init`."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--treebank", required=True, help="CoNLL-U file of the sentences")
+    add_model_arguments(p)
+    p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
+    p.add_argument("--from-split", choices=FROM_SPLIT_MODES, default="mean",
+                   help="attention FROM a split word: mean of its tokens' rows (paper, default), "
+                        "first token's row (authors' code), or renormalised max")
+    add_batch_arguments(p, unit="sentences",
+                        length_help="sentences with more tokens (incl. [CLS]/[SEP]) are excluded and counted")
+    p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
+                   help="re-initialise every weight but the word and position embeddings (seeded) before "
+                        "extracting: the random-init baseline of the probes (default: the model as is)")
+    add_shard_argument(p, "treebank sentences")
+    p.set_defaults(func=_cmd_extract_words)
+    return p
+
+
+def _cmd_extract_words(args) -> int:
+    from bertlook.attention.alignment import extract_word_attention
+    from bertlook.io_utils import write_json
+
+    summary = extract_word_attention(
+        args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
+        max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
+        max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
+    )
+    if args.summary:
+        write_json(args.summary, summary)
+    frac = summary["split_word_fraction"]
+    print(
+        f"extract-words: {summary['n_extracted']}/{summary['n_sentences']} sentences "
+        f"({summary['n_words']} words, {summary['tokens']} tokens) -> {Path(args.out)}; "
+        f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} tokens, "
+        f"{summary['excluded_alignment']} unalignable; "
+        f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
+        f"{summary['unk_tokens']} [UNK] tokens; "
+        f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
+        + (f"; random-init model (seed {args.random_init_seed})" if args.random_init_seed is not None else "")
+    )
+    return 0

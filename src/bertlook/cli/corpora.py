@@ -1,0 +1,83 @@
+"""``bertlook corpora``: Wikipedia dump -> paper-style segments (JSONL) and a summary.
+
+The computation lives in :mod:`bertlook.data.corpora`; this module holds the argparse glue, the
+summary and printing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bertlook.errors import BertlookError
+
+
+def _handler(args: argparse.Namespace) -> int:
+    from bertlook.data.corpora import _count_text, build_segments, iter_documents, write_segments
+    from bertlook.pipeline.config import resolve_data_path
+    from bertlook.io_utils import write_json
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
+
+    dump = resolve_data_path(args.dump)
+    tokenizer = load_tokenizer(resolve_model(args.model, args.revision))
+    counts: dict[str, int] = {}
+    docs = iter_documents(dump, max_articles=args.max_articles, counts=counts)
+    try:
+        segments, summary = build_segments(docs, tokenizer, n_segments=args.n_segments,
+                                           max_seq_len=args.max_seq_len, seed=args.seed)
+    finally:
+        docs.close()
+    if not segments:
+        raise BertlookError(
+            f"{dump}: no segment could be made ({summary['documents_read']} usable articles read, "
+            f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
+            f"{summary['sentences_without_tokens']} sentences without tokens; {_count_text(counts)}): a "
+            "segment needs two sentences of one article")
+    warnings = []
+    if summary["segments_produced"] < summary["segments_requested"]:
+        warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
+                        f"could be made from {dump}: its {summary['documents_read']} usable articles ran out"
+                        + (f" (max_articles {args.max_articles})" if args.max_articles else ""))
+    write_segments(args.out, segments)
+    summary = {"dump": str(dump), "model": args.model, "revision": args.revision,
+               "max_articles": args.max_articles, **summary, **counts, "warnings": warnings}
+    write_json(args.summary, summary)
+    print(
+        f"corpora: {summary['segments_produced']}/{summary['segments_requested']} segments from "
+        f"{summary['documents_used']} documents ({summary['truncated_segments']} truncated, "
+        f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, mean "
+        f"{summary['mean_tokens']} / max {summary['max_tokens']} tokens); pages read "
+        f"{counts['pages_read']}, redirects {counts['redirects_skipped']}, non-article "
+        f"{counts['non_article_pages_skipped']}, without sentences "
+        f"{counts['documents_without_sentences']}; -> {args.out}"
+    )
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "corpora",
+        help="Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
+        description=(
+            "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) and the "
+            "tokenizer of --model. Output: --out (segments JSONL: id, doc, doc_index, text_a, text_b, "
+            "tokens, segment_ids, truncated) and --summary (JSON with every count, including pages "
+            "and sentences skipped). Segments are made as in BERT's create_pretraining_data.py "
+            "(no random next sentence), the first --n-segments kept and shuffled with --seed."
+        ),
+    )
+    p.add_argument("--dump", required=True, metavar="PATH", help="MediaWiki XML dump (.xml.bz2 or .xml)")
+    p.add_argument("--model", required=True, metavar="SPEC",
+                   help="model whose tokenizer is used (hub id, local dir, package:MODULE)")
+    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    p.add_argument("--out", required=True, metavar="segments.jsonl", help="output segments JSONL")
+    p.add_argument("--summary", required=True, metavar="summary.json", help="output summary JSON")
+    p.add_argument("--n-segments", type=int, default=1000, help="segments to keep (default 1000)")
+    p.add_argument("--max-seq-len", type=int, default=128,
+                   help="maximum wordpieces per segment, special tokens included (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--max-articles", type=int, default=None, metavar="N",
+                   help="read at most N kept articles (default: all that are needed)")
+    p.set_defaults(func=_handler)

@@ -1,0 +1,138 @@
+"""CLI of :mod:`bertlook.reporting.figures`: ``figures`` and ``fig1-example`` (argparse glue,
+summaries, printing; the drawing lives in the reporting module)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertlook.errors import BertlookError
+
+_HELP = """\
+Draw the PNG twins of the paper's figures.
+
+inputs:
+  --attention DIR        attention store (extract step); Fig 1 draws one of its examples
+  --example NPZ          or: the Fig 1 example files of the shards of a sharded extraction
+                         (`bertlook fig1-example`, repeatable; exactly one holds the example)
+  --stats CSV            attention_stats.csv (surface-stats step): one row per head
+  --stats-summary JSON   surface-stats summary: n_examples, uniform_entropy, mean_tokens
+  --clusters CSV         head_clusters.csv (clustering step): layer,head,x,y,behavior
+
+outputs (in --out-dir):
+  fig1_example_heads.png   Fig 1: example heads' attention on one example
+  fig2_special_tokens.png  Fig 2: attention to [CLS], [SEP], ". ," per head by layer
+  fig4_entropy.png         Fig 4: attention entropy and [CLS] entropy per head by layer
+  fig6_head_clusters.png   Fig 6: MDS embedding of the heads by layer and by behaviour
+"""
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``figures`` subcommand to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "figures",
+        help="draw the PNG twins of the paper's Figs 1, 2, 4 and 6",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--attention", default=None, metavar="DIR", help="attention store directory (input)")
+    p.add_argument("--example", action="append", default=None, metavar="NPZ",
+                   help="input: instead of --attention, the shards' Fig 1 example files (repeatable)")
+    p.add_argument("--stats", required=True, metavar="CSV", help="attention_stats.csv (input)")
+    p.add_argument("--stats-summary", required=True, metavar="JSON", help="surface-stats summary JSON (input)")
+    p.add_argument("--clusters", required=True, metavar="CSV", help="head_clusters.csv (input)")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="directory for the four PNGs (output)")
+    p.add_argument(
+        "--example-heads",
+        default="auto",
+        metavar="auto|L-H,...",
+        help="heads for Fig 1: 'auto' (one characteristic head per behaviour, from --stats) or a "
+        "comma-separated list of 1-indexed labels such as '1-1,3-1,8-7,11-6' (default: auto)",
+    )
+    p.add_argument("--example-index", type=int, default=0, metavar="I",
+                   help="index (storage order) of the example drawn in Fig 1 (default: 0)")
+    p.set_defaults(func=_cli_figures)
+
+    e = subparsers.add_parser(
+        "fig1-example",
+        help="save the Fig 1 example of a sharded extraction, if this shard's store holds it",
+        description=(
+            "Inputs: --attention DIR (one shard's token-level store), --segments JSONL (the segments\n"
+            "file), --example-index I (figures.example_index: position in the order of the unsharded\n"
+            "store, i.e. longest segment first, ties by id, over-long segments excluded).\n"
+            "Output: --out NPZ: the example's map and tokens when this shard holds it, else a note\n"
+            "that it does not; `bertlook figures --example` reads the files of all shards."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument("--attention", required=True, metavar="DIR", help="input: a shard's attention store")
+    e.add_argument("--segments", required=True, metavar="JSONL", help="input: the segments file")
+    e.add_argument("--example-index", type=int, default=0, metavar="I", help="Fig 1 example (default 0)")
+    e.add_argument("--out", required=True, metavar="NPZ", help="output: the example file")
+    e.set_defaults(func=_cli_fig1_example)
+    return p
+
+
+def _cli_fig1_example(args: argparse.Namespace) -> int:
+    from bertlook.pipeline.sharding import save_partial
+    from bertlook.reporting.figures import FIG1_KIND, fig1_example_partial
+
+    meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
+    save_partial(args.out, FIG1_KIND, meta, arrays)
+    where = "holds" if meta["found"] else "does not hold"
+    print(f"fig1-example: {args.attention} {where} example {args.example_index} (id {meta['id']!r}) -> {args.out}")
+    return 0
+
+
+def _cli_figures(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out_dir)
+    from bertlook.attention.store import open_store
+    from bertlook.naming import parse_head_label, parse_head_labels
+    from bertlook.reporting.figures import (
+        EXAMPLE_BEHAVIOURS, FIGURE_FILES, _read_stats, choose_example_heads, draw_fig1, fig1_example_heads,
+        fig2_special_tokens, fig4_entropy, fig6_head_clusters, load_fig1_example,
+    )
+
+    if bool(args.attention) == bool(args.example):
+        raise BertlookError("figures: give --attention DIR or --example NPZ ... (one of them)")
+    if args.attention:
+        store = open_store(args.attention)
+        num_layers, num_heads, source = store.num_layers, store.num_heads, args.attention
+    else:
+        example_meta, example_attn = load_fig1_example(args.example)
+        if int(example_meta["example_index"]) != int(args.example_index):
+            raise BertlookError(f"{', '.join(args.example)}: the example files hold example "
+                                f"{example_meta['example_index']}, not --example-index {args.example_index}")
+        num_layers, num_heads = int(example_meta["num_layers"]), int(example_meta["num_heads"])
+        source = ", ".join(args.example)
+    spec = str(args.example_heads).strip()
+    if spec.lower() == "auto":
+        stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
+        chosen = choose_example_heads(stats)
+        for layer, head, _ in chosen:
+            try:
+                parse_head_label(f"{layer}-{head}", num_layers, num_heads)
+            except BertlookError as err:
+                raise BertlookError(f"{args.stats}: does not match the attention store {source}: {err}") from None
+        heads = [(l, h) for l, h, _ in chosen]
+        labels: list[str] | None = [lab for _, _, lab in chosen]
+    else:
+        heads = parse_head_labels(spec, num_layers, num_heads)
+        labels = None
+    if args.attention:
+        fig1 = fig1_example_heads(args.attention, heads, out_dir / FIGURE_FILES["fig1"],
+                                  example_index=args.example_index, labels=labels)
+    else:
+        fig1 = draw_fig1(example_meta["tokens"], example_attn, heads, out_dir / FIGURE_FILES["fig1"],
+                         labels=labels, special_tokens=(example_meta.get("special_tokens") or {}).values())
+    written = [
+        fig1,
+        fig2_special_tokens(args.stats, out_dir / FIGURE_FILES["fig2"]),
+        fig4_entropy(args.stats, args.stats_summary, out_dir / FIGURE_FILES["fig4"]),
+        fig6_head_clusters(args.clusters, out_dir / FIGURE_FILES["fig6"]),
+    ]
+    heads_txt = ", ".join(f"{l}-{h}" for l, h in heads)
+    print(f"figures: example heads {heads_txt} on example {args.example_index}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0

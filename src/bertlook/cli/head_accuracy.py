@@ -1,0 +1,187 @@
+"""``bertlook heads``: argparse glue, summaries and printing of :mod:`bertlook.analyses.head_accuracy`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bertlook.analyses.head_accuracy import DEFAULT_OFFSETS, TREEBANK_KINDS
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+_HELP = """\
+Accuracy of every attention head at predicting dependency heads (twin of Table 1 of Clark et al.
+2019) and the Fig 5 twin (the best det / dobj / pobj heads on a sentence).
+
+inputs:
+  --dev-attention DIR     word-level attention store with gold trees (heads, rels, xpos per record);
+                          heads are chosen and scored on it, as in the paper
+  --train-attention DIR   optional word-level store of the train split: adds a held-out choice
+                          (head chosen on train, scored on dev)
+
+outputs:
+  --out-accuracy CSV      every head x relation x direction: relation,layer,head,direction,accuracy,count
+  --out-table CSV         Table 1 twin: best head, accuracy, bootstrap CI, best offset baseline, count,
+                          held-out and paper columns (accuracies as fractions 0..1)
+  --out-markdown MD       the same as a markdown table (percent, 1 decimal)
+  --out-figure PNG        Fig 5 twin
+  --summary JSON          counts (sentences, words, relations, poss words switched, rows shown/skipped)
+"""
+
+
+def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
+    """CSV at full float precision (shortest round-trip repr), written atomically."""
+    from bertlook.io_utils import atomic_path
+
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def _offsets_arg(text: str) -> tuple[int, ...]:
+    from bertlook.analyses.head_accuracy import _parse_offsets
+
+    try:
+        return _parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``heads`` subcommand."""
+    p = subparsers.add_parser(
+        "heads",
+        help="per-head dependency accuracy, Table 1 twin (best head per relation vs offset baselines), Fig 5 twin",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level dev attention store")
+    p.add_argument("--train-attention", metavar="DIR", default=None,
+                   help="input: word-level train attention store (held-out head choice; optional)")
+    p.add_argument("--out-accuracy", required=True, metavar="CSV", help="output: head_accuracy.csv")
+    p.add_argument("--out-table", required=True, metavar="CSV", help="output: table1.csv")
+    p.add_argument("--out-markdown", required=True, metavar="MD", help="output: table1.md")
+    p.add_argument("--out-figure", required=True, metavar="PNG", help="output: fig5_syntax_heads.png")
+    p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
+    p.add_argument("--min-count", type=int, default=100,
+                   help="relations with fewer words are not rows (except dobj, det, pobj; default 100)")
+    p.add_argument("--offsets", type=_offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+                   help="baseline offsets (default -3,-2,-1,1,2,3; released code: -3,-2,-1,1,2)")
+    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
+                   help="score a poss word with the prediction made from the following 's (default: on, as "
+                   "the released code)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="use only the first N sentences of each store (default: all)")
+    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=None,
+                   help="where the trees come from: ptb_sd (gold PTB, Stanford Dependencies), ud (gold UD), "
+                   "silver (spaCy parses, ClearNLP labels); default: the store's meta 'treebank_kind'")
+    p.add_argument("--treebank-name", default=None, metavar="NAME",
+                   help="treebank / parser name for the notes (default: the store's meta 'treebank_name')")
+    p.add_argument("--paper-comparable", action="store_true",
+                   help="the run is comparable to the paper (bert-base-uncased on PTB SD dev): add ours-minus-paper")
+    p.set_defaults(func=_run_heads)
+
+
+def _run_heads(args: argparse.Namespace) -> int:
+    from bertlook.analyses.head_accuracy import (
+        FORCED_BY_SCHEME,
+        SKIP_RELATIONS,
+        _fig5_relations,
+        fig5_syntax_heads,
+        head_accuracy_table,
+        score_heads,
+        table1,
+        table1_markdown,
+        trees_note,
+    )
+    from bertlook.attention.store import open_store
+    from bertlook.io_utils import write_json, write_text
+    from bertlook.reporting.paper_reference import table1_reference
+
+    dev_store = open_store(args.dev_attention, level="word")
+    kind = args.treebank_kind or dev_store.meta.get("treebank_kind")
+    if kind not in TREEBANK_KINDS:
+        raise BertlookError(
+            f"{args.dev_attention}: tree source unknown: pass --treebank-kind "
+            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
+        )
+    name = args.treebank_name or dev_store.meta.get("treebank_name") or None
+    scheme = TREEBANK_KINDS[kind][0]
+    if args.paper_comparable and kind != "ptb_sd":
+        print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
+    dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                      max_examples=args.max_examples)
+    train = None
+    if args.train_attention:
+        train_store = open_store(args.train_attention, level="word")
+        train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                            max_examples=args.max_examples, keep_sentences=False)
+    paper = table1_reference(scheme)
+    table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
+                   bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
+                   paper=paper, comparable=args.paper_comparable,
+                   forced_relations=FORCED_BY_SCHEME[scheme])
+    acc = head_accuracy_table(dev)
+    title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
+    md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))
+    _write_csv_full(args.out_accuracy, acc)
+    _write_csv_full(args.out_table, table)
+    write_text(args.out_markdown, md)
+    fig5_syntax_heads(args.dev_attention, table, args.out_figure,
+                      relations=_fig5_relations(FORCED_BY_SCHEME[scheme]))
+
+    shown = set(table["relation"])
+    counts = {r: int(c) for r, c in zip(dev.relations, dev.word_counts)}
+    all_row = table.iloc[0]
+    summary = {
+        "dev_attention": str(args.dev_attention),
+        "train_attention": str(args.train_attention) if args.train_attention else None,
+        "treebank_kind": kind,
+        "treebank_name": name,
+        "relation_scheme": scheme,
+        "paper_comparable": bool(args.paper_comparable),
+        "n_sentences": dev.n_sentences,
+        "n_sentences_in_store": len(dev_store),
+        "n_words": dev.n_words,
+        "num_layers": dev.num_layers,
+        "num_heads": dev.num_heads,
+        "relation_counts": counts,
+        "rows": list(table["relation"]),
+        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
+        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
+        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+        "min_count": args.min_count,
+        "offsets": list(dev.offsets),
+        "poss_from_possessive": dev.poss_from_possessive,
+        "n_poss_words": dev.n_poss,
+        "n_poss_switched": dev.n_poss_affected,
+        "bootstrap": args.bootstrap,
+        "confidence": args.confidence,
+        "seed": args.seed,
+        "store_excluded": dev_store.meta.get("excluded") or {},
+        "all": {"best_head": all_row["best_head"], "direction": all_row["direction"],
+                "accuracy": float(all_row["accuracy"]), "baseline_offset": int(all_row["baseline_offset"]),
+                "baseline_accuracy": float(all_row["baseline_accuracy"])},
+        "train": None if train is None else {"n_sentences": train.n_sentences, "n_words": train.n_words,
+                                             "n_poss_switched": train.n_poss_affected},
+        "outputs": {"accuracy": str(args.out_accuracy), "table": str(args.out_table),
+                    "markdown": str(args.out_markdown), "figure": str(args.out_figure)},
+    }
+    write_json(args.summary, summary)
+    print(
+        f"heads: {dev.n_sentences} sentences, {dev.n_words} words, {len(dev.relations)} relations, "
+        f"{len(table)} Table 1 rows ({kind} trees); All: head {all_row['best_head']} "
+        f"{100 * all_row['accuracy']:.1f}% vs offset {int(all_row['baseline_offset']):+d} "
+        f"{100 * all_row['baseline_accuracy']:.1f}%; poss words switched to the 's prediction: "
+        f"{dev.n_poss_affected} of {dev.n_poss}"
+    )
+    for path in (args.out_accuracy, args.out_table, args.out_markdown, args.out_figure, args.summary):
+        print(f"wrote {path}")
+    return 0
