@@ -16,6 +16,7 @@ from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import coref as coref_cli
 from bertlook.analyses.coref import Document, Mention
 from bertlook.errors import BertlookError
+from bertlook.reporting.tables import table2_markdown
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_coref.gold_conll"
 P0, P1, D2 = "nw/tiny/00/tiny_0001#000", "nw/tiny/00/tiny_0001#001", "bc/tiny/00/tiny_0002#000"
@@ -435,7 +436,7 @@ def test_table2_frame_and_markdown(tmp_path):
     assert pd.isna(row.loc["neural", "all"]) and row.loc["neural", "paper_all"] == pytest.approx(0.83)
     assert pd.isna(row.loc["neural", "paper_pronoun"]) and pd.isna(row.loc["neural", "n_all"])
     assert row.loc["nearest", "paper_nominal"] == pytest.approx(0.19) and row.loc["head_match", "n_proper"] == 4
-    md = coref.table2_markdown(df, title="T2", note="a note")
+    md = table2_markdown(df, title="T2", note="a note")
     assert "| Rule-based (4 sieves) | 76.9 | 60.0 | 100.0 | 75.0 | 69 | 70 | 77 | 60 |" in md
     assert "| Best head 1-1 (paper: 5-4) | 100.0 |" in md and "| Neural coref (paper only) | – | – | – | – | 83 | – |" in md
     assert "| Mentions scored (n) | 13 | 5 | 4 | 4 |" in md

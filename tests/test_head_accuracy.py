@@ -15,6 +15,7 @@ from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import head_accuracy as heads_cli
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference
+from bertlook.reporting.tables import table1_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE, BIG = 0.01, 0.9
@@ -404,7 +405,7 @@ def test_markdown_percent_and_columns():
     train = synthetic_scores(COUNTS, {"nn": (0, 1, 0)}, seed=3)
     df = ha.table1(dev, bootstrap=0, train_scores=train, paper=table1_reference(), comparable=True)
     df.loc[1, ["ci_low", "ci_high"]] = [0.45, 0.55]
-    md = ha.table1_markdown(df, title="Table 1 twin", corpus_note=ha.trees_note("ptb_sd", comparable=True))
+    md = table1_markdown(df, title="Table 1 twin", corpus_note=ha.trees_note("ptb_sd", comparable=True))
     assert md.startswith("# Table 1 twin")
     assert "| Relation | n | Head | Accuracy | Baseline (offset) | Held-out head | Held-out accuracy | Paper head" in md
     assert "Diff (points)" in md
@@ -415,7 +416,7 @@ def test_markdown_percent_and_columns():
     assert "Comparable to the paper" in md and "gold trees" in md
     silver = ha.trees_note("silver", "spaCy en_core_web_sm 3.8.0")
     assert "silver" in silver and "en_core_web_sm" in silver and "Not comparable" in silver
-    plain = ha.table1_markdown(ha.table1(dev, bootstrap=0), title="t", corpus_note=silver)
+    plain = table1_markdown(ha.table1(dev, bootstrap=0), title="t", corpus_note=silver)
     assert "Held-out" not in plain and "Paper head" not in plain and "Diff" not in plain
 
 

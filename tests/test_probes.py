@@ -36,11 +36,11 @@ from bertlook.analyses.probes import (
     right_branching_heads,
     right_branching_uas,
     run_probes,
-    table3_markdown,
     train_probe,
     write_synthetic_word_store,
 )
 from bertlook.cli.probes import register_cli
+from bertlook.reporting.tables import table3_markdown
 
 L, H = 2, 3
 K = L * H

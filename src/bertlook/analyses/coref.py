@@ -57,7 +57,8 @@ agreement (:data:`PRONOUN_FEATURES`; non-pronouns are third person, plural when 
 singular when NN/NNP, gender unknown), (4) any earlier mention; the nearest mention passing the first
 sieve that any earlier mention passes is chosen.
 
-**Outputs** (:func:`table2_frame`, :func:`table2_markdown`, :func:`write_not_run`, CLI ``coref``):
+**Outputs** (:func:`table2_frame`, :func:`write_not_run`, CLI ``coref``; the Markdown:
+:func:`bertlook.reporting.tables.table2_markdown`):
 ``table2.csv`` (fractions), ``table2.md`` (percents), ``coref_heads.csv`` (every head) and a summary
 JSON with every count; without a corpus, ``coref --not-run REASON`` writes tables that say so.
 """
@@ -65,7 +66,6 @@ JSON with every count; without a corpus, ``coref --not-run REASON`` writes table
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from pathlib import Path
@@ -73,7 +73,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
-from bertlook.reporting.formatting import pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -1164,48 +1163,6 @@ def table2_frame(scores: CorefScores, paper: dict[str, dict[str, Any]] | None = 
     return df
 
 
-
-def _paper_pct(x: Any) -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if math.isnan(v) else f"{100 * v:.0f}"
-
-
-def table2_markdown(df: "pd.DataFrame", *, title: str, note: str = "") -> str:
-    """Markdown twin of Table 2: our accuracy (percent, 1 decimal) and the paper's (as printed)."""
-    header = ["System", "All", "Pronoun", "Proper", "Nominal", "Paper: All", "Pronoun", "Proper", "Nominal"]
-    lines = [f"# {title}", ""]
-    if note:
-        lines += [note, ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    for row in df.itertuples(index=False):
-        label = str(row.label)
-        if row.system == "best_head":
-            label = f"Best head {row.head}" if row.head else "Best head (no mention to score)"
-            if row.paper_head:
-                label += f" (paper: {row.paper_head})"
-        cells = [label, *(pct(getattr(row, c)) for c in COLUMNS),
-                 *(_paper_pct(getattr(row, f"paper_{c}")) for c in COLUMNS)]
-        lines.append("| " + " | ".join(cells) + " |")
-    counts = df[df.system == "nearest"].iloc[0] if (df.system == "nearest").any() else None
-    if counts is not None:
-        lines.append("| Mentions scored (n) | " + " | ".join(
-            f"{int(counts[f'n_{c}']):,}" for c in COLUMNS) + " | | | | |")
-    lines += [
-        "",
-        "Antecedent selection accuracy: % of mentions with an antecedent (an earlier mention of the same "
-        "cluster inside the truncated document) for which the system picks a correct antecedent. For an "
-        "attention head: the mention's head word attends most to the head word of one of its antecedents. "
-        "Mention type from the head word's POS (pronoun PRP/PRP$/WP/WP$, proper NNP/NNPS, nominal the rest). "
-        "Heads are layer-head, 1-indexed; the best head is chosen on the same data it is scored on. Paper: "
-        "Clark et al. 2019, Table 2 (BERT-base, CoNLL-2012, documents truncated to 128 tokens); the neural "
-        "row is the paper's number only (on untruncated documents). Definitions: docs/coreference.md.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _write_csv(path, frame) -> None:
     from bertlook.io_utils import atomic_path
 
@@ -1235,20 +1192,6 @@ def write_not_run(out_table_csv, out_md, out_heads_csv, reason: str = NOT_RUN_RE
                        f"{note[0].upper()}{note[1:]}.\n\n"
                        "Set a CoNLL-2012 (OntoNotes) corpus to run this step; see docs/coreference.md.\n")
     return note
-
-
-def _note(store: "AttentionStore", candidates: str) -> str:
-    meta = store.meta
-    coref = meta.get("coref") or {}
-    model = meta.get("model") or {}
-    name = model.get("spec") or model.get("name_or_path") or model.get("path_or_id") or "?"
-    files = ", ".join(Path(i.get("path", "?")).name for i in coref.get("inputs", [])[:3])
-    more = len(coref.get("inputs", [])) - 3
-    if more > 0:
-        files += f" (+{more} more)"
-    return (f"Model `{name}`; corpus {files or '?'}; parts truncated to {coref.get('max_seq_len', '?')} "
-            f"wordpieces; head words: `{coref.get('head_rule', '?')}`; attention FROM split words: "
-            f"`{coref.get('from_split', meta.get('from_split', '?'))}`; argmax over `{candidates}` candidates.")
 
 
 def score_summary(store: "AttentionStore", scores: CorefScores) -> dict[str, Any]:

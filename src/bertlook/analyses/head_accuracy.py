@@ -1,44 +1,11 @@
 """Accuracy of single attention heads at dependency syntax (paper Table 1) and the Fig 5 twin.
 
-Input: a **word-level** attention store (``meta["level"] == "word"``, see ``bertlook.attention.alignment``). Each
-example's map is ``[L, H, W+2, W+2]`` (index 0 = [CLS], 1..W = words, W+1 = [SEP]; row = attention
-FROM a word, column = TO a word) and its record holds the gold tree: ``heads`` (W ints, 1-based index
-of the head word, 0 = ROOT), ``rels`` (W labels), optionally ``xpos`` / ``upos``.
+Scores every head's ``dep2head`` / ``head2dep`` argmax predictions on a word-level store against gold
+trees, with fixed-offset baselines and sentence-bootstrap intervals: :func:`predict_heads`,
+:func:`score_heads`, :func:`head_accuracy_table`, :func:`table1`, :func:`bootstrap_ci`,
+:func:`sentence_correct`, :func:`fig5_syntax_heads`.
 
-Definitions (Clark et al. 2019, Table 1; ``shared/PAPER_NOTES.md``):
-
-- For every head and every word i (1..W) two predictions, both ignoring the word itself and
-  [CLS]/[SEP] (those are never predicted, and their rows/columns are never scored):
-  ``dep2head`` = argmax_j A[i, j] (the word i attends to most) and ``head2dep`` = argmax_j A[j, i]
-  (the word that attends most to i). Ties go to the lowest index (``np.argmax``).
-- Correct when the prediction equals the gold head. ROOT is never predicted, so a word whose head is 0
-  is never correct; it still counts in the denominator of its relation and of "All".
-- Accuracy of relation r = correct / number of words labelled r. **"All" = every word** (punctuation
-  and root included, as in the authors' notebook).
-- Fixed-offset baselines: word i+k clipped to [1, W], for each k in ``offsets``; per relation the best
-  k is reported (ties: first k in ``offsets``).
-- ``poss_from_possessive`` (default on, as the released code): a ``poss`` / ``nmod:poss`` word
-  followed by a possessive marker (xpos ``POS`` or token ``'s``, ``'``, ``s'``) is scored with the
-  prediction made from the marker's row (dep2head) / column (head2dep), compared with the poss word's
-  own gold head. As in the released code (one evaluation function for every predictor) the switch
-  applies to the offset baselines too: the baseline prediction is then marker + k.
-- Best head of a row: highest accuracy over all L x H heads and both directions (ties: lowest layer,
-  then head, dep2head before head2dep). The paper chose and scored heads on the same dev data, which
-  is optimistic; with ``train_scores`` the table adds a held-out choice (head picked on train,
-  accuracy measured on dev).
-- 95% intervals: percentile bootstrap over **sentences** (resampled with replacement,
-  ``numpy.random.default_rng(seed)``), for the best head's and the best baseline's accuracy of each
-  row; the head and the offset stay fixed across replicates. A replicate with no word of a relation
-  gives no value for it (ignored by the percentile).
-
-Computation is vectorized over heads: per example only the word block ``1..W`` of the map is searched
-(so [CLS]/[SEP] cannot win), its diagonal is set to -inf, and argmax is taken over the last axis
-(dep2head) and over axis -2 (head2dep) for all L x H heads at once (float16 maps are compared as
-their integer bit patterns, which order non-negative float16 values exactly; a negative or
-non-finite value is an error). Correct counts are summed per relation with a one-hot ``[W, R]``
-matrix product. One example is in memory at a time. Per sentence only the word counts and baseline correct counts per
-relation are kept; the per-sentence correct counts of the few heads that Table 1 reports come from a
-second pass over the store (:func:`sentence_correct`).
+Definitions: docs/definitions.md#head-accuracy
 """
 
 from __future__ import annotations
@@ -51,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label, parse_head_label
-from bertlook.reporting.formatting import MISSING, pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -531,7 +497,7 @@ def table1(
     comparable: bool = False,
     forced_relations: Sequence[str] = FORCED_RELATIONS,
 ) -> "pd.DataFrame":
-    """Twin of the paper's Table 1 (see the module docstring for every definition).
+    """Twin of the paper's Table 1 (definitions: docs/definitions.md#head-accuracy).
 
     Columns :data:`TABLE1_COLUMNS` (accuracies are fractions 0..1; ``best_head`` 1-indexed "L-H"),
     then :data:`HELDOUT_COLUMNS` when ``train_scores`` is given (head chosen on train, accuracy on
@@ -644,27 +610,8 @@ def table1(
 
 
 # --------------------------------------------------------------------------------------------------
-# markdown
+# Table 1 caption (the Markdown itself: bertlook.reporting.tables)
 # --------------------------------------------------------------------------------------------------
-
-
-
-def _ci(lo: Any, hi: Any) -> str:
-    a, b = pct(lo), pct(hi)
-    return f" [{a}, {b}]" if MISSING not in (a, b) else ""
-
-
-def _offset(k: Any) -> str:
-    try:
-        return f"{int(k):+d}"
-    except (TypeError, ValueError):
-        return ""
-
-
-def _has(df: "pd.DataFrame", col: str) -> bool:
-    import pandas as pd
-
-    return col in df.columns and bool(df[col].map(lambda v: not (pd.isna(v) or v == "")).any())
 
 
 def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
@@ -689,75 +636,6 @@ def _fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
     """Fig 5 panel order det, dobj-like, pobj-like from a scheme's forced rows."""
     obj, det, pobj = forced
     return (det, obj, pobj)
-
-
-def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
-    """Markdown twin of the paper's Table 1: percents with one decimal, 95% bootstrap CI in brackets."""
-    import pandas as pd
-
-    heldout = _has(df, "heldout_head")
-    paper = _has(df, "paper_head")
-    diff = _has(df, "diff_accuracy")
-    header = ["Relation", "n", "Head", "Accuracy", "Baseline (offset)"]
-    if heldout:
-        header += ["Held-out head", "Held-out accuracy"]
-    if paper:
-        header += ["Paper head", "Paper accuracy", "Paper baseline"]
-    if diff:
-        header += ["Diff (points)"]
-    lines = [f"# {title}", "", corpus_note, "", "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    notes: list[str] = []
-    any_below = False
-    for row in df.itertuples(index=False):
-        rel = str(row.relation)
-        if bool(getattr(row, "below_min_count", False)):
-            rel += " \\*"
-            any_below = True
-        cells = [
-            rel,
-            f"{int(row.count):,}",
-            f"{row.best_head} {DIRECTION_ARROWS.get(row.direction, row.direction)}",
-            f"{pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
-            f"{pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
-        ]
-        if heldout:
-            hh = str(row.heldout_head or "")
-            cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
-                      pct(row.heldout_accuracy)]
-        if paper:
-            ph = str(row.paper_head or "")
-            pr = str(getattr(row, "paper_relation", "") or "")
-            tag = f" ({pr})" if pr and pr != str(row.relation) else ""
-            cells += [f"{ph} {DIRECTION_ARROWS.get(row.paper_direction, '')}{tag}".strip() if ph else "",
-                      pct(row.paper_accuracy),
-                      f"{pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
-                      if not pd.isna(row.paper_baseline) else ""]
-            note = str(getattr(row, "paper_note", "") or "")
-            if note:
-                notes.append(f"- {row.relation}: {note}")
-        if diff:
-            v = row.diff_accuracy
-            cells.append("" if pd.isna(v) else f"{100 * float(v):+.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Accuracy: % of the relation's words whose gold head is the word the head attends to most "
-        "(d\u2192h: the word's own attention; h\u2192d: the word attending most to it), best of all heads "
-        "and both directions. Baseline: best fixed offset (word i+k). Brackets: 95% bootstrap interval "
-        "over sentences. All = every word (punctuation and root included). Heads are layer-head, 1-indexed.",
-    ]
-    if heldout:
-        lines.append("Held-out: head chosen on the train split, accuracy measured on this (dev) split; "
-                     "the main columns choose and score on the same data, as the paper did (optimistic).")
-    if any_below:
-        lines.append("\\* fewer words than the minimum count; shown because the design requires this row.")
-    if paper:
-        lines.append("Paper: Clark et al. 2019, Table 1 (BERT-base, WSJ dev, Stanford Dependencies); a "
-                     "relation in parentheses is the paper's label of the matching row.")
-    if notes:
-        lines += ["", "Notes on paper numbers:", *notes]
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------------

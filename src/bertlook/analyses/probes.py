@@ -1,71 +1,10 @@
 """Attention-based dependency-parsing probes (paper Table 3, Section 4.2).
 
-For a sentence of W words, dependent ``i`` (1..W) and candidate head ``j`` (0 = ROOT, 1..W), the
-probes score every candidate and predict ``p(j | i) = softmax_j(score_ij)`` over ``j in {0..W}``
-(the word itself included as a candidate, as in the paper's formulation).
+Trains and evaluates the Attn, Attn+GloVe (also with the released code's off-by-one), Distances+GloVe,
+random-init and right-branching probes on word-level stores: :func:`build_features`,
+:func:`train_probe`, :func:`evaluate_probe`, :func:`chu_liu_edmonds`, :func:`run_probes`.
 
-Input: word-level attention stores (``meta["level"] == "word"``, from ``bertlook extract-words``):
-maps ``[L, H, W+2, W+2]`` with index 0 = [CLS], 1..W = words, W+1 = [SEP]; row = attention FROM,
-column = TO. Records carry gold ``heads`` (1-based, 0 = ROOT), ``rels``, ``xpos`` and the word forms
-in ``tokens``.
-
-Features (K = L * H heads), :func:`build_features`:
-``x_ij = [A_k(i->j) for all k] ++ [A_k(j->i) for all k]`` (2K values); for ``j = ROOT``
-``x_i0 = [a A_k(i->[CLS]) + b A_k(i->[SEP])]_k ++ [a A_k([CLS]->i) + b A_k([SEP]->i)]_k`` with two
-learned scalars ``a, b`` shared by all heads (initialised to 1).
-
-Probes (``kind``):
-
-``attn``
-    Attn-only: ``score_ij = w . x_ij`` (no bias; ``w`` starts at zero).
-``attn_glove``
-    Attn+GloVe: ``score_ij = sum_m (W [v_i ; v_j] + c)_m x_ij[m]`` with frozen, lowercased GloVe
-    vectors ``v`` (unknown words: the zero vector). The ROOT candidate's vector ``v_0`` is a **fixed
-    zero vector** (so its per-feature weights are ``W_dep v_i + c``). ``W, c``: ``torch.nn.Linear``
-    default initialisation under the seed.
-``attn_glove_released``
-    The same probe with the released code's alignment bug (``released_offbyone=True``): the list of
-    candidate vectors was ``[v_1, ..., v_W, v_ROOT]`` while the candidate features were ordered
-    ``[ROOT, 1, ..., W]``, so **candidate j (0..W-1) gets word j+1's vector and the last candidate
-    (j = W) gets the ROOT vector** (ROOT itself gets word 1's vector). Dependent vectors ``v_i`` are
-    unaffected. See :func:`candidate_vectors`.
-``distances_glove``
-    Baseline without attention: 8 distance features (right distance ``max(j-i,0)/W``, left distance
-    ``max(i-j,0)/W``, indicators of the offsets ``j-i`` = 0, -1, +1, -2, +2, and a ROOT indicator;
-    all zero but the ROOT indicator for ``j = 0``) ``++ [v_i ; v_j]`` -> ``tanh`` hidden layer of 256
-    -> score. Correct vector alignment.
-``random_init_attn_glove``
-    ``attn_glove`` trained and evaluated on the attention of the random-init model
-    (:mod:`bertlook.attention.random_init`), given as separate stores.
-``right_branching``
-    No training: the head of word i is word i+1, the last word's head is ROOT.
-
-Training (:func:`train_probe`): loss = cross-entropy summed over all words of a sentence (punctuation
-included, as in the authors' code) and over the sentences of a batch; Adam, lr 0.002, one epoch by
-default. Batches of ``batch_size`` sentences are padded to the longest; padded dependents are masked
-out of the loss and padded candidates get ``-inf`` before the softmax, so the objective is the sum of
-the per-sentence objectives. Adam, however, takes ``batch_size`` times fewer steps: with a small
-training set and one epoch, batched training under-fits compared with the paper's one sentence per
-step (``scripts/bench_probes.py`` prints both); ``batch_size=1`` is the paper's loop. Every epoch the
-sentences are shuffled with a ``torch.Generator`` seeded with ``seed``, and (for ``batch_size > 1``)
-cut into batches of similar length out of length-sorted pools of :data:`BUCKET_POOL_BATCHES` batches,
-the batches shuffled again (:func:`epoch_batches`). Parameters are initialised after
-``torch.manual_seed(seed)``: a rerun with the same seed (and thread count) gives identical numbers.
-Attention maps are read from the stores (checked, one example at a time) one batch at a time (heads-first layout,
-``[B, K, Wm, Wm]``); only small per-sentence metadata (length, gold heads, punctuation mask, GloVe row
-numbers) is kept in RAM.
-
-Evaluation (:func:`evaluate_probe`): UAS = fraction of non-punctuation words whose argmax candidate is
-the gold head (independent argmax per word). Punctuation = relation ``punct``, and, when the
-relations are Stanford Dependencies (auto-detected from SD-only labels such as ``pobj``/``nn``/``dobj``,
-or ``meta["relation_scheme"]`` in ``sd``/``clearnlp``), also words whose XPOS is one of
-:data:`PTB_PUNCT_XPOS`. With ``mst=True`` a second UAS decodes each sentence with Chu-Liu-Edmonds
-(maximum spanning arborescence rooted at node 0 on the log-probabilities; ROOT may get several
-children), :func:`chu_liu_edmonds`.
-
-:func:`run_probes` trains every probe with every seed and returns the Table 3 frame (columns
-:data:`TABLE_COLUMNS`: mean and sample standard deviation over seeds, fractions); a probe whose input is
-missing gets a row with empty numbers and a ``note`` saying why.
+Definitions: docs/definitions.md#attention-based-probes
 """
 
 from __future__ import annotations
@@ -80,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from bertlook.errors import BertlookError
-from bertlook.reporting.formatting import pct
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -1174,33 +1112,6 @@ def _isna(v) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
-
-
-
-def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
-    """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
-    has_mst = df["uas_mst_mean"].notna().any()
-    head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
-    for r in df.itertuples(index=False):
-        seeds = "–" if _isna(r.n_seeds) or int(r.n_seeds) == 0 else str(int(r.n_seeds))
-        cells = [PROBE_LABELS.get(r.probe, r.probe), pct(r.uas_mean), pct(r.uas_sd), seeds]
-        if has_mst:
-            cells += [pct(r.uas_mst_mean), pct(r.uas_mst_sd)]
-        cells += [pct(r.paper_uas), str(r.note or "").replace("|", "/")]
-        lines.append("| " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    notes = []
-    if note:
-        notes.append(note.strip())
-    notes.append(
-        "UAS: percent of non-punctuation dev words whose highest-scoring candidate is the gold head "
-        "(independent argmax per word); mean and sample standard deviation over seeds. "
-        "Paper: Table 3 of Clark et al. 2019 (Attn + GloVe printed as 77; the authors' run printed 78.0; "
-        "the released code had the off-by-one GloVe alignment reproduced by the `released` row)."
-    )
-    notes.append(STRUCTURAL_PROBE_NOTE)
-    return text + "\n" + "\n\n".join(notes) + "\n"
 
 
 # ============================================================================ synthetic data (tests, benchmarks)

@@ -105,17 +105,16 @@ def _cmd_coref_extract(args) -> int:
 
 def _cmd_coref(args) -> int:
     from bertlook.analyses.coref import (
-        _note,
         _write_csv,
         heads_frame,
         score_store,
         score_summary,
         table2_frame,
-        table2_markdown,
         write_not_run,
     )
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.formatting import pct
+    from bertlook.reporting.tables import table2_markdown, table2_note
 
     if args.not_run is not None:
         if args.attention:
@@ -134,7 +133,7 @@ def _cmd_coref(args) -> int:
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
     _write_csv(args.out_table, table)
     _write_csv(args.out_heads, heads_frame(scores))
-    write_text(args.out_markdown, table2_markdown(table, title=title, note=_note(store, args.candidates)))
+    write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(store, args.candidates)))
     summary = {"status": "ok", **score_summary(store, scores)}
     write_json(args.summary, summary)
     best = summary["best_head"]

@@ -98,12 +98,12 @@ def _run_heads(args: argparse.Namespace) -> int:
         head_accuracy_table,
         score_heads,
         table1,
-        table1_markdown,
         trees_note,
     )
     from bertlook.attention.store import open_store
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_reference import table1_reference
+    from bertlook.reporting.tables import table1_markdown
 
     dev_store = open_store(args.dev_attention, level="word")
     kind = args.treebank_kind or dev_store.meta.get("treebank_kind")

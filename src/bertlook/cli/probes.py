@@ -39,11 +39,11 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
         add_probe_rows,
         read_probe_rows,
         run_probes,
-        table3_markdown,
         write_probe_rows,
     )
     from bertlook.data.glove import load_glove
     from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.tables import table3_markdown
 
     seeds = _parse_seeds(args.seeds)
     if (args.random_train_attention is None) != (args.random_dev_attention is None):
