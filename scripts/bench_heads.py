@@ -3,7 +3,7 @@
 
 Builds a temporary word-level attention store of random Dirichlet attention (default 12 x 12 heads,
 300 sentences of 10-40 words, random trees with SD-like labels, some ``poss`` + ``'s``), times
-``bertlook.analyses.head_accuracy.score_heads`` on it (best of ``--repeats``), then a naive loop over sentences,
+``bertlook.analyses.heads.score_heads`` on it (best of ``--repeats``), then a naive loop over sentences,
 heads and words (one ``np.argmax`` per word and direction, masking the word itself by hand) on the
 same store, and checks that both give identical correct counts per relation, head and direction.
 
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from bertlook.attention.store import AttentionStore, AttentionWriter
-from bertlook.analyses.head_accuracy import POSS_RELATIONS, POSSESSIVE_TOKENS, score_heads
+from bertlook.analyses.heads import POSS_RELATIONS, POSSESSIVE_TOKENS, score_heads
 
 RELATIONS = ("det", "nsubj", "dobj", "amod", "prep", "pobj", "punct", "nn", "advmod", "aux", "poss")
 

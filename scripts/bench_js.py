@@ -2,7 +2,7 @@
 """Benchmark (not a test): vectorized JS divergence matrix vs a Python loop over head pairs.
 
 Builds a temporary attention store of random Dirichlet attention (default 12 x 12 heads, n = 64,
-3 examples), times ``bertlook.analyses.clustering.js_divergence_matrix`` on it, then times a plain Python
+3 examples), times ``bertlook.analyses.cluster_heads.js_divergence_matrix`` on it, then times a plain Python
 loop over head pairs calling ``js_pair_naive`` on a random subset of pairs and extrapolates that to
 all pairs (the output says so). The naive loop is timed twice: on the float16 maps as read from the
 store (what a naive loop over the store does) and on maps converted to float64 beforehand (the
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from bertlook.attention.store import AttentionStore, AttentionWriter
-from bertlook.analyses.clustering import js_divergence_matrix, js_pair_naive
+from bertlook.analyses.cluster_heads import js_divergence_matrix, js_pair_naive
 
 TARGET_SPEEDUP = 20.0
 

@@ -18,7 +18,7 @@ loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step:
     when <= 1e-3; also ``attention_gradients`` of the first batch: max |dL/dA difference| / max |dL/dA|
     and the largest loss difference (reported).
 (c) JS divergence of a few examples (maps read from the CPU store): the pipeline's numpy computation
-    ``bertlook.analyses.clustering.js_divergence_example`` vs the same formula in torch on the device,
+    ``bertlook.analyses.cluster_heads.js_divergence_example`` vs the same formula in torch on the device,
     implemented here (:func:`js_divergence_torch`, float32 or float64 inputs, float64 sums) because
     the library has no CUDA path (its ``backend="torch"`` runs on the CPU). PASS when the float64
     results agree within 1e-9 x max(1, max JS) (same formula); reported: max abs diff of the
@@ -191,7 +191,7 @@ def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: fl
                         block: int = 8):
     """The JS divergence matrix ``[K, K]`` of ``attn[layers, heads, n, n]`` in torch on ``device``.
 
-    The formula of :mod:`bertlook.analyses.clustering` (module docstring): rows smoothed
+    The formula of :mod:`bertlook.analyses.cluster_heads` (module docstring): rows smoothed
     ``(1 - s) p + s / n``; ``JS_ij = 0.5 (xlx(P_i) + xlx(P_j) + ln 2 (sum P_i + sum P_j) - xlx(P_i + P_j))``,
     summed over from-tokens; upper triangle mirrored, negatives from rounding clipped to 0.
     """
@@ -200,7 +200,7 @@ def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: fl
 
     if smoothing is None:
         try:
-            from bertlook.analyses.clustering import JS_SMOOTHING as smoothing
+            from bertlook.analyses.cluster_heads import JS_SMOOTHING as smoothing
         except ImportError:  # pragma: no cover
             smoothing = JS_SMOOTHING_DEFAULT
     td = {"float64": torch.float64, "float32": torch.float32}[dtype]
@@ -339,7 +339,7 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
     import numpy as np
 
     from bertlook.attention.store import open_store
-    from bertlook.analyses.clustering import js_divergence_example
+    from bertlook.analyses.cluster_heads import js_divergence_example
 
     store = open_store(store_path)
     n = min(n_examples, len(store))
@@ -372,7 +372,7 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
         "examples": n, "lengths": lengths, "heads": int(store.num_layers * store.num_heads), "max_js": scale,
         "max_abs_diff": diffs, "f64_tolerance": JS_F64_REL_TOL * max(1.0, scale),
         "ms_per_example": {k: 1e3 * v / max(n, 1) for k, v in times.items()},
-        "note": "bertlook.analyses.clustering has no CUDA path (backend='torch' runs on the CPU); the device side is "
+        "note": "bertlook.analyses.cluster_heads has no CUDA path (backend='torch' runs on the CPU); the device side is "
                 "js_divergence_torch in this script (float32 inputs, float64 sums)",
     }
 

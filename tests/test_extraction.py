@@ -12,7 +12,7 @@ import pytest
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.attention.extraction import encode_segment, extract_segments, extract_to_store
-from bertlook.cli.extraction import register_cli
+from bertlook.cli.extract_segments import register_cli
 from bertlook.testing.tiny_models import make_segment as _segment
 
 TEXTS = [  # (text_a, text_b)

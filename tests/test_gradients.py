@@ -50,7 +50,7 @@ def segments(tokenizer):
 
 @pytest.fixture(scope="module")
 def segments_file(tmp_path_factory, segments):
-    from bertlook.data.corpora import write_segments
+    from bertlook.data.segments import write_segments
 
     path = tmp_path_factory.mktemp("grad_segments") / "segments.jsonl"
     write_segments(path, segments)

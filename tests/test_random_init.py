@@ -130,7 +130,7 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
     copy `random-init --seed S` saved: the same maps, bit for bit, and the same provenance."""
     import numpy as np
 
-    from bertlook.attention.alignment import extract_word_attention
+    from bertlook.attention.extract_words import extract_word_attention
     from bertlook.attention.store import open_store
     from bertlook.cli import main
 

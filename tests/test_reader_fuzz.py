@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from bertlook.analyses import coref
-from bertlook.data.corpora import iter_documents
+from bertlook.data.segments import iter_documents
 from bertlook.errors import BertlookError
 from bertlook.data.treebank import read_conllu, read_conllx, write_conllu
 

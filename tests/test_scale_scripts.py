@@ -235,7 +235,7 @@ def test_gpu_check_helpers(gc):
 
 
 def test_js_divergence_torch_matches_pipeline(gc):
-    from bertlook.analyses.clustering import js_divergence_example
+    from bertlook.analyses.cluster_heads import js_divergence_example
 
     rng = np.random.default_rng(0)
     x = np.exp(rng.normal(size=(2, 3, 7, 7)))

@@ -12,7 +12,7 @@ import pytest
 
 from bertlook.pipeline import sharding
 from bertlook.attention.store import AttentionStore, AttentionWriter, open_store
-from bertlook.analyses.clustering import js_divergence_matrix, js_divergence_partial, reduce_js_divergence
+from bertlook.analyses.cluster_heads import js_divergence_matrix, js_divergence_partial, reduce_js_divergence
 from bertlook.errors import BertlookError
 from bertlook.analyses.surface_stats import compute_surface_stats, reduce_surface_stats, surface_stats_partial
 from bertlook.testing.tiny_models import make_segment
@@ -138,7 +138,7 @@ def test_js_sums_reduced_over_shards_equal_the_unsharded_matrix(tmp_path, token_
 
 
 def test_max_examples_means_the_first_segments_of_the_file_whatever_the_sharding(tmp_path, token_examples):
-    from bertlook.data.corpora import write_segments
+    from bertlook.data.segments import write_segments
 
     seg_path = tmp_path / "segments.jsonl"
     write_segments(seg_path, [{"id": rec["id"], "doc": "d", "text_a": "a", "text_b": "b", "tokens": rec["tokens"],
@@ -295,7 +295,7 @@ TEXTS = [("the cat sat on the mat .", "the dog ran ."), ("john saw mary .", "she
 
 @pytest.fixture(scope="module")
 def segments_file(tmp_path_factory, tiny_mlm_dir):
-    from bertlook.data.corpora import write_segments
+    from bertlook.data.segments import write_segments
     from bertlook.attention.modeling import load_tokenizer, resolve_model
 
     tok = load_tokenizer(resolve_model(str(tiny_mlm_dir)))
@@ -351,7 +351,7 @@ def test_fig1_example_is_found_by_exactly_one_shard(tmp_path, tiny_mlm_dir, segm
 
 
 def test_sharded_word_extraction_merges_into_the_unsharded_store(tmp_path, tiny_bert_dir):
-    from bertlook.attention.alignment import extract_word_attention
+    from bertlook.attention.extract_words import extract_word_attention
 
     conllu = tmp_path / "dev.conllu"
     sents = [["The", "cat", "sat", "."], ["John's", "dog", "sang", "42"], ["a", "man", "."], ["it", "was", "big"],

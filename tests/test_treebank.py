@@ -15,7 +15,7 @@ from local_http import local_http_server
 
 from bertlook.cli import treebank as treebank_cli
 from bertlook.data import treebank as tb
-from bertlook.data.corpora import write_segments
+from bertlook.data.segments import write_segments
 from bertlook.errors import BertlookError
 from bertlook.data.treebank import Sentence
 

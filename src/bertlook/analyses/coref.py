@@ -31,7 +31,7 @@ always the last word. Every head records its source (``tree``, ``not_constituent
 mentions starting after it ("outside") are dropped and counted separately; nothing else is dropped.
 Words go to the model with PTB bracket escapes undone (``-LRB-`` -> ``(`` ...) and the ``/.``-style
 escapes of conversational OntoNotes text unescaped (:func:`model_word`). The maps are converted to
-word level exactly as for Table 1 (``bertlook.attention.alignment``: TO a split word = sum, FROM = ``mean`` by
+word level exactly as for Table 1 (``bertlook.attention.extract_words``: TO a split word = sum, FROM = ``mean`` by
 default) and streamed into a word-level attention store whose records carry ``id``
 (``<doc id>#<part>``), ``tokens`` (``[CLS], words.., [SEP]``), ``pos``, ``mentions``
 (``[start, end, cluster]``, 0-based inclusive word indices, sorted), ``mention_heads``, ``head_pos``,
@@ -704,8 +704,8 @@ def coref_record(doc: Document, n_words: int | None = None, *, head_rule: str = 
 
 
 def _piece_counts(words: Sequence[str], tokenizer, *, sent_id: str) -> tuple[list[int], int]:
-    """Wordpieces per word and number of special tokens (via ``bertlook.attention.alignment.align_words``)."""
-    from bertlook.attention.alignment import align_words
+    """Wordpieces per word and number of special tokens (via ``bertlook.attention.extract_words.align_words``)."""
+    from bertlook.attention.extract_words import align_words
 
     al = align_words(words, tokenizer, sent_id=sent_id)
     counts = [e - s for s, e in al.token_spans]
@@ -721,7 +721,7 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
     kept words. Parts whose words cannot be aligned, or whose first word alone does not fit, are left
     out and counted with their ids.
     """
-    from bertlook.attention.alignment import align_words
+    from bertlook.attention.extract_words import align_words
 
     if head_rule not in HEAD_RULES:
         raise BertlookError(f"unknown head rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
@@ -788,7 +788,7 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
 
 def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
     """``extract_to_store`` hook: wordpiece record + map -> word-level record + ``[L, H, W+2, W+2]`` map."""
-    from bertlook.attention.alignment import token_to_word_attention
+    from bertlook.attention.extract_words import token_to_word_attention
 
     def transform(record: dict[str, Any], attn):
         al = alignments[record["id"]]
@@ -821,7 +821,7 @@ def extract_coref_attention(
     go into the store's ``meta.json`` under ``coref``. Stops before the model is loaded when more than
     ``max_unk_rate`` (default 0.05) of the tokens are the unknown token (summary: ``unk_tokens``, ...).
     """
-    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import FROM_SPLIT_MODES
     from bertlook.attention.extraction import (
         DEFAULT_MAX_UNK_RATE,
         aligned_unk_words,

@@ -493,7 +493,7 @@ def gradient_partial(
     """
     import numpy as np
 
-    from bertlook.data.corpora import read_segments
+    from bertlook.data.segments import read_segments
     from bertlook.attention.extraction import progress_bar
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model
 

@@ -576,7 +576,7 @@ def extract_segments(
     summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
     ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
     """
-    from bertlook.data.corpora import read_segments
+    from bertlook.data.segments import read_segments
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if segment_ids not in SEGMENT_ID_MODES:

@@ -51,7 +51,7 @@ writes tables that say "not run: REASON" (exit 0).
 
 def register_cli(subparsers) -> None:
     """Add the ``coref-extract`` and ``coref`` subcommands."""
-    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import FROM_SPLIT_MODES
 
     p = subparsers.add_parser("coref-extract", help="CoNLL-2012 parts -> word-level attention store with gold mentions",
                               description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

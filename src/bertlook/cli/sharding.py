@@ -1,5 +1,5 @@
 """CLI of bertlook.pipeline.sharding: ``merge-stores`` and ``gather-extraction`` (registered by
-:func:`bertlook.cli.extraction.register_cli`)."""
+:func:`bertlook.cli.extract_segments.register_cli`)."""
 
 from __future__ import annotations
 

@@ -631,7 +631,7 @@ def silver_sentence(doc, sent_id: str, max_words: int) -> tuple[Sentence | None,
 
 
 def _used_documents(segments_path: Path) -> dict[int, str]:
-    from bertlook.data.corpora import read_segments
+    from bertlook.data.segments import read_segments
 
     used: dict[int, str] = {}
     for seg in read_segments(segments_path):
@@ -667,7 +667,7 @@ def prepare_silver(
 
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
-       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.corpora.iter_documents`,
+       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.segments.iter_documents`,
        at most ``max_articles`` kept articles when given) are candidates, with their sentences.
     2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
        in that order, whole, first into dev until it holds ``dev_sentences`` kept sentences, then
@@ -684,7 +684,7 @@ def prepare_silver(
     Too few sentences is not an error: what exists is written and each shortfall is a line in
     ``summary["warnings"]`` (also logged). Returns the summary (written to ``summary`` when given).
     """
-    from bertlook.data.corpora import iter_documents
+    from bertlook.data.segments import iter_documents
 
     for name, value, low in (("train_sentences", train_sentences, 0), ("dev_sentences", dev_sentences, 0),
                              ("max_words", max_words, 1), ("batch_size", batch_size, 1)):

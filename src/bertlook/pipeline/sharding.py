@@ -84,7 +84,7 @@ def shard_info(n: int, i: int, k: int) -> dict[str, Any]:
 
 def first_segment_ids(segments_path, max_examples: int) -> set:
     """Ids of the first ``max_examples`` segments of a segments file."""
-    from bertlook.data.corpora import read_segments
+    from bertlook.data.segments import read_segments
 
     return {seg["id"] for seg in read_segments(segments_path)[: max(0, int(max_examples))]}
 

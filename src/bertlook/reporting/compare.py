@@ -272,7 +272,7 @@ def _head_text(head: str, direction: str) -> str:
 
 # ---- Table 1
 def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    from bertlook.analyses.head_accuracy import TREEBANK_KINDS
+    from bertlook.analyses.heads import TREEBANK_KINDS
     from bertlook.reporting.paper_reference import table1_reference
 
     path = run_dir / TABLE1_CSV

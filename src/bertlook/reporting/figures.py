@@ -349,7 +349,7 @@ def example_id_from_segments(segments_path, example_index: int, max_seq_len: int
     """``(id, n)``: the id of the ``example_index``-th example of an unsharded store of these segments
     (storage order: longest first, ties by id; segments over ``max_seq_len`` excluded) and ``n``, the
     number of examples such a store holds. Out of range is an error."""
-    from bertlook.data.corpora import read_segments
+    from bertlook.data.segments import read_segments
     from bertlook.attention.extraction import _id_key
 
     kept = [s for s in read_segments(segments_path) if max_seq_len is None or len(s["tokens"]) <= int(max_seq_len)]

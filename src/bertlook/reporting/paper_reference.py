@@ -12,7 +12,7 @@
 Every number carries a ``source`` (where in the paper it is printed) and a ``tolerance``; the
 validation run on loading enforces it.
 
-Percentages stay percentages here (as printed); :mod:`bertlook.analyses.head_accuracy` converts them to
+Percentages stay percentages here (as printed); :mod:`bertlook.analyses.heads` converts them to
 fractions for its CSV.
 """
 

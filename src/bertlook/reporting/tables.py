@@ -41,7 +41,7 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
     """Markdown twin of the paper's Table 1: percents with one decimal, 95% bootstrap CI in brackets."""
     import pandas as pd
 
-    from bertlook.analyses.head_accuracy import DIRECTION_ARROWS
+    from bertlook.analyses.heads import DIRECTION_ARROWS
 
     heldout = _has(df, "heldout_head")
     paper = _has(df, "paper_head")

@@ -1,4 +1,4 @@
-"""CLI of bertlook.attention.alignment: ``extract-words``."""
+"""CLI of bertlook.attention.extract_words: ``extract-words``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_sha
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
-    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import FROM_SPLIT_MODES
 
     p = subparsers.add_parser(
         "extract-words",
@@ -49,7 +49,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_extract_words(args) -> int:
-    from bertlook.attention.alignment import extract_word_attention
+    from bertlook.attention.extract_words import extract_word_attention
     from bertlook.io_utils import write_json
 
     summary = extract_word_attention(

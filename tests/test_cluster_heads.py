@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from bertlook.attention.store import AttentionStore, AttentionWriter
-from bertlook.analyses.clustering import (
+from bertlook.analyses.cluster_heads import (
     behaviour_labels,
     cluster_heads,
     js_divergence_example,
@@ -21,7 +21,7 @@ from bertlook.analyses.clustering import (
 )
 from bertlook.errors import BertlookError
 from bertlook.analyses.surface_stats import compute_surface_stats
-from bertlook.cli.clustering import register_cli
+from bertlook.cli.cluster_heads import register_cli
 from bertlook.cli.surface_stats import register_cli as register_stats_cli
 
 LAYERS, HEADS = 2, 3

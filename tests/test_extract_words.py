@@ -1,4 +1,4 @@
-"""bertlook.attention.alignment: words -> tokens, token -> word attention, word-level extraction (extract-words)."""
+"""bertlook.attention.extract_words: words -> tokens, token -> word attention, word-level extraction (extract-words)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlook.attention.alignment import (
+from bertlook.attention.extract_words import (
     Alignment,
     align_words,
     extract_word_attention,
@@ -18,7 +18,7 @@ from bertlook.attention.alignment import (
     prepare_word_examples,
     token_to_word_attention,
 )
-from bertlook.cli.alignment import register_cli
+from bertlook.cli.extract_words import register_cli
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 

@@ -1,4 +1,4 @@
-"""Tests for bertlook.analyses.head_accuracy: per-head dependency accuracy, Table 1 twin, Fig 5 twin."""
+"""Tests for bertlook.analyses.heads: per-head dependency accuracy, Table 1 twin, Fig 5 twin."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook.analyses import head_accuracy as ha
+from bertlook.analyses import heads as ha
 from bertlook.attention.store import AttentionStore, AttentionWriter
-from bertlook.cli import head_accuracy as heads_cli
+from bertlook.cli import heads as heads_cli
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference
 from bertlook.reporting.tables import table1_markdown
@@ -521,7 +521,7 @@ def test_design_card_rows_are_forced_per_scheme():
     """dobj/det/pobj rows (SD, ClearNLP) and their UD analogues obj/det/case always appear."""
     from types import SimpleNamespace
 
-    from bertlook.analyses.head_accuracy import FORCED_BY_SCHEME, table1_relations
+    from bertlook.analyses.heads import FORCED_BY_SCHEME, table1_relations
 
     scores = SimpleNamespace(relations=["nsubj", "obj", "case", "det", "dobj", "punct"],
                              word_counts=[500, 5, 4, 3, 2, 900])

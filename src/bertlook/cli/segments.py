@@ -1,6 +1,6 @@
 """``bertlook corpora``: Wikipedia dump -> paper-style segments (JSONL) and a summary.
 
-The computation lives in :mod:`bertlook.data.corpora`; this module holds the argparse glue, the
+The computation lives in :mod:`bertlook.data.segments`; this module holds the argparse glue, the
 summary and printing.
 """
 
@@ -13,7 +13,7 @@ from bertlook.errors import BertlookError
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.data.corpora import _count_text, build_segments, iter_documents, write_segments
+    from bertlook.data.segments import _count_text, build_segments, iter_documents, write_segments
     from bertlook.pipeline.config import resolve_data_path
     from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model

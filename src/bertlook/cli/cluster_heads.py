@@ -1,4 +1,4 @@
-"""``bertlook cluster``: argparse glue, summaries and printing of :mod:`bertlook.analyses.clustering`."""
+"""``bertlook cluster``: argparse glue, summaries and printing of :mod:`bertlook.analyses.cluster_heads`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _read_stats(path) -> "pd.DataFrame":
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
-    from bertlook.analyses.clustering import (
+    from bertlook.analyses.cluster_heads import (
         PARTIAL_KIND,
         cluster_matrix,
         js_divergence_partial,

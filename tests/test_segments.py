@@ -1,4 +1,4 @@
-"""bertlook.data.corpora: dump reading and cleaning, sentence splitting, paper-style segments, JSONL I/O."""
+"""bertlook.data.segments: dump reading and cleaning, sentence splitting, paper-style segments, JSONL I/O."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bertlook.cli import corpora as corpora_cli
-from bertlook.data import corpora
-from bertlook.data.corpora import Document, build_segments, iter_documents, read_segments, write_segments
+from bertlook.cli import segments as corpora_cli
+from bertlook.data import segments as corpora
+from bertlook.data.segments import Document, build_segments, iter_documents, read_segments, write_segments
 from bertlook.errors import BertlookError
 
 CAT_SENTENCES = [

@@ -1,4 +1,4 @@
-"""``bertlook heads``: argparse glue, summaries and printing of :mod:`bertlook.analyses.head_accuracy`."""
+"""``bertlook heads``: argparse glue, summaries and printing of :mod:`bertlook.analyses.heads`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertlook.analyses.head_accuracy import DEFAULT_OFFSETS, TREEBANK_KINDS
+from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
 from bertlook.errors import BertlookError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +43,7 @@ def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
 
 
 def _offsets_arg(text: str) -> tuple[int, ...]:
-    from bertlook.analyses.head_accuracy import _parse_offsets
+    from bertlook.analyses.heads import _parse_offsets
 
     try:
         return _parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
@@ -90,7 +90,7 @@ def register_cli(subparsers) -> None:
 
 
 def _run_heads(args: argparse.Namespace) -> int:
-    from bertlook.analyses.head_accuracy import (
+    from bertlook.analyses.heads import (
         FORCED_BY_SCHEME,
         SKIP_RELATIONS,
         _fig5_relations,
