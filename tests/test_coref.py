@@ -17,6 +17,7 @@ from bertlook.cli import coref as coref_cli
 from bertlook.analyses.coref import Document, Mention
 from bertlook.errors import BertlookError
 from bertlook.reporting.tables import table2_markdown
+from bertlook.reporting.paper_join import join_table2
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_coref.gold_conll"
 P0, P1, D2 = "nw/tiny/00/tiny_0001#000", "nw/tiny/00/tiny_0001#001", "bc/tiny/00/tiny_0002#000"
@@ -425,8 +426,11 @@ def test_agreement_features():
 
 def test_table2_frame_and_markdown(tmp_path):
     sc = coref.score_store(_make_store(tmp_path, _records()))
-    df = coref.table2_frame(sc)
+    plain = coref.table2_frame(sc)
+    assert list(plain.columns) == list(coref.TABLE2_RUN_COLUMNS)  # the analysis knows nothing of the paper
+    df = join_table2(plain, coref.TABLE2_CSV_COLUMNS)
     assert list(df.columns) == list(coref.TABLE2_CSV_COLUMNS)
+    assert df.set_index("system").loc["neural", "note"].startswith("paper only: ")
     assert list(df.system) == ["nearest", "head_match", "rule_based", "neural", "best_head"]
     row = df.set_index("system")
     assert row.loc["rule_based", "all"] == pytest.approx(10 / 13)

@@ -13,6 +13,7 @@ import pytest
 from bertlook.analyses import gradients
 from bertlook.cli import gradients as gradients_cli
 from bertlook.errors import BertlookError
+from bertlook.reporting import figures
 from bertlook.testing.tiny_models import make_segment as _segment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -314,11 +315,11 @@ def test_figure_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("layer,target,mean_abs_grad,attention_mass\n1,[SEP],0.1,0.2\n1,nonsense,0.1,0.2\n")
     with pytest.raises(BertlookError, match=r"bad.csv:3: unknown target"):
-        gradients.fig3_sep_gradients(bad, tmp_path / "x.png")
+        figures.fig3_sep_gradients(bad, tmp_path / "x.png")
     missing = tmp_path / "missing.csv"
     missing.write_text("layer,target\n1,[SEP]\n")
     with pytest.raises(BertlookError, match="missing column"):
-        gradients.fig3_sep_gradients(missing, tmp_path / "x.png")
+        figures.fig3_sep_gradients(missing, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 
 

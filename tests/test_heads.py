@@ -14,8 +14,9 @@ from bertlook.analyses import heads as ha
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import heads as heads_cli
 from bertlook.errors import BertlookError
-from bertlook.reporting.paper_reference import table1_reference
-from bertlook.reporting.tables import table1_markdown
+from bertlook.reporting.paper_join import TABLE1_PAPER_COLUMNS, join_table1
+from bertlook.reporting import figures
+from bertlook.reporting.tables import table1_markdown, trees_note
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE, BIG = 0.01, 0.9
@@ -337,16 +338,17 @@ def test_heldout_selection_uses_train_head():
 
 def test_paper_columns_and_comparable():
     dev = synthetic_scores({"prep": 300, "det": 200, "xcomp": 150}, {})
-    ref = table1_reference()
-    df = ha.table1(dev, bootstrap=0, paper=ref).set_index("relation")
-    assert list(df.columns[-len(ha.PAPER_COLUMNS):]) == ha.PAPER_COLUMNS
+    plain = ha.table1(dev, bootstrap=0)
+    assert not any(c.startswith("paper") for c in plain.columns)  # the analysis knows nothing of the paper
+    df = join_table1(plain).set_index("relation")
+    assert list(df.columns[-len(TABLE1_PAPER_COLUMNS):]) == TABLE1_PAPER_COLUMNS
     assert df.loc["det", "paper_head"] == "8-11"
     assert df.loc["det", "paper_accuracy"] == pytest.approx(0.943)
     assert df.loc["det", "paper_baseline_offset"] == 1
     assert df.loc["All", "paper_head"] == "7-6"
     assert df.loc["xcomp", "paper_head"] == "" and np.isnan(df.loc["xcomp", "paper_accuracy"])
     assert df.diff_accuracy.isna().all()
-    dfc = ha.table1(dev, bootstrap=0, paper=ref, comparable=True).set_index("relation")
+    dfc = join_table1(plain, comparable=True).set_index("relation")
     assert dfc.loc["prep", "diff_accuracy"] == pytest.approx(dfc.loc["prep", "accuracy"] - 0.667)
     assert np.isnan(dfc.loc["xcomp", "diff_accuracy"])
 
@@ -403,9 +405,9 @@ def test_bootstrap_ci_function_matches_direct_resampling():
 def test_markdown_percent_and_columns():
     dev = synthetic_scores(COUNTS, {"nn": (1, 0, 0)})
     train = synthetic_scores(COUNTS, {"nn": (0, 1, 0)}, seed=3)
-    df = ha.table1(dev, bootstrap=0, train_scores=train, paper=table1_reference(), comparable=True)
+    df = join_table1(ha.table1(dev, bootstrap=0, train_scores=train), comparable=True)
     df.loc[1, ["ci_low", "ci_high"]] = [0.45, 0.55]
-    md = table1_markdown(df, title="Table 1 twin", corpus_note=ha.trees_note("ptb_sd", comparable=True))
+    md = table1_markdown(df, title="Table 1 twin", corpus_note=trees_note("ptb_sd", comparable=True))
     assert md.startswith("# Table 1 twin")
     assert "| Relation | n | Head | Accuracy | Baseline (offset) | Held-out head | Held-out accuracy | Paper head" in md
     assert "Diff (points)" in md
@@ -414,7 +416,7 @@ def test_markdown_percent_and_columns():
     assert "2-1 d\u2192h" in nn_line and "70.4" in nn_line and "70.2 (+1)" in nn_line
     assert "| dobj \\* |" in md and "fewer words than the minimum count" in md
     assert "Comparable to the paper" in md and "gold trees" in md
-    silver = ha.trees_note("silver", "spaCy en_core_web_sm 3.8.0")
+    silver = trees_note("silver", "spaCy en_core_web_sm 3.8.0")
     assert "silver" in silver and "en_core_web_sm" in silver and "Not comparable" in silver
     plain = table1_markdown(ha.table1(dev, bootstrap=0), title="t", corpus_note=silver)
     assert "Held-out" not in plain and "Paper head" not in plain and "Diff" not in plain
@@ -433,18 +435,18 @@ def fig_store(tmp_path: Path, with_pobj: bool) -> Path:
 
 def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     messages = []
-    orig = ha._message_panel
+    orig = figures._message_panel
 
     def spy(ax, title, text):
         messages.append((title, text))
         orig(ax, title, text)
 
-    monkeypatch.setattr(ha, "_message_panel", spy)
+    monkeypatch.setattr(figures, "_message_panel", spy)
     path = fig_store(tmp_path, with_pobj=False)
     sc = ha.score_heads(AttentionStore(path))
     df = ha.table1(sc, min_count=1, bootstrap=0)
     assert "pobj" not in df.relation.tolist()
-    out = ha.fig5_syntax_heads(path, df, tmp_path / "out" / "fig5.png")
+    out = figures.fig5_syntax_heads(path, df, tmp_path / "out" / "fig5.png")
     data = Path(out).read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 1000
     assert [m[0] for m in messages] == ["pobj"] and "does not occur" in messages[0][1]
@@ -453,13 +455,13 @@ def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     messages.clear()
     path2 = fig_store(tmp_path / "b", with_pobj=True)
     df2 = ha.table1(ha.score_heads(AttentionStore(path2)), min_count=1, bootstrap=0)
-    ha.fig5_syntax_heads(path2, df2, tmp_path / "fig5b.png")
+    figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5b.png")
     assert messages == [] and (tmp_path / "fig5b.png").read_bytes()[:8] == PNG_MAGIC
     # a fixed example without the relation says so
-    ha.fig5_syntax_heads(path2, df2, tmp_path / "fig5c.png", example_index=0)
+    figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5c.png", example_index=0)
     assert [m[0] for m in messages] == ["pobj"] and "example 0" in messages[0][1]
     with pytest.raises(BertlookError, match="out of range"):
-        ha.fig5_syntax_heads(path2, df2, tmp_path / "x.png", example_index=5)
+        figures.fig5_syntax_heads(path2, df2, tmp_path / "x.png", example_index=5)
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -486,7 +488,7 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
     exact = ha.head_accuracy_table(ha.score_heads(dev)).accuracy.to_numpy()
     assert np.array_equal(acc.accuracy.to_numpy(), exact)  # full precision in the CSV
     t1 = pd.read_csv(out / "table1.csv", keep_default_na=False)
-    assert t1.columns.tolist() == ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + ha.PAPER_COLUMNS
+    assert t1.columns.tolist() == ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + TABLE1_PAPER_COLUMNS
     assert t1.relation.iloc[0] == "All"
     assert (out / "fig5.png").read_bytes()[:8] == PNG_MAGIC
     md = (out / "table1.md").read_text()

@@ -41,6 +41,7 @@ from bertlook.analyses.probes import (
 )
 from bertlook.cli.probes import register_cli
 from bertlook.reporting.tables import table3_markdown
+from bertlook.reporting.paper_join import join_table3
 
 L, H = 2, 3
 K = L * H
@@ -404,6 +405,9 @@ def test_run_probes_table_and_missing_random_stores(stores):
     uas = [r["dev_uas"] for r in runs]
     assert attn["uas_mean"] == pytest.approx(np.mean(uas))
     assert attn["uas_sd"] == pytest.approx(np.std(uas, ddof=1))
+    assert "paper_uas" not in df.columns  # the analysis knows nothing of the paper
+    df = join_table3(df)
+    assert list(df.columns) == [*TABLE_COLUMNS[:-1], "paper_uas", "note"] and df.attrs["runs"]
     assert df.set_index("probe").loc["right_branching", "paper_uas"] == pytest.approx(0.26)
     md = table3_markdown(df, note="tiny test")
     assert "Random-init Attn + GloVe" in md and "random-init attention stores" in md
@@ -437,7 +441,7 @@ def test_cli_writes_table(stores, tmp_path):
     ])
     assert args.func(args) == 0
     df = pd.read_csv(out / "table3.csv")
-    assert list(df.columns) == TABLE_COLUMNS
+    assert list(df.columns) == [*TABLE_COLUMNS[:-1], "paper_uas", "note"]
     assert len(df) == 5 and df.loc[df.probe == "attn", "n_seeds"].item() == 3
     assert df.loc[df.probe == "random_init_attn_glove", "uas_mean"].isna().item()
     md = (out / "table3.md").read_text()
@@ -559,8 +563,8 @@ def test_random_probe_alone_needs_no_model_stores_and_others_do(random_stores, t
 
 def _rows_doc(**edits):
     row = {"probe": "random_init_attn_glove", "uas_mean": 0.1, "uas_sd": 0.01, "n_seeds": 1, "uas_mst_mean": None,
-           "uas_mst_sd": None, "paper_uas": 0.3, "note": ""}
-    doc = {"format": "bertlook-probe-rows", "version": 1, "probes": ["random_init_attn_glove"],
+           "uas_mst_sd": None, "note": ""}
+    doc = {"format": "bertlook-probe-rows", "version": 2, "probes": ["random_init_attn_glove"],
            "settings": {"seeds": [0], "epochs": 1, "batch_size": 32, "lr": 0.002, "mst": False,
                         "max_train_sentences": None, "glove_spec": None},
            "inputs": {"train_attention": None, "dev_attention": None, "random_train_attention": "rt",
@@ -579,7 +583,7 @@ def _rows_doc(**edits):
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "expected a JSON object"),
     (_rows_doc(format="other"), "format 'other'"),
-    (_rows_doc(version=2), "version 2"),
+    (_rows_doc(version=1), "version 1"),  # v1 rows carried paper_uas
     (_rows_doc().replace('"runs"', '"ruins"'), "missing key(s) runs"),
     (_rows_doc(probes=["nope"]), "unknown probe(s) 'nope'"),
     (_rows_doc(probes=["attn"]), "probe 'random_init_attn_glove', 'probes' says 'attn'"),

@@ -98,6 +98,12 @@ SYSTEM_LABELS = {
 }
 NOT_RUN_REASON = "no coreference corpus configured"
 MAX_LISTED = 20
+#: the run's own Table 2 columns (:func:`table2_frame`)
+TABLE2_RUN_COLUMNS = (
+    "system", "all", "pronoun", "proper", "nominal", "n_all", "n_pronoun", "n_proper", "n_nominal",
+    "head", "label", "note",
+)
+#: the columns of tables/table2.csv: the run's, with the paper's joined in (reporting.paper_join)
 TABLE2_CSV_COLUMNS = (
     "system", "all", "pronoun", "proper", "nominal", "n_all", "n_pronoun", "n_proper", "n_nominal",
     "paper_all", "paper_pronoun", "paper_proper", "paper_nominal", "head", "paper_head", "label", "note",
@@ -1119,26 +1125,19 @@ def heads_frame(scores: CorefScores) -> "pd.DataFrame":
     return pd.DataFrame(data, columns=list(HEADS_CSV_COLUMNS))
 
 
-def _paper_fraction(value: Any) -> float:
-    return float("nan") if value is None else float(value) / 100.0
+def table2_frame(scores: CorefScores) -> "pd.DataFrame":
+    """Table 2 twin: rows nearest, head_match, rule_based, neural (not run: NaN), best_head; fractions.
 
-
-def table2_frame(scores: CorefScores, paper: dict[str, dict[str, Any]] | None = None) -> "pd.DataFrame":
-    """Table 2 twin: rows nearest, head_match, rule_based, neural (paper only), best_head; fractions."""
+    Columns :data:`TABLE2_RUN_COLUMNS`; the paper's numbers are joined by
+    :func:`bertlook.reporting.paper_join.join_table2` (giving :data:`TABLE2_CSV_COLUMNS`)."""
     import pandas as pd
 
-    if paper is None:
-        from bertlook.reporting.paper_reference import table2_reference
-
-        paper = table2_reference()
     n = [int(x) for x in scores.counts]
     best = scores.best_head()
     acc = scores.head_accuracy()
     rows = []
     for system in SYSTEMS:
-        ref = paper.get(system, {})
-        row: dict[str, Any] = {"system": system, "label": SYSTEM_LABELS[system], "head": "",
-                               "paper_head": ref.get("head", "") or "", "note": ""}
+        row: dict[str, Any] = {"system": system, "label": SYSTEM_LABELS[system], "head": "", "note": ""}
         if system in BASELINES:
             vals = list(scores.baseline_accuracy(system))
         elif system == "best_head" and best is not None:
@@ -1147,17 +1146,12 @@ def table2_frame(scores: CorefScores, paper: dict[str, dict[str, Any]] | None = 
             row["note"] = "chosen on this data (best All accuracy)"
         else:
             vals = [float("nan")] * 4
-        if system == "neural":
-            row["note"] = "paper only: " + str(ref.get("note", "a neural coreference system"))
-            counts: list[Any] = [float("nan")] * 4
-        else:
-            counts = n
+        counts: list[Any] = [float("nan")] * 4 if system == "neural" else n
         for c, name in enumerate(COLUMNS):
             row[name] = float(vals[c])
             row[f"n_{name}"] = counts[c]
-            row[f"paper_{name}"] = _paper_fraction(ref.get(name))
         rows.append(row)
-    df = pd.DataFrame(rows, columns=list(TABLE2_CSV_COLUMNS))
+    df = pd.DataFrame(rows, columns=list(TABLE2_RUN_COLUMNS))
     for name in COLUMNS:
         df[f"n_{name}"] = df[f"n_{name}"].astype("Int64")
     return df

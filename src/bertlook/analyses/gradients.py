@@ -6,7 +6,7 @@ probability; :func:`batch_statistics` / :func:`aggregate` reduce ``|dL/dA|`` and
 layer and target ([SEP], ". ,", other) into ``sep_gradients.csv``; :func:`gradient_partial` /
 :func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run;
 :func:`has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
-:func:`fig3_sep_gradients` draws the figure (``bertlook gradients``).
+:func:`bertlook.reporting.figures.fig3_sep_gradients` draws the figure (``bertlook gradients``).
 
 Definitions (masking procedure, loss, averaging, switches):
 docs/definitions.md#gradient-importance-of-attention-to-sep
@@ -22,7 +22,6 @@ import os
 import sys
 import time
 import warnings
-from pathlib import Path
 from typing import Any, Sequence
 
 from bertlook.errors import BertlookError
@@ -726,103 +725,3 @@ def sep_gradient_importance(
         progress_every=progress_every,
     )
     return reduce_gradients([partial], where=[str(segments_path)])
-
-
-# --------------------------------------------------------------------------------------------------
-# figure
-# --------------------------------------------------------------------------------------------------
-
-_TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
-
-
-def _target_colors():
-    import seaborn as sns
-
-    pal = sns.color_palette("colorblind", 10)
-    return {"[SEP]": pal[4], ". ,": pal[1], "other": (0.45, 0.45, 0.45)}
-
-
-def _read_gradient_table(path):
-    """``(frame, note)``: the typed table, or ``(None, note)`` for a not-run table."""
-    import pandas as pd
-
-    from bertlook.reporting.figures import _read_table
-
-    raw = _read_table(path, str_cols=tuple(COLUMNS))
-    header = list(pd.read_csv(path, nrows=0).columns)
-    if "note" in header:
-        notes = pd.read_csv(path, dtype=str, keep_default_na=False)["note"].str.strip()
-        if (raw["mean_abs_grad"] == "").all() and (raw["attention_mass"] == "").all():
-            note = next((t for t in notes if t), "not run")
-            return None, note
-    df = _read_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"), str_cols=("target",))
-    bad = ~df["target"].isin(TARGETS)
-    if bad.any():
-        i = int(bad.to_numpy().nonzero()[0][0])
-        raise BertlookError(f"{path}:{i + 2}: unknown target {df['target'].iloc[i]!r} (expected one of: {', '.join(TARGETS)})")
-    dup = df.duplicated(subset=["layer", "target"])
-    if dup.any():
-        i = int(dup.to_numpy().nonzero()[0][0])
-        raise BertlookError(f"{path}:{i + 2}: layer {df['layer'].iloc[i]}, target {df['target'].iloc[i]!r} appears twice")
-    return df, None
-
-
-def _note_figure(note: str, out_png):
-    import textwrap
-
-    from bertlook.reporting.figures import _new_figure, _save_png, _style
-
-    with _style():
-        fig = _new_figure(figsize=(8.0, 3.0))
-        ax = fig.subplots()
-        ax.set_axis_off()
-        ax.set_title("Gradient importance of attention to [SEP] (Fig. 3 twin)", fontsize="large")
-        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 70, break_on_hyphens=False)), ha="center", va="center", transform=ax.transAxes,
-                fontsize="medium", color="0.15",
-                bbox=dict(boxstyle="round,pad=0.6", facecolor=(1.0, 0.96, 0.88), edgecolor=(0.85, 0.6, 0.2)))
-        return _save_png(fig, out_png)
-
-
-def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
-    """Twin of the paper's Fig 3 from ``sep_gradients.csv``.
-
-    Left: average attention mass per layer to [SEP], ". ," and other tokens; right: the average
-    gradient magnitude ``|dL/dA|`` of attention to the same targets. A not-run table (``note`` column,
-    empty numbers) gives a figure that shows the note.
-    """
-    from bertlook.reporting.figures import _layer_ticks, _new_figure, _save_png, _style
-
-    df, note = _read_gradient_table(csv)
-    if df is None:
-        return _note_figure(note, out_png)
-    colors = _target_colors()
-    num_layers = int(df["layer"].max())
-    top = float(df["mean_abs_grad"].abs().max()) if df["mean_abs_grad"].notna().any() else 0.0
-    exponent = int(math.floor(math.log10(top))) if top > 0 and math.isfinite(top) else 0
-    exponent = exponent if exponent < -2 or exponent > 3 else 0
-    scale = 10.0 ** -exponent  # gradients are drawn as value x 10^-exponent, the unit goes to the label
-    markers = {"[SEP]": "o", ". ,": "s", "other": "^"}
-    with _style():
-        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
-        ax_a, ax_g = fig.subplots(1, 2)
-        for target in TARGETS:
-            d = df[df["target"] == target].sort_values("layer")
-            if d.empty:
-                continue
-            lw, z = (2.2, 3) if target == "[SEP]" else (1.5, 2)
-            for ax, col, k in ((ax_a, "attention_mass", 1.0), (ax_g, "mean_abs_grad", scale)):
-                ax.plot(d["layer"], d[col] * k, color=colors[target], marker=markers[target], ms=5, lw=lw,
-                        zorder=z, label=_TARGET_LABELS[target])
-        ax_a.set_title("Avg. attention to target")
-        ax_a.set_ylabel("Attention (fraction per token)")
-        ax_a.set_ylim(-0.03, 1.03)
-        ax_g.set_title("Avg. gradient magnitude |dL/d attention|")
-        unit = f" ($\\times 10^{{{exponent}}}$)" if exponent else ""
-        ax_g.set_ylabel(f"Mean |gradient| per weight{unit}")
-        ax_g.set_ylim(bottom=0.0)
-        for ax in (ax_a, ax_g):
-            ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
-        handles, labels = ax_a.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
-        return _save_png(fig, out_png)

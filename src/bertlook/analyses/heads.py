@@ -1,19 +1,17 @@
-"""Accuracy of single attention heads at dependency syntax (paper Table 1) and the Fig 5 twin.
+"""Accuracy of single attention heads at dependency syntax (paper Table 1; numbers only).
 
 Scores every head's ``dep2head`` / ``head2dep`` argmax predictions on a word-level store against gold
 trees, with fixed-offset baselines and sentence-bootstrap intervals: :func:`predict_heads`,
 :func:`score_heads`, :func:`head_accuracy_table`, :func:`table1`, :func:`bootstrap_ci`,
-:func:`sentence_correct`, :func:`fig5_syntax_heads`.
+:func:`sentence_correct` (the Fig 5 twin is drawn by :func:`bertlook.reporting.figures.fig5_syntax_heads`).
 
 Definitions: docs/definitions.md#head-accuracy
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
@@ -48,10 +46,6 @@ TABLE1_COLUMNS = [
     "baseline_offset", "baseline_accuracy", "baseline_ci_low", "baseline_ci_high", "count", "below_min_count",
 ]
 HELDOUT_COLUMNS = ["heldout_head", "heldout_direction", "heldout_accuracy"]
-PAPER_COLUMNS = [
-    "paper_relation", "paper_head", "paper_direction", "paper_accuracy", "paper_baseline",
-    "paper_baseline_offset", "paper_note", "diff_accuracy",
-]
 
 #: --treebank-kind -> (relation scheme of paper_reference, words for the markdown note)
 TREEBANK_KINDS = {
@@ -493,17 +487,14 @@ def table1(
     bootstrap: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-    paper: dict[str, dict[str, Any]] | None = None,
-    comparable: bool = False,
     forced_relations: Sequence[str] = FORCED_RELATIONS,
 ) -> "pd.DataFrame":
     """Twin of the paper's Table 1 (definitions: docs/definitions.md#head-accuracy).
 
     Columns :data:`TABLE1_COLUMNS` (accuracies are fractions 0..1; ``best_head`` 1-indexed "L-H"),
     then :data:`HELDOUT_COLUMNS` when ``train_scores`` is given (head chosen on train, accuracy on
-    dev), then :data:`PAPER_COLUMNS` when ``paper`` (relation -> row of
-    :func:`bertlook.reporting.paper_reference.table1_reference`, percents) is given; ``diff_accuracy`` (ours -
-    paper, fraction) is filled only when ``comparable``. The head CIs need a second pass over the dev
+    dev). The paper's numbers are joined by :func:`bertlook.reporting.paper_join.join_table1`. The
+    head CIs need a second pass over the dev
     store: ``dev_store`` (store or path), default the store ``dev_scores`` was computed from.
     """
     import numpy as np
@@ -582,189 +573,7 @@ def table1(
             row.update(heldout_head=head_label(tl, th), heldout_direction=DIRECTIONS[td],
                        heldout_accuracy=corr[tl, th, td] / count)
 
-    if paper is not None:
-        columns += PAPER_COLUMNS
-        for row in out:
-            ref = paper.get(row["relation"])
-            row.update(paper_relation="", paper_head="", paper_direction="", paper_accuracy=np.nan,
-                       paper_baseline=np.nan, paper_baseline_offset=pd.NA, paper_note="", diff_accuracy=np.nan)
-            if ref is None:
-                continue
-            acc = float(ref["accuracy"]) / 100.0
-            row.update(
-                paper_relation=str(ref.get("paper_relation", ref.get("relation", row["relation"]))),
-                paper_head=str(ref["head"]),
-                paper_direction=str(ref.get("direction", "")),
-                paper_accuracy=acc,
-                paper_baseline=float(ref["baseline"]) / 100.0,
-                paper_baseline_offset=int(ref["baseline_offset"]),
-                paper_note=" ".join(str(ref.get("note", "")).split()),
-                diff_accuracy=row["accuracy"] - acc if comparable else np.nan,
-            )
     df = pd.DataFrame(out, columns=columns)
     df["baseline_offset"] = df["baseline_offset"].astype("int64")
     df["count"] = df["count"].astype("int64")
-    if "paper_baseline_offset" in df.columns:
-        df["paper_baseline_offset"] = df["paper_baseline_offset"].astype("Int64")
     return df
-
-
-# --------------------------------------------------------------------------------------------------
-# Table 1 caption (the Markdown itself: bertlook.reporting.tables)
-# --------------------------------------------------------------------------------------------------
-
-
-def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
-    """One or two sentences on the trees used and whether the numbers are comparable to the paper."""
-    if kind not in TREEBANK_KINDS:
-        trees = "trees of unrecorded origin"
-    else:
-        trees = TREEBANK_KINDS[kind][1]
-        if name:
-            trees = trees.replace(")", f"; {name})") if "(" in trees else f"{trees} ({name})"
-    if kind == "silver":
-        trees = f"silver trees ({name or 'spaCy parser'}; predicted by a parser, not gold)"
-    if comparable:
-        comp = "Comparable to the paper (same data and model): the Diff column is ours minus the paper."
-    else:
-        comp = ("Not comparable to the paper (another model and/or other trees): paper numbers are shown "
-                "for orientation only, without a difference.")
-    return f"Trees: {trees}. {comp}"
-
-
-def _fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
-    """Fig 5 panel order det, dobj-like, pobj-like from a scheme's forced rows."""
-    obj, det, pobj = forced
-    return (det, obj, pobj)
-
-
-# --------------------------------------------------------------------------------------------------
-# Fig 5 twin
-# --------------------------------------------------------------------------------------------------
-
-
-def _message_panel(ax, title: str, text: str) -> None:
-    ax.set_axis_off()
-    ax.set_title(title, fontsize=11)
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3",
-            transform=ax.transAxes)
-
-
-def fig5_syntax_heads(
-    dev_store_path: str | os.PathLike,
-    table1_df: "pd.DataFrame",
-    out_png: str | os.PathLike,
-    *,
-    relations: Sequence[str] = ("det", "dobj", "pobj"),
-    example_index: int | None = None,
-) -> Path:
-    """Twin of the paper's Fig 5: the best head of each relation on one sentence containing it.
-
-    One panel per relation: the head (``best_head``/``direction`` of its Table 1 row) drawn like Fig 1
-    (words listed twice, left = attention FROM, right = TO, line opacity/width = weight, weights below
-    0.01 not drawn), with the relation's gold arcs in red, drawn the way the head should attend
-    (dep2head: dependent -> head; head2dep: head -> dependent). The sentence is the first one holding
-    the relation, or ``example_index`` for every panel. A relation without a Table 1 row or without a
-    sentence gets a panel that says so.
-    """
-    import numpy as np
-    import seaborn as sns
-    from matplotlib.collections import LineCollection
-
-    from bertlook.attention.store import open_store
-    from bertlook.reporting.figures import _MIN_WEIGHT, _new_figure, _save_png, _short_token, _style
-
-    relations = list(relations)
-    if not relations:
-        raise BertlookError("fig5_syntax_heads: no relations given")
-    store = open_store(dev_store_path)
-    _check_word_store(store)
-    if example_index is not None and not 0 <= int(example_index) < len(store):
-        raise BertlookError(
-            f"{dev_store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
-        )
-    by_rel = {str(r): row for r, row in zip(table1_df["relation"], table1_df.to_dict("records"))}
-    panels: list[dict[str, Any]] = []
-    for rel in relations:
-        row = by_rel.get(rel)
-        if row is None or not str(row.get("best_head", "")):
-            n_rel = sum((rec.get("rels") or []).count(rel) for rec in store.records)
-            why = "the relation does not occur in this corpus" if n_rel == 0 else f"{n_rel} words, below the minimum count"
-            panels.append({"rel": rel, "msg": f"no '{rel}' row in Table 1:\n{why}"})
-            continue
-        if example_index is not None:
-            k = int(example_index)
-            if rel not in (store.records[k].get("rels") or []):
-                panels.append({"rel": rel, "msg": f"example {k} has no '{rel}' word"})
-                continue
-        else:
-            k = next((i for i, rec in enumerate(store.records) if rel in (rec.get("rels") or [])), None)
-            if k is None:
-                panels.append({"rel": rel, "msg": f"no sentence of the store has a '{rel}' word"})
-                continue
-        layer0, head0 = _parse_label(str(row["best_head"]))
-        if layer0 >= store.num_layers or head0 >= store.num_heads:
-            raise BertlookError(f"fig5: head {row['best_head']} is not in the {store.num_layers}x{store.num_heads} store")
-        panels.append({"rel": rel, "k": k, "layer": layer0, "head": head0, "direction": str(row["direction"])})
-
-    max_n = max((int(store.records[p["k"]]["n"]) for p in panels if "k" in p), default=8)
-    fontsize = 9.0 if max_n <= 32 else 7.5 if max_n <= 64 else 6.0
-    row_in = fontsize * 1.45 / 72.0
-    panel_w, panel_h = 3.2 + 0.012 * max_n, max(2.4, (max_n + 1.5) * row_in + 0.6)
-    colors = sns.color_palette("colorblind", len(panels))
-    gold_color = sns.color_palette("deep")[3]
-
-    with _style():
-        fig = _new_figure(figsize=(panel_w * len(panels), panel_h))
-        axes = fig.subplots(1, len(panels), squeeze=False)[0]
-        for ax, p, color in zip(axes, panels, colors):
-            if "msg" in p:
-                _message_panel(ax, f"{p['rel']}", p["msg"])
-                continue
-            ax.set_axis_off()
-            k, rec = p["k"], store.records[p["k"]]
-            tokens = [_short_token(t) for t in rec["tokens"]]
-            n = len(tokens)
-            W = n - 2
-            a = np.asarray(store.get(k)[p["layer"], p["head"]], dtype=np.float32)
-            ys = -np.arange(n, dtype=float)
-            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
-            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
-            order = np.argsort(w, kind="stable")
-            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
-            segs = np.stack([np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1)
-            rgba = np.tile(np.array([*color, 1.0]), (len(w), 1))
-            rgba[:, 3] = w
-            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
-            rels, heads = rec["rels"], rec["heads"]
-            d = DIRECTIONS.index(p["direction"]) if p["direction"] in DIRECTIONS else 0
-            deps = [i for i in range(W) if rels[i] == p["rel"] and int(heads[i]) > 0]
-            pred = predict_heads(a[None, None], W)[0, 0, d]  # [W]
-            n_ok = sum(int(pred[i] == heads[i]) for i in deps)
-            gold_segs, left_hi, right_hi = [], set(), set()
-            for i in deps:
-                dep_row, head_row = i + 1, int(heads[i])
-                src_row, dst_row = (dep_row, head_row) if d == 0 else (head_row, dep_row)
-                gold_segs.append([(0.0, ys[src_row]), (1.0, ys[dst_row])])
-                left_hi.add(src_row)
-                right_hi.add(dst_row)
-            ax.add_collection(LineCollection(gold_segs, colors=[(*gold_color, 0.9)], linewidths=1.6,
-                                             linestyles="--", zorder=3))
-            for t, (y, tok) in enumerate(zip(ys, tokens)):
-                special = t in (0, n - 1)
-                for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
-                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize,
-                            fontweight="bold" if special or t in hi else "normal",
-                            color=gold_color if t in hi else "black")
-            ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
-            ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
-            ax.set_xlim(-0.6, 1.6)
-            ax.set_ylim(-max_n + 0.5, 1.6)
-            arrow = "dependent \u2192 head" if d == 0 else "head \u2192 dependent"
-            ax.set_title(
-                f"{p['rel']}: head {head_label(p['layer'], p['head'])} ({arrow})\n"
-                f"sentence {rec.get('id', k)}: {n_ok}/{len(deps)} {p['rel']} arcs right",
-                fontsize=10,
-            )
-        fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
-        return _save_png(fig, out_png)

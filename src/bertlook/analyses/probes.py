@@ -32,14 +32,6 @@ PROBES = ("right_branching", "distances_glove", "random_init_attn_glove", "attn"
           "attn_glove_released")
 TRAINED_PROBES = tuple(p for p in PROBES if p != "right_branching")
 GLOVE_PROBES = ("distances_glove", "random_init_attn_glove", "attn_glove", "attn_glove_released")
-def paper_uas() -> dict[str, float]:
-    """Paper Table 3 UAS in percent per probe, from ``paper_reference.yaml`` (the one source of the
-    paper's numbers); ``attn_glove_released`` carries the paper's Attn+GloVe 77 (the authors' own run
-    printed 78.0)."""
-    from bertlook.reporting.paper_reference import table3_reference
-
-    ref = table3_reference()
-    return {p: float(ref[p]["uas"]) for p in PROBES}
 PROBE_LABELS = {
     "right_branching": "Right-branching",
     "distances_glove": "Distances + GloVe",
@@ -48,7 +40,8 @@ PROBE_LABELS = {
     "attn_glove": "Attn + GloVe",
     "attn_glove_released": "Attn + GloVe (released off-by-one)",
 }
-TABLE_COLUMNS = ["probe", "uas_mean", "uas_sd", "n_seeds", "uas_mst_mean", "uas_mst_sd", "paper_uas", "note"]
+#: the run's Table 3 columns; tables/table3.csv adds ``paper_uas`` (reporting.paper_join.join_table3)
+TABLE_COLUMNS = ["probe", "uas_mean", "uas_sd", "n_seeds", "uas_mst_mean", "uas_mst_sd", "note"]
 STRUCTURAL_PROBE_NOTE = (
     "Hewitt & Manning's structural probe (80 UUAS, quoted in the paper's text) is not comparable: "
     "UUAS scores undirected edges of a minimum spanning tree, not heads."
@@ -821,7 +814,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 def _row(probe: str, **kw) -> dict[str, Any]:
     row = {c: None for c in TABLE_COLUMNS}
-    row.update(probe=probe, paper_uas=paper_uas()[probe] / 100.0, note="")
+    row.update(probe=probe, note="")
     row.update(kw)
     return row
 
@@ -836,8 +829,6 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
     Columns :data:`TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
     ``df.attrs["runs"]``, per-store summaries in ``df.attrs["data"]``.
     """
-    import pandas as pd
-
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise BertlookError(f"unknown probe(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PROBES)}")
@@ -922,7 +913,7 @@ def _table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: d
     import pandas as pd
 
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    for col in ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd", "paper_uas"):
+    for col in ROWS_NUMBERS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df["n_seeds"] = pd.array(df["n_seeds"].tolist(), dtype="Int64")
     df.attrs["runs"] = runs
@@ -936,8 +927,8 @@ def _table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: d
 # PROBES: the workflow's probes_random / probes rules, so that the model's word stores and the
 # random-init ones never need to be on disk together. Plain JSON (no NaN: missing numbers are null).
 ROWS_FORMAT = "bertlook-probe-rows"
-ROWS_VERSION = 1
-ROWS_NUMBERS = ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd", "paper_uas")
+ROWS_VERSION = 2  # 2: no paper_uas (the paper's numbers are joined by reporting.paper_join)
+ROWS_NUMBERS = ("uas_mean", "uas_sd", "uas_mst_mean", "uas_mst_sd")
 ROWS_INPUTS = ("train_attention", "dev_attention", "random_train_attention", "random_dev_attention")
 # the settings the rows were computed with: --add-rows refuses rows computed with other ones
 ROWS_SETTINGS = ("seeds", "epochs", "batch_size", "lr", "mst", "max_train_sentences", "glove_spec")

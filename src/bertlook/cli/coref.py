@@ -105,6 +105,7 @@ def _cmd_coref_extract(args) -> int:
 
 def _cmd_coref(args) -> int:
     from bertlook.analyses.coref import (
+        TABLE2_CSV_COLUMNS,
         _write_csv,
         heads_frame,
         score_store,
@@ -114,6 +115,7 @@ def _cmd_coref(args) -> int:
     )
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.formatting import pct
+    from bertlook.reporting.paper_join import join_table2
     from bertlook.reporting.tables import table2_markdown, table2_note
 
     if args.not_run is not None:
@@ -129,7 +131,7 @@ def _cmd_coref(args) -> int:
 
     store = open_store(args.attention, level="word", what="coreference attention store")
     scores = score_store(store, candidates=args.candidates, max_examples=args.max_examples)
-    table = table2_frame(scores)
+    table = join_table2(table2_frame(scores), TABLE2_CSV_COLUMNS)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
     _write_csv(args.out_table, table)
     _write_csv(args.out_heads, heads_frame(scores))

@@ -76,7 +76,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.analyses.gradients import (
-        PARTIAL_KIND, fig3_sep_gradients, gradient_partial, reduce_gradients, sep_gradient_importance,
+        PARTIAL_KIND, gradient_partial, reduce_gradients, sep_gradient_importance,
     )
     from bertlook.io_utils import write_csv, write_json
     from bertlook.pipeline.sharding import load_partial, save_partial
@@ -110,6 +110,8 @@ def _cli_gradients(args: argparse.Namespace) -> int:
     else:
         frame, summary = sep_gradient_importance(args.segments, args.model, **settings)
     write_csv(args.out_table, frame)
+    from bertlook.reporting.figures import fig3_sep_gradients
+
     fig3_sep_gradients(args.out_table, args.out_figure)
     write_json(args.summary, summary)
     if summary["status"] != "ok":

@@ -93,17 +93,15 @@ def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import (
         FORCED_BY_SCHEME,
         SKIP_RELATIONS,
-        _fig5_relations,
-        fig5_syntax_heads,
         head_accuracy_table,
         score_heads,
         table1,
-        trees_note,
     )
     from bertlook.attention.store import open_store
     from bertlook.io_utils import write_json, write_text
-    from bertlook.reporting.paper_reference import table1_reference
-    from bertlook.reporting.tables import table1_markdown
+    from bertlook.reporting.paper_join import join_table1
+    from bertlook.reporting.figures import fig5_relations, fig5_syntax_heads
+    from bertlook.reporting.tables import table1_markdown, trees_note
 
     dev_store = open_store(args.dev_attention, level="word")
     kind = args.treebank_kind or dev_store.meta.get("treebank_kind")
@@ -123,11 +121,10 @@ def _run_heads(args: argparse.Namespace) -> int:
         train_store = open_store(args.train_attention, level="word")
         train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
                             max_examples=args.max_examples, keep_sentences=False)
-    paper = table1_reference(scheme)
     table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
                    bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
-                   paper=paper, comparable=args.paper_comparable,
                    forced_relations=FORCED_BY_SCHEME[scheme])
+    table = join_table1(table, scheme, comparable=args.paper_comparable)
     acc = head_accuracy_table(dev)
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
     md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))
@@ -135,7 +132,7 @@ def _run_heads(args: argparse.Namespace) -> int:
     _write_csv_full(args.out_table, table)
     write_text(args.out_markdown, md)
     fig5_syntax_heads(args.dev_attention, table, args.out_figure,
-                      relations=_fig5_relations(FORCED_BY_SCHEME[scheme]))
+                      relations=fig5_relations(FORCED_BY_SCHEME[scheme]))
 
     shown = set(table["relation"])
     counts = {r: int(c) for r, c in zip(dev.relations, dev.word_counts)}

@@ -43,6 +43,7 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     )
     from bertlook.data.glove import load_glove
     from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.paper_join import join_table3
     from bertlook.reporting.tables import table3_markdown
 
     seeds = _parse_seeds(args.seeds)
@@ -105,6 +106,7 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     if args.out_table is None:
         return 0
     note = args.note or ""
+    df = join_table3(df)
     write_csv(args.out_table, df)
     write_text(args.out_markdown, table3_markdown(df, note=note))
     if args.summary:

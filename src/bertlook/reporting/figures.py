@@ -30,11 +30,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, read_csv_strings
-from bertlook.naming import parse_head_label
+from bertlook.naming import head_label, parse_head_label
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DPI = 150
 
@@ -563,4 +566,233 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
             ax.set_yticks([])
             ax.set_xlabel("MDS dimension 1")
             ax.set_ylabel("MDS dimension 2")
+        return _save_png(fig, out_png)
+
+
+# ---- Fig 3 twin (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
+_TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
+
+
+def _target_colors():
+    import seaborn as sns
+
+    pal = sns.color_palette("colorblind", 10)
+    return {"[SEP]": pal[4], ". ,": pal[1], "other": (0.45, 0.45, 0.45)}
+
+
+def _read_gradient_table(path):
+    """``(frame, note)``: the typed table, or ``(None, note)`` for a not-run table."""
+    import pandas as pd
+
+    from bertlook.analyses.gradients import COLUMNS, TARGETS
+
+    raw = _read_table(path, str_cols=tuple(COLUMNS))
+    header = list(pd.read_csv(path, nrows=0).columns)
+    if "note" in header:
+        notes = pd.read_csv(path, dtype=str, keep_default_na=False)["note"].str.strip()
+        if (raw["mean_abs_grad"] == "").all() and (raw["attention_mass"] == "").all():
+            note = next((t for t in notes if t), "not run")
+            return None, note
+    df = _read_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"), str_cols=("target",))
+    bad = ~df["target"].isin(TARGETS)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{path}:{i + 2}: unknown target {df['target'].iloc[i]!r} (expected one of: {', '.join(TARGETS)})")
+    dup = df.duplicated(subset=["layer", "target"])
+    if dup.any():
+        i = int(dup.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{path}:{i + 2}: layer {df['layer'].iloc[i]}, target {df['target'].iloc[i]!r} appears twice")
+    return df, None
+
+
+def _fig3_note_figure(note: str, out_png):
+    import textwrap
+
+    with _style():
+        fig = _new_figure(figsize=(8.0, 3.0))
+        ax = fig.subplots()
+        ax.set_axis_off()
+        ax.set_title("Gradient importance of attention to [SEP] (Fig. 3 twin)", fontsize="large")
+        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 70, break_on_hyphens=False)), ha="center", va="center", transform=ax.transAxes,
+                fontsize="medium", color="0.15",
+                bbox=dict(boxstyle="round,pad=0.6", facecolor=(1.0, 0.96, 0.88), edgecolor=(0.85, 0.6, 0.2)))
+        return _save_png(fig, out_png)
+
+
+def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Twin of the paper's Fig 3 from ``sep_gradients.csv``.
+
+    Left: average attention mass per layer to [SEP], ". ," and other tokens; right: the average
+    gradient magnitude ``|dL/dA|`` of attention to the same targets. A not-run table (``note`` column,
+    empty numbers) gives a figure that shows the note.
+    """
+    from bertlook.analyses.gradients import TARGETS
+
+    df, note = _read_gradient_table(csv)
+    if df is None:
+        return _fig3_note_figure(note, out_png)
+    colors = _target_colors()
+    num_layers = int(df["layer"].max())
+    top = float(df["mean_abs_grad"].abs().max()) if df["mean_abs_grad"].notna().any() else 0.0
+    exponent = int(math.floor(math.log10(top))) if top > 0 and math.isfinite(top) else 0
+    exponent = exponent if exponent < -2 or exponent > 3 else 0
+    scale = 10.0 ** -exponent  # gradients are drawn as value x 10^-exponent, the unit goes to the label
+    markers = {"[SEP]": "o", ". ,": "s", "other": "^"}
+    with _style():
+        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
+        ax_a, ax_g = fig.subplots(1, 2)
+        for target in TARGETS:
+            d = df[df["target"] == target].sort_values("layer")
+            if d.empty:
+                continue
+            lw, z = (2.2, 3) if target == "[SEP]" else (1.5, 2)
+            for ax, col, k in ((ax_a, "attention_mass", 1.0), (ax_g, "mean_abs_grad", scale)):
+                ax.plot(d["layer"], d[col] * k, color=colors[target], marker=markers[target], ms=5, lw=lw,
+                        zorder=z, label=_TARGET_LABELS[target])
+        ax_a.set_title("Avg. attention to target")
+        ax_a.set_ylabel("Attention (fraction per token)")
+        ax_a.set_ylim(-0.03, 1.03)
+        ax_g.set_title("Avg. gradient magnitude |dL/d attention|")
+        unit = f" ($\\times 10^{{{exponent}}}$)" if exponent else ""
+        ax_g.set_ylabel(f"Mean |gradient| per weight{unit}")
+        ax_g.set_ylim(bottom=0.0)
+        for ax in (ax_a, ax_g):
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+        handles, labels = ax_a.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
+        return _save_png(fig, out_png)
+
+
+# ---- Fig 5 twin (best syntax head per relation; numbers: bertlook.analyses.heads)
+def fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
+    """Fig 5 panel order det, dobj-like, pobj-like from a scheme's forced rows."""
+    obj, det, pobj = forced
+    return (det, obj, pobj)
+
+
+def _message_panel(ax, title: str, text: str) -> None:
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=11)
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3",
+            transform=ax.transAxes)
+
+
+def fig5_syntax_heads(
+    dev_store_path: str | os.PathLike,
+    table1_df: "pd.DataFrame",
+    out_png: str | os.PathLike,
+    *,
+    relations: Sequence[str] = ("det", "dobj", "pobj"),
+    example_index: int | None = None,
+) -> Path:
+    """Twin of the paper's Fig 5: the best head of each relation on one sentence containing it.
+
+    One panel per relation: the head (``best_head``/``direction`` of its Table 1 row) drawn like Fig 1
+    (words listed twice, left = attention FROM, right = TO, line opacity/width = weight, weights below
+    0.01 not drawn), with the relation's gold arcs in red, drawn the way the head should attend
+    (dep2head: dependent -> head; head2dep: head -> dependent). The sentence is the first one holding
+    the relation, or ``example_index`` for every panel. A relation without a Table 1 row or without a
+    sentence gets a panel that says so.
+    """
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.collections import LineCollection
+
+    from bertlook.analyses.heads import DIRECTIONS, _check_word_store, _parse_label, predict_heads
+    from bertlook.attention.store import open_store
+
+    relations = list(relations)
+    if not relations:
+        raise BertlookError("fig5_syntax_heads: no relations given")
+    store = open_store(dev_store_path)
+    _check_word_store(store)
+    if example_index is not None and not 0 <= int(example_index) < len(store):
+        raise BertlookError(
+            f"{dev_store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
+        )
+    by_rel = {str(r): row for r, row in zip(table1_df["relation"], table1_df.to_dict("records"))}
+    panels: list[dict[str, Any]] = []
+    for rel in relations:
+        row = by_rel.get(rel)
+        if row is None or not str(row.get("best_head", "")):
+            n_rel = sum((rec.get("rels") or []).count(rel) for rec in store.records)
+            why = "the relation does not occur in this corpus" if n_rel == 0 else f"{n_rel} words, below the minimum count"
+            panels.append({"rel": rel, "msg": f"no '{rel}' row in Table 1:\n{why}"})
+            continue
+        if example_index is not None:
+            k = int(example_index)
+            if rel not in (store.records[k].get("rels") or []):
+                panels.append({"rel": rel, "msg": f"example {k} has no '{rel}' word"})
+                continue
+        else:
+            k = next((i for i, rec in enumerate(store.records) if rel in (rec.get("rels") or [])), None)
+            if k is None:
+                panels.append({"rel": rel, "msg": f"no sentence of the store has a '{rel}' word"})
+                continue
+        layer0, head0 = _parse_label(str(row["best_head"]))
+        if layer0 >= store.num_layers or head0 >= store.num_heads:
+            raise BertlookError(f"fig5: head {row['best_head']} is not in the {store.num_layers}x{store.num_heads} store")
+        panels.append({"rel": rel, "k": k, "layer": layer0, "head": head0, "direction": str(row["direction"])})
+
+    max_n = max((int(store.records[p["k"]]["n"]) for p in panels if "k" in p), default=8)
+    fontsize = 9.0 if max_n <= 32 else 7.5 if max_n <= 64 else 6.0
+    row_in = fontsize * 1.45 / 72.0
+    panel_w, panel_h = 3.2 + 0.012 * max_n, max(2.4, (max_n + 1.5) * row_in + 0.6)
+    colors = sns.color_palette("colorblind", len(panels))
+    gold_color = sns.color_palette("deep")[3]
+
+    with _style():
+        fig = _new_figure(figsize=(panel_w * len(panels), panel_h))
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, p, color in zip(axes, panels, colors):
+            if "msg" in p:
+                _message_panel(ax, f"{p['rel']}", p["msg"])
+                continue
+            ax.set_axis_off()
+            k, rec = p["k"], store.records[p["k"]]
+            tokens = [_short_token(t) for t in rec["tokens"]]
+            n = len(tokens)
+            W = n - 2
+            a = np.asarray(store.get(k)[p["layer"], p["head"]], dtype=np.float32)
+            ys = -np.arange(n, dtype=float)
+            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
+            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
+            order = np.argsort(w, kind="stable")
+            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
+            segs = np.stack([np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1)
+            rgba = np.tile(np.array([*color, 1.0]), (len(w), 1))
+            rgba[:, 3] = w
+            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
+            rels, heads = rec["rels"], rec["heads"]
+            d = DIRECTIONS.index(p["direction"]) if p["direction"] in DIRECTIONS else 0
+            deps = [i for i in range(W) if rels[i] == p["rel"] and int(heads[i]) > 0]
+            pred = predict_heads(a[None, None], W)[0, 0, d]  # [W]
+            n_ok = sum(int(pred[i] == heads[i]) for i in deps)
+            gold_segs, left_hi, right_hi = [], set(), set()
+            for i in deps:
+                dep_row, head_row = i + 1, int(heads[i])
+                src_row, dst_row = (dep_row, head_row) if d == 0 else (head_row, dep_row)
+                gold_segs.append([(0.0, ys[src_row]), (1.0, ys[dst_row])])
+                left_hi.add(src_row)
+                right_hi.add(dst_row)
+            ax.add_collection(LineCollection(gold_segs, colors=[(*gold_color, 0.9)], linewidths=1.6,
+                                             linestyles="--", zorder=3))
+            for t, (y, tok) in enumerate(zip(ys, tokens)):
+                special = t in (0, n - 1)
+                for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
+                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize,
+                            fontweight="bold" if special or t in hi else "normal",
+                            color=gold_color if t in hi else "black")
+            ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            ax.set_xlim(-0.6, 1.6)
+            ax.set_ylim(-max_n + 0.5, 1.6)
+            arrow = "dependent \u2192 head" if d == 0 else "head \u2192 dependent"
+            ax.set_title(
+                f"{p['rel']}: head {head_label(p['layer'], p['head'])} ({arrow})\n"
+                f"sentence {rec.get('id', k)}: {n_ok}/{len(deps)} {p['rel']} arcs right",
+                fontsize=10,
+            )
+        fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
         return _save_png(fig, out_png)

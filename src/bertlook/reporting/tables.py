@@ -202,3 +202,24 @@ def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     )
     notes.append(STRUCTURAL_PROBE_NOTE)
     return text + "\n" + "\n\n".join(notes) + "\n"
+
+
+# ---- Table 1 caption
+def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
+    """One or two sentences on the trees used and whether the numbers are comparable to the paper."""
+    from bertlook.analyses.heads import TREEBANK_KINDS
+
+    if kind not in TREEBANK_KINDS:
+        trees = "trees of unrecorded origin"
+    else:
+        trees = TREEBANK_KINDS[kind][1]
+        if name:
+            trees = trees.replace(")", f"; {name})") if "(" in trees else f"{trees} ({name})"
+    if kind == "silver":
+        trees = f"silver trees ({name or 'spaCy parser'}; predicted by a parser, not gold)"
+    if comparable:
+        comp = "Comparable to the paper (same data and model): the Diff column is ours minus the paper."
+    else:
+        comp = ("Not comparable to the paper (another model and/or other trees): paper numbers are shown "
+                "for orientation only, without a difference.")
+    return f"Trees: {trees}. {comp}"
