@@ -1,29 +1,34 @@
 """Jensen-Shannon divergence between heads, 2-D MDS embedding and behaviour labels (paper Fig 6).
 
 :func:`js_divergence_example` / :func:`js_divergence_matrix` (summed over examples), :func:`mds_embedding`,
-:func:`behaviour_labels`, :func:`cluster_heads` / :func:`cluster_matrix` (``bertlook cluster``). The
+:func:`behaviour_labels`, :func:`cluster_heads` / :func:`cluster_matrix` (``bertlook cluster-heads``). The
 vectorized identity of :func:`js_divergence_example`, with ``xlx(x) = sum x ln x`` over all entries::
 
     JS_ij = 0.5 * (xlx(P_i) + xlx(P_j) + ln 2 * (sum P_i + sum P_j) - xlx(P_i + P_j))
 
-Sharded runs: :func:`js_divergence_partial` (``cluster --out-partial``), :func:`reduce_js_divergence`
-(``cluster --partial``).
+Sharded runs: :func:`js_divergence_partial` (``cluster-heads --out-partial``), :func:`reduce_js_divergence`
+(``cluster-heads --partial``).
 
 Definitions: docs/definitions.md#jensen-shannon-divergence-between-heads-and-mds
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.manifold import MDS
+
+from bertlook.attention.extraction import progress_bar
+from bertlook.attention.store import AttentionStore
+from bertlook.errors import BertlookError
 from bertlook.naming import head_label
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import pandas as pd
-
-    from bertlook.attention.store import AttentionStore
+from bertlook.pipeline.sharding import same_value, select_examples
 
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
 DEFAULT_CHUNK_BYTES = 2**20  # one block of pairwise mixtures (x2 buffers): about L2-sized
@@ -50,10 +55,8 @@ def js_pair_naive(p: "np.ndarray", q: "np.ndarray", *, smoothing: float = JS_SMO
     pairs (the reference for tests and the benchmark baseline). With ``smoothing=0`` the inputs must
     be strictly positive.
     """
-    import numpy as np
-
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)  # [..., key_pos]
+    q = np.asarray(q, dtype=np.float64)  # [..., key_pos]
     n = p.shape[-1]
     p = (1.0 - smoothing) * p + smoothing / n
     q = (1.0 - smoothing) * q + smoothing / n
@@ -67,30 +70,26 @@ def _auto_chunk(n: int, itemsize: int, budget: int = DEFAULT_CHUNK_BYTES) -> int
     return max(1, budget // max(1, n * n * itemsize))
 
 
-def _mixture_xlx_numpy(P, chunk: int, num_threads: int) -> "np.ndarray":
+def _mixture_xlx_numpy(P, chunk: int, num_threads: int) -> "np.ndarray":  # P: [layer_head, query_pos * key_pos]
     """``out[i, j] = sum (P_i + P_j) ln (P_i + P_j)`` for ``j >= i`` (numpy; zeros below)."""
-    import numpy as np
-
     K, E = P.shape
-    out = np.zeros((K, K), dtype=np.float64)
+    out = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head], upper triangle
 
     def rows(start: int) -> None:
-        buf = np.empty(chunk * E, dtype=P.dtype)
+        buf = np.empty(chunk * E, dtype=P.dtype)  # [chunk * query_pos * key_pos]
         lg = np.empty_like(buf)
         for i in range(start, K, num_threads):
             for j0 in range(i, K, chunk):
                 j1 = min(K, j0 + chunk)
-                S = buf[: (j1 - j0) * E].reshape(j1 - j0, E)
-                LS = lg[: (j1 - j0) * E].reshape(j1 - j0, E)
+                S = buf[: (j1 - j0) * E].reshape(j1 - j0, E)  # [chunk, query_pos * key_pos]
+                LS = lg[: (j1 - j0) * E].reshape(j1 - j0, E)  # [chunk, query_pos * key_pos]
                 np.add(P[i], P[j0:j1], out=S)
                 np.log(S, out=LS)
-                out[i, j0:j1] = np.einsum("be,be->b", S, LS)
+                out[i, j0:j1] = np.einsum("be,be->b", S, LS)  # [chunk]
 
     if num_threads <= 1:
         rows(0)
     else:  # numpy releases the GIL inside add/log/einsum; threads own disjoint rows of ``out``
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=num_threads) as ex:
             for fut in [ex.submit(rows, t) for t in range(num_threads)]:
                 fut.result()
@@ -99,23 +98,20 @@ def _mixture_xlx_numpy(P, chunk: int, num_threads: int) -> "np.ndarray":
 
 def _mixture_xlx_torch(P, chunk: int) -> "np.ndarray":
     """Same as :func:`_mixture_xlx_numpy` with torch (intra-op threads: ``torch.set_num_threads``)."""
-    import numpy as np
-    import torch
-
-    T = torch.from_numpy(P)
+    T = torch.from_numpy(P)  # [layer_head, query_pos * key_pos]
     K, E = T.shape
-    out = np.zeros((K, K), dtype=np.float64)
-    buf = torch.empty(chunk * E, dtype=T.dtype)
+    out = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head], upper triangle
+    buf = torch.empty(chunk * E, dtype=T.dtype)  # [chunk * query_pos * key_pos]
     lg = torch.empty_like(buf)
     for i in range(K):
         for j0 in range(i, K, chunk):
             j1 = min(K, j0 + chunk)
-            S = buf[: (j1 - j0) * E].view(j1 - j0, E)
-            LS = lg[: (j1 - j0) * E].view(j1 - j0, E)
+            S = buf[: (j1 - j0) * E].view(j1 - j0, E)  # [chunk, query_pos * key_pos]
+            LS = lg[: (j1 - j0) * E].view(j1 - j0, E)  # [chunk, query_pos * key_pos]
             torch.add(T[i], T[j0:j1], out=S)
             torch.log(S, out=LS)
             LS.mul_(S)
-            out[i, j0:j1] = LS.sum(dim=1, dtype=torch.float64).numpy()
+            out[i, j0:j1] = LS.sum(dim=1, dtype=torch.float64).numpy()  # [chunk]
     return out
 
 
@@ -140,10 +136,6 @@ def js_divergence_example(
     CPUs measured) or ``torch``. ``num_threads``: numpy worker threads over rows ``i``, or torch's
     intra-op threads for the call.
     """
-    import numpy as np
-
-    from bertlook.errors import BertlookError
-
     if dtype not in ("float32", "float64"):
         raise BertlookError(f"dtype must be float32 or float64, got {dtype!r}")
     if backend not in BACKENDS:
@@ -151,29 +143,27 @@ def js_divergence_example(
     a = np.asarray(attn)
     if a.ndim != 4 or a.shape[2] != a.shape[3]:
         raise BertlookError(f"attention must have shape [layers, heads, n, n], got {list(a.shape)}")
-    L, H, n, _ = a.shape
+    L, H, n, _ = a.shape  # a: [layer, head, query_pos, key_pos]
     K = L * H
     # a fresh array: the smoothing below works in place and must not touch the caller's data
-    P = np.array(a, dtype=dtype, copy=True).reshape(K, n * n)
+    P = np.array(a, dtype=dtype, copy=True).reshape(K, n * n)  # [layer_head, query_pos * key_pos]
     P *= 1.0 - JS_SMOOTHING
     P += JS_SMOOTHING / n
-    xlx = np.einsum("ke,ke->k", P, np.log(P), dtype=np.float64)  # sum p ln p per head
-    tot = P.sum(axis=1, dtype=np.float64)
+    xlx = np.einsum("ke,ke->k", P, np.log(P), dtype=np.float64)  # [layer_head]: sum p ln p per head
+    tot = P.sum(axis=1, dtype=np.float64)  # [layer_head]
     base = xlx + math.log(2.0) * tot
     c = max(1, min(K, int(chunk) if chunk else _auto_chunk(n, P.itemsize)))
     threads = max(1, int(num_threads or 1))
     if backend == "numpy":
-        mix = _mixture_xlx_numpy(P, c, threads)
+        mix = _mixture_xlx_numpy(P, c, threads)  # [layer_head, layer_head]
     else:
-        import torch
-
         old = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            mix = _mixture_xlx_torch(P, c)
+            mix = _mixture_xlx_torch(P, c)  # [layer_head, layer_head]
         finally:
             torch.set_num_threads(old)
-    js = np.triu(0.5 * (base[:, None] + base[None, :] - mix), k=1)
+    js = np.triu(0.5 * (base[:, None] + base[None, :] - mix), k=1)  # [layer_head, layer_head]
     js = js + js.T
     np.maximum(js, 0.0, out=js)  # rounding can leave tiny negatives for (near-)identical heads
     return js
@@ -198,26 +188,18 @@ def js_divergence_sum(
     Selection (:func:`bertlook.pipeline.sharding.select_examples`): all examples; with ``max_examples`` the
     first N segments of the ``segments`` file, or without it the first N examples of the store. No
     example selected gives a zero matrix and 0. ``progress``: a progress bar (ETA) on stderr.
+    The maps are not checked here: :meth:`AttentionStore.get <bertlook.attention.store.AttentionStore.get>`
+    already refuses a map with a non-finite or negative value or a row that does not sum to 1, and
+    the store's index refuses an example without tokens (``n >= 1``).
     """
-    import numpy as np
-
-    from bertlook.errors import BertlookError
-    from bertlook.attention.extraction import progress_bar
-    from bertlook.pipeline.sharding import select_examples
-
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     K = store.num_layers * store.num_heads
-    total = np.zeros((K, K), dtype=np.float64)
+    total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
     used = 0
     chosen = select_examples(store, max_examples, segments)
     for k in progress_bar(chosen, desc="js", unit="ex", enabled=progress):
-        rec, attn = store.records[k], store.get(k)
-        a = np.asarray(attn, dtype=np.float32)
-        if a.shape[-1] < 1 or not np.isfinite(a).all():
-            raise BertlookError(
-                f"{store.path}: example {rec.get('id', used)!r} has no tokens or non-finite attention values"
-            )
+        a = np.asarray(store.get(k), dtype=np.float32)  # [layer, head, query_pos, key_pos]
         total += js_divergence_example(a, chunk=chunk, dtype=dtype, backend=backend, num_threads=num_threads)
         used += 1
     return total, used
@@ -239,8 +221,6 @@ def js_divergence_matrix(
     example is in memory at a time. ``chunk``, ``dtype``, ``backend``, ``num_threads``: see
     :func:`js_divergence_example`; ``segments``: see :func:`js_divergence_sum`.
     """
-    from bertlook.errors import BertlookError
-
     total, used = js_divergence_sum(store, max_examples=max_examples, segments=segments, chunk=chunk,
                                     dtype=dtype, backend=backend, num_threads=num_threads)
     if used == 0:
@@ -264,11 +244,6 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     One partial gives its matrix exactly (added to zeros). ``info``: ``num_layers``, ``num_heads``,
     ``n_examples`` (used), ``n_examples_in_store``. No example at all is an error.
     """
-    import numpy as np
-
-    from bertlook.errors import BertlookError
-    from bertlook.pipeline.sharding import same_value
-
     if not partials:
         raise BertlookError("no partial JS divergences to reduce")
     where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
@@ -277,9 +252,9 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     H = same_value([m["num_heads"] for m in metas], "num_heads", where)
     same_value([m.get("max_examples") for m in metas], "max_examples", where)
     K = L * H
-    total = np.zeros((K, K), dtype=np.float64)
+    total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
     for (meta, arrays), w in zip(partials, where):
-        part = np.asarray(arrays["js_sum"], dtype=np.float64)
+        part = np.asarray(arrays["js_sum"], dtype=np.float64)  # [layer_head, layer_head]
         if part.shape != (K, K):
             raise BertlookError(f"{w}: JS partial of shape {list(part.shape)}, expected {[K, K]}")
         total += part
@@ -301,16 +276,9 @@ def mds_embedding(
     Parameter names follow the installed scikit-learn (1.8+: ``metric_mds`` / ``metric="precomputed"``;
     older: ``metric=True`` / ``dissimilarity="precomputed"``), all passed explicitly.
     """
-    import inspect
-
-    import numpy as np
-    from sklearn.manifold import MDS
-
-    from bertlook.errors import BertlookError
-
     if int(n_init) < 1 or int(max_iter) < 1 or not float(eps) >= 0:
         raise BertlookError(f"MDS needs n_init >= 1, max_iter >= 1, eps >= 0 (got {n_init}, {max_iter}, {eps})")
-    D = np.asarray(D, dtype=np.float64)
+    D = np.asarray(D, dtype=np.float64)  # [layer_head, layer_head]
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
         raise BertlookError(f"MDS needs a square dissimilarity matrix, got shape {list(D.shape)}")
     if not np.isfinite(D).all():
@@ -336,7 +304,7 @@ def mds_embedding(
         kwargs["init"] = "random"
     if "normalized_stress" in params:
         kwargs["normalized_stress"] = False
-    return np.asarray(MDS(**kwargs).fit_transform(D), dtype=np.float64)
+    return np.asarray(MDS(**kwargs).fit_transform(D), dtype=np.float64)  # [layer_head, 2]
 
 
 # ------------------------------------------------------------------------------------- behaviours
@@ -346,8 +314,6 @@ def behaviour_labels(stats_df: "pd.DataFrame") -> list[str]:
     Released precedence, later check wins: other < next token < previous token < broad < [CLS] <
     [SEP] < punctuation.
     """
-    from bertlook.errors import BertlookError
-
     missing = [c for c in LABEL_COLUMNS if c not in stats_df.columns]
     if missing:
         raise BertlookError(f"statistics table lacks column(s) {', '.join(missing)}")
@@ -372,10 +338,6 @@ def behaviour_labels(stats_df: "pd.DataFrame") -> list[str]:
 
 def _align_stats(stats_df: "pd.DataFrame", num_layers: int, num_heads: int) -> "pd.DataFrame":
     """Rows of ``stats_df`` in head order (layer-major, 1-indexed); error on missing/duplicate heads."""
-    import pandas as pd
-
-    from bertlook.errors import BertlookError
-
     for c in ("layer", "head"):
         if c not in stats_df.columns:
             raise BertlookError(f"statistics table lacks column {c!r}")
@@ -441,13 +403,11 @@ def cluster_matrix(
     eps: float = 1e-9,
 ) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """:func:`cluster_heads` from an already summed JS matrix ``D`` (e.g. reduced over shards)."""
-    import pandas as pd
-
     L, H = num_layers, num_heads
     stats = _align_stats(stats_df, L, H)
     xy = mds_embedding(D, seed=seed, n_init=n_init, max_iter=max_iter, eps=eps)
     labels = [head_label(l, h) for l in range(L) for h in range(H)]
-    js_df = pd.DataFrame(D, columns=labels)
+    js_df = pd.DataFrame(D, columns=labels)  # [layer_head, layer_head]
     js_df.insert(0, JS_COLUMNS_FIRST, labels)
     clusters_df = pd.DataFrame(
         {

@@ -69,16 +69,20 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
+import pandas as pd
+
+from bertlook.attention.store import AttentionStore, open_store
+from bertlook.data.treebank import iter_text_lines
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path, sha256_file, write_text
 from bertlook.naming import head_label
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import pandas as pd
-
-    from bertlook.attention.store import AttentionStore
+# torch / transformers (bertlook.attention.modeling, .extraction, .extract_words) are imported inside
+# extract_coref_attention and the tokenizer helpers only: `bertlook coref` (scoring) runs in the
+# analysis env (envs/analysis.yaml), which has no torch; `coref-extract` runs in envs/torch.yaml.
 
 HEAD_RULES = ("tree", "last")
 CANDIDATES = ("all", "mentions")
@@ -406,7 +410,6 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
     docs: list[Document] = []
     builder: _PartBuilder | None = None
     doc_ids: dict[str, bool] = {}  # doc id -> has any mention (this file)
-    from bertlook.data.treebank import iter_text_lines
 
     lineno = 0
     begun = 0
@@ -800,7 +803,7 @@ def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
         al = alignments[record["id"]]
         out = {k: v for k, v in record.items() if k != "words"}
         out["tokens"] = [al.tokens[0], *record["words"], al.tokens[-1]]
-        return out, token_to_word_attention(attn, al, from_split=from_split)
+        return out, token_to_word_attention(attn, al, from_split=from_split)  # [layer, head, query_word, key_word]
 
     return transform
 
@@ -837,7 +840,6 @@ def extract_coref_attention(
         unk_statistics,
         unk_summary,
     )
-    from bertlook.io_utils import sha256_file
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
@@ -965,9 +967,9 @@ class CorefScores:
     num_layers: int
     num_heads: int
     candidates: str
-    head_correct: "np.ndarray"  # [L, H, 4] int64
-    counts: "np.ndarray"  # [4] int64: mentions with antecedents
-    baseline_correct: dict[str, "np.ndarray"]  # name -> [4]
+    head_correct: "np.ndarray"  # [layer, head, column] int64; column: all, pronoun, proper, nominal
+    counts: "np.ndarray"  # [column] int64: mentions with antecedents
+    baseline_correct: dict[str, "np.ndarray"]  # name -> [column]
     n_parts: int = 0
     n_parts_scored: int = 0
     mentions_kept: int = 0
@@ -977,20 +979,15 @@ class CorefScores:
 
     def head_accuracy(self) -> "np.ndarray":
         """``[L, H, 4]`` accuracies (NaN where a column has no mention)."""
-        import numpy as np
-
         with np.errstate(invalid="ignore", divide="ignore"):
+            # [layer, head, column]
             return np.where(self.counts > 0, self.head_correct / np.maximum(self.counts, 1), np.nan)
 
     def baseline_accuracy(self, name: str) -> "np.ndarray":
-        import numpy as np
-
-        return np.where(self.counts > 0, self.baseline_correct[name] / np.maximum(self.counts, 1), np.nan)
+        return np.where(self.counts > 0, self.baseline_correct[name] / np.maximum(self.counts, 1), np.nan)  # [column]
 
     def best_head(self) -> tuple[int, int] | None:
         """0-based (layer, head) with the best All accuracy (ties: lowest layer, then head); None if no mention."""
-        import numpy as np
-
         if self.counts[0] == 0:
             return None
         flat = int(np.argmax(self.head_correct[:, :, 0].reshape(-1)))
@@ -998,9 +995,7 @@ class CorefScores:
 
 
 def _type_onehot(types: Sequence[str]) -> "np.ndarray":
-    import numpy as np
-
-    T = np.zeros((len(types), 4), dtype=np.int64)
+    T = np.zeros((len(types), 4), dtype=np.int64)  # [mention, column]
     T[:, 0] = 1
     for r, t in enumerate(types):
         T[r, 1 + MENTION_TYPES.index(t)] = 1
@@ -1025,25 +1020,24 @@ def _check_record(rec: dict[str, Any], n: int, where: str) -> tuple[int, list, l
 
 def score_part(rec: dict[str, Any], attn, *, candidates: str = "all", where: str = "part") -> dict[str, Any]:
     """Score one part: per-head correct counts ``[L, H, 4]``, counts ``[4]``, baseline correct ``[4]`` each."""
-    import numpy as np
-
     if candidates not in CANDIDATES:
         raise BertlookError(f"unknown candidates {candidates!r} (use one of {', '.join(CANDIDATES)})")
-    a = np.asarray(attn)
+    a = np.asarray(attn)  # [layer, head, query_word, key_word]
     L, H, n = a.shape[0], a.shape[1], a.shape[2]
     W, mentions, heads, hpos = _check_record(rec, n, where)
     n_earlier, scored, ants = antecedent_structure(mentions)
+    # head_correct [layer, head, column]; counts, baseline_correct [column]
     out: dict[str, Any] = {"head_correct": np.zeros((L, H, 4), np.int64), "counts": np.zeros(4, np.int64),
                            "baseline_correct": {b: np.zeros(4, np.int64) for b in BASELINES},
                            "own_head_only": 0, "no_candidates": 0, "scored": len(scored)}
     if not scored:
         return out
     types = [mention_type(hpos[i]) for i in scored]
-    T = _type_onehot(types)  # [S, 4]
-    out["counts"] = T.sum(axis=0)
+    T = _type_onehot(types)  # [mention, column]
+    out["counts"] = T.sum(axis=0)  # [column]
     S = len(scored)
-    gold = np.zeros((S, W), dtype=bool)
-    cand = np.ones((S, W), dtype=bool) if candidates == "all" else np.zeros((S, W), dtype=bool)
+    gold = np.zeros((S, W), dtype=bool)  # [mention, word]
+    cand = np.ones((S, W), dtype=bool) if candidates == "all" else np.zeros((S, W), dtype=bool)  # [mention, word]
     for r, i in enumerate(scored):
         for j in ants[i]:
             gold[r, heads[j]] = True
@@ -1053,35 +1047,35 @@ def score_part(rec: dict[str, Any], attn, *, candidates: str = "all", where: str
         cand[r, heads[i]] = False
         out["own_head_only"] += int(not gold[r].any())
         out["no_candidates"] += int(not cand[r].any())
+    # [mention]: query_word of each mention's head word
     rows = np.asarray([heads[i] for i in scored], dtype=np.intp) + 1
-    block = np.asarray(a[:, :, rows, 1: W + 1], dtype=np.float32)  # [L, H, S, W]
+    block = np.asarray(a[:, :, rows, 1: W + 1], dtype=np.float32)  # [layer, head, mention, word]
     if not np.isfinite(block).all():
         raise BertlookError(f"{where}: non-finite attention values")
-    block = np.where(cand[None, None], block, -np.inf)
-    pred = block.argmax(axis=-1)  # [L, H, S]
+    block = np.where(cand[None, None], block, -np.inf)  # [layer, head, mention, word]
+    pred = block.argmax(axis=-1)  # [layer, head, mention]
+    # [layer, head, mention]
     correct = np.take_along_axis(np.broadcast_to(gold, (L, H, S, W)), pred[..., None], axis=-1)[..., 0]
-    correct &= cand.any(axis=-1)[None, None]
-    out["head_correct"] = correct.astype(np.int64) @ T  # [L, H, 4]
+    correct &= cand.any(axis=-1)[None, None]  # [layer, head, mention]
+    out["head_correct"] = correct.astype(np.int64) @ T  # [layer, head, column]
 
     words = list(rec["tokens"][1:-1])
     preds = baseline_predictions(words, list(rec["pos"]), mentions, heads)
     for name, chosen in preds.items():
-        ok = np.array([chosen[i] is not None and mentions[chosen[i]][2] == mentions[i][2] for i in scored],
+        ok = np.array([chosen[i] is not None and mentions[chosen[i]][2] == mentions[i][2] for i in scored],  # [mention]
                       dtype=np.int64)
-        out["baseline_correct"][name] = ok @ T
+        out["baseline_correct"][name] = ok @ T  # [column]
     return out
 
 
 def score_store(path_or_store, *, candidates: str = "all", max_examples: int | None = None) -> CorefScores:
     """Score every part of a coreference store (one example in memory at a time)."""
-    import numpy as np
-
     if candidates not in CANDIDATES:
         raise BertlookError(f"unknown candidates {candidates!r} (use one of {', '.join(CANDIDATES)})")
-    from bertlook.attention.store import open_store
 
     store = open_store(path_or_store, level="word", what="coreference attention store")
     L, H = store.num_layers, store.num_heads
+    # head_correct [layer, head, column]; counts, baseline_correct [column]
     sc = CorefScores(num_layers=L, num_heads=H, candidates=candidates, head_correct=np.zeros((L, H, 4), np.int64),
                      counts=np.zeros(4, np.int64), baseline_correct={b: np.zeros(4, np.int64) for b in BASELINES},
                      head_source={s: 0 for s in HEAD_SOURCES})
@@ -1112,16 +1106,13 @@ def score_store(path_or_store, *, candidates: str = "all", max_examples: int | N
 
 def heads_frame(scores: CorefScores) -> "pd.DataFrame":
     """``coref_heads.csv``: layer, head (1-indexed), all, pronoun, proper, nominal (fractions), n."""
-    import numpy as np
-    import pandas as pd
-
-    acc = scores.head_accuracy()
+    acc = scores.head_accuracy()  # [layer, head, column]
     L, H = scores.num_layers, scores.num_heads
-    layer, head = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")
-    data = {"layer": layer.reshape(-1), "head": head.reshape(-1)}
+    layer, head = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")  # [layer, head] each
+    data = {"layer": layer.reshape(-1), "head": head.reshape(-1)}  # [layer*head] each
     for c, name in enumerate(COLUMNS):
-        data[name] = acc[:, :, c].reshape(-1)
-    data["n"] = np.full(L * H, int(scores.counts[0]))
+        data[name] = acc[:, :, c].reshape(-1)  # [layer*head]
+    data["n"] = np.full(L * H, int(scores.counts[0]))  # [layer*head]
     return pd.DataFrame(data, columns=list(HEADS_CSV_COLUMNS))
 
 
@@ -1130,18 +1121,16 @@ def table2_frame(scores: CorefScores) -> "pd.DataFrame":
 
     Columns :data:`TABLE2_RUN_COLUMNS`; the paper's numbers are joined by
     :func:`bertlook.reporting.paper_join.join_table2` (giving :data:`TABLE2_CSV_COLUMNS`)."""
-    import pandas as pd
-
     n = [int(x) for x in scores.counts]
     best = scores.best_head()
-    acc = scores.head_accuracy()
+    acc = scores.head_accuracy()  # [layer, head, column]
     rows = []
     for system in SYSTEMS:
         row: dict[str, Any] = {"system": system, "label": SYSTEM_LABELS[system], "head": "", "note": ""}
         if system in BASELINES:
-            vals = list(scores.baseline_accuracy(system))
+            vals = list(scores.baseline_accuracy(system))  # [column]
         elif system == "best_head" and best is not None:
-            vals = list(acc[best[0], best[1]])
+            vals = list(acc[best[0], best[1]])  # [column]
             row["head"] = head_label(*best)
             row["note"] = "chosen on this data (best All accuracy)"
         else:
@@ -1158,8 +1147,6 @@ def table2_frame(scores: CorefScores) -> "pd.DataFrame":
 
 
 def _write_csv(path, frame) -> None:
-    from bertlook.io_utils import atomic_path
-
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
 
@@ -1170,10 +1157,6 @@ def write_not_run(out_table_csv, out_md, out_heads_csv, reason: str = NOT_RUN_RE
     ``table2.csv``: the usual columns plus ``note``, one row ``system="not run"``; ``coref_heads.csv``:
     its columns plus ``note``, one row with empty numbers; ``table2.md``: the sentence.
     """
-    import pandas as pd
-
-    from bertlook.io_utils import write_text
-
     reason = (reason or NOT_RUN_REASON).strip()
     note = reason if reason.lower().startswith("not run") else f"not run: {reason}"
     row = {c: "" for c in TABLE2_CSV_COLUMNS}

@@ -3,7 +3,7 @@
 :func:`mask_segments` masks the segments as in BERT pre-training (one seeded generator);
 :func:`attention_gradients` differentiates the masked-LM loss with respect to every attention
 probability; :func:`batch_statistics` / :func:`aggregate` reduce ``|dL/dA|`` and the attention mass per
-layer and target ([SEP], ". ,", other) into ``sep_gradients.csv``; :func:`gradient_partial` /
+layer and target ([SEP], ". ,", other) into the rows of ``sep_gradients.csv``; :func:`gradient_partial` /
 :func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run;
 :func:`has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
 :func:`bertlook.reporting.figures.fig3_sep_gradients` draws the figure (``bertlook gradients``).
@@ -11,7 +11,6 @@ layer and target ([SEP], ". ,", other) into ``sep_gradients.csv``; :func:`gradie
 Definitions (masking procedure, loss, averaging, switches):
 docs/definitions.md#gradient-importance-of-attention-to-sep
 
-Heavy imports (torch, transformers, pandas, matplotlib) happen inside the functions.
 """
 
 from __future__ import annotations
@@ -24,7 +23,15 @@ import time
 import warnings
 from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+
+from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import same_value, shard_info
+
+# torch / transformers are imported inside the functions that run the model: the reduction of the
+# per-shard sums (`bertlook gradients --partial`) runs in the analysis env, which has no torch.
 
 TARGETS = ("[SEP]", ". ,", "other")
 PUNCT_TOKENS = (".", ",")
@@ -74,8 +81,6 @@ def _never_masked(tokenizer) -> set[str]:
 
 
 def _random_pool(tokenizer):
-    import numpy as np
-
     special = set(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []))
     pool = np.array([i for i in range(len(tokenizer)) if i not in special], dtype=np.int64)
     if pool.size == 0:
@@ -98,8 +103,6 @@ def mask_segments(
     is consumed segment by segment. A segment without candidates (only special tokens) comes back
     with no masked position; callers exclude it.
     """
-    import numpy as np
-
     from bertlook.attention.extraction import encode_segment
 
     if not (0.0 < float(rate) <= 1.0) or not math.isfinite(float(rate)):
@@ -192,10 +195,10 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     B, T = len(batch), max(lengths)
     pad_id = getattr(model.config, "pad_token_id", None)
     pad_id = 0 if pad_id is None else int(pad_id)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    tts = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.long)
-    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)  # [batch, seq]
+    tts = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
+    mask = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
+    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)  # [batch, seq]
     for b, ex in enumerate(batch):
         if not ex.masked_positions:
             raise BertlookError(f"segment {ex.id!r}: no masked position (nothing to compute a loss on)")
@@ -212,38 +215,38 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     labels = labels.to(device)
     if model.training:
         raise BertlookError("the model must be in eval mode (dropout off) for attention gradients")
-    selected = labels != IGNORE_INDEX  # [B, T]: the masked positions
+    selected = labels != IGNORE_INDEX  # [batch, seq]: the masked positions
     head = _mlm_head_module(model)
     hook = None
     if head is not None:
         # the MLM head works position by position: apply it to the masked positions only (the
         # vocabulary projection of every position would cost as much as the encoder on a CPU)
         def _gather(module, args):
-            return (args[0][selected], *args[1:])
+            return (args[0][selected], *args[1:])  # [masked_pos, d_model]
 
         hook = head.register_forward_pre_hook(_gather)
     try:
         with torch.enable_grad():
             out = model(**kwargs)
-            attns = out.attentions
+            attns = out.attentions  # layer x [batch, head, query_pos, key_pos]
             if attns is None or len(attns) == 0 or any(a is None for a in attns):
                 raise BertlookError(
                     "the model returned no attention weights (it must be loaded with attn_implementation='eager')"
                 )
             if not all(a.requires_grad for a in attns):
                 raise BertlookError("the returned attention weights are not part of the autograd graph")
-            logits = out.logits
+            logits = out.logits  # [masked_pos, vocab] (head hook) or [batch, seq, vocab]
             if logits.dim() == 3:  # no head hook: logits of every position
-                logits = logits[selected]
+                logits = logits[selected]  # [masked_pos, vocab]
             if logits.dim() != 2 or logits.shape[0] != int(selected.sum()):
                 raise BertlookError(f"unexpected masked-LM logits of shape {tuple(out.logits.shape)}")
-            batch_of = torch.arange(B, device=device)[:, None].expand(B, T)[selected]
-            ce = F.cross_entropy(logits.float(), labels[selected], reduction="none")  # [M]
-            n_masked = selected.sum(dim=1)
-            losses = torch.zeros(B, dtype=ce.dtype, device=device).index_add(0, batch_of, ce) / n_masked
+            batch_of = torch.arange(B, device=device)[:, None].expand(B, T)[selected]  # [masked_pos]
+            ce = F.cross_entropy(logits.float(), labels[selected], reduction="none")  # [masked_pos]
+            n_masked = selected.sum(dim=1)  # [batch]
+            losses = torch.zeros(B, dtype=ce.dtype, device=device).index_add(0, batch_of, ce) / n_masked  # [batch]
             loss = losses.sum()  # sum of per-segment means: each segment's gradient is its batch-1 gradient
             try:
-                grads = torch.autograd.grad(loss, list(attns))
+                grads = torch.autograd.grad(loss, list(attns))  # layer x [batch, head, query_pos, key_pos]
             except RuntimeError as err:
                 raise BertlookError(
                     "the attention weights returned by the model are not on the path to the masked-LM loss "
@@ -252,6 +255,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     finally:
         if hook is not None:
             hook.remove()
+    # layer x [batch, head, query_pos, key_pos] (attns, grads), [batch], lengths
     return [a.detach() for a in attns], [g.detach() for g in grads], losses.detach(), lengths
 
 
@@ -262,8 +266,6 @@ def attention_gradients(model, examples: Sequence[MaskedSegment], *, device=None
     = TO token) cut to the example's own length: the attention probabilities and ``dL/dA`` of the
     example's loss (mean cross-entropy over its masked positions). Padding never changes them.
     """
-    import numpy as np
-
     attns, grads, losses, lengths = _forward_backward(model, examples, device)
     out = []
     for b, ex in enumerate(examples):
@@ -271,7 +273,9 @@ def attention_gradients(model, examples: Sequence[MaskedSegment], *, device=None
         out.append({
             "id": ex.id,
             "loss": float(losses[b]),
+            # [layer, head, query_pos, key_pos]
             "attn": np.stack([a[b, :, :n, :n].float().cpu().numpy() for a in attns]),
+            # [layer, head, query_pos, key_pos]
             "grad": np.stack([g[b, :, :n, :n].float().cpu().numpy() for g in grads]),
         })
     return out
@@ -279,15 +283,13 @@ def attention_gradients(model, examples: Sequence[MaskedSegment], *, device=None
 
 def _class_masks(examples: Sequence[MaskedSegment], T: int, sep_token: str, target_tokens: str):
     """``[B, 3, T]`` float masks of the to-token classes (zeros on padding), ``[B, T]`` row mask."""
-    import numpy as np
-
     B = len(examples)
-    cls = np.zeros((B, len(TARGETS), T), dtype=np.float32)
-    rows = np.zeros((B, T), dtype=np.float32)
+    cls = np.zeros((B, len(TARGETS), T), dtype=np.float32)  # [batch, target, key_pos]
+    rows = np.zeros((B, T), dtype=np.float32)  # [batch, query_pos]
     for b, ex in enumerate(examples):
-        toks = np.asarray(ex.tokens if target_tokens == "original" else ex.input_tokens, dtype=object)
-        is_sep = toks == sep_token
-        is_punct = np.isin(toks, PUNCT_TOKENS) & ~is_sep
+        toks = np.asarray(ex.tokens if target_tokens == "original" else ex.input_tokens, dtype=object)  # [seq]
+        is_sep = toks == sep_token  # [seq]
+        is_punct = np.isin(toks, PUNCT_TOKENS) & ~is_sep  # [seq]
         n = len(toks)
         cls[b, 0, :n] = is_sep
         cls[b, 1, :n] = is_punct
@@ -304,7 +306,6 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     ``count [B, 3]`` (number of those entries per layer: heads x n x columns of the class),
     ``mass [B, L, 3]`` (attention mass per from-token, averaged over heads), ``loss [B]``, ``n [B]``.
     """
-    import numpy as np
     import torch
 
     if target_tokens not in TARGET_TOKEN_MODES:
@@ -312,51 +313,50 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     attns, grads, losses, lengths = _forward_backward(model, examples, device)
     T = max(lengths)
     H = int(attns[0].shape[1])
+    # [batch, target, key_pos], [batch, query_pos]
     cls_np, rows_np = _class_masks(examples, T, sep_token, target_tokens)
     dev = attns[0].device
-    cls = torch.as_tensor(cls_np, device=dev)
-    rows = torch.as_tensor(rows_np, device=dev)
-    n = torch.as_tensor(lengths, dtype=torch.float64, device=dev)
+    cls = torch.as_tensor(cls_np, device=dev)  # [batch, target, key_pos]
+    rows = torch.as_tensor(rows_np, device=dev)  # [batch, query_pos]
+    n = torch.as_tensor(lengths, dtype=torch.float64, device=dev)  # [batch]
     g_sums, masses = [], []
     for a, g in zip(attns, grads):
-        g_h = g.float().abs().sum(dim=1)  # [B, T, T]: summed over heads
-        a_h = a.float().sum(dim=1)
-        g_rows = torch.einsum("bij,bi->bj", g_h, rows)  # [B, T]: summed over real rows
-        a_rows = torch.einsum("bij,bi->bj", a_h, rows)
-        g_sums.append(torch.einsum("bj,bcj->bc", g_rows.double(), cls.double()))
-        masses.append(torch.einsum("bj,bcj->bc", a_rows.double(), cls.double()) / (H * n)[:, None])
-    ncols = cls_np.sum(axis=2).astype(np.float64)  # [B, 3]
-    count = H * np.asarray(lengths, dtype=np.float64)[:, None] * ncols
+        g_h = g.float().abs().sum(dim=1)  # [batch, query_pos, key_pos]: summed over heads
+        a_h = a.float().sum(dim=1)  # [batch, query_pos, key_pos]
+        g_rows = torch.einsum("bij,bi->bj", g_h, rows)  # [batch, key_pos]: summed over real rows
+        a_rows = torch.einsum("bij,bi->bj", a_h, rows)  # [batch, key_pos]
+        g_sums.append(torch.einsum("bj,bcj->bc", g_rows.double(), cls.double()))  # [batch, target]
+        masses.append(torch.einsum("bj,bcj->bc", a_rows.double(), cls.double()) / (H * n)[:, None])  # [batch, target]
+    ncols = cls_np.sum(axis=2).astype(np.float64)  # [batch, target]
+    count = H * np.asarray(lengths, dtype=np.float64)[:, None] * ncols  # [batch, target]
     return {
         "ids": [ex.id for ex in examples],
-        "grad_sum": torch.stack(g_sums, dim=1).cpu().numpy(),
+        "grad_sum": torch.stack(g_sums, dim=1).cpu().numpy(),  # [batch, layer, target]
         "count": count,
-        "mass": torch.stack(masses, dim=1).cpu().numpy(),
-        "loss": losses.double().cpu().numpy(),
-        "n": np.asarray(lengths, dtype=np.int64),
-        "n_masked": np.asarray([len(ex.masked_positions) for ex in examples], dtype=np.int64),
+        "mass": torch.stack(masses, dim=1).cpu().numpy(),  # [batch, layer, target]
+        "loss": losses.double().cpu().numpy(),  # [batch]
+        "n": np.asarray(lengths, dtype=np.int64),  # [batch]
+        "n_masked": np.asarray([len(ex.masked_positions) for ex in examples], dtype=np.int64),  # [batch]
     }
 
 
 def aggregate(stats: dict[str, Any], *, grad_average: str = "pooled"):
     """``sep_gradients`` rows from concatenated :func:`batch_statistics` -> (DataFrame, extra summary)."""
-    import numpy as np
-    import pandas as pd
-
     if grad_average not in GRAD_AVERAGES:
         raise BertlookError(f"unknown gradient average {grad_average!r} (use one of {', '.join(GRAD_AVERAGES)})")
-    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]  # [N, L, 3], [N, 3], [N, L, 3]
+    # [segment, layer, target], [segment, target], [segment, layer, target]
+    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
     N, L, C = gsum.shape
     with np.errstate(invalid="ignore", divide="ignore"):
         if grad_average == "pooled":
-            tot = count.sum(axis=0)  # [3]
-            grad = gsum.sum(axis=0) / np.where(tot > 0, tot, np.nan)[None, :]
+            tot = count.sum(axis=0)  # [target]
+            grad = gsum.sum(axis=0) / np.where(tot > 0, tot, np.nan)[None, :]  # [layer, target]
         else:
-            per = gsum / np.where(count > 0, count, np.nan)[:, None, :]
+            per = gsum / np.where(count > 0, count, np.nan)[:, None, :]  # [segment, layer, target]
             with warnings.catch_warnings():  # a class absent from every segment -> NaN, not a warning
                 warnings.simplefilter("ignore", RuntimeWarning)
-                grad = np.nanmean(per, axis=0) if N else np.full((L, C), np.nan)
-    att = mass.mean(axis=0)
+                grad = np.nanmean(per, axis=0) if N else np.full((L, C), np.nan)  # [layer, target]
+    att = mass.mean(axis=0)  # [layer, target]
     rows = [
         {"layer": layer + 1, "target": TARGETS[c], "mean_abs_grad": float(grad[layer, c]),
          "attention_mass": float(att[layer, c])}
@@ -447,8 +447,6 @@ def has_mlm_head(resolved) -> tuple[bool, str]:
 
 def not_run_frame(reason: str):
     """The one-row table written when the step cannot run (empty numbers, ``note`` says why)."""
-    import pandas as pd
-
     return pd.DataFrame([{"layer": None, "target": None, "mean_abs_grad": None, "attention_mass": None,
                           "note": reason}], columns=NOT_RUN_COLUMNS)
 
@@ -490,9 +488,6 @@ def gradient_partial(
     without a masked-LM head gives ``meta["status"] == "not run"`` and no arrays. Reduce with
     :func:`reduce_gradients`.
     """
-    import numpy as np
-
-    from bertlook.data.segments import read_segments
     from bertlook.attention.extraction import progress_bar
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model
 
@@ -516,8 +511,6 @@ def gradient_partial(
     }
     info = None
     if shard is not None:
-        from bertlook.pipeline.sharding import shard_info
-
         info = shard_info(len(segments), *shard)
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
@@ -555,7 +548,7 @@ def gradient_partial(
     seconds = time.perf_counter() - t0
     L = int(getattr(model.config, "num_hidden_layers", 0) or 0)
     if parts:
-        stats = {key: np.concatenate([p[key] for p in parts])
+        stats = {key: np.concatenate([p[key] for p in parts])  # each [segment, ...]
                  for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
         L = int(stats["grad_sum"].shape[1])
     else:
@@ -563,18 +556,19 @@ def gradient_partial(
         stats = {"grad_sum": np.zeros((0, L, C)), "count": np.zeros((0, C)), "mass": np.zeros((0, L, C)),
                  "loss": np.zeros((0,)), "n": np.zeros((0,), dtype=np.int64),
                  "n_masked": np.zeros((0,), dtype=np.int64)}
-    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]  # [N, L, 3], [N, 3], [N, L, 3]
+    # [segment, layer, target], [segment, target], [segment, layer, target]
+    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        per = gsum / np.where(count > 0, count, np.nan)[:, None, :]
-    per_valid = ~np.isnan(per)
+        per = gsum / np.where(count > 0, count, np.nan)[:, None, :]  # [segment, layer, target]
+    per_valid = ~np.isnan(per)  # [segment, layer, target]
     arrays = {
-        "grad_sum": gsum.sum(axis=0),
-        "count_sum": count.sum(axis=0),
-        "seg_mean_sum": np.where(per_valid, per, 0.0).sum(axis=0),
-        "seg_mean_n": per_valid.sum(axis=0).astype(np.int64),
-        "mass_sum": mass.sum(axis=0),
+        "grad_sum": gsum.sum(axis=0),  # [layer, target]
+        "count_sum": count.sum(axis=0),  # [target]
+        "seg_mean_sum": np.where(per_valid, per, 0.0).sum(axis=0),  # [layer, target]
+        "seg_mean_n": per_valid.sum(axis=0).astype(np.int64),  # [layer, target]
+        "mass_sum": mass.sum(axis=0),  # [layer, target]
         "loss_sum": np.float64(stats["loss"].sum()),
-        "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),
+        "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),  # [target]
     }
     actions = [a for m in kept for a in m.actions]
     never = _never_masked(tokenizer)
@@ -604,11 +598,6 @@ def reduce_gradients(partials, *, where=None):
     means / their number; ``attention_mass`` = summed masses / segments; every count is summed. One
     partial gives exactly the numbers of an unsharded run. All partials "not run" -> the not-run table.
     """
-    import numpy as np
-    import pandas as pd
-
-    from bertlook.pipeline.sharding import same_value
-
     if not partials:
         raise BertlookError("no partial gradient statistics to reduce")
     where = list(where) if where is not None else [f"partial {k + 1}" for k in range(len(partials))]
@@ -623,20 +612,20 @@ def reduce_gradients(partials, *, where=None):
         return not_run_frame(first["reason"]), summary
     L = same_value([m["num_layers"] for m in metas], "num_layers", where)
     C = len(TARGETS)
-    tot = {key: np.zeros((L, C)) for key in ("grad_sum", "seg_mean_sum", "mass_sum")}
-    count_sum = np.zeros(C)
-    seg_mean_n = np.zeros((L, C), dtype=np.int64)
-    without = np.zeros(C, dtype=np.int64)
+    tot = {key: np.zeros((L, C)) for key in ("grad_sum", "seg_mean_sum", "mass_sum")}  # each [layer, target]
+    count_sum = np.zeros(C)  # [target]
+    seg_mean_n = np.zeros((L, C), dtype=np.int64)  # [layer, target]
+    without = np.zeros(C, dtype=np.int64)  # [target]
     loss_sum = 0.0
     for (meta, arrays), w in zip(partials, where):
         for key in tot:
-            part = np.asarray(arrays[key], dtype=np.float64)
+            part = np.asarray(arrays[key], dtype=np.float64)  # [layer, target]
             if part.shape != (L, C):
                 raise BertlookError(f"{w}: {key} of shape {list(part.shape)}, expected {[L, C]}")
             tot[key] += part
-        count_sum += np.asarray(arrays["count_sum"], dtype=np.float64)
-        seg_mean_n += np.asarray(arrays["seg_mean_n"], dtype=np.int64)
-        without += np.asarray(arrays["segments_without_target"], dtype=np.int64)
+        count_sum += np.asarray(arrays["count_sum"], dtype=np.float64)  # [target]
+        seg_mean_n += np.asarray(arrays["seg_mean_n"], dtype=np.int64)  # [layer, target]
+        without += np.asarray(arrays["segments_without_target"], dtype=np.int64)  # [target]
         loss_sum += float(arrays["loss_sum"])
     N = sum(int(m["n_examples"]) for m in metas)
     if N == 0:
@@ -647,10 +636,10 @@ def reduce_gradients(partials, *, where=None):
     grad_average = settings["grad_average"]
     with np.errstate(invalid="ignore", divide="ignore"):
         if grad_average == "pooled":
-            grad = tot["grad_sum"] / np.where(count_sum > 0, count_sum, np.nan)[None, :]
+            grad = tot["grad_sum"] / np.where(count_sum > 0, count_sum, np.nan)[None, :]  # [layer, target]
         else:
-            grad = tot["seg_mean_sum"] / np.where(seg_mean_n > 0, seg_mean_n, np.nan)
-    att = tot["mass_sum"] / N
+            grad = tot["seg_mean_sum"] / np.where(seg_mean_n > 0, seg_mean_n, np.nan)  # [layer, target]
+    att = tot["mass_sum"] / N  # [layer, target]
     rows = [
         {"layer": layer + 1, "target": TARGETS[c], "mean_abs_grad": float(grad[layer, c]),
          "attention_mass": float(att[layer, c])}

@@ -10,18 +10,19 @@ Definitions: docs/definitions.md#head-accuracy
 
 from __future__ import annotations
 
+import collections
+import numbers
 import os
+import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
+import pandas as pd
+
+from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label, parse_head_label
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import pandas as pd
-
-    from bertlook.attention.store import AttentionStore
 
 DIRECTIONS = ("dep2head", "head2dep")
 DIRECTION_ARROWS = {"dep2head": "d\u2192h", "head2dep": "h\u2192d"}
@@ -104,19 +105,21 @@ class HeadScores:
     def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
         """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
         if relation == ALL:
+            # [layer, head, direction], int, [offset]
             return self.correct.sum(axis=0), self.n_words, self.baseline_correct.sum(axis=0)
         r = self.relation_index(relation)
         if r is None:
             raise KeyError(relation)
+        # [layer, head, direction], int, [offset]
         return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
 
 
 @dataclass
 class _Sentence:
     n_words: int
-    gold: "np.ndarray"  # [W] 1-based head, 0 = ROOT
-    rel: "np.ndarray"  # [W] relation index
-    src: "np.ndarray"  # [W] 0-based word whose prediction is used (poss switch)
+    gold: "np.ndarray"  # [word]; 1-based head, 0 = ROOT
+    rel: "np.ndarray"  # [word]; relation index
+    src: "np.ndarray"  # [word]; 0-based word whose prediction is used (poss switch)
     n_poss: int
     n_affected: int
 
@@ -126,22 +129,16 @@ def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
 
 
 def _check_word_store(store: "AttentionStore") -> None:
-    from bertlook.attention.store import open_store
-
     open_store(store, level="word")
 
 
 def _is_int(v: Any) -> bool:
-    import numbers
-
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _parse_sentence(
     store: "AttentionStore", rec: dict[str, Any], k: int, rel_index: dict[str, int], poss_switch: bool
 ) -> _Sentence:
-    import numpy as np
-
     where = _where(store, rec, k)
     n = int(rec.get("n", len(rec.get("tokens", []))))
     W = n - 2
@@ -162,7 +159,7 @@ def _parse_sentence(
     if xpos is not None and (not isinstance(xpos, list) or len(xpos) != W):
         raise BertlookError(f"{where}: `xpos` must be a list of {W} tags")
     tokens = rec.get("tokens") or []
-    src = np.arange(W, dtype=np.int64)
+    src = np.arange(W, dtype=np.int64)  # [word]
     n_poss = n_affected = 0
     for i in range(W):
         if rels[i] not in POSS_RELATIONS:
@@ -177,8 +174,8 @@ def _parse_sentence(
                 src[i] = i + 1
     return _Sentence(
         n_words=W,
-        gold=np.asarray(heads, dtype=np.int64),
-        rel=np.fromiter((rel_index[r] for r in rels), dtype=np.int64, count=W),
+        gold=np.asarray(heads, dtype=np.int64),  # [word]
+        rel=np.fromiter((rel_index[r] for r in rels), dtype=np.int64, count=W),  # [word]
         src=src,
         n_poss=n_poss,
         n_affected=n_affected if poss_switch else 0,
@@ -193,30 +190,28 @@ def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention")
     and [CLS]/[SEP] are never predicted (only the word block ``1..W`` is searched, with the diagonal
     at -inf). A one-word sentence has no candidate: its prediction is 0 (never correct).
     """
-    import numpy as np
-
     W = int(n_words)
-    block = np.asarray(attn)[..., 1 : W + 1, 1 : W + 1]
+    block = np.asarray(attn)[..., 1 : W + 1, 1 : W + 1]  # [..., word, word] (query, key)
     if block.dtype == np.float16:
         # Stored maps are float16 and attention is >= 0: the bit patterns of non-negative float16
         # values, read as integers, sort exactly like the values (equal values <-> equal bits), so the
         # argmax runs on int32 without a float conversion (2x faster). -0.0 (0x8000) is read as 0.
-        a = block.view(np.uint16).astype(np.int32)  # copy: the store is read-only
+        a = block.view(np.uint16).astype(np.int32)  # [..., word, word]; copy: the store is read-only
         if a.size and int(a.max()) > _F16_MAX_BITS:
             a[a == 0x8000] = 0
             if int(a.max()) > _F16_MAX_BITS:
                 raise BertlookError(f"{where}: non-finite or negative attention values")
         mask = -1
     else:
-        a = np.array(block, dtype=np.float32)
+        a = np.array(block, dtype=np.float32)  # [..., word, word]
         if not np.isfinite(a).all():
             raise BertlookError(f"{where}: non-finite attention values")
         mask = -np.inf
     lead = a.shape[:-2]
-    a.reshape(*lead, W * W)[..., :: W + 1] = mask
-    pred = np.empty((*lead, 2, W), dtype=np.int64)
-    pred[..., 0, :] = a.argmax(axis=-1)
-    pred[..., 1, :] = a.argmax(axis=-2)
+    a.reshape(*lead, W * W)[..., :: W + 1] = mask  # [..., word*word] view: diagonal masked
+    pred = np.empty((*lead, 2, W), dtype=np.int64)  # [..., direction, word]
+    pred[..., 0, :] = a.argmax(axis=-1)  # [..., word]: dep2head, argmax over keys
+    pred[..., 1, :] = a.argmax(axis=-2)  # [..., word]: head2dep, argmax over queries
     pred += 1
     if W == 1:
         pred[...] = 0
@@ -224,15 +219,11 @@ def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention")
 
 
 def _baseline_predictions(W: int, offsets: Sequence[int]) -> "np.ndarray":
-    import numpy as np
-
-    pos = np.arange(1, W + 1, dtype=np.int64)
-    return np.clip(pos[None, :] + np.asarray(offsets, dtype=np.int64)[:, None], 1, W)  # [K, W]
+    pos = np.arange(1, W + 1, dtype=np.int64)  # [word]
+    return np.clip(pos[None, :] + np.asarray(offsets, dtype=np.int64)[:, None], 1, W)  # [offset, word]
 
 
 def _relation_vocabulary(store: "AttentionStore", records: list[dict[str, Any]]) -> list[str]:
-    import collections
-
     counts: collections.Counter = collections.Counter()
     for k, rec in enumerate(records):
         rels = rec.get("rels")
@@ -265,8 +256,6 @@ def score_heads(
     One pass over the (first ``max_examples``) sentences of a word-level store, one example in memory
     at a time. ``keep_sentences=False`` skips the per-sentence arrays (not needed for a train store).
     """
-    import numpy as np
-
     _check_word_store(store)
     offsets = _parse_offsets(offsets)
     if max_examples is not None and max_examples < 0:
@@ -277,28 +266,29 @@ def score_heads(
     relations = _relation_vocabulary(store, records)
     rel_index = {r: i for i, r in enumerate(relations)}
     L, H, R, K, S = store.num_layers, store.num_heads, len(relations), len(offsets), len(records)
-    correct = np.zeros((R, L * H * 2), dtype=np.int64)
-    base_correct = np.zeros((R, K), dtype=np.int64)
-    word_counts = np.zeros(R, dtype=np.int64)
-    sent_counts = np.zeros((S, R), dtype=np.int32) if keep_sentences else None
-    sent_base = np.zeros((S, R, K), dtype=np.int32) if keep_sentences else None
+    correct = np.zeros((R, L * H * 2), dtype=np.int64)  # [relation, layer*head*direction]
+    base_correct = np.zeros((R, K), dtype=np.int64)  # [relation, offset]
+    word_counts = np.zeros(R, dtype=np.int64)  # [relation]
+    sent_counts = np.zeros((S, R), dtype=np.int32) if keep_sentences else None  # [sentence, relation]
+    sent_base = np.zeros((S, R, K), dtype=np.int32) if keep_sentences else None  # [sentence, relation, offset]
     n_poss = n_affected = 0
     for k, rec in enumerate(records):
         sent = _parse_sentence(store, rec, k, rel_index, poss_from_possessive)
         W, gold, rel, src = sent.n_words, sent.gold, sent.rel, sent.src
         n_poss += sent.n_poss
         n_affected += sent.n_affected
-        attn = store.get(k)
-        pred = predict_heads(attn, W, where=_where(store, rec, k))[..., src]  # [L, H, 2, W]
-        ok = (pred == gold) & (gold > 0)
+        attn = store.get(k)  # [layer, head, query_word, key_word]
+        pred = predict_heads(attn, W, where=_where(store, rec, k))[..., src]  # [layer, head, direction, word]
+        ok = (pred == gold) & (gold > 0)  # [layer, head, direction, word]
         # sum the correct words of each relation: a [W, R] one-hot matmul (exact: counts <= W < 2**24)
-        onehot = np.zeros((W, R), dtype=np.float32)
+        onehot = np.zeros((W, R), dtype=np.float32)  # [word, relation]
         onehot[np.arange(W), rel] = 1.0
+        # [relation, layer*head*direction]
         correct += (ok.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
-        base_ok = (_baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [K, W]
-        row_base = (base_ok.astype(np.float32) @ onehot).T.astype(np.int64)  # [R, K]
+        base_ok = (_baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [offset, word]
+        row_base = (base_ok.astype(np.float32) @ onehot).T.astype(np.int64)  # [relation, offset]
         base_correct += row_base
-        row_counts = np.bincount(rel, minlength=R)
+        row_counts = np.bincount(rel, minlength=R)  # [relation]
         word_counts += row_counts
         if keep_sentences:
             sent_counts[k] = row_counts
@@ -309,7 +299,7 @@ def score_heads(
         num_heads=H,
         offsets=offsets,
         word_counts=word_counts,
-        correct=correct.reshape(R, L, H, 2),
+        correct=correct.reshape(R, L, H, 2),  # [relation, layer, head, direction]
         baseline_correct=base_correct,
         n_sentences=S,
         sentence_ids=[rec.get("id", k) for k, rec in enumerate(records)],
@@ -332,20 +322,18 @@ def sentence_correct(
     0 = dep2head, 1 = head2dep. Second pass over the same store (and options) ``scores`` came from;
     only the selected heads are evaluated.
     """
-    import numpy as np
-
     _check_word_store(store)
     if (store.num_layers, store.num_heads) != (scores.num_layers, scores.num_heads) or len(store) < scores.n_sentences:
         raise BertlookError(f"{store.path}: does not match the scored store ({scores.store_path})")
     rel_index = {r: i for i, r in enumerate(scores.relations)}
     uniq = sorted({(l, h) for _, l, h, _ in selections})
     pos = {lh: u for u, lh in enumerate(uniq)}
-    li = np.array([l for l, _ in uniq], dtype=np.int64)
-    hi = np.array([h for _, h in uniq], dtype=np.int64)
-    sel_u = np.array([pos[(l, h)] for _, l, h, _ in selections], dtype=np.int64)
-    sel_d = np.array([d for *_, d in selections], dtype=np.int64)
-    sel_r = np.array([-1 if r == ALL else rel_index.get(r, -2) for r, *_ in selections], dtype=np.int64)
-    out = np.zeros((scores.n_sentences, len(selections)), dtype=np.int64)
+    li = np.array([l for l, _ in uniq], dtype=np.int64)  # [unique_head]: layer
+    hi = np.array([h for _, h in uniq], dtype=np.int64)  # [unique_head]: head
+    sel_u = np.array([pos[(l, h)] for _, l, h, _ in selections], dtype=np.int64)  # [selection]
+    sel_d = np.array([d for *_, d in selections], dtype=np.int64)  # [selection]
+    sel_r = np.array([-1 if r == ALL else rel_index.get(r, -2) for r, *_ in selections], dtype=np.int64)  # [selection]
+    out = np.zeros((scores.n_sentences, len(selections)), dtype=np.int64)  # [sentence, selection]
     if not selections:
         return out
     for k in range(scores.n_sentences):
@@ -359,12 +347,13 @@ def sentence_correct(
             sent = _parse_sentence(store, rec, k, rel_index, scores.poss_from_possessive)
         except KeyError as err:
             raise BertlookError(f"{_where(store, rec, k)}: relation {err} was not in the scored store") from None
-        attn = store.get(k)
-        pred = predict_heads(attn[li, hi], sent.n_words, where=_where(store, rec, k))[..., sent.src]  # [U, 2, W]
-        ok = (pred == sent.gold) & (sent.gold > 0)
-        chosen = ok[sel_u, sel_d]  # [n_sel, W]
-        in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])
-        out[k] = (chosen & in_rel).sum(axis=1)
+        attn = store.get(k)  # [layer, head, query_word, key_word]
+        # [unique_head, direction, word]
+        pred = predict_heads(attn[li, hi], sent.n_words, where=_where(store, rec, k))[..., sent.src]
+        ok = (pred == sent.gold) & (sent.gold > 0)  # [unique_head, direction, word]
+        chosen = ok[sel_u, sel_d]  # [selection, word]
+        in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])  # [selection, word]
+        out[k] = (chosen & in_rel).sum(axis=1)  # [selection]
     return out
 
 
@@ -384,25 +373,24 @@ def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
     Columns ``relation, layer, head, direction, accuracy, count``: layer/head 1-indexed, accuracy a
     fraction (0..1), count = words of the relation.
     """
-    import numpy as np
-    import pandas as pd
-
     L, H = scores.num_layers, scores.num_heads
     names = [ALL, *scores.relations]
-    corr = np.concatenate([scores.correct.sum(axis=0)[None], scores.correct], axis=0)  # [R+1, L, H, 2]
-    counts = np.concatenate([[scores.n_words], scores.word_counts]).astype(np.int64)
+    # [relation, layer, head, direction]; relation 0 = All
+    corr = np.concatenate([scores.correct.sum(axis=0)[None], scores.correct], axis=0)
+    counts = np.concatenate([[scores.n_words], scores.word_counts]).astype(np.int64)  # [relation]; relation 0 = All
     R1 = len(names)
+    # [relation, layer, head, direction] each
     rel_i, lay, hd, d = np.meshgrid(np.arange(R1), np.arange(L), np.arange(H), np.arange(2), indexing="ij")
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = corr / counts[:, None, None, None]
+        acc = corr / counts[:, None, None, None]  # [relation, layer, head, direction]
     return pd.DataFrame(
         {
             "relation": np.asarray(names, dtype=object)[rel_i.ravel()],
             "layer": lay.ravel() + 1,
             "head": hd.ravel() + 1,
             "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
-            "accuracy": acc.ravel().astype(np.float64),
-            "count": counts[rel_i.ravel()],
+            "accuracy": acc.ravel().astype(np.float64),  # [relation*layer*head*direction]
+            "count": counts[rel_i.ravel()],  # [relation*layer*head*direction]
         },
         columns=ACCURACY_COLUMNS,
     )
@@ -410,8 +398,6 @@ def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
 
 def _best(correct_lh2: "np.ndarray") -> tuple[int, int, int]:
     """(layer, head, direction) of the highest count; ties: lowest layer, head, dep2head first."""
-    import numpy as np
-
     flat = int(np.argmax(correct_lh2.reshape(-1)))
     return tuple(int(v) for v in np.unravel_index(flat, correct_lh2.shape))  # type: ignore[return-value]
 
@@ -452,29 +438,25 @@ def bootstrap_ci(
     share the same replicates. A replicate whose denominator is 0 is ignored for that statistic;
     NaN when no replicate has a value or ``replicates == 0``.
     """
-    import warnings
-
-    import numpy as np
-
-    num = np.asarray(numerators, dtype=np.float64)
-    den = np.asarray(denominators, dtype=np.float64)
+    num = np.asarray(numerators, dtype=np.float64)  # [sentence, statistic]
+    den = np.asarray(denominators, dtype=np.float64)  # [sentence, statistic]
     S, M = num.shape
     if not 0 < confidence < 1:
         raise BertlookError(f"confidence must be in (0, 1), got {confidence}")
     if replicates <= 0 or S == 0 or M == 0:
-        return np.full(M, np.nan), np.full(M, np.nan)
+        return np.full(M, np.nan), np.full(M, np.nan)  # [statistic] each
     rng = np.random.default_rng(seed)
-    stats = np.empty((replicates, M), dtype=np.float64)
-    p = np.full(S, 1.0 / S)
+    stats = np.empty((replicates, M), dtype=np.float64)  # [replicate, statistic]
+    p = np.full(S, 1.0 / S)  # [sentence]
     for start in range(0, replicates, chunk):
         b = min(chunk, replicates - start)
-        w = rng.multinomial(S, p, size=b).astype(np.float64)  # [b, S] times each sentence is drawn
+        w = rng.multinomial(S, p, size=b).astype(np.float64)  # [replicate, sentence]: times each sentence is drawn
         with np.errstate(invalid="ignore", divide="ignore"):
-            stats[start : start + b] = (w @ num) / (w @ den)
+            stats[start : start + b] = (w @ num) / (w @ den)  # [replicate, statistic]
     alpha = (1.0 - confidence) / 2.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
-        low, high = np.nanpercentile(stats, [100 * alpha, 100 * (1 - alpha)], axis=0)
+        low, high = np.nanpercentile(stats, [100 * alpha, 100 * (1 - alpha)], axis=0)  # [statistic] each
     return low, high
 
 
@@ -497,9 +479,6 @@ def table1(
     head CIs need a second pass over the dev
     store: ``dev_store`` (store or path), default the store ``dev_scores`` was computed from.
     """
-    import numpy as np
-    import pandas as pd
-
     if min_count < 0:
         raise BertlookError(f"min_count must be >= 0, got {min_count}")
     if bootstrap < 0:
@@ -508,7 +487,7 @@ def table1(
     out: list[dict[str, Any]] = []
     selections = []
     for rel, below in rows:
-        corr, count, base = dev_scores.counts_for(rel)
+        corr, count, base = dev_scores.counts_for(rel)  # [layer, head, direction], int, [offset]
         l, h, d = _best(corr)
         k = int(np.argmax(base))
         out.append({
@@ -528,25 +507,25 @@ def table1(
         selections.append((rel, l, h, d, k))
 
     if bootstrap > 0:
+        # [sentence, relation], [sentence, relation, offset]
         sc, sb = dev_scores.sentence_counts, dev_scores.sentence_baseline_correct
         if sc is None or sb is None:
             raise BertlookError("table1: bootstrap needs dev scores computed with keep_sentences=True")
         dens, base_nums = [], []
         for rel, *_, k in selections:
             r = dev_scores.relation_index(rel) if rel != ALL else None
-            dens.append(sc.sum(axis=1) if r is None else sc[:, r])
-            base_nums.append(sb[:, :, k].sum(axis=1) if r is None else sb[:, r, k])
-        den = np.stack(dens, axis=1)
+            dens.append(sc.sum(axis=1) if r is None else sc[:, r])  # [sentence]
+            base_nums.append(sb[:, :, k].sum(axis=1) if r is None else sb[:, r, k])  # [sentence]
+        den = np.stack(dens, axis=1)  # [sentence, selection]
         store_ref = dev_store if dev_store is not None else dev_scores.store_path
         if store_ref is not None:
-            from bertlook.attention.store import open_store
-
+            # [sentence, selection]
             head_nums = sentence_correct(open_store(store_ref, level="word"), dev_scores, [s[:4] for s in selections])
         else:
-            head_nums = np.full_like(den, np.nan, dtype=np.float64)
-        low, high = bootstrap_ci(
-            np.concatenate([head_nums, np.stack(base_nums, axis=1)], axis=1),
-            np.concatenate([den, den], axis=1),
+            head_nums = np.full_like(den, np.nan, dtype=np.float64)  # [sentence, selection]
+        low, high = bootstrap_ci(  # [2*selection] each: heads, then baselines
+            np.concatenate([head_nums, np.stack(base_nums, axis=1)], axis=1),  # [sentence, 2*selection]
+            np.concatenate([den, den], axis=1),  # [sentence, 2*selection]
             replicates=bootstrap, confidence=confidence, seed=seed,
         )
         n = len(selections)
@@ -569,7 +548,7 @@ def table1(
                                train_scores.word_counts[train_scores.relation_index(rel)] == 0):
                 continue  # relation absent from train: no held-out choice
             tl, th, td = _best(train_scores.counts_for(rel)[0])
-            corr, count, _ = dev_scores.counts_for(rel)
+            corr, count, _ = dev_scores.counts_for(rel)  # [layer, head, direction], int, [offset]
             row.update(heldout_head=head_label(tl, th), heldout_direction=DIRECTIONS[td],
                        heldout_accuracy=corr[tl, th, td] / count)
 

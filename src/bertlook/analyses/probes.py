@@ -16,16 +16,20 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+import json
+
 import numpy as np
+import pandas as pd
 
+from bertlook.attention.store import AttentionStore, AttentionWriter, open_store
+from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
 
+# torch is imported inside the functions that train and evaluate: the probe labels and ids here are
+# also read by reporting (tables, compare) in the analysis env (envs/analysis.yaml), which has no torch.
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
     import torch
-
-    from bertlook.attention.store import AttentionStore
-    from bertlook.data.glove import GloveVectors
 
 # Table 3 rows, in the paper's order.
 PROBES = ("right_branching", "distances_glove", "random_init_attn_glove", "attn", "attn_glove",
@@ -69,9 +73,9 @@ class SentenceMeta:
     index: int  # position in the store
     id: Any
     n_words: int
-    heads: np.ndarray  # [W] int64, 0 = ROOT
-    punct: np.ndarray  # [W] bool
-    glove_rows: np.ndarray | None = None  # [W] int64, -1 = unknown word
+    heads: np.ndarray  # [word] int64, 0 = ROOT
+    punct: np.ndarray  # [word] bool
+    glove_rows: np.ndarray | None = None  # [word] int64, -1 = unknown word
 
 
 class ProbeData:
@@ -80,8 +84,6 @@ class ProbeData:
     def __init__(self, store: "AttentionStore | str | os.PathLike", *, glove: "GloveVectors | None" = None,
                  punct_by_xpos: bool | None = None, max_sentences: int | None = None,
                  what: str = "attention store") -> None:
-        from bertlook.attention.store import open_store
-
         self.store = open_store(store, level="word", what=what)
         self.path = str(self.store.path)
         self.num_heads_total = self.store.num_layers * self.store.num_heads
@@ -129,7 +131,7 @@ class ProbeData:
         if len(heads) != W or len(rels) != W:
             raise BertlookError(f"{where}: {len(heads)} heads and {len(rels)} relations for {W} words")
         try:
-            heads_a = np.asarray([int(h) for h in heads], dtype=np.int64)
+            heads_a = np.asarray([int(h) for h in heads], dtype=np.int64)  # [word]
         except (TypeError, ValueError):
             raise BertlookError(f"{where}: heads must be integers, got {heads[:10]!r}") from None
         if W and (heads_a.min() < 0 or heads_a.max() > W):
@@ -137,7 +139,7 @@ class ProbeData:
         xpos = rec.get("xpos") or [None] * W
         punct = np.array([
             str(r) == "punct" or (self.punct_by_xpos and x in PTB_PUNCT_XPOS) for r, x in zip(rels, xpos)
-        ], dtype=bool).reshape(W)
+        ], dtype=bool).reshape(W)  # [word]
         return SentenceMeta(index=idx, id=sid, n_words=W, heads=heads_a, punct=punct)
 
     def attach_glove(self, glove: "GloveVectors") -> None:
@@ -148,7 +150,7 @@ class ProbeData:
         self.n_oov = 0
         for s in self.sentences:
             words = self.store.records[s.index]["tokens"][1:-1]
-            s.glove_rows, oov = glove.rows(words)
+            s.glove_rows, oov = glove.rows(words)  # [word], int
             self.n_oov += oov
 
     def summary(self) -> dict[str, Any]:
@@ -190,11 +192,11 @@ def candidate_vectors(word_vecs: np.ndarray, root_vec: np.ndarray, *, released_o
     Correct: ``[v_ROOT, v_1, ..., v_W]``. Released (off by one): ``[v_1, ..., v_W, v_ROOT]``, i.e.
     candidate j gets word j+1's vector and the last candidate gets the ROOT vector.
     """
-    word_vecs = np.asarray(word_vecs)
-    root = np.asarray(root_vec, dtype=word_vecs.dtype).reshape(1, -1)
+    word_vecs = np.asarray(word_vecs)  # [word, d_glove]
+    root = np.asarray(root_vec, dtype=word_vecs.dtype).reshape(1, -1)  # [1, d_glove]
     if released_offbyone:
-        return np.concatenate([word_vecs, root], axis=0)
-    return np.concatenate([root, word_vecs], axis=0)
+        return np.concatenate([word_vecs, root], axis=0)  # [candidate, d_glove]; ROOT last
+    return np.concatenate([root, word_vecs], axis=0)  # [candidate, d_glove]
 
 
 @functools.lru_cache(maxsize=512)
@@ -205,16 +207,16 @@ def distance_features(n_words: int) -> np.ndarray:
     -1, +1, -2, +2 indicators, ROOT indicator (the only non-zero feature of ``j = 0``).
     """
     W = int(n_words)
-    i = np.arange(1, W + 1)[:, None]
-    j = np.arange(0, W + 1)[None, :]
-    off = (j - i).astype(np.float32)
-    feats = np.zeros((W, W + 1, N_DIST), dtype=np.float32)
-    feats[..., 0] = np.maximum(off, 0) / W
-    feats[..., 1] = np.maximum(-off, 0) / W
+    i = np.arange(1, W + 1)[:, None]  # [word, 1]
+    j = np.arange(0, W + 1)[None, :]  # [1, candidate]
+    off = (j - i).astype(np.float32)  # [word, candidate]
+    feats = np.zeros((W, W + 1, N_DIST), dtype=np.float32)  # [word, candidate, probe_feature]
+    feats[..., 0] = np.maximum(off, 0) / W  # [word, candidate]
+    feats[..., 1] = np.maximum(-off, 0) / W  # [word, candidate]
     for col, k in zip(range(2, 7), (0, -1, 1, -2, 2)):
-        feats[..., col] = off == k
-    feats[:, 0, :] = 0.0
-    feats[:, 0, 7] = 1.0
+        feats[..., col] = off == k  # [word, candidate]
+    feats[:, 0, :] = 0.0  # [word, probe_feature]: candidate ROOT
+    feats[:, 0, 7] = 1.0  # [word]
     feats.setflags(write=False)
     return feats
 
@@ -229,13 +231,13 @@ def build_features(words: "torch.Tensor", root: "torch.Tensor", a: "torch.Tensor
     """
     import torch
 
-    fwd_words = words.permute(0, 2, 3, 1)  # [B, i, j, K]
-    bwd_words = words.permute(0, 3, 2, 1)  # [B, i, j, K] = A(j -> i)
-    root_fwd = (a * root[:, 0] + b * root[:, 1]).transpose(1, 2)  # [B, Wm, K]
-    root_bwd = (a * root[:, 2] + b * root[:, 3]).transpose(1, 2)
-    fwd = torch.cat([root_fwd.unsqueeze(2), fwd_words], dim=2)
-    bwd = torch.cat([root_bwd.unsqueeze(2), bwd_words], dim=2)
-    return torch.cat([fwd, bwd], dim=-1)
+    fwd_words = words.permute(0, 2, 3, 1)  # [batch, word (i), word (j), layer*head]
+    bwd_words = words.permute(0, 3, 2, 1)  # [batch, word (i), word (j), layer*head] = A(j -> i)
+    root_fwd = (a * root[:, 0] + b * root[:, 1]).transpose(1, 2)  # [batch, word, layer*head]
+    root_bwd = (a * root[:, 2] + b * root[:, 3]).transpose(1, 2)  # [batch, word, layer*head]
+    fwd = torch.cat([root_fwd.unsqueeze(2), fwd_words], dim=2)  # [batch, word, candidate, layer*head]
+    bwd = torch.cat([root_bwd.unsqueeze(2), bwd_words], dim=2)  # [batch, word, candidate, layer*head]
+    return torch.cat([fwd, bwd], dim=-1)  # [batch, word, candidate, probe_feature]
 
 
 def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "torch.Tensor",
@@ -247,11 +249,11 @@ def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "t
     """
     import torch
 
-    pair = torch.nn.functional.linear(
+    pair = torch.nn.functional.linear(  # [batch, word, candidate, probe_feature]
         torch.cat([dep_vecs.unsqueeze(2).expand(-1, -1, cand_vecs.shape[1], -1),
                    cand_vecs.unsqueeze(1).expand(-1, dep_vecs.shape[1], -1, -1)], dim=-1),
         weight, bias)
-    return (pair * x).sum(-1)
+    return (pair * x).sum(-1)  # [batch, word, candidate]
 
 
 def attn_scores_fast(words, root, a, b, w) -> "torch.Tensor":
@@ -263,12 +265,12 @@ def attn_scores_fast(words, root, a, b, w) -> "torch.Tensor":
     import torch
 
     B, K, Wm, _ = words.shape
-    W2 = torch.stack([w[:K], w[K:]])  # [2, K]
-    r = torch.matmul(W2, words.reshape(B, K, Wm * Wm)).reshape(B, 2, Wm, Wm)
-    s_words = r[:, 0] + r[:, 1].transpose(1, 2)
-    rr = torch.einsum("rk,bski->bsri", W2, root)  # [B, 4, 2, Wm]
-    s_root = a * (rr[:, 0, 0] + rr[:, 2, 1]) + b * (rr[:, 1, 0] + rr[:, 3, 1])
-    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)
+    W2 = torch.stack([w[:K], w[K:]])  # [direction, layer*head]
+    r = torch.matmul(W2, words.reshape(B, K, Wm * Wm)).reshape(B, 2, Wm, Wm)  # [batch, direction, word, word]
+    s_words = r[:, 0] + r[:, 1].transpose(1, 2)  # [batch, word, word]
+    rr = torch.einsum("rk,bski->bsri", W2, root)  # [batch, root_part, direction, word]
+    s_root = a * (rr[:, 0, 0] + rr[:, 2, 1]) + b * (rr[:, 1, 0] + rr[:, 3, 1])  # [batch, word]
+    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)  # [batch, word, candidate]
 
 
 def attn_glove_scores_fast(words, root, a, b, dep_vecs, cand_vecs, weight, bias) -> "torch.Tensor":
@@ -286,17 +288,17 @@ def attn_glove_scores_fast(words, root, a, b, dep_vecs, cand_vecs, weight, bias)
 
     B, K, Wm, _ = words.shape
     d = dep_vecs.shape[-1]
-    P = _linear_t(dep_vecs, weight[:, :d], bias)  # [B, 2K, Wm]
-    Q = _linear_t(cand_vecs, weight[:, d:], None)  # [B, 2K, Wm+1]
-    P1, P2 = P[:, :K], P[:, K:]
-    Q1, Q2 = Q[:, :K, 1:], Q[:, K:, 1:]
-    s_words = ((words * (P1[:, :, :, None] + Q1[:, :, None, :])).sum(1)
+    P = _linear_t(dep_vecs, weight[:, :d], bias)  # [batch, probe_feature, word]
+    Q = _linear_t(cand_vecs, weight[:, d:], None)  # [batch, probe_feature, candidate]
+    P1, P2 = P[:, :K], P[:, K:]  # [batch, layer*head, word] each
+    Q1, Q2 = Q[:, :K, 1:], Q[:, K:, 1:]  # [batch, layer*head, word] each (word candidates)
+    s_words = ((words * (P1[:, :, :, None] + Q1[:, :, None, :])).sum(1)  # [batch, word, word]
                + (words * (Q2[:, :, :, None] + P2[:, :, None, :])).sum(1).transpose(1, 2))
-    wr = P + Q[:, :, :1]  # per-feature weights of the ROOT candidate, [B, 2K, Wm]
-    fwd = a * root[:, 0] + b * root[:, 1]  # [B, K, Wm]
-    bwd = a * root[:, 2] + b * root[:, 3]
-    s_root = (fwd * wr[:, :K]).sum(1) + (bwd * wr[:, K:]).sum(1)
-    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)
+    wr = P + Q[:, :, :1]  # [batch, probe_feature, word]: per-feature weights of the ROOT candidate
+    fwd = a * root[:, 0] + b * root[:, 1]  # [batch, layer*head, word]
+    bwd = a * root[:, 2] + b * root[:, 3]  # [batch, layer*head, word]
+    s_root = (fwd * wr[:, :K]).sum(1) + (bwd * wr[:, K:]).sum(1)  # [batch, word]
+    return torch.cat([s_root.unsqueeze(2), s_words], dim=2)  # [batch, word, candidate]
 
 
 def _linear_t(x, weight, bias):
@@ -308,8 +310,8 @@ def _linear_t(x, weight, bias):
 def _masked_log_softmax(scores: "torch.Tensor", cand_mask: "torch.Tensor") -> "torch.Tensor":
     import torch
 
-    scores = scores.masked_fill(~cand_mask[:, None, :], float("-inf"))
-    return torch.log_softmax(scores, dim=-1)
+    scores = scores.masked_fill(~cand_mask[:, None, :], float("-inf"))  # [batch, word, candidate]
+    return torch.log_softmax(scores, dim=-1)  # [batch, word, candidate]
 
 
 def probe_loss(scores: "torch.Tensor", heads: "torch.Tensor", dep_mask: "torch.Tensor",
@@ -317,24 +319,25 @@ def probe_loss(scores: "torch.Tensor", heads: "torch.Tensor", dep_mask: "torch.T
     """Cross-entropy summed over the real (unpadded) words of all sentences of the batch."""
     import torch
 
-    logp = _masked_log_softmax(scores, cand_mask)
-    gold = logp.gather(-1, heads.unsqueeze(-1)).squeeze(-1)
+    logp = _masked_log_softmax(scores, cand_mask)  # [batch, word, candidate]
+    gold = logp.gather(-1, heads.unsqueeze(-1)).squeeze(-1)  # [batch, word]
     return -torch.where(dep_mask, gold, torch.zeros_like(gold)).sum()
 
 
 # ========================================================================================= batches
 @dataclasses.dataclass
 class Batch:
-    lengths: "torch.Tensor"  # [B]
-    heads: "torch.Tensor"  # [B, Wm] long (0 on padding)
-    dep_mask: "torch.Tensor"  # [B, Wm] bool
-    cand_mask: "torch.Tensor"  # [B, Wm+1] bool
-    punct: "torch.Tensor"  # [B, Wm] bool
-    words: "torch.Tensor | None" = None  # [B, K, Wm, Wm]: words[b, k, i, j] = A_k(i -> j)
-    root: "torch.Tensor | None" = None  # [B, 4, K, Wm]: A(i->[CLS]), A(i->[SEP]), A([CLS]->i), A([SEP]->i)
-    dep_vecs: "torch.Tensor | None" = None  # [B, Wm, d]
-    cand_vecs: "torch.Tensor | None" = None  # [B, Wm+1, d], candidate order (0 = ROOT)
-    dist: "torch.Tensor | None" = None  # [B, Wm, Wm+1, 8]
+    lengths: "torch.Tensor"  # [batch]
+    heads: "torch.Tensor"  # [batch, word] long (0 on padding)
+    dep_mask: "torch.Tensor"  # [batch, word] bool
+    cand_mask: "torch.Tensor"  # [batch, candidate] bool
+    punct: "torch.Tensor"  # [batch, word] bool
+    words: "torch.Tensor | None" = None  # [batch, layer*head, word, word]: words[b, k, i, j] = A_k(i -> j)
+    # [batch, root_part, layer*head, word]: A(i->[CLS]), A(i->[SEP]), A([CLS]->i), A([SEP]->i)
+    root: "torch.Tensor | None" = None
+    dep_vecs: "torch.Tensor | None" = None  # [batch, word, d_glove]
+    cand_vecs: "torch.Tensor | None" = None  # [batch, candidate, d_glove], candidate order (0 = ROOT)
+    dist: "torch.Tensor | None" = None  # [batch, word, candidate, probe_feature]
 
 
 def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, glove: bool, dist: bool,
@@ -344,61 +347,62 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
 
     B = len(sents)
     Wm = max(s.n_words for s in sents)
-    lengths = np.array([s.n_words for s in sents], dtype=np.int64)
-    heads = np.zeros((B, Wm), dtype=np.int64)
-    punct = np.zeros((B, Wm), dtype=bool)
+    lengths = np.array([s.n_words for s in sents], dtype=np.int64)  # [batch]
+    heads = np.zeros((B, Wm), dtype=np.int64)  # [batch, word]
+    punct = np.zeros((B, Wm), dtype=bool)  # [batch, word]
     for b, s in enumerate(sents):
         heads[b, : s.n_words] = s.heads
         punct[b, : s.n_words] = s.punct
-    ar = np.arange(Wm + 1)
+    ar = np.arange(Wm + 1)  # [candidate]
     batch = Batch(
         lengths=torch.from_numpy(lengths),
         heads=torch.from_numpy(heads),
-        dep_mask=torch.from_numpy(ar[None, :Wm] < lengths[:, None]),
-        cand_mask=torch.from_numpy(ar[None, :] <= lengths[:, None]),
+        dep_mask=torch.from_numpy(ar[None, :Wm] < lengths[:, None]),  # [batch, word]
+        cand_mask=torch.from_numpy(ar[None, :] <= lengths[:, None]),  # [batch, candidate]
         punct=torch.from_numpy(punct),
     )
     if attn:
         K = data.num_heads_total
         # staged in float16 (copies of the checked maps read from the store), converted by torch in one call
-        words = np.zeros((B, K, Wm, Wm), dtype=np.float16)
-        root = np.zeros((B, 4, K, Wm), dtype=np.float16)
+        words = np.zeros((B, K, Wm, Wm), dtype=np.float16)  # [batch, layer*head, word, word]
+        root = np.zeros((B, 4, K, Wm), dtype=np.float16)  # [batch, root_part, layer*head, word]
         for b, s in enumerate(sents):
             W = s.n_words
-            A = data.store.get(s.index)
+            A = data.store.get(s.index)  # [layer, head, query_word, key_word]
             if A.shape[-1] != W + 2:
                 raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
-            A = A.reshape(K, W + 2, W + 2)
-            words[b, :, :W, :W] = A[:, 1 : W + 1, 1 : W + 1]
-            root[b, 0, :, :W] = A[:, 1 : W + 1, 0]
-            root[b, 1, :, :W] = A[:, 1 : W + 1, W + 1]
-            root[b, 2, :, :W] = A[:, 0, 1 : W + 1]
-            root[b, 3, :, :W] = A[:, W + 1, 1 : W + 1]
-        batch.words = torch.from_numpy(words).float()
-        batch.root = torch.from_numpy(root).float()
+            A = A.reshape(K, W + 2, W + 2)  # [layer*head, query_word, key_word]
+            words[b, :, :W, :W] = A[:, 1 : W + 1, 1 : W + 1]  # [layer*head, word, word]
+            root[b, 0, :, :W] = A[:, 1 : W + 1, 0]  # [layer*head, word]: word -> [CLS]
+            root[b, 1, :, :W] = A[:, 1 : W + 1, W + 1]  # [layer*head, word]: word -> [SEP]
+            root[b, 2, :, :W] = A[:, 0, 1 : W + 1]  # [layer*head, word]: [CLS] -> word
+            root[b, 3, :, :W] = A[:, W + 1, 1 : W + 1]  # [layer*head, word]: [SEP] -> word
+        batch.words = torch.from_numpy(words).float()  # [batch, layer*head, word, word]
+        batch.root = torch.from_numpy(root).float()  # [batch, root_part, layer*head, word]
     if glove:
         if data.glove is None:
             raise BertlookError(f"{data.path}: this probe needs GloVe vectors")
         d = data.glove.dim
-        rows = np.concatenate([s.glove_rows for s in sents])
-        vecs = data.glove.vectors(rows)
-        dep = np.zeros((B, Wm, d), dtype=np.float32)
-        cand = np.zeros((B, Wm + 1, d), dtype=np.float32)
-        root_vec = np.zeros(d, dtype=np.float32)  # the fixed ROOT vector
+        rows = np.concatenate([s.glove_rows for s in sents])  # [word]: the words of all sentences, concatenated
+        vecs = data.glove.vectors(rows)  # [word, d_glove]: all sentences, concatenated
+        dep = np.zeros((B, Wm, d), dtype=np.float32)  # [batch, word, d_glove]
+        cand = np.zeros((B, Wm + 1, d), dtype=np.float32)  # [batch, candidate, d_glove]
+        root_vec = np.zeros(d, dtype=np.float32)  # [d_glove]: the fixed ROOT vector
         start = 0
         for b, s in enumerate(sents):
             W = s.n_words
-            wv = vecs[start : start + W]
+            wv = vecs[start : start + W]  # [word, d_glove]
             start += W
             dep[b, :W] = wv
+            # [candidate, d_glove]
             cand[b, : W + 1] = candidate_vectors(wv, root_vec, released_offbyone=released_offbyone)
-        batch.dep_vecs = torch.from_numpy(dep)
-        batch.cand_vecs = torch.from_numpy(cand)
+        batch.dep_vecs = torch.from_numpy(dep)  # [batch, word, d_glove]
+        batch.cand_vecs = torch.from_numpy(cand)  # [batch, candidate, d_glove]
     if dist:
-        feats = np.zeros((B, Wm, Wm + 1, N_DIST), dtype=np.float32)
+        feats = np.zeros((B, Wm, Wm + 1, N_DIST), dtype=np.float32)  # [batch, word, candidate, probe_feature]
         for b, s in enumerate(sents):
-            feats[b, : s.n_words, : s.n_words + 1] = distance_features(s.n_words)
-        batch.dist = torch.from_numpy(feats)
+            feats[b, : s.n_words, : s.n_words + 1] = distance_features(s.n_words)  # [word, candidate, probe_feature]
+        batch.dist = torch.from_numpy(feats)  # [batch, word, candidate, probe_feature]
     return batch
 
 
@@ -417,16 +421,18 @@ def _modules():
             super().__init__()
             self.num_heads_total = int(num_heads_total)
             self.root_ab = nn.Parameter(torch.ones(2))
-            self.w = nn.Parameter(torch.zeros(2 * self.num_heads_total))
+            self.w = nn.Parameter(torch.zeros(2 * self.num_heads_total))  # [probe_feature]
             self.released_offbyone = False
             self.glove_dim = None
 
         def forward(self, batch: Batch) -> torch.Tensor:
+            # [batch, word, candidate]
             return attn_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1], self.w)
 
         def forward_reference(self, batch: Batch) -> torch.Tensor:
+            # [batch, word, candidate, probe_feature]
             x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
-            return torch.matmul(x, self.w)
+            return torch.matmul(x, self.w)  # [batch, word, candidate]
 
     class AttnGloveProbe(nn.Module):
         """Attn+GloVe: per-feature weights ``W [v_i ; v_j] + c``."""
@@ -443,11 +449,14 @@ def _modules():
             self.proj = nn.Linear(2 * self.glove_dim, 2 * self.num_heads_total)
 
         def forward(self, batch: Batch) -> torch.Tensor:
+            # [batch, word, candidate]
             return attn_glove_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1],
                                           batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
 
         def forward_reference(self, batch: Batch) -> torch.Tensor:
+            # [batch, word, candidate, probe_feature]
             x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
+            # [batch, word, candidate]
             return attn_glove_scores(x, batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
 
     class DistancesGloveProbe(nn.Module):
@@ -467,10 +476,11 @@ def _modules():
         def forward(self, batch: Batch) -> torch.Tensor:
             d = self.glove_dim
             Wt = self.hidden.weight
+            # [batch, word, candidate, hidden]
             h = (torch.nn.functional.linear(batch.dist, Wt[:, :N_DIST], self.hidden.bias)
                  + torch.nn.functional.linear(batch.dep_vecs, Wt[:, N_DIST : N_DIST + d]).unsqueeze(2)
                  + torch.nn.functional.linear(batch.cand_vecs, Wt[:, N_DIST + d :]).unsqueeze(1))
-            return self.out(torch.tanh(h)).squeeze(-1)
+            return self.out(torch.tanh(h)).squeeze(-1)  # [batch, word, candidate]
 
     return AttnProbe, AttnGloveProbe, DistancesGloveProbe
 
@@ -721,7 +731,7 @@ def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
     the diagonal ignored). Returns ``heads`` (``[n]``, ``heads[0] = -1``) maximising the summed scores
     of a tree; ROOT may have several children. ``-inf`` marks forbidden edges.
     """
-    s = np.array(scores, dtype=np.float64)
+    s = np.array(scores, dtype=np.float64)  # [node, node]: dependent, head; node 0 = ROOT
     if s.ndim != 2 or s.shape[0] != s.shape[1]:
         raise ValueError(f"scores must be square, got shape {list(s.shape)}")
     np.fill_diagonal(s, -np.inf)
@@ -734,9 +744,9 @@ def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
 def mst_heads(logp: np.ndarray) -> np.ndarray:
     """Heads ``[W]`` (0 = ROOT) from a dependent x candidate matrix ``[W, W+1]`` of log-probabilities."""
     W = logp.shape[0]
-    full = np.full((W + 1, W + 1), -np.inf)
-    full[1:, :] = logp
-    return chu_liu_edmonds(full)[1:]
+    full = np.full((W + 1, W + 1), -np.inf)  # [node, node]: dependent, head; node 0 = ROOT
+    full[1:, :] = logp  # [word, candidate]
+    return chu_liu_edmonds(full)[1:]  # [word]
 
 
 def _uas_dict(correct: int, correct_mst: int | None, n_words: int, n_sentences: int) -> dict[str, Any]:
@@ -768,22 +778,22 @@ def evaluate_probe(model, kind: str, dev_store, *, glove: "GloveVectors | None" 
     model.eval()
     with torch.no_grad():
         for batch in _batches(data, _eval_batches(data, batch_size, _width(model)), model):
-            logp = _masked_log_softmax(model(batch), batch.cand_mask)
-            pred = logp.argmax(dim=-1)
-            counted = batch.dep_mask & ~batch.punct
+            logp = _masked_log_softmax(model(batch), batch.cand_mask)  # [batch, word, candidate]
+            pred = logp.argmax(dim=-1)  # [batch, word]
+            counted = batch.dep_mask & ~batch.punct  # [batch, word]
             correct += int(((pred == batch.heads) & counted).sum())
             if mst:
-                lp = logp.numpy()
+                lp = logp.numpy()  # [batch, word, candidate]
                 for b, W in enumerate(batch.lengths.tolist()):
-                    h = mst_heads(lp[b, :W, : W + 1])
-                    keep = counted[b, :W].numpy()
+                    h = mst_heads(lp[b, :W, : W + 1])  # [word]
+                    keep = counted[b, :W].numpy()  # [word]
                     correct_mst += int(((h == batch.heads[b, :W].numpy()) & keep).sum())
     return _uas_dict(correct, correct_mst, data.n_eval_words, len(data.sentences))
 
 
 def right_branching_heads(n_words: int) -> np.ndarray:
     """Head of word i is word i+1; the last word's head is ROOT (0)."""
-    heads = np.arange(2, n_words + 2, dtype=np.int64)
+    heads = np.arange(2, n_words + 2, dtype=np.int64)  # [word]
     if n_words:
         heads[-1] = 0
     return heads
@@ -910,8 +920,6 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
 def _table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: dict[str, Any]) -> "pd.DataFrame":
     """The Table 3 frame of ``rows`` (dicts of :data:`TABLE_COLUMNS`), per-seed ``runs`` and store
     summaries ``data`` in ``attrs``."""
-    import pandas as pd
-
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for col in ROWS_NUMBERS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
@@ -967,10 +975,6 @@ def table_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
 def write_probe_rows(path, df: "pd.DataFrame", *, settings: dict[str, Any], inputs: dict[str, Any],
                      glove: Any = None, seconds: float | None = None) -> dict[str, Any]:
     """Write the rows of ``df`` (with its per-seed runs and store summaries) for ``--add-rows``."""
-    import json
-
-    from bertlook.io_utils import atomic_path
-
     rows = table_rows(df)
     doc = {
         "format": ROWS_FORMAT,
@@ -999,8 +1003,6 @@ def _is_number(v: Any) -> bool:
 def read_probe_rows(path, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The rows file ``path`` written by ``--rows-out``, validated; with ``settings`` (this run's
     :data:`ROWS_SETTINGS`) the rows must have been computed with the same ones."""
-    import json
-
     def bad(msg: str) -> BertlookError:
         return BertlookError(f"{path}: {msg} (not a probe rows file of `bertlook probes --rows-out`?)")
 
@@ -1097,8 +1099,6 @@ def add_probe_rows(df: "pd.DataFrame", added: Sequence[dict[str, Any]]) -> "pd.D
 
 
 def _isna(v) -> bool:
-    import pandas as pd
-
     try:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
@@ -1108,12 +1108,12 @@ def _isna(v) -> bool:
 # ============================================================================ synthetic data (tests, benchmarks)
 def random_tree(n_words: int, rng: np.random.Generator, locality: float = 2.0) -> np.ndarray:
     """A random dependency tree (heads, 1-based, 0 = ROOT) that prefers short arcs."""
-    order = rng.permutation(n_words) + 1
-    heads = np.zeros(n_words, dtype=np.int64)
+    order = rng.permutation(n_words) + 1  # [word]
+    heads = np.zeros(n_words, dtype=np.int64)  # [word]
     attached = [int(order[0])]
     for w in order[1:]:
-        cand = np.array(attached)
-        p = np.exp(-np.abs(cand - w) / locality)
+        cand = np.array(attached)  # [candidate]
+        p = np.exp(-np.abs(cand - w) / locality)  # [candidate]
         heads[w - 1] = int(rng.choice(cand, p=p / p.sum()))
         attached.append(int(w))
     return heads
@@ -1130,8 +1130,6 @@ def write_synthetic_word_store(out, *, n_sentences: int, num_layers: int = 6, nu
     next / previous word; every other head is a softmax of Gaussian logits (``sharpness``) with extra
     mass on [SEP]. Relations: ``punct`` for words whose form is "." or ",", else ``dep``.
     """
-    from bertlook.attention.store import AttentionStore, AttentionWriter
-
     rng = np.random.default_rng(seed)
     vocab = list(vocab) if vocab else ["the", "cat", "sat", "on", "mat", "dog", "ran", ".", ",", "a", "big",
                                        "house", "and", "of", "river", "king", "wrote", "books"]
@@ -1143,24 +1141,24 @@ def write_synthetic_word_store(out, *, n_sentences: int, num_layers: int = 6, nu
             W = int(rng.integers(min_words, max_words + 1))
             n = W + 2
             heads = random_tree(W, rng)
-            logits = rng.standard_normal((K, n, n)).astype(np.float32) * sharpness
-            logits[:, :, n - 1] += 1.5  # [SEP]
-            attn = np.exp(logits - logits.max(-1, keepdims=True))
-            attn /= attn.sum(-1, keepdims=True)
-            rows = np.arange(1, W + 1)
+            logits = rng.standard_normal((K, n, n)).astype(np.float32) * sharpness  # [layer*head, query_word, key_word]
+            logits[:, :, n - 1] += 1.5  # [layer*head, query_word]: key [SEP]
+            attn = np.exp(logits - logits.max(-1, keepdims=True))  # [layer*head, query_word, key_word]
+            attn /= attn.sum(-1, keepdims=True)  # [layer*head, query_word, key_word]
+            rows = np.arange(1, W + 1)  # [word]: their query_word rows
             for k, p in inf.items():
-                target = np.where(rng.random(W) < p, heads, rng.integers(0, n, W))
-                attn[k, 1 : W + 1] = 0.0
-                attn[k, rows, target] = 1.0
+                target = np.where(rng.random(W) < p, heads, rng.integers(0, n, W))  # [word]: key_word of each word
+                attn[k, 1 : W + 1] = 0.0  # [word, key_word]
+                attn[k, rows, target] = 1.0  # [word]
             nk = len(inf)
             if nk + 1 < K:
-                attn[nk, 1 : W + 1] = 0.0
-                attn[nk, rows, rows + 1] = 1.0  # next token ([SEP] for the last word)
-                attn[nk + 1, 1 : W + 1] = 0.0
-                attn[nk + 1, rows, rows - 1] = 1.0  # previous token ([CLS] for the first word)
+                attn[nk, 1 : W + 1] = 0.0  # [word, key_word]
+                attn[nk, rows, rows + 1] = 1.0  # [word]: next token ([SEP] for the last word)
+                attn[nk + 1, 1 : W + 1] = 0.0  # [word, key_word]
+                attn[nk + 1, rows, rows - 1] = 1.0  # [word]: previous token ([CLS] for the first word)
             forms = [vocab[int(i)] for i in rng.integers(0, len(vocab), W)]
             rels = ["punct" if f in (".", ",") else "dep" for f in forms]
             rec = {"id": f"s{sid}", "tokens": ["[CLS]", *forms, "[SEP]"], "heads": heads.tolist(),
                    "rels": rels, "upos": ["X"] * W, "xpos": ["XX"] * W}
-            w.add(rec, attn.reshape(L, H, n, n))
+            w.add(rec, attn.reshape(L, H, n, n))  # [layer, head, query_word, key_word]
     return AttentionStore(out)

@@ -1,10 +1,10 @@
-"""Per-head surface statistics of token-level attention maps (paper Figs 2 and 4; ``bertlook stats``).
+"""Per-head surface statistics of token-level attention maps (paper Figs 2 and 4; ``bertlook surface-stats``).
 
 :func:`example_stats` (with :func:`row_entropy`) gives one example's columns :data:`STAT_COLUMNS`
 (attention to [CLS], [SEP], ". ,", self, prev, next; ``sep_sep``, ``rest_sep``, ``entropy``,
 ``cls_entropy``, ``max_attention``); :func:`compute_surface_stats` averages them over examples.
-Sharded runs: :func:`surface_stats_partial` writes sums and counts (``stats --out-partial``),
-:func:`reduce_surface_stats` adds them and divides once (``stats --partial``).
+Sharded runs: :func:`surface_stats_partial` writes sums and counts (``surface-stats --out-partial``),
+:func:`reduce_surface_stats` adds them and divides once (``surface-stats --partial``).
 
 Definitions: docs/definitions.md#surface-statistics (sharding: docs/definitions.md#sharded-reductions)
 """
@@ -12,13 +12,14 @@ Definitions: docs/definitions.md#surface-statistics (sharding: docs/definitions.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import pandas as pd
+import numpy as np
+import pandas as pd
 
-    from bertlook.attention.store import AttentionStore
+from bertlook.attention.store import AttentionStore
+from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import same_value, select_examples
 
 COLUMNS = [
     "layer", "head", "cls", "sep", "punct", "self", "prev", "next",
@@ -39,29 +40,25 @@ def special_tokens(store: "AttentionStore") -> tuple[str, str]:
 
 def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
     """Entropy (nats) of each smoothed row of ``attn[..., n, n]`` -> ``[..., n]`` (float64)."""
-    import numpy as np
-
     a = np.asarray(attn, dtype=np.float64)
     n = a.shape[-1]
-    p = (1.0 - smoothing) * a + smoothing / n
-    return -(p * np.log(p)).sum(axis=-1)
+    p = (1.0 - smoothing) * a + smoothing / n  # [..., query_pos, key_pos]
+    return -(p * np.log(p)).sum(axis=-1)  # [..., query_pos]
 
 
 def example_stats(
     attn: "np.ndarray", tokens: list[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]"
 ) -> dict[str, "np.ndarray"]:
     """Statistics of one example, each a ``[layers, heads]`` float64 array (NaN where undefined)."""
-    import numpy as np
-
     a = np.asarray(attn, dtype=np.float64)
     L, H, n, _ = a.shape
-    toks = np.asarray(tokens, dtype=object)
+    toks = np.asarray(tokens, dtype=object)  # [key_pos]
     is_cls = toks == cls_token
     is_sep = toks == sep_token
     is_punct = np.isin(toks, PUNCT_TOKENS)
-    nan = np.full((L, H), np.nan)
+    nan = np.full((L, H), np.nan)  # [layer, head]
 
-    col_sep = a[..., is_sep].sum(axis=-1)  # [L, H, n]: attention of each row to [SEP] columns
+    col_sep = a[..., is_sep].sum(axis=-1)  # [layer, head, query_pos]: attention of each row to [SEP] columns
     n_sep = int(is_sep.sum())
     out = {
         "cls": a[..., is_cls].sum(axis=(-1, -2)) / n,
@@ -73,11 +70,11 @@ def example_stats(
         "sep_sep": col_sep[..., is_sep].sum(axis=-1) / n_sep if n_sep > 0 else nan,
         "rest_sep": col_sep[..., ~is_sep].sum(axis=-1) / (n - n_sep) if n_sep < n else nan,
     }
-    ent = row_entropy(a)  # [L, H, n]
+    ent = row_entropy(a)  # [layer, head, query_pos]
     out["entropy"] = ent.mean(axis=-1)
     cls_pos = np.flatnonzero(is_cls)
     out["cls_entropy"] = ent[..., cls_pos[0]] if cls_pos.size else nan
-    out["max_attention"] = a.max(axis=-1).mean(axis=-1)
+    out["max_attention"] = a.max(axis=-1).mean(axis=-1)  # [layer, head]
     return out
 
 
@@ -95,16 +92,11 @@ def surface_stats_partial(
     ``meta``: layout, special tokens, ``n_examples``, ``counts`` per column, ``sum_n``,
     ``n_examples_in_store``. Reduce with :func:`reduce_surface_stats`.
     """
-    import numpy as np
-
-    from bertlook.errors import BertlookError
-    from bertlook.pipeline.sharding import select_examples
-
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     L, H = store.num_layers, store.num_heads
-    sums = {c: np.zeros((L, H)) for c in STAT_COLUMNS}
+    sums = {c: np.zeros((L, H)) for c in STAT_COLUMNS}  # stat -> [layer, head]
     counts = {c: 0 for c in STAT_COLUMNS}
     n_examples = 0
     sum_log_n = 0.0
@@ -115,7 +107,7 @@ def surface_stats_partial(
         ex_id = rec.get("id", n_examples)
         if n < 1:
             raise BertlookError(f"{store.path}: example {ex_id!r} has no tokens")
-        a = np.asarray(attn, dtype=np.float64)
+        a = np.asarray(attn, dtype=np.float64)  # [layer, head, query_pos, key_pos]
         if not np.isfinite(a).all():
             raise BertlookError(f"{store.path}: example {ex_id!r} has non-finite attention values")
         stats = example_stats(a, rec["tokens"], cls_token=cls_token, sep_token=sep_token)
@@ -138,7 +130,7 @@ def surface_stats_partial(
         "sum_n": sum_n,
         "counts": counts,
     }
-    arrays = {"sums": np.stack([sums[c] for c in STAT_COLUMNS]), "sum_log_n": np.float64(sum_log_n)}
+    arrays = {"sums": np.stack([sums[c] for c in STAT_COLUMNS]), "sum_log_n": np.float64(sum_log_n)}  # [stat, layer, head]
     return meta, arrays
 
 
@@ -149,12 +141,6 @@ def reduce_surface_stats(
 
     One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
     """
-    import numpy as np
-    import pandas as pd
-
-    from bertlook.errors import BertlookError
-    from bertlook.pipeline.sharding import same_value
-
     if not partials:
         raise BertlookError("no partial statistics to reduce")
     where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
@@ -164,13 +150,13 @@ def reduce_surface_stats(
     tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
     cls_token, sep_token = tokens["cls"], tokens["sep"]
     max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
-    stacked = np.zeros((len(STAT_COLUMNS), L, H))
+    stacked = np.zeros((len(STAT_COLUMNS), L, H))  # [stat, layer, head]
     counts = {c: 0 for c in STAT_COLUMNS}
     n_examples = 0
     sum_log_n = 0.0
     sum_n = 0
     for (meta, arrays), w in zip(partials, where):
-        part = np.asarray(arrays["sums"], dtype=np.float64)
+        part = np.asarray(arrays["sums"], dtype=np.float64)  # [stat, layer, head]
         if part.shape != stacked.shape:
             raise BertlookError(f"{w}: partial sums of shape {list(part.shape)}, expected {list(stacked.shape)}")
         stacked += part
@@ -184,7 +170,7 @@ def reduce_surface_stats(
         where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))
         raise BertlookError(f"{where_txt}: no examples to compute statistics on")
 
-    layer_idx, head_idx = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")
+    layer_idx, head_idx = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")  # [layer, head] each
     data: dict[str, Any] = {"layer": layer_idx.ravel(), "head": head_idx.ravel()}
     for c in STAT_COLUMNS:
         data[c] = (sums[c] / counts[c]).ravel() if counts[c] else np.full(L * H, np.nan)

@@ -17,8 +17,23 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from bertlook.attention.extraction import (
+    DEFAULT_MAX_UNK_RATE,
+    add_shard_fields,
+    aligned_unk_words,
+    check_max_unk_rate,
+    check_unk_rate,
+    extract_to_store,
+    unk_statistics,
+    unk_summary,
+)
+from bertlook.attention.random_init import load_random_init_model
+from bertlook.data.treebank import read_conllu
 from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import shard_info
 
+# numpy and bertlook.attention.modeling (torch) are imported inside the functions: this module is
+# imported when the CLI parser is built (cli/coref, cli/extract_words), which must stay light.
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
@@ -62,26 +77,26 @@ class Alignment:
 
         Raises :class:`BertlookError` when the alignment is not ``special, contiguous words, special``.
         """
-        import numpy as np
+        import numpy as np  # lazy: see the note at the imports
 
-        wot = np.asarray(self.word_of_token, dtype=np.int64)
+        wot = np.asarray(self.word_of_token, dtype=np.int64)  # [seq]
         n, w = wot.size, self.n_words
         if n < 2 or wot[0] != -1 or wot[-1] != -1:
             raise BertlookError("alignment must start and end with a special token")
-        inner = wot[1:-1]
+        inner = wot[1:-1]  # [seq - 2]: words' tokens
         if (inner < 0).any():
             raise BertlookError(
                 f"alignment has a special token inside the sentence (token {int(np.argmax(inner < 0)) + 1}); "
                 "word-level attention needs a single segment [CLS] w1..wn [SEP]"
             )
-        expected = np.repeat(np.arange(w), [e - s for s, e in self.token_spans]) if w else np.zeros(0, np.int64)
+        expected = np.repeat(np.arange(w), [e - s for s, e in self.token_spans]) if w else np.zeros(0, np.int64)  # [seq - 2]
         if inner.size != expected.size or not np.array_equal(inner, expected):
             raise BertlookError("alignment word_of_token and token_spans disagree (tokens must be contiguous per word)")
-        return np.concatenate([[0], inner + 1, [w + 1]])
+        return np.concatenate([[0], inner + 1, [w + 1]])  # [seq]: values in 0..W+1
 
 
 def _char_to_word(words: Sequence[str]) -> tuple[str, np.ndarray, list[tuple[int, int]]]:
-    import numpy as np
+    import numpy as np  # lazy: see the note at the imports
 
     spans: list[tuple[int, int]] = []
     pos = 0
@@ -89,7 +104,7 @@ def _char_to_word(words: Sequence[str]) -> tuple[str, np.ndarray, list[tuple[int
         spans.append((pos, pos + len(w)))
         pos += len(w) + 1
     text = " ".join(words)
-    owner = np.full(len(text) + 1, -1, dtype=np.int64)  # +1: an empty span at the very end
+    owner = np.full(len(text) + 1, -1, dtype=np.int64)  # [char + 1]: +1: an empty span at the very end
     for i, (s, e) in enumerate(spans):
         owner[s:e] = i
     return text, owner, spans
@@ -109,7 +124,7 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
     token straddles two words, or when the encoding is not ``special, tokens, special``; callers
     (:func:`prepare_word_examples`) count and list such sentences and skip them.
     """
-    import numpy as np
+    import numpy as np  # lazy: see the note at the imports
 
     where = f"sentence {sent_id!r}" if sent_id is not None else "sentence"
     words = list(words)
@@ -155,15 +170,15 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
                     "belongs to no word"
                 )
         word_of_token[t] = w
-    inner = np.asarray(word_of_token[1:-1], dtype=np.int64)
-    counts = np.bincount(inner, minlength=len(words)) if inner.size else np.zeros(len(words), np.int64)
+    inner = np.asarray(word_of_token[1:-1], dtype=np.int64)  # [seq - 2]
+    counts = np.bincount(inner, minlength=len(words)) if inner.size else np.zeros(len(words), np.int64)  # [word]
     missing = [i for i in range(len(words)) if counts[i] == 0]
     if missing:
         shown = ", ".join(f"{i + 1} {words[i]!r}" for i in missing[:5])
         raise BertlookError(f"{where}: the tokenizer produced no token for word(s) {shown}")
     if inner.size and (np.diff(inner) < 0).any():
         raise BertlookError(f"{where}: tokens are not in word order (a word's tokens must be contiguous)")
-    ends = np.cumsum(counts) + 1
+    ends = np.cumsum(counts) + 1  # [word]
     token_spans = [(int(e - c), int(e)) for e, c in zip(ends, counts)]
     return Alignment(input_ids=input_ids, tokens=tokenizer.convert_ids_to_tokens(input_ids),
                      word_of_token=word_of_token, token_spans=token_spans)
@@ -181,31 +196,31 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
     renormalised to sum to 1). Rows are taken of the column-summed map, as in the released code.
     Returns float32; each row sums to 1 when the input rows do.
     """
-    import numpy as np
+    import numpy as np  # lazy: see the note at the imports
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown from_split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
-    a = np.asarray(attn, dtype=np.float32)
+    a = np.asarray(attn, dtype=np.float32)  # [layer, head, query_pos, key_pos]
     n = alignment.n_tokens
     if a.ndim != 4 or a.shape[2:] != (n, n):
         raise BertlookError(f"attention of shape {list(a.shape)} does not match the alignment's {n} tokens "
                             "(expected [layers, heads, n, n])")
-    groups = alignment.groups()
+    groups = alignment.groups()  # [seq]
     g = alignment.n_words + 2
-    assign = np.zeros((n, g), dtype=np.float32)
+    assign = np.zeros((n, g), dtype=np.float32)  # [key_pos, key_word]: one-hot
     assign[np.arange(n), groups] = 1.0
-    cols = a @ assign  # [L, H, n, g]: attention TO each word (sum over its tokens)
-    starts = np.concatenate([[0], [s for s, _ in alignment.token_spans], [n - 1]]).astype(np.intp)
+    cols = a @ assign  # [layer, head, query_pos, key_word]: attention TO each word (sum over its tokens)
+    starts = np.concatenate([[0], [s for s, _ in alignment.token_spans], [n - 1]]).astype(np.intp)  # [query_word]
     if from_split == "first":
-        out = cols[:, :, starts, :]
+        out = cols[:, :, starts, :]  # [layer, head, query_word, key_word]
     elif from_split == "mean":
-        mean_t = (assign / assign.sum(axis=0, keepdims=True)).T  # [g, n]
-        out = mean_t @ cols
+        mean_t = (assign / assign.sum(axis=0, keepdims=True)).T  # [query_word, query_pos]
+        out = mean_t @ cols  # [layer, head, query_word, key_word]
     else:
-        out = np.maximum.reduceat(cols, starts, axis=2)
-        total = out.sum(axis=-1, keepdims=True)
+        out = np.maximum.reduceat(cols, starts, axis=2)  # [layer, head, query_word, key_word]
+        total = out.sum(axis=-1, keepdims=True)  # [layer, head, query_word, 1]
         out = np.divide(out, total, out=np.zeros_like(out), where=total > 0)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    return np.ascontiguousarray(out, dtype=np.float32)  # [layer, head, query_word, key_word]
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,8 +228,6 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
 
 def _read_treebank(path) -> tuple[list, dict[str, int]]:
     """Sentences of a CoNLL-U file (``bertlook.data.treebank.read_conllu``) and the reader's counts."""
-    from bertlook.data.treebank import read_conllu
-
     counts: dict[str, int] = {}
     return list(read_conllu(path, allow_empty=True, counts=counts)), counts
 
@@ -289,7 +302,7 @@ def make_word_transform(alignments: dict[str, Alignment], from_split: str = "mea
             "n_wordpieces": al.n_tokens,
             "split_words": al.split_words,
         }
-        return out, token_to_word_attention(attn, al, from_split=from_split)
+        return out, token_to_word_attention(attn, al, from_split=from_split)  # -> [layer, head, query_word, key_word]
 
     return transform
 
@@ -325,15 +338,7 @@ def extract_word_attention_from_sentences(
     summary and ``meta.json`` are the shard's own, and the summary also holds ``shard`` and
     ``store_meta`` for ``bertlook merge-stores``.
     """
-    from bertlook.attention.extraction import (
-        DEFAULT_MAX_UNK_RATE,
-        aligned_unk_words,
-        check_max_unk_rate,
-        check_unk_rate,
-        extract_to_store,
-        unk_statistics,
-        unk_summary,
-    )
+    # lazy: modeling imports torch (see the note at the imports)
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
@@ -350,8 +355,6 @@ def extract_word_attention_from_sentences(
     n_sentences = len(sentences)
     info = None
     if shard is not None:
-        from bertlook.pipeline.sharding import shard_info
-
         info = shard_info(len(sentences), *shard)
         mine = {sentence_id(sent, k) for k, sent in enumerate(sentences) if info["start"] <= k < info["stop"]}
         examples = [ex for ex in examples if ex[0]["id"] in mine]
@@ -375,8 +378,6 @@ def extract_word_attention_from_sentences(
     if random_init_seed is None:
         model = load_model(resolved, dev)
     else:
-        from bertlook.attention.random_init import load_random_init_model
-
         model, random_init = load_random_init_model(resolved, int(random_init_seed), dev)
     meta = {
         "model": resolved.provenance(model.config),
@@ -421,8 +422,6 @@ def extract_word_attention_from_sentences(
     if summary_extra:
         summary.update(summary_extra)
     if info is not None:
-        from bertlook.attention.extraction import add_shard_fields
-
         add_shard_fields(summary, info, out_dir)
     return summary
 

@@ -1,8 +1,8 @@
-"""Batched attention extraction into an attention store (``bertlook extract``).
+"""Batched attention extraction into an attention store (``bertlook extract-segments``).
 
 :func:`extract_segments` reads the segments, loads the model and tokenizer, encodes the wordpieces
 (:func:`encode_segment`) and calls :func:`extract_to_store`, which runs the model in length-sorted
-batches and streams float16 maps ``[layer, head, from, to]`` to disk. Guards shared by ``extract``,
+batches and streams float16 maps ``[layer, head, from, to]`` to disk. Guards shared by ``extract-segments``,
 ``extract-words`` and ``coref-extract``: :func:`unk_statistics` / :func:`check_unk_rate`
 (``--max-unk-rate``) and :func:`estimate_store_bytes` / :func:`check_disk_space`.
 
@@ -12,6 +12,7 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -21,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
 STORE_DTYPE = "float16"
@@ -48,7 +51,7 @@ def progress_bar(iterable=None, *, total: int | None = None, desc: str = "", uni
     Updates at most every :data:`PROGRESS_INTERVAL` seconds (``BERTLOOK_PROGRESS_INTERVAL``), so a log
     stays short; ``enabled=False`` or ``BERTLOOK_PROGRESS=0`` gives a silent bar (same interface).
     """
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     try:
         interval = float(os.environ.get("BERTLOOK_PROGRESS_INTERVAL", PROGRESS_INTERVAL))
@@ -198,7 +201,7 @@ def unk_statistics(examples: Iterable[Sequence[Any]], tokenizer, *,
 
 
 def check_unk_rate(stats: dict[str, Any], max_rate: float, model_spec: str, *, what: str = "examples",
-                   step: str = "extract") -> None:
+                   step: str = "extract-segments") -> None:
     """Log the unknown-token count; raise :class:`BertlookError` when ``unk_rate > max_rate``."""
     max_rate = check_max_unk_rate(max_rate)
     rate = stats.get("unk_rate")
@@ -298,7 +301,7 @@ def _id_key(value: Any) -> tuple[int, Any]:
 
 
 def _model_device(model):
-    import torch
+    import torch  # lazy: cli/_args imports this module when the parser is built
 
     for p in model.parameters():
         return p.device
@@ -306,8 +309,6 @@ def _model_device(model):
 
 
 def _accepts_token_type_ids(model) -> bool:
-    import inspect
-
     try:
         return "token_type_ids" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # pragma: no cover
@@ -376,10 +377,11 @@ def extract_to_store(
     max_seq_len, num_layers, num_heads, estimated_bytes, estimated_map_bytes, disk_free_bytes,
     out_dir.
     """
+    # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
     import torch
 
+    from bertlook.attention.modeling import cuda_visibility_warning, model_dims
     from bertlook.attention.store import AttentionWriter
-    from bertlook.attention.modeling import model_dims
 
     if batch_size < 1:
         raise BertlookError(f"batch size must be >= 1, got {batch_size}")
@@ -446,12 +448,10 @@ def extract_to_store(
     if check_disk:
         disk = check_disk_space(out_dir, estimate["total_bytes"], advice=SHRINK_ADVICE)
     free = disk["disk_free_bytes"]
-    print(f"extract: estimated store size {_fmt_bytes(estimate['total_bytes'])} ({estimate['total_bytes']} bytes: "
+    print(f"extract-segments: estimated store size {_fmt_bytes(estimate['total_bytes'])} ({estimate['total_bytes']} bytes: "
           f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}) -> {out_dir}"
           + (f"; {_fmt_bytes(free)} free on {disk['disk_checked_path']}" if free is not None else ""),
           file=sys.stderr, flush=True)
-    from bertlook.attention.modeling import cuda_visibility_warning
-
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
     map_dtype = torch.float16 if transform is None else torch.float32
 
@@ -461,7 +461,7 @@ def extract_to_store(
     padded_tokens = 0
     done = 0
     t0 = time.perf_counter()
-    bar = progress_bar(total=len(kept), desc="extract", unit="ex", enabled=bool(progress_every))
+    bar = progress_bar(total=len(kept), desc="extract-segments", unit="ex", enabled=bool(progress_every))
     try:
         with AttentionWriter(out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
                              shard_bytes=int(shard_mb * 2**20), meta=store_meta) as writer, torch.inference_mode():
@@ -470,35 +470,36 @@ def extract_to_store(
                 lengths = [len(ex[1]) for ex in batch]
                 T = lengths[0]
                 B = len(batch)
-                ids = torch.full((B, T), pad_id, dtype=torch.long)
-                tts = torch.zeros((B, T), dtype=torch.long)
-                mask = torch.zeros((B, T), dtype=torch.long)
+                ids = torch.full((B, T), pad_id, dtype=torch.long)  # [batch, seq]
+                tts = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
+                mask = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
                 for b, (_, input_ids, tt_ids) in enumerate(batch):
                     n = lengths[b]
-                    ids[b, :n] = torch.as_tensor(input_ids, dtype=torch.long)
-                    tts[b, :n] = torch.as_tensor(tt_ids, dtype=torch.long)
+                    ids[b, :n] = torch.as_tensor(input_ids, dtype=torch.long)  # [seq]
+                    tts[b, :n] = torch.as_tensor(tt_ids, dtype=torch.long)  # [seq]
                     mask[b, :n] = 1
                 kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
                 if use_tt:
                     kwargs["token_type_ids"] = tts.to(device)
                 out = model(**kwargs)
-                attns = out.attentions
+                attns = out.attentions  # layer x [batch, head, query_pos, key_pos]
                 if attns is None or len(attns) != num_layers or attns[0] is None:
                     raise BertlookError(
                         "the model returned no attention weights (it must be loaded with attn_implementation='eager')"
                     )
                 # one pass: stack layers and convert to float16 (float32 for a transform) on the device
+                # [batch, layer, head, query_pos, key_pos]
                 maps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
                 for layer, a in enumerate(attns):
-                    maps[:, layer].copy_(a)
+                    maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
                 del out, attns
-                maps = maps.cpu().numpy()
+                maps = maps.cpu().numpy()  # [batch, layer, head, query_pos, key_pos]
                 for b, (record, _, _) in enumerate(batch):
                     n = lengths[b]
                     if transform is None:
-                        writer.add(record, maps[b, :, :, :n, :n])
+                        writer.add(record, maps[b, :, :, :n, :n])  # [layer, head, query_pos, key_pos]
                     else:
-                        writer.add(*transform(record, maps[b, :, :, :n, :n]))
+                        writer.add(*transform(record, maps[b, :, :, :n, :n]))  # [layer, head, query_pos, key_pos] in
                 del maps
                 n_tokens += sum(lengths)
                 padded_tokens += B * T
@@ -511,7 +512,7 @@ def extract_to_store(
             model.train()
     if progress_every:
         el = time.perf_counter() - t0
-        print(f"extract: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
+        print(f"extract-segments: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
               file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
     return {
@@ -576,7 +577,7 @@ def extract_segments(
     summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
     ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
     """
-    from bertlook.data.segments import read_segments
+    # lazy: modeling imports torch; this module is imported when the CLI parser is built
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if segment_ids not in SEGMENT_ID_MODES:
@@ -592,15 +593,13 @@ def extract_segments(
         ids, tts = encode_segment(seg, tokenizer, segment_ids)
         examples.append((seg, ids, tts))
     unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
-    check_unk_rate(unk, max_unk_rate, model_spec, what=f"segments of {segments_path}", step="extract")
+    check_unk_rate(unk, max_unk_rate, model_spec, what=f"segments of {segments_path}", step="extract-segments")
     info = None
     if shard is not None:
-        from bertlook.pipeline.sharding import shard_info
-
         info = shard_info(len(segments), *shard)
         examples = examples[info["start"]:info["stop"]]
         unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
-        print(f"extract: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
+        print(f"extract-segments: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
               f"of {len(segments)}", file=sys.stderr, flush=True)
     model = load_model(resolved, dev)
     provenance = resolved.provenance(model.config)

@@ -21,7 +21,9 @@ Safety and sanity of what is loaded:
   transformers would build a default tokenizer whose every word is ``[UNK]``;
 * ``trust_remote_code`` is always ``False``: no code shipped with a model is ever run.
 
-Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.
+torch and transformers are imported at the top: every rule that reaches this module runs in
+envs/torch.yaml. Modules imported when the CLI parser is built (``bertlook.attention.extraction``,
+``extract_words``, ``random_init``) therefore import this module inside their functions.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+import huggingface_hub
+import torch
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                   RevisionNotFoundError)
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
@@ -93,12 +102,8 @@ class ResolvedModel:
             if (root / WEIGHT_FILES[1]).is_file():
                 return [root / WEIGHT_FILES[1]]
             return shards
-        try:
-            from huggingface_hub import try_to_load_from_cache
-        except ImportError:  # pragma: no cover
-            return []
         for name in WEIGHT_FILES:
-            hit = _cached_file(self.path_or_id, name, self.revision, try_to_load_from_cache)
+            hit = _cached_file(self.path_or_id, name, self.revision)
             if hit:
                 return [Path(hit)]
         return []
@@ -212,7 +217,7 @@ def resolve_model(spec: str, revision: str | None = None) -> ResolvedModel:
 
 def _cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_from_cache=None) -> str | None:
     if try_to_load_from_cache is None:
-        from huggingface_hub import try_to_load_from_cache
+        try_to_load_from_cache = huggingface_hub.try_to_load_from_cache
     try:
         hit = try_to_load_from_cache(repo_id, filename, revision=revision)
     except Exception:  # invalid ids etc.: treat as not cached
@@ -240,13 +245,8 @@ def _cached_pickle_note(repo_id: str, revision: str | None) -> str:
 
 
 def _hub_offline() -> bool:
-    try:
-        from huggingface_hub import constants
-
-        if constants.HF_HUB_OFFLINE:
-            return True
-    except ImportError:  # pragma: no cover
-        pass
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return True
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or \
         os.environ.get("TRANSFORMERS_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -256,12 +256,7 @@ def _hub_probe(repo_id: str, revision: str | None = None, timeout: float = HUB_T
     if _hub_offline():
         return "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
     try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-    except ImportError:  # pragma: no cover
-        return "huggingface_hub is not installed"
-    try:
-        HfApi().model_info(repo_id, revision=revision, timeout=timeout)
+        huggingface_hub.HfApi().model_info(repo_id, revision=revision, timeout=timeout)
     except GatedRepoError:
         return None  # reachable; access is from_pretrained's business (token)
     except RevisionNotFoundError:
@@ -274,13 +269,7 @@ def _hub_probe(repo_id: str, revision: str | None = None, timeout: float = HUB_T
 
 
 def _hub_errors() -> tuple[type[BaseException], ...]:
-    errs: list[type[BaseException]] = [OSError, ConnectionError, TimeoutError]
-    try:
-        from huggingface_hub.errors import HfHubHTTPError
-
-        errs.append(HfHubHTTPError)
-    except ImportError:  # pragma: no cover
-        pass
+    errs: list[type[BaseException]] = [OSError, ConnectionError, TimeoutError, HfHubHTTPError]
     for modname, attr in (("httpx", "HTTPError"), ("requests", "RequestException")):
         try:
             errs.append(getattr(importlib.import_module(modname), attr))
@@ -375,10 +364,6 @@ def _pickle_refusal(resolved: ResolvedModel, pickles: list[Path]) -> str:
 
 def _check_safetensors(path: Path) -> None:
     try:
-        from safetensors import safe_open
-    except ImportError:  # pragma: no cover - a dependency of transformers
-        return
-    try:
         size = path.stat().st_size
         if size < 8:
             raise ValueError(f"{size} bytes, shorter than a safetensors header")
@@ -393,8 +378,6 @@ def _check_safetensors(path: Path) -> None:
 
 def _check_finite(model, resolved: ResolvedModel) -> None:
     """Refuse weights with NaN/inf values (e.g. garbage bytes in a safetensors file's data)."""
-    import torch
-
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.is_floating_point() and not bool(torch.isfinite(param).all()):
@@ -462,8 +445,6 @@ def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
 
 
 def _load_config(resolved: ResolvedModel):
-    from transformers import AutoConfig
-
     return _from_pretrained(resolved, AutoConfig, "config")
 
 
@@ -472,8 +453,6 @@ def _load_config(resolved: ResolvedModel):
 
 def load_tokenizer(resolved: ResolvedModel):
     """The model's tokenizer; it must be a fast (Rust) tokenizer."""
-    from transformers import AutoTokenizer
-
     tok = _from_pretrained(resolved, AutoTokenizer, "tokenizer")
     if not getattr(tok, "is_fast", False):
         raise BertlookError(
@@ -495,9 +474,6 @@ def load_tokenizer(resolved: ResolvedModel):
 
 def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False):
     """``AutoModel`` (``AutoModelForMaskedLM`` when ``mlm``) in fp32 with eager attention, eval mode, on ``device``."""
-    import torch
-    from transformers import AutoModel, AutoModelForMaskedLM
-
     loader = AutoModelForMaskedLM if mlm else AutoModel
     model = _from_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
     _check_finite(model, resolved)
@@ -506,8 +482,6 @@ def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = Fals
 
 
 def _no_cuda_reason() -> str:
-    import torch
-
     if getattr(torch.version, "cuda", None) is None:
         return f"this torch build ({torch.__version__}) has no CUDA support"
     return f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU or driver"
@@ -518,8 +492,6 @@ def cuda_visibility_warning() -> str | None:
 
     (An empty value or ``-1`` hides the GPUs on purpose: no warning.)
     """
-    import torch
-
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is None or cvd.strip() in ("", "-1") or torch.cuda.is_available():
         return None
@@ -533,8 +505,6 @@ def pick_device(pref: str = "auto"):
     When ``CUDA_VISIBLE_DEVICES`` is set but torch sees no GPU, ``auto``/``cpu`` log a warning
     (:func:`cuda_visibility_warning`; the extraction summaries record it as ``device_warning``).
     """
-    import torch
-
     pref = (pref or "auto").strip().lower()
     if pref == "auto":
         if torch.cuda.is_available():

@@ -25,6 +25,7 @@ The global torch RNG of the caller is left as it was (``torch.random.fork_rng``)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -33,6 +34,9 @@ from typing import Any
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
+
+# torch, transformers and bertlook.attention.modeling (which imports torch) are imported inside the
+# functions: cli/random_init and extract_words import this module when the CLI parser is built.
 
 PROVENANCE_FILE = "bertlook_random_init.json"
 KEPT_MODULES = ("embeddings.word_embeddings", "embeddings.position_embeddings")
@@ -48,7 +52,7 @@ def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
 
     Returns ``{"kept": [...], "reinitialized": [...]}`` (parameter names).
     """
-    import torch
+    import torch  # lazy: see the note at the imports
 
     params = dict(model.named_parameters())
     kept = [n for n in params if _kept(n)]
@@ -85,7 +89,7 @@ def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
 def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict[str, list[str]]) -> dict[str, Any]:
     """What ``bertlook_random_init.json`` records (and ``extract-words --random-init-seed`` puts in
     the store's ``meta.json`` and summary as ``random_init``)."""
-    import torch
+    import torch  # lazy: see the note at the imports
     import transformers
 
     return {
@@ -106,14 +110,14 @@ def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
     loaded on the CPU, re-initialised by :func:`reinit_except_embeddings` with ``seed``, then moved
     to ``device``. The one code path of ``bertlook random-init`` and
     ``extract-words --random-init-seed``: same loader, same generator (the CPU's), same weights."""
-    from bertlook.attention.modeling import load_model
+    from bertlook.attention.modeling import load_model  # lazy: see the note at the imports
 
     model = load_model(resolved, "cpu")
     source = resolved.provenance(model.config)
     names = reinit_except_embeddings(model, seed)
     prov = random_init_provenance(model, source, seed, names)
     if str(device) != "cpu":
-        import torch
+        import torch  # lazy: see the note at the imports
 
         model = model.to(device if isinstance(device, torch.device) else torch.device(device))
     return model, prov
@@ -122,9 +126,7 @@ def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
 def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed: int,
                            revision: str | None = None) -> dict[str, Any]:
     """Write the random-init twin of ``model_spec`` to ``out_dir``; returns the provenance dict."""
-    import json
-
-    from bertlook.attention.modeling import load_tokenizer, resolve_model
+    from bertlook.attention.modeling import load_tokenizer, resolve_model  # lazy: see the note at the imports
 
     resolved = resolve_model(model_spec, revision)
     model, prov = load_random_init_model(resolved, seed)

@@ -138,7 +138,7 @@ class AttentionWriter:
             raise AttentionStoreError(f"{self.out_dir}: the attention store is already closed")
         if self._shard_len > 0 and (self._shard_len + attn.size) * DTYPE.itemsize > self.shard_bytes:
             self._guarded(self._new_shard)
-        data = np.ascontiguousarray(attn, dtype=DTYPE)
+        data = np.ascontiguousarray(attn, dtype=DTYPE)  # [layer, head, query_pos, key_pos]
         self._guarded(self._shard_fh.write, data.tobytes(order="C"))
         entry = dict(record)
         entry.update({"n": int(n), "shard": self._shard_id, "offset": self._shard_len})
@@ -236,12 +236,12 @@ def _row_sums_of_bits(u: np.ndarray) -> np.ndarray:
     bits <<= 13
     values = bits.view(np.float32)
     values *= np.float32(2.0**112)
-    return np.add.reduce(values, axis=-1)
+    return np.add.reduce(values, axis=-1)  # [..., query_pos]
 
 
 def row_sums(attn: np.ndarray) -> np.ndarray:
     """Row sums in float32 of a checked (finite, non-negative) float16 map, fast."""
-    u = np.ascontiguousarray(attn, dtype=DTYPE).view(np.uint16) & 0x7FFF
+    u = np.ascontiguousarray(attn, dtype=DTYPE).view(np.uint16) & 0x7FFF  # [..., query_pos, key_pos] as float16 bits
     return _row_sums_of_bits(u)
 
 
@@ -489,7 +489,7 @@ class AttentionStore:
                     f"{p}: example {rec['id']!r}: the shard ends early (changed since it was opened?)"
                 )
             pos += got
-        return out.reshape(self.num_layers, self.num_heads, n, n)
+        return out.reshape(self.num_layers, self.num_heads, n, n)  # [layer, head, query_pos, key_pos]
 
     def check_map(self, rec: dict[str, Any], attn: np.ndarray) -> None:
         """Refuse a map ``[L, H, n, n]`` with a non-finite or negative value, or a row whose sum is off 1
@@ -499,7 +499,7 @@ class AttentionStore:
         and >= 0 exactly when its bit pattern is <= 0x7BFF (or is -0.0, 0x8000); such bits convert
         exactly to float32 by a shift and a multiplication by 2**112 (subnormals included).
         """
-        u = np.ascontiguousarray(attn, dtype=DTYPE).view(np.uint16)
+        u = np.ascontiguousarray(attn, dtype=DTYPE).view(np.uint16)  # [layer, head, query_pos, key_pos] as float16 bits
         where = f"{self.path}: example {rec.get('id')!r}"
         if u.size and u.max() > 0x7BFF:
             nonfinite = (u & 0x7C00) == 0x7C00
@@ -512,7 +512,7 @@ class AttentionStore:
                         f"{where}: {what} attention value {value} (layer {l + 1}, head {h + 1}, row {i}, column {j})"
                     )
             u = u & 0x7FFF  # only -0.0 left
-        sums = _row_sums_of_bits(u)
+        sums = _row_sums_of_bits(u)  # [layer, head, query_pos]
         dev = np.abs(sums - np.float32(1.0))
         n = u.shape[-1]
         tol = row_sum_tolerance(n)

@@ -11,9 +11,14 @@ backoff (``backoff * 2**attempt`` seconds); any other HTTP error (4xx) fails at 
 from __future__ import annotations
 
 import hashlib
+import http.client
+import json
 import logging
 import os
+import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +71,11 @@ def _norm_hex(value: str | None, name: str, length: int) -> str | None:
 
 
 def _request(url: str, method: str = "GET"):
-    import urllib.request
-
     return urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT})
 
 
 def _classify(url: str, err: BaseException) -> BaseException:
     """Map an exception raised while talking to ``url`` to ``_Retryable`` or a final BertlookError."""
-    import http.client
-    import socket
-    import urllib.error
-
     if isinstance(err, urllib.error.HTTPError):
         if 500 <= err.code < 600:
             return _Retryable(f"HTTP {err.code} {err.reason}")
@@ -137,8 +136,6 @@ def _with_retries(url: str, func, *, retries: int, backoff: float):
 
 
 def _stream_to(url: str, tmp: Path, timeout: float) -> tuple[str, str, int]:
-    import urllib.request
-
     sha256, sha1, size = hashlib.sha256(), hashlib.sha1(), 0
     with urllib.request.urlopen(_request(url), timeout=timeout) as resp:
         expected_len = resp.headers.get("Content-Length") if getattr(resp, "headers", None) else None
@@ -218,8 +215,6 @@ def present_as_recorded(dest: str | os.PathLike, url: str) -> dict[str, Any] | N
     Lets a file fetched earlier (``bertlook fetch``, or a download rule) count as present when the
     configuration pins no checksum, instead of downloading it again on a machine without network.
     """
-    import json
-
     dest = Path(dest)
     try:
         recorded = json.loads(summary_path(dest).read_text(encoding="utf-8"))
@@ -251,8 +246,6 @@ def parse_sha1sums(text: str, filename: str, *, source: str = "sha1sums") -> str
 def fetch_sha1_from_sums(sums_url: str, filename: str, timeout: float = 60.0,
                          *, retries: int = 3, backoff: float = 1.0) -> str:
     """Read a Wikimedia ``*-sha1sums.txt`` at ``sums_url`` and return the sha1 of ``filename``."""
-    import urllib.request
-
     def fetch() -> bytes:
         with urllib.request.urlopen(_request(sums_url), timeout=timeout) as resp:
             return resp.read(16 << 20)
@@ -263,9 +256,6 @@ def fetch_sha1_from_sums(sums_url: str, filename: str, timeout: float = 60.0,
 
 def check_reachable(url: str, timeout: float = 10) -> str | None:
     """Preflight: ``None`` when a HEAD (or GET) of ``url`` answers with success, else a one-line reason."""
-    import urllib.error
-    import urllib.request
-
     last = "no answer"
     for method in ("HEAD", "GET"):
         try:

@@ -32,6 +32,7 @@ fetched or found are reported as ``error:`` lines (all of them, after fetching t
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import importlib.util
 import json
 import logging
@@ -39,7 +40,15 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from huggingface_hub import snapshot_download as hf_snapshot_download
+
+from bertlook.attention import modeling
+from bertlook.data.download import _digests, download, fetch_sha1_from_sums, present_as_recorded, summary_path
+from bertlook.data.treebank import ud_url
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
+from bertlook.pipeline.config import resolve_data_path
+from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +72,17 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 def _snapshot_download(**kwargs) -> str:
     """``huggingface_hub.snapshot_download`` (one indirection, so tests can replace it offline)."""
-    from huggingface_hub import snapshot_download
-
-    return snapshot_download(**kwargs)
+    return hf_snapshot_download(**kwargs)
 
 
 def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     """The snapshot directory of ``repo_id`` at ``revision`` when the HF cache already holds its
     config, safetensors weights and a tokenizer file; else None."""
-    from bertlook.attention.modeling import _cached_file, in_hf_cache
-
-    if not in_hf_cache(repo_id, revision):
+    if not modeling.in_hf_cache(repo_id, revision):
         return None
-    if not any(_cached_file(repo_id, name, revision) for name in _TOKENIZER_FILES):
+    if not any(modeling._cached_file(repo_id, name, revision) for name in _TOKENIZER_FILES):
         return None
-    config = _cached_file(repo_id, "config.json", revision)
+    config = modeling._cached_file(repo_id, "config.json", revision)
     return Path(config).parent if config else None
 
 
@@ -85,10 +90,6 @@ def _file_records(root: Path) -> list[dict[str, Any]]:
     """sha256 and size of every file under ``root`` that :data:`HUB_ALLOW_PATTERNS` selects (symlinks
     of the HF cache followed), by name. Other files a snapshot may hold (fetched by other tools) are
     left out."""
-    import fnmatch
-
-    from bertlook.data.download import _digests
-
     out = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()
                        and any(fnmatch.fnmatch(p.name, pat) for pat in HUB_ALLOW_PATTERNS)):
@@ -99,11 +100,9 @@ def _file_records(root: Path) -> list[dict[str, Any]]:
 
 def _check_model_dir(spec: str, directory: Path, source: str) -> None:
     """Safetensors weights (headers opened, pickles refused) and tokenizer files in ``directory``."""
-    from bertlook.attention.modeling import ResolvedModel, check_weights_files, tokenizer_files_problem
-
-    as_local = ResolvedModel(spec=spec, path_or_id=str(directory), source=source)
-    check_weights_files(as_local)
-    problem = tokenizer_files_problem(as_local)
+    as_local = modeling.ResolvedModel(spec=spec, path_or_id=str(directory), source=source)
+    modeling.check_weights_files(as_local)
+    problem = modeling.tokenizer_files_problem(as_local)
     if problem:
         raise BertlookError(problem)
 
@@ -112,9 +111,7 @@ def fetch_model(spec: str, revision: str | None = None, *,
                 snapshot_download: Callable[..., str] | None = None) -> dict[str, Any]:
     """Fetch a hub model into the HF cache (safetensors, tokenizer, config only), or check a local /
     ``package:`` model. Returns a summary item; raises :class:`BertlookError` when it cannot."""
-    from bertlook.attention.modeling import _hub_offline, hub_unreachable_message, resolve_model
-
-    resolved = resolve_model(spec, revision)
+    resolved = modeling.resolve_model(spec, revision)
     item: dict[str, Any] = {"kind": "model", "name": spec, "source": resolved.source}
     if not resolved.is_hub:
         _check_model_dir(spec, Path(resolved.path_or_id), resolved.source)
@@ -128,8 +125,8 @@ def fetch_model(spec: str, revision: str | None = None, *,
     if cached is not None:
         status, local_dir = "present", cached
     else:
-        if _hub_offline():
-            raise BertlookError(hub_unreachable_message(
+        if modeling._hub_offline():
+            raise BertlookError(modeling.hub_unreachable_message(
                 spec, revision, "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): unset it to fetch"))
         call = snapshot_download or _snapshot_download
         try:
@@ -143,7 +140,7 @@ def fetch_model(spec: str, revision: str | None = None, *,
             if name in ("RepositoryNotFoundError", "GatedRepoError"):
                 raise BertlookError(f"model {spec!r}: the Hugging Face hub has no such model, or it is private "
                                     f"or gated and no token is set ({first})") from None
-            raise BertlookError(hub_unreachable_message(spec, revision, f"{name}: {first}")) from None
+            raise BertlookError(modeling.hub_unreachable_message(spec, revision, f"{name}: {first}")) from None
         status = "downloaded"
         if not any(local_dir.glob("*.safetensors")):
             raise BertlookError(
@@ -161,10 +158,6 @@ def _fetch_file(kind: str, name: str, url: str, dest: Path, *, sha256: str | Non
                 backoff: float = 1.0) -> dict[str, Any]:
     """Download ``url`` to ``dest`` unless already there (checksum or recorded summary), then write
     ``{dest}.download.json``. Returns a summary item."""
-    from bertlook.data.download import (_digests, download, fetch_sha1_from_sums, present_as_recorded,
-                                   summary_path)
-    from bertlook.io_utils import write_json
-
     item: dict[str, Any] = {"kind": kind, "name": name, "url": url, "path": str(dest)}
     info = None
     if dest.is_file():
@@ -216,10 +209,6 @@ def _check_package(kind: str, name: str, module: str) -> dict[str, Any]:
 def _tasks(config: dict[str, Any], net: dict[str, Any],
            snapshot_download: Callable[..., str] | None) -> list[tuple[str, Callable[[], dict]]]:
     """(what, thunk) for every input of the configuration, in pipeline order."""
-    from bertlook.pipeline.config import resolve_data_path
-    from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
-    from bertlook.data.treebank import ud_url
-
     tasks: list[tuple[str, Callable[[], dict]]] = []
     for model in config["models"]:
         tasks.append((f"model {model['name_or_path']!r} (models[label={model['label']}])",
@@ -284,8 +273,6 @@ def fetch_config(config: dict[str, Any], *, retries: int = 3, timeout: float = 6
                  echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Fetch (or check) every input of a validated ``config``; write the summary (default
     ``{resources_dir}/fetch.json``) and return it. Failures are collected in ``errors``, not raised."""
-    from bertlook.io_utils import write_json
-
     net = {"retries": retries, "timeout": timeout, "backoff": backoff}
     items: list[dict[str, Any]] = []
     errors: list[str] = []

@@ -42,7 +42,7 @@ class GloveVectors:
     """A word -> vector table. ``matrix`` is ``[V, d]`` float32 (possibly memory-mapped, read-only)."""
 
     def __init__(self, matrix: np.ndarray, words: Sequence[str], *, source: str, n_duplicates: int = 0) -> None:
-        matrix = np.asarray(matrix) if not isinstance(matrix, np.memmap) else matrix
+        matrix = np.asarray(matrix) if not isinstance(matrix, np.memmap) else matrix  # [vocab, d_glove]
         if matrix.ndim != 2:
             raise BertlookError(f"{source}: GloVe matrix must be 2-D, got shape {list(matrix.shape)}")
         if len(words) != matrix.shape[0]:
@@ -79,13 +79,13 @@ class GloveVectors:
 
         Does not touch the lookup counters (the probes count OOV per store themselves).
         """
-        idx = np.fromiter((self.index.get(str(w).lower(), -1) for w in words), dtype=np.int64)
+        idx = np.fromiter((self.index.get(str(w).lower(), -1) for w in words), dtype=np.int64)  # [word]
         return idx, int((idx < 0).sum())
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """``[len(rows), d]`` float32; row -1 -> the unknown vector (zeros)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        out = np.zeros((rows.shape[0], self.dim), dtype=np.float32)
+        rows = np.asarray(rows, dtype=np.int64)  # [word]
+        out = np.zeros((rows.shape[0], self.dim), dtype=np.float32)  # [word, d_glove]
         known = rows >= 0
         if known.any():
             picked = rows[known]
@@ -146,11 +146,11 @@ def _load_package(spec: str) -> GloveVectors:
         )
     npy, parquet = npys[0], parquets[0]
     try:
-        matrix = np.load(npy, mmap_mode="r", allow_pickle=False)
+        matrix = np.load(npy, mmap_mode="r", allow_pickle=False)  # [vocab, d_glove]
     except (OSError, ValueError) as err:
         raise BertlookError(f"{npy}: cannot read the GloVe matrix: {err}") from None
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: analyses.probes imports this module at CLI parse time
 
         table = pq.read_table(parquet)
     except Exception as err:  # pyarrow raises its own error types
@@ -186,14 +186,14 @@ def _parse_text(fh: io.TextIOBase, where: str) -> GloveVectors:
             )
         word = " ".join(parts[: len(parts) - dim])
         try:
-            vec = np.array(parts[len(parts) - dim:], dtype=np.float32)
+            vec = np.array(parts[len(parts) - dim:], dtype=np.float32)  # [d_glove]
         except ValueError:
             raise BertlookError(f"{where}:{lineno}: the vector of {word[:40]!r} is not {dim} numbers") from None
         words.append(word)
         rows.append(vec)
     if not rows:
         raise BertlookError(f"{where}: no GloVe vectors in the file")
-    return GloveVectors(np.stack(rows), words, source=where)
+    return GloveVectors(np.stack(rows), words, source=where)  # [vocab, d_glove]
 
 
 def _load_text(path: Path, member: str | None) -> GloveVectors:

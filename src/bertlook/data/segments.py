@@ -1,4 +1,4 @@
-"""MediaWiki dump -> documents -> sentences -> paper-style segments (``bertlook corpora``).
+"""MediaWiki dump -> documents -> sentences -> paper-style segments (``bertlook segments``).
 
 The paper (Clark et al. 2019, Section 3) ran BERT over 1000 Wikipedia segments ``[CLS] A [SEP] B [SEP]``
 of at most 128 wordpieces, made the way BERT's ``create_pretraining_data.py`` makes its pre-training
@@ -18,12 +18,14 @@ Everything excluded is counted (``counts`` / the summary JSON).
 
 from __future__ import annotations
 
+import bz2
 import functools
 import html
 import json
 import os
 import random
 import re
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -142,7 +144,7 @@ def clean_wiki_text(raw: str, counts: dict[str, int] | None = None) -> list[str]
     when it ends like prose (``. ! ? :``, optionally followed by a closing quote or bracket).
     Dropped non-empty lines are counted in ``counts["non_prose_lines_skipped"]``.
     """
-    from gensim.corpora.wikicorpus import filter_wiki
+    from gensim.corpora.wikicorpus import filter_wiki  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     text, skipped = _remove_tables(_remove_file_links(raw))
     text = filter_wiki(text)
@@ -170,7 +172,7 @@ def clean_wiki_text(raw: str, counts: dict[str, int] | None = None) -> list[str]
 
 @functools.lru_cache(maxsize=1)
 def _sentencizer():
-    import spacy
+    import spacy  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
@@ -202,8 +204,6 @@ def is_usable_sentence(sentence: str) -> bool:
 # ---------------------------------------------------------------------------------- reading dumps
 
 def _open_dump(path: Path):
-    import bz2
-
     with open(path, "rb") as fh:
         magic = fh.read(3)
     if path.suffix == ".bz2" or magic == b"BZh":
@@ -231,9 +231,7 @@ def iter_documents(
     :class:`BertlookError` naming the file (and the line for XML errors), and so does a dump that
     ends without a single usable article (all redirects, other namespaces, or no prose).
     """
-    import xml.etree.ElementTree as ET
-
-    from gensim.corpora.wikicorpus import extract_pages
+    from gensim.corpora.wikicorpus import extract_pages  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     path = Path(dump_path)
     if counts is None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from bertlook.data.segments import iter_documents, read_segments
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, sha256_file, write_json
 
@@ -546,6 +547,7 @@ def prepare_ud(
     German: ``repo="UD_German-GSD", train_file="de_gsd-ud-train.conllu", dev_file=...``.
     The sha256 of each file is recorded in the summary (pin it with ``train_sha256``/``dev_sha256``).
     """
+    # lazy: cli/treebank imports this module when the parser is built; download pulls in urllib/http
     from bertlook.data.download import download, present_as_recorded
 
     if out_train is None or out_dev is None:
@@ -587,7 +589,7 @@ def prepare_ud(
 # ------------------------------------------------------------------------------- silver trees
 
 def _load_spacy(model: str):
-    import spacy
+    import spacy  # lazy: only the silver path needs spaCy, which envs/analysis.yaml lacks
 
     try:
         nlp = spacy.load(model, exclude=["ner", "lemmatizer"])
@@ -603,7 +605,7 @@ def _load_spacy(model: str):
 
 def spacy_parser_info(nlp) -> dict[str, str]:
     """``{"name", "version", "spacy"}`` of a loaded spaCy pipeline (name as the package is called)."""
-    import spacy
+    import spacy  # lazy: silver path only (see _load_spacy)
 
     meta = nlp.meta
     name = f"{meta.get('lang', '')}_{meta.get('name', '')}".strip("_")
@@ -631,15 +633,13 @@ def silver_sentence(doc, sent_id: str, max_words: int) -> tuple[Sentence | None,
 
 
 def _used_documents(segments_path: Path) -> dict[int, str]:
-    from bertlook.data.segments import read_segments
-
     used: dict[int, str] = {}
     for seg in read_segments(segments_path):
         idx = seg.get("doc_index")
         if idx is None:
             raise BertlookError(
                 f"{segments_path}: segment {seg['id']} has no doc_index (made by an older "
-                "`bertlook corpora`); re-make the segments so that their documents can be excluded")
+                "`bertlook segments`); re-make the segments so that their documents can be excluded")
         if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
             raise BertlookError(f"{segments_path}: segment {seg['id']}: doc_index must be a "
                                 f"non-negative integer, got {idx!r}")
@@ -684,8 +684,6 @@ def prepare_silver(
     Too few sentences is not an error: what exists is written and each shortfall is a line in
     ``summary["warnings"]`` (also logged). Returns the summary (written to ``summary`` when given).
     """
-    from bertlook.data.segments import iter_documents
-
     for name, value, low in (("train_sentences", train_sentences, 0), ("dev_sentences", dev_sentences, 0),
                              ("max_words", max_words, 1), ("batch_size", batch_size, 1)):
         if not isinstance(value, int) or value < low:

@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizer, BertTokenizerFast
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # A small English vocabulary: enough whole words for hand-written fixtures, plus single letters and
@@ -55,9 +58,6 @@ def make_tiny_bert(
     vocab: list[str] | None = None,
 ) -> Path:
     """Write a random BERT (``BertModel`` or ``BertForMaskedLM``) plus tokenizer to ``out_dir``."""
-    import torch
-    from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizer, BertTokenizerFast
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab = vocab or tiny_vocab()
@@ -89,8 +89,6 @@ def make_tiny_bert(
 
 def bert_base_config(**overrides):
     """A ``BertConfig`` with BERT-base dimensions (12 layers x 12 heads, hidden 768) for benchmarks."""
-    from transformers import BertConfig
-
     params = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                   intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2)
     params.update(overrides)
