@@ -52,10 +52,39 @@ def test_every_registered_step_module_is_a_cli_module():
         assert "register_cli" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, name
 
 
-def test_building_the_parser_loads_no_heavy_library():
-    code = ("import sys; from bertlook import cli; cli.build_parser(); "
-            "print(','.join(m for m in ('torch', 'transformers', 'pandas', 'matplotlib', 'scipy', 'sklearn', "
-            "'spacy') if m in sys.modules))")
+def test_top_level_help_imports_no_step_module_and_no_heavy_library():
+    """The lazy registry: `bertlook --help` lists every step without importing a step module (the
+    computation modules import numpy/pandas/torch at the top)."""
+    code = ("import sys; from bertlook import cli; cli.build_parser().format_help(); "
+            "print(','.join(m for m in ('numpy', 'torch', 'transformers', 'pandas', 'matplotlib', 'scipy', "
+            "'sklearn', 'spacy', *cli.STEP_MODULES) if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_lazy_registry_matches_the_modules():
+    """Each registry entry is registered by its module, with the same help line, and nothing else is."""
+    import argparse
+    import importlib
+
+    from bertlook import cli
+
+    registered = {}
+    for module in cli.STEP_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register_cli(sub)
+        for action in sub._choices_actions:
+            registered[action.dest] = (module, action.help)
+    assert registered == cli.STEPS
+    full = cli.build_parser(full=True)
+    steps = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert list(steps) == list(cli.STEPS)  # pipeline order in `bertlook --help`
+
+
+def test_a_step_imports_only_its_own_cli_module():
+    code = ("import sys; from bertlook import cli; cli.build_parser('probes'); "
+            "print(','.join(m for m in cli.STEP_MODULES if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "bertlook.cli.probes"

@@ -16,30 +16,66 @@ import sys
 from bertlook import __version__
 from bertlook.errors import BertlookError
 
-# Modules registering subcommands, in pipeline order.
-STEP_MODULES = [
-    "bertlook.cli.preflight",
-    "bertlook.cli.download",
-    "bertlook.cli.fetch",
-    "bertlook.cli.segments",
-    "bertlook.cli.extract_segments",
-    "bertlook.cli.treebank",
-    "bertlook.cli.extract_words",
-    "bertlook.cli.surface_stats",
-    "bertlook.cli.cluster_heads",
-    "bertlook.cli.figures",
-    "bertlook.cli.heads",
-    "bertlook.cli.random_init",
-    "bertlook.cli.probes",
-    "bertlook.cli.coref",
-    "bertlook.cli.gradients",
-    "bertlook.cli.manifest",
-    "bertlook.cli.compare",
-    "bertlook.cli.resources",
-]
+#: The lazy registry: subcommand -> (module that registers it, one-line help), in pipeline order.
+#: ``bertlook --help`` lists these without importing any step module; ``bertlook STEP ...`` imports
+#: only STEP's module (whose computation modules import numpy/pandas/torch at the top).
+#: tests/test_layout.py checks that each module registers exactly its names with the same help.
+STEPS: dict[str, tuple[str, str]] = {
+    "validate-config": ("bertlook.cli.preflight", "check a configuration file against the schema"),
+    "runs": ("bertlook.cli.preflight", "print the run names of a configuration, one per line"),
+    "preflight": ("bertlook.cli.preflight", "check that every model and corpus of a configuration can be reached"),
+    "download": ("bertlook.cli.download",
+                 "download a file (e.g. the Wikipedia dump) with retries and checksum verification"),
+    "fetch": ("bertlook.cli.fetch",
+              "download every input of a configuration (models, dump, UD, GloVe) before a cluster run"),
+    "segments": ("bertlook.cli.segments", "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)"),
+    "extract-segments": ("bertlook.cli.extract_segments",
+                         "extract token-level attention maps of a model into an attention store"),
+    "merge-stores": ("bertlook.cli.extract_segments",
+                     "gather the shard stores of a sharded extraction into one attention store"),
+    "gather-extraction": ("bertlook.cli.extract_segments",
+                          "gather the summaries of a sharded segment extraction (no maps needed)"),
+    "treebank": ("bertlook.cli.treebank", "dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy "
+                                          "parses) -> train/dev CoNLL-U"),
+    "extract-words": ("bertlook.cli.extract_words",
+                      "extract word-level attention maps of treebank sentences into an attention store"),
+    "surface-stats": ("bertlook.cli.surface_stats",
+                      "per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)"),
+    "cluster-heads": ("bertlook.cli.cluster_heads",
+                      "Jensen-Shannon divergences between heads, 2-D MDS embedding, behaviour labels (Fig 6)"),
+    "figures": ("bertlook.cli.figures", "draw the PNG twins of the paper's Figs 1, 2, 4 and 6"),
+    "fig1-example": ("bertlook.cli.figures",
+                     "save the Fig 1 example of a sharded extraction, if this shard's store holds it"),
+    "heads": ("bertlook.cli.heads", "per-head dependency accuracy, Table 1 twin (best head per relation vs offset "
+                                    "baselines), Fig 5 twin"),
+    "random-init": ("bertlook.cli.random_init", "random-init baseline model: pretrained word/position embeddings, "
+                                                "all other weights random (Table 3)"),
+    "probes": ("bertlook.cli.probes", "attention-based dependency parsing probes and baselines (Table 3)"),
+    "coref-extract": ("bertlook.cli.coref", "CoNLL-2012 parts -> word-level attention store with gold mentions"),
+    "coref": ("bertlook.cli.coref", "antecedent selection accuracy per head + baselines (Table 2 twin)"),
+    "gradients": ("bertlook.cli.gradients",
+                  "gradient importance of attention to [SEP] / '. ,' / other tokens per layer (Fig 3)"),
+    "manifest": ("bertlook.cli.manifest", "write the provenance record manifest.json of a run"),
+    "compare": ("bertlook.cli.compare", "a run's numbers against the paper's (comparison.csv / .md)"),
+    "check-regression": ("bertlook.cli.compare", "exit 1 when a run regresses against the paper or a golden file"),
+    "make-golden": ("bertlook.cli.compare", "write a golden JSON of every checked number of a run"),
+    "models-summary": ("bertlook.cli.compare", "several runs (models) side by side: table, markdown, figure"),
+    "resources": ("bertlook.cli.resources",
+                  "per-rule measured resources (wall, CPU, RSS, I/O) of a run from its benchmark files"),
+}
+
+#: Modules registering subcommands, in pipeline order.
+STEP_MODULES = list(dict.fromkeys(module for module, _ in STEPS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def requested_step(argv: list[str] | None) -> str | None:
+    """The subcommand named in ``argv`` (the first argument that is not an option), if any."""
+    return next((a for a in (argv or []) if not a.startswith("-")), None)
+
+
+def build_parser(step: str | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The ``bertlook`` parser. Only ``step``'s module is imported (all of them with ``full``); every
+    other subcommand is a stub with its help line, enough for ``bertlook --help``."""
     parser = argparse.ArgumentParser(
         prog="bertlook",
         description="Re-run 'What Does BERT Look At?' (Clark et al., 2019) step by step. "
@@ -48,8 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertlook {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="step", metavar="STEP")
-    for name in STEP_MODULES:
-        importlib.import_module(name).register_cli(sub)
+    load = set(STEP_MODULES) if full else {STEPS[step][0]} if step in STEPS else set()
+    for name, (module, help_text) in STEPS.items():
+        if name in sub.choices:
+            continue  # registered with its module
+        if module in load:
+            importlib.import_module(module).register_cli(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
@@ -61,7 +103,9 @@ def _close_progress_bars() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(requested_step(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
