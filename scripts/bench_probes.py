@@ -31,7 +31,8 @@ import time
 import numpy as np
 
 from bertlook.data.glove import GloveVectors, load_glove
-from bertlook.analyses.probes import ProbeData, evaluate_probe, run_probes, train_probe, write_synthetic_word_store
+from bertlook.analyses.probes import ProbeData, evaluate_probe, run_probes, train_probe
+from bertlook.testing.synthetic_stores import write_synthetic_word_store
 
 TARGET_RATIO = 10.0
 TARGET_TABLE_S = 180.0

@@ -500,7 +500,7 @@ def test_open_store(tmp_path):
 
 # ==================================================================================== CLI: exit 2
 def _stats_argv(store, tmp_path):
-    return ["stats", "--attention", str(store), "--out", str(tmp_path / "o" / "stats.csv"),
+    return ["surface-stats", "--attention", str(store), "--out", str(tmp_path / "o" / "stats.csv"),
             "--summary", str(tmp_path / "o" / "summary.json")]
 
 
@@ -532,7 +532,7 @@ def test_cli_stats_corrupt_store_subprocess(tmp_path):
 
 
 def _word_store_with_nan(path, n_sentences=40):
-    from bertlook.analyses.probes import write_synthetic_word_store
+    from bertlook.testing.synthetic_stores import write_synthetic_word_store
 
     write_synthetic_word_store(path, n_sentences=n_sentences, num_layers=2, num_heads=2, min_words=3,
                                max_words=6, seed=0)
@@ -542,7 +542,7 @@ def _word_store_with_nan(path, n_sentences=40):
 
 def test_cli_probes_refuses_nan_word_store(tmp_path, capsys):
     train = _word_store_with_nan(tmp_path / "train")
-    from bertlook.analyses.probes import write_synthetic_word_store
+    from bertlook.testing.synthetic_stores import write_synthetic_word_store
 
     write_synthetic_word_store(tmp_path / "dev", n_sentences=10, num_layers=2, num_heads=2, min_words=3,
                                max_words=6, seed=1)

@@ -32,13 +32,12 @@ from bertlook.analyses.probes import (
     make_model,
     mst_heads,
     probe_loss,
-    random_tree,
     right_branching_heads,
     right_branching_uas,
     run_probes,
     train_probe,
-    write_synthetic_word_store,
 )
+from bertlook.testing.synthetic_stores import random_tree, write_synthetic_word_store
 from bertlook.cli.probes import register_cli
 from bertlook.reporting.tables import table3_markdown
 from bertlook.reporting.paper_join import join_table3
