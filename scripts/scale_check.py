@@ -100,7 +100,7 @@ DISK_TARGET_BYTES = 1.0e9
 GRAD_FLOP_FACTOR = 2.0  # autograd.grad w.r.t. the attentions: activation gradients only (see docstring)
 
 # Jobs that run the model; how their FLOPs are counted.
-FORWARD_RULES = ("extract_segments", "extract_words", "extract_randwords", "coref_extract")
+FORWARD_RULES = ("extract_segments", "extract_words", "extract_words_random", "coref_extract")
 GRADIENT_RULES = ("gradients_shard",)  # the model-running gradient jobs (the `gradients` rule only reduces)
 
 

@@ -14,8 +14,8 @@ from bertlook import cli
 from bertlook.pipeline import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["validate-config", "runs", "preflight", "download", "corpora", "extract", "treebank",
-         "extract-words", "stats", "cluster", "figures", "heads", "random-init", "probes", "coref-extract",
+STEPS = ["validate-config", "runs", "preflight", "download", "segments", "extract-segments", "treebank",
+         "extract-words", "surface-stats", "cluster-heads", "figures", "heads", "random-init", "probes", "coref-extract",
          "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary",
          "merge-stores", "gather-extraction", "fig1-example"]
 

@@ -232,10 +232,10 @@ def _parser():
 def test_cli_stats_then_cluster(tmp_path, store, capsys):
     out = tmp_path / "out"
     p = _parser()
-    a = p.parse_args(["stats", "--attention", str(store.path), "--out", str(out / "attention_stats.csv"),
+    a = p.parse_args(["surface-stats", "--attention", str(store.path), "--out", str(out / "attention_stats.csv"),
                       "--summary", str(out / "summary.json")])
     assert a.func(a) == 0
-    a = p.parse_args(["cluster", "--attention", str(store.path), "--stats", str(out / "attention_stats.csv"),
+    a = p.parse_args(["cluster-heads", "--attention", str(store.path), "--stats", str(out / "attention_stats.csv"),
                       "--out-js", str(out / "js_divergence.csv"), "--out-clusters", str(out / "head_clusters.csv"),
                       "--seed", "0", "--max-examples", "2", "--mds-n-init", "2", "--mds-max-iter", "100",
                       "--mds-eps", "1e-9"])
@@ -245,7 +245,7 @@ def test_cli_stats_then_cluster(tmp_path, store, capsys):
     clusters = pd.read_csv(out / "head_clusters.csv")
     assert list(clusters.columns) == ["layer", "head", "x", "y", "behavior"]
     assert "2 of 3 examples" in capsys.readouterr().out
-    help_text = p._subparsers._group_actions[0].choices["cluster"].format_help()
+    help_text = p._subparsers._group_actions[0].choices["cluster-heads"].format_help()
     for flag in ("--attention", "--stats", "--out-js", "--out-clusters", "--seed", "--max-examples",
                  "--mds-n-init", "--mds-max-iter", "--mds-eps"):
         assert flag in help_text
@@ -254,12 +254,12 @@ def test_cli_stats_then_cluster(tmp_path, store, capsys):
 def test_cli_bad_stats_file(tmp_path, store):
     bad = tmp_path / "stats.csv"
     bad.write_text("layer,head,cls\n1,1,0.5\n")
-    a = _parser().parse_args(["cluster", "--attention", str(store.path), "--stats", str(bad),
+    a = _parser().parse_args(["cluster-heads", "--attention", str(store.path), "--stats", str(bad),
                               "--out-js", str(tmp_path / "js.csv"), "--out-clusters", str(tmp_path / "c.csv")])
     with pytest.raises(BertlookError, match="stats.csv"):
         a.func(a)
     assert not (tmp_path / "js.csv").exists()
-    a = _parser().parse_args(["cluster", "--attention", str(store.path), "--stats", str(tmp_path / "none.csv"),
+    a = _parser().parse_args(["cluster-heads", "--attention", str(store.path), "--stats", str(tmp_path / "none.csv"),
                               "--out-js", str(tmp_path / "js.csv"), "--out-clusters", str(tmp_path / "c.csv")])
     with pytest.raises(BertlookError, match="none.csv"):
         a.func(a)

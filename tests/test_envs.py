@@ -7,8 +7,8 @@ only those the step reaches matter: bertlook imports its heavy libraries inside 
 
 What a step imports is collected statically (`ast`, no import of the libraries):
 
-* parse time: `bertlook.__main__`, `bertlook.cli` and every step module's import-time code and
-  `register_cli` (cli.build_parser imports them all);
+* parse time: `bertlook.__main__`, `bertlook.cli` and the step's own CLI module's import-time code and
+  `register_cli` (the lazy registry `cli.STEPS`: `bertlook STEP` imports only STEP's module);
 * the step's handler (the `func` its sub-parser sets), with its `if args.X ...` branches decided by the
   flags the rule passes (a flag the rule does not pass has the parser's default; an undecidable test
   keeps both branches), e.g. `gradients --partial` (reduce, ENV_ANALYSIS) never reaches the model code
@@ -83,18 +83,26 @@ def _call_text(text: str, start: int) -> str:
 
 @lru_cache(maxsize=None)
 def workflow_rules() -> tuple[Rule, ...]:
-    """Every rule of workflow/rules/*.smk (also those defined only for some configurations)."""
+    """Every rule of workflow/rules/*.smk (also those defined only for some configurations).
+
+    ``use rule A as B [with: ...]`` makes B a copy of A: A's env, step and flags, except where the
+    ``with:`` block sets its own ``conda:`` or ``params: cmd=bertlook_cmd(...)``."""
     common = (RULES_DIR / "common.smk").read_text()
     envs = dict(re.findall(r'^(ENV_\w+) = "([^"]+)"', common, flags=re.M))
     assert envs, "no ENV_* constants in common.smk"
-    rules = []
+    rules: dict[str, Rule] = {}
+    uses = []  # (where, base, name, block)
     for smk in sorted(RULES_DIR.glob("*.smk")):
         text = smk.read_text()
-        starts = [m for m in re.finditer(r"^[ \t]*rule (\w+):", text, flags=re.M)]
+        starts = list(re.finditer(r"^[ \t]*(?:rule (\w+):|use rule (\w+) as (\w+)\b[^\n]*)", text, flags=re.M))
         for i, m in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
             block = text[m.start():end]
-            where = f"{smk.name}: rule {m.group(1)}"
+            name = m.group(1) or m.group(3)
+            where = f"{smk.name}: rule {name}"
+            if m.group(2):
+                uses.append((where, m.group(2), name, block))
+                continue
             conda = re.search(r"^\s*conda:\s*\n\s*(ENV_\w+)\s*$", block, flags=re.M)
             assert conda and conda.group(1) in envs, f"{where}: no conda: ENV_* directive"
             at = block.find("bertlook_cmd(")
@@ -102,8 +110,25 @@ def workflow_rules() -> tuple[Rule, ...]:
             call = ast.parse(_call_text(block, at), mode="eval").body
             assert isinstance(call.args[0], ast.Constant), f"{where}: the step is not a constant"
             env = (RULES_DIR / envs[conda.group(1)]).resolve()
-            rules.append(Rule(m.group(1), env, call.args[0].value, call))
-    return tuple(rules)
+            rules[name] = Rule(name, env, call.args[0].value, call)
+    while uses:  # a use rule may copy another use rule, in any file order
+        ready = [u for u in uses if u[1] in rules]
+        assert ready, "use rule of an unknown rule: " + ", ".join(f"{w} (from {b})" for w, b, _, _ in uses)
+        for use in ready:
+            uses.remove(use)
+            where, base, name, block = use
+            env, step, call = rules[base].env, rules[base].step, rules[base].call
+            conda = re.search(r"^\s*conda:\s*\n\s*(ENV_\w+)\s*$", block, flags=re.M)
+            if conda:
+                assert conda.group(1) in envs, f"{where}: conda: {conda.group(1)} is not an ENV_* constant"
+                env = (RULES_DIR / envs[conda.group(1)]).resolve()
+            at = block.find("bertlook_cmd(")
+            if at >= 0:
+                call = ast.parse(_call_text(block, at), mode="eval").body
+                assert isinstance(call.args[0], ast.Constant), f"{where}: the step is not a constant"
+                step = call.args[0].value
+            rules[name] = Rule(name, env, step, call)
+    return tuple(rules.values())
 
 
 # ---- envs ---------------------------------------------------------------------------------------
@@ -407,9 +432,18 @@ def import_graph() -> ImportGraph:
 def _cli():
     from bertlook import cli
 
-    parser = cli.build_parser()
+    parser = cli.build_parser(full=True)  # every step module registered, not stubs
     steps = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
     return cli.STEP_MODULES, steps
+
+
+PARSE_ROOTS = ["bertlook.__main__", "bertlook.cli", "bertlook.cli:main", "bertlook.cli:build_parser"]
+
+
+def _step_module(step: str) -> str:
+    from bertlook import cli
+
+    return cli.STEPS[step][0]
 
 
 def step_imports(rule: Rule, graph: ImportGraph) -> set[str]:
@@ -418,8 +452,8 @@ def step_imports(rule: Rule, graph: ImportGraph) -> set[str]:
     parser = steps[rule.step]
     handler = parser.get_default("func")
     module, name = handler.__module__, handler.__qualname__
-    roots = ["bertlook.__main__", "bertlook.cli", "bertlook.cli:main", "bertlook.cli:build_parser"]
-    roots += [r for m in modules for r in (m, f"{m}:register_cli")]
+    step_module = _step_module(rule.step)
+    roots = [*PARSE_ROOTS, step_module, f"{step_module}:register_cli"]
     func = graph.defs[module][name]
     return graph.reach(roots, extra=[(module, handler_nodes(func, rule, parser))])
 
@@ -428,8 +462,12 @@ def test_rules_are_parsed():
     rules = {r.name: r for r in workflow_rules()}
     assert {"segments", "extract_segments", "gradients_shard", "gradients", "figures", "heads", "probes",
             "coref_extract", "download_wikipedia", "manifest"} <= set(rules)
-    assert rules["gradients"].step == "gradients" and rules["extract_segments"].step == "extract"
+    assert rules["gradients"].step == "gradients" and rules["extract_segments"].step == "extract-segments"
     assert {r.env.name for r in rules.values()} == {"torch.yaml", "analysis.yaml"}
+    # use rule merge_words as merge_words_random: the copy runs the same step in the same env
+    assert rules["merge_words_random"].step == rules["merge_words"].step == "merge-stores"
+    assert rules["merge_words_random"].env == rules["merge_words"].env
+    assert rules["extract_words_random"].step == "extract-words"
 
 
 def test_the_import_graph_sees_lazy_imports_and_branches():
@@ -443,20 +481,33 @@ def test_the_import_graph_sees_lazy_imports_and_branches():
     assert "yaml" in graph.reach(["bertlook.pipeline.config"]) and "numpy" in graph.reach(["bertlook.attention.store"])
 
 
-def test_parse_time_imports_match_a_real_import():
-    """The static parse-time set (what every step imports before its handler runs) is what
-    cli.build_parser() really imports (in a fresh interpreter)."""
+def _first_step_of_each_module() -> list[str]:
+    from bertlook import cli
+
+    return list({module: step for step, (module, _) in reversed(cli.STEPS.items())}.values())
+
+
+@pytest.mark.parametrize("step", _first_step_of_each_module())
+def test_parse_time_imports_match_a_real_import(step):
+    """The static parse-time set of a step (what it imports before its handler runs) is what
+    cli.build_parser(step) really imports (in a fresh interpreter): every package of the static set is
+    imported, and nothing beyond it (the static packages are imported first, so what they pull in
+    themselves, e.g. pandas' dateutil, is not counted)."""
     import subprocess
 
-    modules, _ = _cli()
-    roots = ["bertlook.__main__", "bertlook.cli", "bertlook.cli:main", "bertlook.cli:build_parser"]
-    static = import_graph().reach(roots + [r for m in modules for r in (m, f"{m}:register_cli")])
-    code = ("import sys; from bertlook import cli; cli.build_parser(); "
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    module = _step_module(step)
+    static = import_graph().reach([*PARSE_ROOTS, module, f"{module}:register_cli"])
+    code = (f"import importlib, sys; base = set(sys.modules); "
+            f"[importlib.import_module(m) for m in {sorted(static)!r}]; deps = set(sys.modules); "
+            f"from bertlook import cli; cli.build_parser({step!r}); "
+            "top = lambda ms: ' '.join(sorted({m.split('.')[0] for m in ms})); "
+            "print(top(set(sys.modules) - deps)); print(top(set(sys.modules) - base))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
-    real = set(proc.stdout.split()) - STDLIB - {PKG, "_distutils_hack", "__main__"}
-    assert real == static
+    beyond, everything = (set(line.split()) - STDLIB - {PKG, "_distutils_hack", "__main__"}
+                          for line in proc.stdout.split("\n")[:2])
+    assert beyond == set(), f"bertlook {step} imports {beyond} at parse time, which the static analysis misses"
+    assert static <= everything
 
 
 @pytest.mark.parametrize("rule", workflow_rules(), ids=lambda r: r.name)

@@ -230,7 +230,7 @@ def test_extract_segments_and_cli(segments, tokenizer, tiny_model, tiny_bert_dir
 
     parser = argparse.ArgumentParser(prog="bertlook")
     register_cli(parser.add_subparsers(dest="step"))
-    args = parser.parse_args(["extract", "--segments", str(seg_path), "--model", str(tiny_bert_dir),
+    args = parser.parse_args(["extract-segments", "--segments", str(seg_path), "--model", str(tiny_bert_dir),
                               "--out", str(tmp_path / "cli_store"), "--batch-size", "3", "--device", "cpu",
                               "--max-seq-len", str(longest - 1), "--summary", str(tmp_path / "summary.json")])
     assert args.segment_ids == "zeros" and args.shard_mb == 256
@@ -302,12 +302,12 @@ def test_extract_counts_unk_and_stops_above_the_rate_before_loading(tokenizer, t
     from bertlook.cli import main
 
     capsys.readouterr()
-    assert main(["extract", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
+    assert main(["extract-segments", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
                  str(tmp_path / "cli"), "--device", "cpu", "--max-unk-rate", "0"]) == 2
     err_text = capsys.readouterr().err
     assert "error: model" in err_text and "Traceback" not in err_text
     with pytest.raises(SystemExit) as exit_:
-        main(["extract", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
+        main(["extract-segments", "--segments", str(seg_path), "--model", str(tiny_bert_dir), "--out",
               str(tmp_path / "cli"), "--max-unk-rate", "1.5"])
     assert exit_.value.code == 2 and "max-unk-rate" in capsys.readouterr().err
     with pytest.raises(BertlookError, match=r"\[0, 1\]"):

@@ -252,7 +252,7 @@ def test_model_dir_without_tokenizer_files_refused(tiny_bert_dir, tmp_path, caps
     assert str(d) in msg and "tokenizer.json" in msg and "vocab.txt" in msg and "merges.txt" in msg
     assert "tokenizer_config.json" in msg and "\n" not in msg
     assert "no tokenizer files" in check_reachable_model(str(d))
-    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+    err = _cli_error(["extract-segments", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
                       "--out", tmp_path / "store", "--device", "cpu"], capsys)
     assert str(d) in err and "tokenizer.json" in err
     assert not (tmp_path / "store").exists()
@@ -297,7 +297,7 @@ def test_corrupt_safetensors_refused_with_file_named(tiny_bert_dir, tmp_path, da
         load_model(resolve_model(str(d)), "cpu")
     assert str(w) in str(err.value) and "safetensors" in str(err.value)
     assert str(w) in check_reachable_model(str(d))
-    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+    err = _cli_error(["extract-segments", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
                       "--out", tmp_path / "store", "--device", "cpu"], capsys)
     assert str(w) in err
     assert not (tmp_path / "store").exists()
@@ -348,7 +348,7 @@ def test_pickled_weights_refused_and_never_unpickled(tiny_bert_dir, tmp_path, ho
     msg = str(err.value)
     assert str(d / "pytorch_model.bin") in msg and "refusing pickled weights" in msg and "safetensors" in msg
     assert "pytorch_model.bin" in check_reachable_model(str(d))
-    err = _cli_error(["extract", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
+    err = _cli_error(["extract-segments", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
                       "--out", tmp_path / "store", "--device", "cpu"], capsys)
     assert "pytorch_model.bin" in err
     from bertlook.analyses.gradients import load_mlm_checked

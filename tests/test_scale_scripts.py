@@ -79,7 +79,7 @@ rule extract_segments:
     wildcards: run=scale-x, shard=1of1
     threads: 2
     resources: tmpdir=/tmp, runtime=240, mem_mb=16000
-Shell command: bertlook extract ...
+Shell command: bertlook extract-segments ...
 
 [Tue Dec  1 01:49:35 2026]
 rule heads:

@@ -373,7 +373,7 @@ def fake_modeling(monkeypatch):
 
 def test_cli_corpora(fake_modeling, tiny_bert_dir, wiki_bz2, tmp_path, capsys):
     out, summary_path = tmp_path / "corpus" / "segments.jsonl", tmp_path / "corpus" / "summary.json"
-    args = _parse(["corpora", "--dump", str(wiki_bz2), "--model", str(tiny_bert_dir),
+    args = _parse(["segments", "--dump", str(wiki_bz2), "--model", str(tiny_bert_dir),
                    "--out", str(out), "--summary", str(summary_path), "--n-segments", "50",
                    "--max-seq-len", "64", "--seed", "0"])
     assert args.func(args) == 0
@@ -384,14 +384,14 @@ def test_cli_corpora(fake_modeling, tiny_bert_dir, wiki_bz2, tmp_path, capsys):
     for key, value in EXPECTED_COUNTS.items():
         assert summary[key] == value, key
     captured = capsys.readouterr()
-    assert captured.out.startswith(f"corpora: {len(segments)}/50 segments")
+    assert captured.out.startswith(f"segments: {len(segments)}/50 segments")
     assert captured.out.count("\n") == 1
     assert "warning: only" in captured.err
 
 
 def test_cli_help_lists_inputs_and_outputs(capsys):
     with pytest.raises(SystemExit):
-        _parse(["corpora", "--help"])
+        _parse(["segments", "--help"])
     text = capsys.readouterr().out
     for word in ("Input:", "Output:", "--dump", "--model", "--revision", "--out", "--summary",
                  "--n-segments", "--max-seq-len", "--seed", "--max-articles"):
@@ -432,7 +432,7 @@ def test_cli_corpora_empty_dump_exits_2_and_writes_nothing(fake_modeling, tiny_b
     dump = tmp_path / "redirects.xml"
     dump.write_text(f"{_MW_HEAD}{_page('R', '#REDIRECT [[Cat]]')}</mediawiki>")
     out = tmp_path / "segments.jsonl"
-    code = main(["corpora", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
+    code = main(["segments", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
                  "--summary", str(tmp_path / "s.json")])
     assert code == 2 and not out.exists()
     assert f"error: {dump}: no usable article in the Wikipedia dump (pages read 1" in capsys.readouterr().err
@@ -445,7 +445,7 @@ def test_cli_corpora_no_segment_possible_is_an_error(fake_modeling, tiny_bert_di
     dump.write_text(f"{_MW_HEAD}{_page('A', 'The cat sat on the mat.')}{_page('B', 'The dog ran to the river.')}"
                     "</mediawiki>")
     out = tmp_path / "segments.jsonl"
-    code = main(["corpora", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
+    code = main(["segments", "--dump", str(dump), "--model", str(tiny_bert_dir), "--out", str(out),
                  "--summary", str(tmp_path / "s.json")])
     err = capsys.readouterr().err
     assert code == 2 and not out.exists()
@@ -454,7 +454,7 @@ def test_cli_corpora_no_segment_possible_is_an_error(fake_modeling, tiny_bert_di
 
 def test_cli_corpora_shortfall_is_reported_in_the_summary(fake_modeling, tiny_bert_dir, wiki_bz2, tmp_path, capsys):
     summary_path = tmp_path / "s.json"
-    args = _parse(["corpora", "--dump", str(wiki_bz2), "--model", str(tiny_bert_dir), "--out",
+    args = _parse(["segments", "--dump", str(wiki_bz2), "--model", str(tiny_bert_dir), "--out",
                    str(tmp_path / "seg.jsonl"), "--summary", str(summary_path), "--n-segments", "1000"])
     assert args.func(args) == 0
     summary = json.loads(summary_path.read_text())

@@ -153,11 +153,11 @@ def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
     assert pieces.tokens == pytest.approx((1.3 * 3 + 2) + (1.3 * 5 + 2)) and pieces.longest == 128
     # the store: 144 heads * 74 * 2 bytes = 21,312 bytes -> under the disk floor
     assert _req("extract_words", _config(), [str(conllu)], wc={"split": "train", "maps": "words"})["disk_mb"] == 100
-    # a model directory among the inputs gives the dimensions, not the run's model (extract_randwords
+    # a model directory among the inputs gives the dimensions, not the run's model (extract_words_random
     # has none: it re-initialises the run's model in memory, so it has the run's model's dimensions)
-    assert _req("extract_randwords", _config(), [str(conllu)], wc={"split": "train"}) == \
+    assert _req("extract_words_random", _config(), [str(conllu)], wc={"split": "train"}) == \
         _req("extract_words", _config(), [str(conllu)], wc={"split": "train"})
-    job = sizing.Job(rule="extract_randwords", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
+    job = sizing.Job(rule="extract_words_random", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
                      wildcards={"run": "offline-minilm"}, dims_of=lambda s, r: BASE)
     assert (job.dims().layers, job.dims().heads, job.dims().hidden) == (2, 2, 32)
 

@@ -178,7 +178,7 @@ def _parser():
 def test_cli(tmp_path, capsys):
     make_store(tmp_path / "s", [(TOKENS_1, ATTN_1), (TOKENS_2, ATTN_2)])
     args = _parser().parse_args([
-        "stats", "--attention", str(tmp_path / "s"), "--out", str(tmp_path / "o" / "attention_stats.csv"),
+        "surface-stats", "--attention", str(tmp_path / "s"), "--out", str(tmp_path / "o" / "attention_stats.csv"),
         "--summary", str(tmp_path / "o" / "summary.json"),
     ])
     assert args.func(args) == 0
@@ -188,14 +188,14 @@ def test_cli(tmp_path, capsys):
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["n_examples"] == 2 and summary["mean_tokens"] == 3.5
     assert "2 of 2 examples" in capsys.readouterr().out
-    help_text = _parser()._subparsers._group_actions[0].choices["stats"].format_help()
+    help_text = _parser()._subparsers._group_actions[0].choices["surface-stats"].format_help()
     for flag in ("--attention", "--out", "--summary", "--max-examples"):
         assert flag in help_text
 
 
 def test_cli_missing_store(tmp_path):
     args = _parser().parse_args([
-        "stats", "--attention", str(tmp_path / "nope"), "--out", str(tmp_path / "a.csv"),
+        "surface-stats", "--attention", str(tmp_path / "nope"), "--out", str(tmp_path / "a.csv"),
         "--summary", str(tmp_path / "s.json"),
     ])
     with pytest.raises(BertlookError, match="nope"):

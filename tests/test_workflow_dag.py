@@ -1,5 +1,5 @@
 """The DAG of the tiny configuration (snakemake -n and the rules as Snakemake parsed them): the
-random-init maps come from extract_randwords (the run's model re-initialised in memory, no saved
+random-init maps come from extract_words_random (the run's model re-initialised in memory, no saved
 model copy), the probes are split into probes_random + probes, extraction.word_shards sets the number
 of word-level extraction jobs, and extraction.keep_maps: false makes the merged word stores temp()."""
 
@@ -58,14 +58,14 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     assert "random_init_model" not in counts and "models/random_init" not in out
     assert counts["extract_segments"] == 3  # extraction.shards
     # extraction.word_shards: 2 jobs per split, for the model and for its random-init twin
-    assert counts["extract_words"] == counts["extract_randwords"] == 2 * 2
-    assert counts["merge_words"] == counts["merge_randwords"] == 2
+    assert counts["extract_words"] == counts["extract_words_random"] == 2 * 2
+    assert counts["merge_words"] == counts["merge_words_random"] == 2
     assert counts["probes_random"] == counts["probes"] == counts["heads"] == 1
     for split in ("train", "dev"):
         for shard in ("1of2", "2of2"):
             assert f"attention/randwords-{split}-{shard}" in out and f"attention/words-{split}-{shard}" in out
-            assert f"logs/extract_randwords-{split}-{shard}.log" in out
-            assert f"benchmarks/extract_randwords-{split}-{shard}.tsv" in out
+            assert f"logs/extract_words_random-{split}-{shard}.log" in out
+            assert f"benchmarks/extract_words_random-{split}-{shard}.tsv" in out
     # the randwords jobs run the run's model with --random-init-seed (config seed 0)
     commands = [line for line in out.splitlines() if " extract-words " in line]
     assert len(commands) == 8
@@ -83,7 +83,7 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     # word_shards: null = extraction.shards
     _write_config(tmp_path, tiny_bert_dir, shards=3, word_shards=None)
     counts, _ = _dry_run(tmp_path)
-    assert counts["extract_words"] == counts["extract_randwords"] == 2 * 3
+    assert counts["extract_words"] == counts["extract_words_random"] == 2 * 3
 
 
 def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_dir):
@@ -91,7 +91,7 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
     config["probes"]["random_init"] = False
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
-    assert not {"extract_randwords", "merge_randwords", "probes_random", "random_init_model"} & set(counts)
+    assert not {"extract_words_random", "merge_words_random", "probes_random", "random_init_model"} & set(counts)
     table = [line for line in out.splitlines() if " -m bertlook probes " in line]
     assert len(table) == 1 and "--add-rows" not in table[0]
 
@@ -100,16 +100,16 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
 def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir, keep):
     rules = _rules(_write_config(tmp_path, tiny_bert_dir, keep_maps=keep), tmp_path)
     assert "random_init_model" not in rules
-    for name in ("merge_words", "merge_randwords"):
+    for name in ("merge_words", "merge_words_random"):
         assert _temp(rules[name], "store") is (not keep), name
         assert not _temp(rules[name], "summary"), name  # the manifest and the golden check read them
     assert _temp(rules["extract_segments"], "store") is (not keep)
-    for name in ("extract_words", "extract_randwords"):  # shard stores: merged by hard links, always temp
+    for name in ("extract_words", "extract_words_random"):  # shard stores: merged by hard links, always temp
         assert _temp(rules[name], "store") and not _temp(rules[name], "summary"), name
     # priorities: consumers first; the random-init maps (whose rows probes waits for) before the model's
-    assert rules["extract_randwords"].priority > rules["extract_words"].priority
-    assert rules["extract_randwords"].priority > rules["extract_segments"].priority
-    for name in ("heads", "probes", "probes_random", "merge_words", "merge_randwords"):
+    assert rules["extract_words_random"].priority > rules["extract_words"].priority
+    assert rules["extract_words_random"].priority > rules["extract_segments"].priority
+    for name in ("heads", "probes", "probes_random", "merge_words", "merge_words_random"):
         assert rules[name].priority == 10, name
 
 

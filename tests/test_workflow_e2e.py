@@ -105,7 +105,7 @@ def test_every_declared_output_is_well_formed(finished_run):
     assert manifest["device"] == "cpu"
     assert manifest["model"]["provenance"]["source"] == "local"
     for log in ["segments", "extract_segments-1of1", "gather_extraction", "surface_stats-1of1", "surface_stats",
-                "js_divergence-1of1", "cluster_heads", "fig1_example-1of1", "figures", "merge_words-dev", "manifest"]:
+                "cluster_heads-1of1", "cluster_heads", "fig1_example-1of1", "figures", "merge_words-dev", "manifest"]:
         assert (run / "logs" / f"{log}.log").is_file(), log
     # extraction.shards: 1, keep_maps: true (defaults): one segment store kept, word shard stores merged
     assert len(open_store(run / "attention" / "segments-1of1")) == 12
@@ -120,7 +120,7 @@ def test_every_declared_output_is_well_formed(finished_run):
     rows = json.loads((run / "partials" / "probes_random.json").read_text())
     assert rows["probes"] == ["random_init_attn_glove"] and rows["table"][0]["n_seeds"] == 2
     assert table3.set_index("probe").loc["random_init_attn_glove", "uas_mean"] == pytest.approx(rows["table"][0]["uas_mean"])
-    for log in ("probes_random", "extract_randwords-train-1of1", "merge_randwords-dev"):
+    for log in ("probes_random", "extract_words_random-train-1of1", "merge_words_random-dev"):
         assert (run / "logs" / f"{log}.log").is_file(), log
 
 

@@ -147,7 +147,7 @@ def segment_maps(path):
 def word_maps(path):
     """The merged word-level stores (attention/words-*, attention/randwords-*): kept (extraction.keep_maps),
     or temp() -- deleted once their consumers ran (heads and probes; probes_random), so that the model's
-    and the random-init model's stores need not be on disk together (see words.smk, priorities)."""
+    and the random-init model's stores need not be on disk together (see extract_words.smk, priorities)."""
     return path if KEEP_MAPS else temp(path)
 
 

@@ -1,4 +1,4 @@
-# Stage `coref`: coreference antecedent selection per head (paper Table 2). The CoNLL-2012 corpus is
+# Step `coref`: coreference antecedent selection per head (paper Table 2). The CoNLL-2012 corpus is
 # LDC licensed: with no files configured the stage writes tables that say "not run" (never fails).
 
 if COREF_FILES:

@@ -1,4 +1,4 @@
-# Stage `figures`: PNG twins of the paper's Figs 1, 2, 4 and 6, registered in the report.
+# Step `figures`: PNG twins of the paper's Figs 1, 2, 4 and 6, registered in the report.
 # Fig 1's example (figures.example_index, in the unsharded store's order) is saved by the extraction
 # shard that holds it (partials/fig1-{shard}.npz), so the figures need no maps.
 

@@ -1,4 +1,4 @@
-# Stage `gradients`: |d MLM loss / d attention| to [SEP], ". ," and other tokens per layer (paper
+# Step `gradients`: |d MLM loss / d attention| to [SEP], ". ," and other tokens per layer (paper
 # Fig 3). A model without a masked-LM head gets a table and figure that say why it did not run.
 # One job per gradient shard (gradients.shards, default extraction.shards; the model runs on its range
 # of segments; masks are drawn as in one run) writes sums and counts (partials/gradients-{shard}.npz); `gradients` adds them up.

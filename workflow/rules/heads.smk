@@ -1,4 +1,4 @@
-# Stage `heads`: every head scored as a dependency classifier per relation (paper Table 1, Fig 5).
+# Step `heads`: every head scored as a dependency classifier per relation (paper Table 1, Fig 5).
 
 
 rule heads:
@@ -49,7 +49,7 @@ rule heads:
         log_path("heads"),
     benchmark:
         bench_path("heads")
-    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; words.smk)
+    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; extract_words.smk)
     threads: 1
     resources:
         **sizing.snakemake_resources("heads", config),

@@ -1,4 +1,4 @@
-# Stage `manifest`: provenance of a run (model, corpus checksum, config, versions, device).
+# Step `manifest`: provenance of a run (model, corpus checksum, config, versions, device).
 
 
 rule manifest:

@@ -1,4 +1,4 @@
-# Stage `probes`: attention-based dependency probes (paper Table 3) and their baselines.
+# Step `probes`: attention-based dependency probes (paper Table 3) and their baselines.
 
 if not config["glove"].get("path"):
 
@@ -30,7 +30,7 @@ if not config["glove"].get("path"):
 
 
 # The random-init baseline (probes.random_init): its probe on the random-init model's word stores
-# (extract_randwords; no model copy is saved), rows written for `probes`, which adds them to Table 3.
+# (extract_words_random; no model copy is saved), rows written for `probes`, which adds them to Table 3.
 rule probes_random:
     input:
         unpack(probes_random_inputs),

@@ -1,4 +1,4 @@
-# Stage `resources`: the measured resources of a run (wall, CPU, max RSS, I/O per rule) from the
+# Step `resources`: the measured resources of a run (wall, CPU, max RSS, I/O per rule) from the
 # Snakemake benchmark files every rule writes; runs after every other output of the run.
 
 # The resources tables of a run wait for every other output `all` asks for of that run, those of the

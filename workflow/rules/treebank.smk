@@ -1,4 +1,4 @@
-# Stage `treebank`: dependency trees (silver spaCy parses, a UD release, or local PTB-SD / UD files)
+# Step `treebank`: dependency trees (silver spaCy parses, a UD release, or local PTB-SD / UD files)
 # normalised to CoNLL-U train/dev splits under results/{run}/treebank/.
 
 

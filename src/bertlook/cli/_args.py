@@ -1,4 +1,4 @@
-"""Argparse helpers shared by the model-running steps (``extract``, ``extract-words``, ``coref-extract``,
+"""Argparse helpers shared by the model-running steps (``extract-segments``, ``extract-words``, ``coref-extract``,
 ``gradients``): ``--model`` / ``--revision``, the batch flags, ``--max-unk-rate`` and ``--shard I/K``.
 
 Light imports only: :mod:`bertlook.attention.extraction` and :mod:`bertlook.pipeline.sharding` import

@@ -1,4 +1,4 @@
-"""``bertlook cluster``: argparse glue, summaries and printing of :mod:`bertlook.analyses.cluster_heads`."""
+"""``bertlook cluster-heads``: argparse glue, summaries and printing of :mod:`bertlook.analyses.cluster_heads`."""
 
 from __future__ import annotations
 
@@ -44,20 +44,20 @@ def _run_cluster(args: argparse.Namespace) -> int:
     from bertlook.pipeline.sharding import load_partial, save_partial
 
     if bool(args.attention) == bool(args.partial):
-        raise BertlookError("cluster: give --attention DIR or --partial NPZ ... (one of them)")
+        raise BertlookError("cluster-heads: give --attention DIR or --partial NPZ ... (one of them)")
     if args.out_partial:
         if not args.attention:
-            raise BertlookError("cluster: --out-partial needs --attention")
+            raise BertlookError("cluster-heads: --out-partial needs --attention")
         meta, arrays = js_divergence_partial(open_store(args.attention), max_examples=args.max_examples,
                                              segments=args.segments, num_threads=threads, progress=True)
         save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
-        print(f"cluster: JS divergence sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
+        print(f"cluster-heads: JS divergence sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
               f"-> {args.out_partial}")
         return 0
     missing = [f for f, v in (("--stats", args.stats), ("--out-js", args.out_js), ("--out-clusters", args.out_clusters))
                if not v]
     if missing:
-        raise BertlookError(f"cluster: give {', '.join(missing)} (or --out-partial)")
+        raise BertlookError(f"cluster-heads: give {', '.join(missing)} (or --out-partial)")
     if args.partial:
         partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
         D, info = reduce_js_divergence(partials, where=args.partial)
@@ -81,7 +81,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
     used, total = info["n_examples"], info["n_examples_in_store"]
     counts = clusters_df["behavior"].value_counts().to_dict()
     print(
-        f"cluster: {used} of {total} examples, {len(clusters_df)} heads -> "
+        f"cluster-heads: {used} of {total} examples, {len(clusters_df)} heads -> "
         f"{args.out_js}, {args.out_clusters}; behaviours: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     )
@@ -89,16 +89,16 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    """Add the ``cluster`` subcommand."""
+    """Add the ``cluster-heads`` subcommand."""
     p = subparsers.add_parser(
-        "cluster",
+        "cluster-heads",
         help="Jensen-Shannon divergences between heads, 2-D MDS embedding, behaviour labels (Fig 6)",
         description=(
             "Compare every pair of heads by the Jensen-Shannon divergence of their attention "
             "(summed over from-tokens and examples), embed the heads in 2-D with metric MDS and label "
             "their behaviour from the surface statistics. Inputs: --attention (attention store "
             "directory) or --partial (the summed matrices of the shards of a sharded extraction, from "
-            "--out-partial), --stats (attention_stats.csv from `bertlook stats`). Outputs: --out-js "
+            "--out-partial), --stats (attention_stats.csv from `bertlook surface-stats`). Outputs: --out-js "
             "(K x K CSV, first column `head`, columns 'L-H') and --out-clusters (CSV: "
             "layer,head,x,y,behavior); or --out-partial (NPZ: the summed matrix of one store, no MDS)."
         ),

@@ -1,4 +1,4 @@
-"""CLI of bertlook.attention.extraction: ``extract`` (and, through :mod:`bertlook.cli.sharding`,
+"""CLI of bertlook.attention.extraction: ``extract-segments`` (and, through :mod:`bertlook.cli.sharding`,
 ``merge-stores`` and ``gather-extraction``)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_sha
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
-    """Add the ``extract`` subcommand."""
+    """Add the ``extract-segments`` subcommand."""
     p = subparsers.add_parser(
-        "extract",
+        "extract-segments",
         help="extract token-level attention maps of a model into an attention store",
         description=(
             "Run a model on paper-style segments ([CLS] A [SEP] B [SEP]) and store its attention maps.\n"
-            "Input:  --segments segments.jsonl (from `bertlook corpora`), a model spec.\n"
+            "Input:  --segments segments.jsonl (from `bertlook segments`), a model spec.\n"
             "Output: --out DIR, an attention store (meta.json, index.jsonl, shard-*.bin: float16\n"
             "        [layer, head, from, to] per example, in length-sorted order; match by id);\n"
             "        --summary JSON with counts (excluded over-long examples), tokens/s, device."
@@ -51,7 +51,7 @@ def _cmd_extract(args) -> int:
     if args.summary:
         write_json(args.summary, summary)
     print(
-        f"extract: {summary['n_examples']} examples ({summary['tokens']} tokens) -> {Path(args.out)}; "
+        f"extract-segments: {summary['n_examples']} examples ({summary['tokens']} tokens) -> {Path(args.out)}; "
         f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"

@@ -12,12 +12,12 @@ _HELP = """\
 Draw the PNG twins of the paper's figures.
 
 inputs:
-  --attention DIR        attention store (extract step); Fig 1 draws one of its examples
+  --attention DIR        attention store (extract-segments step); Fig 1 draws one of its examples
   --example NPZ          or: the Fig 1 example files of the shards of a sharded extraction
                          (`bertlook fig1-example`, repeatable; exactly one holds the example)
   --stats CSV            attention_stats.csv (surface-stats step): one row per head
   --stats-summary JSON   surface-stats summary: n_examples, uniform_entropy, mean_tokens
-  --clusters CSV         head_clusters.csv (clustering step): layer,head,x,y,behavior
+  --clusters CSV         head_clusters.csv (cluster-heads step): layer,head,x,y,behavior
 
 outputs (in --out-dir):
   fig1_example_heads.png   Fig 1: example heads' attention on one example

@@ -1,4 +1,4 @@
-"""``bertlook corpora``: Wikipedia dump -> paper-style segments (JSONL) and a summary.
+"""``bertlook segments``: Wikipedia dump -> paper-style segments (JSONL) and a summary.
 
 The computation lives in :mod:`bertlook.data.segments`; this module holds the argparse glue, the
 summary and printing.
@@ -43,7 +43,7 @@ def _handler(args: argparse.Namespace) -> int:
                "max_articles": args.max_articles, **summary, **counts, "warnings": warnings}
     write_json(args.summary, summary)
     print(
-        f"corpora: {summary['segments_produced']}/{summary['segments_requested']} segments from "
+        f"segments: {summary['segments_produced']}/{summary['segments_requested']} segments from "
         f"{summary['documents_used']} documents ({summary['truncated_segments']} truncated, "
         f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, mean "
         f"{summary['mean_tokens']} / max {summary['max_tokens']} tokens); pages read "
@@ -58,7 +58,7 @@ def _handler(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
-        "corpora",
+        "segments",
         help="Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
         description=(
             "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) and the "

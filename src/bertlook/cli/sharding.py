@@ -70,8 +70,8 @@ def register_cli(subparsers) -> None:
         "gather-extraction",
         help="gather the summaries of a sharded segment extraction (no maps needed)",
         description=(
-            "Input:  --part-summary JSON of every shard of `extract --shard I/K`, in order.\n"
-            "Output: --summary JSON (what one unsharded `extract` writes: counts summed, settings\n"
+            "Input:  --part-summary JSON of every shard of `extract-segments --shard I/K`, in order.\n"
+            "Output: --summary JSON (what one unsharded `extract-segments` writes: counts summed, settings\n"
             "        checked, per-shard timing under `shards`) and --meta JSON (the meta.json of the\n"
             "        unsharded store: model provenance, exclusions), so later steps (manifest) need no maps."
         ),

@@ -1,4 +1,4 @@
-"""``bertlook stats``: argparse glue, summaries and printing of :mod:`bertlook.analyses.surface_stats`."""
+"""``bertlook surface-stats``: argparse glue, summaries and printing of :mod:`bertlook.analyses.surface_stats`."""
 
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ def _run_stats(args: argparse.Namespace) -> int:
     from bertlook.pipeline.sharding import load_partial, save_partial
 
     if bool(args.attention) == bool(args.partial):
-        raise BertlookError("stats: give --attention DIR or --partial NPZ ... (one of them)")
+        raise BertlookError("surface-stats: give --attention DIR or --partial NPZ ... (one of them)")
     if args.out_partial:
         if not args.attention:
-            raise BertlookError("stats: --out-partial needs --attention")
+            raise BertlookError("surface-stats: --out-partial needs --attention")
         meta, arrays = surface_stats_partial(open_store(args.attention), max_examples=args.max_examples,
                                              segments=args.segments)
         save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
-        print(f"stats: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
+        print(f"surface-stats: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
               f"-> {args.out_partial}")
         return 0
     if not (args.out and args.summary):
-        raise BertlookError("stats: give --out and --summary (or --out-partial)")
+        raise BertlookError("surface-stats: give --out and --summary (or --out-partial)")
     if args.partial:
         partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
         frame, summary = reduce_surface_stats(partials, where=args.partial)
@@ -42,26 +42,26 @@ def _run_stats(args: argparse.Namespace) -> int:
     write_csv(args.out, frame)
     write_json(args.summary, summary)
     print(
-        f"stats: {summary['n_examples']} of {summary['n_examples_in_store']} examples, "
+        f"surface-stats: {summary['n_examples']} of {summary['n_examples_in_store']} examples, "
         f"{len(frame)} heads -> {args.out}, {args.summary}"
     )
     for what, count in summary["excluded_from_column"].items():
         if count:
-            print(f"stats: {count} example(s) left out of {what}")
+            print(f"surface-stats: {count} example(s) left out of {what}")
     return 0
 
 
 def register_cli(subparsers) -> None:
-    """Add the ``stats`` subcommand."""
+    """Add the ``surface-stats`` subcommand."""
     p = subparsers.add_parser(
-        "stats",
+        "surface-stats",
         help="per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)",
         description=(
             "Compute per-head surface statistics of an attention store. "
             "Input: --attention (attention store directory), or --partial (partial sums of the shards "
             "of a sharded extraction, from --out-partial). "
             "Outputs: --out (CSV, one row per head: layer,head,cls,sep,punct,self,prev,next,"
-            "sep_sep,rest_sep,entropy,cls_entropy) and --summary (JSON: n_examples, uniform_entropy, "
+            "sep_sep,rest_sep,entropy,cls_entropy,max_attention; columns: docs/definitions.md) and --summary (JSON: n_examples, uniform_entropy, "
             "mean_tokens, counts of examples left out of a column); or --out-partial (NPZ: sums and "
             "counts of one store, added up later with --partial)."
         ),

@@ -2,13 +2,13 @@
 
 ``extraction.shards: K`` splits every model-running step into K jobs over **contiguous ranges of its
 input by index**: shard ``i`` of ``K`` (1-based) of ``N`` items is ``[(i-1)*N//K, i*N//K)`` of the
-segments file (``extract``, ``gradients``) or of the treebank file (``extract-words``). The
+segments file (``extract-segments``, ``gradients``) or of the treebank file (``extract-words``). The
 statistics that follow are additive over examples, so each shard writes **partial sums and counts**
 (never means) to a plain ``.npz`` file (:func:`save_partial`, no pickle: float/int arrays plus one
 JSON string) and a gather step adds them up in shard order and divides once:
 
-* surface statistics (``bertlook stats --out-partial`` / ``--partial``): per-column sums and counts;
-* Jensen-Shannon divergences (``bertlook cluster --out-partial`` / ``--partial``): the summed matrix,
+* surface statistics (``bertlook surface-stats --out-partial`` / ``--partial``): per-column sums and counts;
+* Jensen-Shannon divergences (``bertlook cluster-heads --out-partial`` / ``--partial``): the summed matrix,
   then MDS on the reduced matrix;
 * gradients (``bertlook gradients --shard I/K --out-partial`` / ``--partial``): summed ``|dL/dA|``
   and entry counts, summed per-segment means, attention mass sums, loss sums;
@@ -287,7 +287,7 @@ def gather_extraction(summary_paths: Sequence[Any]) -> tuple[dict[str, Any], dic
     for s, p in zip(summaries, summary_paths):
         meta = s.get("store_meta")
         if not isinstance(meta, dict):
-            raise BertlookError(f"{p}: no 'store_meta' (written by `bertlook extract --shard I/K`)")
+            raise BertlookError(f"{p}: no 'store_meta' (written by `bertlook extract-segments --shard I/K`)")
         metas.append(meta)
     summary = merge_summaries(summaries, where=summary_paths)
     summary["shards"] = [shard_entry(s, p) for s, p in zip(summaries, summary_paths)]

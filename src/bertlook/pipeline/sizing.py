@@ -66,7 +66,7 @@ probes                 714, 99.1 (3 seeds)         797, 7.0 (1 seed, 1 thread)  
 =====================  ==========================  ===========================  ==========================
 
 (*) a rule of earlier versions (the saved random-init model copy): the random-init maps now come from
-``extract_randwords``, which re-initialises the run's model in memory (``extract-words
+``extract_words_random``, which re-initialises the run's model in memory (``extract-words
 --random-init-seed``) and is sized like ``extract_words``. The probes are two rules since: ``probes``
 (4 trained probes per seed) and ``probes_random`` (the random-init probe, 1 per seed), each sized by the
 formula below with its own number of probes.
@@ -108,7 +108,7 @@ BASE_TORCH_MB = 540.0  # python + torch + transformers + tokenizers, before the 
 BASE_NUMPY_MB = 160.0  # analysis steps reading a store one example at a time (stats, clustering)
 BASE_PLOT_MB = 320.0  # steps drawing figures (matplotlib): figures 308, heads 266
 BASE_SPACY_MB = 460.0  # segments (tokenizer) 456, silver treebank (spaCy sm) 419
-BASE_SMALL_MB = 250.0  # manifest, comparison, coref, summaries, downloads
+BASE_SMALL_MB = 250.0  # manifest, compare, coref, summaries, downloads
 MAPS_COPIES = 1.5  # one batch of fp32 maps + its float16 copy
 CPU_FLOPS = 30e9  # FLOP per CPU second of a BERT forward pass (measured 37.7e9 and 65.5e9)
 JS_NS_PER_ENTRY = 1.2  # CPU ns per (head pair x map entry) of the JS divergence (measured 1.11, 0.97)
@@ -466,7 +466,7 @@ def sum_flops(dims: ModelDims, ex: Examples) -> float:
 def _estimate(job: Job) -> tuple[float, float, float]:
     """(RSS MiB, CPU seconds, output MiB) before safety factors and floors."""
     rule, cfg = job.rule, job.config
-    if rule in ("extract_segments", "extract_words", "extract_randwords", "coref_extract"):
+    if rule in ("extract_segments", "extract_words", "extract_words_random", "coref_extract"):
         dims = job.dims()
         if rule == "extract_segments":
             pieces = words = _segments(job)
@@ -489,7 +489,7 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         mem = BASE_TORCH_MB + dims.weights_mb + autograd / MIB
         cpu = STARTUP_S + (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) / CPU_FLOPS
         return mem, cpu, 0.0
-    if rule in ("surface_stats", "surface_stats_shard", "cluster_heads", "js_divergence_shard", "figures"):
+    if rule in ("surface_stats", "surface_stats_shard", "cluster_heads", "cluster_heads_shard", "figures"):
         base = BASE_PLOT_MB if rule == "figures" else BASE_NUMPY_MB
         if not job.reads_maps():  # gathers: partial sums in, tables (and the MDS of a K x K matrix) out
             return base, STARTUP_S + 10.0, 10.0
@@ -498,7 +498,7 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         nbytes = _store_total(job, lambda: store_bytes(dims, seg))
         one_map = dims.heads_total * seg.longest ** 2 * 8 / MIB  # one example in float64
         cpu = STARTUP_S + nbytes / (IO_MB_S * 1e6)
-        if rule in ("cluster_heads", "js_divergence_shard"):
+        if rule in ("cluster_heads", "cluster_heads_shard"):
             squares = nbytes / (2.0 * dims.heads_total)  # sum(n^2) from the store's size
             limit = cfg["clustering"].get("max_examples")
             if limit and job.shard is None and seg.count > limit:
@@ -537,12 +537,12 @@ def _estimate(job: Job) -> tuple[float, float, float]:
                         "pass kind= the rule it behaves like")
 
 
-SMALL_RULES = ("manifest", "comparison", "coref", "models_summary", "resources", "resources_summary",
-               "gather_extraction", "merge_words", "merge_randwords", "fig1_example_shard")
+SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "resources_summary",
+               "gather_extraction", "merge_words", "merge_words_random", "fig1_example_shard")
 KNOWN_RULES = (
     "segments", "download_wikipedia", "download_glove", "extract_segments", "surface_stats_shard",
-    "surface_stats", "js_divergence_shard", "cluster_heads", "figures", "treebank", "extract_words",
-    "extract_randwords", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
+    "surface_stats", "cluster_heads_shard", "cluster_heads", "figures", "treebank", "extract_words",
+    "extract_words_random", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
     "gradients", *SMALL_RULES,
 )
 

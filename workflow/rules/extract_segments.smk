@@ -1,4 +1,4 @@
-# Stage `extract`: attention maps [layers, heads, n, n] (float16, sharded) for every segment.
+# Step `extract-segments`: attention maps [layers, heads, n, n] (float16, sharded) for every segment.
 # extraction.shards = K: K jobs, shard {shard} = the i-th of K contiguous ranges of segments.jsonl;
 # extraction.keep_maps: false makes each shard's store temp() (deleted once its consumers ran).
 # On SLURM (profiles/slurm) extract_segments asks for a GPU.
@@ -12,7 +12,7 @@ rule extract_segments:
         summary=run_path("attention", "segments-{shard}.summary.json"),
     params:
         cmd=bertlook_cmd(
-            "extract",
+            "extract-segments",
             model_flags,
             omp_threads=True,
             segments=IN.segments,

@@ -1,4 +1,4 @@
-# Stage `corpora`: Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSON Lines).
+# Step `segments`: Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSON Lines).
 
 if not config["wikipedia"].get("path"):
 
@@ -38,7 +38,7 @@ rule segments:
         summary=run_path("corpus", "segments.summary.json"),
     params:
         cmd=bertlook_cmd(
-            "corpora",
+            "segments",
             model_flags,
             dump=IN.dump,
             out=OUT.segments,

@@ -1,11 +1,11 @@
-# Stage `cluster`: Jensen-Shannon divergence between heads and its MDS embedding (paper Fig 6).
+# Step `cluster-heads`: Jensen-Shannon divergence between heads and its MDS embedding (paper Fig 6).
 # The JS matrix is a sum over examples: one partial sum per extraction shard
 # (partials/js-{shard}.npz, the heavy part), added up by cluster_heads, which embeds it with MDS.
 # clustering.max_examples = N: the first N segments of segments.jsonl, whatever the sharding.
 JS_MAX_EXAMPLES = config["clustering"]["max_examples"]
 
 
-rule js_divergence_shard:
+rule cluster_heads_shard:
     input:
         store=rules.extract_segments.output.store,
         segments=rules.segments.output.segments,
@@ -13,7 +13,7 @@ rule js_divergence_shard:
         partial=run_path("partials", "js-{shard}.npz"),
     params:
         cmd=bertlook_cmd(
-            "cluster",
+            "cluster-heads",
             omp_threads=True,
             attention=IN.store,
             segments=IN.segments if JS_MAX_EXAMPLES is not None else None,
@@ -21,12 +21,12 @@ rule js_divergence_shard:
             out_partial=OUT.partial,
         ),
     log:
-        log_path("js_divergence-{shard}"),
+        log_path("cluster_heads-{shard}"),
     benchmark:
-        bench_path("js_divergence-{shard}")
+        bench_path("cluster_heads-{shard}")
     threads: 8
     resources:
-        **sizing.snakemake_resources("js_divergence_shard", config),
+        **sizing.snakemake_resources("cluster_heads_shard", config),
     priority: 10  # before the next extraction shard: frees a temp() store early (keep_maps: false)
     conda:
         ENV_TORCH
@@ -36,7 +36,7 @@ rule js_divergence_shard:
 
 rule cluster_heads:
     input:
-        partials=every_shard(rules.js_divergence_shard.output.partial),
+        partials=every_shard(rules.cluster_heads_shard.output.partial),
         stats=rules.surface_stats.output.table,
     output:
         js=report(
@@ -53,7 +53,7 @@ rule cluster_heads:
         ),
     params:
         cmd=bertlook_cmd(
-            "cluster",
+            "cluster-heads",
             omp_threads=True,
             partial=IN.partials,
             stats=IN.stats,

@@ -1,8 +1,8 @@
-# Stage `compare`: every paper number beside the reproduced one (PASS / FAIL / not comparable), and,
+# Step `compare`: every paper number beside the reproduced one (PASS / FAIL / not comparable), and,
 # when the config lists several models, a cross-model summary.
 
 
-rule comparison:
+rule compare:
     input:
         manifest=rules.manifest.output[0],
         stats=rules.surface_stats.output.table,
@@ -27,12 +27,12 @@ rule comparison:
             out_markdown=OUT.markdown,
         ),
     log:
-        log_path("comparison"),
+        log_path("compare"),
     benchmark:
-        bench_path("comparison")
+        bench_path("compare")
     threads: 1
     resources:
-        **sizing.snakemake_resources("comparison", config),
+        **sizing.snakemake_resources("compare", config),
     conda:
         ENV_ANALYSIS
     shell:

@@ -1,4 +1,4 @@
-# Stage `stats`: per-head surface statistics (paper Figs 2 and 4): sums and counts per extraction
+# Step `surface-stats`: per-head surface statistics (paper Figs 2 and 4): sums and counts per extraction
 # shard (partials/stats-{shard}.npz), added up and divided once by surface_stats.
 
 
@@ -8,7 +8,7 @@ rule surface_stats_shard:
     output:
         partial=run_path("partials", "stats-{shard}.npz"),
     params:
-        cmd=bertlook_cmd("stats", attention=IN.store, out_partial=OUT.partial),
+        cmd=bertlook_cmd("surface-stats", attention=IN.store, out_partial=OUT.partial),
     log:
         log_path("surface_stats-{shard}"),
     benchmark:
@@ -35,7 +35,7 @@ rule surface_stats:
         ),
         summary=run_path("tables", "attention_stats.summary.json"),
     params:
-        cmd=bertlook_cmd("stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
+        cmd=bertlook_cmd("surface-stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
     log:
         log_path("surface_stats"),
     benchmark:

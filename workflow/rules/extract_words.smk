@@ -1,14 +1,14 @@
-# Stage `extract` on sentences: word-level attention maps ([CLS] w1..wn [SEP], split words merged:
+# Step `extract-words`: word-level attention maps ([CLS] w1..wn [SEP], split words merged:
 # TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split.
-# extract_words: the run's model (attention/words-*); extract_randwords: the probes' random-init
+# extract_words: the run's model (attention/words-*); extract_words_random: the probes' random-init
 # baseline, the run's model re-initialised in memory (`extract-words --random-init-seed`, nothing saved;
 # attention/randwords-*). One job per word shard ({shard}: a contiguous range of the split's sentences,
-# extraction.word_shards) writes a temp() store; merge_words / merge_randwords gather them into one
+# extraction.word_shards) writes a temp() store; merge_words / merge_words_random gather them into one
 # store by hard links (no map copied) and one summary. With extraction.keep_maps: false the merged
 # stores are temp() too (word_maps): deleted once heads / probes (probes_random) read them.
 # Priorities (disk with keep_maps: false): the consumers (heads, probes, probes_random: 10) run as soon
 # as their stores exist. `probes` needs the rows of probes_random, so the random-init maps come first
-# (extract_randwords: 5, above extract_words and extract_segments: 0): extracted, read by probes_random
+# (extract_words_random: 5, above extract_words and extract_segments: 0): extracted, read by probes_random
 # and deleted before the model's word stores are written, which heads and probes then read and free.
 # (The other way round the model's stores would wait on disk for probes while the random-init ones
 # are extracted: all four at once.)
@@ -49,7 +49,10 @@ rule extract_words:
         CMD
 
 
-rule extract_randwords:
+# A rule of its own, not `use rule extract_words as extract_words_random with:`: its command differs
+# (--random-init-seed), and `with: params:` replaces the whole `cmd` parameter, so the command line
+# would be written out twice anyway; it also has its own priority.
+rule extract_words_random:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
@@ -73,13 +76,13 @@ rule extract_randwords:
             summary=OUT.summary,
         ),
     log:
-        log_path("extract_randwords-{split}-{shard}"),
+        log_path("extract_words_random-{split}-{shard}"),
     benchmark:
-        bench_path("extract_randwords-{split}-{shard}")
+        bench_path("extract_words_random-{split}-{shard}")
     priority: 5  # before the model's word extraction: see above
     threads: 8
     resources:
-        **sizing.snakemake_resources("extract_randwords", config),
+        **sizing.snakemake_resources("extract_words_random", config),
     conda:
         ENV_TORCH
     shell:
@@ -111,26 +114,18 @@ rule merge_words:
         CMD
 
 
-rule merge_randwords:
+# merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
+# IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
+use rule merge_words as merge_words_random with:
     input:
-        stores=every_word_shard(rules.extract_randwords.output.store),
-        summaries=every_word_shard(rules.extract_randwords.output.summary),
+        stores=every_word_shard(rules.extract_words_random.output.store),
+        summaries=every_word_shard(rules.extract_words_random.output.summary),
     output:
         store=word_maps(directory(run_path("attention", "randwords-{split}"))),
         summary=run_path("attention", "randwords-{split}.summary.json"),
-    params:
-        cmd=bertlook_cmd(
-            "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
-        ),
     log:
-        log_path("merge_randwords-{split}"),
+        log_path("merge_words_random-{split}"),
     benchmark:
-        bench_path("merge_randwords-{split}")
-    priority: 10
-    threads: 1
+        bench_path("merge_words_random-{split}")
     resources:
-        **sizing.snakemake_resources("merge_randwords", config),
-    conda:
-        ENV_ANALYSIS
-    shell:
-        CMD
+        **sizing.snakemake_resources("merge_words_random", config),
