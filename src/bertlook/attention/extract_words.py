@@ -324,6 +324,7 @@ def extract_word_attention_from_sentences(
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
     random_init_seed: int | None = None,
+    norms_out=None,
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
 
@@ -337,6 +338,10 @@ def extract_word_attention_from_sentences(
     unknown-token check is made on all of them (the same decision whatever ``k``); counts in the
     summary and ``meta.json`` are the shard's own, and the summary also holds ``shard`` and
     ``store_meta`` for ``bertlook merge-stores``.
+
+    ``norms_out``: also write the word-level norm-based maps (Kobayashi et al. 2020, the same
+    token -> word conversion applied to the row-normalised token maps) of the same pass to a store
+    there (:func:`bertlook.attention.extraction.extract_to_store` ``norms_out_dir``; summary ``norms``).
     """
     # lazy: modeling imports torch (see the note at the imports)
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
@@ -398,7 +403,7 @@ def extract_word_attention_from_sentences(
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
                                stored_size=lambda rec, n: len(rec["words"]) + 2,
-                               extra_meta={"shard": info} if info else None)
+                               extra_meta={"shard": info} if info else None, norms_out_dir=norms_out)
     summary.update({
         "treebank": str(src),
         "model": model_spec,
@@ -442,6 +447,7 @@ def extract_word_attention(
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
     random_init_seed: int | None = None,
+    norms_out=None,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
@@ -455,6 +461,7 @@ def extract_word_attention(
     Returns the summary dict (counts, split-word fraction, tokens/s, device, ...). ``shard=(i, k)``:
     only the i-th of k contiguous ranges of the sentences (see :func:`extract_word_attention_from_sentences`).
     ``random_init_seed``: the maps of the model re-initialised in memory (the probes' random-init baseline).
+    ``norms_out``: also the word-level norm-based maps, in a second store there.
     """
     path = Path(conllu_path)
     if not path.is_file():
@@ -466,4 +473,5 @@ def extract_word_attention(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
         progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
+        norms_out=norms_out,
     )

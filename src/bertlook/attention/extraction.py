@@ -12,6 +12,7 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -33,6 +34,12 @@ DEFAULT_MAX_UNK_RATE = 0.05
 UNK_EXAMPLES_SHOWN = 5
 DISK_MARGIN_FRACTION = 0.05
 DISK_MARGIN_MIN_BYTES = 100 * 2**20
+#: ``meta["norm"]`` of a norm-based store (``meta["map"] == "norm"``)
+NORM_META = {
+    "definition": "N[i, j] = alpha[i, j] * ||f(x_j)||, f(x) = (x W_V + b_V)_h W_O^h (output bias not included); "
+                  "stored row-normalised: N[i, j] / sum_j N[i, j]",
+    "reference": "Kobayashi et al. 2020, Attention is Not Only a Weight: Analyzing Transformers with Vector Norms",
+}
 INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
 META_OVERHEAD = 4096
 
@@ -292,6 +299,14 @@ SHRINK_ADVICE = (
 # --------------------------------------------------------------------------------------------
 # extraction
 
+def _same_file_system(a, b) -> bool:
+    """Whether the nearest existing parents of ``a`` and ``b`` are on one file system."""
+    try:
+        return os.stat(_existing_parent(Path(a).parent)).st_dev == os.stat(_existing_parent(Path(b).parent)).st_dev
+    except OSError:  # pragma: no cover
+        return True
+
+
 def _id_key(value: Any) -> tuple[int, Any]:
     if isinstance(value, bool):
         return (1, str(value))
@@ -331,6 +346,7 @@ def extract_to_store(
     stored_size: Callable[[dict[str, Any], int], int] | None = None,
     check_disk: bool = True,
     extra_meta: dict[str, Any] | None = None,
+    norms_out_dir=None,
 ) -> dict[str, Any]:
     """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``.
 
@@ -366,6 +382,15 @@ def extract_to_store(
     it feeds the size estimate. ``extra_meta`` is added to ``meta.json`` when the store is closed
     (e.g. which shard of a sharded extraction the store is); it is not part of the size estimate.
 
+    ``norms_out_dir``: also write the row-normalised norm-based maps of Kobayashi et al. 2020
+    (:mod:`bertlook.attention.norms`; docs/definitions.md#norm-based-attention-kobayashi-et-al-2020) of
+    the same forward pass to a second store there: same records, same order, ``transform`` applied
+    too; its ``meta.json`` has ``"map": "norm"`` (the attention store's ``"map": "attention"``). Both
+    stores are built under temporary names; on an error nothing is left at either path. The size
+    estimate and the disk check then cover both stores, and the summary gains ``norms``: the per-layer
+    sums of ``|| f(x_j) ||`` (mean over heads) per token class of ``j`` and the token counts
+    (:func:`bertlook.attention.norms.norms_summary`, additive over shards).
+
     Progress (examples/s, ETA) goes to stderr through :func:`progress_bar` (``progress_every=0``: none).
 
     Before the first forward pass the store's size is estimated (:func:`estimate_store_bytes`),
@@ -374,8 +399,8 @@ def extract_to_store(
 
     Returns a summary dict: n_examples, n_input, excluded_too_long, excluded_ids, tokens,
     padded_tokens, seconds, tokens_per_second, device, device_warning, batch_size, dtype,
-    max_seq_len, num_layers, num_heads, estimated_bytes, estimated_map_bytes, disk_free_bytes,
-    out_dir.
+    max_seq_len, num_layers, num_heads, estimated_bytes, estimated_map_bytes (both stores with
+    ``norms_out_dir``), disk_free_bytes, out_dir, and ``norms`` with ``norms_out_dir``.
     """
     # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
     import torch
@@ -393,6 +418,13 @@ def extract_to_store(
             f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}"
         )
     num_layers, num_heads = model_dims(model)
+    norm_modules = None
+    if norms_out_dir is not None:
+        from bertlook.attention import norms as norms_mod  # lazy: imported only when norm maps are asked for
+
+        if Path(norms_out_dir).absolute() == Path(out_dir).absolute():
+            raise BertlookError(f"{norms_out_dir}: the norm-based store must not be the attention store's path")
+        norm_modules = norms_mod.find_attention_modules(model, num_heads)
     device = _model_device(model) if device is None else torch.device(device)
     pad_id = getattr(model.config, "pad_token_id", None)
     pad_id = 0 if pad_id is None else int(pad_id)
@@ -436,7 +468,8 @@ def extract_to_store(
                 )
 
     store_meta = dict(meta or {})
-    store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted"})
+    store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted",
+                       "map": "attention"})
     excluded = dict(store_meta.pop("excluded", None) or {})
     excluded.update({"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)})
 
@@ -444,12 +477,22 @@ def extract_to_store(
     sizes = [int(stored_size(rec, len(ids))) if stored_size is not None else len(ids) for rec, ids, _ in kept]
     estimate = estimate_store_bytes([rec for rec, _, _ in kept], sizes, num_layers, num_heads,
                                     meta={**store_meta, "excluded": excluded})
+    n_stores = 1
+    if norms_out_dir is not None:  # a second store of the same size (maps and index)
+        n_stores = 2
+        estimate = {k: 2 * v for k, v in estimate.items()}
     disk = {"disk_free_bytes": None, "disk_checked_path": None, "disk_margin_bytes": None}
-    if check_disk:
-        disk = check_disk_space(out_dir, estimate["total_bytes"], advice=SHRINK_ADVICE)
+    if check_disk and n_stores == 2 and not _same_file_system(out_dir, norms_out_dir):
+        disk = check_disk_space(out_dir, estimate["total_bytes"] // 2, advice=SHRINK_ADVICE)
+        check_disk_space(norms_out_dir, estimate["total_bytes"] // 2, advice=SHRINK_ADVICE, what="norm-based store")
+    elif check_disk:
+        disk = check_disk_space(out_dir, estimate["total_bytes"], advice=SHRINK_ADVICE,
+                                what="attention store" if n_stores == 1 else "attention and norm-based stores")
     free = disk["disk_free_bytes"]
     print(f"extract-segments: estimated store size {_fmt_bytes(estimate['total_bytes'])} ({estimate['total_bytes']} bytes: "
-          f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}) -> {out_dir}"
+          f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}"
+          + (", attention and norm-based stores" if n_stores == 2 else "") + f") -> {out_dir}"
+          + (f" and {norms_out_dir}" if n_stores == 2 else "")
           + (f"; {_fmt_bytes(free)} free on {disk['disk_checked_path']}" if free is not None else ""),
           file=sys.stderr, flush=True)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
@@ -460,11 +503,25 @@ def extract_to_store(
     n_tokens = 0
     padded_tokens = 0
     done = 0
+    norm_sums = norm_counts = None
+    if norm_modules is not None:
+        specials = store_meta.get("special_tokens") or {}
+        cls_tok, sep_tok = specials.get("cls") or "[CLS]", specials.get("sep") or "[SEP]"
+        norm_sums, norm_counts = norms_mod.zero_class_sums(num_layers)  # [layer, class], [class]
     t0 = time.perf_counter()
     bar = progress_bar(total=len(kept), desc="extract-segments", unit="ex", enabled=bool(progress_every))
     try:
-        with AttentionWriter(out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
-                             shard_bytes=int(shard_mb * 2**20), meta=store_meta) as writer, torch.inference_mode():
+        with contextlib.ExitStack() as stack:
+            writer = stack.enter_context(AttentionWriter(
+                out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
+                shard_bytes=int(shard_mb * 2**20), meta=store_meta))
+            norm_writer = captured = None
+            if norm_modules is not None:
+                norm_writer = stack.enter_context(AttentionWriter(
+                    norms_out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
+                    shard_bytes=int(shard_mb * 2**20), meta={**store_meta, "map": "norm", "norm": NORM_META}))
+                captured = stack.enter_context(norms_mod.capture_values(norm_modules))
+            stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
                 batch = kept[start:start + batch_size]
                 lengths = [len(ex[1]) for ex in batch]
@@ -481,6 +538,8 @@ def extract_to_store(
                 kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
                 if use_tt:
                     kwargs["token_type_ids"] = tts.to(device)
+                if captured is not None:
+                    captured[:] = [None] * len(captured)
                 out = model(**kwargs)
                 attns = out.attentions  # layer x [batch, head, query_pos, key_pos]
                 if attns is None or len(attns) != num_layers or attns[0] is None:
@@ -492,6 +551,22 @@ def extract_to_store(
                 maps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
                 for layer, a in enumerate(attns):
                     maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
+                nmaps = vnorms = None
+                if norm_writer is not None:
+                    if any(v is None for v in captured):
+                        raise BertlookError(f"model class {type(model).__name__}: the value projections were not "
+                                            "called in the forward pass (norm-based maps need them)")
+                    batch_ids = [rec["id"] for rec, _, _ in batch]
+                    # [batch, layer, head, query_pos, key_pos]
+                    nmaps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
+                    vnorms = torch.empty((B, num_layers, num_heads, T), dtype=torch.float32, device=device)  # [batch, layer, head, key_pos]
+                    for layer, a in enumerate(attns):
+                        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads)  # [batch, head, key_pos]
+                        vnorms[:, layer].copy_(vn)  # [batch, head, key_pos]
+                        nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=lengths, ids=batch_ids))  # [batch, head, query_pos, key_pos]
+                    captured[:] = [None] * len(captured)
+                    nmaps = nmaps.cpu().numpy()  # [batch, layer, head, query_pos, key_pos]
+                    vnorms = vnorms.cpu().numpy()  # [batch, layer, head, key_pos]
                 del out, attns
                 maps = maps.cpu().numpy()  # [batch, layer, head, query_pos, key_pos]
                 for b, (record, _, _) in enumerate(batch):
@@ -500,12 +575,27 @@ def extract_to_store(
                         writer.add(record, maps[b, :, :, :n, :n])  # [layer, head, query_pos, key_pos]
                     else:
                         writer.add(*transform(record, maps[b, :, :, :n, :n]))  # [layer, head, query_pos, key_pos] in
-                del maps
+                    if norm_writer is not None:
+                        if transform is None:
+                            norm_writer.add(record, nmaps[b, :, :, :n, :n])  # [layer, head, query_pos, key_pos]
+                        else:
+                            norm_writer.add(*transform(record, nmaps[b, :, :, :n, :n]))  # [layer, head, query_pos, key_pos] in
+                        classes = norms_mod.token_classes(record["tokens"], cls_tok, sep_tok)  # [key_pos]
+                        ex_sums, ex_counts = norms_mod.class_sums(vnorms[b, :, :, :n], classes)  # [layer, class], [class]
+                        norm_sums += ex_sums
+                        norm_counts += ex_counts
+                del maps, nmaps, vnorms
                 n_tokens += sum(lengths)
                 padded_tokens += B * T
                 done += B
                 bar.update(B)
             writer.close(excluded=excluded, extra_meta=extra_meta)
+            if norm_writer is not None:
+                try:
+                    norm_writer.close(excluded=excluded, extra_meta=extra_meta)
+                except BaseException:
+                    shutil.rmtree(out_dir, ignore_errors=True)  # nothing left at either path
+                    raise
     finally:
         bar.close()
         if was_training:
@@ -515,7 +605,7 @@ def extract_to_store(
         print(f"extract-segments: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
               file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
-    return {
+    summary = {
         "n_input": len(kept) + len(excluded_ids),
         "n_examples": len(kept),
         "excluded_too_long": len(excluded_ids),
@@ -536,6 +626,9 @@ def extract_to_store(
         "disk_free_bytes": free,
         "out_dir": str(out_dir),
     }
+    if norm_modules is not None:
+        summary["norms"] = norms_mod.norms_summary(norms_out_dir, norm_sums, norm_counts)
+    return summary
 
 
 def _check_special_tokens(segments: Iterable[dict[str, Any]], cls: str | None, sep: str | None, path) -> None:
@@ -562,6 +655,7 @@ def extract_segments(
     progress_every: int = 256,
     max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
     shard: tuple[int, int] | None = None,
+    norms_out=None,
 ) -> dict[str, Any]:
     """Read ``segments.jsonl``, load the model, and extract token-level attention to ``out_dir``.
 
@@ -576,6 +670,9 @@ def extract_segments(
     counts in the summary and ``meta.json`` are the shard's own (they add up over the shards). The
     summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
     ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
+
+    ``norms_out``: also write the norm-based maps of the same pass to a store there
+    (:func:`extract_to_store` ``norms_out_dir``; the summary gains ``norms``).
     """
     # lazy: modeling imports torch; this module is imported when the CLI parser is built
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
@@ -613,7 +710,8 @@ def extract_segments(
     }
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="token", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb, extra_meta={"shard": info} if info else None)
+                               shard_mb=shard_mb, extra_meta={"shard": info} if info else None,
+                               norms_out_dir=norms_out)
     summary.update({"model": model_spec, "revision": revision, "segments": str(segments_path),
                     "segment_ids": segment_ids, "n_segments": len(segments)})
     summary.update(unk_summary(unk, max_unk_rate))

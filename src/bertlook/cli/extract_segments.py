@@ -20,7 +20,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "Input:  --segments segments.jsonl (from `bertlook segments`), a model spec.\n"
             "Output: --out DIR, an attention store (meta.json, index.jsonl, shard-*.bin: float16\n"
             "        [layer, head, from, to] per example, in length-sorted order; match by id);\n"
-            "        --summary JSON with counts (excluded over-long examples), tokens/s, device."
+            "        --summary JSON with counts (excluded over-long examples), tokens/s, device.\n"
+            "--norms-out DIR: also the norm-based maps of Kobayashi et al. 2020 (alpha * ||f(x)||, row-\n"
+            "        normalised) of the same forward pass, in a second store (meta map 'norm'); the\n"
+            "        summary gains `norms` (mean ||f(x)|| per layer and token class, as sums and counts)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -31,6 +34,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="token type ids: zeros (authors' code, default) or pair (A=0, B=1)")
     add_batch_arguments(p, unit="examples", length_help="examples with more wordpieces are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
+    p.add_argument("--norms-out", default=None, metavar="DIR",
+                   help="also write the norm-based maps (Kobayashi et al. 2020) to a store here (replaced atomically)")
     add_shard_argument(p, "segments")
     p.set_defaults(func=_cmd_extract)
     from bertlook.cli import sharding
@@ -46,7 +51,7 @@ def _cmd_extract(args) -> int:
     summary = extract_segments(
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard,
+        max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out,
     )
     if args.summary:
         write_json(args.summary, summary)
@@ -55,5 +60,6 @@ def _cmd_extract(args) -> int:
         f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
+        + (f"; norm-based maps -> {Path(args.norms_out)}" if args.norms_out else "")
     )
     return 0

@@ -27,7 +27,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "--random-init-seed SEED: the maps of the probes' random-init baseline instead: the model\n"
             "        with pretrained word and position embeddings and every other weight re-initialised\n"
             "        in memory (the weights `bertlook random-init --seed SEED` saves, bit for bit; nothing\n"
-            "        is saved); meta.json and the summary record it under `random_init`."
+            "        is saved); meta.json and the summary record it under `random_init`.\n"
+            "--norms-out DIR: also the word-level norm-based maps of Kobayashi et al. 2020 (alpha * ||f(x)||,\n"
+            "        row-normalised, then the same word-level conversion) of the same forward pass, in a\n"
+            "        second store (meta map 'norm'); the summary gains `norms` (sums and counts)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -43,6 +46,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
                    help="re-initialise every weight but the word and position embeddings (seeded) before "
                         "extracting: the random-init baseline of the probes (default: the model as is)")
+    p.add_argument("--norms-out", default=None, metavar="DIR",
+                   help="also write the word-level norm-based maps (Kobayashi et al. 2020) to a store here")
     add_shard_argument(p, "treebank sentences")
     p.set_defaults(func=_cmd_extract_words)
     return p
@@ -56,6 +61,7 @@ def _cmd_extract_words(args) -> int:
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
         max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
+        norms_out=args.norms_out,
     )
     if args.summary:
         write_json(args.summary, summary)
@@ -69,5 +75,6 @@ def _cmd_extract_words(args) -> int:
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
         + (f"; random-init model (seed {args.random_init_seed})" if args.random_init_seed is not None else "")
+        + (f"; norm-based maps -> {Path(args.norms_out)}" if args.norms_out else "")
     )
     return 0

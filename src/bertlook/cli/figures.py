@@ -18,12 +18,17 @@ inputs:
   --stats CSV            attention_stats.csv (surface-stats step): one row per head
   --stats-summary JSON   surface-stats summary: n_examples, uniform_entropy, mean_tokens
   --clusters CSV         head_clusters.csv (cluster-heads step): layer,head,x,y,behavior
+  --norm-stats CSV       optional: attention_stats_norm.csv (surface-stats on the norm-based store of
+                         `extract-segments --norms-out`); with --norm-summaries and --out-fig-norms
+  --norm-summaries JSON  the extraction summaries with `norms` (one gathered/unsharded, or every shard's)
 
 outputs (in --out-dir):
   fig1_example_heads.png   Fig 1: example heads' attention on one example
   fig2_special_tokens.png  Fig 2: attention to [CLS], [SEP], ". ," per head by layer
   fig4_entropy.png         Fig 4: attention entropy and [CLS] entropy per head by layer
   fig6_head_clusters.png   Fig 6: MDS embedding of the heads by layer and by behaviour
+  --out-fig-norms PNG      optional: attention vs norm-based shares (Kobayashi et al. 2020) and mean
+                           ||f(x)|| per token class, by layer
 """
 
 
@@ -51,6 +56,12 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--example-index", type=int, default=0, metavar="I",
                    help="index (storage order) of the example drawn in Fig 1 (default: 0)")
+    p.add_argument("--norm-stats", default=None, metavar="CSV",
+                   help="input: surface statistics of the norm-based store (with --norm-summaries, --out-fig-norms)")
+    p.add_argument("--norm-summaries", nargs="+", default=None, metavar="JSON",
+                   help="input: extraction summaries with `norms` (the gathered one, or every shard's in order)")
+    p.add_argument("--out-fig-norms", default=None, metavar="PNG",
+                   help="output: the norm-based attention figure (Kobayashi et al. 2020)")
     p.set_defaults(func=_cli_figures)
 
     e = subparsers.add_parser(
@@ -86,6 +97,9 @@ def _cli_fig1_example(args: argparse.Namespace) -> int:
 
 def _cli_figures(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
+    norm_flags = (args.norm_stats, args.norm_summaries, args.out_fig_norms)
+    if any(norm_flags) and not all(norm_flags):
+        raise BertlookError("figures: --norm-stats, --norm-summaries and --out-fig-norms go together (all three or none)")
     from bertlook.attention.store import open_store
     from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.reporting.figures import (
@@ -131,6 +145,10 @@ def _cli_figures(args: argparse.Namespace) -> int:
         fig4_entropy(args.stats, args.stats_summary, out_dir / FIGURE_FILES["fig4"]),
         fig6_head_clusters(args.clusters, out_dir / FIGURE_FILES["fig6"]),
     ]
+    if args.out_fig_norms:
+        from bertlook.reporting.figures import fig_norms
+
+        written.append(fig_norms(args.stats, args.norm_stats, args.norm_summaries, args.out_fig_norms))
     heads_txt = ", ".join(f"{l}-{h}" for l, h in heads)
     print(f"figures: example heads {heads_txt} on example {args.example_index}")
     for path in written:

@@ -179,6 +179,9 @@ SUM_KEYS = frozenset({
 })
 CONCAT_KEYS = {"excluded_ids": None, "excluded_too_long_ids": None, "excluded_alignment_ids": None,
                "alignment_ids": None, "too_long_ids": None, "unk_examples": 5, "alignment_errors": 20}
+#: lists (or lists of lists) of numbers added element by element: the ``norms`` sums and counts of
+#: an extraction with ``--norms-out`` (:func:`bertlook.attention.norms.norms_summary`)
+ELEMENTWISE_SUM_KEYS = frozenset({"value_norm_sums", "value_norm_counts"})
 DROP_KEYS = frozenset({"shard", "store_meta"})
 FIRST_KEYS = frozenset({"device_warning"})
 MIN_KEYS = frozenset({"disk_free_bytes"})
@@ -188,6 +191,8 @@ def _merge_values(key: str, values: list[Any], where: list[Any]) -> Any:
     if key in SUM_KEYS and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         total = sum(values[1:], values[0])
         return round(total, 4) if key == "seconds" else total
+    if key in ELEMENTWISE_SUM_KEYS:
+        return _add_elementwise(key, values, where)
     if key in CONCAT_KEYS and all(isinstance(v, list) for v in values):
         out = [x for v in values for x in v]
         cap = CONCAT_KEYS[key]
@@ -202,6 +207,30 @@ def _merge_values(key: str, values: list[Any], where: list[Any]) -> Any:
     if all(v == values[0] for v in values):
         return values[0]
     return values  # differs by shard (e.g. out_dir): kept per shard
+
+
+def _add_elementwise(key: str, values: list[Any], where: list[Any]) -> Any:
+    """Element-by-element sum of equally shaped nested lists of numbers, added in the order given."""
+    def shape(v: Any) -> Any:  # nested tuple of lengths, None when a leaf is not a number
+        if isinstance(v, list):
+            inner = [shape(x) for x in v]
+            return None if any(x is None for x in inner) else ("list", tuple(inner))
+        return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    want = shape(values[0])
+    for v, w in zip(values, where):
+        got = shape(v)
+        if got is None or got != want:
+            raise BertlookError(f"{w}: {key!r} is not a list of numbers shaped like the one in {where[0]} "
+                                "(summaries of different models?)")
+
+    def add(a: Any, b: Any) -> Any:
+        return [add(x, y) for x, y in zip(a, b)] if isinstance(a, list) else a + b
+
+    total = values[0]
+    for v in values[1:]:
+        total = add(total, v)
+    return total
 
 
 def merge_summaries(parts: Sequence[dict[str, Any]], *, where: Sequence[Any] | None = None) -> dict[str, Any]:
@@ -295,10 +324,23 @@ def gather_extraction(summary_paths: Sequence[Any]) -> tuple[dict[str, Any], dic
     return summary, meta
 
 
+def check_same_map_kind(kinds: Sequence[str], where: Sequence[Any]) -> str:
+    """The common ``meta.map`` of stores (``"attention"`` where absent); a clear error when attention
+    maps and norm-based maps (Kobayashi et al. 2020) would be mixed."""
+    for kind, w in zip(kinds[1:], where[1:]):
+        if kind != kinds[0]:
+            raise BertlookError(
+                f"{w}: holds {kind!r} maps (meta.json map {kind!r}) but {where[0]} holds {kinds[0]!r} maps: "
+                "attention stores and norm-based stores cannot be merged (give the shards of one kind)"
+            )
+    return kinds[0] if kinds else "attention"
+
+
 def merge_store_meta(metas: Sequence[dict[str, Any]], *, where: Sequence[Any]) -> dict[str, Any]:
     """The meta.json of the unsharded store from the shards' meta.json."""
     for key in ("format", "num_layers", "num_heads", "dtype", "level"):
         same_value([m.get(key) for m in metas], f"store meta {key!r}", where)
+    check_same_map_kind([str(m.get("map", "attention")) for m in metas], where)
     merged = merge_summaries(metas, where=where)
     merged.pop("shards", None)
     merged["n_examples"] = sum(int(m.get("n_examples", 0)) for m in metas)
@@ -353,6 +395,7 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
     first = opened[0]
     for key in ("level", "num_layers", "num_heads"):
         same_value([getattr(s, key) for s in opened], key, [s.path for s in opened])
+    check_same_map_kind([str(s.meta.get("map", "attention")) for s in opened], [s.path for s in opened])
     order = same_value([s.meta.get("order") for s in opened], "store order", [s.path for s in opened])
     seen: dict[Any, Path] = {}
     entries: list[dict[str, Any]] = []

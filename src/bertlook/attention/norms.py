@@ -1,0 +1,278 @@
+"""Norm-based attention maps (Kobayashi et al. 2020, "Attention is Not Only a Weight").
+
+For head ``h`` of a layer, ``N_h[i, j] = alpha_h[i, j] * || f_h(x_j) ||`` with
+``f_h(x) = (x W_V + b_V)_h W_O^h``: token ``j``'s value vector for the head, through the head's slice
+of the attention output projection (its bias left out). bertlook stores the ROW-NORMALISED map
+``N_hat[i, j] = N[i, j] / sum_j N[i, j]`` (a distribution like attention, the "share" the paper
+reports), in a second attention store (``meta.json`` ``"map": "norm"``) written in the same forward
+pass as the attention maps (:func:`bertlook.attention.extraction.extract_to_store` ``norms_out_dir``).
+
+- :func:`find_attention_modules` finds, per layer, the value ``Linear`` and the output projection
+  ``Linear`` of a BERT-like Hugging Face encoder (BERT, RoBERTa, ELECTRA, MiniLM: ``encoder.layer[i]
+  .attention.self.value`` / ``.attention.output.dense``);
+- :func:`capture_values` (a context manager) hooks the value ``Linear`` of every layer and keeps
+  its output ``x W_V + b_V`` of the last forward pass;
+- :func:`value_norms` gives ``|| f_h(x_j) ||`` ``[batch, head, key_pos]``; :func:`norm_maps` the
+  row-normalised maps;
+- :func:`token_classes` / :func:`class_sums` the per-layer sums of ``|| f(x_j) ||`` (mean over heads)
+  per token class of ``j`` ([CLS], [SEP], ". ,", other) and the token counts, additive over shards;
+  :func:`reduce_norm_summaries` adds them up from extraction summaries (``norms`` key) for the figure.
+
+torch is imported inside the functions that need it: this module is also imported by the figures
+step (analysis environment, no torch).
+
+Definitions: docs/definitions.md#norm-based-attention-kobayashi-et-al-2020
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from bertlook.errors import BertlookError
+
+MAP_KINDS = ("attention", "norm")
+#: token classes of the value-norm sums, in column order
+TOKEN_CLASSES = ("cls", "sep", "punct", "other")
+#: the tokens of the "punct" class (as in bertlook.analyses.surface_stats)
+PUNCT_TOKENS = (".", ",")
+
+
+def store_map_kind(meta: dict[str, Any]) -> str:
+    """The kind of maps a store holds: ``meta["map"]``, ``"attention"`` when the key is absent."""
+    return str(meta.get("map", "attention"))
+
+
+# --------------------------------------------------------------------------------------------
+# modules and hooks
+
+def _encoder_layers(model):
+    """``encoder.layer`` of a model or of its base model (``model.base_model``), else None."""
+    for candidate in (model, getattr(model, "base_model", None), getattr(model, "bert", None)):
+        encoder = getattr(candidate, "encoder", None) if candidate is not None else None
+        layers = getattr(encoder, "layer", None) if encoder is not None else None
+        if layers is not None:
+            try:
+                return list(layers)
+            except TypeError:
+                return None
+    return None
+
+
+def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[Any, Any]]:
+    """Per layer, ``(value_linear, output_dense)`` of a BERT-like encoder (``encoder.layer[i]``).
+
+    ``value_linear`` is ``layer.attention.self.value`` (gives ``x W_V + b_V``), ``output_dense``
+    ``layer.attention.output.dense`` (``W_O``, weight ``[d_model, d_model]``, (out, in)). Raises
+    :class:`BertlookError` naming the model class when they are not found or do not fit (the hidden
+    size must be a multiple of ``num_heads``; the layer count must be the config's).
+    """
+    cls_name = type(model).__name__
+    layers = _encoder_layers(model)
+    if not layers:
+        raise BertlookError(
+            f"norm-based maps: model class {cls_name} has no encoder.layer list (supported: BERT-like encoders "
+            "such as BERT, RoBERTa, ELECTRA, MiniLM)"
+        )
+    out = []
+    for i, layer in enumerate(layers):
+        attention = getattr(layer, "attention", None)
+        value = getattr(getattr(attention, "self", None), "value", None)
+        dense = getattr(getattr(attention, "output", None), "dense", None)
+        w_v, w_o = getattr(value, "weight", None), getattr(dense, "weight", None)
+        if value is None or dense is None or w_v is None or w_o is None or w_o.dim() != 2:
+            raise BertlookError(
+                f"norm-based maps: model class {cls_name}, layer {i + 1}: attention.self.value and "
+                "attention.output.dense (Linear modules) not found (supported: BERT-like encoders such as "
+                "BERT, RoBERTa, ELECTRA, MiniLM)"
+            )
+        d_in = int(w_o.shape[1])
+        if int(w_v.shape[0]) != d_in or (num_heads is not None and d_in % int(num_heads)):
+            raise BertlookError(
+                f"norm-based maps: model class {cls_name}, layer {i + 1}: value output size {int(w_v.shape[0])} "
+                f"and output projection input size {d_in} do not fit {num_heads} heads"
+            )
+        out.append((value, dense))
+    cfg_layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if cfg_layers is not None and int(cfg_layers) != len(out):
+        raise BertlookError(f"norm-based maps: model class {cls_name}: {len(out)} encoder layers found, "
+                            f"config says {cfg_layers}")
+    return out
+
+
+@contextlib.contextmanager
+def capture_values(modules: Sequence[tuple[Any, Any]]) -> Iterator[list]:
+    """Hook the value ``Linear`` of every layer; yields a list whose entry ``i`` is layer ``i``'s last
+    output ``x W_V + b_V`` (``[batch, seq, d_model]``, a tensor on the model's device; None before a
+    forward pass). The hooks are removed on exit, also on an error."""
+    captured: list = [None] * len(modules)
+    handles = []
+
+    def make_hook(i: int):
+        def hook(_module, _inputs, output):
+            captured[i] = output.detach()  # [batch, seq, d_model]
+        return hook
+
+    try:
+        for i, (value, _dense) in enumerate(modules):
+            handles.append(value.register_forward_hook(make_hook(i)))
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# --------------------------------------------------------------------------------------------
+# norms and maps (torch tensors)
+
+def value_norms(values, w_o, num_heads: int):
+    """``|| f_h(x_j) ||`` for every head and token: ``[batch, head, key_pos]`` (float32).
+
+    ``values``: ``x W_V + b_V`` ``[batch, seq, d_model]`` (head ``h`` = columns
+    ``h*d_head:(h+1)*d_head``); ``w_o``: the output projection weight ``[d_model, d_model]`` (out, in),
+    ``W_O^h = w_o[:, h*d_head:(h+1)*d_head]``; ``f_h(x_j) = v_h(x_j) W_O^h^T`` (the output bias is not
+    included).
+    """
+    import torch  # lazy: see the module docstring
+
+    v = torch.as_tensor(values).float()  # [batch, seq, d_model]
+    w = torch.as_tensor(w_o).to(device=v.device, dtype=torch.float32)  # [d_model, d_model] (out, in)
+    B, S, D = v.shape
+    H = int(num_heads)
+    if D % H or w.shape[1] != D:
+        raise BertlookError(f"value_norms: values of size {D} and W_O of shape {list(w.shape)} do not fit {H} heads")
+    dh = D // H
+    vh = v.reshape(B, S, H, dh)  # [batch, seq, head, d_head]
+    wh = w.reshape(w.shape[0], H, dh)  # [d_model, head, d_head]
+    f = torch.einsum("bshd,ohd->bhso", vh, wh)  # [batch, head, key_pos, d_model]
+    return torch.linalg.vector_norm(f, dim=-1)  # [batch, head, key_pos]
+
+
+def norm_maps(attn, value_norm, *, lengths: Sequence[int] | None = None, ids: Sequence[Any] | None = None):
+    """Row-normalised norm-based maps ``N_hat`` ``[batch, head, query_pos, key_pos]`` (float32).
+
+    ``N[i, j] = attn[i, j] * value_norm[j]``; ``N_hat[i, j] = N[i, j] / sum_j N[i, j]``. ``attn``:
+    ``[batch, head, query_pos, key_pos]``; ``value_norm``: ``[batch, head, key_pos]``. ``lengths``:
+    each example's own token count (rows beyond it are padding, left as they come out, 0 where their
+    sum is 0). A row of an example (within its length) whose sum is not positive and finite raises
+    :class:`BertlookError` naming the example (``ids``) -- impossible for a real model (softmax
+    weights are positive, a value vector of norm 0 for every token of a row is not), but never divided by.
+    """
+    import torch  # lazy: see the module docstring
+
+    a = torch.as_tensor(attn).float()  # [batch, head, query_pos, key_pos]
+    vn = torch.as_tensor(value_norm).to(device=a.device, dtype=torch.float32)  # [batch, head, key_pos]
+    if a.dim() != 4 or vn.shape != (a.shape[0], a.shape[1], a.shape[3]):
+        raise BertlookError(f"norm_maps: attention {list(a.shape)} and value norms {list(vn.shape)} do not fit "
+                            "([batch, head, query_pos, key_pos] and [batch, head, key_pos])")
+    n = a * vn[:, :, None, :]  # [batch, head, query_pos, key_pos]
+    sums = n.sum(dim=-1, keepdim=True)  # [batch, head, query_pos, 1]
+    good = torch.isfinite(sums) & (sums > 0)  # [batch, head, query_pos, 1]
+    B, _, T, _ = a.shape
+    lens = [T] * B if lengths is None else [int(m) for m in lengths]
+    for b, m in enumerate(lens):
+        bad = ~good[b, :, :m, 0]  # [head, query_pos]
+        if bool(bad.any()):
+            h, i = (int(x) for x in torch.nonzero(bad)[0])
+            rid = ids[b] if ids is not None else b
+            raise BertlookError(
+                f"example {rid!r}: norm-based map row with sum {float(sums[b, h, i, 0])} (head {h + 1}, row {i}): "
+                "every value vector of the row has norm 0 or is not finite; cannot row-normalise"
+            )
+    return torch.where(good, n / torch.where(good, sums, torch.ones_like(sums)), torch.zeros_like(n))  # [batch, head, query_pos, key_pos]
+
+
+# --------------------------------------------------------------------------------------------
+# class sums (numpy)
+
+def token_classes(tokens: Sequence[str], cls_token: str = "[CLS]", sep_token: str = "[SEP]") -> np.ndarray:
+    """Class index per token (:data:`TOKEN_CLASSES` order): 0 [CLS], 1 [SEP], 2 ``"."``/``","``, 3 other."""
+    toks = np.asarray(list(tokens), dtype=object)  # [seq]
+    out = np.full(toks.shape, 3, dtype=np.int64)  # [seq]
+    out[np.isin(toks, PUNCT_TOKENS)] = 2
+    out[toks == sep_token] = 1
+    out[toks == cls_token] = 0
+    return out
+
+
+def zero_class_sums(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zeros to add :func:`class_sums` to: ``(sums [layer, class] float64, counts [class] int64)``."""
+    k = len(TOKEN_CLASSES)
+    return np.zeros((int(num_layers), k)), np.zeros(k, dtype=np.int64)  # [layer, class], [class]
+
+
+def class_sums(value_norm: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One example's ``(sums [layer, class], counts [class])``: per layer the sum over its tokens of
+    each class of ``|| f(x_j) ||`` averaged over heads, and the number of tokens per class.
+
+    ``value_norm``: ``[layer, head, key_pos]``; ``classes``: ``[key_pos]`` (:func:`token_classes`).
+    """
+    vn = np.asarray(value_norm, dtype=np.float64)  # [layer, head, key_pos]
+    cl = np.asarray(classes, dtype=np.int64)  # [key_pos]
+    if vn.ndim != 3 or cl.shape != (vn.shape[2],):
+        raise BertlookError(f"class_sums: value norms {list(vn.shape)} and classes {list(cl.shape)} do not fit")
+    k = len(TOKEN_CLASSES)
+    onehot = np.zeros((cl.size, k))  # [key_pos, class]
+    onehot[np.arange(cl.size), cl] = 1.0
+    per_token = vn.mean(axis=1)  # [layer, key_pos]
+    sums = per_token @ onehot  # [layer, class]
+    counts = np.bincount(cl, minlength=k).astype(np.int64)  # [class]
+    return sums, counts
+
+
+def norms_summary(store: Any, sums: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
+    """The ``norms`` entry of an extraction summary (additive over shards)."""
+    return {
+        "store": str(store),
+        "classes": list(TOKEN_CLASSES),
+        "value_norm_sums": [[float(x) for x in row] for row in np.asarray(sums, dtype=np.float64)],
+        "value_norm_counts": [int(c) for c in np.asarray(counts)],
+    }
+
+
+def reduce_norm_summaries(summaries: Sequence[Any]) -> dict[str, Any]:
+    """Add up the ``norms`` entries of extraction summaries (paths or dicts), in the order given.
+
+    Either one summary (unsharded, or already gathered by ``gather-extraction`` / ``merge-stores``)
+    or every shard's summary once, in shard order (checked as ``gather-extraction`` does). Returns
+    ``classes``, ``sums [layer, class]``, ``counts [class]``, ``means [layer, class]`` (sums / counts,
+    NaN for a class without tokens) and ``num_layers``.
+    """
+    from bertlook.pipeline.sharding import _read_json, check_shards
+
+    if not summaries:
+        raise BertlookError("norm summaries: none given")
+    paths = [s if not isinstance(s, dict) else f"summary {k + 1}" for k, s in enumerate(summaries)]
+    data = [s if isinstance(s, dict) else _read_json(s, "extraction summary") for s in summaries]
+    check_shards(data, paths)
+    total = None
+    counts = None
+    for d, p in zip(data, paths):
+        norms = d.get("norms")
+        if not isinstance(norms, dict):
+            raise BertlookError(f"{p}: no 'norms' entry (run the extraction with --norms-out DIR)")
+        if list(norms.get("classes") or []) != list(TOKEN_CLASSES):
+            raise BertlookError(f"{p}: norms classes {norms.get('classes')!r}, expected {list(TOKEN_CLASSES)}")
+        try:
+            s = np.asarray(norms["value_norm_sums"], dtype=np.float64)  # [layer, class]
+            c = np.asarray(norms["value_norm_counts"], dtype=np.int64)  # [class]
+        except (KeyError, TypeError, ValueError) as err:
+            raise BertlookError(f"{p}: malformed 'norms' entry: {err}") from None
+        if s.ndim != 2 or s.shape[1] != len(TOKEN_CLASSES) or s.shape[0] < 1 or c.shape != (len(TOKEN_CLASSES),):
+            raise BertlookError(f"{p}: 'norms' sums of shape {list(s.shape)} / counts {list(c.shape)}, expected "
+                                f"[layers, {len(TOKEN_CLASSES)}] / [{len(TOKEN_CLASSES)}]")
+        if not np.isfinite(s).all() or (s < 0).any() or (c < 0).any():
+            raise BertlookError(f"{p}: 'norms' sums must be finite and >= 0, counts >= 0")
+        if total is None:
+            total, counts = np.zeros_like(s), np.zeros_like(c)  # [layer, class], [class]
+        elif s.shape != total.shape:
+            raise BertlookError(f"{p}: norms of {s.shape[0]} layers, but {paths[0]} has {total.shape[0]}")
+        total = total + s  # [layer, class]
+        counts = counts + c  # [class]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, total / np.maximum(counts, 1), np.nan)  # [layer, class]
+    return {"classes": list(TOKEN_CLASSES), "sums": total, "counts": counts, "means": means,
+            "num_layers": int(total.shape[0]), "summaries": [str(p) for p in paths]}
+
