@@ -1,0 +1,244 @@
+"""Attention rollout (Abnar & Zuidema 2020) of stored maps: per-layer statistics and a Table 1 view (numbers only).
+
+:func:`rollout` turns one example's maps into its rollout ``R_l`` per layer (float64);
+:func:`rollout_example_stats` gives one example's per-layer share of rollout to [CLS], [SEP], ". ,"
+and other tokens and its rollout entropy (defined as the surface statistics); :func:`rollout_partial`
+writes their sums and counts for one token-level store (``rollout --out-partial``),
+:func:`reduce_rollout` adds partials in shard order and divides once, :func:`compute_rollout_stats`
+is the unsharded path (one partial). :class:`RolloutStore` presents a word-level store's rollout as a
+store with one "head" per layer, so :mod:`bertlook.analyses.heads` scores it unchanged (Table 1 on
+rollout maps).
+
+Definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertlook.analyses.surface_stats import PUNCT_TOKENS, row_entropy, special_tokens
+from bertlook.attention.store import AttentionStore, open_store
+from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import same_value, select_examples
+
+COLUMNS = ["layer", "cls", "sep", "punct", "other", "entropy", "uniform_entropy"]
+#: per-example statistics (one value per layer), summed by the partials in this order
+STAT_COLUMNS = ["cls", "sep", "punct", "other", "entropy"]
+PARTIAL_KIND = "rollout"
+RESIDUAL_WEIGHT = 0.5  # A_hat = (1 - w) * mean_h(A) + w * I
+
+
+def rollout(maps: "np.ndarray") -> "np.ndarray":
+    """Attention rollout of one example: ``maps [layer, head, query_pos, key_pos]`` -> ``R [layer, query_pos, key_pos]``.
+
+    ``A_hat_l = 0.5 * mean_h(A_l) + 0.5 * I`` with rows renormalised to sum to 1, ``R_1 = A_hat_1``,
+    ``R_l = A_hat_l @ R_{l-1}`` (float64). Row i of ``R_l``: how much of token i's representation at
+    layer l comes from each input token j.
+    """
+    a = np.asarray(maps, dtype=np.float64)  # [layer, head, query_pos, key_pos]
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2] or a.shape[0] < 1 or a.shape[1] < 1 or a.shape[-1] < 1:
+        raise BertlookError(f"rollout: expected maps of shape [layer, head, n, n], got {list(a.shape)}")
+    if not np.isfinite(a).all():
+        raise BertlookError("rollout: non-finite attention values")
+    L, _, n, _ = a.shape
+    eye = np.eye(n)  # [query_pos, key_pos]
+    a_hat = (1.0 - RESIDUAL_WEIGHT) * a.mean(axis=1) + RESIDUAL_WEIGHT * eye  # [layer, query_pos, key_pos]
+    sums = a_hat.sum(axis=-1, keepdims=True)  # [layer, query_pos, 1]
+    if (sums <= 0).any():
+        raise BertlookError("rollout: an attention row sums to a non-positive value")
+    a_hat = a_hat / sums  # [layer, query_pos, key_pos]
+    out = np.empty_like(a_hat)  # [layer, query_pos, key_pos]
+    out[0] = a_hat[0]  # [query_pos, key_pos]
+    for layer in range(1, L):
+        out[layer] = a_hat[layer] @ out[layer - 1]  # [query_pos, key_pos]
+    return out
+
+
+def rollout_example_stats(
+    r: "np.ndarray", tokens: list[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]"
+) -> dict[str, "np.ndarray"]:
+    """Statistics of one example's rollout ``r [layer, query_pos, key_pos]``, each a ``[layer]`` float64 array.
+
+    ``cls`` / ``sep`` / ``punct`` / ``other``: ``(1/n) sum_i sum_{j in S} R[i, j]`` for S = [CLS], [SEP],
+    tokens exactly "." or ",", every other token; ``entropy``: mean over rows of the smoothed row
+    entropy (:func:`bertlook.analyses.surface_stats.row_entropy`).
+    """
+    R = np.asarray(r, dtype=np.float64)  # [layer, query_pos, key_pos]
+    n = R.shape[-1]
+    if len(tokens) != n:
+        raise BertlookError(f"rollout: {len(tokens)} tokens for a map of size {n}")
+    toks = np.asarray(tokens, dtype=object)  # [key_pos]
+    is_cls = toks == cls_token  # [key_pos]
+    is_sep = toks == sep_token  # [key_pos]
+    is_punct = np.isin(toks, PUNCT_TOKENS)  # [key_pos]
+    is_other = ~(is_cls | is_sep | is_punct)  # [key_pos]
+    col = R.sum(axis=-2)  # [layer, key_pos]: rollout received by each token, summed over rows
+    return {
+        "cls": col[:, is_cls].sum(axis=-1) / n,  # [layer]
+        "sep": col[:, is_sep].sum(axis=-1) / n,  # [layer]
+        "punct": col[:, is_punct].sum(axis=-1) / n,  # [layer]
+        "other": col[:, is_other].sum(axis=-1) / n,  # [layer]
+        "entropy": row_entropy(R).mean(axis=-1),  # [layer]
+    }
+
+
+def _map_kind(store: "AttentionStore") -> str:
+    return str(store.meta.get("map") or "attention")
+
+
+def rollout_partial(
+    store: "AttentionStore", *, max_examples: int | None = None, segments=None
+) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
+    """Sums and counts of the rollout statistics over the selected examples of one token-level store.
+
+    Selection as :func:`bertlook.analyses.surface_stats.surface_stats_partial`
+    (:func:`bertlook.pipeline.sharding.select_examples`). ``arrays``: ``sums [stat, layer]`` (float64,
+    :data:`STAT_COLUMNS` order), ``sum_log_n``; ``meta``: layout, special tokens, map kind,
+    ``n_examples``, ``n_examples_in_store``, ``sum_n``, the store's own exclusions. Reduce with
+    :func:`reduce_rollout`.
+    """
+    store = open_store(store, level="token")
+    if max_examples is not None and max_examples < 0:
+        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    cls_token, sep_token = special_tokens(store)
+    L = store.num_layers
+    sums = np.zeros((len(STAT_COLUMNS), L))  # [stat, layer]
+    n_examples = 0
+    sum_log_n = 0.0
+    sum_n = 0
+    for k in select_examples(store, max_examples, segments):
+        rec = store.records[k]
+        attn = store.get(k)  # [layer, head, query_pos, key_pos]
+        n = int(attn.shape[-1])
+        try:
+            stats = rollout_example_stats(rollout(attn), rec["tokens"], cls_token=cls_token, sep_token=sep_token)
+        except BertlookError as err:
+            raise BertlookError(f"{store.path}: example {rec.get('id', k)!r}: {err}") from None
+        sums += np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
+        n_examples += 1
+        sum_log_n += math.log(n)
+        sum_n += n
+    meta = {
+        "attention": str(store.path),
+        "num_layers": L,
+        "num_heads": store.num_heads,
+        "map": _map_kind(store),
+        "special_tokens": {"cls": cls_token, "sep": sep_token},
+        "n_examples": n_examples,
+        "n_examples_in_store": len(store),
+        "max_examples": max_examples,
+        "sum_n": sum_n,
+        "store_excluded": store.meta.get("excluded") or {},
+    }
+    return meta, {"sums": sums, "sum_log_n": np.float64(sum_log_n)}
+
+
+def reduce_rollout(
+    partials: "list[tuple[dict[str, Any], dict[str, np.ndarray]]]", *, where: "list[Any] | None" = None
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Add partial sums (:func:`rollout_partial`, in shard order) and divide once -> ``(frame, summary)``.
+
+    ``frame``: one row per layer, columns :data:`COLUMNS` (``layer`` 1-indexed; ``uniform_entropy`` =
+    mean ln n, the same on every row). One partial gives exactly :func:`compute_rollout_stats`.
+    """
+    if not partials:
+        raise BertlookError("no partial rollout statistics to reduce")
+    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
+    metas = [m for m, _ in partials]
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
+    kind = same_value([m.get("map", "attention") for m in metas], "map kind", where)
+    tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
+    max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    total = np.zeros((len(STAT_COLUMNS), L))  # [stat, layer]
+    n_examples = 0
+    sum_log_n = 0.0
+    sum_n = 0
+    for (meta, arrays), w in zip(partials, where):
+        part = np.asarray(arrays["sums"], dtype=np.float64)  # [stat, layer]
+        if part.shape != total.shape:
+            raise BertlookError(f"{w}: partial sums of shape {list(part.shape)}, expected {list(total.shape)}")
+        total += part
+        n_examples += int(meta["n_examples"])
+        sum_log_n += float(arrays["sum_log_n"])
+        sum_n += int(meta["sum_n"])
+    if n_examples == 0:
+        where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))
+        raise BertlookError(f"{where_txt}: no examples to compute rollout statistics on")
+    uniform = sum_log_n / n_examples
+    means = total / n_examples  # [stat, layer]
+    data: dict[str, Any] = {"layer": np.arange(1, L + 1)}
+    for i, c in enumerate(STAT_COLUMNS):
+        data[c] = means[i]  # [layer]
+    data["uniform_entropy"] = np.full(L, uniform)  # [layer]
+    frame = pd.DataFrame(data, columns=COLUMNS)
+    n_in_store = sum(int(m["n_examples_in_store"]) for m in metas)
+    store_excluded = [m.get("store_excluded") or {} for m in metas]
+    summary: dict[str, Any] = {
+        "n_examples": n_examples,
+        "n_examples_in_store": n_in_store,
+        "max_examples": max_examples,
+        "excluded": {"not selected (max_examples)": n_in_store - n_examples},
+        "store_excluded": store_excluded[0] if len(store_excluded) == 1 else store_excluded,
+        "uniform_entropy": uniform,
+        "mean_tokens": sum_n / n_examples,
+        "num_layers": L,
+        "num_heads": H,
+        "map": kind,
+        "residual_weight": RESIDUAL_WEIGHT,
+        "special_tokens": dict(tokens),
+        "punct_tokens": list(PUNCT_TOKENS),
+    }
+    return frame, summary
+
+
+def compute_rollout_stats(
+    store: "AttentionStore", *, max_examples: int | None = None, segments=None
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Per-layer rollout statistics of (the selected examples of) a token-level store: ``(frame, summary)``."""
+    return reduce_rollout([rollout_partial(store, max_examples=max_examples, segments=segments)],
+                          where=[store.path])
+
+
+class RolloutStore(AttentionStore):
+    """Read-only view of a word-level store whose example k is the rollout of its maps.
+
+    ``get(k)`` -> ``R [layer, 1, query_word, key_word]`` (float64; rows sum to 1): a store with
+    ``num_heads = 1``, so "head" ``L-1`` is the rollout up to layer L. Records, ``path``, ``level``
+    and the gold trees are the base store's; ``meta`` is the base meta with ``"map": "rollout"``.
+    Everything :mod:`bertlook.analyses.heads` uses (``records``, ``get``, ``len``, ``num_layers``,
+    ``num_heads``, ``meta``, ``path``, ``level``) is provided; one example in memory at a time.
+    """
+
+    def __init__(self, base: "AttentionStore | Any") -> None:  # noqa: D107 - no AttentionStore.__init__: no files
+        self._files = OrderedDict()
+        self.base = open_store(base, level="word")
+        self.path = self.base.path
+        self.meta = {**self.base.meta, "num_heads": 1, "map": "rollout",
+                     "rollout_of": _map_kind(self.base), "base_num_heads": self.base.num_heads}
+        self.num_layers = self.base.num_layers
+        self.num_heads = 1
+        self.level = self.base.level
+        self.records = self.base.records
+
+    def get(self, i: int) -> "np.ndarray":
+        """Rollout of example ``i`` as ``[layer, 1, query_word, key_word]`` float64 (base map checked on read)."""
+        rec = self.records[i]
+        try:
+            r = rollout(self.base.get(i))  # [layer, query_word, key_word]
+        except BertlookError as err:
+            raise BertlookError(f"{self.path}: example {rec.get('id', i)!r}: {err}") from None
+        return r[:, None]  # [layer, 1, query_word, key_word]
+
+    def check_map(self, rec: dict[str, Any], attn: "np.ndarray") -> None:
+        """Base maps are checked when read; a rollout of checked maps needs no float16 check."""
+
+    def close(self) -> None:
+        base = getattr(self, "base", None)
+        if base is not None:
+            base.close()

@@ -1,0 +1,263 @@
+"""``bertlook rollout``: argparse glue, summaries and printing of :mod:`bertlook.analyses.rollout`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertlook.errors import BertlookError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+_HELP = """\
+Attention rollout (Abnar & Zuidema 2020): per layer, A_hat = 0.5 mean_h(A) + 0.5 I (rows renormalised),
+R_1 = A_hat_1, R_l = A_hat_l R_{l-1}; computed from stored maps (no model run), float64.
+
+per-layer statistics (token-level store, attention or norm maps):
+  --attention DIR        token-level store (attention/segments-*)
+  --partial NPZ          or: partial sums of the shards (repeatable, shard order), from --out-partial
+  --out-partial NPZ      output: only the sums and counts of --attention (no table)
+  --out CSV              output: rollout_stats.csv: layer,cls,sep,punct,other,entropy,uniform_entropy
+  --out-figure PNG       output (optional): shares and entropy per layer
+  --max-examples N, --segments JSONL   the first N segments of the file (as surface-stats)
+
+Table 1 on rollout maps (word-level store with gold trees; "head" L-1 = the rollout up to layer L):
+  --word-attention DIR   word-level store (attention/words-dev)
+  --out-table CSV        best layer per relation vs offset baselines, bootstrap CI (no paper numbers)
+  --out-markdown MD      the same as markdown
+  --out-accuracy CSV     every layer x relation x direction
+
+  --summary JSON         counts and settings of what ran (required unless --out-partial)
+
+Definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020
+"""
+
+
+def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
+    """CSV at full float precision (shortest round-trip repr), written atomically."""
+    from bertlook.io_utils import atomic_path
+
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def _offsets_arg(text: str) -> tuple[int, ...]:
+    from bertlook.analyses.heads import _parse_offsets
+
+    try:
+        return _parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _stats(args: argparse.Namespace) -> tuple["pd.DataFrame", dict[str, Any]]:
+    from bertlook.analyses.rollout import PARTIAL_KIND, compute_rollout_stats, reduce_rollout
+    from bertlook.attention.store import open_store
+    from bertlook.pipeline.sharding import load_partial
+
+    if args.partial:
+        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
+        frame, summary = reduce_rollout(partials, where=args.partial)
+        attention = [m["attention"] for m, _ in partials]
+        return frame, {"attention": attention[0] if len(attention) == 1 else attention, **summary}
+    store = open_store(args.attention, level="token")
+    frame, summary = compute_rollout_stats(store, max_examples=args.max_examples, segments=args.segments)
+    return frame, {"attention": str(args.attention), **summary}
+
+
+def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "pd.DataFrame", str]:
+    from bertlook.analyses.heads import (
+        FORCED_BY_SCHEME,
+        SKIP_RELATIONS,
+        TREEBANK_KINDS,
+        head_accuracy_table,
+        score_heads,
+        table1,
+    )
+    from bertlook.analyses.rollout import RolloutStore
+    from bertlook.attention.store import open_store
+    from bertlook.reporting.tables import table1_markdown
+
+    base = open_store(args.word_attention, level="word")
+    kind = args.treebank_kind or base.meta.get("treebank_kind")
+    if kind not in TREEBANK_KINDS:
+        raise BertlookError(
+            f"{args.word_attention}: tree source unknown: pass --treebank-kind "
+            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
+        )
+    name = args.treebank_name or base.meta.get("treebank_name") or None
+    scheme = TREEBANK_KINDS[kind][0]
+    store = RolloutStore(base)
+    scores = score_heads(store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+                         max_examples=args.max_examples_words)
+    table = table1(scores, min_count=args.min_count, dev_store=store, bootstrap=args.bootstrap,
+                   confidence=args.confidence, seed=args.seed, forced_relations=FORCED_BY_SCHEME[scheme])
+    acc = head_accuracy_table(scores)
+    trees = TREEBANK_KINDS[kind][1] + (f" ({name})" if name else "")
+    note = (f"Trees: {trees}. Maps: attention rollout (Abnar & Zuidema 2020) of the word-level "
+            f"{store.meta['rollout_of']} maps, A_hat = 0.5 mean over heads + 0.5 I; the \"head\" L-1 is the "
+            f"rollout up to layer L (one per layer, {scores.num_layers} layers). The paper has no rollout "
+            "numbers: no paper columns.")
+    title = f"Dependency accuracy of attention rollout per relation (Table 1 on rollout): {Path(args.word_attention).name}"
+    md = table1_markdown(table, title=title, corpus_note=note)
+    counts = {r: int(c) for r, c in zip(scores.relations, scores.word_counts)}
+    shown = set(table["relation"])
+    best = {row.relation: {"layer": int(str(row.best_head).split("-")[0]), "direction": row.direction,
+                           "accuracy": float(row.accuracy), "baseline_offset": int(row.baseline_offset),
+                           "baseline_accuracy": float(row.baseline_accuracy), "count": int(row.count)}
+            for row in table.itertuples(index=False)}
+    summary = {
+        "word_attention": str(args.word_attention),
+        "map": "rollout",
+        "rollout_of": store.meta["rollout_of"],
+        "treebank_kind": kind,
+        "treebank_name": name,
+        "relation_scheme": scheme,
+        "n_sentences": scores.n_sentences,
+        "n_sentences_in_store": len(base),
+        "excluded": {"not selected (max_examples)": len(base) - scores.n_sentences},
+        "store_excluded": base.meta.get("excluded") or {},
+        "n_words": scores.n_words,
+        "num_layers": scores.num_layers,
+        "relation_counts": counts,
+        "rows": list(table["relation"]),
+        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
+        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
+        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+        "min_count": args.min_count,
+        "offsets": list(scores.offsets),
+        "poss_from_possessive": scores.poss_from_possessive,
+        "n_poss_switched": scores.n_poss_affected,
+        "bootstrap": args.bootstrap,
+        "confidence": args.confidence,
+        "seed": args.seed,
+        "best_layer": best,
+    }
+    return summary, table, acc, md
+
+
+def _run_rollout(args: argparse.Namespace) -> int:
+    from bertlook.analyses.rollout import PARTIAL_KIND, rollout_partial
+    from bertlook.attention.store import open_store
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.pipeline.sharding import save_partial
+
+    stats_mode = bool(args.attention or args.partial)
+    table_mode = bool(args.word_attention)
+    if args.attention and args.partial:
+        raise BertlookError("rollout: give --attention DIR or --partial NPZ ... (not both)")
+    if not (stats_mode or table_mode):
+        raise BertlookError("rollout: give --attention DIR, --partial NPZ ... or --word-attention DIR")
+    if args.out_partial:
+        if not args.attention or table_mode:
+            raise BertlookError("rollout: --out-partial needs --attention (and no --partial / --word-attention)")
+        meta, arrays = rollout_partial(open_store(args.attention, level="token"), max_examples=args.max_examples,
+                                       segments=args.segments)
+        save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
+        print(f"rollout: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
+              f"-> {args.out_partial}")
+        return 0
+    if not args.summary:
+        raise BertlookError("rollout: give --summary JSON (or --out-partial)")
+    if stats_mode and not args.out:
+        raise BertlookError("rollout: --attention / --partial need --out CSV")
+    if not stats_mode and (args.out or args.out_figure):
+        raise BertlookError("rollout: --out / --out-figure need --attention or --partial")
+    table_outs = (args.out_table, args.out_markdown, args.out_accuracy)
+    if table_mode and not all(table_outs):
+        raise BertlookError("rollout: --word-attention needs --out-table, --out-markdown and --out-accuracy")
+    if not table_mode and any(table_outs):
+        raise BertlookError("rollout: --out-table / --out-markdown / --out-accuracy need --word-attention")
+
+    # compute everything first, then write: a failure leaves no output of this run
+    summary: dict[str, Any] = {}
+    frame = table_parts = None
+    if stats_mode:
+        frame, summary["stats"] = _stats(args)
+    if table_mode:
+        table_parts = _table1(args)
+        summary["table1"] = table_parts[0]
+    if frame is not None:
+        write_csv(args.out, frame)
+        if args.out_figure:
+            from bertlook.reporting.figures import fig_rollout
+
+            fig_rollout(args.out, args.out_figure)
+    if table_parts is not None:
+        _, table, acc, md = table_parts
+        _write_csv_full(args.out_accuracy, acc)
+        _write_csv_full(args.out_table, table)
+        write_text(args.out_markdown, md)
+    write_json(args.summary, summary)
+
+    if frame is not None:
+        s = summary["stats"]
+        print(f"rollout: {s['n_examples']} of {s['n_examples_in_store']} examples ({s['map']} maps), "
+              f"{len(frame)} layers -> {args.out}")
+        excluded = s["excluded"]["not selected (max_examples)"]
+        if excluded:
+            print(f"rollout: {excluded} example(s) of the store not selected (--max-examples)")
+        last = frame.iloc[-1]
+        print(f"rollout: last layer shares [CLS] {last['cls']:.3f} [SEP] {last['sep']:.3f} "
+              f"'. ,' {last['punct']:.3f} other {last['other']:.3f}; entropy {last['entropy']:.2f} "
+              f"(uniform {last['uniform_entropy']:.2f}) nats")
+    if table_parts is not None:
+        t = summary["table1"]
+        all_row = t["best_layer"]["All"]
+        print(f"rollout: Table 1 on rollout: {t['n_sentences']} of {t['n_sentences_in_store']} sentences, "
+              f"{t['n_words']} words, {len(t['rows'])} rows; All: layer {all_row['layer']} {all_row['direction']} "
+              f"{100 * all_row['accuracy']:.1f}% vs offset {all_row['baseline_offset']:+d} "
+              f"{100 * all_row['baseline_accuracy']:.1f}%")
+    for path in (args.out, args.out_figure, args.out_accuracy, args.out_table, args.out_markdown, args.summary):
+        if path:
+            print(f"wrote {path}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``rollout`` subcommand."""
+    from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
+
+    p = subparsers.add_parser(
+        "rollout",
+        help="attention rollout (Abnar & Zuidema 2020): per-layer shares and entropy, Table 1 on rollout maps",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--attention", default=None, metavar="DIR", help="input: token-level attention (or norm) store")
+    p.add_argument("--partial", action="append", default=None, metavar="NPZ",
+                   help="input: partial sums of a shard (repeatable, shard order) instead of --attention")
+    p.add_argument("--out-partial", default=None, metavar="NPZ",
+                   help="output: only the partial sums and counts of --attention (no table)")
+    p.add_argument("--out", default=None, metavar="CSV", help="output: per-layer statistics (rollout_stats.csv)")
+    p.add_argument("--out-figure", default=None, metavar="PNG", help="output: figure of the per-layer statistics")
+    p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="statistics: use only the first N segments of --segments (without it: the first N "
+                        "examples of the store) (default: all)")
+    p.add_argument("--segments", default=None, metavar="JSONL",
+                   help="input: the segments file of the store, for --max-examples")
+    p.add_argument("--word-attention", default=None, metavar="DIR",
+                   help="input: word-level store with gold trees (Table 1 on rollout)")
+    p.add_argument("--out-table", default=None, metavar="CSV", help="output: Table 1 on rollout (CSV)")
+    p.add_argument("--out-markdown", default=None, metavar="MD", help="output: Table 1 on rollout (markdown)")
+    p.add_argument("--out-accuracy", default=None, metavar="CSV", help="output: accuracy of every layer's rollout")
+    p.add_argument("--min-count", type=int, default=100,
+                   help="relations with fewer words are not rows (except the scheme's forced rows; default 100)")
+    p.add_argument("--offsets", type=_offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+                   help="baseline offsets (default -3,-2,-1,1,2,3)")
+    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
+                   help="score a poss word with the prediction made from the following 's (default: on, as heads)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--max-sentences", dest="max_examples_words", type=int, default=None, metavar="N",
+                   help="Table 1: use only the first N sentences of --word-attention (default: all)")
+    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=None,
+                   help="where the trees come from (default: the word store's meta 'treebank_kind')")
+    p.add_argument("--treebank-name", default=None, metavar="NAME",
+                   help="treebank / parser name for the note (default: the store's meta 'treebank_name')")
+    p.set_defaults(func=_run_rollout)
