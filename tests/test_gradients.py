@@ -345,3 +345,124 @@ def test_checkpoint_missing_base_weights_is_an_error(tmp_path, tiny_mlm_dir):
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(BertlookError, match="lacks 1 weight"):
         gradients.has_mlm_head(resolve_model(str(broken)))
+
+
+# ------------------------------------------------------------------------------------------------
+# head importance (Michel et al. 2019): |dL/dxi_h| of a gate on the head's output
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlm_model64(tiny_mlm_dir):
+    """The tiny MLM in float64, so that finite differences are accurate to ~1e-9."""
+    from bertlook.attention.modeling import load_model, resolve_model
+
+    return load_model(resolve_model(str(tiny_mlm_dir)), "cpu", mlm=True).double()
+
+
+def _gated_loss(model, ex: gradients.MaskedSegment, layer: int, head: int, xi: float) -> float:
+    """The segment's masked-LM loss with head (layer, head)'s slice of the self-attention output times xi."""
+    import torch
+    import torch.nn.functional as F
+
+    attn_self = model.bert.encoder.layer[layer].attention.self
+    d = attn_self.attention_head_size
+    calls = []
+
+    def gate(module, args, output):
+        context = output[0].clone()  # [batch, seq, d_model]
+        context[..., head * d:(head + 1) * d] *= xi
+        calls.append(1)
+        return (context, *output[1:])
+
+    handle = attn_self.register_forward_hook(gate)
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ex.input_ids]),
+                           token_type_ids=torch.tensor([ex.token_type_ids])).logits[0]  # [seq, vocab]
+            loss = F.cross_entropy(logits, torch.tensor(ex.labels), ignore_index=-100)
+    finally:
+        handle.remove()
+    assert calls == [1]  # the gate really ran
+    return float(loss)
+
+
+def test_head_importance_equals_finite_difference_of_a_gated_head(mlm_model64, tokenizer, segments):
+    """Independent check: (L(1+eps) - L(1-eps)) / 2 eps of an explicit gate = sum_ij dL/dA * A."""
+    masked = gradients.mask_segments(segments, tokenizer, seed=4)
+    stats = gradients.batch_statistics(mlm_model64, masked[:3], sep_token="[SEP]")  # one padded batch
+    per_ex = gradients.attention_gradients(mlm_model64, masked[:3])
+    L, H = mlm_model64.config.num_hidden_layers, mlm_model64.config.num_attention_heads
+    assert stats["importance"].shape == (3, L, H)
+    eps = 1e-4
+    nontrivial = 0
+    for b, ex in enumerate(masked[:3]):
+        for layer, head in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+            fd = (_gated_loss(mlm_model64, ex, layer, head, 1 + eps)
+                  - _gated_loss(mlm_model64, ex, layer, head, 1 - eps)) / (2 * eps)
+            formula = float((per_ex[b]["grad"][layer, head].astype(np.float64)
+                             * per_ex[b]["attn"][layer, head]).sum())  # float32 copies: ~1e-6 relative
+            assert formula == pytest.approx(fd, rel=1e-4, abs=1e-9), (b, layer, head)
+            assert stats["importance"][b, layer, head] == pytest.approx(abs(fd), rel=1e-6, abs=1e-12), (b, layer, head)
+            nontrivial += abs(fd) > 2e-5
+    assert nontrivial >= 10  # the comparison is not between zeros (|dL/dxi| ~1e-4 on the tiny model)
+
+
+def test_reduce_head_importance_means_and_layer_norm():
+    """Two partials by hand: raw = summed |dL/dxi| / segments; importance = raw / ||raw of the layer||_2."""
+    meta = {"status": "ok", "reason": None, "num_layers": 2, "num_heads": 2}
+    p1 = ({**meta, "n_examples": 1}, {"importance_sum": np.array([[3.0, 0.0], [1.0, 1.0]]), "importance_n": np.int64(1)})
+    p2 = ({**meta, "n_examples": 2}, {"importance_sum": np.array([[3.0, 8.0], [0.0, 0.0]]), "importance_n": np.int64(2)})
+    frame, info = gradients.reduce_head_importance([p1, p2])
+    assert list(frame.columns) == ["layer", "head", "importance", "importance_raw"]
+    assert frame[["layer", "head"]].values.tolist() == [[1, 1], [1, 2], [2, 1], [2, 2]]
+    np.testing.assert_allclose(frame["importance_raw"], [2.0, 8 / 3, 1 / 3, 1 / 3])
+    np.testing.assert_allclose(frame["importance"], [2 / (10 / 3), (8 / 3) / (10 / 3), 1 / np.sqrt(2), 1 / np.sqrt(2)])
+    assert info["n_examples"] == 3
+    with pytest.raises(BertlookError, match="b.npz: importance_n 2 differs"):
+        gradients.reduce_head_importance([p1, ({**meta, "n_examples": 5}, p2[1])], where=["a.npz", "b.npz"])
+    old = ({**meta, "n_examples": 1}, {"grad_sum": np.zeros((2, 3))})
+    with pytest.raises(BertlookError, match="old.npz: gradient partial without head importance"):
+        gradients.reduce_head_importance([old], where=["old.npz"])
+
+
+def test_head_importance_shards_equal_one_run(tiny_mlm_dir, segments_file):
+    common = dict(seed=2, batch_size=2, device="cpu", progress_every=0)
+    whole = gradients.gradient_partial(segments_file, str(tiny_mlm_dir), **common)
+    want, _ = gradients.reduce_head_importance([whole])
+    parts = [gradients.gradient_partial(segments_file, str(tiny_mlm_dir), shard=(i, 3), **common) for i in (1, 2, 3)]
+    got, info = gradients.reduce_head_importance(parts)
+    assert info["n_examples"] == len(TEXTS)
+    np.testing.assert_allclose(got["importance_raw"], want["importance_raw"], rtol=1e-5)
+    np.testing.assert_allclose(got["importance"], want["importance"], rtol=1e-5)
+    assert (want["importance_raw"] > 0).all()
+    np.testing.assert_allclose(want.groupby("layer")["importance"].apply(lambda v: float(np.sqrt((v ** 2).sum()))), 1.0)
+
+
+def test_cli_out_importance(tmp_path, tiny_mlm_dir, tiny_bert_dir, segments_file):
+    out = tmp_path / "head_importance.csv"
+    rc = _run_cli(["gradients", "--segments", str(segments_file), "--model", str(tiny_mlm_dir),
+                   "--out-table", str(tmp_path / "t.csv"), "--out-figure", str(tmp_path / "f.png"),
+                   "--summary", str(tmp_path / "s.json"), "--out-importance", str(out), "--device", "cpu"])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["layer", "head", "importance", "importance_raw"] and len(df) == 4
+    assert (df["importance_raw"] > 0).all()
+    # via partials: the same file
+    part = tmp_path / "p.npz"
+    assert _run_cli(["gradients", "--segments", str(segments_file), "--model", str(tiny_mlm_dir),
+                     "--out-partial", str(part), "--device", "cpu"]) == 0
+    out2 = tmp_path / "again.csv"
+    assert _run_cli(["gradients", "--partial", str(part), "--out-table", str(tmp_path / "t2.csv"),
+                     "--out-figure", str(tmp_path / "f2.png"), "--summary", str(tmp_path / "s2.json"),
+                     "--out-importance", str(out2)]) == 0
+    pd.testing.assert_frame_equal(df, pd.read_csv(out2), rtol=1e-5)
+    # no masked-LM head: the not-run form
+    out3 = tmp_path / "not_run.csv"
+    assert _run_cli(["gradients", "--segments", str(segments_file), "--model", str(tiny_bert_dir),
+                     "--out-table", str(tmp_path / "t3.csv"), "--out-figure", str(tmp_path / "f3.png"),
+                     "--summary", str(tmp_path / "s3.json"), "--out-importance", str(out3), "--device", "cpu"]) == 0
+    nr = pd.read_csv(out3, dtype=str, keep_default_na=False)
+    assert list(nr.columns) == ["layer", "head", "importance", "importance_raw", "note"] and len(nr) == 1
+    assert (nr.iloc[0][["layer", "head", "importance", "importance_raw"]] == "").all()
+    assert nr.iloc[0]["note"].startswith("not run:") and "no masked-LM head" in nr.iloc[0]["note"]

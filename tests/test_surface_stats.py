@@ -118,6 +118,7 @@ def test_columns_order_and_one_indexing(tmp_path):
     assert list(frame.columns) == [
         "layer", "head", "cls", "sep", "punct", "self", "prev", "next",
         "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention",
+        "positional_offset", "positional_fraction",  # appended last: the earlier columns never move
     ]
     assert list(frame.columns) == COLUMNS
     assert frame[["layer", "head"]].values.tolist() == [[1, 1], [1, 2], [2, 1], [2, 2]]
@@ -201,3 +202,94 @@ def test_cli_missing_store(tmp_path):
     with pytest.raises(BertlookError, match="nope"):
         args.func(args)
     assert not (tmp_path / "a.csv").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# positional offsets: the most frequent argmax_j a[i, j] - i and the fraction of rows at it
+
+def test_positional_offsets_hand_values(tmp_path):
+    """Example 1 alone, counted by hand from the matrices at the top.
+
+    1-1 IDENTITY: every row at offset 0 -> (0, 1.0). 1-2 SHIFT_NEXT: rows 0..2 at +1, row 3 at -3 ->
+    (+1, 0.75). 2-1 UNIFORM: ties go to the lowest column -> offsets 0, -1, -2, -3, one each -> mode
+    tie broken by the smallest |k| -> (0, 0.25). 2-2 MIXED: argmaxes 0, 0, 1, 3 (ties to the lowest
+    column) -> offsets 0, -1, -1, 0: tie between 0 and -1 -> 0 (smallest |k|), fraction 0.5.
+    """
+    store = make_store(tmp_path / "s", [(TOKENS_1, ATTN_1)])
+    frame, _ = compute_surface_stats(store)
+    want = {(1, 1): (0, 1.0), (1, 2): (1, 0.75), (2, 1): (0, 0.25), (2, 2): (0, 0.5)}
+    for (layer, head), (offset, fraction) in want.items():
+        row = row_of(frame, layer, head)
+        assert (row["positional_offset"], row["positional_fraction"]) == (offset, pytest.approx(fraction)), (layer, head)
+    assert pd.api.types.is_integer_dtype(frame["positional_offset"])
+
+
+def test_positional_offsets_over_examples_of_different_lengths(tmp_path):
+    """Example 1 (n = 4) + example 2 (n = 3, every row to [SEP] at column 2: offsets +2, +1, 0)."""
+    store = make_store(tmp_path / "s", [(TOKENS_1, ATTN_1), (TOKENS_2, ATTN_2)])
+    frame, _ = compute_surface_stats(store)
+    # 1-1: 0 x4 (ex 1) + {+2, +1, 0} -> 0 in 5 of 7 rows
+    assert (row_of(frame, 1, 1)["positional_offset"], row_of(frame, 1, 1)["positional_fraction"]) == (0, pytest.approx(5 / 7))
+    # 1-2: +1 x3, -3 (ex 1) + {+2, +1, 0} -> +1 in 4 of 7 rows
+    assert (row_of(frame, 1, 2)["positional_offset"], row_of(frame, 1, 2)["positional_fraction"]) == (1, pytest.approx(4 / 7))
+
+
+def test_positional_mode_ties_smallest_abs_then_smaller_offset():
+    from bertlook.analyses.surface_stats import positional_offsets
+
+    m = 3  # offsets -2..2 at index k + 2
+    counts = np.array([[[0, 2, 0, 2, 1],    # tie -1 / +1 -> -1
+                        [3, 0, 0, 0, 3],    # tie -2 / +2 -> -2
+                        [0, 1, 1, 0, 0],    # tie -1 / 0 -> 0
+                        [0, 0, 0, 0, 5]]])  # +2 alone
+    assert counts.shape[-1] == 2 * m - 1
+    offset, fraction = positional_offsets(counts)
+    assert offset.tolist() == [[-1, -2, 0, 2]]
+    np.testing.assert_allclose(fraction, [[2 / 5, 3 / 6, 1 / 2, 1.0]])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_positional_counts_add_over_shards(tmp_path, k):
+    """Shards with different longest examples: histograms aligned on offset 0 add up to the whole."""
+    from bertlook.analyses.surface_stats import reduce_surface_stats, surface_stats_partial
+    from bertlook.pipeline.sharding import load_partial, save_partial
+
+    rng = np.random.default_rng(5)
+    examples = []
+    for n in (9, 3, 6, 4, 8, 5):
+        tokens = ["[CLS]"] + ["x"] * (n - 2) + ["[SEP]"]
+        examples.append((tokens, rng.dirichlet(np.ones(n) * 0.3, size=(2, 2, n))))
+    whole, _ = compute_surface_stats(make_store(tmp_path / "whole", examples))
+    parts = []
+    for i, chunk in enumerate(np.array_split(np.arange(len(examples)), k)):
+        store = make_store(tmp_path / f"s{i}", [examples[j] for j in chunk])
+        save_partial(tmp_path / f"p{i}.npz", "surface-stats", *surface_stats_partial(store))
+        parts.append(load_partial(tmp_path / f"p{i}.npz", "surface-stats"))
+    got, _ = reduce_surface_stats(parts)
+    assert got["positional_offset"].tolist() == whole["positional_offset"].tolist()
+    np.testing.assert_allclose(got.iloc[:, 2:].to_numpy(float), whole.iloc[:, 2:].to_numpy(float), rtol=1e-12)
+    # brute force over every row of every example
+    for layer in range(2):
+        for head in range(2):
+            offs = [int(np.argmax(np.asarray(a, np.float16)[layer, head, i])) - i
+                    for _, a in examples for i in range(a.shape[-1])]
+            vals, cnt = np.unique(offs, return_counts=True)
+            best = min((v for v, c in zip(vals, cnt) if c == cnt.max()), key=lambda v: (abs(v), v))
+            row = row_of(got, layer + 1, head + 1)
+            assert row["positional_offset"] == best
+            assert row["positional_fraction"] == pytest.approx(cnt.max() / len(offs))
+
+
+def test_old_or_inconsistent_partials_are_refused(tmp_path):
+    from bertlook.analyses.surface_stats import reduce_surface_stats, surface_stats_partial
+
+    meta, arrays = surface_stats_partial(make_store(tmp_path / "s", [(TOKENS_1, ATTN_1)]))
+    old = {k: v for k, v in meta.items() if k != "partial_version"}
+    with pytest.raises(BertlookError, match="old.npz: surface-stats partial version None"):
+        reduce_surface_stats([(old, arrays)], where=["old.npz"])
+    bad = dict(arrays, offset_counts=arrays["offset_counts"][..., :-1])
+    with pytest.raises(BertlookError, match="bad.npz: offset_counts"):
+        reduce_surface_stats([(meta, bad)], where=["bad.npz"])
+    short = dict(arrays, offset_counts=arrays["offset_counts"] * 2)
+    with pytest.raises(BertlookError, match="x.npz: offset_counts hold 32 rows, expected"):
+        reduce_surface_stats([(meta, short)], where=["x.npz"])

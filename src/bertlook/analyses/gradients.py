@@ -6,6 +6,8 @@ probability; :func:`batch_statistics` / :func:`aggregate` reduce ``|dL/dA|`` and
 layer and target ([SEP], ". ,", other) into the rows of ``sep_gradients.csv``; :func:`gradient_partial` /
 :func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run;
 :func:`has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
+:func:`reduce_head_importance` turns the per-segment ``|dL/dxi_h| = |sum_ij dL/dA_h[i, j] A_h[i, j]|``
+summed by :func:`batch_statistics` into ``head_importance.csv`` (Michel et al. 2019; docs/definitions.md#per-head-report-card);
 :func:`bertlook.reporting.figures.fig3_sep_gradients` draws the figure (``bertlook gradients``).
 
 Definitions (masking procedure, loss, averaging, switches):
@@ -37,6 +39,7 @@ TARGETS = ("[SEP]", ". ,", "other")
 PUNCT_TOKENS = (".", ",")
 COLUMNS = ["layer", "target", "mean_abs_grad", "attention_mass"]
 NOT_RUN_COLUMNS = [*COLUMNS, "note"]
+IMPORTANCE_COLUMNS = ["layer", "head", "importance", "importance_raw"]
 MASK_MODES = ("bert", "mask_only")
 TARGET_TOKEN_MODES = ("original", "input")
 GRAD_AVERAGES = ("pooled", "segment")
@@ -304,7 +307,9 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
 
     Returns ``grad_sum [B, L, 3]`` (sum of ``|dL/dA|`` over heads, real rows and the class's columns),
     ``count [B, 3]`` (number of those entries per layer: heads x n x columns of the class),
-    ``mass [B, L, 3]`` (attention mass per from-token, averaged over heads), ``loss [B]``, ``n [B]``.
+    ``mass [B, L, 3]`` (attention mass per from-token, averaged over heads), ``loss [B]``, ``n [B]``,
+    ``importance [B, L, H]``: ``|sum_ij dL/dA_h[i, j] * A_h[i, j]|`` over the real rows and columns, the
+    absolute derivative of the example's loss with respect to a gate multiplying head h's output, at 1.
     """
     import torch
 
@@ -319,8 +324,10 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     cls = torch.as_tensor(cls_np, device=dev)  # [batch, target, key_pos]
     rows = torch.as_tensor(rows_np, device=dev)  # [batch, query_pos]
     n = torch.as_tensor(lengths, dtype=torch.float64, device=dev)  # [batch]
-    g_sums, masses = [], []
+    g_sums, masses, gates = [], [], []
     for a, g in zip(attns, grads):
+        ga = (g.double() * a.double()).sum(dim=-1)  # [batch, head, query_pos]: padded keys have a = 0
+        gates.append(torch.einsum("bhi,bi->bh", ga, rows.double()).abs())  # [batch, head]: |dL/dxi_h|
         g_h = g.float().abs().sum(dim=1)  # [batch, query_pos, key_pos]: summed over heads
         a_h = a.float().sum(dim=1)  # [batch, query_pos, key_pos]
         g_rows = torch.einsum("bij,bi->bj", g_h, rows)  # [batch, key_pos]: summed over real rows
@@ -337,6 +344,7 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
         "loss": losses.double().cpu().numpy(),  # [batch]
         "n": np.asarray(lengths, dtype=np.int64),  # [batch]
         "n_masked": np.asarray([len(ex.masked_positions) for ex in examples], dtype=np.int64),  # [batch]
+        "importance": torch.stack(gates, dim=1).cpu().numpy(),  # [batch, layer, head]
     }
 
 
@@ -484,7 +492,9 @@ def gradient_partial(
     input whatever the sharding. ``arrays``: ``grad_sum`` ``[L, 3]`` (sum of ``|dL/dA|``),
     ``count_sum`` ``[3]`` (entries), ``seg_mean_sum`` / ``seg_mean_n`` ``[L, 3]`` (sum and number of
     the per-segment means, for ``grad_average="segment"``), ``mass_sum`` ``[L, 3]``, ``loss_sum``,
-    ``segments_without_target`` ``[3]``; ``meta``: settings, counts, excluded ids, timing. A model
+    ``segments_without_target`` ``[3]``, ``importance_sum`` ``[L, H]`` (sum over segments of
+    ``|dL/dxi_h|``, :func:`batch_statistics`) and ``importance_n`` (its number of segments); ``meta``:
+    settings, counts, excluded ids, timing, ``num_heads``. A model
     without a masked-LM head gives ``meta["status"] == "not run"`` and no arrays. Reduce with
     :func:`reduce_gradients`.
     """
@@ -547,15 +557,16 @@ def gradient_partial(
             bar.update(len(batch))
     seconds = time.perf_counter() - t0
     L = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    H = int(getattr(model.config, "num_attention_heads", 0) or 0)
     if parts:
         stats = {key: np.concatenate([p[key] for p in parts])  # each [segment, ...]
-                 for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
-        L = int(stats["grad_sum"].shape[1])
+                 for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked", "importance")}
+        L, H = (int(d) for d in stats["importance"].shape[1:])
     else:
         C = len(TARGETS)
         stats = {"grad_sum": np.zeros((0, L, C)), "count": np.zeros((0, C)), "mass": np.zeros((0, L, C)),
                  "loss": np.zeros((0,)), "n": np.zeros((0,), dtype=np.int64),
-                 "n_masked": np.zeros((0,), dtype=np.int64)}
+                 "n_masked": np.zeros((0,), dtype=np.int64), "importance": np.zeros((0, L, H))}
     # [segment, layer, target], [segment, target], [segment, layer, target]
     gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -569,6 +580,8 @@ def gradient_partial(
         "mass_sum": mass.sum(axis=0),  # [layer, target]
         "loss_sum": np.float64(stats["loss"].sum()),
         "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),  # [target]
+        "importance_sum": stats["importance"].sum(axis=0),  # [layer, head]
+        "importance_n": np.int64(stats["importance"].shape[0]),
     }
     actions = [a for m in kept for a in m.actions]
     never = _never_masked(tokenizer)
@@ -587,6 +600,7 @@ def gradient_partial(
         "seconds": seconds,
         "device": str(dev),
         "num_layers": L,
+        "num_heads": H,
     }
     return meta, arrays
 
@@ -682,6 +696,56 @@ def reduce_gradients(partials, *, where=None):
         summary["shards"] = [{"shard": (m.get("shard") or {}).get("label"), "n_examples": m["n_examples"],
                               "seconds": round(float(m["seconds"]), 3), "device": m["device"]} for m in metas]
     return frame, summary
+
+
+def importance_not_run_frame(reason: str):
+    """``head_importance.csv`` of a step that could not run: one row, empty numbers, ``note`` says why."""
+    return pd.DataFrame([{**{c: None for c in IMPORTANCE_COLUMNS}, "note": reason}],
+                        columns=[*IMPORTANCE_COLUMNS, "note"])
+
+
+def reduce_head_importance(partials, *, where=None) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Head importance (Michel et al. 2019) from the partial sums of :func:`gradient_partial` -> ``(frame, info)``.
+
+    ``importance_raw`` = summed ``|dL/dxi_h|`` / segments (the expectation over the masked segments);
+    ``importance`` = ``importance_raw`` divided by the l2 norm of its layer's ``importance_raw``
+    (NaN for a layer whose heads are all 0). Rows ``layer, head`` (1-indexed). All partials "not run"
+    -> :func:`importance_not_run_frame`. Numbers only, no torch (the reduction runs in the analysis env).
+    """
+    if not partials:
+        raise BertlookError("no partial gradient statistics to reduce")
+    where = list(where) if where is not None else [f"partial {k + 1}" for k in range(len(partials))]
+    metas = [m for m, _ in partials]
+    status = same_value([m["status"] for m in metas], "status", where)
+    if status != "ok":
+        return importance_not_run_frame(metas[0]["reason"]), {"status": "not run", "reason": metas[0]["reason"]}
+    for (meta, arrays), w in zip(partials, where):
+        if "importance_sum" not in arrays or "importance_n" not in arrays or "num_heads" not in meta:
+            raise BertlookError(f"{w}: gradient partial without head importance sums (written by an older "
+                                "bertlook: rerun gradients --out-partial)")
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
+    total = np.zeros((L, H))  # [layer, head]
+    n = 0
+    for (meta, arrays), w in zip(partials, where):
+        part = np.asarray(arrays["importance_sum"], dtype=np.float64)  # [layer, head]
+        if part.shape != (L, H):
+            raise BertlookError(f"{w}: importance_sum of shape {list(part.shape)}, expected {[L, H]}")
+        k = int(arrays["importance_n"])
+        if k != int(meta["n_examples"]):
+            raise BertlookError(f"{w}: importance_n {k} differs from n_examples {meta['n_examples']}")
+        total += part
+        n += k
+    if n == 0:
+        raise BertlookError(f"{where[0]}: no segment to compute head importance on")
+    raw = total / n  # [layer, head]
+    norm = np.sqrt((raw ** 2).sum(axis=1, keepdims=True))  # [layer, 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        imp = np.where(norm > 0, raw / np.where(norm > 0, norm, 1.0), np.nan)  # [layer, head]
+    layer_idx, head_idx = np.meshgrid(np.arange(1, L + 1), np.arange(1, H + 1), indexing="ij")  # [layer, head] each
+    frame = pd.DataFrame({"layer": layer_idx.ravel(), "head": head_idx.ravel(), "importance": imp.ravel(),
+                          "importance_raw": raw.ravel()}, columns=IMPORTANCE_COLUMNS)
+    return frame, {"status": "ok", "reason": None, "n_examples": n, "num_layers": L, "num_heads": H}
 
 
 def sep_gradient_importance(

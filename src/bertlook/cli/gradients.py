@@ -30,6 +30,9 @@ outputs:
   --out-figure PNG   Fig 3 twin: attention mass and mean |gradient| per layer and target
   --summary JSON     status ("ok" / "not run"), reason, settings, counts (masked tokens, excluded
                      segments), mean loss, timing, device, model provenance
+  --out-importance CSV  optional: head_importance.csv, layer,head,importance,importance_raw: the mean
+                     |dL/dxi_h| over the masked segments of a gate xi_h on head h's output (Michel et
+                     al. 2019), importance = raw / l2 norm of its layer; not run: one row with a `note`
 
 Definitions (masking procedure, loss, averaging): docs/definitions.md#gradient-importance-of-attention-to-sep.
 """
@@ -49,6 +52,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")
     p.add_argument("--out-figure", default=None, metavar="PNG", help="fig3_sep_gradients.png (output)")
     p.add_argument("--summary", default=None, metavar="JSON", help="summary JSON (output)")
+    p.add_argument("--out-importance", default=None, metavar="CSV",
+                   help="head_importance.csv (output, optional): per-head gradient importance (Michel et al. 2019)")
     p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
                    help="only shard I of K: the I-th of K contiguous ranges of the segments used (with --out-partial)")
     p.add_argument("--out-partial", default=None, metavar="NPZ",
@@ -76,7 +81,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.analyses.gradients import (
-        PARTIAL_KIND, gradient_partial, reduce_gradients, sep_gradient_importance,
+        PARTIAL_KIND, gradient_partial, reduce_gradients, reduce_head_importance,
     )
     from bertlook.io_utils import write_csv, write_json
     from bertlook.pipeline.sharding import load_partial, save_partial
@@ -106,17 +111,24 @@ def _cli_gradients(args: argparse.Namespace) -> int:
     if missing:
         raise BertlookError(f"gradients: give {', '.join(missing)} (or --out-partial)")
     if args.partial:
-        frame, summary = reduce_gradients([load_partial(p, PARTIAL_KIND) for p in args.partial], where=args.partial)
-    else:
-        frame, summary = sep_gradient_importance(args.segments, args.model, **settings)
+        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
+        where = list(args.partial)
+    else:  # one run: the partial sums of all segments, reduced (= sep_gradient_importance)
+        partials = [gradient_partial(args.segments, args.model, **settings)]
+        where = [str(args.segments)]
+    frame, summary = reduce_gradients(partials, where=where)
+    importance = reduce_head_importance(partials, where=where)[0] if args.out_importance else None
     write_csv(args.out_table, frame)
+    if importance is not None:
+        write_csv(args.out_importance, importance)
     from bertlook.reporting.figures import fig3_sep_gradients
 
     fig3_sep_gradients(args.out_table, args.out_figure)
     write_json(args.summary, summary)
     if summary["status"] != "ok":
         print(f"gradients: {summary['reason']}", file=sys.stderr)
-        print(f"gradients: not run; wrote the note to {args.out_table}, {args.out_figure}, {args.summary}")
+        also = f", {args.out_importance}" if args.out_importance else ""
+        print(f"gradients: not run; wrote the note to {args.out_table}, {args.out_figure}, {args.summary}{also}")
         return 0
     sep = frame[frame["target"] == "[SEP]"]
     print(
@@ -126,4 +138,9 @@ def _cli_gradients(args: argparse.Namespace) -> int:
         f"{summary['device']}; mean |grad| to [SEP] by layer: "
         + " ".join(f"{v:.2e}" for v in sep["mean_abs_grad"]) + f" -> {args.out_table}"
     )
+    if importance is not None:
+        top = importance.sort_values("importance_raw", ascending=False, kind="stable").head(3)
+        print("gradients: head importance (mean |dL/dxi|), top heads: "
+              + ", ".join(f"{r.layer}-{r.head} {r.importance_raw:.3g}" for r in top.itertuples())
+              + f" -> {args.out_importance}")
     return 0

@@ -61,7 +61,8 @@ def register_cli(subparsers) -> None:
             "Input: --attention (attention store directory), or --partial (partial sums of the shards "
             "of a sharded extraction, from --out-partial). "
             "Outputs: --out (CSV, one row per head: layer,head,cls,sep,punct,self,prev,next,"
-            "sep_sep,rest_sep,entropy,cls_entropy,max_attention; columns: docs/definitions.md) and --summary (JSON: n_examples, uniform_entropy, "
+            "sep_sep,rest_sep,entropy,cls_entropy,max_attention,positional_offset,positional_fraction; "
+            "columns: docs/definitions.md) and --summary (JSON: n_examples, uniform_entropy, "
             "mean_tokens, counts of examples left out of a column); or --out-partial (NPZ: sums and "
             "counts of one store, added up later with --partial)."
         ),
