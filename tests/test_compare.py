@@ -611,3 +611,34 @@ def test_middle_third():
     assert compare.middle_third(6) == (3, 4)
     assert compare.middle_third(24) == (9, 16)
     assert compare.middle_third(1) == (1, 1)
+
+
+# ---- the second reference: Kobayashi et al. 2020 (norm-based shares over attention shares)
+def test_kobayashi_rows_ratio_status_and_not_run(tmp_path):
+    run = make_run(tmp_path)
+    df = compare.build_comparison(run)
+    kob = df[df["section"] == "Norms (Kobayashi et al. 2020)"]
+    assert list(kob["item"]) == ["sep_norm_share_layers_6_10", "cls_norm_share_all_layers",
+                                 "punct_norm_share_layers_6_10"]
+    assert (kob["status"] == "not run").all() and kob["note"].str.contains("attention_stats_norm.csv").all()
+
+    stats = pd.read_csv(run / "tables" / "attention_stats.csv")
+    norm = stats.copy()
+    norm["sep"] = stats["sep"] * 0.25  # a quarter of the attention share: the claim holds
+    norm["cls"] = stats["cls"] * 0.9   # context only: shown, never judged
+    _csv(run / "tables" / "attention_stats_norm.csv", norm, "%.6g")
+    kob = compare.build_comparison(run).set_index("item")
+    mid = stats[stats["layer"].between(6, 10)]
+    sep = kob.loc["sep_norm_share_layers_6_10"]
+    assert sep["reproduced"] == pytest.approx((mid["sep"] * 0.25).mean() / mid["sep"].mean(), rel=1e-4)
+    assert sep["status"] == "PASS"
+    assert kob.loc["cls_norm_share_all_layers", "status"] == "not comparable"
+    assert kob.loc["cls_norm_share_all_layers", "reproduced"] == pytest.approx(0.9, rel=1e-4)
+
+    norm["sep"] = stats["sep"] * 0.8  # the heavy [SEP] attention carries over: FAIL
+    _csv(run / "tables" / "attention_stats_norm.csv", norm, "%.6g")
+    assert compare.build_comparison(run).set_index("item").loc["sep_norm_share_layers_6_10", "status"] == "FAIL"
+    # another model: shown, never judged
+    other = make_run(tmp_path / "o", compare_with_paper=False)
+    _csv(other / "tables" / "attention_stats_norm.csv", norm, "%.6g")
+    assert compare.build_comparison(other).set_index("item").loc["sep_norm_share_layers_6_10", "status"] == "not comparable"

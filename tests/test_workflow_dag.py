@@ -128,3 +128,41 @@ def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
     path.write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
     assert counts["gradients_shard"] == 3 and "partials/gradients-3of3.npz" in out
+
+
+# ---- beyond the paper: norms, rollout, head report (each a switch)
+BEYOND_RULES = {"norms": {"surface_stats_norm_shard", "surface_stats_norm", "cluster_heads_norm_shard",
+                          "cluster_heads_norm", "merge_words_norm", "heads_norm", "probes_norm"},
+                "rollout": {"rollout_shard", "rollout", "rollout_words"},
+                "head_report": {"head_report"}}
+
+
+def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(tmp_path)
+    assert set().union(*BEYOND_RULES.values()) <= set(counts)
+    extract = [line for line in out.splitlines() if " -m bertlook extract-segments " in line]
+    assert extract and all("--norms-out" in line for line in extract)
+    words = [line for line in out.splitlines() if " -m bertlook extract-words " in line]
+    assert sum("--norms-out" in line for line in words) == 2  # the model's stores, not the random-init ones
+    norm_probes = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" in line]
+    assert len(norm_probes) == 1 and "random_init_attn_glove" not in norm_probes[0]
+
+    off = tmp_path / "off"
+    off.mkdir()
+    config = tiny_config(off, tiny_bert_dir)
+    for section in BEYOND_RULES:
+        config[section] = {"enabled": False}
+    (off / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(off)
+    assert not set().union(*BEYOND_RULES.values()) & set(counts)
+    assert "--norms-out" not in out
+
+
+def test_norm_probes_are_every_probe_but_the_random_init_one():
+    from bertlook.analyses.probes import PROBES
+
+    smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    listed = re.search(r'^NORM_PROBES = "([^"]+)"', smk, flags=re.M).group(1).split(",")
+    assert listed == [p for p in PROBES if p != "random_init_attn_glove"]

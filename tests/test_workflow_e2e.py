@@ -34,7 +34,8 @@ def test_every_declared_output_is_well_formed(finished_run):
     _, run = finished_run
     stats = pd.read_csv(run / "tables" / "attention_stats.csv")
     assert list(stats.columns) == ["layer", "head", "cls", "sep", "punct", "self", "prev", "next",
-                                   "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention"]
+                                   "sep_sep", "rest_sep", "entropy", "cls_entropy", "max_attention",
+                                   "positional_offset", "positional_fraction"]
     assert len(stats) == 4 and stats[["layer", "head"]].min().min() == 1
     frac = stats[["cls", "sep", "punct", "self", "prev", "next", "sep_sep", "rest_sep"]]
     assert ((frac >= 0) & (frac <= 1.0001)).all().all()
@@ -95,6 +96,20 @@ def test_every_declared_output_is_well_formed(finished_run):
     assert "Nothing comparable to the paper" in (run / "comparison.md").read_text()
     summary = pd.read_csv(run.parent / "tiny-all-models" / "models_summary.csv")
     assert len(summary) > 0
+
+    # beyond the paper: rollout, the head report card (norm maps: test_norm_outputs)
+    rollout = pd.read_csv(run / "tables" / "rollout_stats.csv")
+    assert list(rollout["layer"]) == [1, 2]
+    assert np.allclose(rollout[["cls", "sep", "punct", "other"]].sum(axis=1), 1.0, atol=1e-6)
+    assert (run / "figures" / "fig_rollout.png").read_bytes()[:4] == b"\x89PNG"
+    t1r = pd.read_csv(run / "tables" / "table1_rollout.csv")
+    assert t1r["relation"].iloc[0] == "All" and set(t1r["best_head"]) <= {"1-1", "2-1"}
+    report = pd.read_csv(run / "tables" / "head_report.csv")
+    assert len(report) == 4 and {"importance", "confidence", "positional_offset", "sink", "behaviour",
+                                 "best_relation", "best_accuracy", "coref_accuracy"} <= set(report.columns)
+    assert report["importance"].isna().all()  # no masked-LM head: not run, said in the summary
+    assert "masked-LM" in json.dumps(json.loads((run / "tables" / "head_report.summary.json").read_text()))
+    assert (run / "figures" / "fig_head_report.png").read_bytes()[:4] == b"\x89PNG"
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["steps"]["treebank"]["parser"]["name"]
@@ -234,3 +249,25 @@ def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path
     _, reference = finished_run
     for table in ["attention_stats.csv", "table1.csv", "head_accuracy.csv", "table3.csv", "js_divergence.csv"]:
         assert (run / "tables" / table).read_text() == (reference / "tables" / table).read_text(), table
+
+
+def test_norm_outputs(finished_run):
+    """norms.enabled (the default): norm maps beside the attention maps, and their twins."""
+    _, run = finished_run
+    stats = pd.read_csv(run / "tables" / "attention_stats.csv")
+    norm = pd.read_csv(run / "tables" / "attention_stats_norm.csv")
+    assert list(norm.columns) == list(stats.columns) and len(norm) == len(stats)
+    assert not np.allclose(norm["cls"], stats["cls"])  # another map, not a copy
+    meta = json.loads((run / "attention" / "segments.summary.json").read_text())
+    assert len(meta["norms"]["value_norm_sums"]) == 2  # one row per layer, gathered over the shards
+    assert len(pd.read_csv(run / "tables" / "head_clusters_norm.csv")) == 4
+    table1 = pd.read_csv(run / "tables" / "table1_norm.csv")
+    assert table1["relation"].iloc[0] == "All"
+    table3 = pd.read_csv(run / "tables" / "table3_norm.csv")
+    assert "random_init_attn_glove" not in set(table3["probe"]) and table3["uas_mean"].notna().any()
+    assert (run / "figures" / "fig_norms.png").read_bytes()[:4] == b"\x89PNG"
+    comparison = pd.read_csv(run / "comparison.csv")
+    kob = comparison[comparison["section"] == "Norms (Kobayashi et al. 2020)"]
+    assert len(kob) == 3 and set(kob["status"]) <= {"not comparable", "not measured"}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert {"stats_norm", "heads_norm", "rollout", "head_report"} <= set(manifest["steps"])

@@ -75,3 +75,39 @@ rule cluster_heads:
         ENV_TORCH
     shell:
         CMD
+
+
+# The same clustering on the norm-based maps (norms.enabled), with their own statistics' labels.
+if RUN_NORMS:
+
+    use rule cluster_heads_shard as cluster_heads_norm_shard with:
+        input:
+            store=rules.extract_segments.output.norms,
+            segments=rules.segments.output.segments,
+        output:
+            partial=run_path("partials", "js_norm-{shard}.npz"),
+        log:
+            log_path("cluster_heads_norm-{shard}"),
+        benchmark:
+            bench_path("cluster_heads_norm-{shard}")
+        resources:
+            **sizing.snakemake_resources("cluster_heads_norm_shard", config, kind="cluster_heads_shard"),
+
+    use rule cluster_heads as cluster_heads_norm with:
+        input:
+            partials=every_shard(rules.cluster_heads_norm_shard.output.partial),
+            stats=rules.surface_stats_norm.output.table,
+        output:
+            js=run_path("tables", "js_divergence_norm.csv"),
+            clusters=report(
+                run_path("tables", "head_clusters_norm.csv"),
+                caption="../report/head_clusters_norm.rst",
+                category="Beyond the paper",
+                labels={"run": "{run}", "table": "head_clusters_norm"},
+            ),
+        log:
+            log_path("cluster_heads_norm"),
+        benchmark:
+            bench_path("cluster_heads_norm")
+        resources:
+            **sizing.snakemake_resources("cluster_heads_norm", config, kind="cluster_heads"),

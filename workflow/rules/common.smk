@@ -271,6 +271,23 @@ def probes_inputs(wildcards):
     return inputs
 
 
+def norm_heads_inputs(wildcards):
+    """heads_inputs on the norm-based word stores (norms.enabled)."""
+    inputs = {"dev": run_path("attention", "normwords-dev").format(run=wildcards.run)}
+    if HAS_TRAIN_SPLIT:
+        inputs["train"] = run_path("attention", "normwords-train").format(run=wildcards.run)
+    return inputs
+
+
+def norm_probes_inputs(wildcards):
+    """probes_inputs on the norm-based word stores; no random-init rows (no random-init norm maps)."""
+    inputs = {"train": run_path("attention", "normwords-train").format(run=wildcards.run),
+              "dev": run_path("attention", "normwords-dev").format(run=wildcards.run)}
+    if GLOVE_FILE:
+        inputs["glove"] = GLOVE_FILE
+    return inputs
+
+
 def probes_random_inputs(wildcards):
     words = lambda split: run_path("attention", f"randwords-{split}").format(run=wildcards.run)
     inputs = {"train": words("train"), "dev": words("dev")}
@@ -302,6 +319,57 @@ def paper_comparable(wildcards, input, output):
 # ---- coreference (Table 2) -----------------------------------------------------------------------
 COREF_FILES = list(config["coref"]["conll"])
 
+# ---- beyond the paper: norm-based maps, rollout, head report card ---------------------------------
+RUN_NORMS = bool(config["norms"]["enabled"])
+RUN_NORM_PROBES = RUN_NORMS and bool(config["norms"]["probes"]) and RUN_PROBES
+# Table 3 on the norm maps: every probe of bertlook.analyses.probes.PROBES but the random-init one
+# (written out: the Snakefile parses without numpy; tests/test_workflow_dag.py checks the list)
+NORM_PROBES = "right_branching,distances_glove,attn,attn_glove,attn_glove_released"
+RUN_ROLLOUT = bool(config["rollout"]["enabled"])
+RUN_HEAD_REPORT = bool(config["head_report"]["enabled"])
+
+
+def beyond_outputs():
+    """The outputs of the analyses beyond the paper that the configuration switches on."""
+    out = []
+    if RUN_NORMS:
+        out += [run_path("tables", "attention_stats_norm.csv"), run_path("tables", "head_clusters_norm.csv"),
+                run_path("tables", "table1_norm.csv"), run_path("tables", "table1_norm.md"),
+                run_path("figures", "fig_norms.png")]
+    if RUN_NORM_PROBES:
+        out += [run_path("tables", "table3_norm.csv"), run_path("tables", "table3_norm.md")]
+    if RUN_ROLLOUT:
+        out += [run_path("tables", "rollout_stats.csv"), run_path("figures", "fig_rollout.png"),
+                run_path("tables", "table1_rollout.csv"), run_path("tables", "table1_rollout.md")]
+    if RUN_HEAD_REPORT:
+        out += [run_path("tables", "head_report.csv"), run_path("figures", "fig_head_report.png")]
+    return out
+
+
+def _beyond_summaries():
+    out = {}
+    if RUN_NORMS:
+        out["stats_norm"] = run_path("tables", "attention_stats_norm.summary.json")
+        out["heads_norm"] = run_path("tables", "head_accuracy_norm.summary.json")
+    if RUN_NORM_PROBES:
+        out["probes_norm"] = run_path("tables", "table3_norm.summary.json")
+    if RUN_ROLLOUT:
+        out["rollout"] = run_path("tables", "rollout_stats.summary.json")
+        out["rollout_table1"] = run_path("tables", "table1_rollout.summary.json")
+    if RUN_HEAD_REPORT:
+        out["head_report"] = run_path("tables", "head_report.summary.json")
+    return out
+
+
+def beyond_summaries():
+    """The summaries of the analyses beyond the paper, for the manifest (in a fixed order)."""
+    return list(_beyond_summaries().values())
+
+
+def beyond_summary_names():
+    return list(_beyond_summaries())
+
+
 # ---- cross-model summary (several models in one config) ------------------------------------------
 SUMMARY_DIR = os.path.join(RESULTS, f"{config['run_name']}-all-models")
 
@@ -323,6 +391,7 @@ def all_outputs():
             run_path("tables", "coref_heads.csv"),
             run_path("tables", "sep_gradients.csv"),
             run_path("figures", "fig3_sep_gradients.png"),
+            *beyond_outputs(),
             run_path("manifest.json"),
             run_path("comparison.csv"),
             run_path("comparison.md"),

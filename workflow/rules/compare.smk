@@ -11,6 +11,10 @@ rule compare:
         table3=lambda wildcards: (
             [run_path("tables", "table3.csv").format(run=wildcards.run)] if RUN_PROBES else []
         ),
+        # the second reference (Kobayashi et al. 2020) reads the norm-based statistics
+        norm_stats=lambda wildcards: (
+            [run_path("tables", "attention_stats_norm.csv").format(run=wildcards.run)] if RUN_NORMS else []
+        ),
     output:
         csv=report(
             run_path("comparison.csv"),

@@ -10,6 +10,8 @@ rule extract_segments:
     output:
         store=segment_maps(directory(run_path("attention", "segments-{shard}"))),
         summary=run_path("attention", "segments-{shard}.summary.json"),
+        # norm-based maps (norms.enabled), written in the same forward pass
+        **({"norms": segment_maps(directory(run_path("attention", "norms-{shard}")))} if RUN_NORMS else {}),
     params:
         cmd=bertlook_cmd(
             "extract-segments",
@@ -25,6 +27,7 @@ rule extract_segments:
             max_unk_rate=config["extraction"]["max_unk_rate"],
             shard=WC.shard,
             summary=OUT.summary,
+            norms_out=OUT.norms if RUN_NORMS else None,
         ),
     log:
         log_path("extract_segments-{shard}"),

@@ -20,6 +20,8 @@ rule extract_words:
     output:
         store=temp(directory(run_path("attention", "words-{split}-{shard}"))),
         summary=run_path("attention", "words-{split}-{shard}.summary.json"),
+        # norm-based word maps (norms.enabled), written in the same forward pass
+        **({"norms": temp(directory(run_path("attention", "normwords-{split}-{shard}")))} if RUN_NORMS else {}),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -35,6 +37,7 @@ rule extract_words:
             max_unk_rate=config["extraction"]["max_unk_rate"],
             shard=WC.shard,
             summary=OUT.summary,
+            norms_out=OUT.norms if RUN_NORMS else None,
         ),
     log:
         log_path("extract_words-{split}-{shard}"),
@@ -129,3 +132,22 @@ use rule merge_words as merge_words_random with:
         bench_path("merge_words_random-{split}")
     resources:
         **sizing.snakemake_resources("merge_words_random", config),
+
+
+# The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
+# the attention stores' summaries (merge_words), so no summary here.
+if RUN_NORMS:
+
+    use rule merge_words as merge_words_norm with:
+        input:
+            stores=every_word_shard(rules.extract_words.output.norms),
+        output:
+            store=word_maps(directory(run_path("attention", "normwords-{split}"))),
+        params:
+            cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),
+        log:
+            log_path("merge_words_norm-{split}"),
+        benchmark:
+            bench_path("merge_words_norm-{split}")
+        resources:
+            **sizing.snakemake_resources("merge_words_norm", config, kind="merge_words"),

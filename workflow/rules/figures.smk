@@ -37,6 +37,9 @@ rule figures:
         stats=rules.surface_stats.output.table,
         stats_summary=rules.surface_stats.output.summary,
         clusters=rules.cluster_heads.output.clusters,
+        # norms.enabled: the norm-based statistics and the extraction summaries (their ||f(x)|| sums)
+        **({"norm_stats": run_path("tables", "attention_stats_norm.csv"),
+            "norm_summaries": every_shard(rules.extract_segments.output.summary)} if RUN_NORMS else {}),
     output:
         **{
             name.removesuffix(".png"): report(
@@ -47,6 +50,12 @@ rule figures:
             )
             for name, (label, caption) in FIGURE_REPORT.items()
         },
+        **({"fig_norms": report(
+            run_path("figures", "fig_norms.png"),
+            caption="../report/fig_norms.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "figure": "attention vs norms"},
+        )} if RUN_NORMS else {}),
     params:
         cmd=bertlook_cmd(
             "figures",
@@ -57,6 +66,8 @@ rule figures:
             out_dir=lambda wildcards, input, output: os.path.dirname(output[0]),
             example_heads=example_heads_arg(),
             example_index=config["figures"]["example_index"],
+            **({"norm_stats": IN.norm_stats, "norm_summaries": IN.norm_summaries,
+                "out_fig_norms": OUT.fig_norms} if RUN_NORMS else {}),
         ),
     log:
         log_path("figures"),

@@ -55,6 +55,8 @@ rule gradients:
             labels={"run": "{run}", "figure": "Fig 3: gradients of attention to [SEP]"},
         ),
         summary=run_path("tables", "sep_gradients.summary.json"),
+        # head importance (Michel et al. 2019) from the same gradients: the report card's `importance`
+        importance=run_path("tables", "head_importance.csv"),
     params:
         cmd=bertlook_cmd(
             "gradients",
@@ -62,6 +64,7 @@ rule gradients:
             out_table=OUT.table,
             out_figure=OUT.figure,
             summary=OUT.summary,
+            out_importance=OUT.importance,
         ),
     log:
         log_path("gradients"),

@@ -57,3 +57,48 @@ rule heads:
         ENV_ANALYSIS
     shell:
         CMD
+
+
+# Table 1 on the norm-based word maps (norms.enabled): the same scoring, paper numbers joined for
+# orientation (the paper scored attention maps: never judged against them).
+if RUN_NORMS:
+
+    use rule heads as heads_norm with:
+        input:
+            unpack(norm_heads_inputs),
+        output:
+            accuracy=run_path("tables", "head_accuracy_norm.csv"),
+            table=report(
+                run_path("tables", "table1_norm.csv"),
+                caption="../report/table1_norm.rst",
+                category="Beyond the paper",
+                labels={"run": "{run}", "table": "Table 1 on norm maps"},
+            ),
+            markdown=run_path("tables", "table1_norm.md"),
+            figure=run_path("figures", "fig5_syntax_heads_norm.png"),
+            summary=run_path("tables", "head_accuracy_norm.summary.json"),
+        params:
+            cmd=bertlook_cmd(
+                "heads",
+                dev_attention=IN.dev,
+                train_attention=lambda wildcards, input, output: input.get("train"),
+                out_accuracy=OUT.accuracy,
+                out_table=OUT.table,
+                out_markdown=OUT.markdown,
+                out_figure=OUT.figure,
+                summary=OUT.summary,
+                min_count=config["heads"]["min_count"],
+                offsets=",".join(str(k) for k in config["heads"]["offsets"]),
+                poss_from_possessive=config["heads"]["poss_from_possessive"],
+                no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
+                bootstrap=config["heads"]["bootstrap"],
+                seed=config["seed"],
+                treebank_kind=TREEBANK_KIND,
+                treebank_name=TREEBANK_NAME,
+            ),
+        log:
+            log_path("heads_norm"),
+        benchmark:
+            bench_path("heads_norm")
+        resources:
+            **sizing.snakemake_resources("heads_norm", config, kind="heads"),

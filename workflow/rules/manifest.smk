@@ -16,6 +16,7 @@ rule manifest:
         probes=lambda wildcards: (
             [run_path("tables", "table3.summary.json").format(run=wildcards.run)] if RUN_PROBES else []
         ),
+        beyond=lambda wildcards: [p.format(run=wildcards.run) for p in beyond_summaries()],
     output:
         run_path("manifest.json"),
     params:
@@ -30,7 +31,8 @@ rule manifest:
                 for name in ("segments", "extraction", "stats", "treebank", "words_dev", "heads")
             ]
             + [f"probes={path}" for path in input.probes]
-            + [f"{name}={input[name]}" for name in ("coref", "gradients")],
+            + [f"{name}={input[name]}" for name in ("coref", "gradients")]
+            + [f"{name}={path}" for name, path in zip(beyond_summary_names(), input.beyond)],
             out=lambda wildcards, input, output: output[0],
         ),
     log:

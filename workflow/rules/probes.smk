@@ -96,3 +96,39 @@ rule probes:
         ENV_TORCH
     shell:
         CMD
+
+
+# Table 3 on the norm-based word maps (norms.enabled and norms.probes): every probe but the random-init
+# one (no random-init norm maps are extracted).
+if RUN_NORM_PROBES:
+
+    use rule probes as probes_norm with:
+        input:
+            unpack(norm_probes_inputs),
+        output:
+            table=report(
+                run_path("tables", "table3_norm.csv"),
+                caption="../report/table3_norm.rst",
+                category="Beyond the paper",
+                labels={"run": "{run}", "table": "Table 3 on norm maps"},
+            ),
+            markdown=run_path("tables", "table3_norm.md"),
+            summary=run_path("tables", "table3_norm.summary.json"),
+        params:
+            cmd=bertlook_cmd(
+                "probes",
+                omp_threads=True,
+                train_attention=IN.train,
+                dev_attention=IN.dev,
+                probes=NORM_PROBES,
+                **probe_settings(),
+                out_table=OUT.table,
+                out_markdown=OUT.markdown,
+                summary=OUT.summary,
+            ),
+        log:
+            log_path("probes_norm"),
+        benchmark:
+            bench_path("probes_norm")
+        resources:
+            **sizing.snakemake_resources("probes_norm", config, kind="probes"),

@@ -47,3 +47,38 @@ rule surface_stats:
         ENV_ANALYSIS
     shell:
         CMD
+
+
+# The same statistics on the norm-based maps (norms.enabled; Kobayashi et al. 2020):
+# attention_stats_norm.csv has exactly the columns of attention_stats.csv.
+if RUN_NORMS:
+
+    use rule surface_stats_shard as surface_stats_norm_shard with:
+        input:
+            store=rules.extract_segments.output.norms,
+        output:
+            partial=run_path("partials", "stats_norm-{shard}.npz"),
+        log:
+            log_path("surface_stats_norm-{shard}"),
+        benchmark:
+            bench_path("surface_stats_norm-{shard}")
+        resources:
+            **sizing.snakemake_resources("surface_stats_norm_shard", config, kind="surface_stats_shard"),
+
+    use rule surface_stats as surface_stats_norm with:
+        input:
+            partials=every_shard(rules.surface_stats_norm_shard.output.partial),
+        output:
+            table=report(
+                run_path("tables", "attention_stats_norm.csv"),
+                caption="../report/attention_stats_norm.rst",
+                category="Beyond the paper",
+                labels={"run": "{run}", "table": "attention_stats_norm"},
+            ),
+            summary=run_path("tables", "attention_stats_norm.summary.json"),
+        log:
+            log_path("surface_stats_norm"),
+        benchmark:
+            bench_path("surface_stats_norm")
+        resources:
+            **sizing.snakemake_resources("surface_stats_norm", config, kind="surface_stats"),

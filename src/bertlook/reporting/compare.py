@@ -52,11 +52,13 @@ PASS, FAIL = "PASS", "FAIL"
 NOT_COMPARABLE, NOT_RUN, NOT_MEASURED = "not comparable", "not run", "not measured"
 STATUSES = (PASS, FAIL, NOT_COMPARABLE, NOT_RUN, NOT_MEASURED)
 #: section key -> title used in the ``section`` column and the markdown
-SECTIONS = {"table1": "Table 1", "table2": "Table 2", "table3": "Table 3", "figure_facts": "Figure facts"}
+SECTIONS = {"table1": "Table 1", "table2": "Table 2", "table3": "Table 3", "figure_facts": "Figure facts",
+            "kobayashi2020": "Norms (Kobayashi et al. 2020)"}
 NOTHING_COMPARABLE = "nothing comparable to the paper in this run"
 
 MANIFEST = "manifest.json"
 STATS_CSV = "tables/attention_stats.csv"
+NORM_STATS_CSV = "tables/attention_stats_norm.csv"
 TABLE1_CSV = "tables/table1.csv"
 TABLE2_CSV = "tables/table2.csv"
 TABLE3_CSV = "tables/table3.csv"
@@ -129,11 +131,11 @@ def _num(text: Any, where: str = "") -> float:
         raise BertlookError(f"{where}: expected a number, got {s!r}") from None
 
 
-def _read_stats(run_dir: Path):
+def _read_stats(run_dir: Path, name: str = STATS_CSV):
     from bertlook.reporting.figures import _read_table
     from bertlook.analyses.surface_stats import STAT_COLUMNS
 
-    path = run_dir / STATS_CSV
+    path = run_dir / name
     header = list(_read_csv(path, required=("layer", "head"), what="attention statistics").columns)
     floats = [c for c in header if c not in ("layer", "head")]
     missing = [c for c in STAT_COLUMNS if c not in header]
@@ -211,6 +213,8 @@ def section_comparability(model: dict[str, Any], kind: str | None, ran_coref: bo
         "table2": entry(flag and ran, model_reason, "" if ran else "the coreference stage did not run"),
         "table3": entry(flag and trees_ok, model_reason, trees_reason),
         "figure_facts": entry(flag, model_reason),
+        # the second reference's claims are about bert-base-uncased too; the run's data need not match
+        "kobayashi2020": entry(flag, model_reason),
     }
 
 
@@ -527,6 +531,40 @@ def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def _kobayashi_rows(run_dir: Path, stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
+    """The second reference (Kobayashi et al. 2020): per fact, the run's norm-based share over its
+    attention share (same heads, same layers), judged against the fact's reading of the claim."""
+    from bertlook.reporting.paper_reference import kobayashi_facts
+
+    facts = kobayashi_facts()
+    norm = _read_stats(run_dir, NORM_STATS_CSV) if (run_dir / NORM_STATS_CSV).is_file() else None
+    rows = []
+    for fact in facts:
+        m = fact["metric"]
+        metric = f"{m['aggregate']} {m['stat']}: norm share / attention share {fact['op']} value"
+        note = f"{fact['source']}: {fact['description']}. bertlook's reading: {fact['reading']}"
+        if norm is None:
+            rows.append(_row("kobayashi2020", fact["id"], metric, fact["value"], None, fact["tolerance"], NOT_RUN,
+                             f"{NORM_STATS_CSV} not found: norm-based maps were not extracted (norms.enabled)"))
+            continue
+        v_norm, norm_note = fact_value(norm, m)
+        v_attn, attn_note = fact_value(stats, m)
+        if v_norm is None or v_attn is None or v_attn <= 0:
+            why = norm_note if v_norm is None else attn_note if v_attn is None else "attention share is 0"
+            rows.append(_row("kobayashi2020", fact["id"], metric, fact["value"], None, fact["tolerance"],
+                             NOT_MEASURED, f"{note}; {why}"))
+            continue
+        ratio = v_norm / v_attn
+        note += f"; norm share {v_norm:.3g} vs attention share {v_attn:.3g} ({attn_note})"
+        note += f"; passes when {_relaxed(fact['op'], fact['value'], fact['tolerance'])}"
+        ok = fact_passes(ratio, fact["op"], float(fact["value"]), float(fact["tolerance"]))
+        status = _judge(comparable, ok) if fact.get("comparable", True) else NOT_COMPARABLE
+        if not fact.get("comparable", True):
+            note += "; context only, never judged"
+        rows.append(_row("kobayashi2020", fact["id"], metric, fact["value"], ratio, fact["tolerance"], status, note))
+    return rows
+
+
 def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] | None = None) -> "pd.DataFrame":
     """The run's numbers against the paper's: one row per check, columns :data:`COLUMNS`.
 
@@ -553,6 +591,7 @@ def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] |
         *_table2_rows(run_dir, flags["table2"]),
         *_table3_rows(run_dir, flags["table3"]),
         *_fact_rows(stats, flags["figure_facts"]),
+        *_kobayashi_rows(run_dir, stats, flags["kobayashi2020"]),
     ]
     df = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("paper", "reproduced", "difference", "tolerance"):
@@ -595,7 +634,7 @@ def _fmt(x: Any, section: str, *, signed: bool = False) -> str:
         return "–"
     if math.isnan(v):
         return "–"
-    if section == SECTIONS["figure_facts"]:
+    if section in (SECTIONS["figure_facts"], SECTIONS["kobayashi2020"]):
         return f"{v:+.3g}" if signed else f"{v:.3g}"
     return f"{v:+.1f}" if signed else f"{v:.1f}"
 
@@ -630,7 +669,9 @@ def comparison_markdown(df: "pd.DataFrame") -> str:
         lines.append(f"- {title}: {'yes' if c['comparable'] else 'no'} ({c['reason']})")
     lines += ["", "Paper: Clark et al. 2019; tables in percent as printed, figure facts in their own units "
               "(fractions, head counts, nats). Difference = reproduced - paper. A non-comparable row shows "
-              "both numbers and never fails.", ""]
+              "both numbers and never fails. Norms: the second reference, Kobayashi et al. 2020 (EMNLP), whose claim "
+              "is qualitative: each row is bertlook's reading of it, the run's norm-based share over its "
+              "attention share (see the note).", ""]
     for key, title in SECTIONS.items():
         part = df[df["section"] == title]
         lines += [f"## {title}", ""]
@@ -726,18 +767,22 @@ def _group(source: str, tol: dict[str, float], values: dict[str, Any], **extra: 
     return {"source": source, **tol, **extra, "values": values}
 
 
-def _g_attention_stats(run_dir: Path) -> dict[str, Any]:
-    stats = _read_stats(run_dir)
+def _g_attention_stats(run_dir: Path, name: str = STATS_CSV) -> dict[str, Any]:
+    if name != STATS_CSV and not (run_dir / name).is_file():
+        return _group(name, SIX_DIGIT_TOL, {"status": "absent"})
+    stats = _read_stats(run_dir, name)
     cols = [c for c in stats.columns if c not in ("layer", "head")]
     values = {}
     for r in stats.itertuples(index=False):
         for c in cols:
             values[f"{r.layer}-{r.head}/{c}"] = _golden_float(float(getattr(r, c)))
-    return _group(STATS_CSV, SIX_DIGIT_TOL, values)
+    return _group(name, SIX_DIGIT_TOL, values)
 
 
-def _g_table1(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / TABLE1_CSV
+def _g_table1(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
+    path = run_dir / name
+    if name != TABLE1_CSV and not path.is_file():
+        return _group(name, STATS_TOL, {"status": "absent"})
     df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
                                    "baseline_accuracy", "count"), what="Table 1 twin")
     floats = [c for c in ("accuracy", "ci_low", "ci_high", "baseline_accuracy", "baseline_ci_low",
@@ -753,7 +798,7 @@ def _g_table1(run_dir: Path) -> dict[str, Any]:
         for c in strings:
             values[f"{rel}/{c}"] = str(r[c]).strip()
         values[f"{rel}/count"] = int(_num(r["count"], f"{where}: count"))
-    return _group(TABLE1_CSV, STATS_TOL, values)
+    return _group(name, STATS_TOL, values)
 
 
 def _g_head_accuracy(run_dir: Path) -> dict[str, Any]:
@@ -768,10 +813,10 @@ def _g_head_accuracy(run_dir: Path) -> dict[str, Any]:
     return _group(HEAD_ACCURACY_CSV + " (All rows)", STATS_TOL, values)
 
 
-def _g_table3(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / TABLE3_CSV
+def _g_table3(run_dir: Path, name: str = TABLE3_CSV) -> dict[str, Any]:
+    path = run_dir / name
     if not path.is_file():
-        return _group(TABLE3_CSV, SIX_DIGIT_TOL, {"status": "absent"})
+        return _group(name, SIX_DIGIT_TOL, {"status": "absent"})
     df = _read_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
     values: dict[str, Any] = {"status": "ok"}
     for i, r in df.iterrows():
@@ -782,7 +827,7 @@ def _g_table3(run_dir: Path) -> dict[str, Any]:
         if "n_seeds" in df.columns:
             n = _num(r["n_seeds"], f"{path}:{i + 2}")
             values[f"{probe}/n_seeds"] = None if math.isnan(n) else int(n)
-    return _group(TABLE3_CSV, SIX_DIGIT_TOL, values)
+    return _group(name, SIX_DIGIT_TOL, values)
 
 
 def _g_table2(run_dir: Path) -> dict[str, Any]:
@@ -821,11 +866,40 @@ def _g_gradients(run_dir: Path) -> dict[str, Any]:
     return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, values)
 
 
-def _g_clusters(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / CLUSTERS_CSV
+def _g_clusters(run_dir: Path, name: str = CLUSTERS_CSV) -> dict[str, Any]:
+    path = run_dir / name
+    if name != CLUSTERS_CSV and not path.is_file():
+        return _group(name + " (behaviour labels)", EXACT, {"status": "absent"})
     df = _read_csv(path, required=("layer", "head", "behavior"), what="head clusters table")
     values = {f"{r['layer'].strip()}-{r['head'].strip()}": str(r["behavior"]).strip() for _, r in df.iterrows()}
-    return _group(CLUSTERS_CSV + " (behaviour labels)", EXACT, values)
+    return _group(name + " (behaviour labels)", EXACT, values)
+
+
+def _g_numeric_table(name: str, keys: tuple[str, ...], tol: dict[str, float]) -> Callable[[Path], dict[str, Any]]:
+    """A golden group of every cell of a table (beyond the paper: rollout, head report, importance):
+    rows keyed by ``keys``, numbers as floats (NaN -> null), other cells as strings; ``absent`` when
+    the step is switched off, ``not run`` for a table that says so in a ``note`` column."""
+
+    def group(run_dir: Path) -> dict[str, Any]:
+        path = run_dir / name
+        if not path.is_file():
+            return _group(name, tol, {"status": "absent"})
+        df = _read_csv(path, required=keys, what=name)
+        values: dict[str, Any] = {"status": "ok"}
+        data_cols = [c for c in df.columns if c not in keys and c != "note"]
+        if "note" in df.columns and all(str(v).strip() == "" for c in data_cols for v in df[c]):
+            return _group(name, tol, {"status": "not run"})
+        for i, r in df.iterrows():
+            key = "/".join(str(r[k]).strip() for k in keys)
+            for c in data_cols:
+                cell = str(r[c]).strip()
+                try:
+                    values[f"{key}/{c}"] = _golden_float(_num(cell, f"{path}:{i + 2}"))
+                except BertlookError:
+                    values[f"{key}/{c}"] = cell
+        return _group(name, tol, values)
+
+    return group
 
 
 def _g_js(run_dir: Path) -> dict[str, Any]:
@@ -882,6 +956,15 @@ GOLDEN_GROUPS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "head_clusters": _g_clusters,
     "js_divergence": _g_js,
     "counts": _g_counts,
+    # beyond the paper ("absent" when switched off)
+    "attention_stats_norm": lambda run_dir: _g_attention_stats(run_dir, "tables/attention_stats_norm.csv"),
+    "table1_norm": lambda run_dir: _g_table1(run_dir, "tables/table1_norm.csv"),
+    "table3_norm": lambda run_dir: _g_table3(run_dir, "tables/table3_norm.csv"),
+    "head_clusters_norm": lambda run_dir: _g_clusters(run_dir, "tables/head_clusters_norm.csv"),
+    "rollout_stats": _g_numeric_table("tables/rollout_stats.csv", ("layer",), SIX_DIGIT_TOL),
+    "table1_rollout": lambda run_dir: _g_table1(run_dir, "tables/table1_rollout.csv"),
+    "head_importance": _g_numeric_table("tables/head_importance.csv", ("layer", "head"), SIX_DIGIT_TOL),
+    "head_report": _g_numeric_table("tables/head_report.csv", ("layer", "head"), SIX_DIGIT_TOL),
 }
 
 

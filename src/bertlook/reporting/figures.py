@@ -569,6 +569,84 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
         return _save_png(fig, out_png)
 
 
+# ---- norm-based attention (Kobayashi et al. 2020; numbers: bertlook.attention.norms, surface-stats on the norm store)
+_NORM_CLASS_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": ". or ,", "other": "other tokens"}
+
+
+def _layer_shares(path):
+    """Per-layer mean over heads of the ``cls``, ``sep``, ``punct`` shares of a stats table, and
+    ``other`` = 1 - their sum (the shares are per-row means of distributions: they add up to 1)."""
+    df = _read_stats(path, ("cls", "sep", "punct"))
+    means = df.groupby("layer")[["cls", "sep", "punct"]].mean().sort_index()  # [layer, 3]
+    means["other"] = 1.0 - means[["cls", "sep", "punct"]].sum(axis=1)
+    return df, means
+
+
+def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
+              summaries: Sequence[str | os.PathLike], out_png: str | os.PathLike) -> Path:
+    """Attention weights vs norm-based maps (Kobayashi et al. 2020) by layer, from the surface
+    statistics of the attention store (``stats_csv``) and of the norm store (``norm_stats_csv``, the
+    same columns) and the extraction summaries' ``norms`` sums (``summaries``: one, or every shard's
+    in order; reduced by :func:`bertlook.attention.norms.reduce_norm_summaries`).
+
+    Left: per layer (mean over heads) the share of each row given to [CLS], [SEP], ". ," and other
+    tokens under attention (solid) and under the row-normalised norm map (dashed). Right: the mean
+    ``|| f(x) ||`` (averaged over heads) of tokens of each class, per layer. Mismatched inputs (other
+    heads, other layer counts) are an error naming the files.
+    """
+    import seaborn as sns
+
+    from bertlook.attention.norms import TOKEN_CLASSES, reduce_norm_summaries
+
+    att_df, att = _layer_shares(stats_csv)
+    norm_df, nrm = _layer_shares(norm_stats_csv)
+    att_heads = set(zip(att_df["layer"], att_df["head"]))
+    norm_heads = set(zip(norm_df["layer"], norm_df["head"]))
+    if att_heads != norm_heads:
+        raise BertlookError(
+            f"{norm_stats_csv}: its heads ({len(norm_heads)}, layers 1..{int(norm_df['layer'].max())}) are not those "
+            f"of {stats_csv} ({len(att_heads)}, layers 1..{int(att_df['layer'].max())}): tables of different models?"
+        )
+    reduced = reduce_norm_summaries(list(summaries))
+    num_layers = int(att_df["layer"].max())
+    if reduced["num_layers"] != num_layers or sorted(att.index) != list(range(1, num_layers + 1)):
+        raise BertlookError(
+            f"{', '.join(str(p) for p in summaries)}: norms of {reduced['num_layers']} layers, but {stats_csv} "
+            f"has layers {sorted(int(x) for x in att.index)}: inputs of different models?"
+        )
+    means = reduced["means"]  # [layer, class]
+    layers = list(range(1, num_layers + 1))
+    pal = sns.color_palette("colorblind", 10)
+    colors = {"cls": pal[0], "sep": pal[4], "punct": pal[1], "other": (0.45, 0.45, 0.45)}
+    markers = {"cls": "D", "sep": "o", "punct": "s", "other": "^"}
+    with _style():
+        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.9))
+        ax_s, ax_n = fig.subplots(1, 2)
+        for c in TOKEN_CLASSES:
+            ax_s.plot(att.index, att[c], color=colors[c], marker=markers[c], ms=5, lw=1.8,
+                      label=_NORM_CLASS_LABELS[c])
+            ax_s.plot(nrm.index, nrm[c], color=colors[c], marker=markers[c], ms=5, lw=1.8, ls="--",
+                      markerfacecolor="white")
+            k = TOKEN_CLASSES.index(c)
+            ax_n.plot(layers, means[:, k], color=colors[c], marker=markers[c], ms=5, lw=1.8)
+        ax_s.set_title("Share of each row: attention (solid) vs norm (dashed)")
+        ax_s.set_ylabel("Avg. share (fraction per token)")
+        ax_s.set_ylim(-0.03, 1.03)
+        counts = reduced["counts"]
+        ax_n.set_title("Mean ||f(x)|| of the attended token")
+        ax_n.set_ylabel("||f(x)|| (mean over heads)")
+        ax_n.set_ylim(bottom=0.0)
+        ax_n.text(0.99, 0.98, "tokens: " + ", ".join(f"{_NORM_CLASS_LABELS[c]} {int(counts[k])}"
+                                                        for k, c in enumerate(TOKEN_CLASSES)),
+                  transform=ax_n.transAxes, ha="right", va="top", fontsize="x-small", color="0.3")
+        for ax in (ax_s, ax_n):
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+        handles, labels = ax_s.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, title="Attended token")
+        return _save_png(fig, out_png)
+
+
 # ---- Fig 3 twin (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
 _TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
 
@@ -661,6 +739,54 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
             _layer_ticks(ax, num_layers)
         handles, labels = ax_a.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
+        return _save_png(fig, out_png)
+
+
+# ---- Attention rollout (Abnar & Zuidema 2020; numbers: bertlook.analyses.rollout)
+def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Per-layer attention rollout from ``rollout_stats.csv``.
+
+    Left: share of rollout to [CLS], [SEP], ". ," and other tokens per layer; right: rollout entropy
+    per layer, dashed: the entropy of uniform attention (mean ln n, column ``uniform_entropy``).
+    """
+    import seaborn as sns
+    from matplotlib.lines import Line2D
+
+    from bertlook.analyses.rollout import STAT_COLUMNS
+
+    df = _read_table(rollout_csv, int_cols=("layer",), float_cols=(*STAT_COLUMNS, "uniform_entropy"))
+    dup = df.duplicated(subset=["layer"])
+    if dup.any():
+        i = int(dup.to_numpy().nonzero()[0][0])
+        raise BertlookError(f"{rollout_csv}:{i + 2}: layer {df['layer'].iloc[i]} appears more than once")
+    df = df.sort_values("layer")
+    num_layers = int(df["layer"].max())
+    pal = sns.color_palette("colorblind", 10)
+    shares = (("cls", "[CLS]", pal[0], "o"), ("sep", "[SEP]", pal[4], "s"), ("punct", ". or ,", pal[1], "^"),
+              ("other", "other tokens", (0.45, 0.45, 0.45), "D"))
+    uniform = float(df["uniform_entropy"].iloc[0])
+    with _style():
+        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
+        ax_s, ax_e = fig.subplots(1, 2)
+        for col, label, color, marker in shares:
+            ax_s.plot(df["layer"], df[col], color=color, marker=marker, ms=5, lw=1.8, label=label)
+        ax_s.set_title("Avg. rollout to target")
+        ax_s.set_ylabel("Rollout (fraction per token)")
+        ax_s.set_ylim(-0.03, 1.03)
+        ax_e.plot(df["layer"], df["entropy"], color=pal[2], marker="o", ms=5, lw=1.8)
+        ax_e.axhline(uniform, color="0.25", ls="--", lw=1.3, zorder=1)
+        ax_e.set_title("Avg. rollout entropy")
+        ax_e.set_ylabel("Entropy (nats)")
+        top = max(uniform, float(df["entropy"].max()) if df["entropy"].notna().any() else 0.0)
+        ax_e.set_ylim(0.0, top * 1.08 + 0.05)
+        for ax in (ax_s, ax_e):
+            ax.set_xlabel("Layer")
+            _layer_ticks(ax, num_layers)
+        handles, labels = ax_s.get_legend_handles_labels()
+        handles.append(Line2D([], [], color="0.25", ls="--", lw=1.3))
+        labels.append(f"uniform: mean ln n = {uniform:.2f} nats")
+        fig.legend(handles, labels, loc="outside lower center", ncol=5, frameon=False,
+                   title="Rollout to (left); entropy reference (right)")
         return _save_png(fig, out_png)
 
 
@@ -795,4 +921,85 @@ def fig5_syntax_heads(
                 fontsize=10,
             )
         fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
+        return _save_png(fig, out_png)
+
+
+# --------------------------------------------------------------------------------------------------
+# per-head report card
+# --------------------------------------------------------------------------------------------------
+
+#: (column of head_report.csv, panel title, colour map) of :func:`fig_head_report`, in panel order
+HEAD_REPORT_PANELS = (
+    ("importance", "importance (Michel et al. 2019)\nmean |dL/d gate|, l2-normalised per layer", "viridis"),
+    ("confidence", "confidence (Voita et al. 2019)\nmean largest weight of a row", "viridis"),
+    ("positional_fraction", "positional fraction\nrows whose argmax is at the usual offset", "viridis"),
+    ("positional_offset", "positional offset\nmost frequent argmax_j - i (colours clipped at +-4)", "RdBu_r"),
+    ("sink", "sink (Gu et al. 2025)\nmean attention to the first token ([CLS])", "viridis"),
+    ("entropy", "entropy (nats)\nmean entropy of a row", "viridis"),
+    ("best_accuracy", "best relation accuracy\n(relation printed in the cell)", "viridis"),
+    ("coref_accuracy", "coreference accuracy\n(antecedent selection, all mentions)", "viridis"),
+)
+
+
+def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """The per-head report card (``head_report.csv``) as one layer x head heatmap per numeric column.
+
+    Rows = layers, columns = heads (1-indexed); values printed in the cells when the model has at most
+    16 x 16 heads (the best relation's name in the ``best_accuracy`` panel). A column without any value
+    (optional input not run or not given) gets a panel saying so.
+    """
+    import numpy as np
+
+    cols = [c for c, _, _ in HEAD_REPORT_PANELS]
+    df = _read_table(csv, int_cols=("layer", "head"), float_cols=cols)
+    relations = read_csv_strings(csv, required=("best_relation",))["best_relation"].str.strip()
+    L, H = int(df["layer"].max()), int(df["head"].max())
+    if len(df) != L * H:
+        raise BertlookError(f"{csv}: {len(df)} rows, expected one per head of the {L} x {H} grid")
+    li, hi = df["layer"].to_numpy() - 1, df["head"].to_numpy() - 1  # [layer*head] each
+    annotate = L <= 16 and H <= 16
+    ncols = 4
+    nrows = math.ceil(len(HEAD_REPORT_PANELS) / ncols)
+    cell = 0.42 if annotate else 0.2
+    panel_w, panel_h = max(3.4, H * cell + 1.4), max(2.8, L * cell + 1.3)
+    with _style():
+        fig = _new_figure(figsize=(panel_w * ncols, panel_h * nrows))
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax, (col, title, cmap) in zip(axes, HEAD_REPORT_PANELS):
+            grid = np.full((L, H), np.nan)  # [layer, head]
+            grid[li, hi] = df[col].to_numpy()
+            if np.isnan(grid).all():
+                _message_panel(ax, title, "no values\n(input not run or not given;\nsee the summary JSON)")
+                continue
+            ax.grid(False)
+            if col == "positional_offset":
+                vmax = min(4.0, max(1.0, float(np.nanmax(np.abs(grid)))))  # colours clipped at +-4
+                im = ax.imshow(grid, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
+            else:
+                im = ax.imshow(grid, cmap=cmap, aspect="auto")
+            fig.colorbar(im, ax=ax, shrink=0.85)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+            ax.set_xticks(range(H), [str(h + 1) for h in range(H)], fontsize=7)
+            ax.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
+            if annotate:
+                rel = np.full((L, H), "", dtype=object)  # [layer, head]
+                rel[li, hi] = relations.to_numpy()
+                lo, hi_v = np.nanmin(grid), np.nanmax(grid)
+                for y in range(L):
+                    for x in range(H):
+                        v = grid[y, x]
+                        if np.isnan(v):
+                            continue
+                        text = f"{int(v):+d}" if col == "positional_offset" else f"{v:.2f}"
+                        if col == "best_accuracy" and rel[y, x]:
+                            text = f"{rel[y, x][:6]}\n{v:.2f}"
+                        mid = (lo + hi_v) / 2 if col != "positional_offset" else 0.0
+                        dark = v < mid if cmap == "viridis" else abs(v) > vmax / 2
+                        ax.text(x, y, text, ha="center", va="center", fontsize=5.5,
+                                color="white" if dark else "black")
+        for ax in axes[len(HEAD_REPORT_PANELS):]:
+            ax.set_axis_off()
+        fig.suptitle(f"Per-head report card ({L} layers x {H} heads)", fontsize=11)
         return _save_png(fig, out_png)

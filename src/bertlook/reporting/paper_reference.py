@@ -98,6 +98,15 @@ def _validate(doc: Any) -> None:
         _validate_table3(doc["table3"], where)
     if "figure_facts" in doc:
         _validate_figure_facts(doc["figure_facts"], where)
+    if "kobayashi2020" in doc:
+        _validate_figure_facts(doc["kobayashi2020"], where, section="kobayashi2020")
+        for fid, fact in _keyed_rows(doc["kobayashi2020"], "kobayashi2020", "id", FACT_REQUIRED, where):
+            if not str(fact.get("reading", "")).strip():
+                raise BertlookError(f"{where}: kobayashi2020 {fid}: empty `reading` (how bertlook reads the claim)")
+            if "comparable" in fact and not isinstance(fact["comparable"], bool):
+                raise BertlookError(f"{where}: kobayashi2020 {fid}: `comparable` must be true or false")
+            if fact["metric"]["aggregate"] == "count_above":
+                raise BertlookError(f"{where}: kobayashi2020 {fid}: a ratio of shares needs mean/max/min")
     for name in ("relation_map_sd_to_ud", "relation_map_sd_to_clearnlp"):
         mapping = doc.get(name)
         if not isinstance(mapping, dict):
@@ -153,9 +162,9 @@ def _validate_table3(rows: Any, where: str) -> None:
             raise BertlookError(f"{where}: table3 {probe}: empty `source`")
 
 
-def _validate_figure_facts(facts: Any, where: str) -> None:
-    for fid, fact in _keyed_rows(facts, "figure_facts", "id", FACT_REQUIRED, where):
-        name = f"{where}: figure fact {fid}"
+def _validate_figure_facts(facts: Any, where: str, section: str = "figure_facts") -> None:
+    for fid, fact in _keyed_rows(facts, section, "id", FACT_REQUIRED, where):
+        name = f"{where}: figure fact {fid}" if section == "figure_facts" else f"{where}: {section} {fid}"
         if not str(fact["source"]).strip():
             raise BertlookError(f"{name}: empty `source`")
         if fact["op"] not in FACT_OPS:
@@ -281,3 +290,16 @@ def figure_facts() -> list[dict[str, Any]]:
     if "figure_facts" not in doc:
         raise BertlookError(f"bertlook/{RESOURCE}: no `figure_facts` section")
     return [dict(f) for f in doc["figure_facts"]]
+
+
+def kobayashi_facts() -> list[dict[str, Any]]:
+    """The second reference (Kobayashi et al. 2020, norm-based attention), in file order.
+
+    Each fact is a figure fact (``id, source, description, metric, op, value, tolerance``) plus
+    ``reading`` (bertlook's reading of the paper's qualitative claim) and ``comparable`` (default
+    true); ``value``/``op`` apply to the ratio norm-based share / attention share of ``metric``.
+    """
+    doc = load_reference()
+    if "kobayashi2020" not in doc:
+        raise BertlookError(f"bertlook/{RESOURCE}: no `kobayashi2020` section")
+    return [{"comparable": True, **f} for f in doc["kobayashi2020"]]

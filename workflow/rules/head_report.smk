@@ -1,0 +1,51 @@
+# Step `head-report` (beyond the paper): one row per head joining what the other steps measured
+# (importance from the gradients step, confidence / positional / sink / entropy from the surface
+# statistics, behaviour from the clustering, best relation from Table 1's per-head accuracies,
+# coreference accuracy), plus one heatmap per metric. Nothing is recomputed.
+
+
+rule head_report:
+    input:
+        stats=run_path("tables", "attention_stats.csv"),
+        clusters=run_path("tables", "head_clusters.csv"),
+        accuracy=run_path("tables", "head_accuracy.csv"),
+        coref=run_path("tables", "coref_heads.csv"),
+        importance=run_path("tables", "head_importance.csv"),
+    output:
+        table=report(
+            run_path("tables", "head_report.csv"),
+            caption="../report/head_report.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "table": "head report card"},
+        ),
+        figure=report(
+            run_path("figures", "fig_head_report.png"),
+            caption="../report/fig_head_report.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "figure": "head report card"},
+        ),
+        summary=run_path("tables", "head_report.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "head-report",
+            stats=IN.stats,
+            clusters=IN.clusters,
+            head_accuracy=IN.accuracy,
+            coref_heads=IN.coref,
+            importance=IN.importance,
+            out=OUT.table,
+            summary=OUT.summary,
+            out_figure=OUT.figure,
+            min_count=config["head_report"]["min_count"] or config["heads"]["min_count"],
+        ),
+    log:
+        log_path("head_report"),
+    benchmark:
+        bench_path("head_report")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("head_report", config, kind="figures"),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD

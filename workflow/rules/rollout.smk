@@ -1,0 +1,108 @@
+# Step `rollout` (beyond the paper; Abnar & Zuidema 2020): attention rollout from the stored maps, no
+# model run. rollout_shard: sums and counts per extraction shard (partials/rollout-{shard}.npz),
+# reduced once by rollout (tables/rollout_stats.csv, figures/fig_rollout.png); rollout_words: Table 1
+# on the rollout maps of the dev word store ("head" L-1 = the rollout up to layer L).
+
+
+rule rollout_shard:
+    input:
+        store=rules.extract_segments.output.store,
+        segments=run_path("corpus", "segments.jsonl"),
+    output:
+        partial=run_path("partials", "rollout-{shard}.npz"),
+    params:
+        cmd=bertlook_cmd(
+            "rollout",
+            attention=IN.store,
+            out_partial=OUT.partial,
+            max_examples=config["rollout"]["max_examples"],
+            segments=IN.segments if config["rollout"]["max_examples"] else None,
+        ),
+    log:
+        log_path("rollout-{shard}"),
+    benchmark:
+        bench_path("rollout-{shard}")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("rollout_shard", config, kind="surface_stats_shard"),
+    priority: 10  # frees a temp() segment store early (keep_maps: false), as surface_stats_shard
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
+
+
+rule rollout:
+    input:
+        partials=every_shard(rules.rollout_shard.output.partial),
+    output:
+        table=report(
+            run_path("tables", "rollout_stats.csv"),
+            caption="../report/rollout_stats.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "table": "rollout statistics"},
+        ),
+        figure=report(
+            run_path("figures", "fig_rollout.png"),
+            caption="../report/fig_rollout.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "figure": "attention rollout"},
+        ),
+        summary=run_path("tables", "rollout_stats.summary.json"),
+    params:
+        cmd=bertlook_cmd("rollout", partial=IN.partials, out=OUT.table, out_figure=OUT.figure, summary=OUT.summary),
+    log:
+        log_path("rollout"),
+    benchmark:
+        bench_path("rollout")
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("rollout", config, kind="surface_stats"),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
+
+
+rule rollout_words:
+    input:
+        dev=run_path("attention", "words-dev"),
+    output:
+        table=report(
+            run_path("tables", "table1_rollout.csv"),
+            caption="../report/table1_rollout.rst",
+            category="Beyond the paper",
+            labels={"run": "{run}", "table": "Table 1 on rollout"},
+        ),
+        markdown=run_path("tables", "table1_rollout.md"),
+        accuracy=run_path("tables", "rollout_accuracy.csv"),
+        summary=run_path("tables", "table1_rollout.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "rollout",
+            word_attention=IN.dev,
+            out_table=OUT.table,
+            out_markdown=OUT.markdown,
+            out_accuracy=OUT.accuracy,
+            summary=OUT.summary,
+            min_count=config["heads"]["min_count"],
+            offsets=",".join(str(k) for k in config["heads"]["offsets"]),
+            poss_from_possessive=config["heads"]["poss_from_possessive"],
+            no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
+            bootstrap=config["heads"]["bootstrap"],
+            seed=config["seed"],
+            treebank_kind=TREEBANK_KIND,
+            treebank_name=TREEBANK_NAME,
+        ),
+    log:
+        log_path("rollout_words"),
+    benchmark:
+        bench_path("rollout_words")
+    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("rollout_words", config, kind="heads"),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
