@@ -582,7 +582,7 @@ def _rows_doc(**edits):
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "expected a JSON object"),
     (_rows_doc(format="other"), "format 'other'"),
-    (_rows_doc(version=1), "version 1"),  # v1 rows carried paper_uas
+    (_rows_doc(version=1), "written by another bertlook version; rerun the job"),  # v1 rows carried paper_uas
     (_rows_doc().replace('"runs"', '"ruins"'), "missing key(s) runs"),
     (_rows_doc(probes=["nope"]), "unknown probe(s) 'nope'"),
     (_rows_doc(probes=["attn"]), "probe 'random_init_attn_glove', 'probes' says 'attn'"),

@@ -1022,6 +1022,10 @@ def read_probe_rows(path, settings: dict[str, Any] | None = None) -> dict[str, A
         raise BertlookError(f"{path}: the probe rows file is not plain JSON: {err}") from None
     if not isinstance(doc, dict):
         raise bad("expected a JSON object")
+    if doc.get("format") == ROWS_FORMAT and doc.get("version") != ROWS_VERSION:
+        raise BertlookError(f"{path}: probe rows of format version {doc.get('version')!r}, this bertlook reads "
+                            f"version {ROWS_VERSION}: written by another bertlook version; rerun the job that "
+                            "wrote them (`snakemake --forcerun probes_random`)")
     if doc.get("format") != ROWS_FORMAT or doc.get("version") != ROWS_VERSION:
         raise bad(f"format {doc.get('format')!r} version {doc.get('version')!r}, expected {ROWS_FORMAT!r} "
                   f"version {ROWS_VERSION}")
