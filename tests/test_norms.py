@@ -458,6 +458,10 @@ def test_figures_cli_norm_flags_go_together(tmp_path):
     args = parser.parse_args(base + ["--norm-stats", "n.csv", "--norm-summaries", "a.json", "b.json",
                                      "--out-fig-norms", "f.png"])
     assert args.norm_summaries == ["a.json", "b.json"]
+    # the workflow repeats the flag, one shard summary each: every one is kept, in order
+    args = parser.parse_args(base + ["--norm-stats", "n.csv", "--norm-summaries", "a.json", "--norm-summaries",
+                                     "b.json", "--out-fig-norms", "f.png"])
+    assert args.norm_summaries == ["a.json", "b.json"]
 
 
 # ------------------------------------------------------------------------------------ helpers

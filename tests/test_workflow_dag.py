@@ -72,8 +72,8 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     for line in commands:
         assert f"--model {tiny_bert_dir}" in line
         assert ("--random-init-seed 0" in line) == ("randwords-" in line), line
-    probes = [line for line in out.splitlines() if " -m bertlook probes " in line]
-    assert len(probes) == 2
+    probes = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" not in line]
+    assert len(probes) == 2  # (+ probes_norm on the norm maps: test_beyond_the_paper_rules_and_their_switches)
     rows = [line for line in probes if "--rows-out" in line]
     assert len(rows) == 1 and "--probes random_init_attn_glove" in rows[0] and "--train-attention" not in rows[0]
     table = [line for line in probes if "--out-table" in line]
@@ -92,7 +92,7 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
     assert not {"extract_words_random", "merge_words_random", "probes_random", "random_init_model"} & set(counts)
-    table = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    table = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" not in line]
     assert len(table) == 1 and "--add-rows" not in table[0]
 
 

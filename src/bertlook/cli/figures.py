@@ -58,8 +58,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="index (storage order) of the example drawn in Fig 1 (default: 0)")
     p.add_argument("--norm-stats", default=None, metavar="CSV",
                    help="input: surface statistics of the norm-based store (with --norm-summaries, --out-fig-norms)")
-    p.add_argument("--norm-summaries", nargs="+", default=None, metavar="JSON",
-                   help="input: extraction summaries with `norms` (the gathered one, or every shard's in order)")
+    p.add_argument("--norm-summaries", nargs="+", action="extend", default=None, metavar="JSON",
+                   help="input: extraction summaries with `norms` (the gathered one, or every shard's in order; "
+                        "repeatable)")
     p.add_argument("--out-fig-norms", default=None, metavar="PNG",
                    help="output: the norm-based attention figure (Kobayashi et al. 2020)")
     p.set_defaults(func=_cli_figures)

@@ -590,7 +590,9 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
     in order; reduced by :func:`bertlook.attention.norms.reduce_norm_summaries`).
 
     Left: per layer (mean over heads) the share of each row given to [CLS], [SEP], ". ," and other
-    tokens under attention (solid) and under the row-normalised norm map (dashed). Right: the mean
+    tokens under attention (solid) and under the row-normalised norm map (dashed). Middle (the Fig 4
+    twin, side by side): per layer the mean row entropy and [CLS]-row entropy (nats, mean over heads),
+    attention (solid) vs norm (dashed). Right: the mean
     ``|| f(x) ||`` (averaged over heads) of tokens of each class, per layer. Mismatched inputs (other
     heads, other layer counts) are an error naming the files.
     """
@@ -620,8 +622,19 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
     colors = {"cls": pal[0], "sep": pal[4], "punct": pal[1], "other": (0.45, 0.45, 0.45)}
     markers = {"cls": "D", "sep": "o", "punct": "s", "other": "^"}
     with _style():
-        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.9))
-        ax_s, ax_n = fig.subplots(1, 2)
+        fig = _new_figure(figsize=(max(13.5, 4.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.9))
+        ax_s, ax_e, ax_n = fig.subplots(1, 3)
+        att_ent = _read_stats(stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
+        norm_ent = _read_stats(norm_stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
+        for col, color, what in (("entropy", "0.2", "all rows"), ("cls_entropy", pal[0], "[CLS] row")):
+            a_e, n_e = att_ent[col], norm_ent[col]  # [layer]
+            ax_e.plot(a_e.index, a_e.to_numpy(), color=color, marker="o", ms=4, lw=1.8, label=what)
+            ax_e.plot(n_e.index, n_e.to_numpy(), color=color, marker="o", ms=4, lw=1.8, ls="--",
+                      markerfacecolor="white")
+        ax_e.set_title("Entropy: attention (solid) vs norm (dashed)")
+        ax_e.set_ylabel("Avg. entropy (nats)")
+        ax_e.set_ylim(bottom=0.0)
+        ax_e.legend(frameon=False, fontsize="small")
         for c in TOKEN_CLASSES:
             ax_s.plot(att.index, att[c], color=colors[c], marker=markers[c], ms=5, lw=1.8,
                       label=_NORM_CLASS_LABELS[c])
@@ -639,7 +652,7 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
         ax_n.text(0.99, 0.98, "tokens: " + ", ".join(f"{_NORM_CLASS_LABELS[c]} {int(counts[k])}"
                                                         for k, c in enumerate(TOKEN_CLASSES)),
                   transform=ax_n.transAxes, ha="right", va="top", fontsize="x-small", color="0.3")
-        for ax in (ax_s, ax_n):
+        for ax in (ax_s, ax_e, ax_n):
             ax.set_xlabel("Layer")
             _layer_ticks(ax, num_layers)
         handles, labels = ax_s.get_legend_handles_labels()
