@@ -57,7 +57,10 @@ def test_extract_segments_by_hand():
     #      x 1.5 (safety) x 1.048576 (MiB -> MB) = 1849.7 -> 1850
     # CPU: 12 * (2 * (4 * 768^2 + 2 * 768 * 3072) * 128,000 tokens + 4 * 768 * 16,384,000) =
     #      22,347,251,712,000 FLOP / 30e9 = 744.9 s + 20 s start = 764.9 s; x 2 / 60 = 25.5 -> 26 min
-    # disk: 144 heads * 16,384,000 * 2 bytes = 4,718,592,000 = 4500 MiB x 1.05 x 1.048576 = 4954.5 -> 4955
+    # disk: 144 heads * 16,384,000 * 2 bytes = 4,718,592,000 = 4500 MiB x 1.05 x 1.048576 = 4954.5 -> 4955,
+    # twice with the norm-based store (norms.enabled, the default): 9909.0 -> 9910
+    assert _req("extract_segments", config) == {"mem_mb": 1850, "runtime": 26, "disk_mb": 9910}
+    config = _config(**{"norms.enabled": False})
     assert _req("extract_segments", config) == {"mem_mb": 1850, "runtime": 26, "disk_mb": 4955}
     # a retried job asks for attempt x the memory and time
     assert _req("extract_segments", config, attempt=2) == {"mem_mb": 3700, "runtime": 52, "disk_mb": 4955}
@@ -206,7 +209,7 @@ def test_snakemake_callables():
 
 
 def test_sharded_jobs_get_their_share_and_gathers_are_small(tmp_path):
-    config = _config()
+    config = _config(**{"norms.enabled": False})  # one store per job (norms: twice, test above)
     # shard 2 of 4 of 1000 x 128 segments: 250 segments -> store 144 * 250 * 16384 * 2 = 1125 MiB
     # x 1.05 x 1.048576 = 1238.6 -> 1239 MB; CPU 22,347,251,712,000 / 4 / 30e9 + 20 = 206.2 s x 2 / 60 -> 7
     shard = _req("extract_segments", config, ["r/corpus/segments.jsonl"], wc={"shard": "2of4"})

@@ -476,7 +476,9 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         else:
             words, pieces = _words(job)
         mem, cpu = _forward(dims, pieces, job.batch)
-        return mem, cpu, store_bytes(dims, words) * 1.05 / MIB
+        # norms.enabled: extract_segments / extract_words also write the norm-based store, the same size
+        stores = 2 if rule in ("extract_segments", "extract_words") and (cfg.get("norms") or {}).get("enabled", True) else 1
+        return mem, cpu, stores * store_bytes(dims, words) * 1.05 / MIB
     if rule in ("gradients", "gradients_shard"):
         if not job.reads_maps():  # the gather of the shards' partial sums
             return BASE_PLOT_MB, STARTUP_S, 10.0
