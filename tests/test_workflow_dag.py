@@ -166,3 +166,37 @@ def test_norm_probes_are_every_probe_but_the_random_init_one():
     smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
     listed = re.search(r'^NORM_PROBES = "([^"]+)"', smk, flags=re.M).group(1).split(",")
     assert listed == [p for p in PROBES if p != "random_init_attn_glove"]
+
+
+def test_a_local_parquet_corpus_gives_the_dump_s_segments_and_silver_trees(tmp_path, tiny_bert_dir):
+    """wikipedia.hf_dataset (issue 13): the real Snakemake on a parquet built from the tiny config's dump
+    articles writes byte-identical segments and silver trees, with no download job and no dump input."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertlook.data.segments import iter_dump_articles
+    from bertlook.pipeline.config import resolve_data_path
+
+    targets = ["results/tiny-rand/corpus/segments.jsonl", "results/tiny-rand/treebank/train.conllu",
+               "results/tiny-rand/treebank/dev.conllu"]
+    dump_dir = tmp_path / "dump"
+    dump_dir.mkdir()
+    config = tiny_config(dump_dir, tiny_bert_dir)
+    (dump_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(dump_dir, *[str(dump_dir / t) for t in targets])
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+    articles = list(iter_dump_articles(resolve_data_path(config["wikipedia"]["path"])))
+    parquet = tmp_path / "articles.parquet"
+    pq.write_table(pa.table({"title": [t for t, _ in articles], "text": ["\n".join(p) for _, p in articles]}), parquet)
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    config = tiny_config(hf_dir, tiny_bert_dir)
+    config["wikipedia"].update(path=None, url=None, hf_dataset={"path": "parquet", "data_files": str(parquet)})
+    (hf_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(hf_dir)
+    assert "download_wikipedia" not in counts and "--hf-dataset" in out
+    proc = snakemake(hf_dir, *[str(hf_dir / t) for t in targets])
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    for target in targets:
+        assert (hf_dir / target).read_bytes() == (dump_dir / target).read_bytes(), target

@@ -18,6 +18,7 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
              f"dependencies installed (make install, or pip install -e .): {_err}")
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook.pipeline.config import resolve_data_path
 from bertlook.pipeline import sizing
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
@@ -42,7 +43,24 @@ RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
 RUNS = [f"{config['run_name']}-{m['label']}" for m in config["models"]]
 MODELS = dict(zip(RUNS, config["models"]))
-WIKI_DUMP = str(wikipedia_target(config))
+# The corpus: a MediaWiki dump (wikipedia.path, or wikipedia.url downloaded), or a Hugging Face dataset
+# (wikipedia.hf_dataset: no dump; its local data files, if any, are the rules' inputs).
+HF_DATASET = config["wikipedia"].get("hf_dataset")
+WIKI_DUMP = None if HF_DATASET else str(wikipedia_target(config))
+HF_DATASET_JSON = json.dumps(HF_DATASET, sort_keys=True) if HF_DATASET else None
+
+
+def corpus_inputs():
+    """{"dump": the dump} or, for wikipedia.hf_dataset, {"hf_files": its local data files}."""
+    if not HF_DATASET:
+        return {"dump": WIKI_DUMP}
+    files = HF_DATASET.get("data_files")
+    if isinstance(files, dict):
+        files = [f for v in files.values() for f in (v if isinstance(v, list) else [v])]
+    elif isinstance(files, str):
+        files = [files]
+    local = [str(resolve_data_path(f)) for f in files or [] if not any(c in str(f) for c in "*?[")]
+    return {"hf_files": local}
 ENV_TORCH = "../../envs/torch.yaml"  # corpora, extraction, clustering (torch, transformers, spaCy)
 ENV_ANALYSIS = "../../envs/analysis.yaml"  # download, stats, figures, manifest (numpy, pandas, seaborn)
 
@@ -198,7 +216,7 @@ HAS_TRAIN_SPLIT = TREEBANK["source"] != "local" or bool(TREEBANK["local"]["train
 
 def treebank_inputs(wildcards):
     if TREEBANK["source"] == "silver":
-        return {"dump": WIKI_DUMP, "segments": run_path("corpus", "segments.jsonl").format(run=wildcards.run)}
+        return {**corpus_inputs(), "segments": run_path("corpus", "segments.jsonl").format(run=wildcards.run)}
     if TREEBANK["source"] == "local":
         local = TREEBANK["local"]
         return {k: local[k] for k in ("train", "dev") if local[k]}
@@ -211,7 +229,8 @@ def treebank_flags(wildcards, input, output):
     if TREEBANK["source"] == "silver":
         silver = TREEBANK["silver"]
         flags.update(
-            dump=input.dump,
+            dump=None if HF_DATASET else input.dump,
+            hf_dataset=HF_DATASET_JSON,
             segments=input.segments,
             train_sentences=silver["train_sentences"],
             dev_sentences=silver["dev_sentences"],

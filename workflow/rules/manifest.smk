@@ -3,7 +3,7 @@
 
 rule manifest:
     input:
-        dump=WIKI_DUMP,
+        **corpus_inputs(),
         attention_meta=rules.gather_extraction.output.meta,  # not the maps: they may be temp()
         segments=rules.segments.output.summary,
         extraction=rules.gather_extraction.output.summary,
@@ -24,7 +24,7 @@ rule manifest:
             "manifest",
             run=WC.run,
             config_json=json.dumps(config, sort_keys=True),
-            corpus=IN.dump,
+            corpus=None if HF_DATASET else IN.dump,
             attention=IN.attention_meta,
             summary=lambda wildcards, input, output: [
                 f"{name}={input[name]}"

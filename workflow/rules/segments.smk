@@ -1,6 +1,6 @@
 # Step `segments`: Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSON Lines).
 
-if not config["wikipedia"].get("path"):
+if not config["wikipedia"].get("path") and not HF_DATASET:
 
     rule download_wikipedia:
         localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
@@ -32,7 +32,7 @@ if not config["wikipedia"].get("path"):
 
 rule segments:
     input:
-        dump=WIKI_DUMP,
+        **corpus_inputs(),
     output:
         segments=run_path("corpus", "segments.jsonl"),
         summary=run_path("corpus", "segments.summary.json"),
@@ -40,7 +40,8 @@ rule segments:
         cmd=bertlook_cmd(
             "segments",
             model_flags,
-            dump=IN.dump,
+            dump=None if HF_DATASET else IN.dump,
+            hf_dataset=HF_DATASET_JSON,
             out=OUT.segments,
             summary=OUT.summary,
             n_segments=config["segments"]["n_segments"],

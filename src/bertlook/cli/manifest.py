@@ -37,7 +37,9 @@ def register_cli(subparsers) -> None:
     )
     p.add_argument("--run", required=True, help="run name ({run_name}-{label})")
     p.add_argument("--config-json", required=True, help="the effective configuration as a JSON string")
-    p.add_argument("--corpus", required=True, help="Wikipedia dump file used by the run")
+    p.add_argument("--corpus", default=None,
+                   help="Wikipedia dump file used by the run (omit for wikipedia.hf_dataset: the segments "
+                        "summary's `corpus` entry is recorded instead)")
     p.add_argument("--attention", required=True,
                    help="attention store directory of the segments, or its meta.json (e.g. the gathered "
                         "attention/segments.meta.json of a sharded run)")

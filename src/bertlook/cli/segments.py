@@ -1,4 +1,4 @@
-"""``bertlook segments``: Wikipedia dump -> paper-style segments (JSONL) and a summary.
+"""``bertlook segments``: Wikipedia dump (or a Hugging Face dataset) -> paper-style segments (JSONL) and a summary.
 
 The computation lives in :mod:`bertlook.data.segments`; this module holds the argparse glue, the
 summary and printing.
@@ -18,10 +18,24 @@ def _handler(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model
 
-    dump = resolve_data_path(args.dump)
+    hf_spec = None
+    if args.hf_dataset is not None:
+        from bertlook.data.hf_corpus import parse_spec_json
+
+        hf_spec = parse_spec_json(args.hf_dataset)
+    dump = resolve_data_path(args.dump) if hf_spec is None else None
     tokenizer = load_tokenizer(resolve_model(args.model, args.revision))
     counts: dict[str, int] = {}
-    docs = iter_documents(dump, max_articles=args.max_articles, counts=counts)
+    corpus = None
+    if hf_spec is not None:
+        from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents, normalize_spec
+
+        corpus = describe_hf_dataset(hf_spec)
+        source = dataset_label(normalize_spec(hf_spec))
+        docs = iter_hf_documents(hf_spec, max_articles=args.max_articles, counts=counts)
+    else:
+        source = str(dump)
+        docs = iter_documents(dump, max_articles=args.max_articles, counts=counts)
     try:
         segments, summary = build_segments(docs, tokenizer, n_segments=args.n_segments,
                                            max_seq_len=args.max_seq_len, seed=args.seed)
@@ -29,17 +43,18 @@ def _handler(args: argparse.Namespace) -> int:
         docs.close()
     if not segments:
         raise BertlookError(
-            f"{dump}: no segment could be made ({summary['documents_read']} usable articles read, "
+            f"{source}: no segment could be made ({summary['documents_read']} usable articles read, "
             f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
             f"{summary['sentences_without_tokens']} sentences without tokens; {_count_text(counts)}): a "
             "segment needs two sentences of one article")
     warnings = []
     if summary["segments_produced"] < summary["segments_requested"]:
         warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
-                        f"could be made from {dump}: its {summary['documents_read']} usable articles ran out"
+                        f"could be made from {source}: its {summary['documents_read']} usable articles ran out"
                         + (f" (max_articles {args.max_articles})" if args.max_articles else ""))
     write_segments(args.out, segments)
-    summary = {"dump": str(dump), "model": args.model, "revision": args.revision,
+    summary = {"dump": str(dump) if dump is not None else None, **({"corpus": corpus} if corpus else {}),
+               "model": args.model, "revision": args.revision,
                "max_articles": args.max_articles, **summary, **counts, "warnings": warnings}
     write_json(args.summary, summary)
     print(
@@ -61,14 +76,21 @@ def register_cli(subparsers) -> None:
         "segments",
         help="Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
         description=(
-            "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) and the "
+            "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) or "
+            "--hf-dataset (a Hugging Face datasets corpus, a JSON object with keys path, name, split, "
+            "data_files, streaming, revision, text_field, title_field), and the "
             "tokenizer of --model. Output: --out (segments JSONL: id, doc, doc_index, text_a, text_b, "
             "tokens, segment_ids, truncated) and --summary (JSON with every count, including pages "
             "and sentences skipped). Segments are made as in BERT's create_pretraining_data.py "
             "(no random next sentence), the first --n-segments kept and shuffled with --seed."
         ),
     )
-    p.add_argument("--dump", required=True, metavar="PATH", help="MediaWiki XML dump (.xml.bz2 or .xml)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dump", metavar="PATH", help="MediaWiki XML dump (.xml.bz2 or .xml)")
+    src.add_argument("--hf-dataset", metavar="JSON",
+                     help='Hugging Face dataset spec, e.g. \'{"path": "parquet", "data_files": "a.parquet"}\' or '
+                          '\'{"path": "wikimedia/wikipedia", "name": "20231101.en", "streaming": true}\'; '
+                          "its description (revision, fingerprint, sha256) goes into the summary under corpus")
     p.add_argument("--model", required=True, metavar="SPEC",
                    help="model whose tokenizer is used (hub id, local dir, package:MODULE)")
     p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")

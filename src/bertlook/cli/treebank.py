@@ -55,13 +55,22 @@ def _handler(args: argparse.Namespace) -> int:
               f"{result['dev']['empty_nodes_skipped']} + {result['train']['empty_nodes_skipped']} "
               f"-> {args.out_dev}, {args.out_train}")
     else:
-        _need(args, "silver", "--dump", "--segments")
-        result = prepare_silver(resolve_data_path(args.dump), args.segments, args.out_train,
+        _need(args, "silver", "--segments")
+        if (args.dump is None) == (args.hf_dataset is None):
+            raise BertlookError("--source silver needs exactly one of --dump, --hf-dataset "
+                                "(the corpus the segments were made from)")
+        hf_spec = None
+        if args.hf_dataset is not None:
+            from bertlook.data.hf_corpus import parse_spec_json
+
+            hf_spec = parse_spec_json(args.hf_dataset)
+        dump = resolve_data_path(args.dump) if args.dump is not None else None
+        result = prepare_silver(dump, args.segments, args.out_train,
                                 args.out_dev, train_sentences=args.train_sentences,
                                 dev_sentences=args.dev_sentences, max_words=args.max_words,
                                 seed=args.seed, spacy_model=args.spacy_model,
                                 strip_subtypes=args.strip_subtypes, max_articles=args.max_articles,
-                                summary=args.summary)
+                                summary=args.summary, hf_dataset=hf_spec)
         sk = result["skipped"]
         print(f"treebank: silver ({result['parser']['name']} {result['parser']['version']}): dev "
               f"{result['dev']['sentences']}/{result['dev']['requested']} sentences from "
@@ -89,7 +98,8 @@ def register_cli(subparsers) -> None:
             "  ud      a UD treebank from GitHub at a pinned release (--ud-repo, --ud-release,\n"
             "          --ud-train-file, --ud-dev-file, --ud-base-url), cached in --download-dir,\n"
             "          optional --train-sha256/--dev-sha256\n"
-            "  silver  --dump (MediaWiki dump, or package:PKG/path) and --segments (segments.jsonl):\n"
+            "  silver  --dump (MediaWiki dump, or package:PKG/path) or --hf-dataset JSON (the Hugging\n"
+            "          Face dataset spec given to `bertlook segments`) and --segments (segments.jsonl):\n"
             "          spaCy parses of sentences from documents no segment uses, split by document\n"
             "Outputs:\n"
             "  --out-train, --out-dev  CoNLL-U (sent_id, text, 10 columns; LEMMA/FEATS/DEPS/MISC '_');\n"
@@ -122,6 +132,9 @@ def register_cli(subparsers) -> None:
     g.add_argument("--download-dir", metavar="DIR", default=None, help="where the UD files are cached")
     g = p.add_argument_group("--source silver")
     g.add_argument("--dump", metavar="PATH", default=None, help="MediaWiki dump the segments were made from")
+    g.add_argument("--hf-dataset", metavar="JSON", default=None,
+                   help="instead of --dump: the Hugging Face dataset spec the segments were made from "
+                        "(the --hf-dataset of `bertlook segments`)")
     g.add_argument("--segments", metavar="segments.jsonl", default=None,
                    help="segments whose documents (doc_index) are excluded")
     g.add_argument("--train-sentences", type=int, default=2000, help="default 2000")

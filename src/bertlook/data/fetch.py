@@ -215,7 +215,11 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
                       lambda m=model: fetch_model(m["name_or_path"], m.get("revision"),
                                                   snapshot_download=snapshot_download)))
     wiki = config["wikipedia"]
-    if wiki.get("path"):
+    if wiki.get("hf_dataset"):
+        # read by `bertlook segments` through `datasets` (a Hub dataset is streamed: on a cluster without
+        # network, convert it to local parquet first and point data_files at it)
+        pass
+    elif wiki.get("path"):
         tasks.append(("wikipedia.path", lambda: _check_path("wikipedia", "wikipedia.path",
                                                             resolve_data_path(wiki["path"]))))
     else:

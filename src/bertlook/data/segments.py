@@ -8,7 +8,10 @@ A and B, and over-long pairs are cut one token at a time from a random end of th
 
 Steps:
   * :func:`iter_documents` reads a ``.xml.bz2`` / ``.xml`` dump lazily (gensim's ``extract_pages``),
-    keeps namespace-0 articles that are not redirects, strips the markup and keeps prose paragraphs;
+    keeps namespace-0 articles that are not redirects, strips the markup and keeps prose paragraphs
+    (:func:`iter_dump_articles`), then :func:`make_document` splits them into usable sentences;
+    :mod:`bertlook.data.hf_corpus` reads documents from a Hugging Face ``datasets`` corpus instead
+    (plain text: :func:`plain_text_paragraphs`, then the same :func:`make_document`);
   * :func:`split_sentences` splits text with spaCy's rule-based ``sentencizer`` (deterministic);
   * :func:`build_segments` makes the segments; :func:`write_segments` / :func:`read_segments` store
     them as JSONL (format in docs/DESIGN.md).
@@ -217,35 +220,88 @@ def _count_text(counts: dict[str, int]) -> str:
             f"{counts['documents_without_sentences']}")
 
 
-def iter_documents(
-    dump_path: str | os.PathLike,
-    *,
-    max_articles: int | None = None,
-    counts: dict[str, int] | None = None,
-) -> Iterator[Document]:
-    """Yield the prose articles of a MediaWiki XML dump (``.xml.bz2`` or ``.xml``), lazily.
-
-    Namespace-0 pages only; redirects and articles without a usable sentence are skipped and counted
-    in ``counts`` (keys :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read). ``max_articles``
-    stops after that many kept documents. Missing, empty, corrupt or invalid files raise
-    :class:`BertlookError` naming the file (and the line for XML errors), and so does a dump that
-    ends without a single usable article (all redirects, other namespaces, or no prose).
-    """
-    from gensim.corpora.wikicorpus import extract_pages  # lazy: not in envs/analysis.yaml, whose steps import this module
-
-    path = Path(dump_path)
+def _init_counts(counts: dict[str, int] | None) -> dict[str, int]:
     if counts is None:
         counts = {}
     for key in DOCUMENT_COUNT_KEYS:
         counts.setdefault(key, 0)
+    return counts
+
+
+def _check_dump_file(path: Path) -> None:
     if not path.exists():
         raise BertlookError(f"{path}: Wikipedia dump not found")
     if not path.is_file():
         raise BertlookError(f"{path}: not a file (expected a MediaWiki .xml.bz2 or .xml dump)")
     if path.stat().st_size == 0:
         raise BertlookError(f"{path}: empty file (expected a MediaWiki .xml.bz2 or .xml dump)")
-    if max_articles is not None and max_articles < 1:
-        raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
+
+
+def plain_text_paragraphs(text: str, counts: dict[str, int] | None = None) -> list[str]:
+    """Plain text (one paragraph per line) -> prose paragraphs, for corpora without wiki markup.
+
+    The plain-text steps of :func:`clean_wiki_text`: lines are stripped and their whitespace
+    collapsed, empty lines dropped, and a line is kept only when it ends like prose (``. ! ? :``,
+    optionally followed by a closing quote or bracket; this drops section headings and most list
+    items of e.g. the Hugging Face ``wikimedia/wikipedia`` text). Dropped non-empty lines are counted
+    in ``counts["non_prose_lines_skipped"]``. The output of :func:`clean_wiki_text`, joined with
+    newlines, comes back unchanged, so a corpus of cleaned dump articles gives the dump's documents.
+    """
+    paragraphs: list[str] = []
+    skipped = 0
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if not line:
+            continue
+        if not _PROSE_END.search(line):
+            skipped += 1
+            continue
+        paragraphs.append(line)
+    if counts is not None:
+        counts["non_prose_lines_skipped"] = counts.get("non_prose_lines_skipped", 0) + skipped
+    return paragraphs
+
+
+def make_document(index: int, title: str, paragraphs: list[str],
+                  counts: dict[str, int]) -> Document | None:
+    """Prose paragraphs of one article -> its :class:`Document` (None when no sentence is usable).
+
+    The one sentence step of every corpus source: :func:`split_sentences`, then
+    :func:`is_usable_sentence`; updates ``short_sentences_skipped``, ``documents_without_sentences``,
+    ``documents_kept`` and ``sentences_kept`` in ``counts``.
+    """
+    counts = _init_counts(counts)
+    sentences: list[str] = []
+    for sent in split_sentences("\n".join(paragraphs)):
+        if is_usable_sentence(sent):
+            sentences.append(sent)
+        else:
+            counts["short_sentences_skipped"] += 1
+    if not sentences:
+        counts["documents_without_sentences"] += 1
+        return None
+    counts["documents_kept"] += 1
+    counts["sentences_kept"] += len(sentences)
+    return Document(index=index, title=title, sentences=sentences)
+
+
+def iter_dump_articles(
+    dump_path: str | os.PathLike,
+    *,
+    counts: dict[str, int] | None = None,
+) -> Iterator[tuple[str, list[str]]]:
+    """Yield ``(title, prose paragraphs)`` of the namespace-0, non-redirect pages of a dump, lazily.
+
+    Paragraphs are :func:`clean_wiki_text`'s output (possibly empty). Updates ``pages_read``,
+    ``non_article_pages_skipped``, ``redirects_skipped`` and ``non_prose_lines_skipped`` in ``counts``.
+    Missing, empty, corrupt or invalid files raise :class:`BertlookError` naming the file (and the
+    line for XML errors).
+    """
+    from gensim.corpora.wikicorpus import extract_pages  # lazy: not in envs/analysis.yaml, whose steps import this module
+
+    path = Path(dump_path)
+    counts = _init_counts(counts)
+    _check_dump_file(path)
 
     page: dict[str, Any] = {}
 
@@ -255,7 +311,6 @@ def iter_documents(
         page["redirect"] = elem.find(f"{{{namespace}}}redirect") is not None
         return True
 
-    kept = 0
     try:
         with _open_dump(path) as fh:
             for title, text, _pageid in extract_pages(fh, filter_articles=_inspect):
@@ -266,23 +321,7 @@ def iter_documents(
                 if page.get("redirect") or text.lstrip()[:9].upper() == "#REDIRECT":
                     counts["redirects_skipped"] += 1
                     continue
-                sentences: list[str] = []
-                for sent in split_sentences("\n".join(clean_wiki_text(text, counts))):
-                    if is_usable_sentence(sent):
-                        sentences.append(sent)
-                    else:
-                        counts["short_sentences_skipped"] += 1
-                if not sentences:
-                    counts["documents_without_sentences"] += 1
-                    continue
-                counts["documents_kept"] += 1
-                counts["sentences_kept"] += len(sentences)
-                yield Document(index=kept, title=title or "", sentences=sentences)
-                kept += 1
-                if max_articles is not None and kept >= max_articles:
-                    return
-        if kept == 0:
-            raise BertlookError(f"{path}: no usable article in the Wikipedia dump ({_count_text(counts)})")
+                yield title or "", clean_wiki_text(text, counts)
     except ET.ParseError as err:
         line = err.position[0] if getattr(err, "position", None) else "?"
         if counts["pages_read"] == 0 and "no element found" in str(err) and line == 1:
@@ -295,6 +334,44 @@ def iter_documents(
                             "re-download it") from err
     except (ValueError, AttributeError, RuntimeError) as err:
         raise BertlookError(f"{path}: not a MediaWiki XML dump ({err})") from err
+
+
+def iter_documents(
+    dump_path: str | os.PathLike,
+    *,
+    max_articles: int | None = None,
+    counts: dict[str, int] | None = None,
+) -> Iterator[Document]:
+    """Yield the prose articles of a MediaWiki XML dump (``.xml.bz2`` or ``.xml``), lazily.
+
+    Namespace-0 pages only (:func:`iter_dump_articles`); redirects and articles without a usable
+    sentence (:func:`make_document`) are skipped and counted in ``counts`` (keys
+    :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read). ``max_articles``
+    stops after that many kept documents. Missing, empty, corrupt or invalid files raise
+    :class:`BertlookError` naming the file (and the line for XML errors), and so does a dump that
+    ends without a single usable article (all redirects, other namespaces, or no prose).
+    """
+    path = Path(dump_path)
+    counts = _init_counts(counts)
+    _check_dump_file(path)
+    if max_articles is not None and max_articles < 1:
+        raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
+
+    kept = 0
+    articles = iter_dump_articles(path, counts=counts)
+    try:
+        for title, paragraphs in articles:
+            doc = make_document(kept, title, paragraphs, counts)
+            if doc is None:
+                continue
+            yield doc
+            kept += 1
+            if max_articles is not None and kept >= max_articles:
+                return
+    finally:
+        articles.close()
+    if kept == 0:
+        raise BertlookError(f"{path}: no usable article in the Wikipedia dump ({_count_text(counts)})")
 
 
 # ----------------------------------------------------------------------------------- segments

@@ -648,7 +648,7 @@ def _used_documents(segments_path: Path) -> dict[int, str]:
 
 
 def prepare_silver(
-    dump_path: str | os.PathLike,
+    dump_path: str | os.PathLike | None,
     segments_path: str | os.PathLike,
     out_train: str | os.PathLike,
     out_dev: str | os.PathLike,
@@ -662,8 +662,14 @@ def prepare_silver(
     max_articles: int | None = None,
     batch_size: int = 256,
     summary: str | os.PathLike | None = None,
+    hf_dataset: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Silver dependency trees: spaCy parses of Wikipedia sentences no segment comes from.
+
+    The documents come from the dump ``dump_path`` or, when ``hf_dataset`` is given (then
+    ``dump_path`` must be None), from that Hugging Face dataset spec
+    (:func:`bertlook.data.hf_corpus.iter_hf_documents`, the corpus the segments were made from);
+    everything below applies to either, with "the dump" meaning that corpus.
 
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
@@ -688,13 +694,24 @@ def prepare_silver(
                              ("max_words", max_words, 1), ("batch_size", batch_size, 1)):
         if not isinstance(value, int) or value < low:
             raise BertlookError(f"{name} must be an integer >= {low}, got {value!r}")
-    dump_path, segments_path = Path(dump_path), Path(segments_path)
+    if (dump_path is None) == (hf_dataset is None):
+        raise BertlookError("silver treebank: give exactly one corpus, a dump or an hf_dataset spec")
+    segments_path = Path(segments_path)
+    dump_counts: dict[str, int] = {}
+    corpus: dict[str, Any] | None = None
+    if hf_dataset is not None:
+        from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents
+
+        corpus = describe_hf_dataset(hf_dataset)
+        dump_path = dataset_label(hf_dataset)  # names the corpus in messages below
+    else:
+        dump_path = Path(dump_path)
     used = _used_documents(segments_path)
 
-    dump_counts: dict[str, int] = {}
     candidates: list[tuple[int, list[str]]] = []
     n_docs = 0
-    docs = iter_documents(dump_path, max_articles=max_articles, counts=dump_counts)
+    docs = (iter_hf_documents(hf_dataset, max_articles=max_articles, counts=dump_counts) if hf_dataset is not None
+            else iter_documents(dump_path, max_articles=max_articles, counts=dump_counts))
     try:
         for doc in docs:
             n_docs += 1
@@ -772,7 +789,8 @@ def prepare_silver(
     source_comment = f"silver: spaCy {parser['name']} {parser['version']}"
     result: dict[str, Any] = {
         "source": "silver",
-        "dump": str(dump_path),
+        "dump": str(dump_path) if corpus is None else None,
+        **({"corpus": corpus} if corpus is not None else {}),
         "segments": str(segments_path),
         "parser": parser,
         "seed": seed,

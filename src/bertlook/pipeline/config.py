@@ -124,14 +124,17 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
     """Requirements that involve more than one key (schema-valid ``config`` with defaults filled)."""
     problems: list[str] = []
     wiki = config["wikipedia"]
-    if not wiki.get("path") and not wiki.get("url"):
-        problems.append("config key 'wikipedia': set wikipedia.path (a local dump) or wikipedia.url "
-                        "(both are null)")
+    if not wiki.get("path") and not wiki.get("url") and not wiki.get("hf_dataset"):
+        problems.append("config key 'wikipedia': set wikipedia.path (a local dump), wikipedia.url or "
+                        "wikipedia.hf_dataset (all are null)")
+    if wiki.get("hf_dataset") and (wiki.get("path") or wiki.get("url")):
+        problems.append("config key 'wikipedia': hf_dataset replaces the dump: set wikipedia.path and "
+                        "wikipedia.url to null (or remove hf_dataset)")
     glove = config["glove"]
     if not glove.get("path") and not glove.get("url"):
         problems.append("config key 'glove': set glove.path (local vectors or package:...) or glove.url "
                         "(both are null)")
-    for key, url in (("wikipedia.url", None if wiki.get("path") else wiki.get("url")),
+    for key, url in (("wikipedia.url", None if wiki.get("path") or wiki.get("hf_dataset") else wiki.get("url")),
                      ("glove.url", None if glove.get("path") else glove.get("url"))):
         if url:
             # as bertlook.pipeline.preflight._url_file_name: the cache file is resources/<kind>/<name>

@@ -55,11 +55,26 @@ def preflight_problems(config: dict[str, Any]) -> list[str]:
         if reason:
             problems.append(f"model {model['name_or_path']!r} (models[label={model['label']}]): {reason}")
     wiki = config["wikipedia"]
-    try:
-        target = wikipedia_target(config)
-    except BertlookError as err:
-        problems.append(str(err))
+    hf = wiki.get("hf_dataset")
+    if hf:
+        # a Hugging Face dataset: local data files must exist; a Hub dataset is resolved (revision) and
+        # streamed by `bertlook segments` itself
+        from bertlook.pipeline.config import resolve_data_path
+
+        files = hf.get("data_files")
+        files = ([f for v in files.values() for f in (v if isinstance(v, list) else [v])]
+                 if isinstance(files, dict) else [files] if isinstance(files, str) else files or [])
+        for f in files:
+            if not any(c in str(f) for c in "*?[") and not resolve_data_path(f).exists():
+                problems.append(f"wikipedia.hf_dataset.data_files: {f} does not exist")
+        target = None
     else:
+        try:
+            target = wikipedia_target(config)
+        except BertlookError as err:
+            problems.append(str(err))
+            target = None
+    if target is not None:
         if wiki.get("path"):
             if not target.is_file():
                 problems.append(f"wikipedia.path: {target} does not exist")

@@ -614,7 +614,10 @@ def run_context(manifest: dict[str, Any]) -> dict[str, str]:
         model_note.append(f"{prov['num_layers']} layers x {prov.get('num_heads')} heads")
     corpus_cfg = (manifest.get("corpus") or {})
     wiki = corpus_cfg.get("wikipedia") or {}
-    corpus = str(wiki.get("path") or wiki.get("url") or corpus_cfg.get("dump_file") or "unknown corpus")
+    hf = wiki.get("hf_dataset") or {}
+    corpus = str(wiki.get("path") or wiki.get("url") or corpus_cfg.get("dump_file")
+                 or (f"Hugging Face dataset {hf.get('path')}" + (f" ({hf['name']})" if hf.get("name") else "")
+                     if hf else "unknown corpus"))
     n_seg = ((manifest.get("steps") or {}).get("segments") or {}).get("segments_produced")
     if n_seg is not None:
         corpus += f", {n_seg} segments"

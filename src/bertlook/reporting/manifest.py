@@ -52,7 +52,7 @@ def build_manifest(
     *,
     run: str,
     config: dict[str, Any],
-    corpus_path: str,
+    corpus_path: str | None,
     attention_dir: str,
     step_summaries: dict[str, str],
 ) -> dict[str, Any]:
@@ -73,6 +73,11 @@ def build_manifest(
             "dump_file": str(corpus_path),
             "dump_sha256": sha256_file(corpus_path),
             "dump_bytes": Path(corpus_path).stat().st_size,
+        } if corpus_path else {
+            # wikipedia.hf_dataset: the dataset as resolved by `bertlook segments` (revision, fingerprint,
+            # sha256 of local data files)
+            "wikipedia": config["wikipedia"],
+            "hf_dataset": (summaries.get("segments") or {}).get("corpus"),
         },
         "seed": config["seed"],
         "config": config,
