@@ -176,7 +176,9 @@ def test_non_finite_from_yaml(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["wikipedia"].update(path=None, url=None), r"'wikipedia': set wikipedia\.path .* or wikipedia\.url"),
+    (lambda c: c["wikipedia"].update(path=None, url=None), r"'wikipedia': set wikipedia\.path .*, wikipedia\.url or wikipedia\.hf_dataset"),
+    (lambda c: c["wikipedia"].update(hf_dataset={"path": "parquet", "data_files": "x.parquet"}),
+     r"'wikipedia': hf_dataset replaces the dump"),
     (lambda c: c["glove"].update(path=None, url=None), r"'glove': set glove\.path .* or glove\.url"),
     (lambda c: c.update(treebank={"source": "local", "local": {"train": "t.conllu"}}),
      r"'treebank\.local\.dev': treebank\.source is local but no dev file"),
@@ -214,7 +216,7 @@ def test_validate_config_cli_rejects_missing_wikipedia_source(tmp_path, capsys):
     text = (ROOT / "config.yaml").read_text()
     path.write_text(text.replace("  url: https://dumps.wikimedia.org", "  url: null # https://dumps.wikimedia.org"))
     assert main(["validate-config", str(path)]) == 2
-    assert "wikipedia.path (a local dump) or wikipedia.url" in capsys.readouterr().err
+    assert "wikipedia.path (a local dump), wikipedia.url or wikipedia.hf_dataset" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("mutate, key", [
