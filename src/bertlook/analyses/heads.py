@@ -556,3 +556,31 @@ def table1(
     df["baseline_offset"] = df["baseline_offset"].astype("int64")
     df["count"] = df["count"].astype("int64")
     return df
+
+
+def resolve_tree_source(store: "AttentionStore", kind: str | None, name: str | None,
+                        where: Any) -> tuple[str, str | None, str]:
+    """``(kind, name, relation scheme)`` of a word store's trees: the given ``kind`` / ``name`` (the
+    CLI's --treebank-kind / --treebank-name), else the store meta's; an unknown kind is an error."""
+    kind = kind or store.meta.get("treebank_kind")
+    if kind not in TREEBANK_KINDS:
+        raise BertlookError(
+            f"{where}: tree source unknown: pass --treebank-kind "
+            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
+        )
+    name = name or store.meta.get("treebank_name") or None
+    return kind, name, TREEBANK_KINDS[kind][0]
+
+
+def relation_rows_summary(scores: HeadScores, table: "pd.DataFrame") -> dict[str, Any]:
+    """The summary entries on which relations became Table 1 rows: word counts per relation, the rows
+    (and those below min_count), the skipped relations and those left out below min_count."""
+    counts = {r: int(c) for r, c in zip(scores.relations, scores.word_counts)}
+    shown = set(table["relation"])
+    return {
+        "relation_counts": counts,
+        "rows": list(table["relation"]),
+        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
+        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
+        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+    }

@@ -92,8 +92,9 @@ def register_cli(subparsers) -> None:
 def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import (
         FORCED_BY_SCHEME,
-        SKIP_RELATIONS,
         head_accuracy_table,
+        relation_rows_summary,
+        resolve_tree_source,
         score_heads,
         table1,
     )
@@ -104,14 +105,7 @@ def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.reporting.tables import table1_markdown, trees_note
 
     dev_store = open_store(args.dev_attention, level="word")
-    kind = args.treebank_kind or dev_store.meta.get("treebank_kind")
-    if kind not in TREEBANK_KINDS:
-        raise BertlookError(
-            f"{args.dev_attention}: tree source unknown: pass --treebank-kind "
-            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
-        )
-    name = args.treebank_name or dev_store.meta.get("treebank_name") or None
-    scheme = TREEBANK_KINDS[kind][0]
+    kind, name, scheme = resolve_tree_source(dev_store, args.treebank_kind, args.treebank_name, args.dev_attention)
     if args.paper_comparable and kind != "ptb_sd":
         print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
     dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
@@ -134,8 +128,6 @@ def _run_heads(args: argparse.Namespace) -> int:
     fig5_syntax_heads(args.dev_attention, table, args.out_figure,
                       relations=fig5_relations(FORCED_BY_SCHEME[scheme]))
 
-    shown = set(table["relation"])
-    counts = {r: int(c) for r, c in zip(dev.relations, dev.word_counts)}
     all_row = table.iloc[0]
     summary = {
         "dev_attention": str(args.dev_attention),
@@ -149,11 +141,7 @@ def _run_heads(args: argparse.Namespace) -> int:
         "n_words": dev.n_words,
         "num_layers": dev.num_layers,
         "num_heads": dev.num_heads,
-        "relation_counts": counts,
-        "rows": list(table["relation"]),
-        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
-        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
-        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+        **relation_rows_summary(dev, table),
         "min_count": args.min_count,
         "offsets": list(dev.offsets),
         "poss_from_possessive": dev.poss_from_possessive,

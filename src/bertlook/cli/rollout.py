@@ -71,9 +71,10 @@ def _stats(args: argparse.Namespace) -> tuple["pd.DataFrame", dict[str, Any]]:
 def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "pd.DataFrame", str]:
     from bertlook.analyses.heads import (
         FORCED_BY_SCHEME,
-        SKIP_RELATIONS,
         TREEBANK_KINDS,
         head_accuracy_table,
+        relation_rows_summary,
+        resolve_tree_source,
         score_heads,
         table1,
     )
@@ -82,14 +83,7 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
     from bertlook.reporting.tables import table1_markdown
 
     base = open_store(args.word_attention, level="word")
-    kind = args.treebank_kind or base.meta.get("treebank_kind")
-    if kind not in TREEBANK_KINDS:
-        raise BertlookError(
-            f"{args.word_attention}: tree source unknown: pass --treebank-kind "
-            f"({'|'.join(sorted(TREEBANK_KINDS))}) (store meta 'treebank_kind' is {kind!r})"
-        )
-    name = args.treebank_name or base.meta.get("treebank_name") or None
-    scheme = TREEBANK_KINDS[kind][0]
+    kind, name, scheme = resolve_tree_source(base, args.treebank_kind, args.treebank_name, args.word_attention)
     store = RolloutStore(base)
     scores = score_heads(store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
                          max_examples=args.max_examples_words)
@@ -103,8 +97,6 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
             "numbers: no paper columns.")
     title = f"Dependency accuracy of attention rollout per relation (Table 1 on rollout): {Path(args.word_attention).name}"
     md = table1_markdown(table, title=title, corpus_note=note)
-    counts = {r: int(c) for r, c in zip(scores.relations, scores.word_counts)}
-    shown = set(table["relation"])
     best = {row.relation: {"layer": int(str(row.best_head).split("-")[0]), "direction": row.direction,
                            "accuracy": float(row.accuracy), "baseline_offset": int(row.baseline_offset),
                            "baseline_accuracy": float(row.baseline_accuracy), "count": int(row.count)}
@@ -122,11 +114,7 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
         "store_excluded": base.meta.get("excluded") or {},
         "n_words": scores.n_words,
         "num_layers": scores.num_layers,
-        "relation_counts": counts,
-        "rows": list(table["relation"]),
-        "rows_below_min_count": [r for r, b in zip(table["relation"], table["below_min_count"]) if b],
-        "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
-        "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
+        **relation_rows_summary(scores, table),
         "min_count": args.min_count,
         "offsets": list(scores.offsets),
         "poss_from_possessive": scores.poss_from_possessive,
