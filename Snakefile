@@ -27,13 +27,17 @@ include: "workflow/rules/treebank.smk"
 include: "workflow/rules/extract_words.smk"
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/probes.smk"
+include: "workflow/rules/probe_ablations.smk"
+include: "workflow/rules/tree_heads.smk"
 include: "workflow/rules/coref.smk"
 include: "workflow/rules/gradients.smk"
 include: "workflow/rules/rollout.smk"
 include: "workflow/rules/head_report.smk"
+include: "workflow/rules/languages.smk"
 include: "workflow/rules/manifest.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/resources.smk"
+include: "workflow/rules/report_pages.smk"
 
 
 rule all:

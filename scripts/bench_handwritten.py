@@ -11,7 +11,7 @@ these numbers. Same input for both sides, best of ``--repeats`` runs; under a mi
    spaces for tabs, non-integer head, head out of range, no root, a cycle, ids out of order, duplicate
    sent_id): is each rejected, and does the message name ``file:line``?
 2. Chu-Liu-Edmonds: ``--matrices`` (2,000) random 30-word score matrices decoded by
-   ``bertlook.analyses.probes.chu_liu_edmonds`` and by ``networkx.maximum_spanning_arborescence`` (graph
+   ``bertlook.analyses.trees.chu_liu_edmonds`` and by ``networkx.maximum_spanning_arborescence`` (graph
    construction included: it is part of using it); networkx runs on the first ``--nx-matrices`` (200)
    and its time is scaled to the same count. Both trees' summed scores must agree.
 3. Attention store: ``--examples`` (100) random maps [6, 12, n, n] (n = 20..128, rows sum to 1),
@@ -146,14 +146,14 @@ def bench_conllu(args, tmp: Path) -> None:
 
 
 def bench_cle(args) -> None:
-    from bertlook.analyses.probes import chu_liu_edmonds
+    from bertlook.analyses.trees import chu_liu_edmonds
 
     n_words = 30
     print(f"2. Chu-Liu-Edmonds: {args.matrices} random {n_words}-word score matrices")
     rng = np.random.default_rng(0)
     mats = [rng.normal(size=(n_words + 1, n_words + 1)) for _ in range(args.matrices)]
     ours, heads = best_of(args.repeats, lambda: [chu_liu_edmonds(m) for m in mats])
-    print(f"  bertlook.analyses.probes.chu_liu_edmonds: {ours:.3f} s  ({ours / len(mats) * 1e3:.2f} ms per matrix)")
+    print(f"  bertlook.analyses.trees.chu_liu_edmonds: {ours:.3f} s  ({ours / len(mats) * 1e3:.2f} ms per matrix)")
     if not have("networkx"):
         return
     import networkx as nx

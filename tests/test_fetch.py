@@ -9,6 +9,7 @@ with the snapshot it gets back.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import http.server
 import io
@@ -365,3 +366,32 @@ def test_snakemake_schedules_no_download_job_after_fetch(served, tmp_path, tiny_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert served.hits == hits
     assert (run / "corpus" / "segments.jsonl").stat().st_size > 0
+
+
+def test_fetch_and_preflight_cover_every_treebanks_entry(served, tmp_path, tiny_bert_dir):
+    """`treebanks` (issue 13): a second UD release is fetched into its own cache directory, and a
+    missing local file of an entry is named by its key (treebanks.N.local.dev)."""
+    from bertlook.pipeline.preflight import preflight_problems
+
+    config = _net_config(tmp_path, tiny_bert_dir, served.base, data=served.data)
+    extra = dict(copy.deepcopy(config["treebank"]), label="second", language="de")
+    second = tmp_path / "served" / "ud" / "UD_Second" / "r1.0"  # served from here on
+    second.mkdir(parents=True)
+    for name in ("tiny-ud-train.conllu", "tiny-ud-dev.conllu"):
+        (second / name).write_bytes(served.data["conllu"])
+    extra["ud"].update(repo="UD_Second", release="r1.0")
+    config["treebanks"] = [extra]
+    config = validate_config(config)
+    lines: list[str] = []
+    out = fetch.fetch_config(config, echo=lines.append, **FAST)
+    assert out["ok"] and out["errors"] == []
+    cache = ud_download_dir(config, config["treebanks"][0])
+    assert cache == tmp_path / "resources" / "ud" / "UD_Second" / "r1.0"
+    for name in ("tiny-ud-train.conllu", "tiny-ud-dev.conllu"):
+        assert (cache / name).read_bytes() == served.data["conllu"]
+        assert (ud_download_dir(config) / name).is_file()  # and the main treebank's
+    missing = dict(copy.deepcopy(config["treebanks"][0]), source="local",
+                   local={"train": None, "dev": str(tmp_path / "nope.conllu"), "format": "auto", "kind": "ud"})
+    config["treebanks"] = [missing]
+    problems = preflight_problems(validate_config(config))
+    assert any(p.startswith("treebanks.0.local.dev:") and "nope.conllu" in p for p in problems), problems

@@ -117,10 +117,10 @@ def test_choose_example_heads_picks_best_per_behaviour():
     put(2, 3, sep=0.95)
     put(1, 3, punct=0.8)
     assert figures.choose_example_heads(df) == [
-        (1, 2, "broadest attention (entropy 3.00 nats)"),
-        (2, 1, "most attention to next token (mean 0.90)"),
-        (2, 3, "most attention to [SEP] (mean 0.95)"),
-        (1, 3, "most attention to . and , (mean 0.80)"),
+        (1, 2, "broadest attention (entropy 3.00 nats)", True),
+        (2, 1, "most attention to next token (mean 0.90)", True),
+        (2, 3, "most attention to [SEP] (mean 0.95)", True),
+        (1, 3, "most attention to . and , (mean 0.80)", True),
     ]
 
 
@@ -129,17 +129,70 @@ def test_choose_example_heads_distinct_heads():
     # head 2-2 is the best at everything; it is used once, then each behaviour takes its runner-up
     sel = (df["layer"] == 2) & (df["head"] == 2)
     df.loc[sel, ["entropy", "next", "sep", "punct"]] = [9.0, 0.99, 0.99, 0.99]
-    df.loc[(df["layer"] == 1) & (df["head"] == 1), "next"] = 0.5
-    df.loc[(df["layer"] == 1) & (df["head"] == 2), "sep"] = 0.6
-    df.loc[(df["layer"] == 2) & (df["head"] == 1), "punct"] = 0.5
+    df.loc[(df["layer"] == 1) & (df["head"] == 1), "next"] = 0.55
+    df.loc[(df["layer"] == 1) & (df["head"] == 2), "sep"] = 0.65
+    df.loc[(df["layer"] == 2) & (df["head"] == 1), "punct"] = 0.65
     chosen = figures.choose_example_heads(df)
-    assert [(l, h) for l, h, _ in chosen] == [(2, 2), (1, 1), (1, 2), (2, 1)]
-    assert len({(l, h) for l, h, _ in chosen}) == 4
+    assert [(c.layer, c.head) for c in chosen] == [(2, 2), (1, 1), (1, 2), (2, 1)]
+    assert len({(c.layer, c.head) for c in chosen}) == 4 and all(c.shown for c in chosen)
+
+
+def test_choose_example_heads_says_when_a_behaviour_is_absent():
+    """A behaviour whose best head is not above Fig 6's label threshold (next > 0.5, [SEP] > 0.6,
+    . , > 0.6) is absent: not drawn, labelled so, and its head stays free (hand-made: MiniLM-like,
+    whose best [SEP] head gives [SEP] 7% of its attention and mostly attends to [CLS])."""
+    df = stats_frame()
+    df[["next", "sep", "punct"]] = 0.01
+    df["entropy"] = 1.0
+
+    def put(layer, head, **vals):
+        for k, v in vals.items():
+            df.loc[(df["layer"] == layer) & (df["head"] == head), k] = v
+
+    put(1, 1, entropy=4.0)
+    put(1, 2, next=0.66)
+    put(2, 1, sep=0.07, cls=0.6)  # the "least bad" [SEP] head
+    put(2, 2, punct=0.6)  # exactly the threshold: not above it
+    put(2, 3, punct=0.2, sep=0.05)
+    chosen = figures.choose_example_heads(df)
+    assert chosen == [
+        (1, 1, "broadest attention (entropy 4.00 nats)", True),
+        (1, 2, "most attention to next token (mean 0.66)", True),
+        (2, 1, "no head attends mostly to [SEP] (best: 2-1, mean 0.07; needs > 0.60)", False),
+        (2, 2, "no head attends mostly to . and , (best: 2-2, mean 0.60; needs > 0.60)", False),
+    ]
+    # a next-token head at exactly 0.5 is not one either; at 0.51 it is
+    put(1, 2, next=0.5)
+    assert figures.choose_example_heads(df)[1].shown is False
+    put(1, 2, next=0.51)
+    assert figures.choose_example_heads(df)[1] == (1, 2, "most attention to next token (mean 0.51)", True)
+
+
+def test_fig1_draws_a_statement_for_an_absent_behaviour(inputs, tmp_path):
+    """The absent panel draws no lines (its ink is the title and the statement only), and a panel
+    that draws no head without saying why is refused."""
+    import matplotlib.image as mpimg
+
+    label = "no head attends mostly to [SEP] (best: 2-1, mean 0.07; needs > 0.60)"
+    both = tmp_path / "both.png"
+    figures.fig1_example_heads(inputs["store"], [(1, 1), (2, 1)], both, labels=["broad", label],
+                               shown=[True, False])
+    img = mpimg.imread(both)[..., :3]  # [y, x, rgb]
+    half = img.shape[1] // 2
+    ink = lambda part: float((part.mean(axis=2) < 0.9).mean())  # share of non-white pixels
+    assert ink(img[:, :half]) > 2 * ink(img[:, half:]) > 0  # lines on the left, text only on the right
+    with pytest.raises(BertlookError, match="label"):
+        figures.fig1_example_heads(inputs["store"], [(1, 1)], tmp_path / "x.png", shown=[False])
 
 
 def test_choose_example_heads_few_heads_and_missing_column():
-    df = stats_frame().iloc[:2]
-    assert len(figures.choose_example_heads(df)) == 2
+    df = stats_frame().iloc[:2].copy()
+    df.loc[:, "next"] = [0.1, 0.9]  # 1-1 the broadest, 1-2 a next-token head: no head left for [SEP], . ,
+    df.loc[:, "entropy"] = [2.0, 1.0]
+    assert [(c.layer, c.head, c.shown) for c in figures.choose_example_heads(df)] == [(1, 1, True), (1, 2, True)]
+    df.loc[:, "next"] = [0.1, 0.2]  # no next-token head: 1-2 stays free, and is [SEP]'s and . ,'s best (absent)
+    assert [(c.layer, c.head, c.shown) for c in figures.choose_example_heads(df)] == [
+        (1, 1, True), (1, 2, False), (1, 2, False), (1, 2, False)]
     with pytest.raises(BertlookError, match="punct"):
         figures.choose_example_heads(stats_frame().drop(columns=["punct"]))
 
@@ -288,3 +341,14 @@ def test_undefined_stats_are_not_plotted(inputs, tmp_path):
     figures.fig4_entropy(path, inputs["summary"], tmp_path / "fig4.png")
     assert_png(tmp_path / "fig2.png")
     assert_png(tmp_path / "fig4.png")
+
+
+def test_dollar_signs_in_notes_and_tokens_are_text_not_mathtext(tmp_path):
+    """A model path or token with two "$" on one line (a shell payload, "$5 ... $10") is drawn as text:
+    matplotlib would parse it as mathtext and fail on "$(touch x)"."""
+    note = """not run: /m/v ;touch P-3; '$(touch P-4)' "$(touch P-5)" has no masked-LM head"""
+    assert_png(figures._fig3_note_figure(note, tmp_path / "fig3.png"))
+    tokens = ["[CLS]", "$", "5", "'$(x)' \"$y", "$10$", "[SEP]"]
+    n = len(tokens)
+    attn = np.full((1, 1, n, n), 1.0 / n, dtype=np.float32)  # [layer, head, from, to]
+    assert_png(figures.draw_fig1(tokens, attn, [(1, 1)], tmp_path / "fig1.png"))

@@ -40,8 +40,9 @@ def make_store(path: Path, sentences: list[dict], maps: list[np.ndarray], *, lev
         for k, (s, a) in enumerate(zip(sentences, maps)):
             rec = {"id": s.get("id", k), "tokens": ["[CLS]", *s["words"], "[SEP]"], "heads": s["heads"],
                    "rels": s["rels"]}
-            if "xpos" in s:
-                rec["xpos"] = s["xpos"]
+            for key in ("xpos", "upos"):
+                if key in s:
+                    rec[key] = s[key]
             w.add(rec, a)
     return AttentionStore(path)
 
@@ -488,7 +489,8 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
     exact = ha.head_accuracy_table(ha.score_heads(dev)).accuracy.to_numpy()
     assert np.array_equal(acc.accuracy.to_numpy(), exact)  # full precision in the CSV
     t1 = pd.read_csv(out / "table1.csv", keep_default_na=False)
-    assert t1.columns.tolist() == ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + TABLE1_PAPER_COLUMNS
+    assert t1.columns.tolist() == (ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + TABLE1_PAPER_COLUMNS + ha.CROSSFIT_COLUMNS
+                                   + ha.PAIRED_COLUMNS + ha.NOPUNCT_COLUMNS)
     assert t1.relation.iloc[0] == "All"
     assert (out / "fig5.png").read_bytes()[:8] == PNG_MAGIC
     md = (out / "table1.md").read_text()
@@ -499,6 +501,11 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
     expected_poss = sum(1 for r in dev.records if r["rels"][0] == "poss" and r["tokens"][2] == "'s")
     assert summary["n_poss_switched"] == expected_poss > 0 and summary["train"]["n_sentences"] == 15
     assert set(summary["skipped_relations"]) <= {"root", "punct"}
+    assert summary["alpha"] == 0.05 and summary["exclude_punct_candidates"] is False
+    assert sum(summary["crossfit"]["fold_sentences"]) == 15 and summary["crossfit"]["fold_sentences"][0] == 8
+    assert summary["paired"]["vs_baseline"]["n_tests"] == len(t1)
+    assert summary["punctuation"]["n_punct_words"] == sum(r["rels"].count("punct") for r in dev.records)
+    assert "## Paired tests" in md and "## Candidate sets" in md
     assert "heads: 15 sentences" in capsys.readouterr().out
     # --no-poss-from-possessive, tree kind from the store's meta missing -> clear error
     argv2 = [a for a in argv if a not in ("--treebank-kind", "silver")] + ["--no-poss-from-possessive"]
@@ -514,7 +521,8 @@ def test_cli_help_lists_inputs_outputs(capsys):
     text = capsys.readouterr().out
     for flag in ("--dev-attention", "--train-attention", "--out-accuracy", "--out-table", "--out-markdown",
                  "--out-figure", "--summary", "--min-count", "--offsets", "--no-poss-from-possessive",
-                 "--bootstrap", "--seed", "--treebank-kind", "--treebank-name", "--paper-comparable"):
+                 "--bootstrap", "--seed", "--treebank-kind", "--treebank-name", "--paper-comparable", "--alpha",
+                 "--exclude-punct-candidates"):
         assert flag in text
     assert "inputs:" in text and "outputs:" in text
 
@@ -531,3 +539,244 @@ def test_design_card_rows_are_forced_per_scheme():
     assert ud == [("All", False), ("nsubj", False), ("obj", True), ("case", True), ("det", True)]
     sd = table1_relations(scores, 100, FORCED_BY_SCHEME["sd"])
     assert sd == [("All", False), ("nsubj", False), ("det", True), ("dobj", True)]
+
+
+# ---------------------------------------------------------------- beyond the paper: statistics
+def test_mcnemar_exact_hand_values():
+    assert ha.mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # 2 * C(5,0) / 2**5
+    assert ha.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
+    assert ha.mcnemar_exact(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0.109375
+    assert ha.mcnemar_exact(9, 6) == pytest.approx(2 * (1 + 15 + 105 + 455 + 1365 + 3003 + 5005) / 2 ** 15)
+    assert ha.mcnemar_exact(1, 0) == 1.0  # 2 * 1/2, capped
+    assert ha.mcnemar_exact(3, 3) == 1.0 and ha.mcnemar_exact(0, 0) == 1.0
+    with pytest.raises(BertlookError):
+        ha.mcnemar_exact(-1, 2)
+
+
+def test_holm_hand_values():
+    # sorted 0.01, 0.03, 0.04 (m = 3) -> 3 * 0.01, 2 * 0.03, max(0.06, 1 * 0.04)
+    got = ha.holm(np.array([0.01, 0.04, 0.03, np.nan]))
+    assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(got[3])
+    assert ha.holm(np.array([0.5, 0.6])).tolist() == [1.0, 1.0]  # 2 * 0.5 = 1, then monotone
+    assert ha.holm(np.array([0.2])).tolist() == [0.2]
+    assert np.isnan(ha.holm(np.array([np.nan]))).all() and ha.holm(np.array([])).size == 0
+
+
+def test_punctuation_mask_relation_or_upos():
+    assert ha.punctuation_mask(["nsubj", "punct", "P", "dep"]).tolist() == [False, True, True, False]
+    got = ha.punctuation_mask(["nsubj", "punct", "nmod", "dep"], ["NOUN", "PUNCT", "PUNCT", "SYM"])
+    assert got.tolist() == [False, True, True, False]  # UPOS PUNCT counts, SYM ($, #) does not
+
+
+def test_predict_heads_without_punct_candidates():
+    # dogs bark . : dogs attends to '.', bark to '.', '.' to dogs (map indices: 0 [CLS], 1..3, 4 [SEP])
+    a = pointer_map(5, {0: 0, 1: 3, 2: 3, 3: 1, 4: 0})[None, None]
+    cand = np.array([True, True, False])  # '.' is not a candidate
+    every = ha.predict_heads(a, 3)[0, 0]
+    nopunct = ha.predict_heads(a, 3, candidates=cand)[0, 0]
+    assert every[0].tolist() == [3, 3, 1]  # dep2head: dogs -> '.', bark -> '.', '.' -> dogs
+    assert nopunct[0].tolist() == [2, 1, 1]  # dogs -> bark, bark -> dogs (tie: lowest), '.' unchanged
+    assert every[1].tolist() == [3, 1, 1]  # head2dep: '.' attends most to dogs; ties -> lowest other word
+    assert nopunct[1].tolist() == [2, 1, 1]  # the '.' row may not be chosen
+    f16 = ha.predict_heads(a.astype(np.float16), 3, candidates=cand)
+    assert np.array_equal(f16[0, 0], nopunct)
+    # a word whose only other word is punctuation has no candidate: 0 (never correct)
+    b = pointer_map(4, {0: 0, 1: 2, 2: 1, 3: 0})[None, None]
+    assert ha.predict_heads(b, 2, candidates=np.array([False, True]))[0, 0].tolist() == [[2, 0], [2, 0]]
+
+
+DBP = {"words": ["dogs", "bark", "."], "heads": [2, 0, 2], "rels": ["nsubj", "root", "punct"],
+       "upos": ["NOUN", "VERB", "PUNCT"]}
+DASH = {"words": ["-", "x"], "heads": [0, 1], "rels": ["root", "dep"], "upos": ["PUNCT", "X"]}
+
+
+def test_score_heads_candidate_sets_hand_built(tmp_path):
+    # head 1-1: dogs -> '.', bark -> '.', '.' -> dogs; in "- x": x -> '-' (its gold head, punctuation)
+    a1 = pointer_map(5, {0: 0, 1: 3, 2: 3, 3: 1, 4: 0})[None, None]
+    a2 = pointer_map(4, {0: 0, 1: 2, 2: 1, 3: 0})[None, None]
+    store = make_store(tmp_path / "s", [DBP, DASH], [a1, a2])
+    every = ha.score_heads(store, compare_punct_candidates=True)
+    nop = ha.score_heads(store, exclude_punct_candidates=True, compare_punct_candidates=True)
+    # every word a candidate: nsubj dep2head wrong (-> '.'), head2dep wrong ('.' attends most to dogs)
+    assert every.counts_for("nsubj")[0][0, 0].tolist() == [0, 0]
+    assert every.counts_for("dep")[0][0, 0].tolist() == [1, 1]  # x -> '-'; '-' attends most to x
+    # no punctuation candidate: nsubj right both ways; x has no candidate left
+    assert nop.counts_for("nsubj")[0][0, 0].tolist() == [1, 1]
+    assert nop.counts_for("dep")[0][0, 0].tolist() == [0, 0]
+    assert np.array_equal(every.correct_alt, nop.correct) and np.array_equal(nop.correct_alt, every.correct)
+    assert every.punct_words.sum() == 2 and every.punct_gold_head.tolist() == [
+        1 if r == "dep" else 0 for r in every.relations]
+    plain = ha.score_heads(store)
+    assert np.array_equal(plain.correct, every.correct) and plain.correct_alt is None
+    df = ha.table1(every, min_count=1, bootstrap=0).set_index("relation")
+    assert list(df.columns[-len(ha.NOPUNCT_COLUMNS):]) == ha.NOPUNCT_COLUMNS
+    assert df.loc["nsubj", "nopunct_accuracy"] == 1.0 and df.loc["nsubj", "nopunct_delta"] == 1.0
+    assert df.loc["nsubj", "nopunct_head"] == "1-1" and df.loc["nsubj", "nopunct_direction"] == "dep2head"
+    assert df.loc["dep", "nopunct_delta"] == -1.0 and df.loc["dep", "gold_head_punct"] == 1
+    # All: 5 words; every candidate: dep2head right on '.'? no ('.' -> dogs, gold bark); x right -> 1 of 5
+    assert df.loc["All", "accuracy"] == pytest.approx(1 / 5)
+    assert df.loc["All", "nopunct_accuracy"] == pytest.approx(1 / 5)  # dogs right, x lost
+    # with the switch on, the main columns are the no-punctuation ones and the delta is the same
+    df_on = ha.table1(nop, min_count=1, bootstrap=0).set_index("relation")
+    assert df_on.loc["nsubj", "accuracy"] == 1.0
+    assert df_on.nopunct_delta.tolist() == df.nopunct_delta.tolist()
+
+
+# Four sentences "w1 w2 w3": w1 -det-> w2 (root), w3 -dobj-> w2; w2 attends to [CLS]. dep2head targets
+# of w1 / w3 per sentence: head 1-1 [2,2,2,3] / [2,2,1,1], head 1-2 [2,3,3,3] / [2,2,2,1].
+# By hand: det 1-1 d->h 3/4 (1-2 h->d also 3/4: tie -> 1-1 d->h), runner-up 1-2 h->d; dobj 1-2 d->h
+# 3/4, runner-up 1-1 d->h 2/4; All 1-1 d->h 5/12, runner-up 1-2 d->h 4/12; offsets (-1, +1): det +1
+# 4/4, dobj -1 4/4, All -1 4/12 (tie with +1 -> first).
+T11 = ([2, 2, 2, 3], [2, 2, 1, 1])
+T12 = ([2, 3, 3, 3], [2, 2, 2, 1])
+
+
+def paired_store(path: Path, repeat: int = 3) -> AttentionStore:
+    sents, maps = [], []
+    for rep in range(repeat):
+        for s in range(4):
+            heads = [pointer_map(5, {0: 0, 1: t[0][s], 2: 0, 3: t[1][s], 4: 0}) for t in (T11, T12)]
+            sents.append({"id": f"r{rep}s{s}", "words": ["w1", "w2", "w3"], "heads": [2, 0, 2],
+                          "rels": ["det", "root", "dobj"]})
+            maps.append(np.stack(heads)[None])
+    return make_store(path, sents, maps)
+
+
+def test_paired_counts_hand_built(tmp_path):
+    store = paired_store(tmp_path / "p", repeat=1)
+    sc = ha.score_heads(store, offsets=(-1, 1))
+    assert sc.counts_for("det")[0][0].tolist() == [[3, 2], [1, 3]]  # [head, direction]
+    assert sc.counts_for("dobj")[0][0].tolist() == [[2, 0], [3, 0]]
+    b, c = ha.paired_counts(store, sc, [
+        ("det", ("head", 0, 0, 0), ("offset", 1)),  # 1-1 d->h vs +1
+        ("All", ("head", 0, 0, 0), ("offset", 0)),  # 1-1 d->h vs -1
+        ("All", ("head", 0, 0, 0), ("head", 0, 1, 0)),  # 1-1 d->h vs 1-2 d->h
+        ("dobj", ("head", 0, 1, 0), ("head", 0, 0, 0)),
+    ])
+    assert b.shape == c.shape == (4, 4)
+    assert b.sum(axis=0).tolist() == [0, 3, 2, 1]
+    assert c.sum(axis=0).tolist() == [1, 2, 1, 0]
+    assert b[:, 1].tolist() == [1, 1, 1, 0] and c[:, 1].tolist() == [0, 0, 1, 1]  # per sentence
+    with pytest.raises(BertlookError, match="bad predictor"):
+        ha.paired_counts(store, sc, [("det", ("head", 0, 0, 0), ("offset", 5))])
+
+
+def test_table1_paired_columns_hand_built(tmp_path):
+    store = paired_store(tmp_path / "p", repeat=3)
+    sc = ha.score_heads(store, offsets=(-1, 1))
+    df = ha.table1(sc, min_count=1, bootstrap=0, paired=True).set_index("relation")
+    assert df.index.tolist() == ["All", "det", "dobj"]
+    assert list(df.columns[-len(ha.PAIRED_COLUMNS):]) == ha.PAIRED_COLUMNS
+    assert df.best_head.tolist() == ["1-1", "1-1", "1-2"] and df.baseline_offset.tolist() == [-1, 1, -1]
+    assert df.runner_up_head.tolist() == ["1-2", "1-2", "1-1"]
+    assert df.runner_up_direction.tolist() == ["dep2head", "head2dep", "dep2head"]
+    assert df.runner_up_accuracy.tolist() == pytest.approx([12 / 36, 9 / 12, 6 / 12])
+    assert df.vs_baseline_b.tolist() == [9, 0, 0] and df.vs_baseline_c.tolist() == [6, 3, 3]
+    assert df.vs_runner_up_b.tolist() == [6, 0, 3] and df.vs_runner_up_c.tolist() == [3, 0, 0]
+    assert df.vs_baseline_diff.tolist() == pytest.approx([3 / 36, -3 / 12, -3 / 12])
+    assert np.allclose(df.vs_baseline_diff, df.accuracy - df.baseline_accuracy)
+    p_all = 2 * (1 + 15 + 105 + 455 + 1365 + 3003 + 5005) / 2 ** 15  # McNemar(9, 6)
+    assert df.vs_baseline_p.tolist() == pytest.approx([p_all, 0.25, 0.25])
+    assert df.vs_runner_up_p.tolist() == pytest.approx([2 * (1 + 9 + 36 + 84) / 512, 1.0, 0.25])
+    # Holm, vs baseline: sorted 0.25, 0.25, 0.607 -> 0.75, max(0.75, 0.5), max(0.75, 0.607)
+    assert df.vs_baseline_p_holm.tolist() == pytest.approx([0.75, 0.75, 0.75])
+    # vs runner-up: sorted 0.25 (dobj), 0.508 (All), 1 (det) -> 0.75, min(1, 1.016), 1
+    assert df.vs_runner_up_p_holm.tolist() == pytest.approx([1.0, 1.0, 0.75])
+    assert df.vs_baseline_significant.tolist() == [False, False, False]
+    assert df[["vs_baseline_diff_ci_low", "vs_runner_up_diff_ci_high"]].isna().all().all()  # bootstrap 0
+    loose = ha.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=0.8).set_index("relation")
+    assert loose.vs_baseline_significant.tolist() == [True, True, True]
+    assert loose.vs_runner_up_significant.tolist() == [False, False, True]
+    with pytest.raises(BertlookError, match="alpha"):
+        ha.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=1.0)
+
+
+def test_paired_bootstrap_of_difference(tmp_path):
+    store = random_store(tmp_path / "r", n_sent=40, seed=2)
+    sc = ha.score_heads(store)
+    plain = ha.table1(sc, min_count=5, bootstrap=300, seed=7)
+    df = ha.table1(sc, min_count=5, bootstrap=300, seed=7, paired=True)
+    pd.testing.assert_frame_equal(df[plain.columns], plain)  # the paper-twin columns do not move
+    sel = [(r, *ha._parse_label(h), ha.DIRECTIONS.index(d)) for r, h, d in zip(df.relation, df.best_head, df.direction)]
+    k = [sc.offsets.index(o) for o in df.baseline_offset]
+    b, c = ha.paired_counts(store, sc, [(r, ("head", l, h, d), ("offset", kk)) for (r, l, h, d), kk in zip(sel, k)])
+    den = np.stack([sc.sentence_counts.sum(axis=1) if r == "All" else sc.sentence_counts[:, sc.relations.index(r)]
+                    for r in df.relation], axis=1)  # [sentence, row]
+    low, high = ha.bootstrap_ci(b - c, den, replicates=300, seed=7)
+    assert np.allclose(df.vs_baseline_diff_ci_low, low) and np.allclose(df.vs_baseline_diff_ci_high, high)
+    assert (df.vs_baseline_diff_ci_low <= df.vs_baseline_diff + 1e-12).all()
+    assert (df.vs_baseline_diff <= df.vs_baseline_diff_ci_high + 1e-12).all()
+    assert df.vs_baseline_b.tolist() == b.sum(axis=0).tolist()
+    with pytest.raises(BertlookError, match="dev store"):
+        ha.table1(synthetic_scores({"det": 10}, {}), min_count=1, bootstrap=0, paired=True)
+
+
+def test_crossfit_folds_and_choice():
+    fold = ha.crossfit_folds(7, 3)
+    order = np.random.default_rng(3).permutation(7)
+    assert fold.tolist() == [0 if i in order[:4].tolist() else 1 for i in range(7)]
+    assert np.array_equal(ha.crossfit_folds(7, 3), fold) and not np.array_equal(ha.crossfit_folds(7, 4), fold)
+    # hand-made fold counts: det (4 + 4 words), heads [1, 2, 2]; fold A best 1-1 d->h (3), fold B best
+    # 1-2 d->h (2): 1-1 scores 1 on B, 1-2 scores 1 on A -> (1 + 1) / 8, below both in-fold maxima
+    sc = synthetic_scores({"det": 8}, {})
+    sc.fold_correct = np.array([[[[[3, 0], [1, 0]]]], [[[[1, 0], [2, 0]]]]])  # [fold, relation, layer, head, dir]
+    sc.fold_word_counts = np.array([[4], [4]])
+    row = ha._crossfit_row(sc, "det")
+    assert row == {"crossfit_head_a": "1-1", "crossfit_direction_a": "dep2head", "crossfit_head_b": "1-2",
+                   "crossfit_direction_b": "dep2head", "crossfit_accuracy": 0.25}
+    sc.fold_word_counts = np.array([[4], [0]])
+    assert np.isnan(ha._crossfit_row(sc, "det")["crossfit_accuracy"])
+
+
+def test_crossfit_scores_sum_to_totals(tmp_path):
+    store = random_store(tmp_path / "r", n_sent=21, seed=5)
+    sc = ha.score_heads(store, crossfit_seed=11)
+    assert np.array_equal(sc.fold_correct.sum(axis=0), sc.correct)
+    assert np.array_equal(sc.fold_word_counts.sum(axis=0), sc.word_counts)
+    assert (sc.fold_of == 0).sum() == 11 and np.array_equal(sc.fold_of, ha.crossfit_folds(21, 11))
+    df = ha.table1(sc, min_count=5, bootstrap=0).set_index("relation")
+    assert list(df.columns[-len(ha.CROSSFIT_COLUMNS):]) == ha.CROSSFIT_COLUMNS
+    corr_a, n_a = sc.fold_counts_for("All", 0)
+    corr_b, n_b = sc.fold_counts_for("All", 1)
+    la, hh, da = ha._best(corr_a)
+    lb, hb, db = ha._best(corr_b)
+    assert df.loc["All", "crossfit_head_a"] == f"{la + 1}-{hh + 1}"
+    assert df.loc["All", "crossfit_accuracy"] == pytest.approx((corr_b[la, hh, da] + corr_a[lb, hb, db]) / (n_a + n_b))
+    assert (df.crossfit_accuracy <= df.accuracy + 1e-12).all()  # never above choosing on all the data
+
+
+def test_paper_columns_stay_before_the_additions(tmp_path):
+    store = paired_store(tmp_path / "p", repeat=1)
+    sc = ha.score_heads(store, offsets=(-1, 1), compare_punct_candidates=True, crossfit_seed=0)
+    df = join_table1(ha.table1(sc, min_count=1, bootstrap=0, paired=True))
+    assert df.columns.tolist() == (ha.TABLE1_COLUMNS + TABLE1_PAPER_COLUMNS + ha.CROSSFIT_COLUMNS
+                                   + ha.PAIRED_COLUMNS + ha.NOPUNCT_COLUMNS)
+    md = table1_markdown(df, title="t", corpus_note="n")
+    assert "| Cross-fit heads (A / B) | Cross-fit accuracy |" in md
+    det = next(line for line in md.splitlines() if line.startswith("| det | 4 | -25.0"))
+    assert "0 / 1" in det and "1-2 h\u2192d 75.0" in det
+    assert "alpha = 0.05" in md and "## Candidate sets" in md and "heads.exclude_punct_candidates: false" in md
+
+
+def test_cli_exclude_punct_candidates_and_bad_alpha(tmp_path):
+    dev = random_store(tmp_path / "dev", n_sent=12, seed=3)
+    out = tmp_path / "out"
+    argv = ["heads", "--dev-attention", str(dev.path), "--out-accuracy", str(out / "a.csv"),
+            "--out-table", str(out / "t.csv"), "--out-markdown", str(out / "t.md"), "--out-figure",
+            str(out / "f.png"), "--summary", str(out / "s.json"), "--min-count", "3", "--bootstrap", "20",
+            "--treebank-kind", "silver"]
+    assert run_cli(argv + ["--exclude-punct-candidates", "--alpha", "0.1"]) == 0
+    t1 = pd.read_csv(out / "t.csv", keep_default_na=False)
+    every = ha.score_heads(dev)
+    nop = ha.score_heads(dev, exclude_punct_candidates=True)
+    assert np.array_equal(pd.read_csv(out / "a.csv").accuracy.to_numpy(), ha.head_accuracy_table(nop).accuracy.to_numpy())
+    assert t1.accuracy.tolist() == t1.nopunct_accuracy.tolist()
+    assert t1.accuracy.iloc[0] == pytest.approx(nop.correct.sum(axis=0).max() / nop.n_words)  # All
+    assert t1.nopunct_delta.iloc[0] == pytest.approx((nop.correct.sum(axis=0).max() - every.correct.sum(axis=0).max())
+                                                     / every.n_words)
+    summary = json.loads((out / "s.json").read_text())
+    assert summary["exclude_punct_candidates"] is True and summary["alpha"] == 0.1
+    assert "heads.exclude_punct_candidates: true" in (out / "t.md").read_text()
+    assert "alpha = 0.1" in (out / "t.md").read_text()
+    with pytest.raises(BertlookError, match="alpha"):
+        run_cli(argv + ["--alpha", "1.5"])

@@ -55,6 +55,7 @@ def test_embeddings_kept_everything_else_reinitialised(source_dir, tmp_path):
     assert "pooler.dense.weight" in prov["reinitialized_parameters"]
     saved = json.loads((tmp_path / "rand" / PROVENANCE_FILE).read_text())
     assert saved["seed"] == 0 and saved["source_model"]["path_or_id"] == str(source_dir.resolve())
+    assert saved["keep"] == "embeddings" and saved["kind"].startswith("random-init (pretrained word and position")
 
 
 def test_deterministic_for_a_seed_and_loadable(source_dir, tmp_path):
@@ -157,6 +158,124 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
     summary = json.loads(summary_path.read_text())
     for prov in (b.meta["random_init"], summary["random_init"]):
         assert prov == json.loads(json.dumps(saved_prov))
-        assert prov["seed"] == 3 and len(prov["kept_parameters"]) == 2
+        assert prov["seed"] == 3 and len(prov["kept_parameters"]) == 2 and prov["keep"] == "embeddings"
         assert prov["source_model"]["path_or_id"] == str(source_dir.resolve())
     assert "random_init" not in c.meta
+
+
+# ---- the two readings: probes.random_init_keep / --random-init-keep / random-init --keep -------------
+
+def _tiny_counts(tiny_dir):
+    """(tensors, values, embedding values) of the tiny BertModel with pooler, by hand from its config:
+    embeddings (word, position, token type, LayerNorm weight and bias), per layer 16 tensors
+    (query/key/value/attention output weight+bias, 2 LayerNorms, intermediate and output weight+bias),
+    the pooler (weight+bias)."""
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    v, h, p, i, n = (cfg["vocab_size"], cfg["hidden_size"], cfg["max_position_embeddings"],
+                     cfg["intermediate_size"], cfg["num_hidden_layers"])
+    embeddings = v * h + p * h + 2 * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+    pooler = h * h + h
+    return 5 + 16 * n + 2, embeddings + n * layer + pooler, v * h + p * h
+
+
+def test_keep_none_reinitialises_the_embeddings_too(source_dir, tmp_path):
+    prov = make_random_init_model(str(source_dir), tmp_path / "none", seed=0, keep="none")
+    before, after = _state(source_dir), _state(tmp_path / "none")
+    n_tensors, n_values, n_embedding_values = _tiny_counts(source_dir)
+    assert prov["keep"] == "none" and prov["kept_parameters"] == []
+    assert prov["kind"] == "random-init (every weight re-initialised, word and position embeddings included)"
+    assert len(prov["reinitialized_parameters"]) == n_tensors
+    assert prov["n_kept_elements"] == 0 and prov["n_reinitialized_elements"] == n_values
+    for name in before:
+        if name.endswith(("position_ids", "token_type_ids")):
+            continue  # buffers
+        assert not torch.equal(before[name], after[name]), name
+    word = after["embeddings.word_embeddings.weight"]  # [vocab, hidden]
+    pos = after["embeddings.position_embeddings.weight"]  # [position, hidden]
+    # _init_weights: N(0, 0.02), the padding row ([PAD], id 0) zeroed
+    assert torch.count_nonzero(word[0]) == 0 and torch.count_nonzero(word[1:]) == word[1:].numel()
+    assert word[1:].std().item() == pytest.approx(0.02, rel=0.1)
+    assert pos.std().item() == pytest.approx(0.02, rel=0.1)
+    assert before["embeddings.word_embeddings.weight"].std().item() > 0.1  # the perturbed source is not N(0, 0.02)
+    assert json.loads((tmp_path / "none" / PROVENANCE_FILE).read_text())["keep"] == "none"
+    # the default reading on the same source: the embeddings bit-identical, the counts by hand
+    default = make_random_init_model(str(source_dir), tmp_path / "emb", seed=0)
+    kept = _state(tmp_path / "emb")
+    for name in ("embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight"):
+        assert torch.equal(kept[name], before[name]), name
+    assert default["keep"] == "embeddings"
+    assert default["n_kept_elements"] == n_embedding_values
+    assert default["n_reinitialized_elements"] == n_values - n_embedding_values
+    assert len(default["reinitialized_parameters"]) == n_tensors - 2
+    # kept tensors draw nothing: with the same seed the readings differ beyond the embeddings too
+    assert not torch.equal(kept["encoder.layer.0.attention.self.query.weight"],
+                           after["encoder.layer.0.attention.self.query.weight"])
+    assert torch.equal(kept["embeddings.LayerNorm.weight"], after["embeddings.LayerNorm.weight"])  # both ones
+
+
+def test_keep_none_is_deterministic_for_a_seed(source_dir, tmp_path):
+    make_random_init_model(str(source_dir), tmp_path / "a", seed=5, keep="none")
+    make_random_init_model(str(source_dir), tmp_path / "b", seed=5, keep="none")
+    make_random_init_model(str(source_dir), tmp_path / "c", seed=6, keep="none")
+    a, b, c = _state(tmp_path / "a"), _state(tmp_path / "b"), _state(tmp_path / "c")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["embeddings.word_embeddings.weight"], c["embeddings.word_embeddings.weight"])
+
+
+def test_bad_keep_is_refused_before_anything_is_written(source_dir, tmp_path):
+    with pytest.raises(BertlookError, match="keep 'all'"):
+        make_random_init_model(str(source_dir), tmp_path / "x", seed=0, keep="all")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_random_init_cli_keep(source_dir, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers())
+    args = parser.parse_args(["random-init", "--model", str(source_dir), "--out", str(tmp_path / "m"),
+                              "--keep", "none"])
+    assert args.func(args) == 0
+    assert json.loads((tmp_path / "m" / PROVENANCE_FILE).read_text())["keep"] == "none"
+    assert "keep none: kept nothing" in capsys.readouterr().out
+    assert parser.parse_args(["random-init", "--model", "m", "--out", "o"]).keep == "embeddings"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["random-init", "--model", "m", "--out", "o", "--keep", "all"])
+
+
+def test_extract_words_random_init_keep_none(source_dir, fixtures_dir, tmp_path, capsys):
+    """--random-init-keep none: the maps of the saved `random-init --keep none` copy, bit for bit, other
+    maps than the default reading's, and meta.json / the summary say which reading."""
+    import numpy as np
+
+    from bertlook.attention.extract_words import extract_word_attention
+    from bertlook.attention.store import open_store
+    from bertlook.cli import main
+
+    conllu = fixtures_dir / "tiny.conllu"
+    make_random_init_model(str(source_dir), tmp_path / "copy", seed=3, keep="none")
+    saved = tmp_path / "saved"
+    extract_word_attention(conllu, str(tmp_path / "copy"), saved, batch_size=2, device="cpu", progress_every=0)
+    common = ["extract-words", "--treebank", str(conllu), "--model", str(source_dir), "--batch-size", "2",
+              "--device", "cpu", "--random-init-seed", "3"]
+    assert main([*common, "--random-init-keep", "none", "--out", str(tmp_path / "none"),
+                 "--summary", str(tmp_path / "none.json")]) == 0
+    assert "keep none" in capsys.readouterr().out
+    assert main([*common, "--out", str(tmp_path / "default"), "--summary", str(tmp_path / "default.json")]) == 0
+    a, b, c = (open_store(tmp_path / d, level="word") for d in ("saved", "none", "default"))
+    assert len(a) == len(b) == len(c) > 0
+    for (rec_a, map_a), (rec_b, map_b) in zip(a, b):
+        assert rec_a == rec_b and np.array_equal(map_a, map_b), rec_a["id"]
+    assert not all(np.array_equal(m1, m2) for (_, m1), (_, m2) in zip(b, c))
+    summary = json.loads((tmp_path / "none.json").read_text())
+    for prov in (b.meta["random_init"], summary["random_init"]):
+        assert prov["keep"] == "none" and prov["kept_parameters"] == [] and prov["n_kept_elements"] == 0
+    for prov in (c.meta["random_init"], json.loads((tmp_path / "default.json").read_text())["random_init"]):
+        assert prov["keep"] == "embeddings" and len(prov["kept_parameters"]) == 2
+    # --random-init-keep alone (no seed) and an unknown value: refused, nothing written
+    assert main([*common[:-2], "--random-init-keep", "none", "--out", str(tmp_path / "alone")]) == 2
+    assert "--random-init-keep needs --random-init-seed" in capsys.readouterr().err
+    assert not (tmp_path / "alone").exists()
+    with pytest.raises(BertlookError, match="random-init-keep 'all'"):
+        extract_word_attention(conllu, str(source_dir), tmp_path / "bad", device="cpu", random_init_seed=0,
+                               random_init_keep="all")
+    assert not (tmp_path / "bad").exists()

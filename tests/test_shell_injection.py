@@ -80,7 +80,7 @@ def dotted(path: tuple) -> str:
 def group_of(path: tuple) -> str:
     if path in GROUP_B or path[:2] == GROUP_B_PREFIX:
         return "B"
-    if path[:2] == GROUP_C_PREFIX:
+    if path[:2] == GROUP_C_PREFIX or path[:1] == ("treebanks",):
         return "C"
     return "A"
 
@@ -239,6 +239,9 @@ def injection_runs(tmp_path_factory, tiny_bert_dir, fixtures_dir):
                 (local / "dev.conllu").write_text(conllu_sentences(6))
                 config["treebank"]["local"] = {"train": str(local / "train.conllu"),
                                                "dev": str(local / "dev.conllu"), "kind": "ud"}
+                # a `treebanks` entry (issue 13): its files reach the treebank job of its own run
+                config["treebanks"] = [{"label": "second", "language": "de", "source": "local",
+                                        "local": dict(config["treebank"]["local"])}]
             planted = {}
             for path in sorted(FIELDS, key=lambda p: p == ("glove", "member")):  # member after path
                 if group_of(path) != group:
@@ -292,7 +295,7 @@ def _plant(path, config, workdir, tiny_bert_dir, fixtures_dir, dump, base):
     elif path == ("coref", "conll", 0):
         target = folder() / "coref.gold_conll"
         shutil.copyfile(fixtures_dir / "tiny_coref.gold_conll", target)
-    elif path[:2] == GROUP_C_PREFIX and path[-1] in ("train", "dev"):
+    elif (path[:2] == GROUP_C_PREFIX or path[:3] == ("treebanks", 0, "local")) and path[-1] in ("train", "dev"):
         target = folder() / f"{path[-1]}.conllu"
         shutil.copyfile(get(config, path), target)
     elif path in {("results_dir",), ("resources_dir",)}:

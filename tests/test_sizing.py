@@ -112,12 +112,12 @@ def test_cluster_heads_from_the_store_size(tmp_path):
 
 def test_probes_by_hand():
     minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
-    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 4 probes
+    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 8 probes
     # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence
-    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 12 * 20000 * 2.794912e-3
-    # = 690.78 s x 2 / 60 = 23.03 -> 24 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
+    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 24 * 20000 * 2.794912e-3
+    # = 1361.56 s x 2 / 60 = 45.39 -> 46 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
     # = 1014.27 MiB x 1.5 x 1.048576 = 1595.3 -> 1596
-    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 24, "disk_mb": 100}
+    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 46, "disk_mb": 100}
     # probes_random: the random-init probe alone, 3 seeds x 1 epoch x 1 probe: 20 + 3 * 20000 * 2.794912e-3
     # = 187.69 s x 2 / 60 = 6.26 -> 7 min; the same memory
     assert _req("probes_random", config, dims=minilm) == {"mem_mb": 1596, "runtime": 7, "disk_mb": 100}
@@ -133,8 +133,8 @@ def test_probes_read_the_train_store(tmp_path):
     with open(train / "shard-00000.bin", "wb") as fh:
         fh.truncate(144 * 2 * 10000 * 900 - len(json.dumps({"n_examples": 10000})))
     # 10000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 9,000,000 -> 900 per sentence; per sentence
-    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 12 * 10000 * 3.0184e-3 = 382.21 s x 2 / 60 = 12.7 -> 13
-    assert _req("probes", _config(), [str(train)])["runtime"] == 13
+    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 24 * 10000 * 3.0184e-3 = 744.42 s x 2 / 60 = 24.8 -> 25
+    assert _req("probes", _config(), [str(train)])["runtime"] == 25
     # probes_random reads the random-init training store: 40000 sentences of the same size,
     # 20 + 3 * 40000 * 3.0184e-3 = 382.21 s -> 13 min
     rtrain = tmp_path / "randwords-train"
@@ -249,3 +249,37 @@ def test_snakemake_callables_see_inputs_that_appear_later(tmp_path):
     seg.write_text(json.dumps({"tokens": ["t"] * 5}) + "\n")
     after = res["disk_mb"](wc, [str(seg)], 1)
     assert before > 1000 and after == 100
+
+
+def test_tree_heads_and_probe_ablations_by_hand(tmp_path):
+    # tree_heads reads the dev store: 1000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 900,000 -> 900 each
+    # (W+2 = 30); cubes = 900,000 * 30 = 2.7e7; CPU 20 + bytes / 50e6 + 1e-8 * 288 * 2.7e7 = 20 + 5.184 + 77.76
+    # = 102.94 s x 2 / 60 = 3.43 -> the 5 min floor; RSS 320 + 8 * (144 * 130^2 * 8 B = 18.57 MiB) = 468.5 MiB
+    # x 1.5 x 1.048576 = 736.9 -> the 1000 MB floor
+    dev = tmp_path / "words-dev"
+    dev.mkdir()
+    meta = json.dumps({"n_examples": 1000})
+    (dev / "meta.json").write_text(meta)
+    with open(dev / "shard-00000.bin", "wb") as fh:
+        fh.truncate(144 * 2 * 1000 * 900 - len(meta))
+    assert _req("tree_heads", _config(), [str(dev)]) == {"mem_mb": 1000, "runtime": 5, "disk_mb": 100}
+    # ten times the sentences: 20 + 51.84 + 777.6 = 849.44 s x 2 / 60 = 28.3 -> 29 min
+    meta = json.dumps({"n_examples": 10000})
+    (dev / "meta.json").write_text(meta)
+    with open(dev / "shard-00000.bin", "wb") as fh:
+        fh.truncate(144 * 2 * 10000 * 900 - len(meta))
+    assert _req("tree_heads", _config(), [str(dev)])["runtime"] == 29
+    # probe_ablations (offline config: keep and drop, 3 seeds) on a 10000-sentence training store of 900 per
+    # sentence, BERT-base shape (12 x 12): 1 + 12 * 2 = 25 trainings; heads 144 + 12 * (12 + 132) = 1872;
+    # per seed 10000 * (25 * 2.5e-3 + 4e-9 * 1872 * 900) = 10000 * 0.0692392 = 692.392 s; 20 + 3 * 692.392
+    # = 2097.18 s x 2 / 60 = 69.9 -> 70 min
+    train = tmp_path / "words-train"
+    train.mkdir()
+    (train / "meta.json").write_text(meta)
+    with open(train / "shard-00000.bin", "wb") as fh:
+        fh.truncate(144 * 2 * 10000 * 900 - len(meta))
+    assert _req("probe_ablations", _config(), [str(train), str(dev)])["runtime"] == 70
+    # keep only: 1 + 12 trainings, heads 144 + 12 * 12 = 288: 10000 * (13 * 2.5e-3 + 4e-9 * 288 * 900)
+    # = 335.368 s per seed; 20 + 3 * 335.368 = 1026.1 s x 2 / 60 = 34.2 -> 35
+    keep = _config(**{"probes.layer_ablations": ["keep"]})
+    assert _req("probe_ablations", keep, [str(train), str(dev)])["runtime"] == 35

@@ -109,7 +109,8 @@ def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir,
     # priorities: consumers first; the random-init maps (whose rows probes waits for) before the model's
     assert rules["extract_words_random"].priority > rules["extract_words"].priority
     assert rules["extract_words_random"].priority > rules["extract_segments"].priority
-    for name in ("heads", "probes", "probes_random", "merge_words", "merge_words_random"):
+    for name in ("heads", "probes", "probes_random", "merge_words", "merge_words_random", "tree_heads",
+                 "probe_ablations", "rollout_words"):
         assert rules[name].priority == 10, name
 
 
@@ -134,7 +135,8 @@ def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
 BEYOND_RULES = {"norms": {"surface_stats_norm_shard", "surface_stats_norm", "cluster_heads_norm_shard",
                           "cluster_heads_norm", "merge_words_norm", "heads_norm", "probes_norm"},
                 "rollout": {"rollout_shard", "rollout", "rollout_words"},
-                "head_report": {"head_report"}}
+                "head_report": {"head_report"},
+                "tree_heads": {"tree_heads"}}
 
 
 def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
@@ -160,12 +162,29 @@ def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
     assert "--norms-out" not in out
 
 
+def test_probe_ablations_rule_follows_its_key(tmp_path, tiny_bert_dir):
+    """probes.layer_ablations: the modes of the probe_ablations job ([] = no job), with Table 3's settings."""
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    config["probes"]["layer_ablations"] = ["keep"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, out = _dry_run(tmp_path)
+    assert counts.get("probe_ablations") == 1
+    line = next(li for li in out.splitlines() if " -m bertlook probe-ablations " in li)
+    assert "--modes keep " in line and "--seeds 0,1 " in line and "--mst" in line and "words-train" in line
+    config["probes"]["layer_ablations"] = []
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    counts, _ = _dry_run(tmp_path)
+    assert "probe_ablations" not in counts
+
+
 def test_norm_probes_are_every_probe_but_the_random_init_one():
-    from bertlook.analyses.probes import PROBES
+    from bertlook.analyses.probes import OWN_PROBES, PROBES
 
     smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
     listed = re.search(r'^NORM_PROBES = "([^"]+)"', smk, flags=re.M).group(1).split(",")
-    assert listed == [p for p in PROBES if p != "random_init_attn_glove"]
+    # the controls of the random-init probe (GloVe only, uniform maps) read no norm maps meaningfully; nor do
+    # the probe controls of issue 16 (Distances only, the MLP variant) run on them
+    assert listed == [p for p in PROBES if p != "random_init_attn_glove" and p not in OWN_PROBES]
 
 
 def test_a_local_parquet_corpus_gives_the_dump_s_segments_and_silver_trees(tmp_path, tiny_bert_dir):

@@ -42,14 +42,16 @@ rule cluster_heads:
         js=report(
             run_path("tables", "js_divergence.csv"),
             caption="../report/js_divergence.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "js_divergence"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "JS divergence between heads (CSV)"},
         ),
         clusters=report(
             run_path("tables", "head_clusters.csv"),
             caption="../report/head_clusters.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "head_clusters"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Head embedding and behaviour labels (CSV)"},
         ),
     params:
         cmd=bertlook_cmd(
@@ -102,8 +104,9 @@ if RUN_NORMS:
             clusters=report(
                 run_path("tables", "head_clusters_norm.csv"),
                 caption="../report/head_clusters_norm.rst",
-                category="Beyond the paper",
-                labels={"run": "{run}", "table": "head_clusters_norm"},
+                category="Data files (CSV)",
+                subcategory="{run}",
+                labels={"result": "Head embedding and behaviour labels, norm-based maps (CSV)"},
             ),
         log:
             log_path("cluster_heads_norm"),

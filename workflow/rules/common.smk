@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
              f"dependencies installed (make install, or pip install -e .): {_err}")
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
-from bertlook.pipeline.config import resolve_data_path
+from bertlook.pipeline.config import resolve_data_path, treebank_label
 from bertlook.pipeline import sizing
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
@@ -41,8 +40,22 @@ config.update(_validated)
 
 RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
-RUNS = [f"{config['run_name']}-{m['label']}" for m in config["models"]]
-MODELS = dict(zip(RUNS, config["models"]))
+# A run per model (MODEL_RUNS: every step, on the main `treebank`) and, for each entry of `treebanks`, a
+# run per model and treebank (SYNTAX_RUNS, {run_name}-{model label}-{treebank label}: the syntax steps
+# only -- trees, word maps, Table 1, Fig 5 -- since the segment analyses do not depend on the treebank).
+MODEL_RUNS = [f"{config['run_name']}-{m['label']}" for m in config["models"]]
+MODELS = dict(zip(MODEL_RUNS, config["models"]))
+TREEBANK_OF = {run: config["treebank"] for run in MODEL_RUNS}  # run -> its treebank entry
+TREEBANK_LABEL_OF = {run: treebank_label(config["treebank"]) for run in MODEL_RUNS}
+MODEL_RUN_OF = {run: run for run in MODEL_RUNS}  # run -> the model run it belongs to
+SYNTAX_RUNS = []
+for _model_run, _model in zip(MODEL_RUNS, config["models"]):
+    for _tb in config["treebanks"]:
+        _run = f"{_model_run}-{_tb['label']}"
+        SYNTAX_RUNS.append(_run)
+        MODELS[_run], TREEBANK_OF[_run], TREEBANK_LABEL_OF[_run] = _model, _tb, _tb["label"]
+        MODEL_RUN_OF[_run] = _model_run
+RUNS = MODEL_RUNS + SYNTAX_RUNS
 # The corpus: a MediaWiki dump (wikipedia.path, or wikipedia.url downloaded), or a Hugging Face dataset
 # (wikipedia.hf_dataset: no dump; its local data files, if any, are the rules' inputs).
 HF_DATASET = config["wikipedia"].get("hf_dataset")
@@ -61,19 +74,36 @@ def corpus_inputs():
         files = [files]
     local = [str(resolve_data_path(f)) for f in files or [] if not any(c in str(f) for c in "*?[")]
     return {"hf_files": local}
+
+
+def corpus_input_files(wildcards):
+    """corpus_inputs() as an input function (`unpack(corpus_input_files)`): the report lists a rule's
+    plain input paths, and a `package:` dump resolves to an absolute path in the virtualenv."""
+    return corpus_inputs()
+
+
 ENV_TORCH = "../../envs/torch.yaml"  # corpora, extraction, clustering (torch, transformers, spaCy)
 ENV_ANALYSIS = "../../envs/analysis.yaml"  # download, stats, figures, manifest (numpy, pandas, seaborn)
 
 # The step CLI, run from this checkout's src/ with the Python that runs Snakemake, or with the
-# rule's conda env Python under --software-deployment-method conda. Built from paths only (never
-# from a config value), each quoted.
-_PYTHON = (
-    "python"
-    if "conda" in str(workflow.deployment_settings.deployment_method).lower()
-    else shlex.quote(sys.executable)
+# rule's conda env Python under --software-deployment-method conda. The two paths are passed in the
+# environment (BERTLOOK_SRC, BERTLOOK_PYTHON, set here each time the Snakefile is parsed: by the
+# snakemake that runs a job, locally or in a SLURM job alike), not written into the command line:
+# the command lines (rule params) are copied into the HTML report, which must not carry the
+# checkout's or the virtualenv's absolute paths. A command copied from a log by hand falls back to
+# `python` on PATH and `src` below the current directory (the checkout's root). Never from a config value.
+os.environ["BERTLOOK_SRC"] = str(Path(workflow.basedir) / "src")
+os.environ["BERTLOOK_PYTHON"] = (
+    "python" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else sys.executable
 )
-_SRC = shlex.quote(str(Path(workflow.basedir) / "src"))
-BERTLOOK = f"PYTHONPATH={_SRC}${{PYTHONPATH:+:$PYTHONPATH}} {_PYTHON} -m bertlook"
+
+
+envvars:
+    "BERTLOOK_SRC",
+    "BERTLOOK_PYTHON",
+
+
+BERTLOOK = 'PYTHONPATH="${BERTLOOK_SRC:-src}${PYTHONPATH:+:$PYTHONPATH}" "${BERTLOOK_PYTHON:-python}" -m bertlook'
 
 
 # ---- command lines ------------------------------------------------------------------------------
@@ -164,7 +194,8 @@ def segment_maps(path):
 
 def word_maps(path):
     """The merged word-level stores (attention/words-*, attention/randwords-*): kept (extraction.keep_maps),
-    or temp() -- deleted once their consumers ran (heads and probes; probes_random), so that the model's
+    or temp() -- deleted once their consumers ran (heads, rollout_words, tree_heads, probes and
+    probe_ablations; probes_random), so that the model's
     and the random-init model's stores need not be on disk together (see extract_words.smk, priorities)."""
     return path if KEEP_MAPS else temp(path)
 
@@ -186,14 +217,8 @@ def model_flags(wildcards, input, output):
     return {"model": model["name_or_path"], "revision": model.get("revision")}
 
 
-# Figure file -> (report label, caption file under workflow/report/).
-FIGURE_REPORT = {
-    "fig1_example_heads.png": ("Fig 1: example heads", "fig1_example_heads.rst"),
-    "fig2_special_tokens.png": ("Fig 2: attention to [CLS], [SEP], . ,", "fig2_special_tokens.rst"),
-    "fig4_entropy.png": ("Fig 4: attention entropy", "fig4_entropy.rst"),
-    "fig6_head_clusters.png": ("Fig 6: head clusters", "fig6_head_clusters.rst"),
-}
-FIGURES = list(FIGURE_REPORT)
+# The figures of the `figures` step (their report entries: run_report_pages).
+FIGURES = ["fig1_example_heads.png", "fig2_special_tokens.png", "fig4_entropy.png", "fig6_head_clusters.png"]
 
 
 def example_heads_arg():
@@ -203,31 +228,62 @@ def example_heads_arg():
 
 
 # ---- treebank (Table 1) -------------------------------------------------------------------------
+# Every treebank-dependent value is looked up per run (TREEBANK_OF): the main `treebank` for the model
+# runs, a `treebanks` entry for the syntax runs.
 TREEBANK = config["treebank"]
-TREEBANK_KIND = _compare.config_treebank_kind(TREEBANK)  # ptb_sd / ud / silver
-TREEBANK_NAME = {
-    "silver": f"silver Wikipedia trees (spaCy {TREEBANK['silver']['spacy_model']})",
-    "ud": f"{TREEBANK['ud']['repo']} {TREEBANK['ud']['release']}",
-    "local": f"local {TREEBANK_KIND} treebank",
-}[TREEBANK["source"]]
-# Without a train split (local source, no train file) there is no held-out head selection.
-HAS_TRAIN_SPLIT = TREEBANK["source"] != "local" or bool(TREEBANK["local"]["train"])
+
+
+def treebank_kind(run):
+    """ptb_sd / ud / silver: the relation inventory of a run's trees."""
+    return _compare.config_treebank_kind(TREEBANK_OF[run])
+
+
+def treebank_name(run):
+    tb = TREEBANK_OF[run]
+    return {
+        "silver": f"silver Wikipedia trees (spaCy {tb['silver']['spacy_model']})",
+        "ud": f"{tb['ud']['repo']} {tb['ud']['release']}",
+        "local": f"local {treebank_kind(run)} treebank",
+    }[tb["source"]]
+
+
+def has_train_split(run):
+    """Without a train split (local source, no train file) there is no held-out head selection."""
+    tb = TREEBANK_OF[run]
+    return tb["source"] != "local" or bool(tb["local"]["train"])
+
+
+TREEBANK_KIND_ARG = lambda wildcards, input, output: treebank_kind(wildcards.run)
+TREEBANK_NAME_ARG = lambda wildcards, input, output: treebank_name(wildcards.run)
+WORD_TEXT_ARG = lambda wildcards, input, output: TREEBANK_OF[wildcards.run]["text"]
+# The main treebank's train split decides the model runs' Table 3 and comparison rows.
+HAS_TRAIN_SPLIT = has_train_split(MODEL_RUNS[0])
+# Runs whose treebank is downloaded (ud): the treebank_ud rule, on the login node (localrule).
+UD_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] == "ud"]
+BUILT_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] != "ud"]
+
+
+def runs_pattern(runs):
+    """A wildcard constraint matching exactly these run names (none: matches nothing)."""
+    return "|".join(re.escape(r) for r in runs) if runs else "(?!)"
 
 
 def treebank_inputs(wildcards):
-    if TREEBANK["source"] == "silver":
+    tb = TREEBANK_OF[wildcards.run]
+    if tb["source"] == "silver":
         return {**corpus_inputs(), "segments": run_path("corpus", "segments.jsonl").format(run=wildcards.run)}
-    if TREEBANK["source"] == "local":
-        local = TREEBANK["local"]
+    if tb["source"] == "local":
+        local = tb["local"]
         return {k: local[k] for k in ("train", "dev") if local[k]}
     return {}
 
 
 def treebank_flags(wildcards, input, output):
-    """Flags of `bertlook treebank` for the configured source."""
-    flags = {"source": TREEBANK["source"]}
-    if TREEBANK["source"] == "silver":
-        silver = TREEBANK["silver"]
+    """Flags of `bertlook treebank` for the run's treebank source."""
+    tb = TREEBANK_OF[wildcards.run]
+    flags = {"source": tb["source"]}
+    if tb["source"] == "silver":
+        silver = tb["silver"]
         flags.update(
             dump=None if HF_DATASET else input.dump,
             hf_dataset=HF_DATASET_JSON,
@@ -238,28 +294,33 @@ def treebank_flags(wildcards, input, output):
             seed=config["seed"],
             spacy_model=silver["spacy_model"],
             max_articles=silver["max_articles"],
+            language=config["segments"]["language"],
+            splitter=config["segments"]["splitter"],
         )
-    elif TREEBANK["source"] == "local":
-        flags.update(dev=input.dev, train=input.get("train"), format=TREEBANK["local"]["format"])
+    elif tb["source"] == "local":
+        flags.update(dev=input.dev, train=input.get("train"), format=tb["local"]["format"])
     else:
-        ud = TREEBANK["ud"]
+        ud = tb["ud"]
         flags.update(
             ud_repo=ud["repo"],
             ud_release=ud["release"],
             ud_train_file=ud["train_file"],
             ud_dev_file=ud["dev_file"],
             ud_base_url=ud["base_url"],
-            download_dir=str(ud_download_dir(config)),
+            download_dir=str(ud_download_dir(config, tb)),
             train_sha256=ud["train_sha256"],
             dev_sha256=ud["dev_sha256"],
         )
-    flags["strip_subtypes"] = TREEBANK["strip_subtypes"]
+    flags["strip_subtypes"] = tb["strip_subtypes"]
+    # UD trees: relations of UD v1 releases renamed to v2 (dobj -> obj, ...), counted in the summary, so
+    # that treebanks of different UD versions compare relation by relation
+    flags["ud_v2_relations"] = _compare.config_treebank_kind(tb) == "ud"
     return flags
 
 
 def heads_inputs(wildcards):
     inputs = {"dev": run_path("attention", "words-dev").format(run=wildcards.run)}
-    if HAS_TRAIN_SPLIT:
+    if has_train_split(wildcards.run):
         inputs["train"] = run_path("attention", "words-train").format(run=wildcards.run)
     return inputs
 
@@ -290,10 +351,19 @@ def probes_inputs(wildcards):
     return inputs
 
 
+def probe_ablations_inputs(wildcards):
+    """The model's word stores (and GloVe): the per-layer ablations of Attn+GloVe (probes.layer_ablations)."""
+    words = lambda split: run_path("attention", f"words-{split}").format(run=wildcards.run)
+    inputs = {"train": words("train"), "dev": words("dev")}
+    if GLOVE_FILE:
+        inputs["glove"] = GLOVE_FILE
+    return inputs
+
+
 def norm_heads_inputs(wildcards):
     """heads_inputs on the norm-based word stores (norms.enabled)."""
     inputs = {"dev": run_path("attention", "normwords-dev").format(run=wildcards.run)}
-    if HAS_TRAIN_SPLIT:
+    if has_train_split(wildcards.run):
         inputs["train"] = run_path("attention", "normwords-train").format(run=wildcards.run)
     return inputs
 
@@ -332,11 +402,17 @@ def probe_settings():
 def paper_comparable(wildcards, input, output):
     """--paper-comparable: the one definition, bertlook.reporting.compare.paper_comparable (the paper's
     model on the paper's trees, PTB-SD), also behind comparison.csv."""
-    return _compare.paper_comparable(MODELS[wildcards.run], TREEBANK_KIND)
+    return _compare.paper_comparable(MODELS[wildcards.run], treebank_kind(wildcards.run))
 
 
 # ---- coreference (Table 2) -----------------------------------------------------------------------
 COREF_FILES = list(config["coref"]["conll"])
+
+
+def coref_input_files(wildcards):
+    """COREF_FILES as an input function: paths from the config stay out of the report's rule listing."""
+    return COREF_FILES
+
 
 # ---- beyond the paper: norm-based maps, rollout, head report card ---------------------------------
 RUN_NORMS = bool(config["norms"]["enabled"])
@@ -346,6 +422,12 @@ RUN_NORM_PROBES = RUN_NORMS and bool(config["norms"]["probes"]) and RUN_PROBES
 NORM_PROBES = "right_branching,distances_glove,attn,attn_glove,attn_glove_released"
 RUN_ROLLOUT = bool(config["rollout"]["enabled"])
 RUN_HEAD_REPORT = bool(config["head_report"]["enabled"])
+RUN_TREE_HEADS = bool(config["tree_heads"]["enabled"])
+# probes.layer_ablations: the modes (keep, drop) of the per-layer ablations; [] = none (needs a train split)
+RUN_PROBE_ABLATIONS = bool(config["probes"]["layer_ablations"]) and RUN_PROBES
+TREE_HEADS_NOTE = lambda wildcards, input, output: (
+    f"Model {MODELS[wildcards.run]['name_or_path']}; trees: {treebank_name(wildcards.run)}."
+)
 
 
 def beyond_outputs():
@@ -362,6 +444,11 @@ def beyond_outputs():
                 run_path("tables", "table1_rollout.csv"), run_path("tables", "table1_rollout.md")]
     if RUN_HEAD_REPORT:
         out += [run_path("tables", "head_report.csv"), run_path("figures", "fig_head_report.png")]
+    if RUN_TREE_HEADS:
+        out += [run_path("tables", "tree_heads.csv"), run_path("tables", "tree_heads_best.csv"),
+                run_path("tables", "tree_heads.md"), run_path("figures", "fig_tree_heads.png")]
+    if RUN_PROBE_ABLATIONS:
+        out += [run_path("tables", "probe_ablations.csv"), run_path("tables", "probe_ablations.md")]
     return out
 
 
@@ -377,6 +464,10 @@ def _beyond_summaries():
         out["rollout_table1"] = run_path("tables", "table1_rollout.summary.json")
     if RUN_HEAD_REPORT:
         out["head_report"] = run_path("tables", "head_report.summary.json")
+    if RUN_TREE_HEADS:
+        out["tree_heads"] = run_path("tables", "tree_heads.summary.json")
+    if RUN_PROBE_ABLATIONS:
+        out["probe_ablations"] = run_path("tables", "probe_ablations.summary.json")
     return out
 
 
@@ -391,6 +482,252 @@ def beyond_summary_names():
 
 # ---- cross-model summary (several models in one config) ------------------------------------------
 SUMMARY_DIR = os.path.join(RESULTS, f"{config['run_name']}-all-models")
+
+# ---- cross-language summary (`treebanks`: several treebanks for each model) ----------------------
+# results/{run_name}-languages/{model label}/: each relation's best head per treebank, and whether the
+# same heads track the same relations across treebanks (languages.smk).
+LANGUAGES_DIR = os.path.join(RESULTS, f"{config['run_name']}-languages")
+MODEL_LABELS = [m["label"] for m in config["models"]]
+LANGUAGE_OUTPUTS = ("best_heads.csv", "agreement.csv", "languages.md", "fig_languages.png",
+                    "languages.summary.json")
+
+
+def syntax_outputs(run):
+    """What a syntax run (a `treebanks` entry) produces: its trees, Table 1 and Fig 5."""
+    return [path.format(run=run) for path in (
+        run_path("treebank", "treebank.summary.json"), run_path("tables", "head_accuracy.csv"),
+        run_path("tables", "table1.csv"), run_path("tables", "table1.md"),
+        run_path("figures", "fig5_syntax_heads.png"))]
+
+
+def language_runs(model_label):
+    """The runs of one model, one per treebank, main treebank first."""
+    model_run = f"{config['run_name']}-{model_label}"
+    return [run for run in RUNS if MODEL_RUN_OF[run] == model_run]
+
+
+def languages_inputs(wildcards):
+    return {"accuracy": [run_path("tables", "head_accuracy.csv").format(run=run)
+                         for run in language_runs(wildcards.model)]}
+
+
+def languages_flags(wildcards, input, output):
+    runs = language_runs(wildcards.model)
+    return {"head_accuracy": list(input.accuracy),
+            "label": [TREEBANK_LABEL_OF[run] for run in runs],
+            "language": [TREEBANK_OF[run]["language"] for run in runs]}
+
+
+def languages_outputs():
+    if not config["treebanks"]:
+        return []
+    return [os.path.join(LANGUAGES_DIR, label, name) for label in MODEL_LABELS for name in LANGUAGE_OUTPUTS]
+
+
+# ---- the HTML report (report_pages.smk) ----------------------------------------------------------
+# `snakemake --report` shows images and HTML files in the page and offers anything else (a CSV) as a
+# download only. The step report-pages turns each table into an HTML page (percents) and each figure into
+# a page-sized PNG under {dir}/report/; those pages are what the report shows, with a human label each.
+# The CSVs stay registered as downloads ("Data files (CSV)"); the full-resolution PNGs stay in figures/.
+REPORT_DIR = "report"
+TWIN_TABLES, RUN_TABLES = "Twins of the paper's tables", "Per-head and per-layer tables"
+NORMS_SUB, ROLLOUT_SUB, CARD_SUB = ("Norm-based maps (Kobayashi et al. 2020)",
+                                    "Attention rollout (Abnar & Zuidema 2020)", "Per-head report card")
+TREES_SUB, ABLATIONS_SUB = "Single-head trees (Htut et al. 2019)", "Probe controls"
+
+
+class ReportPage:
+    """One entry of the report: a table or figure ``source`` (a path under results/{run}/, or a full
+    path for the summaries), its ``page`` (file name under the report/ folder beside it, or a full path),
+    where the report lists it (``category``, ``subcategory``), its ``label`` and its caption file."""
+
+    def __init__(self, source, page, category, label, caption, subcategory=None):
+        self.source, self.page, self.category, self.label = source, page, category, label
+        self.caption, self.subcategory = caption, subcategory
+
+    @property
+    def name(self):
+        """The page's output name in its rule: a valid identifier, unique in the rule (from the whole
+        page path: the summary rule has a languages.html for every model)."""
+        return "page_{}".format(re.sub(r"\W", "_", os.path.splitext(self.page)[0]))
+
+
+def _figure_page(name, category, label, caption, subcategory=None):
+    return ReportPage(os.path.join("figures", name), name, category, label, caption, subcategory)
+
+
+def syntax_report_pages():
+    """The report entries of every run's syntax steps (model runs and `treebanks` runs)."""
+    return [
+        ReportPage("tables/table1.md", "table1.html", "Tables",
+                   "Table 1 twin: single heads vs dependency relations", "table1.rst", TWIN_TABLES),
+        ReportPage("tables/head_accuracy.csv", "head_accuracy.html", "Tables",
+                   "Accuracy of every head per relation (Table 1, Figure 5)", "head_accuracy.rst", RUN_TABLES),
+        _figure_page("fig5_syntax_heads.png", "Figures", "Figure 5 twin: heads for dependency relations",
+                     "fig5_syntax_heads.rst"),
+    ]
+
+
+def run_report_pages():
+    """The report entries of a model run, in the order the report lists them."""
+    pages = syntax_report_pages()[:1] + [
+        ReportPage("tables/table2.md", "table2.html", "Tables", "Table 2 twin: coreference", "table2.rst",
+                   TWIN_TABLES),
+    ]
+    if RUN_PROBES:
+        pages.append(ReportPage("tables/table3.md", "table3.html", "Tables",
+                                "Table 3 twin: attention-based probes", "table3.rst", TWIN_TABLES))
+    pages += [
+        ReportPage("tables/attention_stats.csv", "attention_stats.html", "Tables",
+                   "Surface statistics per head (Figures 2 and 4)", "attention_stats.rst", RUN_TABLES),
+        syntax_report_pages()[1],
+        ReportPage("tables/js_divergence.csv", "js_divergence.html", "Tables",
+                   "JS divergence between heads (Figure 6)", "js_divergence.rst", RUN_TABLES),
+        ReportPage("tables/head_clusters.csv", "head_clusters.html", "Tables",
+                   "Head embedding and behaviour labels (Figure 6)", "head_clusters.rst", RUN_TABLES),
+        ReportPage("tables/sep_gradients.csv", "sep_gradients.html", "Tables",
+                   "Gradients of attention to [SEP] per layer (Figure 3)", "sep_gradients.rst", RUN_TABLES),
+        _figure_page("fig1_example_heads.png", "Figures", "Figure 1 twin: example heads", "fig1_example_heads.rst"),
+        _figure_page("fig2_special_tokens.png", "Figures", "Figure 2 twin: attention to [CLS], [SEP], . and ,",
+                     "fig2_special_tokens.rst"),
+        _figure_page("fig3_sep_gradients.png", "Figures", "Figure 3 twin: gradients of attention to [SEP]",
+                     "fig3_sep_gradients.rst"),
+        _figure_page("fig4_entropy.png", "Figures", "Figure 4 twin: attention entropy", "fig4_entropy.rst"),
+        syntax_report_pages()[2],
+        _figure_page("fig6_head_clusters.png", "Figures", "Figure 6 twin: head clusters", "fig6_head_clusters.rst"),
+        ReportPage("comparison.md", "comparison.html", "Comparison with the paper", "Comparison with the paper",
+                   "comparison.rst"),
+    ]
+    if RUN_NORMS:
+        pages += [
+            ReportPage("tables/attention_stats_norm.csv", "attention_stats_norm.html", "Beyond the paper",
+                       "Surface statistics per head, norm-based maps", "attention_stats_norm.rst", NORMS_SUB),
+            ReportPage("tables/head_clusters_norm.csv", "head_clusters_norm.html", "Beyond the paper",
+                       "Head embedding and behaviour labels, norm-based maps", "head_clusters_norm.rst", NORMS_SUB),
+            ReportPage("tables/table1_norm.md", "table1_norm.html", "Beyond the paper",
+                       "Table 1 on the norm-based maps", "table1_norm.rst", NORMS_SUB),
+            _figure_page("fig_norms.png", "Beyond the paper", "Figure: attention vs norm-based maps",
+                         "fig_norms.rst", NORMS_SUB),
+            _figure_page("fig5_syntax_heads_norm.png", "Beyond the paper",
+                         "Figure 5 twin on the norm-based maps", "fig5_syntax_heads_norm.rst", NORMS_SUB),
+        ]
+    if RUN_NORM_PROBES:
+        pages.append(ReportPage("tables/table3_norm.md", "table3_norm.html", "Beyond the paper",
+                                "Table 3 on the norm-based maps", "table3_norm.rst", NORMS_SUB))
+    if RUN_ROLLOUT:
+        pages += [
+            ReportPage("tables/rollout_stats.csv", "rollout_stats.html", "Beyond the paper",
+                       "Rollout statistics per layer", "rollout_stats.rst", ROLLOUT_SUB),
+            ReportPage("tables/table1_rollout.md", "table1_rollout.html", "Beyond the paper",
+                       "Table 1 on the rollout maps", "table1_rollout.rst", ROLLOUT_SUB),
+            _figure_page("fig_rollout.png", "Beyond the paper", "Figure: attention rollout by layer",
+                         "fig_rollout.rst", ROLLOUT_SUB),
+        ]
+    if RUN_HEAD_REPORT:
+        pages += [
+            ReportPage("tables/head_report.csv", "head_report.html", "Beyond the paper",
+                       "Per-head report card (table)", "head_report.rst", CARD_SUB),
+            _figure_page("fig_head_report.png", "Beyond the paper", "Per-head report card (figure)",
+                         "fig_head_report.rst", CARD_SUB),
+        ]
+    if RUN_TREE_HEADS:
+        pages += [
+            ReportPage("tables/tree_heads.md", "tree_heads.html", "Beyond the paper",
+                       "Single-head trees: best head per layer", "tree_heads_best.rst", TREES_SUB),
+            ReportPage("tables/tree_heads.csv", "tree_heads_all.html", "Beyond the paper",
+                       "Single-head trees: every head", "tree_heads.rst", TREES_SUB),
+            _figure_page("fig_tree_heads.png", "Beyond the paper", "Figure: single-head trees by layer",
+                         "fig_tree_heads.rst", TREES_SUB),
+        ]
+    if RUN_PROBE_ABLATIONS:
+        pages.append(ReportPage("tables/probe_ablations.md", "probe_ablations.html", "Beyond the paper",
+                                "Per-layer ablations of the Attn + GloVe probe", "probe_ablations.rst",
+                                ABLATIONS_SUB))
+    pages.append(ReportPage("resources.md", "resources.html", "Resources", "Measured resources per job",
+                            "resources.rst"))
+    return pages
+
+
+def summary_report_pages():
+    """The report entries of the cross-model summary and, with `treebanks`, of each model's
+    cross-language summary (full paths)."""
+    here = lambda *parts: os.path.join(SUMMARY_DIR, *parts)
+    mine = lambda name: here(REPORT_DIR, name)
+    pages = [
+        ReportPage(here("models_summary.md"), mine("models_summary.html"), "Comparison across models",
+                   "Models side by side (table)", "models_summary.rst"),
+        ReportPage(here("fig_models_summary.png"), mine("fig_models_summary.png"), "Comparison across models",
+                   "Models side by side (figure)", "fig_models_summary.rst"),
+        ReportPage(here("resources.md"), mine("resources.html"), "Resources",
+                   "Measured resources per rule, all runs", "resources_summary.rst"),
+    ]
+    for label in (MODEL_LABELS if config["treebanks"] else []):
+        src = lambda name: os.path.join(LANGUAGES_DIR, label, name)
+        dst = lambda name: os.path.join(LANGUAGES_DIR, label, REPORT_DIR, name)
+        pages += [
+            ReportPage(src("languages.md"), dst("languages.html"), "Across languages",
+                       f"Best heads across treebanks, {label} (table)", "languages.rst"),
+            ReportPage(src("fig_languages.png"), dst("fig_languages.png"), "Across languages",
+                       f"Best heads across treebanks, {label} (figure)", "fig_languages.rst"),
+        ]
+    return pages
+
+
+def report_page_outputs():
+    """Every page of the report (the report/ folders), for `all`."""
+    return ([run_path(REPORT_DIR, p.page).format(run=run) for run in MODEL_RUNS for p in run_report_pages()]
+            + [run_path(REPORT_DIR, p.page).format(run=run) for run in SYNTAX_RUNS for p in syntax_report_pages()]
+            + [p.page for p in summary_report_pages()])
+
+
+def is_report_page(path):
+    """A page of the report (made from the resources tables too: never an input of `resources`)."""
+    return os.path.basename(os.path.dirname(str(path))) == REPORT_DIR
+
+
+def report_page_outputs_of(pages, own_paths=False, subcategory=None):
+    """The report()-flagged outputs of ``pages``: under results/{run}/report/ (``own_paths``: at
+    the page's own full path), listed under subcategory "{run}" or "{run}: <group>" (``subcategory``: a
+    function of the page giving it instead), with one label, {"result": <the page's label>}.
+
+    One label only: Snakemake's report turns a second label with exactly two values, each on half of
+    a list's entries (a table and a figure of one run, say), into a toggle between them."""
+    out = {}
+    for p in pages:
+        where = subcategory(p) if subcategory else "{{run}}{}".format(f": {p.subcategory}" if p.subcategory else "")
+        out[p.name] = report(
+            p.page if own_paths else run_path(REPORT_DIR, p.page),
+            caption=f"../report/{p.caption}",
+            category=p.category,
+            subcategory=where,
+            labels={"result": p.label},
+        )
+    return out
+
+
+def gradients_shown(wildcards, input, output):
+    """What Fig 3 shows in this run, for its caption: "ran" or the reason it did not (from the gradient
+    step's summary; "unknown" before it exists, e.g. in a dry run)."""
+    path = run_path("tables", "sep_gradients.summary.json").format(run=wildcards.run)
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return {"status": "unknown", "reason": ""}
+    ran = summary.get("status") != "not run"
+    return {"status": "ran" if ran else "not run", "reason": "" if ran else str(summary.get("reason", ""))}
+
+
+PAGE_FLAGS = dict(
+    source=lambda wildcards, input, output: list(input.sources),
+    page=lambda wildcards, input, output: list(output),
+)
+
+
+def summary_page_subcategory(page):
+    """"all models", or "model <label>" for a page of that model's cross-language summary."""
+    model = next((m for m in MODEL_LABELS if page.page.startswith(os.path.join(LANGUAGES_DIR, m) + os.sep)), None)
+    return f"model {model}" if model else "all models"
 
 
 def all_outputs():
@@ -417,6 +754,7 @@ def all_outputs():
             run_path("resources.csv"),  # resources.smk: measured resources, after everything else
             run_path("resources.md"),
         ],
-        run=RUNS,
-    ) + [os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
-                                                        "resources.csv", "resources.md")]
+        run=MODEL_RUNS,
+    ) + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)] + languages_outputs() + [
+        os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
+                                                     "resources.csv", "resources.md")] + report_page_outputs()

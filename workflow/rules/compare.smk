@@ -19,8 +19,9 @@ rule compare:
         csv=report(
             run_path("comparison.csv"),
             caption="../report/comparison.rst",
-            category="Comparison with the paper",
-            labels={"run": "{run}", "table": "comparison"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Comparison with the paper (CSV)"},
         ),
         markdown=run_path("comparison.md"),
     params:
@@ -45,23 +46,21 @@ rule compare:
 
 rule models_summary:
     input:
-        comparisons=expand(run_path("comparison.csv"), run=RUNS),
+        comparisons=expand(run_path("comparison.csv"), run=MODEL_RUNS),
     output:
         csv=report(
             os.path.join(SUMMARY_DIR, "models_summary.csv"),
             caption="../report/models_summary.rst",
-            category="Comparison across models",
+            category="Data files (CSV)",
+            subcategory="all models",
+            labels={"result": "Models side by side (CSV)"},
         ),
         markdown=os.path.join(SUMMARY_DIR, "models_summary.md"),
-        figure=report(
-            os.path.join(SUMMARY_DIR, "fig_models_summary.png"),
-            caption="../report/fig_models_summary.rst",
-            category="Comparison across models",
-        ),
+        figure=os.path.join(SUMMARY_DIR, "fig_models_summary.png"),
     params:
         cmd=bertlook_cmd(
             "models-summary",
-            run_dir=[os.path.join(RESULTS, run) for run in RUNS],
+            run_dir=[os.path.join(RESULTS, run) for run in MODEL_RUNS],
             labels=",".join(m["label"] for m in config["models"]),
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,

@@ -5,7 +5,7 @@ if COREF_FILES:
 
     rule coref_extract:
         input:
-            COREF_FILES,
+            coref_input_files,
         output:
             store=directory(run_path("attention", "coref")),
             summary=run_path("attention", "coref.summary.json"),
@@ -44,8 +44,9 @@ rule coref:
         table=report(
             run_path("tables", "table2.csv"),
             caption="../report/table2.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "Table 2"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Table 2 twin (CSV)"},
         ),
         markdown=run_path("tables", "table2.md"),
         heads=run_path("tables", "coref_heads.csv"),

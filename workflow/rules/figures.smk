@@ -1,4 +1,4 @@
-# Step `figures`: PNG twins of the paper's Figs 1, 2, 4 and 6, registered in the report.
+# Step `figures`: PNG twins of the paper's Figs 1, 2, 4 and 6 (the report shows page-sized copies).
 # Fig 1's example (figures.example_index, in the unsharded store's order) is saved by the extraction
 # shard that holds it (partials/fig1-{shard}.npz), so the figures need no maps.
 
@@ -41,21 +41,9 @@ rule figures:
         **({"norm_stats": run_path("tables", "attention_stats_norm.csv"),
             "norm_summaries": every_shard(rules.extract_segments.output.summary)} if RUN_NORMS else {}),
     output:
-        **{
-            name.removesuffix(".png"): report(
-                run_path("figures", name),
-                caption=f"../report/{caption}",
-                category="Figures",
-                labels={"run": "{run}", "figure": label},
-            )
-            for name, (label, caption) in FIGURE_REPORT.items()
-        },
-        **({"fig_norms": report(
-            run_path("figures", "fig_norms.png"),
-            caption="../report/fig_norms.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "figure": "attention vs norms"},
-        )} if RUN_NORMS else {}),
+        # the report shows page-sized copies of them (report_pages.smk), not these full-resolution PNGs
+        **{name.removesuffix(".png"): run_path("figures", name) for name in FIGURES},
+        **({"fig_norms": run_path("figures", "fig_norms.png")} if RUN_NORMS else {}),
     params:
         cmd=bertlook_cmd(
             "figures",

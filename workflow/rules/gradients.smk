@@ -45,15 +45,11 @@ rule gradients:
         table=report(
             run_path("tables", "sep_gradients.csv"),
             caption="../report/sep_gradients.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "sep_gradients"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Gradients of attention to [SEP] per layer (CSV)"},
         ),
-        figure=report(
-            run_path("figures", "fig3_sep_gradients.png"),
-            caption="../report/fig3_sep_gradients.rst",
-            category="Figures",
-            labels={"run": "{run}", "figure": "Fig 3: gradients of attention to [SEP]"},
-        ),
+        figure=run_path("figures", "fig3_sep_gradients.png"),
         summary=run_path("tables", "sep_gradients.summary.json"),
         # head importance (Michel et al. 2019) from the same gradients: the report card's `importance`
         importance=run_path("tables", "head_importance.csv"),

@@ -15,15 +15,11 @@ rule head_report:
         table=report(
             run_path("tables", "head_report.csv"),
             caption="../report/head_report.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "table": "head report card"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Per-head report card (CSV)"},
         ),
-        figure=report(
-            run_path("figures", "fig_head_report.png"),
-            caption="../report/fig_head_report.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "figure": "head report card"},
-        ),
+        figure=run_path("figures", "fig_head_report.png"),
         summary=run_path("tables", "head_report.summary.json"),
     params:
         cmd=bertlook_cmd(

@@ -3,7 +3,7 @@
 
 rule manifest:
     input:
-        **corpus_inputs(),
+        unpack(corpus_input_files),
         attention_meta=rules.gather_extraction.output.meta,  # not the maps: they may be temp()
         segments=rules.segments.output.summary,
         extraction=rules.gather_extraction.output.summary,

@@ -67,8 +67,9 @@ rule probes:
         table=report(
             run_path("tables", "table3.csv"),
             caption="../report/table3.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "Table 3"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Table 3 twin (CSV)"},
         ),
         markdown=run_path("tables", "table3.md"),
         summary=run_path("tables", "table3.summary.json"),
@@ -109,8 +110,9 @@ if RUN_NORM_PROBES:
             table=report(
                 run_path("tables", "table3_norm.csv"),
                 caption="../report/table3_norm.rst",
-                category="Beyond the paper",
-                labels={"run": "{run}", "table": "Table 3 on norm maps"},
+                category="Data files (CSV)",
+                subcategory="{run}",
+                labels={"result": "Table 3 on the norm-based maps (CSV)"},
             ),
             markdown=run_path("tables", "table3_norm.md"),
             summary=run_path("tables", "table3_norm.summary.json"),

@@ -2,7 +2,8 @@
 # Snakemake benchmark files every rule writes; runs after every other output of the run.
 
 # The resources tables of a run wait for every other output `all` asks for of that run, those of the
-# cross-model summary for every other output of the configuration.
+# cross-model summary for every other output of the configuration, except the report's pages (made
+# from the resources tables too, so after them: their own job is not in the tables).
 RESOURCES_TABLES = ("resources.csv", "resources.md")
 
 
@@ -13,13 +14,15 @@ rule resources:
             for path in all_outputs()
             if path.startswith(os.path.join(RESULTS, wildcards.run) + os.sep)
             and path not in [os.path.join(RESULTS, wildcards.run, name) for name in RESOURCES_TABLES]
+            and not is_report_page(path)
         ],
     output:
         csv=report(
             run_path("resources.csv"),
             caption="../report/resources.rst",
-            category="Resources",
-            labels={"run": "{run}", "table": "resources"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Measured resources per job (CSV)"},
         ),
         markdown=run_path("resources.md"),
     params:
@@ -49,13 +52,15 @@ rule resources_summary:
             path
             for path in all_outputs()
             if path not in [os.path.join(SUMMARY_DIR, name) for name in RESOURCES_TABLES]
+            and not is_report_page(path)
         ],
     output:
         csv=report(
             os.path.join(SUMMARY_DIR, "resources.csv"),
             caption="../report/resources_summary.rst",
-            category="Resources",
-            labels={"run": "all models", "table": "resources"},
+            category="Data files (CSV)",
+            subcategory="all models",
+            labels={"result": "Measured resources per rule, all runs (CSV)"},
         ),
         markdown=os.path.join(SUMMARY_DIR, "resources.md"),
     params:

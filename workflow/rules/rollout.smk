@@ -39,15 +39,11 @@ rule rollout:
         table=report(
             run_path("tables", "rollout_stats.csv"),
             caption="../report/rollout_stats.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "table": "rollout statistics"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Rollout statistics per layer (CSV)"},
         ),
-        figure=report(
-            run_path("figures", "fig_rollout.png"),
-            caption="../report/fig_rollout.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "figure": "attention rollout"},
-        ),
+        figure=run_path("figures", "fig_rollout.png"),
         summary=run_path("tables", "rollout_stats.summary.json"),
     params:
         cmd=bertlook_cmd("rollout", partial=IN.partials, out=OUT.table, out_figure=OUT.figure, summary=OUT.summary),
@@ -71,8 +67,9 @@ rule rollout_words:
         table=report(
             run_path("tables", "table1_rollout.csv"),
             caption="../report/table1_rollout.rst",
-            category="Beyond the paper",
-            labels={"run": "{run}", "table": "Table 1 on rollout"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Table 1 on the rollout maps (CSV)"},
         ),
         markdown=run_path("tables", "table1_rollout.md"),
         accuracy=run_path("tables", "rollout_accuracy.csv"),
@@ -91,8 +88,8 @@ rule rollout_words:
             no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
             bootstrap=config["heads"]["bootstrap"],
             seed=config["seed"],
-            treebank_kind=TREEBANK_KIND,
-            treebank_name=TREEBANK_NAME,
+            treebank_kind=TREEBANK_KIND_ARG,
+            treebank_name=TREEBANK_NAME_ARG,
         ),
     log:
         log_path("rollout_words"),

@@ -32,7 +32,7 @@ if not config["wikipedia"].get("path") and not HF_DATASET:
 
 rule segments:
     input:
-        **corpus_inputs(),
+        unpack(corpus_input_files),
     output:
         segments=run_path("corpus", "segments.jsonl"),
         summary=run_path("corpus", "segments.summary.json"),
@@ -48,6 +48,8 @@ rule segments:
             max_seq_len=config["segments"]["max_seq_len"],
             seed=config["seed"],
             max_articles=config["wikipedia"].get("max_articles"),
+            language=config["segments"]["language"],
+            splitter=config["segments"]["splitter"],
         ),
     log:
         log_path("segments"),

@@ -30,8 +30,9 @@ rule surface_stats:
         table=report(
             run_path("tables", "attention_stats.csv"),
             caption="../report/attention_stats.rst",
-            category="Tables",
-            labels={"run": "{run}", "table": "attention_stats"},
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Surface statistics per head (CSV)"},
         ),
         summary=run_path("tables", "attention_stats.summary.json"),
     params:
@@ -72,8 +73,9 @@ if RUN_NORMS:
             table=report(
                 run_path("tables", "attention_stats_norm.csv"),
                 caption="../report/attention_stats_norm.rst",
-                category="Beyond the paper",
-                labels={"run": "{run}", "table": "attention_stats_norm"},
+                category="Data files (CSV)",
+                subcategory="{run}",
+                labels={"result": "Surface statistics per head, norm-based maps (CSV)"},
             ),
             summary=run_path("tables", "attention_stats_norm.summary.json"),
         log:

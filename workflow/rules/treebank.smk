@@ -1,9 +1,11 @@
 # Step `treebank`: dependency trees (silver spaCy parses, a UD release, or local PTB-SD / UD files)
-# normalised to CoNLL-U train/dev splits under results/{run}/treebank/.
+# normalised to CoNLL-U train/dev splits under results/{run}/treebank/. One job per run: the model runs
+# on the main `treebank`, the syntax runs on their `treebanks` entry (TREEBANK_OF, common.smk).
 
 
 rule treebank:
-    localrule: TREEBANK["source"] == "ud"  # ud downloads the treebank: login node, not a cluster job
+    wildcard_constraints:
+        run=runs_pattern(BUILT_TREEBANK_RUNS),
     input:
         unpack(treebank_inputs),
     output:
@@ -26,3 +28,16 @@ rule treebank:
         ENV_TORCH
     shell:
         CMD
+
+
+# A UD release is downloaded: on the login node, not as a cluster job (compute nodes are often offline).
+if UD_TREEBANK_RUNS:
+
+    use rule treebank as treebank_ud with:
+        wildcard_constraints:
+            run=runs_pattern(UD_TREEBANK_RUNS),
+        localrule: True
+        log:
+            log_path("treebank_ud"),
+        benchmark:
+            bench_path("treebank_ud")

@@ -24,6 +24,11 @@ import pandas as pd
 import torch
 from sklearn.manifold import MDS
 
+# Behaviour labels (released precedence: the later check wins): thresholds shared with Fig 1
+from bertlook.analyses.behaviours import (  # noqa: F401 (re-exported)
+    BROAD_ENTROPY_THRESHOLD, CLS_THRESHOLD, LABEL_COLUMNS, NEXT_THRESHOLD, PREV_THRESHOLD, PUNCT_THRESHOLD,
+    SEP_THRESHOLD,
+)
 from bertlook.attention.extraction import progress_bar
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
@@ -33,14 +38,6 @@ from bertlook.pipeline.sharding import same_value, select_examples
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
 DEFAULT_CHUNK_BYTES = 2**20  # one block of pairwise mixtures (x2 buffers): about L2-sized
 
-# Behaviour labels (released precedence: the later check wins).
-NEXT_THRESHOLD = 0.5
-PREV_THRESHOLD = 0.5
-BROAD_ENTROPY_THRESHOLD = 3.8
-CLS_THRESHOLD = 0.6
-SEP_THRESHOLD = 0.6
-PUNCT_THRESHOLD = 0.6
-LABEL_COLUMNS = ("next", "prev", "entropy", "cls", "sep", "punct")
 
 JS_COLUMNS_FIRST = "head"
 CLUSTER_COLUMNS = ["layer", "head", "x", "y", "behavior"]

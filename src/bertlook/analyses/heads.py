@@ -4,6 +4,9 @@ Scores every head's ``dep2head`` / ``head2dep`` argmax predictions on a word-lev
 trees, with fixed-offset baselines and sentence-bootstrap intervals: :func:`predict_heads`,
 :func:`score_heads`, :func:`head_accuracy_table`, :func:`table1`, :func:`bootstrap_ci`,
 :func:`sentence_correct` (the Fig 5 twin is drawn by :func:`bertlook.reporting.figures.fig5_syntax_heads`).
+Beyond the paper: paired tests of the best head against the best offset baseline and the runner-up head
+(:func:`paired_counts`, :func:`mcnemar_exact`, :func:`holm`), a 2-fold cross-fitted head choice
+(:func:`crossfit_folds`) and punctuation excluded from the candidate heads (:func:`punctuation_mask`).
 
 Definitions: docs/definitions.md#head-accuracy
 """
@@ -47,6 +50,21 @@ TABLE1_COLUMNS = [
     "baseline_offset", "baseline_accuracy", "baseline_ci_low", "baseline_ci_high", "count", "below_min_count",
 ]
 HELDOUT_COLUMNS = ["heldout_head", "heldout_direction", "heldout_accuracy"]
+#: beyond the paper, after the paper's columns (docs/definitions.md#cross-fitted-head-choice)
+CROSSFIT_COLUMNS = ["crossfit_head_a", "crossfit_direction_a", "crossfit_head_b", "crossfit_direction_b",
+                    "crossfit_accuracy"]
+#: paired tests (docs/definitions.md#paired-tests-of-table-1): vs the row's best offset baseline and
+#: vs the runner-up head (the best (head, direction) of another layer-head)
+PAIRED_FAMILIES = ("vs_baseline", "vs_runner_up")
+PAIRED_STAT_SUFFIXES = ("b", "c", "diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "significant")
+PAIRED_COLUMNS = ["runner_up_head", "runner_up_direction", "runner_up_accuracy",
+                  *(f"{fam}_{suf}" for fam in PAIRED_FAMILIES for suf in PAIRED_STAT_SUFFIXES)]
+#: the best head when punctuation is not a candidate (docs/definitions.md#candidate-sets-punctuation)
+NOPUNCT_COLUMNS = ["nopunct_head", "nopunct_direction", "nopunct_accuracy", "nopunct_delta", "gold_head_punct"]
+#: relations and UPOS that make a word punctuation (never a candidate with exclude_punct_candidates)
+PUNCT_RELATIONS = ("punct", "P")
+PUNCT_UPOS = "PUNCT"
+DEFAULT_ALPHA = 0.05
 
 #: --treebank-kind -> (relation scheme of paper_reference, words for the markdown note)
 TREEBANK_KINDS = {
@@ -72,7 +90,15 @@ class HeadScores:
       1 = head2dep (0-indexed layer/head);
     - ``baseline_correct[R, K]``: the same for the fixed-offset baselines;
     - ``sentence_counts[S, R]`` (int32) and ``sentence_baseline_correct[S, R, K]`` (int32): per-sentence
-      versions, for the bootstrap (None when ``keep_sentences=False``).
+      versions, for the bootstrap (None when ``keep_sentences=False``);
+    - ``exclude_punct_candidates``: the candidate set of ``correct`` (punctuation never predicted when
+      True); ``correct_alt[R, L, H, 2]``: the same counts with the other candidate set (None unless
+      ``compare_punct_candidates``); ``punct_words[R]``: punctuation words per relation;
+      ``punct_gold_head[R]``: words whose gold head is a punctuation word (never correct without
+      punctuation candidates);
+    - ``fold_of[S]`` (int8, 0 = fold A, 1 = fold B), ``fold_correct[2, R, L, H, 2]``,
+      ``fold_word_counts[2, R]``: the cross-fitting folds and per-fold counts (None unless
+      ``crossfit_seed`` is given).
     """
 
     relations: list[str]
@@ -91,6 +117,14 @@ class HeadScores:
     n_poss_affected: int
     store_path: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    exclude_punct_candidates: bool = False
+    correct_alt: "np.ndarray | None" = None
+    punct_words: "np.ndarray | None" = None
+    punct_gold_head: "np.ndarray | None" = None
+    fold_of: "np.ndarray | None" = None
+    fold_correct: "np.ndarray | None" = None
+    fold_word_counts: "np.ndarray | None" = None
+    crossfit_seed: int | None = None
 
     @property
     def n_words(self) -> int:
@@ -113,6 +147,32 @@ class HeadScores:
         # [layer, head, direction], int, [offset]
         return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
 
+    def candidate_counts(self, relation: str, exclude_punct: bool) -> "np.ndarray | None":
+        """``correct[L, H, 2]`` of a relation (or "All") with punctuation candidates excluded or not;
+        None when that candidate set was not counted."""
+        arr = self.correct if exclude_punct == self.exclude_punct_candidates else self.correct_alt
+        if arr is None:
+            return None
+        if relation == ALL:
+            return arr.sum(axis=0)  # [layer, head, direction]
+        r = self.relation_index(relation)
+        if r is None:
+            raise KeyError(relation)
+        return arr[r]  # [layer, head, direction]
+
+    def fold_counts_for(self, relation: str, fold: int) -> tuple["np.ndarray", int]:
+        """``(correct[L, H, 2], count)`` of a relation (or "All") on one cross-fitting fold."""
+        if self.fold_correct is None or self.fold_word_counts is None:
+            raise BertlookError("scores were computed without cross-fitting folds (crossfit_seed)")
+        if relation == ALL:
+            # [layer, head, direction], int
+            return self.fold_correct[fold].sum(axis=0), int(self.fold_word_counts[fold].sum())
+        r = self.relation_index(relation)
+        if r is None:
+            raise KeyError(relation)
+        # [layer, head, direction], int
+        return self.fold_correct[fold, r], int(self.fold_word_counts[fold, r])
+
 
 @dataclass
 class _Sentence:
@@ -122,6 +182,7 @@ class _Sentence:
     src: "np.ndarray"  # [word]; 0-based word whose prediction is used (poss switch)
     n_poss: int
     n_affected: int
+    punct: "np.ndarray"  # [word]; bool, punctuation (punctuation_mask)
 
 
 def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
@@ -158,6 +219,9 @@ def _parse_sentence(
     xpos = rec.get("xpos")
     if xpos is not None and (not isinstance(xpos, list) or len(xpos) != W):
         raise BertlookError(f"{where}: `xpos` must be a list of {W} tags")
+    upos = rec.get("upos")
+    if upos is not None and (not isinstance(upos, list) or len(upos) != W):
+        raise BertlookError(f"{where}: `upos` must be a list of {W} tags")
     tokens = rec.get("tokens") or []
     src = np.arange(W, dtype=np.int64)  # [word]
     n_poss = n_affected = 0
@@ -179,16 +243,33 @@ def _parse_sentence(
         src=src,
         n_poss=n_poss,
         n_affected=n_affected if poss_switch else 0,
+        punct=punctuation_mask(rels, upos),
     )
 
 
-def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention") -> "np.ndarray":
+def punctuation_mask(rels: Sequence[str], upos: Sequence[Any] | None = None) -> "np.ndarray":
+    """``[word]`` bool: the word is punctuation, i.e. its relation is in :data:`PUNCT_RELATIONS`
+    (``punct``; PTB CoNLL-2008 ``P``) or its UPOS is ``PUNCT`` (when the record has ``upos``).
+
+    XPOS is not used: PTB's ``$`` and ``#`` head noun phrases in Stanford Dependencies, so treating
+    them as punctuation would make their dependents unscorable.
+    """
+    punct = np.fromiter((r in PUNCT_RELATIONS for r in rels), dtype=bool, count=len(rels))  # [word]
+    if upos is not None:
+        punct |= np.fromiter((u == PUNCT_UPOS for u in upos), dtype=bool, count=len(rels))  # [word]
+    return punct
+
+
+def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention",
+                  candidates: "np.ndarray | None" = None) -> "np.ndarray":
     """Predicted head word of every word for every head: ``[..., 2, W]`` int64, 1-based word index.
 
     ``attn`` is a word-level map ``[..., W+2, W+2]`` (any leading axes, e.g. ``[L, H]``). Index 0 of
     axis -2 is dep2head (argmax over the row), 1 is head2dep (argmax over the column). The word itself
     and [CLS]/[SEP] are never predicted (only the word block ``1..W`` is searched, with the diagonal
     at -inf). A one-word sentence has no candidate: its prediction is 0 (never correct).
+    ``candidates`` (``[W]`` bool, optional): only these words may be predicted (dep2head: masked key
+    columns; head2dep: masked query rows); a word left without any candidate predicts 0.
     """
     W = int(n_words)
     block = np.asarray(attn)[..., 1 : W + 1, 1 : W + 1]  # [..., word, word] (query, key)
@@ -209,10 +290,22 @@ def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention")
         mask = -np.inf
     lead = a.shape[:-2]
     a.reshape(*lead, W * W)[..., :: W + 1] = mask  # [..., word*word] view: diagonal masked
+    a_h2d = a
+    no_candidate = None
+    if candidates is not None:
+        cand = np.asarray(candidates, dtype=bool).reshape(W)  # [word]
+        excluded = ~cand  # [word]
+        if excluded.any():
+            a_h2d = a.copy()  # [..., word, word]
+            a[..., :, excluded] = mask  # [..., word, word]: dep2head never picks an excluded key
+            a_h2d[..., excluded, :] = mask  # [..., word, word]: head2dep never picks an excluded query
+            no_candidate = (int(cand.sum()) - cand.astype(np.int64)) == 0  # [word]: nobody else left
     pred = np.empty((*lead, 2, W), dtype=np.int64)  # [..., direction, word]
     pred[..., 0, :] = a.argmax(axis=-1)  # [..., word]: dep2head, argmax over keys
-    pred[..., 1, :] = a.argmax(axis=-2)  # [..., word]: head2dep, argmax over queries
+    pred[..., 1, :] = a_h2d.argmax(axis=-2)  # [..., word]: head2dep, argmax over queries
     pred += 1
+    if no_candidate is not None and no_candidate.any():
+        pred[..., no_candidate] = 0
     if W == 1:
         pred[...] = 0
     return pred
@@ -250,11 +343,18 @@ def score_heads(
     poss_from_possessive: bool = True,
     max_examples: int | None = None,
     keep_sentences: bool = True,
+    exclude_punct_candidates: bool = False,
+    compare_punct_candidates: bool = False,
+    crossfit_seed: int | None = None,
 ) -> HeadScores:
     """Count correct predictions of every head (both directions) and every offset baseline.
 
     One pass over the (first ``max_examples``) sentences of a word-level store, one example in memory
     at a time. ``keep_sentences=False`` skips the per-sentence arrays (not needed for a train store).
+    ``exclude_punct_candidates``: punctuation words (:func:`punctuation_mask`) are never predicted;
+    ``compare_punct_candidates``: also count the other candidate set (``correct_alt``);
+    ``crossfit_seed``: also count per cross-fitting fold (:func:`crossfit_folds`). The offset
+    baselines are the same for both candidate sets.
     """
     _check_word_store(store)
     offsets = _parse_offsets(offsets)
@@ -271,6 +371,12 @@ def score_heads(
     word_counts = np.zeros(R, dtype=np.int64)  # [relation]
     sent_counts = np.zeros((S, R), dtype=np.int32) if keep_sentences else None  # [sentence, relation]
     sent_base = np.zeros((S, R, K), dtype=np.int32) if keep_sentences else None  # [sentence, relation, offset]
+    correct_alt = np.zeros((R, L * H * 2), dtype=np.int64) if compare_punct_candidates else None  # [relation, LH2]
+    punct_words = np.zeros(R, dtype=np.int64)  # [relation]
+    punct_gold_head = np.zeros(R, dtype=np.int64)  # [relation]
+    fold_of = crossfit_folds(S, crossfit_seed) if crossfit_seed is not None else None  # [sentence]
+    fold_correct = np.zeros((2, R, L * H * 2), dtype=np.int64) if fold_of is not None else None  # [fold, R, LH2]
+    fold_words = np.zeros((2, R), dtype=np.int64) if fold_of is not None else None  # [fold, relation]
     n_poss = n_affected = 0
     for k, rec in enumerate(records):
         sent = _parse_sentence(store, rec, k, rel_index, poss_from_possessive)
@@ -278,13 +384,29 @@ def score_heads(
         n_poss += sent.n_poss
         n_affected += sent.n_affected
         attn = store.get(k)  # [layer, head, query_word, key_word]
-        pred = predict_heads(attn, W, where=_where(store, rec, k))[..., src]  # [layer, head, direction, word]
+        where = _where(store, rec, k)
+        cand = ~sent.punct  # [word]: candidates without punctuation
+        # [layer, head, direction, word]
+        pred = predict_heads(attn, W, where=where, candidates=cand if exclude_punct_candidates else None)[..., src]
         ok = (pred == gold) & (gold > 0)  # [layer, head, direction, word]
         # sum the correct words of each relation: a [W, R] one-hot matmul (exact: counts <= W < 2**24)
         onehot = np.zeros((W, R), dtype=np.float32)  # [word, relation]
         onehot[np.arange(W), rel] = 1.0
         # [relation, layer*head*direction]
-        correct += (ok.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
+        row_correct = (ok.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
+        correct += row_correct
+        if correct_alt is not None:
+            if sent.punct.any():  # without punctuation both candidate sets predict the same
+                # [layer, head, direction, word]
+                alt = predict_heads(attn, W, where=where, candidates=None if exclude_punct_candidates else cand)
+                ok_alt = (alt[..., src] == gold) & (gold > 0)  # [layer, head, direction, word]
+                # [relation, layer*head*direction]
+                correct_alt += (ok_alt.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
+            else:
+                correct_alt += row_correct
+        punct_words += np.bincount(rel[sent.punct], minlength=R)  # [relation]
+        head_is_punct = (gold > 0) & sent.punct[np.maximum(gold - 1, 0)]  # [word]
+        punct_gold_head += np.bincount(rel[head_is_punct], minlength=R)  # [relation]
         base_ok = (_baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [offset, word]
         row_base = (base_ok.astype(np.float32) @ onehot).T.astype(np.int64)  # [relation, offset]
         base_correct += row_base
@@ -293,6 +415,9 @@ def score_heads(
         if keep_sentences:
             sent_counts[k] = row_counts
             sent_base[k] = row_base
+        if fold_of is not None:
+            fold_correct[fold_of[k]] += row_correct
+            fold_words[fold_of[k]] += row_counts
     return HeadScores(
         relations=relations,
         num_layers=L,
@@ -310,7 +435,25 @@ def score_heads(
         n_poss_affected=n_affected,
         store_path=str(store.path),
         meta={"level": "word", "excluded": store.meta.get("excluded") or {}},
+        exclude_punct_candidates=bool(exclude_punct_candidates),
+        correct_alt=None if correct_alt is None else correct_alt.reshape(R, L, H, 2),  # [relation, layer, head, dir]
+        punct_words=punct_words,
+        punct_gold_head=punct_gold_head,
+        fold_of=fold_of,
+        # [fold, relation, layer, head, direction]
+        fold_correct=None if fold_correct is None else fold_correct.reshape(2, R, L, H, 2),
+        fold_word_counts=fold_words,
+        crossfit_seed=None if crossfit_seed is None else int(crossfit_seed),
     )
+
+
+def crossfit_folds(n_sentences: int, seed: int) -> "np.ndarray":
+    """``[S]`` int8 fold of each sentence (0 = fold A, 1 = fold B): the sentences at the first
+    ``ceil(S / 2)`` positions of ``numpy.random.default_rng(seed).permutation(S)`` form fold A."""
+    order = np.random.default_rng(seed).permutation(int(n_sentences))  # [sentence]
+    fold = np.ones(int(n_sentences), dtype=np.int8)  # [sentence]
+    fold[order[: (int(n_sentences) + 1) // 2]] = 0
+    return fold
 
 
 def sentence_correct(
@@ -322,21 +465,68 @@ def sentence_correct(
     0 = dep2head, 1 = head2dep. Second pass over the same store (and options) ``scores`` came from;
     only the selected heads are evaluated.
     """
+    return _second_pass(store, scores, selections, [])[0]
+
+
+def paired_counts(
+    store: "AttentionStore", scores: HeadScores, comparisons: Sequence[tuple[str, tuple, tuple]]
+) -> tuple["np.ndarray", "np.ndarray"]:
+    """Discordant word counts per sentence of paired predictors: ``(b [S, P], c [S, P])`` int64.
+
+    ``comparisons``: ``(relation or "All", A, B)`` with A and B each ``("head", layer, head,
+    direction)`` (0-indexed) or ``("offset", k)`` (index into ``scores.offsets``). On the words of the
+    relation, ``b`` counts the words A predicts correctly and B does not, ``c`` the reverse. Second pass
+    over the same store (and options, candidate set included) ``scores`` came from.
+    """
+    _, b, c = _second_pass(store, scores, [], comparisons)
+    return b, c
+
+
+def _second_pass(
+    store: "AttentionStore",
+    scores: HeadScores,
+    selections: Sequence[tuple[str, int, int, int]],
+    comparisons: Sequence[tuple[str, tuple, tuple]],
+) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """One pass for :func:`sentence_correct` (``[S, len(selections)]``) and :func:`paired_counts`
+    (``b``, ``c``: ``[S, len(comparisons)]``), evaluating only the heads they name."""
     _check_word_store(store)
     if (store.num_layers, store.num_heads) != (scores.num_layers, scores.num_heads) or len(store) < scores.n_sentences:
         raise BertlookError(f"{store.path}: does not match the scored store ({scores.store_path})")
     rel_index = {r: i for i, r in enumerate(scores.relations)}
-    uniq = sorted({(l, h) for _, l, h, _ in selections})
-    pos = {lh: u for u, lh in enumerate(uniq)}
-    li = np.array([l for l, _ in uniq], dtype=np.int64)  # [unique_head]: layer
-    hi = np.array([h for _, h in uniq], dtype=np.int64)  # [unique_head]: head
-    sel_u = np.array([pos[(l, h)] for _, l, h, _ in selections], dtype=np.int64)  # [selection]
-    sel_d = np.array([d for *_, d in selections], dtype=np.int64)  # [selection]
-    sel_r = np.array([-1 if r == ALL else rel_index.get(r, -2) for r, *_ in selections], dtype=np.int64)  # [selection]
-    out = np.zeros((scores.n_sentences, len(selections)), dtype=np.int64)  # [sentence, selection]
-    if not selections:
-        return out
-    for k in range(scores.n_sentences):
+    K = len(scores.offsets)
+
+    def rel_code(r: str) -> int:
+        return -1 if r == ALL else rel_index.get(r, -2)
+
+    # every predictor as a row of one [predictor, word] table: heads (unique layer-head x direction)
+    # first, then the K offsets
+    heads_lh = sorted({(l, h) for _, l, h, _ in selections}
+                      | {(p[1], p[2]) for _, *pair in comparisons for p in pair if p[0] == "head"})
+    pos = {lh: u for u, lh in enumerate(heads_lh)}
+    U = len(heads_lh)
+
+    def row(p: tuple) -> int:
+        if p[0] == "head":
+            return 2 * pos[(p[1], p[2])] + int(p[3])
+        if p[0] == "offset" and 0 <= int(p[1]) < K:
+            return 2 * U + int(p[1])
+        raise BertlookError(f"paired_counts: bad predictor {p!r}")
+
+    sel_row = np.array([2 * pos[(l, h)] + d for _, l, h, d in selections], dtype=np.int64)  # [selection]
+    sel_r = np.array([rel_code(r) for r, *_ in selections], dtype=np.int64)  # [selection]
+    cmp_a = np.array([row(a) for _, a, _ in comparisons], dtype=np.int64)  # [comparison]
+    cmp_b = np.array([row(b) for _, _, b in comparisons], dtype=np.int64)  # [comparison]
+    cmp_r = np.array([rel_code(r) for r, *_ in comparisons], dtype=np.int64)  # [comparison]
+    li = np.array([l for l, _ in heads_lh], dtype=np.int64)  # [unique_head]: layer
+    hi = np.array([h for _, h in heads_lh], dtype=np.int64)  # [unique_head]: head
+    S = scores.n_sentences
+    out = np.zeros((S, len(selections)), dtype=np.int64)  # [sentence, selection]
+    b_out = np.zeros((S, len(comparisons)), dtype=np.int64)  # [sentence, comparison]
+    c_out = np.zeros((S, len(comparisons)), dtype=np.int64)  # [sentence, comparison]
+    if not selections and not comparisons:
+        return out, b_out, c_out
+    for k in range(S):
         rec = store.records[k]
         if rec.get("id", k) != scores.sentence_ids[k]:
             raise BertlookError(
@@ -347,14 +537,25 @@ def sentence_correct(
             sent = _parse_sentence(store, rec, k, rel_index, scores.poss_from_possessive)
         except KeyError as err:
             raise BertlookError(f"{_where(store, rec, k)}: relation {err} was not in the scored store") from None
-        attn = store.get(k)  # [layer, head, query_word, key_word]
-        # [unique_head, direction, word]
-        pred = predict_heads(attn[li, hi], sent.n_words, where=_where(store, rec, k))[..., sent.src]
-        ok = (pred == sent.gold) & (sent.gold > 0)  # [unique_head, direction, word]
-        chosen = ok[sel_u, sel_d]  # [selection, word]
-        in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])  # [selection, word]
-        out[k] = (chosen & in_rel).sum(axis=1)  # [selection]
-    return out
+        W = sent.n_words
+        ok_all = np.zeros((2 * U + K, W), dtype=bool)  # [predictor, word]
+        if U:
+            attn = store.get(k)  # [layer, head, query_word, key_word]
+            cand = ~sent.punct if scores.exclude_punct_candidates else None  # [word]
+            # [unique_head, direction, word]
+            pred = predict_heads(attn[li, hi], W, where=_where(store, rec, k), candidates=cand)[..., sent.src]
+            ok_all[: 2 * U] = ((pred == sent.gold) & (sent.gold > 0)).reshape(2 * U, W)  # [unique_head*dir, word]
+        # [offset, word]
+        ok_all[2 * U :] = (_baseline_predictions(W, scores.offsets)[:, sent.src] == sent.gold) & (sent.gold > 0)
+        if len(selections):
+            in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])  # [selection, word]
+            out[k] = (ok_all[sel_row] & in_rel).sum(axis=1)  # [selection]
+        if len(comparisons):
+            in_rel = (cmp_r[:, None] == -1) | (sent.rel[None, :] == cmp_r[:, None])  # [comparison, word]
+            a_ok, b_ok = ok_all[cmp_a], ok_all[cmp_b]  # [comparison, word] each
+            b_out[k] = (a_ok & ~b_ok & in_rel).sum(axis=1)  # [comparison]
+            c_out[k] = (~a_ok & b_ok & in_rel).sum(axis=1)  # [comparison]
+    return out, b_out, c_out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -470,6 +671,8 @@ def table1(
     confidence: float = 0.95,
     seed: int = 0,
     forced_relations: Sequence[str] = FORCED_RELATIONS,
+    paired: bool = False,
+    alpha: float = DEFAULT_ALPHA,
 ) -> "pd.DataFrame":
     """Twin of the paper's Table 1 (definitions: docs/definitions.md#head-accuracy).
 
@@ -478,11 +681,17 @@ def table1(
     dev). The paper's numbers are joined by :func:`bertlook.reporting.paper_join.join_table1`. The
     head CIs need a second pass over the dev
     store: ``dev_store`` (store or path), default the store ``dev_scores`` was computed from.
+    Beyond the paper, in this order: :data:`CROSSFIT_COLUMNS` when ``dev_scores`` has cross-fitting
+    folds; :data:`PAIRED_COLUMNS` when ``paired`` (McNemar exact tests, bootstrap intervals of the
+    accuracy difference, Holm-adjusted p-values, significance at ``alpha``; needs the dev store);
+    :data:`NOPUNCT_COLUMNS` when ``dev_scores`` counted both candidate sets.
     """
     if min_count < 0:
         raise BertlookError(f"min_count must be >= 0, got {min_count}")
     if bootstrap < 0:
         raise BertlookError(f"bootstrap must be >= 0, got {bootstrap}")
+    if not 0 < alpha < 1:
+        raise BertlookError(f"alpha must be in (0, 1), got {alpha}")
     rows = table1_relations(dev_scores, min_count, forced_relations)
     out: list[dict[str, Any]] = []
     selections = []
@@ -506,22 +715,40 @@ def table1(
         })
         selections.append((rel, l, h, d, k))
 
-    if bootstrap > 0:
+    # runner-up of each row: the best (head, direction) among the other layer-heads (paired tests)
+    runners: list[tuple[int, int, int] | None] = []
+    for (rel, l, h, d, k) in selections:
+        corr = dev_scores.counts_for(rel)[0].copy()  # [layer, head, direction]
+        corr[l, h, :] = -1
+        runners.append(_best(corr) if corr.size > 2 else None)
+    comparisons: list[tuple[str, tuple, tuple]] = []
+    if paired:
+        for (rel, l, h, d, k), ru in zip(selections, runners):
+            comparisons.append((rel, ("head", l, h, d), ("offset", k)))
+            if ru is not None:
+                comparisons.append((rel, ("head", l, h, d), ("head", *ru)))
+    store_ref = dev_store if dev_store is not None else dev_scores.store_path
+    head_nums = b_s = c_s = None
+    if (bootstrap > 0 or paired) and store_ref is not None:
+        # [sentence, selection], [sentence, comparison] x 2
+        head_nums, b_s, c_s = _second_pass(open_store(store_ref, level="word"), dev_scores,
+                                           [s[:4] for s in selections] if bootstrap > 0 else [], comparisons)
+    elif paired:
+        raise BertlookError("table1: paired tests need the dev store (dev_store or the scores' store_path)")
+    den = None
+    if bootstrap > 0 or paired:
         # [sentence, relation], [sentence, relation, offset]
         sc, sb = dev_scores.sentence_counts, dev_scores.sentence_baseline_correct
         if sc is None or sb is None:
-            raise BertlookError("table1: bootstrap needs dev scores computed with keep_sentences=True")
+            raise BertlookError("table1: bootstrap and paired tests need dev scores computed with keep_sentences=True")
         dens, base_nums = [], []
         for rel, *_, k in selections:
             r = dev_scores.relation_index(rel) if rel != ALL else None
             dens.append(sc.sum(axis=1) if r is None else sc[:, r])  # [sentence]
             base_nums.append(sb[:, :, k].sum(axis=1) if r is None else sb[:, r, k])  # [sentence]
         den = np.stack(dens, axis=1)  # [sentence, selection]
-        store_ref = dev_store if dev_store is not None else dev_scores.store_path
-        if store_ref is not None:
-            # [sentence, selection]
-            head_nums = sentence_correct(open_store(store_ref, level="word"), dev_scores, [s[:4] for s in selections])
-        else:
+    if bootstrap > 0:
+        if store_ref is None:
             head_nums = np.full_like(den, np.nan, dtype=np.float64)  # [sentence, selection]
         low, high = bootstrap_ci(  # [2*selection] each: heads, then baselines
             np.concatenate([head_nums, np.stack(base_nums, axis=1)], axis=1),  # [sentence, 2*selection]
@@ -552,10 +779,131 @@ def table1(
             row.update(heldout_head=head_label(tl, th), heldout_direction=DIRECTIONS[td],
                        heldout_accuracy=corr[tl, th, td] / count)
 
+    if dev_scores.fold_correct is not None:
+        columns += CROSSFIT_COLUMNS
+        for row in out:
+            row.update(_crossfit_row(dev_scores, row["relation"]))
+
+    if paired:
+        columns += PAIRED_COLUMNS
+        _paired_rows(out, selections, runners, comparisons, b_s, c_s, den, dev_scores,
+                     bootstrap=bootstrap, confidence=confidence, seed=seed, alpha=alpha)
+
+    if dev_scores.correct_alt is not None:
+        columns += NOPUNCT_COLUMNS
+        for row in out:
+            rel, count = row["relation"], row["count"]
+            with_punct = dev_scores.candidate_counts(rel, False)  # [layer, head, direction]
+            no_punct = dev_scores.candidate_counts(rel, True)  # [layer, head, direction]
+            wl, wh, wd = _best(with_punct)
+            nl, nh, nd = _best(no_punct)
+            acc = no_punct[nl, nh, nd] / count
+            r = None if rel == ALL else dev_scores.relation_index(rel)
+            gold_punct = dev_scores.punct_gold_head.sum() if r is None else dev_scores.punct_gold_head[r]
+            row.update(nopunct_head=head_label(nl, nh), nopunct_direction=DIRECTIONS[nd], nopunct_accuracy=acc,
+                       nopunct_delta=acc - with_punct[wl, wh, wd] / count, gold_head_punct=int(gold_punct))
+
     df = pd.DataFrame(out, columns=columns)
     df["baseline_offset"] = df["baseline_offset"].astype("int64")
     df["count"] = df["count"].astype("int64")
+    if paired:
+        for fam in PAIRED_FAMILIES:
+            for suf in ("b", "c"):
+                df[f"{fam}_{suf}"] = pd.array(df[f"{fam}_{suf}"].tolist(), dtype="Int64")
+            df[f"{fam}_significant"] = pd.array(df[f"{fam}_significant"].tolist(), dtype="boolean")
+    df.attrs["exclude_punct_candidates"] = bool(dev_scores.exclude_punct_candidates)
+    if paired:
+        df.attrs["alpha"] = float(alpha)
     return df
+
+
+def _crossfit_row(scores: HeadScores, rel: str) -> dict[str, Any]:
+    """Cross-fitted choice of a row: the best head of fold A scored on fold B and vice versa; the
+    pooled accuracy over both folds (NaN, heads empty, when a fold has no word of the relation)."""
+    (corr_a, n_a), (corr_b, n_b) = scores.fold_counts_for(rel, 0), scores.fold_counts_for(rel, 1)
+    if n_a == 0 or n_b == 0:
+        return dict(crossfit_head_a="", crossfit_direction_a="", crossfit_head_b="", crossfit_direction_b="",
+                    crossfit_accuracy=np.nan)
+    la, ha_, da = _best(corr_a)
+    lb, hb, db = _best(corr_b)
+    return dict(crossfit_head_a=head_label(la, ha_), crossfit_direction_a=DIRECTIONS[da],
+                crossfit_head_b=head_label(lb, hb), crossfit_direction_b=DIRECTIONS[db],
+                crossfit_accuracy=(corr_b[la, ha_, da] + corr_a[lb, hb, db]) / (n_a + n_b))
+
+
+def _paired_rows(out: list[dict[str, Any]], selections: list, runners: list, comparisons: list,
+                 b_s: "np.ndarray", c_s: "np.ndarray", den: "np.ndarray", scores: HeadScores, *,
+                 bootstrap: int, confidence: float, seed: int, alpha: float) -> None:
+    """Fill :data:`PAIRED_COLUMNS` of the Table 1 rows ``out`` (in place) from the discordant counts
+    of :func:`paired_counts` (``b_s``, ``c_s``: ``[sentence, comparison]``, in the order of
+    ``comparisons``) and the per-sentence word counts ``den [sentence, row]``."""
+    idx = {(cmp[0], cmp[1], cmp[2]): j for j, cmp in enumerate(comparisons)}
+    diff_num = b_s - c_s  # [sentence, comparison]
+    rows_of_rel = {sel[0]: i for i, sel in enumerate(selections)}
+    row_of = [rows_of_rel[cmp[0]] for cmp in comparisons]  # [comparison]: its Table 1 row
+    # [comparison] each; numerators and denominators [sentence, comparison]
+    low, high = bootstrap_ci(diff_num, den[:, row_of], replicates=bootstrap, confidence=confidence, seed=seed)
+    b_tot, c_tot = b_s.sum(axis=0), c_s.sum(axis=0)  # [comparison] each
+    p = np.array([mcnemar_exact(int(b), int(c)) for b, c in zip(b_tot, c_tot)], dtype=np.float64)  # [comparison]
+    fam_of = np.array([0 if cmp[2][0] == "offset" else 1 for cmp in comparisons], dtype=np.int64)  # [comparison]
+    p_holm = np.full_like(p, np.nan)  # [comparison]
+    for f in range(len(PAIRED_FAMILIES)):
+        mask = fam_of == f  # [comparison]
+        p_holm[mask] = holm(p[mask])
+    for i, ((rel, l, h, d, k), ru) in enumerate(zip(selections, runners)):
+        row = out[i]
+        count = row["count"]
+        if ru is None:
+            row.update(runner_up_head="", runner_up_direction="", runner_up_accuracy=np.nan)
+        else:
+            corr = scores.counts_for(rel)[0]  # [layer, head, direction]
+            row.update(runner_up_head=head_label(ru[0], ru[1]), runner_up_direction=DIRECTIONS[ru[2]],
+                       runner_up_accuracy=corr[ru] / count)
+        others = {"vs_baseline": ("offset", k), "vs_runner_up": None if ru is None else ("head", *ru)}
+        for fam, other in others.items():
+            j = None if other is None else idx[(rel, ("head", l, h, d), other)]
+            if j is None:
+                row.update({f"{fam}_{suf}": np.nan for suf in PAIRED_STAT_SUFFIXES})
+                row.update({f"{fam}_b": None, f"{fam}_c": None, f"{fam}_significant": None})
+                continue
+            row.update({
+                f"{fam}_b": int(b_tot[j]), f"{fam}_c": int(c_tot[j]),
+                f"{fam}_diff": (int(b_tot[j]) - int(c_tot[j])) / count,
+                f"{fam}_diff_ci_low": float(low[j]), f"{fam}_diff_ci_high": float(high[j]),
+                f"{fam}_p": float(p[j]), f"{fam}_p_holm": float(p_holm[j]),
+                f"{fam}_significant": bool(p_holm[j] <= alpha),
+            })
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value of ``b`` and ``c`` discordant pairs:
+    ``min(1, 2 * BinomCDF(min(b, c); b + c, 1/2))`` (``scipy.stats.binomtest``); 1 when ``b + c == 0``."""
+    from scipy.stats import binomtest
+
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise BertlookError(f"mcnemar_exact: counts must be >= 0, got {b}, {c}")
+    if b + c == 0:
+        return 1.0
+    return float(min(1.0, binomtest(min(b, c), b + c, 0.5).pvalue))
+
+
+def holm(pvalues: "np.ndarray") -> "np.ndarray":
+    """Holm step-down adjusted p-values ``[m]`` of ``pvalues [m]`` (NaN entries are not in the family
+    and stay NaN): with ``p_(1) <= ... <= p_(m)``, ``adj_(i) = min(1, max_{j <= i} (m - j + 1) p_(j))``.
+
+    Hand-written (five lines) rather than a new dependency: statsmodels, which has it, is not installed.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)  # [test]
+    out = np.full_like(p, np.nan)  # [test]
+    ok = np.flatnonzero(~np.isnan(p))  # [finite_test]
+    m = len(ok)
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]  # [finite_test]: ascending p
+    scaled = (m - np.arange(m)) * p[order]  # [finite_test]
+    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))  # [finite_test]
+    return out
 
 
 def resolve_tree_source(store: "AttentionStore", kind: str | None, name: str | None,
@@ -584,3 +932,52 @@ def relation_rows_summary(scores: HeadScores, table: "pd.DataFrame") -> dict[str
         "skipped_relations": {r: c for r, c in counts.items() if r in SKIP_RELATIONS},
         "relations_below_min_count": {r: c for r, c in counts.items() if r not in shown and r not in SKIP_RELATIONS},
     }
+
+
+def statistics_summary(scores: HeadScores, table: "pd.DataFrame") -> dict[str, Any]:
+    """The summary entries of the additions beyond the paper: punctuation counts, the cross-fitting
+    folds, per paired-test family the rows whose difference is significant after Holm (better /
+    worse than the comparison) and not, and the rows the punctuation switch moves."""
+    out: dict[str, Any] = {}
+    rows = list(table["relation"])
+    if scores.punct_words is not None:
+        gold_punct = {r: int(c) for r, c in zip(scores.relations, scores.punct_gold_head)}
+        out["punctuation"] = {
+            "definition": f"relation in {list(PUNCT_RELATIONS)} or UPOS {PUNCT_UPOS}",
+            "n_punct_words": int(scores.punct_words.sum()),
+            "n_words_gold_head_punct": int(scores.punct_gold_head.sum()),
+            "gold_head_punct_by_row": {r: (int(scores.punct_gold_head.sum()) if r == ALL else gold_punct.get(r, 0))
+                                       for r in rows},
+        }
+    if scores.fold_of is not None:
+        out["crossfit"] = {
+            "seed": scores.crossfit_seed,
+            "fold_sentences": [int((scores.fold_of == f).sum()) for f in (0, 1)],
+            "fold_words": [int(scores.fold_word_counts[f].sum()) for f in (0, 1)],
+            "rows_without_choice": [r for r, h in zip(rows, table.get("crossfit_head_a", [""] * len(rows)))
+                                    if not h],
+        }
+    if "vs_baseline_p_holm" in table.columns:
+        paired: dict[str, Any] = {}
+        for fam in PAIRED_FAMILIES:
+            # per row: True / False, None when not tested (no runner-up)
+            sig = [None if pd.isna(v) else bool(v) for v in table[f"{fam}_significant"]]
+            diff = table[f"{fam}_diff"].to_numpy(dtype=np.float64)  # [row]
+            paired[fam] = {
+                "n_tests": sum(v is not None for v in sig),
+                "n_significant": sum(v is True for v in sig),
+                "significant_better": [r for r, v, d in zip(rows, sig, diff) if v is True and d > 0],
+                "significant_worse": [r for r, v, d in zip(rows, sig, diff) if v is True and d < 0],
+                "not_significant": [r for r, v in zip(rows, sig) if v is False],
+            }
+        out["paired"] = paired
+    if "nopunct_delta" in table.columns:
+        delta = table["nopunct_delta"].to_numpy(dtype=np.float64)  # [row]
+        out["nopunct"] = {
+            "rows_moved": [r for r, d in zip(rows, delta) if d != 0],
+            "rows_head_changed": [r for r, a, b, da, db in zip(rows, table["best_head"], table["nopunct_head"],
+                                                              table["direction"], table["nopunct_direction"])
+                                  if (a, da) != (b, db)],
+            "max_abs_delta": float(np.abs(delta).max()) if len(delta) else 0.0,
+        }
+    return out

@@ -1,8 +1,12 @@
 """Attention-based dependency-parsing probes (paper Table 3, Section 4.2).
 
 Trains and evaluates the Attn, Attn+GloVe (also with the released code's off-by-one), Distances+GloVe,
-random-init and right-branching probes on word-level stores: :func:`build_features`,
-:func:`train_probe`, :func:`evaluate_probe`, :func:`chu_liu_edmonds`, :func:`run_probes`.
+random-init and right-branching probes on word-level stores, plus two controls of the random-init probe
+(GloVe only; Attn+GloVe on exactly uniform maps) and, issue 16, a positional control (Distances only) and
+an MLP variant of Attn+GloVe: :func:`build_features`, :func:`train_probe` (with
+optional training diagnostics: loss curve, dev UAS per epoch, feature scale), :func:`evaluate_probe`,
+:func:`bertlook.analyses.trees.chu_liu_edmonds` (MST decoding), :func:`run_probes`,
+:func:`run_layer_ablations` (per-layer ablations of Attn+GloVe).
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -21,6 +25,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.trees import chu_liu_edmonds  # the MST decoder (shared with tree-heads)
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
@@ -31,11 +36,22 @@ from bertlook.io_utils import atomic_path
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-# Table 3 rows, in the paper's order.
+# Table 3 rows, in the paper's order, then bertlook's control probes (no paper number; issue 14), then
+# the probe controls of issue 16 (no paper number).
 PROBES = ("right_branching", "distances_glove", "random_init_attn_glove", "attn", "attn_glove",
-          "attn_glove_released")
+          "attn_glove_released", "glove_only", "attn_glove_uniform", "distances_only", "attn_glove_mlp")
+#: controls of the random-init probe: GloVe only (no attention features), Attn+GloVe on exactly uniform maps
+CONTROL_PROBES = ("glove_only", "attn_glove_uniform")
+#: issue 16: the positional features of Distances+GloVe alone, and Attn+GloVe with an MLP for its weights
+VARIANT_PROBES = ("distances_only", "attn_glove_mlp")
+#: the rows without a paper number
+OWN_PROBES = CONTROL_PROBES + VARIANT_PROBES
 TRAINED_PROBES = tuple(p for p in PROBES if p != "right_branching")
-GLOVE_PROBES = ("distances_glove", "random_init_attn_glove", "attn_glove", "attn_glove_released")
+GLOVE_PROBES = ("distances_glove", "random_init_attn_glove", "attn_glove", "attn_glove_released", "glove_only",
+                "attn_glove_uniform", "attn_glove_mlp")
+#: per-layer ablations of Attn+GloVe (`bertlook probe-ablations`): only layer l's attention features kept,
+#: or layer l's removed
+ABLATION_MODES = ("keep", "drop")
 PROBE_LABELS = {
     "right_branching": "Right-branching",
     "distances_glove": "Distances + GloVe",
@@ -43,7 +59,14 @@ PROBE_LABELS = {
     "attn": "Attn",
     "attn_glove": "Attn + GloVe",
     "attn_glove_released": "Attn + GloVe (released off-by-one)",
+    "glove_only": "GloVe only (control)",
+    "attn_glove_uniform": "Attn + GloVe, uniform maps (control)",
+    "distances_only": "Distances only (control)",
+    "attn_glove_mlp": "Attn + GloVe, MLP weights",
 }
+#: ``train_probe(feature_scale=...)``: ``none`` (the paper's features), ``n`` (attention features times the
+#: sentence's map size ``W+2``: a uniform map gives 1)
+FEATURE_SCALES = ("none", "n")
 #: the run's Table 3 columns; tables/table3.csv adds ``paper_uas`` (reporting.paper_join.join_table3)
 TABLE_COLUMNS = ["probe", "uas_mean", "uas_sd", "n_seeds", "uas_mst_mean", "uas_mst_sd", "note"]
 STRUCTURAL_PROBE_NOTE = (
@@ -317,11 +340,17 @@ def _masked_log_softmax(scores: "torch.Tensor", cand_mask: "torch.Tensor") -> "t
 def probe_loss(scores: "torch.Tensor", heads: "torch.Tensor", dep_mask: "torch.Tensor",
                cand_mask: "torch.Tensor") -> "torch.Tensor":
     """Cross-entropy summed over the real (unpadded) words of all sentences of the batch."""
+    return -_gold_log_probs(scores, heads, dep_mask, cand_mask).sum()
+
+
+def _gold_log_probs(scores: "torch.Tensor", heads: "torch.Tensor", dep_mask: "torch.Tensor",
+                    cand_mask: "torch.Tensor") -> "torch.Tensor":
+    """``[B, Wm]`` log-probability of each real word's gold head, 0 on padding (:func:`probe_loss` sums it)."""
     import torch
 
     logp = _masked_log_softmax(scores, cand_mask)  # [batch, word, candidate]
     gold = logp.gather(-1, heads.unsqueeze(-1)).squeeze(-1)  # [batch, word]
-    return -torch.where(dep_mask, gold, torch.zeros_like(gold)).sum()
+    return torch.where(dep_mask, gold, torch.zeros_like(gold))  # [batch, word]
 
 
 # ========================================================================================= batches
@@ -341,9 +370,22 @@ class Batch:
 
 
 def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, glove: bool, dist: bool,
-               released_offbyone: bool = False) -> Batch:
-    """Pad ``sents`` to the longest and read their attention (float16 store reads -> float32)."""
+               released_offbyone: bool = False, uniform_maps: bool = False, feature_scale: str = "none",
+               head_subset: Sequence[int] | None = None) -> Batch:
+    """Pad ``sents`` to the longest and read their attention (float16 store reads -> float32).
+
+    ``head_subset``: the flattened head indices (``layer * num_heads + head``, ascending) whose maps make the
+    attention features, in that order (the per-layer ablations); None: every head.
+
+    ``uniform_maps``: a read-only uniform view of the store instead of its maps: every attention row of
+    a sentence of W words is exactly ``1/(W+2)`` (float32) over its ``W+2`` positions; the maps are not
+    read (the control ``attn_glove_uniform``). ``feature_scale="n"``: the attention features of each
+    sentence multiplied by ``W+2`` (a uniform row -> 1); ``"none"``: as read.
+    """
     import torch
+
+    if feature_scale not in FEATURE_SCALES:
+        raise BertlookError(f"feature_scale must be one of {', '.join(FEATURE_SCALES)}, got {feature_scale!r}")
 
     B = len(sents)
     Wm = max(s.n_words for s in sents)
@@ -361,8 +403,20 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
         cand_mask=torch.from_numpy(ar[None, :] <= lengths[:, None]),  # [batch, candidate]
         punct=torch.from_numpy(punct),
     )
-    if attn:
-        K = data.num_heads_total
+    sel = None if head_subset is None else np.asarray(head_subset, dtype=np.int64)  # [layer*head]: the heads kept
+    if attn and uniform_maps:
+        K = data.num_heads_total if sel is None else len(sel)
+        words = np.zeros((B, K, Wm, Wm), dtype=np.float32)  # [batch, layer*head, word, word]
+        root = np.zeros((B, 4, K, Wm), dtype=np.float32)  # [batch, root_part, layer*head, word]
+        for b, s in enumerate(sents):
+            W = s.n_words
+            u = np.float32(1.0) / np.float32(W + 2)  # every entry of a uniform row over [CLS] w1..wW [SEP]
+            words[b, :, :W, :W] = u  # [layer*head, word, word]
+            root[b, :, :, :W] = u  # [root_part, layer*head, word]
+        batch.words = torch.from_numpy(words)  # [batch, layer*head, word, word]
+        batch.root = torch.from_numpy(root)  # [batch, root_part, layer*head, word]
+    elif attn:
+        K = data.num_heads_total if sel is None else len(sel)
         # staged in float16 (copies of the checked maps read from the store), converted by torch in one call
         words = np.zeros((B, K, Wm, Wm), dtype=np.float16)  # [batch, layer*head, word, word]
         root = np.zeros((B, 4, K, Wm), dtype=np.float16)  # [batch, root_part, layer*head, word]
@@ -371,7 +425,9 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
             A = data.store.get(s.index)  # [layer, head, query_word, key_word]
             if A.shape[-1] != W + 2:
                 raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
-            A = A.reshape(K, W + 2, W + 2)  # [layer*head, query_word, key_word]
+            A = A.reshape(data.num_heads_total, W + 2, W + 2)  # [layer*head, query_word, key_word]
+            if sel is not None:
+                A = A[sel]  # [layer*head, query_word, key_word]: the heads kept
             words[b, :, :W, :W] = A[:, 1 : W + 1, 1 : W + 1]  # [layer*head, word, word]
             root[b, 0, :, :W] = A[:, 1 : W + 1, 0]  # [layer*head, word]: word -> [CLS]
             root[b, 1, :, :W] = A[:, 1 : W + 1, W + 1]  # [layer*head, word]: word -> [SEP]
@@ -379,6 +435,10 @@ def make_batch(data: ProbeData, sents: Sequence[SentenceMeta], *, attn: bool, gl
             root[b, 3, :, :W] = A[:, W + 1, 1 : W + 1]  # [layer*head, word]: [SEP] -> word
         batch.words = torch.from_numpy(words).float()  # [batch, layer*head, word, word]
         batch.root = torch.from_numpy(root).float()  # [batch, root_part, layer*head, word]
+    if attn and feature_scale == "n":
+        n = torch.from_numpy(lengths + 2).float()  # [batch]: map size W+2 of each sentence
+        batch.words = batch.words * n[:, None, None, None]  # [batch, layer*head, word, word]
+        batch.root = batch.root * n[:, None, None, None]  # [batch, root_part, layer*head, word]
     if glove:
         if data.glove is None:
             raise BertlookError(f"{data.path}: this probe needs GloVe vectors")
@@ -482,7 +542,75 @@ def _modules():
                  + torch.nn.functional.linear(batch.cand_vecs, Wt[:, N_DIST + d :]).unsqueeze(1))
             return self.out(torch.tanh(h)).squeeze(-1)  # [batch, word, candidate]
 
-    return AttnProbe, AttnGloveProbe, DistancesGloveProbe
+    class GloveOnlyProbe(nn.Module):
+        """GloVe only (control): ``tanh(H [v_i ; v_j] + c)`` -> linear score; no attention, no distances."""
+
+        kind = "glove_only"
+        needs = {"glove"}
+
+        def __init__(self, glove_dim: int, hidden: int = HIDDEN):
+            super().__init__()
+            self.glove_dim = int(glove_dim)
+            self.num_heads_total = None
+            self.released_offbyone = False
+            self.hidden = nn.Linear(2 * self.glove_dim, hidden)
+            self.out = nn.Linear(hidden, 1)
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            d = self.glove_dim
+            Wt = self.hidden.weight
+            # [batch, word, candidate, hidden]
+            h = (torch.nn.functional.linear(batch.dep_vecs, Wt[:, :d], self.hidden.bias).unsqueeze(2)
+                 + torch.nn.functional.linear(batch.cand_vecs, Wt[:, d:]).unsqueeze(1))
+            return self.out(torch.tanh(h)).squeeze(-1)  # [batch, word, candidate]
+
+    class DistancesOnlyProbe(nn.Module):
+        """Distances only (control): ``tanh(H dist_ij + c)`` -> linear score; the 8 positional features of
+        Distances+GloVe without the word vectors."""
+
+        kind = "distances_only"
+        needs = {"dist"}
+
+        def __init__(self, hidden: int = HIDDEN):
+            super().__init__()
+            self.glove_dim = None
+            self.num_heads_total = None
+            self.released_offbyone = False
+            self.hidden = nn.Linear(N_DIST, hidden)
+            self.out = nn.Linear(hidden, 1)
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            h = self.hidden(batch.dist)  # [batch, word, candidate, hidden]
+            return self.out(torch.tanh(h)).squeeze(-1)  # [batch, word, candidate]
+
+    class AttnGloveMLPProbe(nn.Module):
+        """Attn+GloVe with MLP weights: per-feature weights ``W2 tanh(W1 [v_i ; v_j] + c1) + c2`` (one tanh
+        hidden layer of :data:`HIDDEN`, as Distances+GloVe) instead of the linear ``W [v_i ; v_j] + c``;
+        the score stays linear in the attention features."""
+
+        kind = "attn_glove_mlp"
+        needs = {"attn", "glove"}
+
+        def __init__(self, num_heads_total: int, glove_dim: int, hidden: int = HIDDEN):
+            super().__init__()
+            self.num_heads_total = int(num_heads_total)
+            self.glove_dim = int(glove_dim)
+            self.released_offbyone = False
+            self.root_ab = nn.Parameter(torch.ones(2))
+            self.hidden = nn.Linear(2 * self.glove_dim, hidden)
+            self.proj = nn.Linear(hidden, 2 * self.num_heads_total)
+
+        def forward(self, batch: Batch) -> torch.Tensor:
+            d = self.glove_dim
+            Wt = self.hidden.weight
+            # [batch, word, candidate, hidden]
+            h = torch.tanh(torch.nn.functional.linear(batch.dep_vecs, Wt[:, :d], self.hidden.bias).unsqueeze(2)
+                           + torch.nn.functional.linear(batch.cand_vecs, Wt[:, d:]).unsqueeze(1))
+            # [batch, word, candidate, probe_feature]
+            x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
+            return (self.proj(h) * x).sum(-1)  # [batch, word, candidate]
+
+    return AttnProbe, AttnGloveProbe, DistancesGloveProbe, GloveOnlyProbe, DistancesOnlyProbe, AttnGloveMLPProbe
 
 
 def _base_kind(kind: str) -> tuple[str, bool]:
@@ -493,22 +621,67 @@ def _base_kind(kind: str) -> tuple[str, bool]:
         return "attn_glove", False
     if kind == "attn_glove_released":
         return "attn_glove", True
+    if kind == "attn_glove_uniform":
+        return "attn_glove", False
     if kind == "distances_glove":
         return "distances_glove", False
+    if kind == "glove_only":
+        return "glove_only", False
+    if kind == "distances_only":
+        return "distances_only", False
+    if kind == "attn_glove_mlp":
+        return "attn_glove_mlp", False
     raise BertlookError(f"unknown probe {kind!r} (trainable probes: {', '.join(TRAINED_PROBES)})")
 
 
-def make_model(kind: str, *, num_heads_total: int | None, glove_dim: int | None, released_offbyone: bool = False):
-    AttnProbe, AttnGloveProbe, DistancesGloveProbe = _modules()
+ATTN_FAMILIES = ("attn", "attn_glove", "attn_glove_mlp")  # the model families that read attention
+
+
+def make_model(kind: str, *, num_heads_total: int | None, glove_dim: int | None, released_offbyone: bool = False,
+               feature_scale: str = "none", heads: Sequence[int] | None = None):
+    """The untrained module of probe ``kind`` (parameters drawn from torch's global generator).
+
+    The module carries what its batches need: ``needs``, ``released_offbyone``, ``uniform_maps``
+    (``attn_glove_uniform``: the store's maps replaced by exactly uniform rows), ``feature_scale``
+    (see :func:`make_batch`; only for the probes that read attention) and ``head_subset`` (``heads``:
+    the flattened indices of the heads whose features it reads, None = all; the module is built for
+    ``len(heads)`` heads).
+    """
+    AttnProbe, AttnGloveProbe, DistancesGloveProbe, GloveOnlyProbe, DistancesOnlyProbe, AttnGloveMLPProbe = _modules()
     family, released = _base_kind(kind)
     released = released or released_offbyone
+    if feature_scale not in FEATURE_SCALES:
+        raise BertlookError(f"feature_scale must be one of {', '.join(FEATURE_SCALES)}, got {feature_scale!r}")
+    if feature_scale != "none" and family not in ATTN_FAMILIES:
+        raise BertlookError(f"feature_scale {feature_scale!r}: probe {kind!r} has no attention features")
+    subset = None
+    if heads is not None:
+        if family not in ATTN_FAMILIES:
+            raise BertlookError(f"heads: probe {kind!r} has no attention features")
+        subset = tuple(int(k) for k in heads)
+        if not subset or list(subset) != sorted(set(subset)) or subset[0] < 0 or (
+                num_heads_total is not None and subset[-1] >= int(num_heads_total)):
+            raise BertlookError(f"heads must be distinct ascending head indices in 0..{num_heads_total}, got "
+                                f"{list(subset)}")
+        num_heads_total = len(subset)
     if family == "attn":
-        return AttnProbe(num_heads_total)
-    if glove_dim is None:
+        model = AttnProbe(num_heads_total)
+    elif family == "distances_only":
+        model = DistancesOnlyProbe()
+    elif glove_dim is None:
         raise BertlookError(f"probe {kind!r} needs GloVe vectors (--glove)")
-    if family == "attn_glove":
-        return AttnGloveProbe(num_heads_total, glove_dim, released_offbyone=released)
-    return DistancesGloveProbe(glove_dim)
+    elif family == "attn_glove":
+        model = AttnGloveProbe(num_heads_total, glove_dim, released_offbyone=released)
+    elif family == "attn_glove_mlp":
+        model = AttnGloveMLPProbe(num_heads_total, glove_dim)
+    elif family == "glove_only":
+        model = GloveOnlyProbe(glove_dim)
+    else:
+        model = DistancesGloveProbe(glove_dim)
+    model.uniform_maps = kind == "attn_glove_uniform"
+    model.feature_scale = feature_scale
+    model.head_subset = subset
+    return model
 
 
 def _batches(data: ProbeData, groups: Iterable[Sequence[int]], model) -> Iterable[Batch]:
@@ -516,7 +689,10 @@ def _batches(data: ProbeData, groups: Iterable[Sequence[int]], model) -> Iterabl
     for group in groups:
         sents = [data.sentences[i] for i in group]
         yield make_batch(data, sents, attn="attn" in model.needs, glove="glove" in model.needs,
-                         dist="dist" in model.needs, released_offbyone=model.released_offbyone)
+                         dist="dist" in model.needs, released_offbyone=model.released_offbyone,
+                         uniform_maps=getattr(model, "uniform_maps", False),
+                         feature_scale=getattr(model, "feature_scale", "none"),
+                         head_subset=getattr(model, "head_subset", None))
 
 
 def epoch_batches(lengths: Sequence[int], batch_size: int, generator: "torch.Generator",
@@ -545,7 +721,9 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, generator: "torch.Gen
 
 def _width(model) -> int:
     """Values per (dependent, candidate) pair in the model's largest batch tensors."""
-    return HIDDEN if "dist" in model.needs else int(model.num_heads_total)
+    if model.kind == "attn_glove_mlp":  # the features [.., 2K], the hidden layer and the weights [.., 2K]
+        return 4 * int(model.num_heads_total) + HIDDEN
+    return int(model.num_heads_total) if "attn" in model.needs else HIDDEN
 
 
 def _split_group(group: Sequence[int], lengths: Sequence[int], width: int, budget: int) -> list[list[int]]:
@@ -575,7 +753,12 @@ def _eval_batches(data: ProbeData, batch_size: int, width: int, budget: int = MA
 
 
 def _check_compatible(model, data: ProbeData, what: str) -> None:
-    if "attn" in model.needs and model.num_heads_total != data.num_heads_total:
+    subset = getattr(model, "head_subset", None)
+    if "attn" in model.needs and subset is not None:
+        if subset[-1] >= data.num_heads_total:
+            raise BertlookError(f"{data.path}: {data.num_heads_total} heads per word pair, but the probe reads head "
+                                f"index {subset[-1]} ({what})")
+    elif "attn" in model.needs and model.num_heads_total != data.num_heads_total:
         raise BertlookError(
             f"{data.path}: {data.num_heads_total} heads per word pair, but the probe was built for "
             f"{model.num_heads_total} ({what})"
@@ -592,15 +775,31 @@ def _check_compatible(model, data: ProbeData, what: str) -> None:
 # ======================================================================================== training
 def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, seed: int, epochs: int = 1,
                 batch_size: int = 32, lr: float = 0.002, released_offbyone: bool = False,
-                max_sentences: int | None = None, max_batch_elements: int = MAX_BATCH_ELEMENTS):
+                max_sentences: int | None = None, max_batch_elements: int = MAX_BATCH_ELEMENTS,
+                feature_scale: str = "none", loss_every: int | None = None, eval_store=None,
+                eval_epochs: Sequence[int] = (), feature_stats: bool = False, heads: Sequence[int] | None = None):
     """Train one probe; returns ``(model, info)``.
 
     ``train_store``: a word-level store (path, ``AttentionStore`` or :class:`ProbeData`). ``kind``:
-    ``attn``, ``attn_glove``, ``attn_glove_released``, ``distances_glove`` or
-    ``random_init_attn_glove`` (= ``attn_glove``; pass the random-init store). ``max_sentences``:
+    ``attn``, ``attn_glove``, ``attn_glove_released``, ``distances_glove``, ``glove_only``,
+    ``attn_glove_uniform`` (Attn+GloVe on exactly uniform maps of the store), ``distances_only``,
+    ``attn_glove_mlp`` or ``random_init_attn_glove`` (= ``attn_glove``; pass the random-init store).
+    ``heads``: the flattened indices (``layer * num_heads + head``) of the heads whose attention
+    features the probe reads (the per-layer ablations; None = every head). ``max_sentences``:
     use only the first N sentences of the store. A batch whose padded tensors would exceed
     ``max_batch_elements`` values is run as several chunks whose gradients are summed before the one
     Adam step of the batch (the same update, bounded memory).
+
+    Options beyond the paper (the defaults train exactly as without them):
+
+    * ``feature_scale="n"``: attention features times the sentence's map size ``W+2`` (:func:`make_batch`),
+      in training and in every evaluation of the returned model.
+    * ``loss_every=N``: ``info["loss_curve"]``, the mean training loss per word over consecutive windows
+      of N sentences of each epoch (in training order; ``ceil(n_sentences / N)`` windows per epoch).
+    * ``eval_store`` and ``eval_epochs``: ``info["dev_uas_by_epoch"]``, the UAS on ``eval_store`` after
+      each listed epoch (1-based, at most ``epochs``); evaluation does not change the training.
+    * ``feature_stats``: ``info["feature_stats"]``, the scale of the attention features of the first
+      epoch's batches (see :func:`batch_feature_stats`; probes with attention only).
     """
     import torch
 
@@ -610,9 +809,16 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
         raise BertlookError(f"batch size must be >= 1, got {batch_size}")
     if not (lr > 0):
         raise BertlookError(f"learning rate must be > 0, got {lr}")
+    if loss_every is not None and int(loss_every) < 1:
+        raise BertlookError(f"loss_every must be >= 1 sentence, got {loss_every}")
+    eval_epochs = sorted({int(e) for e in eval_epochs})
+    if eval_epochs and (eval_epochs[0] < 1 or eval_epochs[-1] > int(epochs)):
+        raise BertlookError(f"eval_epochs must lie in 1..{int(epochs)} (the epochs trained), got {eval_epochs}")
+    if eval_epochs and eval_store is None:
+        raise BertlookError("eval_epochs given without eval_store (the dev store to evaluate on)")
     family, released = _base_kind(kind)
     released = released or released_offbyone
-    needs_glove = family != "attn"
+    needs_glove = family not in ("attn", "distances_only")
     if needs_glove and glove is None and not (isinstance(train_store, ProbeData) and train_store.glove is not None):
         raise BertlookError(f"probe {kind!r} needs GloVe vectors (--glove)")
     data = _as_data(train_store, glove=glove if needs_glove else None, max_sentences=max_sentences,
@@ -622,7 +828,12 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     torch.manual_seed(int(seed))
     model = make_model(kind, num_heads_total=data.num_heads_total,
                        glove_dim=data.glove.dim if (needs_glove and data.glove is not None) else None,
-                       released_offbyone=released)
+                       released_offbyone=released, feature_scale=feature_scale, heads=heads)
+    if feature_stats and "attn" not in model.needs:
+        raise BertlookError(f"feature_stats: probe {kind!r} has no attention features")
+    dev = None
+    if eval_epochs:
+        dev = _as_data(eval_store, glove=data.glove if needs_glove else None, what="dev attention store")
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(int(seed))
@@ -630,22 +841,47 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     lengths = [st.n_words for st in data.sentences]
     steps = 0
     epoch_losses = []
+    curve: list[dict[str, Any]] = []
+    dev_uas: list[dict[str, Any]] = []
+    stats = FeatureStats() if feature_stats else None
     t0 = time.perf_counter()
     from bertlook.attention.extraction import progress_bar
 
     bar = progress_bar(total=n * int(epochs), desc=f"probe {kind} seed {seed}", unit="sent")
-    for _ in range(int(epochs)):
+    for epoch in range(1, int(epochs) + 1):
         total = 0.0
+        window = [0.0, 0, 0]  # loss, words, sentences of the current window of the loss curve
+        n_windows = 0  # windows of this epoch so far
         for group in epoch_batches(lengths, int(batch_size), gen):
             optimizer.zero_grad(set_to_none=True)
             for batch in _batches(data, _split_group(group, lengths, _width(model), max_batch_elements), model):
-                loss = probe_loss(model(batch), batch.heads, batch.dep_mask, batch.cand_mask)
+                if stats is not None and epoch == 1:
+                    stats.add(batch)
+                if loss_every is None:
+                    loss = probe_loss(model(batch), batch.heads, batch.dep_mask, batch.cand_mask)
+                else:
+                    gold = _gold_log_probs(model(batch), batch.heads, batch.dep_mask, batch.cand_mask)  # [batch, word]
+                    loss = -gold.sum()  # = probe_loss
+                    per_sentence = (-gold.detach().sum(1)).tolist()  # [batch]
+                    for sl, w in zip(per_sentence, batch.lengths.tolist()):
+                        window[0] += sl
+                        window[1] += w
+                        window[2] += 1
+                        if window[2] == int(loss_every):
+                            curve.append(_window(epoch, n_windows, window))
+                            window, n_windows = [0.0, 0, 0], n_windows + 1
                 loss.backward()
                 total += float(loss.detach())
             optimizer.step()
             steps += 1
             bar.update(len(group))
+        if loss_every is not None and window[2]:
+            curve.append(_window(epoch, n_windows, window))
         epoch_losses.append(total / data.n_words)
+        if epoch in eval_epochs:
+            res = evaluate_probe(model, kind, dev)
+            dev_uas.append({"epoch": epoch, "uas": res["uas"], "n_words": res["n_words"]})
+            model.train()
     bar.close()
     seconds = time.perf_counter() - t0
     model.eval()
@@ -666,81 +902,97 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     }
     if hasattr(model, "root_ab"):
         info["root_a"], info["root_b"] = (float(v) for v in model.root_ab.detach())
+    if heads is not None:
+        info["heads"] = list(model.head_subset)
     if needs_glove:
         info["glove_oov_rate"] = data.n_oov / data.n_words if data.n_words else 0.0
+    # diagnostics: only when asked for (the default info is unchanged)
+    if feature_scale != "none":
+        info["feature_scale"] = feature_scale
+    if loss_every is not None:
+        info["loss_every"] = int(loss_every)
+        info["loss_curve"] = curve
+    if eval_epochs:
+        info["dev_store"] = dev.path
+        info["dev_uas_by_epoch"] = dev_uas
+    if stats is not None:
+        info["feature_stats"] = stats.summary()
     return model, info
 
 
-# ====================================================================================== evaluation
-def _find_cycle(heads: np.ndarray) -> list[int] | None:
-    n = len(heads)
-    state = np.zeros(n, dtype=np.int8)  # 0 new, 1 on the current path, 2 done
-    for start in range(1, n):
-        if state[start]:
-            continue
-        path = []
-        v = start
-        while v > 0 and state[v] == 0:
-            state[v] = 1
-            path.append(v)
-            v = int(heads[v])
-        if v > 0 and state[v] == 1:
-            return path[path.index(v):]
-        for p in path:
-            state[p] = 2
-    return None
+def _window(epoch: int, index: int, window: list) -> dict[str, Any]:
+    """Point ``index`` (0-based, within the epoch) of the loss curve: ``window`` = [summed loss, words, sentences]."""
+    return {"epoch": int(epoch), "window": int(index), "sentences": int(window[2]), "words": int(window[1]),
+            "loss_per_word": window[0] / window[1] if window[1] else float("nan")}
 
 
-def _cle(s: np.ndarray) -> np.ndarray:
-    n = s.shape[0]
-    heads = np.full(n, -1, dtype=np.int64)
-    heads[1:] = s[1:].argmax(axis=1)
-    cycle = _find_cycle(heads)
-    if cycle is None:
-        return heads
-    cyc = np.array(cycle, dtype=np.int64)
-    in_cycle = np.zeros(n, dtype=bool)
-    in_cycle[cyc] = True
-    rest = np.flatnonzero(~in_cycle)  # node 0 is never on a cycle, so rest[0] == 0
-    m = len(rest)
-    new = np.full((m + 1, m + 1), -np.inf)
-    new[:m, :m] = s[np.ix_(rest, rest)]
-    out_sub = s[np.ix_(rest, cyc)]  # a rest word taking its head inside the cycle
-    best_out = out_sub.argmax(axis=1)
-    new[:m, m] = out_sub.max(axis=1)
-    with np.errstate(invalid="ignore"):
-        into = s[np.ix_(cyc, rest)] - s[cyc, heads[cyc]][:, None]  # breaking the cycle at v
-    best_in = into.argmax(axis=0)
-    new[m, :m] = into.max(axis=0)
-    new[0, :] = -np.inf
-    new[m, m] = -np.inf
-    sub = _cle(new)
-    out = heads.copy()
-    for u in range(1, m):
-        h = int(sub[u])
-        out[rest[u]] = cyc[best_out[u]] if h == m else rest[h]
-    h = int(sub[m])
-    out[cyc[best_in[h]]] = rest[h]
-    return out
+class FeatureStats:
+    """Running scale of the attention features of the batches seen (:func:`batch_feature_stats`)."""
+
+    KEYS = ("attn_sum", "attn_count", "attn_max", "root_sum", "root_count", "root_max", "dep_sum", "root_dep_sum",
+            "n_dependents", "n_sentences")
+
+    def __init__(self) -> None:
+        self.acc = {k: 0.0 for k in self.KEYS}
+
+    def add(self, batch: Batch) -> None:
+        part = batch_feature_stats(batch)
+        for k in self.KEYS:
+            self.acc[k] = max(self.acc[k], part[k]) if k.endswith("_max") else self.acc[k] + part[k]
+
+    def summary(self) -> dict[str, Any]:
+        a = self.acc
+
+        def div(x, y):
+            return x / y if y else float("nan")
+
+        return {
+            "attn_feature_mean": div(a["attn_sum"], a["attn_count"]),
+            "attn_feature_max": a["attn_max"],
+            "root_feature_mean": div(a["root_sum"], a["root_count"]),
+            "root_feature_max": a["root_max"],
+            "feature_sum_mean": div(a["dep_sum"], a["n_dependents"]),
+            "root_feature_sum_mean": div(a["root_dep_sum"], a["n_dependents"]),
+            "n_dependents": int(a["n_dependents"]),
+            "n_sentences": int(a["n_sentences"]),
+        }
 
 
-def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
-    """Maximum spanning arborescence rooted at node 0.
+def batch_feature_stats(batch: Batch) -> dict[str, float]:
+    """Sums, counts and maxima of the attention features of one batch (as the probe sees them).
 
-    ``scores[d, h]`` = score of head ``h`` for dependent ``d`` (``[n, n]``, node 0 = ROOT, row 0 and
-    the diagonal ignored). Returns ``heads`` (``[n]``, ``heads[0] = -1``) maximising the summed scores
-    of a tree; ROOT may have several children. ``-inf`` marks forbidden edges.
+    ``attn_*``: the word-word entries ``A_k(i->j)`` (each is a feature of candidate j of dependent i, forward,
+    and of candidate i of dependent j, backward); ``root_*``: the four [CLS]/[SEP] parts ``A_k(i->[CLS])``,
+    ``A_k(i->[SEP])``, ``A_k([CLS]->i)``, ``A_k([SEP]->i)``; ``dep_sum``: over dependents i, the mean over
+    word candidates j of the feature-vector sum ``sum_k A_k(i->j) + A_k(j->i)`` (uniform maps: ``2K/(W+2)``);
+    ``root_dep_sum``: over dependents, the ROOT candidate's feature sum with ``a = b = 1`` (their initial
+    values; uniform maps: ``4K/(W+2)``).
     """
-    s = np.array(scores, dtype=np.float64)  # [node, node]: dependent, head; node 0 = ROOT
-    if s.ndim != 2 or s.shape[0] != s.shape[1]:
-        raise ValueError(f"scores must be square, got shape {list(s.shape)}")
-    np.fill_diagonal(s, -np.inf)
-    s[0, :] = -np.inf
-    if s.shape[0] == 1:
-        return np.array([-1], dtype=np.int64)
-    return _cle(s)
+    import torch
+
+    with torch.no_grad():
+        words, root = batch.words, batch.root  # [batch, layer*head, word, word], [batch, root_part, layer*head, word]
+        K = words.shape[1]
+        W = batch.lengths.double()  # [batch]
+        per_word = words.double().sum(1)  # [batch, word, word]: sum over heads (padding is 0)
+        dep = (per_word.sum(2) + per_word.sum(1)) / W.clamp(min=1)[:, None]  # [batch, word]: mean over candidates
+        dep = torch.where(batch.dep_mask, dep, torch.zeros_like(dep))  # [batch, word]
+        root_dep = root.double().sum((1, 2))  # [batch, word]: ROOT feature sum (a = b = 1; padding is 0)
+        return {
+            "attn_sum": float(per_word.sum()),
+            "attn_count": float(K * (W * W).sum()),
+            "attn_max": float(words.max()) if words.numel() else 0.0,
+            "root_sum": float(root_dep.sum()),
+            "root_count": float(4 * K * W.sum()),
+            "root_max": float(root.max()) if root.numel() else 0.0,
+            "dep_sum": float(dep.sum()),
+            "root_dep_sum": float(root_dep.sum()),
+            "n_dependents": float(W.sum()),
+            "n_sentences": float(len(W)),
+        }
 
 
+# ====================================================================================== evaluation
 def mst_heads(logp: np.ndarray) -> np.ndarray:
     """Heads ``[W]`` (0 = ROOT) from a dependent x candidate matrix ``[W, W+1]`` of log-probabilities."""
     W = logp.shape[0]
@@ -910,11 +1162,109 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
         row = _row(probe, uas_mean=m, uas_sd=sd, n_seeds=len(seeds))
         if mst:
             row["uas_mst_mean"], row["uas_mst_sd"] = _mean_sd(uas_mst)
+        if probe == "random_init_attn_glove":
+            row["note"] = random_init_note(dv.path)
         rows.append(row)
     data = {k: v.summary() for k, v in
             (("train", train), ("dev", dev), ("random_train", rtrain), ("random_dev", rdev))
             if v is not None}
     return _table_frame(rows, runs, data)
+
+
+# ============================================================================ per-layer ablations
+#: tables/probe_ablations.csv
+ABLATION_COLUMNS = ["ablation", "layer", "n_heads", "uas_mean", "uas_sd", "n_seeds", "uas_mst_mean", "uas_mst_sd",
+                    "delta_uas", "delta_uas_mst"]
+
+
+def ablation_heads(mode: str, layer: int, num_layers: int, num_heads: int) -> list[int]:
+    """The flattened head indices an ablation keeps: ``keep`` = the heads of ``layer`` (1-based) only,
+    ``drop`` = every head but those of ``layer``."""
+    if mode not in ABLATION_MODES:
+        raise BertlookError(f"unknown ablation {mode!r}; choose from {', '.join(ABLATION_MODES)}")
+    if not 1 <= int(layer) <= int(num_layers):
+        raise BertlookError(f"layer {layer} out of range 1..{num_layers}")
+    own = set(range((int(layer) - 1) * num_heads, int(layer) * num_heads))
+    return sorted(own) if mode == "keep" else [k for k in range(num_layers * num_heads) if k not in own]
+
+
+def run_layer_ablations(train_store, dev_store, *, glove: "GloveVectors", seeds: Sequence[int] = DEFAULT_SEEDS,
+                        epochs: int = 1, batch_size: int = 32, lr: float = 0.002, mst: bool = False,
+                        modes: Sequence[str] = ABLATION_MODES, max_train_sentences: int | None = None,
+                        log=None) -> "pd.DataFrame":
+    """Attn+GloVe trained on the attention features of some layers only, every seed (which layers carry
+    the probe's accuracy): first the reference (every layer: Table 3's Attn+GloVe, the same seeds and
+    training), then for each mode of ``modes`` and each layer l, ``keep`` (only layer l's heads) and
+    ``drop`` (every layer but l). One row per ablation, :data:`ABLATION_COLUMNS` (fractions; ``delta_*``:
+    the row's mean minus the reference's). Per-seed results in ``df.attrs["runs"]``.
+    """
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in ABLATION_MODES]
+    if bad:
+        raise BertlookError(f"unknown ablation(s) {', '.join(map(repr, bad))}; choose from {', '.join(ABLATION_MODES)}")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BertlookError(f"seeds must be distinct and at least one, got {seeds}")
+    if glove is None:
+        raise BertlookError("the per-layer ablations of Attn+GloVe need GloVe vectors (--glove)")
+    say = log or (lambda msg: None)
+    train = _as_data(train_store, glove=glove, max_sentences=max_train_sentences, what="training attention store")
+    dev = _as_data(dev_store, glove=glove, what="dev attention store")
+    if train.num_heads_total != dev.num_heads_total:
+        raise BertlookError(f"{train.path} has {train.num_heads_total} heads but {dev.path} has {dev.num_heads_total}")
+    L, H = train.store.num_layers, train.store.num_heads
+    plan: list[tuple[str, int | None, list[int] | None]] = [("all", None, None)]
+    plan += [(m, layer, ablation_heads(m, layer, L, H)) for m in modes for layer in range(1, L + 1)]
+    rows, runs = [], []
+    for ablation, layer, heads in plan:
+        uas, uas_mst = [], []
+        for seed in seeds:
+            model, info = train_probe("attn_glove", train, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
+                                      heads=heads)
+            res = evaluate_probe(model, "attn_glove", dev, mst=mst)
+            uas.append(res["uas"])
+            if mst:
+                uas_mst.append(res["uas_mst"])
+            runs.append({"ablation": ablation, "layer": layer, **info, **{f"dev_{k}": v for k, v in res.items()}})
+            say(f"probe-ablations: {ablation}" + ("" if layer is None else f" layer {layer}") + f" seed {seed}: "
+                f"UAS {100 * res['uas']:.1f}" + (f", MST {100 * res['uas_mst']:.1f}" if mst else "")
+                + f" ({info['seconds']:.1f} s)")
+        m, sd = _mean_sd(uas)
+        mm, msd = _mean_sd(uas_mst) if mst else (float("nan"), float("nan"))
+        rows.append({"ablation": ablation, "layer": "all" if layer is None else str(layer),
+                     "n_heads": H * L if heads is None else len(heads), "uas_mean": m, "uas_sd": sd,
+                     "n_seeds": len(seeds), "uas_mst_mean": mm, "uas_mst_sd": msd})
+    ref, ref_mst = rows[0]["uas_mean"], rows[0]["uas_mst_mean"]
+    for r in rows:
+        r["delta_uas"] = r["uas_mean"] - ref
+        r["delta_uas_mst"] = r["uas_mst_mean"] - ref_mst
+    df = pd.DataFrame(rows, columns=ABLATION_COLUMNS)
+    df.attrs["runs"] = runs
+    df.attrs["data"] = {"train": train.summary(), "dev": dev.summary()}
+    df.attrs["num_layers"], df.attrs["num_heads"] = L, H
+    return df
+
+
+#: sentences of the random-init dev store whose rows measure how uniform its maps are (Table 3 note)
+UNIFORMITY_SENTENCES = 500
+
+
+def random_init_note(random_dev_store) -> str:
+    """Table 3's note on the random-init row (issue 14): which reading of the re-initialisation made the
+    maps (the store meta's ``random_init.keep``) and how uniform they are (mean row entropy / ln n, the
+    range over layers, first :data:`UNIFORMITY_SENTENCES` sentences)."""
+    from bertlook.analyses.uniformity import row_entropy_by_layer
+
+    st = open_store(random_dev_store, level="word", what="random-init dev attention store")
+    keep = (st.meta.get("random_init") or {}).get("keep", "embeddings")
+    reading = ("every weight re-initialised except the word and position embeddings (the paper's reading, "
+               "probes.random_init_keep: embeddings; `none` re-initialises them too)" if keep == "embeddings" else
+               "every weight re-initialised, embeddings included (probes.random_init_keep: none; the paper's "
+               "reading keeps the word and position embeddings)")
+    ratios = [r["ratio"] for r in row_entropy_by_layer(st, max_sentences=UNIFORMITY_SENTENCES)]
+    lo, hi = f"{100 * min(ratios):.1f}", f"{100 * max(ratios):.1f}"
+    span = f"{lo}% of ln n in every layer" if lo == hi else f"{lo}-{hi}% of ln n by layer"
+    return f"{reading}; its maps: mean row entropy {span} (100% = uniform; README, random-init baseline)"
 
 
 def _table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: dict[str, Any]) -> "pd.DataFrame":

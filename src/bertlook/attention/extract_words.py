@@ -27,7 +27,7 @@ from bertlook.attention.extraction import (
     unk_statistics,
     unk_summary,
 )
-from bertlook.attention.random_init import load_random_init_model
+from bertlook.attention.random_init import KEEP_CHOICES, load_random_init_model
 from bertlook.data.treebank import read_conllu
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import shard_info
@@ -38,7 +38,30 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 FROM_SPLIT_MODES = ("mean", "first", "max")
+#: ``--text``: ``spaces`` = the words joined by single spaces (default); ``original`` = the sentence as
+#: written, rebuilt from the treebank's ``SpaceAfter=No`` flags (no space after such a word).
+TEXT_MODES = ("spaces", "original")
 MAX_LISTED_ERRORS = 20
+#: Why a sentence could not be aligned (:attr:`AlignmentError.reason`; summary ``excluded_alignment_reasons``).
+ALIGNMENT_ERROR_REASONS = (
+    "no_words",             # the sentence has no words
+    "blank_word",           # a word is empty or whitespace only
+    "bad_space_after",      # space_after does not have one boolean per word
+    "special_tokens",       # the tokenizer did not add exactly one special token at each end
+    "straddling_token",     # a token spans characters of two words (CJK written without spaces, ...)
+    "token_without_word",   # a token lies in no word (e.g. on a space only)
+    "word_without_token",   # the tokenizer produced no token for a word (dropped control character, ...)
+    "token_order",          # tokens are not in word order
+    "other",                # any other BertlookError raised while aligning
+)
+
+
+class AlignmentError(BertlookError):
+    """A sentence that cannot be aligned; ``reason`` is one of :data:`ALIGNMENT_ERROR_REASONS`."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,33 +118,50 @@ class Alignment:
         return np.concatenate([[0], inner + 1, [w + 1]])  # [seq]: values in 0..W+1
 
 
-def _char_to_word(words: Sequence[str]) -> tuple[str, np.ndarray, list[tuple[int, int]]]:
+def _char_to_word(words: Sequence[str], space_after: Sequence[bool] | None = None,
+                  ) -> tuple[str, np.ndarray, list[tuple[int, int]]]:
+    """The text of ``words`` (a space after each word but the last, or only where ``space_after``), the
+    word owning each character (``-1`` for spaces) and each word's ``[start, end)`` character span."""
     import numpy as np  # lazy: see the note at the imports
 
     spans: list[tuple[int, int]] = []
+    parts: list[str] = []
     pos = 0
-    for w in words:
+    last = len(words) - 1
+    for i, w in enumerate(words):
         spans.append((pos, pos + len(w)))
-        pos += len(w) + 1
-    text = " ".join(words)
+        sep = " " if i < last and (space_after is None or space_after[i]) else ""
+        parts.append(w + sep)
+        pos += len(w) + len(sep)
+    text = "".join(parts)
     owner = np.full(len(text) + 1, -1, dtype=np.int64)  # [char + 1]: +1: an empty span at the very end
     for i, (s, e) in enumerate(spans):
         owner[s:e] = i
     return text, owner, spans
 
 
-def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alignment:
-    """Tokenize ``words`` (joined with single spaces) with the fast ``tokenizer`` and align tokens to words.
+def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None,
+                space_after: Sequence[bool] | None = None) -> Alignment:
+    """Tokenize the text of ``words`` with the fast ``tokenizer`` and align its tokens to the words.
+
+    The text: ``space_after=None``, the words joined with single spaces (``--text spaces``); else one
+    boolean per word (CoNLL-U MISC ``SpaceAfter=No`` -> False) and the sentence as written, with no
+    space after a word whose flag is False (``--text original``; e.g. ``"Hallo, Welt!"`` or Chinese
+    with no space at all). The treebank's words stay the unit either way: tokens are mapped to them
+    by character offsets.
 
     Each non-special token goes to the word whose character span holds the token's first
     non-space character (byte-level BPE offsets may include the leading space when
-    ``trim_offsets`` is off); a token with no non-space character (a lone ``Ġ``) goes to the word
+    ``trim_offsets`` is off; a SentencePiece ``▁`` covers the word's first character); a token with
+    no non-space character (a lone ``Ġ``/``▁`` with an empty or space-only span) goes to the word
     that starts right after it. The special tokens are the first and last tokens of the encoding
     (tokens the post-processor added; ``[CLS]``/``[SEP]``, ``<s>``/``</s>``).
 
-    Raises :class:`BertlookError` naming ``sent_id`` when a word is empty or blank, when the
+    Raises :class:`AlignmentError` (a :class:`BertlookError`; ``reason`` one of
+    :data:`ALIGNMENT_ERROR_REASONS`) naming ``sent_id`` when a word is empty or blank, when the
     tokenizer drops a word entirely (e.g. a lone control character under BERT's normalizer), when a
-    token straddles two words, or when the encoding is not ``special, tokens, special``; callers
+    token straddles two words (``straddling_token``: with ``space_after``, two words written
+    together can share a token), or when the encoding is not ``special, tokens, special``; callers
     (:func:`prepare_word_examples`) count and list such sentences and skip them.
     """
     import numpy as np  # lazy: see the note at the imports
@@ -129,13 +169,18 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
     where = f"sentence {sent_id!r}" if sent_id is not None else "sentence"
     words = list(words)
     if not words:
-        raise BertlookError(f"{where}: no words")
+        raise AlignmentError(f"{where}: no words", "no_words")
     for i, w in enumerate(words):
         if not isinstance(w, str) or not w.strip():
-            raise BertlookError(f"{where}: word {i + 1} is empty or blank ({w!r})")
+            raise AlignmentError(f"{where}: word {i + 1} is empty or blank ({w!r})", "blank_word")
+    if space_after is not None:
+        space_after = list(space_after)
+        if len(space_after) != len(words) or not all(isinstance(f, bool) for f in space_after):
+            raise AlignmentError(f"{where}: space_after must hold one boolean per word ({len(space_after)} "
+                                 f"values for {len(words)} words)", "bad_space_after")
     if not getattr(tokenizer, "is_fast", False):
         raise BertlookError("word alignment needs a fast tokenizer (character offsets)")
-    text, owner, spans = _char_to_word(words)
+    text, owner, spans = _char_to_word(words, space_after)
     enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True, return_attention_mask=False,
                     return_token_type_ids=False, truncation=False, verbose=False)
     input_ids = [int(i) for i in enc["input_ids"]]
@@ -144,9 +189,10 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
     n = len(input_ids)
     special = [i for i, s in enumerate(seq_ids) if s is None]
     if n < 2 or special != [0, n - 1]:
-        raise BertlookError(
+        raise AlignmentError(
             f"{where}: expected the tokenizer to add exactly one special token at each end "
-            f"(special token positions {special} of {n}); word-level attention needs [CLS] w1..wn [SEP]"
+            f"(special token positions {special} of {n}); word-level attention needs [CLS] w1..wn [SEP]",
+            "special_tokens",
         )
     word_of_token = [-1] * n
     for t in range(1, n - 1):
@@ -158,16 +204,16 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
             last = s + len(piece.rstrip()) - 1
             w = int(owner[first])
             if w < 0 or int(owner[last]) != w:
-                raise BertlookError(
-                    f"{where}: token {t} {tokenizer.convert_ids_to_tokens(input_ids[t])!r} (characters {s}-{e}) "
-                    "does not lie within one word"
+                raise AlignmentError(
+                    f"{where}: token {t} {tokenizer.convert_ids_to_tokens(input_ids[t])!r} (characters {s}-{e} "
+                    f"of {text!r}) does not lie within one word", "straddling_token" if w >= 0 else "token_without_word"
                 )
         else:  # empty or whitespace-only span (a lone space marker): the word starting right after it
             w = int(owner[e]) if 0 <= e < owner.size else -1
             if w < 0:
-                raise BertlookError(
+                raise AlignmentError(
                     f"{where}: token {t} {tokenizer.convert_ids_to_tokens(input_ids[t])!r} (characters {s}-{e}) "
-                    "belongs to no word"
+                    "belongs to no word", "token_without_word"
                 )
         word_of_token[t] = w
     inner = np.asarray(word_of_token[1:-1], dtype=np.int64)  # [seq - 2]
@@ -175,9 +221,10 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None) -> Alig
     missing = [i for i in range(len(words)) if counts[i] == 0]
     if missing:
         shown = ", ".join(f"{i + 1} {words[i]!r}" for i in missing[:5])
-        raise BertlookError(f"{where}: the tokenizer produced no token for word(s) {shown}")
+        raise AlignmentError(f"{where}: the tokenizer produced no token for word(s) {shown}", "word_without_token")
     if inner.size and (np.diff(inner) < 0).any():
-        raise BertlookError(f"{where}: tokens are not in word order (a word's tokens must be contiguous)")
+        raise AlignmentError(f"{where}: tokens are not in word order (a word's tokens must be contiguous)",
+                             "token_order")
     ends = np.cumsum(counts) + 1  # [word]
     token_spans = [(int(e - c), int(e)) for e, c in zip(ends, counts)]
     return Alignment(input_ids=input_ids, tokens=tokenizer.convert_ids_to_tokens(input_ids),
@@ -254,15 +301,40 @@ def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
     return fields
 
 
-def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sentences>") -> tuple[list, dict, list, list[str]]:
-    """Align treebank sentences (objects with ``sent_id, words, heads, rels, upos, xpos``).
+def check_text_mode(text: str) -> str:
+    if text not in TEXT_MODES:
+        raise BertlookError(f"unknown --text {text!r} (use one of {', '.join(TEXT_MODES)})")
+    return text
+
+
+def _space_after(sent) -> list[bool] | None:
+    """The sentence's ``space_after`` flags (``Sentence.space_after``), None when it has none (all True)."""
+    flags = getattr(sent, "space_after", None)
+    return None if flags is None else [bool(f) for f in flags]
+
+
+def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sentences>", text: str = "spaces",
+                          reasons: dict[str, int] | None = None,
+                          reason_by_id: dict[str, str] | None = None) -> tuple[list, dict, list, list[str]]:
+    """Align treebank sentences (objects with ``sent_id, words, heads, rels, upos, xpos`` and optionally
+    ``space_after``).
+
+    ``text``: ``spaces`` (the words joined by single spaces) or ``original`` (the sentence as written:
+    no space after a word whose ``space_after`` flag is False; a sentence without flags is read as
+    spaces everywhere); see :func:`align_words`.
 
     Returns ``(examples, alignments, excluded_ids, errors)``: ``examples`` are the
     ``(record, input_ids, token_type_ids)`` triples for :func:`~bertlook.attention.extraction.extract_to_store`
     (record: ``id``, wordpiece ``tokens`` and the gold fields), ``alignments`` maps id ->
     :class:`Alignment`; sentences that cannot be aligned are left out, their ids listed in
-    ``excluded_ids`` and their messages in ``errors``.
+    ``excluded_ids`` and their messages in ``errors``. ``reasons`` (when given) receives the number of
+    excluded sentences per :data:`ALIGNMENT_ERROR_REASONS` key (every key present, 0 when none),
+    ``reason_by_id`` (when given) each excluded id's reason.
     """
+    check_text_mode(text)
+    if reasons is not None:
+        for key in ALIGNMENT_ERROR_REASONS:
+            reasons.setdefault(key, 0)
     examples: list = []
     alignments: dict[str, Alignment] = {}
     excluded_ids: list[str] = []
@@ -274,11 +346,17 @@ def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sente
         if sid in seen:
             raise BertlookError(f"{path}: duplicate sentence id {sid!r}")
         seen.add(sid)
+        flags = _space_after(sent) if text == "original" else None
         try:
-            al = align_words(fields["words"], tokenizer, sent_id=sid)
+            al = align_words(fields["words"], tokenizer, sent_id=sid, space_after=flags)
         except BertlookError as err:
+            reason = getattr(err, "reason", "other")
             excluded_ids.append(sid)
             errors.append(str(err))
+            if reasons is not None:
+                reasons[reason] = reasons.get(reason, 0) + 1
+            if reason_by_id is not None:
+                reason_by_id[sid] = reason
             continue
         record = {"id": sid, "tokens": al.tokens, **{k: v for k, v in fields.items() if k not in ("id",)}}
         examples.append((record, al.input_ids, [0] * al.n_tokens))
@@ -324,14 +402,18 @@ def extract_word_attention_from_sentences(
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
     random_init_seed: int | None = None,
+    random_init_keep: str = "embeddings",
     norms_out=None,
+    text: str = "spaces",
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
 
     ``random_init_seed``: run the random-init baseline of the probes instead of the model itself:
     the model re-initialised in memory by :func:`bertlook.attention.random_init.load_random_init_model` (the
     weights of ``bertlook random-init --seed SEED``, bit for bit); ``meta.json`` and the summary then
-    hold ``random_init`` (what ``bertlook_random_init.json`` records).
+    hold ``random_init`` (what ``bertlook_random_init.json`` records). ``random_init_keep``: its reading,
+    ``embeddings`` (the pretrained word and position embeddings kept, the paper's) or ``none`` (every
+    weight re-initialised); ignored without ``random_init_seed``.
 
     ``shard=(i, k)``: only shard ``i`` of ``k``, the contiguous range
     :func:`bertlook.pipeline.sharding.shard_range` of the sentences. Every sentence is still aligned and the
@@ -342,19 +424,29 @@ def extract_word_attention_from_sentences(
     ``norms_out``: also write the word-level norm-based maps (Kobayashi et al. 2020, the same
     token -> word conversion applied to the row-normalised token maps) of the same pass to a store
     there (:func:`bertlook.attention.extraction.extract_to_store` ``norms_out_dir``; summary ``norms``).
+
+    ``text``: how the sentence is written for the tokenizer (:data:`TEXT_MODES`, :func:`align_words`):
+    ``spaces`` (words joined by single spaces; default) or ``original`` (``SpaceAfter=No`` respected);
+    recorded in ``meta.json`` and the summary (``text``). Unalignable sentences are counted per reason
+    (summary ``excluded_alignment_reasons``; ``excluded_straddling_token``: a token over two words).
     """
     # lazy: modeling imports torch (see the note at the imports)
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
         raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+    check_text_mode(text)
+    if random_init_keep not in KEEP_CHOICES:
+        raise BertlookError(f"unknown --random-init-keep {random_init_keep!r} (use one of {', '.join(KEEP_CHOICES)})")
     max_unk_rate = check_max_unk_rate(DEFAULT_MAX_UNK_RATE if max_unk_rate is None else max_unk_rate)
     src = source if source is not None else "<sentences>"
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
     tokenizer = load_tokenizer(resolved)
     sentences = list(sentences)
-    examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src)
+    reason_by_id: dict[str, str] = {}
+    examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src, text=text,
+                                                                    reason_by_id=reason_by_id)
     unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
     check_unk_rate(unk, max_unk_rate, model_spec, what=f"sentences of {src}", step="extract-words")
     n_sentences = len(sentences)
@@ -370,6 +462,10 @@ def extract_word_attention_from_sentences(
         print(f"extract-words: shard {info['index']}/{info['count']}: sentences {info['start'] + 1}..{info['stop']} "
               f"of {len(sentences)}", file=sys.stderr, flush=True)
 
+    reasons = {key: 0 for key in ALIGNMENT_ERROR_REASONS}  # over this run's (shard's) sentences
+    for sid in bad_ids:
+        reasons[reason_by_id[sid]] += 1
+
     # word statistics over the sentences that will be stored (over-long ones are excluded below)
     kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= max_seq_len]
     n_words = sum(al.n_words for al in kept)
@@ -383,7 +479,7 @@ def extract_word_attention_from_sentences(
     if random_init_seed is None:
         model = load_model(resolved, dev)
     else:
-        model, random_init = load_random_init_model(resolved, int(random_init_seed), dev)
+        model, random_init = load_random_init_model(resolved, int(random_init_seed), dev, keep=random_init_keep)
     meta = {
         "model": resolved.provenance(model.config),
         "special_tokens": special,
@@ -393,7 +489,9 @@ def extract_word_attention_from_sentences(
         "n_words": n_words,
         "n_split_words": n_split,
         "split_word_fraction": round(n_split / n_words, 6) if n_words else None,
+        "text": text,
         "excluded": {"alignment": len(bad_ids), "alignment_ids": bad_ids},
+        "excluded_alignment_reasons": reasons,
         "token_type_ids": "zeros",
         "unknown_tokens": unk,
     }
@@ -414,7 +512,10 @@ def extract_word_attention_from_sentences(
         "excluded_too_long_ids": summary["excluded_ids"],
         "excluded_alignment": len(bad_ids),
         "excluded_alignment_ids": bad_ids,
+        "excluded_alignment_reasons": reasons,
+        "excluded_straddling_token": reasons["straddling_token"],
         "alignment_errors": bad_msgs[:MAX_LISTED_ERRORS],
+        "text": text,
         "n_words": n_words,
         "n_split_words": n_split,
         "split_word_fraction": meta["split_word_fraction"],
@@ -447,7 +548,9 @@ def extract_word_attention(
     max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
     random_init_seed: int | None = None,
+    random_init_keep: str = "embeddings",
     norms_out=None,
+    text: str = "spaces",
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
@@ -460,8 +563,11 @@ def extract_word_attention(
     ``upos``/``xpos``, ``n_wordpieces``, ``split_words``; maps ``[L, H, W+2, W+2]`` (float16).
     Returns the summary dict (counts, split-word fraction, tokens/s, device, ...). ``shard=(i, k)``:
     only the i-th of k contiguous ranges of the sentences (see :func:`extract_word_attention_from_sentences`).
-    ``random_init_seed``: the maps of the model re-initialised in memory (the probes' random-init baseline).
+    ``random_init_seed``: the maps of the model re-initialised in memory (the probes' random-init baseline);
+    ``random_init_keep``: which reading of it (``embeddings``, the default, or ``none``).
     ``norms_out``: also the word-level norm-based maps, in a second store there.
+    ``text``: ``spaces`` (words joined by single spaces) or ``original`` (the sentence as written, from the
+    treebank's ``SpaceAfter=No``); see :func:`align_words`.
     """
     path = Path(conllu_path)
     if not path.is_file():
@@ -473,5 +579,5 @@ def extract_word_attention(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
         progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
-        norms_out=norms_out,
+        random_init_keep=random_init_keep, norms_out=norms_out, text=text,
     )

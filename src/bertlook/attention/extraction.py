@@ -429,6 +429,7 @@ def extract_to_store(
     pad_id = getattr(model.config, "pad_token_id", None)
     pad_id = 0 if pad_id is None else int(pad_id)
     use_tt = _accepts_token_type_ids(model)
+    n_types = int(getattr(model.config, "type_vocab_size", 2) or 2)
 
     # ---- validate, exclude over-long examples (counted, never silently)
     kept: list[tuple[dict[str, Any], Sequence[int], Sequence[int]]] = []
@@ -452,6 +453,9 @@ def extract_to_store(
             )
         if not use_tt and any(tt_ids):
             raise BertlookError(f"example {rid!r}: the model takes no token type ids but non-zero ones were given")
+        if use_tt and any(int(t) >= n_types for t in tt_ids):  # XLM-R / RoBERTa: one token type
+            raise BertlookError(f"example {rid!r}: token type id {max(int(t) for t in tt_ids)} but the model has "
+                                f"type_vocab_size {n_types} (set extraction.segment_ids: zeros for this model)")
         if n > max_seq_len:
             excluded_ids.append(rid)
             continue

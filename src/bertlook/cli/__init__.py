@@ -48,9 +48,13 @@ STEPS: dict[str, tuple[str, str]] = {
                      "save the Fig 1 example of a sharded extraction, if this shard's store holds it"),
     "heads": ("bertlook.cli.heads", "per-head dependency accuracy, Table 1 twin (best head per relation vs offset "
                                     "baselines), Fig 5 twin"),
+    "tree-heads": ("bertlook.cli.tree_heads",
+                   "a whole dependency tree decoded from every single head (Htut et al. 2019): UAS, UUAS vs baselines"),
     "random-init": ("bertlook.cli.random_init", "random-init baseline model: pretrained word/position embeddings, "
                                                 "all other weights random (Table 3)"),
     "probes": ("bertlook.cli.probes", "attention-based dependency parsing probes and baselines (Table 3)"),
+    "probe-ablations": ("bertlook.cli.probe_ablations",
+                        "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy"),
     "coref-extract": ("bertlook.cli.coref", "CoNLL-2012 parts -> word-level attention store with gold mentions"),
     "coref": ("bertlook.cli.coref", "antecedent selection accuracy per head + baselines (Table 2 twin)"),
     "gradients": ("bertlook.cli.gradients",
@@ -59,6 +63,8 @@ STEPS: dict[str, tuple[str, str]] = {
                 "attention rollout (Abnar & Zuidema 2020): per-layer shares and entropy, Table 1 on rollout maps"),
     "head-report": ("bertlook.cli.head_report",
                     "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation"),
+    "languages": ("bertlook.cli.languages",
+                  "cross-language summary: each relation's best head per treebank and whether the treebanks share them"),
     "manifest": ("bertlook.cli.manifest", "write the provenance record manifest.json of a run"),
     "compare": ("bertlook.cli.compare", "a run's numbers against the paper's (comparison.csv / .md)"),
     "check-regression": ("bertlook.cli.compare", "exit 1 when a run regresses against the paper or a golden file"),
@@ -66,6 +72,8 @@ STEPS: dict[str, tuple[str, str]] = {
     "models-summary": ("bertlook.cli.compare", "several runs (models) side by side: table, markdown, figure"),
     "resources": ("bertlook.cli.resources",
                   "per-rule measured resources (wall, CPU, RSS, I/O) of a run from its benchmark files"),
+    "report-pages": ("bertlook.cli.report_pages",
+                     "the HTML report's pages: tables as HTML (percents), figures as page-sized PNGs"),
 }
 
 #: Modules registering subcommands, in pipeline order.

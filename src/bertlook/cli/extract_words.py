@@ -10,7 +10,8 @@ from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_sha
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
-    from bertlook.attention.extract_words import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import FROM_SPLIT_MODES, TEXT_MODES
+    from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
 
     p = subparsers.add_parser(
         "extract-words",
@@ -28,9 +29,17 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "        with pretrained word and position embeddings and every other weight re-initialised\n"
             "        in memory (the weights `bertlook random-init --seed SEED` saves, bit for bit; nothing\n"
             "        is saved); meta.json and the summary record it under `random_init`.\n"
+            "--random-init-keep embeddings|none: with --random-init-seed, the reading of the baseline: the\n"
+            "        pretrained word and position embeddings kept (embeddings, the paper's, default) or every\n"
+            "        weight re-initialised, embeddings included (none); recorded as random_init.keep.\n"
             "--norms-out DIR: also the word-level norm-based maps of Kobayashi et al. 2020 (alpha * ||f(x)||,\n"
             "        row-normalised, then the same word-level conversion) of the same forward pass, in a\n"
-            "        second store (meta map 'norm'); the summary gains `norms` (sums and counts)."
+            "        second store (meta map 'norm'); the summary gains `norms` (sums and counts).\n"
+            "--text spaces|original: the text the tokenizer sees: the treebank's words joined by single spaces\n"
+            "        (default), or the sentence as written (no space after a word marked SpaceAfter=No in MISC:\n"
+            "        punctuation glued to words, Chinese/Japanese without spaces); either way tokens are mapped\n"
+            "        to the treebank's words by character offsets, and a token spanning two words makes the\n"
+            "        sentence unalignable (summary `excluded_straddling_token`, `excluded_alignment_reasons`)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,8 +55,14 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--random-init-seed", type=int, default=None, metavar="SEED",
                    help="re-initialise every weight but the word and position embeddings (seeded) before "
                         "extracting: the random-init baseline of the probes (default: the model as is)")
+    p.add_argument("--random-init-keep", choices=KEEP_CHOICES, default=None,
+                   help=f"with --random-init-seed: keep the pretrained word and position embeddings (embeddings, "
+                        f"the paper's reading) or re-initialise them too (none); default {DEFAULT_KEEP}")
     p.add_argument("--norms-out", default=None, metavar="DIR",
                    help="also write the word-level norm-based maps (Kobayashi et al. 2020) to a store here")
+    p.add_argument("--text", choices=TEXT_MODES, default="spaces",
+                   help="tokenize the words joined by single spaces (default) or the original text rebuilt "
+                        "from SpaceAfter=No (original); alignment uses the treebank's words either way")
     add_shard_argument(p, "treebank sentences")
     p.set_defaults(func=_cmd_extract_words)
     return p
@@ -55,13 +70,18 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cmd_extract_words(args) -> int:
     from bertlook.attention.extract_words import extract_word_attention
+    from bertlook.attention.random_init import DEFAULT_KEEP
+    from bertlook.errors import BertlookError
     from bertlook.io_utils import write_json
 
+    if args.random_init_keep is not None and args.random_init_seed is None:
+        raise BertlookError("--random-init-keep needs --random-init-seed (it chooses the random-init model's reading)")
+    keep = args.random_init_keep or DEFAULT_KEEP
     summary = extract_word_attention(
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
         max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
-        norms_out=args.norms_out,
+        random_init_keep=keep, norms_out=args.norms_out, text=args.text,
     )
     if args.summary:
         write_json(args.summary, summary)
@@ -70,11 +90,13 @@ def _cmd_extract_words(args) -> int:
         f"extract-words: {summary['n_extracted']}/{summary['n_sentences']} sentences "
         f"({summary['n_words']} words, {summary['tokens']} tokens) -> {Path(args.out)}; "
         f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} tokens, "
-        f"{summary['excluded_alignment']} unalignable; "
+        f"{summary['excluded_alignment']} unalignable ({summary['excluded_straddling_token']} with a token over "
+        f"two words; text {summary['text']}); "
         f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
-        + (f"; random-init model (seed {args.random_init_seed})" if args.random_init_seed is not None else "")
+        + (f"; random-init model (seed {args.random_init_seed}, keep {keep})" if args.random_init_seed is not None
+           else "")
         + (f"; norm-based maps -> {Path(args.norms_out)}" if args.norms_out else "")
     )
     return 0

@@ -124,22 +124,27 @@ def _cli_figures(args: argparse.Namespace) -> int:
     if spec.lower() == "auto":
         stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
         chosen = choose_example_heads(stats)
-        for layer, head, _ in chosen:
+        for choice in chosen:
             try:
-                parse_head_label(f"{layer}-{head}", num_layers, num_heads)
+                parse_head_label(f"{choice.layer}-{choice.head}", num_layers, num_heads)
             except BertlookError as err:
                 raise BertlookError(f"{args.stats}: does not match the attention store {source}: {err}") from None
-        heads = [(l, h) for l, h, _ in chosen]
-        labels: list[str] | None = [lab for _, _, lab in chosen]
+        heads = [(c.layer, c.head) for c in chosen]
+        labels: list[str] | None = [c.label for c in chosen]
+        shown: list[bool] | None = [c.shown for c in chosen]
+        for c in chosen:
+            if not c.shown:
+                print(f"figures: Fig 1 panel not drawn: {c.label}")
     else:
         heads = parse_head_labels(spec, num_layers, num_heads)
-        labels = None
+        labels = shown = None
     if args.attention:
         fig1 = fig1_example_heads(args.attention, heads, out_dir / FIGURE_FILES["fig1"],
-                                  example_index=args.example_index, labels=labels)
+                                  example_index=args.example_index, labels=labels, shown=shown)
     else:
         fig1 = draw_fig1(example_meta["tokens"], example_attn, heads, out_dir / FIGURE_FILES["fig1"],
-                         labels=labels, special_tokens=(example_meta.get("special_tokens") or {}).values())
+                         labels=labels, shown=shown,
+                         special_tokens=(example_meta.get("special_tokens") or {}).values())
     written = [
         fig1,
         fig2_special_tokens(args.stats, out_dir / FIGURE_FILES["fig2"]),
@@ -150,7 +155,7 @@ def _cli_figures(args: argparse.Namespace) -> int:
         from bertlook.reporting.figures import fig_norms
 
         written.append(fig_norms(args.stats, args.norm_stats, args.norm_summaries, args.out_fig_norms))
-    heads_txt = ", ".join(f"{l}-{h}" for l, h in heads)
+    heads_txt = ", ".join(f"{l}-{h}" for (l, h), ok in zip(heads, shown or [True] * len(heads)) if ok)
     print(f"figures: example heads {heads_txt} on example {args.example_index}")
     for path in written:
         print(f"wrote {path}")

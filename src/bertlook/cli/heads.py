@@ -27,7 +27,11 @@ inputs:
 outputs:
   --out-accuracy CSV      every head x relation x direction: relation,layer,head,direction,accuracy,count
   --out-table CSV         Table 1 twin: best head, accuracy, bootstrap CI, best offset baseline, count,
-                          held-out and paper columns (accuracies as fractions 0..1)
+                          held-out and paper columns (accuracies as fractions 0..1); then, beyond the
+                          paper: the 2-fold cross-fitted head choice on dev, paired tests of the best
+                          head vs the best offset baseline and vs the runner-up head (exact McNemar,
+                          bootstrap CI of the difference, Holm across rows), and the best head with
+                          punctuation excluded from the candidates (nopunct_*)
   --out-markdown MD       the same as a markdown table (percent, 1 decimal)
   --out-figure PNG        Fig 5 twin
   --summary JSON          counts (sentences, words, relations, poss words switched, rows shown/skipped)
@@ -76,7 +80,14 @@ def register_cli(subparsers) -> None:
                    "the released code)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the bootstrap and of the cross-fitting folds (default 0)")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the Holm-adjusted paired tests (default 0.05)")
+    p.add_argument("--exclude-punct-candidates", action="store_true",
+                   help="punctuation words (relation punct / P or UPOS PUNCT) are never predicted as heads in "
+                   "the main columns, head_accuracy.csv and Fig 5 (default: every word is a candidate; the "
+                   "nopunct_* columns always show the other choice)")
     p.add_argument("--max-examples", type=int, default=None, metavar="N",
                    help="use only the first N sentences of each store (default: all)")
     p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=None,
@@ -95,6 +106,7 @@ def _run_heads(args: argparse.Namespace) -> int:
         head_accuracy_table,
         relation_rows_summary,
         resolve_tree_source,
+        statistics_summary,
         score_heads,
         table1,
     )
@@ -108,16 +120,20 @@ def _run_heads(args: argparse.Namespace) -> int:
     kind, name, scheme = resolve_tree_source(dev_store, args.treebank_kind, args.treebank_name, args.dev_attention)
     if args.paper_comparable and kind != "ptb_sd":
         print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
+    if not 0 < args.alpha < 1:
+        raise BertlookError(f"--alpha must be in (0, 1), got {args.alpha}")
     dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                      max_examples=args.max_examples)
+                      max_examples=args.max_examples, exclude_punct_candidates=args.exclude_punct_candidates,
+                      compare_punct_candidates=True, crossfit_seed=args.seed)
     train = None
     if args.train_attention:
         train_store = open_store(args.train_attention, level="word")
         train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                            max_examples=args.max_examples, keep_sentences=False)
+                            max_examples=args.max_examples, keep_sentences=False,
+                            exclude_punct_candidates=args.exclude_punct_candidates)
     table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
                    bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
-                   forced_relations=FORCED_BY_SCHEME[scheme])
+                   forced_relations=FORCED_BY_SCHEME[scheme], paired=True, alpha=args.alpha)
     table = join_table1(table, scheme, comparable=args.paper_comparable)
     acc = head_accuracy_table(dev)
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
@@ -151,6 +167,9 @@ def _run_heads(args: argparse.Namespace) -> int:
         "confidence": args.confidence,
         "seed": args.seed,
         "store_excluded": dev_store.meta.get("excluded") or {},
+        "alpha": args.alpha,
+        "exclude_punct_candidates": dev.exclude_punct_candidates,
+        **statistics_summary(dev, table),
         "all": {"best_head": all_row["best_head"], "direction": all_row["direction"],
                 "accuracy": float(all_row["accuracy"]), "baseline_offset": int(all_row["baseline_offset"]),
                 "baseline_accuracy": float(all_row["baseline_accuracy"])},
@@ -167,6 +186,12 @@ def _run_heads(args: argparse.Namespace) -> int:
         f"{100 * all_row['baseline_accuracy']:.1f}%; poss words switched to the 's prediction: "
         f"{dev.n_poss_affected} of {dev.n_poss}"
     )
+    paired = summary.get("paired", {})
+    if paired:
+        vb, vr = paired["vs_baseline"], paired["vs_runner_up"]
+        print(f"heads: paired tests (Holm, alpha {args.alpha}): best head beats the best offset baseline in "
+              f"{len(vb['significant_better'])} of {vb['n_tests']} rows (worse in {len(vb['significant_worse'])}), "
+              f"beats the runner-up head in {len(vr['significant_better'])} of {vr['n_tests']}")
     for path in (args.out_accuracy, args.out_table, args.out_markdown, args.out_figure, args.summary):
         print(f"wrote {path}")
     return 0

@@ -10,10 +10,12 @@ import sys
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config, run_names
+    from bertlook.pipeline.config import load_config, run_names, syntax_run_names
 
     config = load_config(args.config)
-    print(f"{args.config}: valid; runs: {', '.join(run_names(config))}")
+    extra = syntax_run_names(config)
+    print(f"{args.config}: valid; runs: {', '.join(run_names(config))}"
+          + (f"; syntax runs (treebanks): {', '.join(extra)}" if extra else ""))
     return 0
 
 

@@ -152,7 +152,12 @@ def register_cli(subparsers) -> None:
         description=(
             "Train the Table 3 probes (Attn, Attn+GloVe, Attn+GloVe with the released off-by-one, "
             "Distances+GloVe, random-init Attn+GloVe) on the training split's word-level attention, "
-            "each with every seed, and report dev UAS (punctuation excluded) next to right-branching. "
+            "each with every seed, and report dev UAS (punctuation excluded) next to right-branching; "
+            "two controls of the random-init probe follow (no paper number): glove_only (GloVe vectors "
+            "only, no attention) and attn_glove_uniform (Attn+GloVe on exactly uniform maps of the "
+            "model's stores); then two probe controls (issue 16, no paper number either): distances_only (the "
+            "8 distance features of Distances+GloVe without the word vectors) and attn_glove_mlp (Attn+GloVe "
+            "whose per-feature weights come from a one-hidden-layer tanh MLP of [v_i ; v_j]). "
             "Inputs: --train-attention / --dev-attention (word-level attention stores from "
             "`bertlook extract-words`; needed only by the probes other than random_init_attn_glove), "
             "optionally --random-train-attention / --random-dev-attention (the same for the random-init "

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from bertlook.attention.random_init import PROVENANCE_FILE
+from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES, PROVENANCE_FILE
 
 
 def _run_random_init(args: argparse.Namespace) -> int:
     from bertlook.attention.random_init import make_random_init_model
 
-    prov = make_random_init_model(args.model, args.out, seed=args.seed, revision=args.revision)
+    prov = make_random_init_model(args.model, args.out, seed=args.seed, revision=args.revision, keep=args.keep)
     print(
-        f"random-init: {prov['source_model']['spec']} -> {args.out} (seed {args.seed}; kept "
-        f"{', '.join(prov['kept_parameters'])}; re-initialised {len(prov['reinitialized_parameters'])} tensors)"
+        f"random-init: {prov['source_model']['spec']} -> {args.out} (seed {args.seed}; keep {prov['keep']}: kept "
+        f"{', '.join(prov['kept_parameters']) or 'nothing'} ({prov['n_kept_elements']} values); re-initialised "
+        f"{len(prov['reinitialized_parameters'])} tensors ({prov['n_reinitialized_elements']} values))"
     )
     return 0
 
@@ -25,17 +26,21 @@ def register_cli(subparsers) -> None:
         help="random-init baseline model: pretrained word/position embeddings, all other weights random (Table 3)",
         description=(
             "Load a pretrained model, re-initialise every weight except the word and position "
-            "embeddings with the model's own initialiser (seeded), and save it with its tokenizer. "
+            "embeddings (--keep embeddings, the paper's reading; --keep none: those too) with the model's "
+            "own initialiser (seeded), and save it with its tokenizer. "
             "Input: --model (hub id, local directory or package:MODULE; --revision for hub ids). "
             f"Output: --out (a Hugging Face model directory with {PROVENANCE_FILE}: source model "
-            "provenance, seed, kept and re-initialised parameters). Extract its word-level attention "
+            "provenance, seed, keep, kept and re-initialised parameters). Extract its word-level attention "
             "with `bertlook extract-words --model DIR` for the random-init probe, or skip the copy: "
-            "`bertlook extract-words --model SPEC --random-init-seed SEED` re-initialises in memory and "
-            "gives bit-identical maps (what the workflow does)."
+            "`bertlook extract-words --model SPEC --random-init-seed SEED [--random-init-keep KEEP]` "
+            "re-initialises in memory and gives bit-identical maps (what the workflow does)."
         ),
     )
     p.add_argument("--model", required=True, metavar="SPEC", help="input: pretrained model spec")
     p.add_argument("--revision", default=None, metavar="REV", help="hub revision (hub ids only)")
     p.add_argument("--out", required=True, metavar="DIR", help="output: model directory")
     p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation (default 0)")
+    p.add_argument("--keep", choices=KEEP_CHOICES, default=DEFAULT_KEEP,
+                   help="keep the pretrained word and position embeddings (embeddings, the paper's reading, "
+                        "default) or re-initialise every weight (none)")
     p.set_defaults(func=_run_random_init)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
 
 
@@ -17,7 +18,10 @@ def _handler(args: argparse.Namespace) -> int:
     from bertlook.pipeline.config import resolve_data_path
     from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model
+    from bertlook.data.sentences import check_language, resolve_splitter
 
+    language = check_language(args.language)
+    splitter = resolve_splitter(language, args.splitter)
     hf_spec = None
     if args.hf_dataset is not None:
         from bertlook.data.hf_corpus import parse_spec_json
@@ -32,10 +36,12 @@ def _handler(args: argparse.Namespace) -> int:
 
         corpus = describe_hf_dataset(hf_spec)
         source = dataset_label(normalize_spec(hf_spec))
-        docs = iter_hf_documents(hf_spec, max_articles=args.max_articles, counts=counts)
+        docs = iter_hf_documents(hf_spec, max_articles=args.max_articles, counts=counts,
+                                 language=language, splitter=splitter)
     else:
         source = str(dump)
-        docs = iter_documents(dump, max_articles=args.max_articles, counts=counts)
+        docs = iter_documents(dump, max_articles=args.max_articles, counts=counts,
+                              language=language, splitter=splitter)
     try:
         segments, summary = build_segments(docs, tokenizer, n_segments=args.n_segments,
                                            max_seq_len=args.max_seq_len, seed=args.seed)
@@ -55,7 +61,8 @@ def _handler(args: argparse.Namespace) -> int:
     write_segments(args.out, segments)
     summary = {"dump": str(dump) if dump is not None else None, **({"corpus": corpus} if corpus else {}),
                "model": args.model, "revision": args.revision,
-               "max_articles": args.max_articles, **summary, **counts, "warnings": warnings}
+               "max_articles": args.max_articles, "language": language, "splitter": splitter,
+               **summary, **counts, "warnings": warnings}
     write_json(args.summary, summary)
     print(
         f"segments: {summary['segments_produced']}/{summary['segments_requested']} segments from "
@@ -82,7 +89,9 @@ def register_cli(subparsers) -> None:
             "tokenizer of --model. Output: --out (segments JSONL: id, doc, doc_index, text_a, text_b, "
             "tokens, segment_ids, truncated) and --summary (JSON with every count, including pages "
             "and sentences skipped). Segments are made as in BERT's create_pretraining_data.py "
-            "(no random next sentence), the first --n-segments kept and shuffled with --seed."
+            "(no random next sentence), the first --n-segments kept and shuffled with --seed. "
+            "Sentences are split in --language with --splitter (see docs/definitions.md, Sentence "
+            "splitting); both, the splitter as resolved, go into the summary."
         ),
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -102,4 +111,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--max-articles", type=int, default=None, metavar="N",
                    help="read at most N kept articles (default: all that are needed)")
+    p.add_argument("--language", default="en", metavar="CODE",
+                   help="ISO 639 code of the corpus language, e.g. en, de, zh (default en)")
+    p.add_argument("--splitter", choices=SPLITTERS, default="auto",
+                   help="sentence splitter: spacy (spaCy's sentencizer on spacy.blank(CODE)), rules "
+                        "(bertlook's rule-based splitter, also for scripts without spaces), auto (spacy "
+                        "where spaCy supports the language without extra packages, else rules; default)")
     p.set_defaults(func=_handler)

@@ -16,6 +16,7 @@ from bertlook.data.treebank import (
     UD_DEFAULT_TRAIN_FILE,
     UD_URL_TEMPLATE,
 )
+from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
 
 
@@ -33,7 +34,8 @@ def _handler(args: argparse.Namespace) -> int:
         _need(args, "local", "--dev")
         train = resolve_data_path(args.train) if args.train else None
         result = prepare_local(train, resolve_data_path(args.dev), args.format, args.out_train,
-                               args.out_dev, args.strip_subtypes, summary=args.summary)
+                               args.out_dev, args.strip_subtypes, summary=args.summary,
+                               ud_v2_relations=args.ud_v2_relations)
         train_text = (f"train {result['train']['sentences']} sentences" if result["train"]
                       else "no train split (empty train file written)")
         print(f"treebank: local ({result['dev']['format']}): dev {result['dev']['sentences']} sentences, "
@@ -46,7 +48,8 @@ def _handler(args: argparse.Namespace) -> int:
                             download_dir=args.download_dir, train_file=args.ud_train_file,
                             dev_file=args.ud_dev_file, base_url=args.ud_base_url,
                             train_sha256=args.train_sha256, dev_sha256=args.dev_sha256,
-                            strip_subtypes=args.strip_subtypes, summary=args.summary)
+                            strip_subtypes=args.strip_subtypes, summary=args.summary,
+                            ud_v2_relations=args.ud_v2_relations)
         print(f"treebank: ud {args.ud_repo} {args.ud_release}: dev {result['dev']['sentences']} "
               f"sentences (sha256 {result['dev']['input_sha256'][:12]}), train "
               f"{result['train']['sentences']} sentences (sha256 {result['train']['input_sha256'][:12]}); "
@@ -65,12 +68,16 @@ def _handler(args: argparse.Namespace) -> int:
 
             hf_spec = parse_spec_json(args.hf_dataset)
         dump = resolve_data_path(args.dump) if args.dump is not None else None
+        from bertlook.data.sentences import check_language, resolve_splitter
+
+        language = check_language(args.language)
         result = prepare_silver(dump, args.segments, args.out_train,
                                 args.out_dev, train_sentences=args.train_sentences,
                                 dev_sentences=args.dev_sentences, max_words=args.max_words,
                                 seed=args.seed, spacy_model=args.spacy_model,
                                 strip_subtypes=args.strip_subtypes, max_articles=args.max_articles,
-                                summary=args.summary, hf_dataset=hf_spec)
+                                summary=args.summary, hf_dataset=hf_spec, language=language,
+                                splitter=resolve_splitter(language, args.splitter))
         sk = result["skipped"]
         print(f"treebank: silver ({result['parser']['name']} {result['parser']['version']}): dev "
               f"{result['dev']['sentences']}/{result['dev']['requested']} sentences from "
@@ -115,6 +122,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--summary", required=True, metavar="JSON", help="output summary JSON")
     p.add_argument("--strip-subtypes", action="store_true",
                    help="turn subtyped relations into their base (nmod:poss -> nmod)")
+    p.add_argument("--ud-v2-relations", action="store_true",
+                   help="--source ud/local with UD files: rename UD v1 relations to UD v2 (dobj -> obj, "
+                        "nsubjpass -> nsubj:pass, neg -> advmod/det, nmod on a verb -> obl, ...); the summary "
+                        "counts each renaming per split (relations_renamed)")
     g = p.add_argument_group("--source local")
     g.add_argument("--train", metavar="PATH", default=None, help="train file (optional)")
     g.add_argument("--dev", metavar="PATH", default=None, help="dev file")
@@ -144,4 +155,8 @@ def register_cli(subparsers) -> None:
     g.add_argument("--spacy-model", default=DEFAULT_SPACY_MODEL, help=f"default {DEFAULT_SPACY_MODEL}")
     g.add_argument("--max-articles", type=int, default=None, metavar="N",
                    help="read at most N kept articles of the dump (default: all)")
+    g.add_argument("--language", default="en", metavar="CODE",
+                   help="corpus language, as given to `bertlook segments` (default en)")
+    g.add_argument("--splitter", choices=SPLITTERS, default="auto",
+                   help="sentence splitter, as given to `bertlook segments` (default auto)")
     p.set_defaults(func=_handler)

@@ -48,7 +48,7 @@ from bertlook.data.treebank import ud_url
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
 from bertlook.pipeline.config import resolve_data_path
-from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
+from bertlook.pipeline.preflight import glove_download_target, treebank_entries, ud_download_dir, wikipedia_target
 
 log = logging.getLogger(__name__)
 
@@ -226,24 +226,24 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
         tasks.append((f"Wikipedia dump {wiki.get('url')}", lambda: _fetch_file(
             "wikipedia", "wikipedia.url", wiki["url"], wikipedia_target(config), sha256=wiki.get("sha256"),
             sha1sums_url=wiki.get("sha1sums_url"), **net)))
-    tb = config.get("treebank") or {}
-    if tb.get("source") == "ud":
-        ud = tb["ud"]
-        for split in ("train", "dev"):
-            fname = ud[f"{split}_file"]
-            url = ud_url(ud["base_url"], ud["repo"], ud["release"], fname)
-            tasks.append((f"UD treebank {url}", lambda f=fname, u=url, s=split: _fetch_file(
-                "ud", f"treebank.ud.{s}_file", u, ud_download_dir(config) / f,
-                sha256=ud.get(f"{s}_sha256"), **net)))
-    elif tb.get("source") == "local":
-        for split in ("train", "dev"):
-            if tb["local"].get(split):
-                tasks.append((f"treebank.local.{split}", lambda s=split: _check_path(
-                    "treebank", f"treebank.local.{s}", tb["local"][s])))
-    elif tb.get("source") == "silver":
-        spacy_model = tb["silver"]["spacy_model"]
-        tasks.append((f"spaCy model {spacy_model}", lambda: _check_package(
-            "spacy_model", "treebank.silver.spacy_model", spacy_model)))
+    for key, tb in treebank_entries(config):  # treebank, then each treebanks.N
+        if tb.get("source") == "ud":
+            ud = tb["ud"]
+            for split in ("train", "dev"):
+                fname = ud[f"{split}_file"]
+                url = ud_url(ud["base_url"], ud["repo"], ud["release"], fname)
+                tasks.append((f"UD treebank {url}", lambda f=fname, u=url, s=split, k=key, t=tb: _fetch_file(
+                    "ud", f"{k}.ud.{s}_file", u, ud_download_dir(config, t) / f,
+                    sha256=t["ud"].get(f"{s}_sha256"), **net)))
+        elif tb.get("source") == "local":
+            for split in ("train", "dev"):
+                if tb["local"].get(split):
+                    tasks.append((f"{key}.local.{split}", lambda s=split, k=key, t=tb: _check_path(
+                        "treebank", f"{k}.local.{s}", t["local"][s])))
+        elif tb.get("source") == "silver":
+            spacy_model = tb["silver"]["spacy_model"]
+            tasks.append((f"spaCy model {spacy_model}", lambda m=spacy_model, k=key: _check_package(
+                "spacy_model", f"{k}.silver.spacy_model", m)))
     glove = config.get("glove") or {}
     if glove.get("path"):
         if glove["path"].startswith("package:"):

@@ -269,11 +269,14 @@ def iter_hf_documents(
     *,
     max_articles: int | None = None,
     counts: dict[str, int] | None = None,
+    language: str = "en",
+    splitter: str = "spacy",
 ) -> Iterator[Document]:
     """Yield the documents of a Hugging Face dataset (rows in dataset order), lazily.
 
     Each row's ``text_field`` goes through :func:`bertlook.data.segments.plain_text_paragraphs` and
-    :func:`bertlook.data.segments.make_document` (the dump path's steps after the markup is gone);
+    :func:`bertlook.data.segments.make_document` (the dump path's steps after the markup is gone;
+    ``language`` and ``splitter`` as in :func:`bertlook.data.segments.iter_documents`);
     its ``title_field`` is the title (the row number when ``title_field`` is null). Counts use the keys
     :data:`bertlook.data.segments.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
     namespace and redirect counts stay 0. ``max_articles`` stops after that many kept documents (with
@@ -318,7 +321,8 @@ def iter_hf_documents(
                 raise BertlookError(f"{label}: row {row_index}: {field_name!r} must be a string, got "
                                     f"{type(row[field_name]).__name__}")
         title = row[title_field] if title_field is not None else str(row_index)
-        doc = make_document(kept, title, plain_text_paragraphs(row[text_field], counts), counts)
+        doc = make_document(kept, title, plain_text_paragraphs(row[text_field], counts, language), counts,
+                            language=language, splitter=splitter)
         if doc is None:
             continue
         yield doc

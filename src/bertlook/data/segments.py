@@ -12,7 +12,8 @@ Steps:
     (:func:`iter_dump_articles`), then :func:`make_document` splits them into usable sentences;
     :mod:`bertlook.data.hf_corpus` reads documents from a Hugging Face ``datasets`` corpus instead
     (plain text: :func:`plain_text_paragraphs`, then the same :func:`make_document`);
-  * :func:`split_sentences` splits text with spaCy's rule-based ``sentencizer`` (deterministic);
+  * :func:`bertlook.data.sentences.split_sentences` splits text in the corpus language (spaCy's
+    rule-based ``sentencizer``, or bertlook's rule-based splitter; deterministic);
   * :func:`build_segments` makes the segments; :func:`write_segments` / :func:`read_segments` store
     them as JSONL (format in docs/DESIGN.md).
 
@@ -22,7 +23,6 @@ Everything excluded is counted (``counts`` / the summary JSON).
 from __future__ import annotations
 
 import bz2
-import functools
 import html
 import json
 import os
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from bertlook.data.sentences import is_usable_sentence, prose_end_pattern, split_sentences  # noqa: F401 (re-exported)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path
 
@@ -72,7 +73,6 @@ _TAG = re.compile(r"<[^<>\n]{0,300}>")
 _EMPTY_PARENS = re.compile(r"[(\[]\s*[,;:]?\s*[)\]]")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?)])")
 _SPACE_AFTER_OPEN = re.compile(r"([(])\s+")
-_PROSE_END = re.compile(r"[.!?:][\"'\u201d\u2019)\]]*$")
 
 
 _FILE_LINK_START = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.IGNORECASE)
@@ -138,17 +138,19 @@ def _clean_line(line: str) -> str:
     return " ".join(line.split())
 
 
-def clean_wiki_text(raw: str, counts: dict[str, int] | None = None) -> list[str]:
+def clean_wiki_text(raw: str, counts: dict[str, int] | None = None, language: str = "en") -> list[str]:
     """Wiki markup -> prose paragraphs (one string per paragraph).
 
     File/image links (with their captions) and ``{| ... |}`` tables are removed, then
     ``gensim.corpora.wikicorpus.filter_wiki`` removes links, references and templates; then headings, list / table / caption lines and template remnants are dropped, bold and
     italic quotes, leftover tags and entities removed, whitespace collapsed. A paragraph is kept only
-    when it ends like prose (``. ! ? :``, optionally followed by a closing quote or bracket).
+    when it ends like prose (``. ! ? :``, optionally followed by a closing quote or bracket; other
+    languages than ``en`` also ``。 । ؟`` ...: :func:`bertlook.data.sentences.prose_end_pattern`).
     Dropped non-empty lines are counted in ``counts["non_prose_lines_skipped"]``.
     """
     from gensim.corpora.wikicorpus import filter_wiki  # lazy: not in envs/analysis.yaml, whose steps import this module
 
+    prose_end = prose_end_pattern(language)
     text, skipped = _remove_tables(_remove_file_links(raw))
     text = filter_wiki(text)
     paragraphs: list[str] = []
@@ -164,44 +166,13 @@ def clean_wiki_text(raw: str, counts: dict[str, int] | None = None) -> list[str]
         if not line:
             skipped += 1
             continue
-        if not _PROSE_END.search(line):
+        if not prose_end.search(line):
             skipped += 1
             continue
         paragraphs.append(line)
     if counts is not None:
         counts["non_prose_lines_skipped"] = counts.get("non_prose_lines_skipped", 0) + skipped
     return paragraphs
-
-
-@functools.lru_cache(maxsize=1)
-def _sentencizer():
-    import spacy  # lazy: not in envs/analysis.yaml, whose steps import this module
-
-    nlp = spacy.blank("en")
-    nlp.add_pipe("sentencizer")
-    nlp.max_length = 10_000_000
-    return nlp
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into sentences, paragraph by paragraph (one paragraph per line).
-
-    Uses spaCy's rule-based ``sentencizer`` on ``spacy.blank("en")``, so the result is deterministic.
-    Whitespace inside a sentence is collapsed; empty sentences are omitted.
-    """
-    paragraphs = [p for p in text.split("\n") if p.strip()]
-    sentences: list[str] = []
-    for doc in _sentencizer().pipe(paragraphs):
-        for sent in doc.sents:
-            s = " ".join(sent.text.split())
-            if s:
-                sentences.append(s)
-    return sentences
-
-
-def is_usable_sentence(sentence: str) -> bool:
-    """At least 3 whitespace-separated words and at least one letter."""
-    return len(sentence.split()) >= 3 and any(c.isalpha() for c in sentence)
 
 
 # ---------------------------------------------------------------------------------- reading dumps
@@ -237,23 +208,26 @@ def _check_dump_file(path: Path) -> None:
         raise BertlookError(f"{path}: empty file (expected a MediaWiki .xml.bz2 or .xml dump)")
 
 
-def plain_text_paragraphs(text: str, counts: dict[str, int] | None = None) -> list[str]:
+def plain_text_paragraphs(text: str, counts: dict[str, int] | None = None,
+                          language: str = "en") -> list[str]:
     """Plain text (one paragraph per line) -> prose paragraphs, for corpora without wiki markup.
 
     The plain-text steps of :func:`clean_wiki_text`: lines are stripped and their whitespace
     collapsed, empty lines dropped, and a line is kept only when it ends like prose (``. ! ? :``,
     optionally followed by a closing quote or bracket; this drops section headings and most list
-    items of e.g. the Hugging Face ``wikimedia/wikipedia`` text). Dropped non-empty lines are counted
+    items of e.g. the Hugging Face ``wikimedia/wikipedia`` text; other languages than ``en`` also accept
+    ``。 । ؟`` ...: :func:`bertlook.data.sentences.prose_end_pattern`). Dropped non-empty lines are counted
     in ``counts["non_prose_lines_skipped"]``. The output of :func:`clean_wiki_text`, joined with
     newlines, comes back unchanged, so a corpus of cleaned dump articles gives the dump's documents.
     """
+    prose_end = prose_end_pattern(language)
     paragraphs: list[str] = []
     skipped = 0
     for line in text.splitlines():
         line = " ".join(line.split())
         if not line:
             continue
-        if not _PROSE_END.search(line):
+        if not prose_end.search(line):
             skipped += 1
             continue
         paragraphs.append(line)
@@ -263,17 +237,17 @@ def plain_text_paragraphs(text: str, counts: dict[str, int] | None = None) -> li
 
 
 def make_document(index: int, title: str, paragraphs: list[str],
-                  counts: dict[str, int]) -> Document | None:
+                  counts: dict[str, int], *, language: str = "en", splitter: str = "spacy") -> Document | None:
     """Prose paragraphs of one article -> its :class:`Document` (None when no sentence is usable).
 
-    The one sentence step of every corpus source: :func:`split_sentences`, then
-    :func:`is_usable_sentence`; updates ``short_sentences_skipped``, ``documents_without_sentences``,
+    The one sentence step of every corpus source: :func:`bertlook.data.sentences.split_sentences`
+    (``language``, ``splitter``), then :func:`bertlook.data.sentences.is_usable_sentence`; updates ``short_sentences_skipped``, ``documents_without_sentences``,
     ``documents_kept`` and ``sentences_kept`` in ``counts``.
     """
     counts = _init_counts(counts)
     sentences: list[str] = []
-    for sent in split_sentences("\n".join(paragraphs)):
-        if is_usable_sentence(sent):
+    for sent in split_sentences("\n".join(paragraphs), language, splitter):
+        if is_usable_sentence(sent, language):
             sentences.append(sent)
         else:
             counts["short_sentences_skipped"] += 1
@@ -289,6 +263,7 @@ def iter_dump_articles(
     dump_path: str | os.PathLike,
     *,
     counts: dict[str, int] | None = None,
+    language: str = "en",
 ) -> Iterator[tuple[str, list[str]]]:
     """Yield ``(title, prose paragraphs)`` of the namespace-0, non-redirect pages of a dump, lazily.
 
@@ -321,7 +296,7 @@ def iter_dump_articles(
                 if page.get("redirect") or text.lstrip()[:9].upper() == "#REDIRECT":
                     counts["redirects_skipped"] += 1
                     continue
-                yield title or "", clean_wiki_text(text, counts)
+                yield title or "", clean_wiki_text(text, counts, language)
     except ET.ParseError as err:
         line = err.position[0] if getattr(err, "position", None) else "?"
         if counts["pages_read"] == 0 and "no element found" in str(err) and line == 1:
@@ -341,12 +316,15 @@ def iter_documents(
     *,
     max_articles: int | None = None,
     counts: dict[str, int] | None = None,
+    language: str = "en",
+    splitter: str = "spacy",
 ) -> Iterator[Document]:
     """Yield the prose articles of a MediaWiki XML dump (``.xml.bz2`` or ``.xml``), lazily.
 
     Namespace-0 pages only (:func:`iter_dump_articles`); redirects and articles without a usable
     sentence (:func:`make_document`) are skipped and counted in ``counts`` (keys
-    :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read). ``max_articles``
+    :data:`DOCUMENT_COUNT_KEYS`, updated as pages are read); ``language`` and ``splitter`` go to
+    :func:`clean_wiki_text` and :func:`make_document`. ``max_articles``
     stops after that many kept documents. Missing, empty, corrupt or invalid files raise
     :class:`BertlookError` naming the file (and the line for XML errors), and so does a dump that
     ends without a single usable article (all redirects, other namespaces, or no prose).
@@ -358,10 +336,10 @@ def iter_documents(
         raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
 
     kept = 0
-    articles = iter_dump_articles(path, counts=counts)
+    articles = iter_dump_articles(path, counts=counts, language=language)
     try:
         for title, paragraphs in articles:
-            doc = make_document(kept, title, paragraphs, counts)
+            doc = make_document(kept, title, paragraphs, counts, language=language, splitter=splitter)
             if doc is None:
                 continue
             yield doc

@@ -95,6 +95,11 @@ def iter_text_lines(fh, path: str | os.PathLike) -> Iterator[tuple[int, str]]:
         yield lineno, line
 
 
+def _no_space_after(misc: str) -> bool:
+    """True when a CoNLL-U MISC column holds ``SpaceAfter=No`` (``|``-separated attributes)."""
+    return "SpaceAfter=No" in misc.strip().split("|")
+
+
 def _control_char(text: str) -> str | None:
     """The first control / line-separator character of ``text`` (tab, CR, NUL, U+2028, ...), else None."""
     return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
@@ -109,6 +114,9 @@ class Sentence:
     ``heads[i]`` is the 1-based index of word ``i + 1``'s head, 0 for the root. ``source`` (file) and
     ``line`` (line number of the first token line, 1-based) say where it was read; they do not take
     part in ``==``, so a sentence read back from a written file compares equal to the original.
+    ``space_after[i]`` is False when word ``i + 1`` is written without a space after it (CoNLL-U MISC
+    ``SpaceAfter=No``; on a multi-word-token range line it applies to the range's last word); it
+    defaults to all True (CoNLL-X and silver trees have no such information).
     """
 
     sent_id: str
@@ -119,6 +127,11 @@ class Sentence:
     xpos: list[str]
     source: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
+    space_after: list[bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.space_after is None:
+            self.space_after = [True] * len(self.words)
 
     def n(self) -> int:
         """Number of words."""
@@ -179,6 +192,8 @@ class _Reader:
         self.upos: list[str] = []
         self.xpos: list[str] = []
         self.lines: list[int] = []
+        self.space_after: list[bool] = []
+        self.range_no_space: list[int] = []  # last word id of each multi-word token marked SpaceAfter=No
 
     def error(self, line: int, message: str) -> BertlookError:
         where = f"{self.path}:{line}: "
@@ -211,6 +226,10 @@ class _Reader:
         wid = cols[0].strip()
         if self.fmt == "conllu" and _RANGE_ID.match(wid):
             self.counts["multiword_tokens_skipped"] += 1
+            if _no_space_after(cols[9]):
+                end = wid.split("-", 1)[1]
+                if len(end) <= _MAX_ID_DIGITS:
+                    self.range_no_space.append(int(end))
             return
         if self.fmt == "conllu" and _EMPTY_ID.match(wid):
             self.counts["empty_nodes_skipped"] += 1
@@ -242,6 +261,7 @@ class _Reader:
         self.upos.append(cols[3].strip())
         self.xpos.append(cols[4].strip())
         self.lines.append(lineno)
+        self.space_after.append(not (self.fmt == "conllu" and _no_space_after(cols[9])))
 
     @staticmethod
     def _tab_hint(line: str, cols: list[str]) -> str:
@@ -274,11 +294,15 @@ class _Reader:
             raise self.error(self.lines[i], message)
         if len(roots) > 1:
             self.counts["multi_root_sentences"] += 1
+        for end in self.range_no_space:  # a range line's SpaceAfter=No: after the range's last word
+            if 1 <= end <= n:
+                self.space_after[end - 1] = False
         self.counts["sentences"] += 1
         self.counts["words"] += n
         self.sentences.append(Sentence(
             sent_id=self.sent_id, words=self.words, heads=self.heads, rels=self.rels,
             upos=self.upos, xpos=self.xpos, source=str(self.path), line=self.lines[0],
+            space_after=self.space_after,
         ))
         self._reset()
 
@@ -374,8 +398,11 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
                  comments: dict[str, Any] | None = None) -> int:
     """Write ``sentences`` as CoNLL-U, atomically; returns the number of sentences written.
 
-    Each sentence gets ``# sent_id`` and ``# text`` (the words joined by single spaces) comments and
-    10 columns (LEMMA, FEATS, DEPS and MISC are ``_``; an empty UPOS/XPOS/DEPREL is written as ``_``).
+    Each sentence gets ``# sent_id`` and ``# text`` comments and 10 columns (LEMMA, FEATS and DEPS are
+    ``_``; MISC is ``SpaceAfter=No`` for a word whose ``space_after`` is False, else ``_``; an empty
+    UPOS/XPOS/DEPREL is written as ``_``). ``# text`` is the words joined by single spaces, not the
+    original text (``SpaceAfter=No`` is ignored there, and multi-word tokens are not written: their
+    syntactic words are); the MISC column keeps the flags, so ``read_conllu`` gives them back.
     ``comments`` (e.g. ``{"source": "silver: spaCy ..."}``) are written once, as ``# key = value``
     lines at the top of the file. ``read_conllu(path) == list(sentences)`` (``source`` and ``line``
     do not take part in the comparison). With no sentences the file holds only the comments; read it
@@ -391,10 +418,11 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
                 fh.write(f"# {text}\n")
             for sent in sentences:
                 n = len(sent.words)
-                for name in ("heads", "rels", "upos", "xpos"):
-                    if len(getattr(sent, name)) != n:
-                        raise BertlookError(f"sentence {sent.sent_id}: {len(getattr(sent, name))} "
-                                            f"{name} for {n} words")
+                flags = sent.space_after if sent.space_after is not None else [True] * n
+                for name in ("heads", "rels", "upos", "xpos", "space_after"):
+                    values = flags if name == "space_after" else getattr(sent, name)
+                    if len(values) != n:
+                        raise BertlookError(f"sentence {sent.sent_id}: {len(values)} {name} for {n} words")
                 if n == 0:
                     raise BertlookError(f"sentence {sent.sent_id}: no words")
                 sid = _field(sent.sent_id, "sent_id", sent)
@@ -406,7 +434,8 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
                                             f"out of range 0..{n}")
                     cols = [str(i + 1), _field(sent.words[i], "word", sent), "_",
                             _field(sent.upos[i], "UPOS", sent), _field(sent.xpos[i], "XPOS", sent),
-                            "_", str(head), _field(sent.rels[i], "DEPREL", sent), "_", "_"]
+                            "_", str(head), _field(sent.rels[i], "DEPREL", sent), "_",
+                            "_" if flags[i] else "SpaceAfter=No"]
                     if not sent.words[i].strip():
                         raise BertlookError(f"sentence {sent.sent_id}: word {i + 1} is empty or "
                                             "whitespace")
@@ -414,6 +443,75 @@ def write_conllu(path: str | os.PathLike, sentences: Iterable[Sentence], *,
                 fh.write("\n")
                 written += 1
     return written
+
+
+# ---------------------------------------------------------------------- UD v1 -> v2 relations
+
+#: UD v1 relation labels renamed in UD v2 (universaldependencies.org, "changes from v1 to v2"), label for
+#: label. Everything else (including subtypes such as ``nmod:poss``, ``acl:relcl``, ``compound:prt``) is
+#: the same in both versions. Structural v2 changes (cc/punct attachment, copula heads) are not undone.
+UD_V1_TO_V2 = {
+    "dobj": "obj",                  # direct object: v2 calls it obj (indirect object iobj unchanged)
+    "nsubjpass": "nsubj:pass",      # passive nominal subject became a subtype of nsubj
+    "csubjpass": "csubj:pass",      # passive clausal subject became a subtype of csubj
+    "auxpass": "aux:pass",          # passive auxiliary became a subtype of aux
+    "mwe": "fixed",                 # fixed multiword expressions ("because of", "as well as")
+    "name": "flat",                 # multiword names: v2 uses flat (headless, first word the head)
+    "foreign": "flat:foreign",      # foreign-language strings: v2 uses the flat:foreign subtype
+    "remnant": "orphan",            # ellipsis: v2 promotes a dependent and links the rest with orphan
+}
+#: v1 ``neg`` was removed in v2 (negation is the feature Polarity=Neg): a negating adverb ("not",
+#: "nicht") is advmod, a negating determiner ("no", "kein") det. Chosen by the word's UPOS.
+UD_V1_NEG_BY_UPOS = {"DET": "det"}
+UD_V1_NEG_DEFAULT = "advmod"
+#: v2 introduced obl for nominals attached to a predicate (v1 used nmod for them): nmod (and its
+#: subtypes tmod/npmod) whose head is a VERB, ADJ or ADV becomes obl (obl:tmod, obl:npmod). Needs the
+#: head's UPOS, and is applied only to a file with a v1-only label (:func:`normalise_ud_relations`): a v2 file
+#: may attach nmod to such heads on purpose and is left unchanged.
+UD_V2_OBL_HEAD_UPOS = frozenset({"VERB", "ADJ", "ADV"})
+_NMOD_TO_OBL = {"nmod": "obl", "nmod:tmod": "obl:tmod", "nmod:npmod": "obl:npmod"}
+
+
+def normalise_ud_relation(label: str, upos: str | None = None, head_upos: str | None = None) -> str:
+    """The UD v2 name of a relation ``label`` (a v1 label is renamed, any other is returned as it is).
+
+    ``upos``: the dependent's UPOS (``neg``: DET -> ``det``, anything else or unknown -> ``advmod``);
+    ``head_upos``: the head's UPOS (``nmod``/``nmod:tmod``/``nmod:npmod`` on a VERB/ADJ/ADV head ->
+    ``obl``/``obl:tmod``/``obl:npmod``; without it nmod is left alone). See :data:`UD_V1_TO_V2`.
+    """
+    if label in UD_V1_TO_V2:
+        return UD_V1_TO_V2[label]
+    if label == "neg":
+        return UD_V1_NEG_BY_UPOS.get(upos or "", UD_V1_NEG_DEFAULT)
+    if label in _NMOD_TO_OBL and head_upos in UD_V2_OBL_HEAD_UPOS:
+        return _NMOD_TO_OBL[label]
+    return label
+
+
+def normalise_ud_relations(sentences: Iterable[Sentence], renamed: collections.Counter | None = None,
+                           *, strip_subtypes: bool = False) -> collections.Counter:
+    """Rename the UD v1 relations of ``sentences`` in place (:func:`normalise_ud_relation`).
+
+    Returns (and adds to ``renamed``) the number of renamed words per ``"old->new"`` key. With
+    ``strip_subtypes`` a new subtyped label (``nsubj:pass``) is cut to its base (``nsubj``), as the
+    reader does for labels read with ``strip_subtypes``.
+    """
+    renamed = collections.Counter() if renamed is None else renamed
+    sentences = list(sentences)
+    # nmod -> obl only in a v1 file (one with a v1-only label): UD v2 files may have nmod under an
+    # ADJ / VERB head on purpose, and must come out unchanged
+    v1 = any(rel in UD_V1_TO_V2 or rel == "neg" for sent in sentences for rel in sent.rels)
+    for sent in sentences:
+        for i, rel in enumerate(sent.rels):
+            h = sent.heads[i]
+            head_upos = sent.upos[h - 1] if h > 0 and v1 else None
+            new = normalise_ud_relation(rel, sent.upos[i] or None, head_upos)
+            if strip_subtypes and ":" in new:
+                new = new.split(":", 1)[0]
+            if new != rel:
+                renamed[f"{rel}->{new}"] += 1
+                sent.rels[i] = new
+    return renamed
 
 
 # ------------------------------------------------------------------------------------ summaries
@@ -438,12 +536,15 @@ def _split_summary(sentences: list[Sentence], **extra) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- local files
 
-def _read_local(src: Path, fmt: str, strip_subtypes: bool) -> tuple[list[Sentence], dict[str, Any]]:
+def _read_local(src: Path, fmt: str, strip_subtypes: bool,
+                ud_v2_relations: bool = False) -> tuple[list[Sentence], dict[str, Any]]:
     fmt = detect_format(src) if fmt == "auto" else fmt
     counts: dict[str, int] = {}
     sentences = read_treebank(src, fmt, strip_subtypes=strip_subtypes, counts=counts)
+    renamed = normalise_ud_relations(sentences, strip_subtypes=strip_subtypes) if ud_v2_relations else {}
     info = {"input": str(src), "input_sha256": sha256_file(src), "format": fmt,
-            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")}}
+            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")},
+            "relations_renamed": dict(sorted(renamed.items()))}
     return sentences, info
 
 
@@ -461,8 +562,13 @@ def prepare_local(
     strip_subtypes: bool = False,
     *,
     summary: str | os.PathLike | None = None,
+    ud_v2_relations: bool = False,
 ) -> dict[str, Any]:
     """Normalize treebank files you supply (PTB-SD CoNLL-X, or any UD CoNLL-U) to CoNLL-U.
+
+    ``ud_v2_relations``: rename UD v1 relations to their v2 names (:func:`normalise_ud_relations`;
+    for UD files only: PTB-SD's ``dobj``/``nsubjpass`` would be renamed too); each split's summary
+    gets ``relations_renamed`` (``{"dobj->obj": n, ...}``, empty when off).
 
     ``fmt`` is ``auto`` (by extension, :func:`detect_format`), ``conllu`` or ``conllx``. Every input
     is fully validated before anything is written. ``train_path`` may be ``None``: then the summary
@@ -478,7 +584,7 @@ def prepare_local(
     dev_src = Path(dev_path)
     warnings: list[str] = []
     # Read and validate every input before writing anything.
-    dev_sents, dev_info = _read_local(dev_src, fmt, strip_subtypes)
+    dev_sents, dev_info = _read_local(dev_src, fmt, strip_subtypes, ud_v2_relations)
     train_sents = train_info = None
     if train_path is not None:
         train_src = Path(train_path)
@@ -487,7 +593,7 @@ def prepare_local(
         if train_src.resolve() == dev_src.resolve():
             warnings.append(f"the train and dev files are the same file ({dev_src}): heads chosen on "
                             "train are not held out")
-        train_sents, train_info = _read_local(train_src, fmt, strip_subtypes)
+        train_sents, train_info = _read_local(train_src, fmt, strip_subtypes, ud_v2_relations)
     dev_info = _write_split(out_dev, dev_sents, dev_info, f"local: {dev_src}")
     if train_sents is not None:
         train_info = _write_split(out_train, train_sents, train_info, f"local: {train_path}")
@@ -497,6 +603,7 @@ def prepare_local(
     result = {
         "source": "local",
         "strip_subtypes": strip_subtypes,
+        "ud_v2_relations": ud_v2_relations,
         "dev": dev_info,
         "train": train_info,
         "train_output_empty": str(out_train) if train_path is None and out_train is not None else None,
@@ -537,8 +644,12 @@ def prepare_ud(
     timeout: float = 60.0,
     backoff: float = 1.0,
     summary: str | os.PathLike | None = None,
+    ud_v2_relations: bool = False,
 ) -> dict[str, Any]:
     """Download a UD treebank at a pinned release and normalize its train/dev files to CoNLL-U.
+
+    ``ud_v2_relations``: rename UD v1 relations (releases before 2.0) to their v2 names
+    (:func:`normalise_ud_relations`); each split's summary gets ``relations_renamed`` (empty when off).
 
     Files are fetched from ``base_url`` (default :data:`UD_URL_TEMPLATE`, GitHub raw files of
     ``UniversalDependencies/{repo}`` at tag ``{release}``) into ``download_dir/{file}`` with
@@ -565,21 +676,24 @@ def prepare_ud(
                                             timeout=timeout, backoff=backoff)
         files[split]["sha256_pinned"] = sha is not None
     result: dict[str, Any] = {"source": "ud", "repo": repo, "release": release,
-                              "strip_subtypes": strip_subtypes}
+                              "strip_subtypes": strip_subtypes, "ud_v2_relations": ud_v2_relations}
     parsed = {}
     for split in ("dev", "train"):
         counts: dict[str, int] = {}
         path = Path(files[split]["path"])
-        parsed[split] = (read_conllu(path, strip_subtypes=strip_subtypes, counts=counts), counts)
+        sentences = read_conllu(path, strip_subtypes=strip_subtypes, counts=counts)
+        renamed = normalise_ud_relations(sentences, strip_subtypes=strip_subtypes) if ud_v2_relations else {}
+        parsed[split] = (sentences, counts, renamed)
     for split, out in (("dev", out_dev), ("train", out_train)):
-        sentences, counts = parsed[split]
+        sentences, counts, renamed = parsed[split]
         write_conllu(out, sentences,
                      comments={"source": f"ud: {repo} {release} {Path(files[split]['path']).name}"})
         result[split] = _split_summary(
             sentences, input=files[split]["path"], url=files[split]["url"],
             input_sha256=files[split]["sha256"], sha256_pinned=files[split]["sha256_pinned"],
             format="conllu", output=str(out),
-            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")})
+            **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")},
+            relations_renamed=dict(sorted(renamed.items())))
     result["warnings"] = []
     if summary is not None:
         write_json(summary, result)
@@ -663,6 +777,8 @@ def prepare_silver(
     batch_size: int = 256,
     summary: str | os.PathLike | None = None,
     hf_dataset: dict[str, Any] | None = None,
+    language: str = "en",
+    splitter: str = "spacy",
 ) -> dict[str, Any]:
     """Silver dependency trees: spaCy parses of Wikipedia sentences no segment comes from.
 
@@ -674,7 +790,8 @@ def prepare_silver(
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
        dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.segments.iter_documents`,
-       at most ``max_articles`` kept articles when given) are candidates, with their sentences.
+       at most ``max_articles`` kept articles when given) are candidates, with their sentences
+       (split with ``language`` / ``splitter``, which must be those the segments were made with).
     2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
        in that order, whole, first into dev until it holds ``dev_sentences`` kept sentences, then
        into train until ``train_sentences``. The document that fills a split is cut at that sentence
@@ -710,8 +827,10 @@ def prepare_silver(
 
     candidates: list[tuple[int, list[str]]] = []
     n_docs = 0
-    docs = (iter_hf_documents(hf_dataset, max_articles=max_articles, counts=dump_counts) if hf_dataset is not None
-            else iter_documents(dump_path, max_articles=max_articles, counts=dump_counts))
+    docs = (iter_hf_documents(hf_dataset, max_articles=max_articles, counts=dump_counts, language=language,
+                              splitter=splitter) if hf_dataset is not None
+            else iter_documents(dump_path, max_articles=max_articles, counts=dump_counts, language=language,
+                                splitter=splitter))
     try:
         for doc in docs:
             n_docs += 1
@@ -796,6 +915,8 @@ def prepare_silver(
         "seed": seed,
         "max_words": max_words,
         "max_articles": max_articles,
+        "language": language,
+        "splitter": splitter,
         "strip_subtypes": strip_subtypes,
         "documents_in_dump": n_docs,
         "documents_used_by_segments": len(used),

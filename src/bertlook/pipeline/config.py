@@ -147,12 +147,30 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
     if glove.get("member") and not source.lower().rstrip("/").endswith(".zip"):
         problems.append(f"config key 'glove.member': {glove['member']!r} names a file inside a .zip, but the "
                         f"vectors come from {source!r}, not a .zip (set glove.member: null)")
-    tb = config["treebank"]
+    problems += _treebank_problems(config["treebank"], "treebank")
+    for i, tb in enumerate(config.get("treebanks") or []):
+        problems += _treebank_problems(tb, f"treebanks.{i}")
+    problems += _treebank_label_problems(config)
+    return problems
+
+
+#: Run-directory suffixes of the summaries: {run_name}-all-models, {run_name}-languages
+RESERVED_LABELS = ("all-models", "languages")
+
+
+def treebank_label(tb: dict[str, Any]) -> str:
+    """A treebank's name in the cross-language summary: its ``label``, else its ``language``."""
+    return tb.get("label") or tb.get("language") or "en"
+
+
+def _treebank_problems(tb: dict[str, Any], key: str) -> list[str]:
+    """Cross-key requirements of one treebank entry (``treebank`` or ``treebanks.N``)."""
+    problems: list[str] = []
     if tb["source"] == "local":
         local = tb.get("local") or {}
         if not local.get("dev"):
-            problems.append("config key 'treebank.local.dev': treebank.source is local but no dev file is "
-                            "set (treebank.local.dev)")
+            problems.append(f"config key '{key}.local.dev': {key}.source is local but no dev file is "
+                            f"set ({key}.local.dev)")
         if local.get("format", "auto") == "auto":
             from bertlook.data.treebank import CONLLU_SUFFIXES, CONLLX_SUFFIXES
 
@@ -160,13 +178,45 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
                 path = local.get(split)
                 if path and Path(path).suffix.lower() not in CONLLU_SUFFIXES + CONLLX_SUFFIXES:
                     problems.append(
-                        f"config key 'treebank.local.{split}': cannot tell the format of {path!r} from its "
-                        f"extension; set treebank.local.format to conllu or conllx")
+                        f"config key '{key}.local.{split}': cannot tell the format of {path!r} from its "
+                        f"extension; set {key}.local.format to conllu or conllx")
     if tb["source"] == "ud":
         base = tb["ud"]["base_url"]
         if "{file}" not in base:
-            problems.append("config key 'treebank.ud.base_url': the URL template has no {file} (train and "
+            problems.append(f"config key '{key}.ud.base_url': the URL template has no {{file}} (train and "
                             "dev would be the same download)")
+    return problems
+
+
+def _treebank_label_problems(config: dict[str, Any]) -> list[str]:
+    """``treebanks`` entries: a label, unique, not silver, and run names that collide with nothing."""
+    extras = config.get("treebanks") or []
+    problems: list[str] = [
+        f"config key 'models': label {model['label']!r} is reserved (the directory of a summary: "
+        f"{{run_name}}-{model['label']})" for model in config["models"] if model["label"] in RESERVED_LABELS]
+    if not extras:
+        return problems
+    labels = [treebank_label(config["treebank"])]
+    for i, tb in enumerate(extras):
+        if not tb.get("label"):
+            problems.append(f"config key 'treebanks.{i}.label': every treebanks entry needs a label (it names "
+                            "the run directory {run_name}-{model label}-{label})")
+            continue
+        if tb["source"] == "silver":
+            problems.append(f"config key 'treebanks.{i}.source': silver trees come from the segments' corpus "
+                            "and are the main `treebank` only; list ud or local treebanks here")
+        labels.append(tb["label"])
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        problems.append(f"config key 'treebanks': duplicate treebank label(s) {dupes} (the main treebank's "
+                        "label is treebank.label, else treebank.language)")
+    runs = run_names(config)
+    for label in labels[1:]:
+        for model in config["models"]:
+            extra = f"{config['run_name']}-{model['label']}-{label}"
+            if extra in runs or extra.split("-", 1)[-1] in RESERVED_LABELS:
+                problems.append(f"config key 'treebanks': the run of model {model['label']!r} on treebank "
+                                f"{label!r} ({extra}) collides with another run directory; rename the label")
     return problems
 
 
@@ -201,6 +251,8 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         raise BertlookError(f"{source}: config key 'models': duplicate label(s) {dupes}")
     filled = copy.deepcopy(config)
     _fill_defaults(schema, filled)
+    for entry in filled.get("treebanks") or []:  # defaults inside the list's entries
+        _fill_defaults(schema["properties"]["treebanks"]["items"], entry)
     filled = normalise_integers(schema, filled)
     problems = cross_field_problems(filled)
     if problems:
@@ -285,6 +337,12 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 def run_names(config: dict[str, Any]) -> list[str]:
     """The run names of a configuration, ``{run_name}-{label}`` per model, in config order."""
     return [f"{config['run_name']}-{m['label']}" for m in config["models"]]
+
+
+def syntax_run_names(config: dict[str, Any]) -> list[str]:
+    """The runs of the ``treebanks`` entries, ``{run_name}-{model label}-{treebank label}``: the syntax
+    steps only (every model on every entry, in config order)."""
+    return [f"{run}-{tb['label']}" for run in run_names(config) for tb in config.get("treebanks") or []]
 
 
 def model_for_run(config: dict[str, Any], run: str) -> dict[str, Any]:

@@ -38,9 +38,9 @@ def glove_download_target(config: dict[str, Any]) -> Path | None:
     return Path(config["resources_dir"]) / "glove" / _url_file_name(glove["url"])
 
 
-def ud_download_dir(config: dict[str, Any]) -> Path:
-    """Where the workflow caches the files of the configured UD treebank release."""
-    ud = config["treebank"]["ud"]
+def ud_download_dir(config: dict[str, Any], treebank: dict[str, Any] | None = None) -> Path:
+    """Where the workflow caches the files of a UD treebank release (default: the main ``treebank``'s)."""
+    ud = (treebank or config["treebank"])["ud"]
     return Path(config["resources_dir"]) / "ud" / ud["repo"] / ud["release"]
 
 
@@ -106,23 +106,35 @@ def _glove_problems(config: dict[str, Any], check_reachable) -> list[str]:
     return [f"GloVe vectors {url}: {reason}"] if reason else []
 
 
+def treebank_entries(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(config key, entry)`` of every treebank: ``treebank``, then each ``treebanks.N``."""
+    return [("treebank", config.get("treebank") or {}),
+            *((f"treebanks.{i}", tb) for i, tb in enumerate(config.get("treebanks") or []))]
+
+
 def _treebank_problems(config: dict[str, Any], check_reachable) -> list[str]:
-    tb = config.get("treebank") or {}
+    problems: list[str] = []
+    for key, tb in treebank_entries(config):
+        problems += _one_treebank_problems(config, key, tb, check_reachable)
+    return problems
+
+
+def _one_treebank_problems(config: dict[str, Any], key: str, tb: dict[str, Any], check_reachable) -> list[str]:
     if tb.get("source") == "local":
         local = tb.get("local") or {}
         if not local.get("dev"):
-            return ["treebank.local.dev: no dev file set (source: local)"]
-        return [f"treebank.local.{split}: {local[split]} does not exist"
+            return [f"{key}.local.dev: no dev file set (source: local)"]
+        return [f"{key}.local.{split}: {local[split]} does not exist"
                 for split in ("train", "dev") if local.get(split) and not Path(local[split]).is_file()]
     if tb.get("source") == "ud":
         ud = tb["ud"]
-        cache = ud_download_dir(config)
+        cache = ud_download_dir(config, tb)
         missing = [f for f in (ud["train_file"], ud["dev_file"]) if not (cache / f).is_file()]
         if missing:
             url = ud["base_url"].format(repo=ud["repo"], release=ud["release"], file=missing[0])
             reason = check_reachable(url)
             if reason:
-                return [f"UD treebank {url}: {reason} (or set treebank.source: local with your files)"]
+                return [f"UD treebank {url}: {reason} (or set {key}.source: local with your files)"]
     return []
 
 

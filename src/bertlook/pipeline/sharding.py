@@ -175,8 +175,10 @@ SUM_KEYS = frozenset({
     "n_input", "n_examples", "excluded_too_long", "tokens", "padded_tokens", "seconds", "estimated_bytes",
     "estimated_map_bytes", "unk_tokens", "non_special_tokens", "examples_with_unk", "examples",
     "n_sentences", "n_extracted", "excluded_alignment", "n_words", "n_split_words", "alignment", "too_long",
-    "n_shards",
+    "n_shards", "excluded_straddling_token",
 })
+#: mappings of counts added key by key (extract-words: sentences excluded per alignment reason)
+DICT_SUM_KEYS = frozenset({"excluded_alignment_reasons"})
 CONCAT_KEYS = {"excluded_ids": None, "excluded_too_long_ids": None, "excluded_alignment_ids": None,
                "alignment_ids": None, "too_long_ids": None, "unk_examples": 5, "alignment_errors": 20}
 #: lists (or lists of lists) of numbers added element by element: the ``norms`` sums and counts of
@@ -193,6 +195,12 @@ def _merge_values(key: str, values: list[Any], where: list[Any]) -> Any:
         return round(total, 4) if key == "seconds" else total
     if key in ELEMENTWISE_SUM_KEYS:
         return _add_elementwise(key, values, where)
+    if key in DICT_SUM_KEYS and all(isinstance(v, dict) for v in values):
+        total: dict[str, Any] = {}
+        for v in values:
+            for k, n in v.items():
+                total[k] = total.get(k, 0) + n
+        return total
     if key in CONCAT_KEYS and all(isinstance(v, list) for v in values):
         out = [x for v in values for x in v]
         cap = CONCAT_KEYS[key]

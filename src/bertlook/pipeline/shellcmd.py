@@ -5,8 +5,9 @@ Rules never paste config values into a ``shell:`` string. Each rule's only param
 and its shell line is always ``"{params.cmd} > {log:q} 2>&1"``. Every flag value, whatever the
 schema allowed into it (a path with spaces, a ``$( )``, a backtick, a quote, a newline), reaches
 ``bertlook`` as one literal argument, because it went through :func:`shlex.quote`; the only
-unquoted text is the fixed program prefix, which comes from the checkout and the Python running
-Snakemake, never from the config. ``tests/test_shell_injection.py`` runs the real Snakemake on a
+unquoted text is the fixed program prefix, a constant that reads the checkout's ``src/`` and the
+Python running Snakemake from the environment (``BERTLOOK_SRC``, ``BERTLOOK_PYTHON``, set by
+``common.smk``), never from the config. ``tests/test_shell_injection.py`` runs the real Snakemake on a
 config in which every string field of the schema holds a shell payload, and checks that none ran.
 """
 
@@ -50,8 +51,7 @@ def flag_tokens(name: str, value: Any) -> list[str]:
 
 def command(prefix: str, step: str, flags: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> str:
     """``[ENV=VALUE ...] PREFIX STEP --flag VALUE ...`` with every env value, the step and every
-    flag token shell-quoted. ``prefix`` is the fixed program (already safe: built from paths by
-    ``shlex.quote``), never a config value."""
+    flag token shell-quoted. ``prefix`` is the fixed program (a constant of the workflow), never a config value."""
     if not _STEP_NAME.match(step):
         raise ValueError(f"bad step name {step!r}")
     parts: list[str] = []

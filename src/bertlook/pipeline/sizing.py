@@ -117,7 +117,10 @@ PROBE_STEP_S = 2.5e-3  # CPU s per training sentence, probe and seed (batch 1; m
 PROBE_S_PER_FEATURE = 4e-9  # plus per attention feature of the sentence (K * (W+2)^2); README: 0.3 ms / 83k
 # trained probes per seed: probes = attn, attn_glove, attn_glove_released, distances_glove; probes_random =
 # random_init_attn_glove (on the random-init stores)
-PROBES_PER_SEED = {"probes": 4, "probes_random": 1}
+# probes: 4 + the 2 controls (issue 14) + distances_only and attn_glove_mlp (issue 16; together about two
+# Attn+GloVe trainings: Distances only about half of Distances+GloVe, the MLP variant about 1.5x)
+PROBES_PER_SEED = {"probes": 8, "probes_random": 1}
+TREE_S_PER_ENTRY = 1e-8  # tree_heads: CPU s per (tree x map entry x word) (offline MiniLM: 8.4e-9, 1.8e-8 loaded)
 BASE_PROBES_MB = 840.0  # BASE_TORCH_MB + 300: probes RSS 714 (MiniLM), 797 (BERT-base shape, 1 thread)
 STARTUP_S = 20.0  # interpreter + imports + model load of a step
 WORDPIECES_PER_WORD = 1.3  # BERT WordPiece on English treebanks (offline silver trees: 1.11)
@@ -513,6 +516,36 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         nbytes = _store_total(job, lambda: 2 * store_bytes(dims, words))
         one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
         return BASE_PLOT_MB + 4 * one, STARTUP_S + 2 * nbytes / (IO_MB_S * 1e6), 10.0
+    if rule == "tree_heads":
+        # 2 K trees per sentence (both directions), each about W passes over its (W+1)^2 scores
+        dims = job.dims()
+        words, _ = _words(dataclasses.replace(job, wildcards={**job.wildcards, "split": "dev"}))
+        nbytes = _store_total(job, lambda: store_bytes(dims, words))
+        squares = nbytes / (2.0 * dims.heads_total)  # sum (W+2)^2 over the dev sentences
+        count = words.count
+        for p in job.stores():
+            try:
+                count = int(json.loads(Path(p, "meta.json").read_text(encoding="utf-8"))["n_examples"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        cubes = squares * math.sqrt(squares / max(1, count))  # sum (W+2)^3, for sentences of one length
+        one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
+        cpu = STARTUP_S + nbytes / (IO_MB_S * 1e6) + TREE_S_PER_ENTRY * 2 * dims.heads_total * cubes
+        return BASE_PLOT_MB + 8 * one, cpu, 10.0
+    if rule == "probe_ablations":
+        # Attn+GloVe per seed: the reference with every head, then per layer and mode the heads kept
+        dims = job.dims()
+        train = _train_store(job, dims)
+        one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
+        glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
+        modes = list(cfg["probes"].get("layer_ablations") or [])
+        L, K = dims.layers, dims.heads_total
+        heads = K + L * ((K // L if "keep" in modes else 0) + (K - K // L if "drop" in modes else 0))
+        trainings = 1 + L * len(modes)
+        per_seed = train.count * (trainings * PROBE_STEP_S
+                                  + PROBE_S_PER_FEATURE * heads * train.squares / max(1, train.count))
+        cpu = STARTUP_S + len(cfg["probes"]["seeds"]) * int(cfg["probes"]["epochs"]) * per_seed
+        return BASE_PROBES_MB + glove_mb + 8 * one, cpu, 10.0
     if rule in ("probes", "probes_random"):
         dims = job.dims()
         train = _train_store(job, dims)
@@ -539,13 +572,13 @@ def _estimate(job: Job) -> tuple[float, float, float]:
                         "pass kind= the rule it behaves like")
 
 
-SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "resources_summary",
+SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "resources_summary", "report_pages",
                "gather_extraction", "merge_words", "merge_words_random", "fig1_example_shard")
 KNOWN_RULES = (
     "segments", "download_wikipedia", "download_glove", "extract_segments", "surface_stats_shard",
     "surface_stats", "cluster_heads_shard", "cluster_heads", "figures", "treebank", "extract_words",
     "extract_words_random", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
-    "gradients", *SMALL_RULES,
+    "gradients", "tree_heads", "probe_ablations", *SMALL_RULES,
 )
 
 

@@ -30,7 +30,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, read_csv_strings
@@ -51,9 +51,30 @@ EXAMPLE_BEHAVIOURS = (
     ("sep", "most attention to [SEP]"),
     ("punct", "most attention to . and ,"),
 )
-# The statistic behind each label is printed with it ("entropy 4.68 nats", "mean 0.07"), so a model
-# without, e.g., a strong [SEP] head does not get a panel that claims one.
+# The statistic behind each label is printed with it ("entropy 4.68 nats", "mean 0.66").
 _EXAMPLE_UNITS = {"entropy": "entropy {:.2f} nats"}
+#: What each attention-mass behaviour of Fig 1 is called in a panel that says it is absent.
+_EXAMPLE_TARGETS = {"next": "the next token", "sep": "[SEP]", "punct": ". and ,"}
+
+
+def example_thresholds() -> dict[str, float]:
+    """Fig 1: a behaviour is shown only when its best head's mean share EXCEEDS this (strict ``>``):
+    the thresholds of Fig 6's behaviour labels (the authors' released ones, ``analyses.behaviours``),
+    so that Fig 1 draws a "[SEP] head" exactly when some head is [SEP]-heavy enough for that label.
+    The broadest head (entropy) has no threshold: some head is always the broadest."""
+    from bertlook.analyses.behaviours import NEXT_THRESHOLD, PUNCT_THRESHOLD, SEP_THRESHOLD
+
+    return {"next": NEXT_THRESHOLD, "sep": SEP_THRESHOLD, "punct": PUNCT_THRESHOLD}
+
+
+class ExampleHead(NamedTuple):
+    """One panel of Fig 1: the behaviour's best head, its title line, and whether it is drawn
+    (``shown``; False: the behaviour is absent from the model and the panel says so instead)."""
+
+    layer: int
+    head: int
+    label: str
+    shown: bool = True
 
 FIGURE_FILES = {
     "fig1": "fig1_example_heads.png",
@@ -102,6 +123,14 @@ def _save_png(fig, out_png: str | os.PathLike) -> Path:
     with atomic_path(out_png) as tmp:
         fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
     return Path(out_png)
+
+
+def _from_zero(ax, top: float | None = None) -> None:
+    """y from just below 0 to ``top`` (default: the autoscaled top): a margin of 3% of the range below
+    0, as the fraction panels' -0.03, so that points at 0 (a head with entropy ~0, gradients ~0) are
+    drawn whole instead of cut in half by the axis."""
+    hi = float(ax.get_ylim()[1]) if top is None else float(top)
+    ax.set_ylim(-0.03 * hi, hi)
 
 
 def _read_table(
@@ -197,13 +226,18 @@ def _jitter(n: int, width: float = 0.28, seed: int = 0):
 # --------------------------------------------------------------------------------------------------
 
 
-def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
-    """One characteristic head per behaviour, as in the paper's Fig 1: ``[(layer, head, label)]``.
+def choose_example_heads(stats_df) -> list[ExampleHead]:
+    """One characteristic head per behaviour, as in the paper's Fig 1: ``[(layer, head, label, shown)]``.
 
     In order: highest ``entropy``, highest ``next``, highest ``sep``, highest ``punct``; each label
-    carries the head's value, e.g. "most attention to [SEP] (mean 0.07)". Each head is used
+    carries the head's value, e.g. "most attention to next token (mean 0.66)". Each head is used
     once: a behaviour whose best head was already taken gets its best remaining head. Ties go to the
     lowest layer, then head. Fewer than four entries only if the table has fewer heads.
+
+    A behaviour that no head shows (its best remaining head's mean share is not above
+    :func:`example_thresholds`, e.g. MiniLM's best [SEP] head at 0.07) gets ``shown=False`` and a
+    label that says so, "no head attends mostly to [SEP] (best: 1-6, mean 0.07; a [SEP] head: > 0.60)";
+    its head is not taken, so a later behaviour may still use it.
     """
     import pandas as pd
 
@@ -215,7 +249,8 @@ def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
     df["layer"] = df["layer"].astype(int)
     df["head"] = df["head"].astype(int)
     df = df.sort_values(["layer", "head"], kind="mergesort").reset_index(drop=True)
-    chosen: list[tuple[int, int, str]] = []
+    thresholds = example_thresholds()
+    chosen: list[ExampleHead] = []
     taken: set[tuple[int, int]] = set()
     for col, label in EXAMPLE_BEHAVIOURS:
         vals = pd.to_numeric(df[col], errors="coerce")
@@ -223,9 +258,15 @@ def choose_example_heads(stats_df) -> list[tuple[int, int, str]]:
         for idx in order:
             key = (int(df.at[idx, "layer"]), int(df.at[idx, "head"]))
             if key not in taken:
+                value = float(vals[idx])
+                text = _EXAMPLE_UNITS.get(col, "mean {:.2f}").format(value)
+                if col in thresholds and not value > thresholds[col]:
+                    chosen.append(ExampleHead(*key, f"no head attends mostly to {_EXAMPLE_TARGETS[col]} "
+                                                    f"(best: {key[0]}-{key[1]}, {text}; needs > "
+                                                    f"{thresholds[col]:.2f})", False))
+                    break
                 taken.add(key)
-                value = _EXAMPLE_UNITS.get(col, "mean {:.2f}").format(float(vals[idx]))
-                chosen.append((*key, f"{label} ({value})"))
+                chosen.append(ExampleHead(*key, f"{label} ({text})"))
                 break
     return chosen
 
@@ -247,12 +288,14 @@ def fig1_example_heads(
     *,
     example_index: int = 0,
     labels: Sequence[str | None] | None = None,
+    shown: Sequence[bool] | None = None,
 ) -> Path:
     """Twin of the paper's Fig 1: one example's attention for each head in ``heads`` (1-indexed).
 
     Each panel lists the example's tokens twice (left = attention FROM, right = attention TO) and
     draws a line from token i to token j with opacity and width proportional to ``a_ij``; weights
-    below 0.01 are not drawn. Panel titles read "Head L-H" plus ``labels[k]`` when given.
+    below 0.01 are not drawn. Panel titles read "Head L-H" plus ``labels[k]`` when given. A panel
+    whose ``shown[k]`` is False draws no head: it states ``labels[k]`` (a behaviour absent from the model).
     """
     heads = [(int(l), int(h)) for l, h in heads]
     if not heads:
@@ -271,7 +314,7 @@ def fig1_example_heads(
             f"{store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
         )
     rec = store.records[int(example_index)]
-    return draw_fig1(rec["tokens"], store.get(int(example_index)), heads, out_png, labels=labels,
+    return draw_fig1(rec["tokens"], store.get(int(example_index)), heads, out_png, labels=labels, shown=shown,
                      special_tokens=(store.meta.get("special_tokens") or {}).values())
 
 
@@ -282,6 +325,7 @@ def draw_fig1(
     out_png: str | os.PathLike,
     *,
     labels: Sequence[str | None] | None = None,
+    shown: Sequence[bool] | None = None,
     special_tokens: Iterable[str] = (),
 ) -> Path:
     """Draw Fig 1 for one example: its tokens and its map ``attn[L, H, n, n]`` (see :func:`fig1_example_heads`)."""
@@ -292,6 +336,11 @@ def draw_fig1(
     heads = [(int(l), int(h)) for l, h in heads]
     if labels is not None and len(labels) != len(heads):
         raise BertlookError(f"fig1_example_heads: {len(labels)} labels for {len(heads)} heads")
+    shown = [True] * len(heads) if shown is None else [bool(v) for v in shown]
+    if len(shown) != len(heads):
+        raise BertlookError(f"fig1_example_heads: {len(shown)} shown flags for {len(heads)} heads")
+    if not all(shown) and (labels is None or not all(lab for lab, ok in zip(labels, shown) if not ok)):
+        raise BertlookError("fig1_example_heads: a panel that draws no head needs a label saying why")
     special = {"[CLS]", "[SEP]"}
     special.update(str(v) for v in special_tokens)
     is_special = [str(t) in special for t in record_tokens]
@@ -314,6 +363,12 @@ def draw_fig1(
             if k >= len(heads):
                 continue
             layer, head = heads[k]
+            if not shown[k]:  # the behaviour is absent from the model: say so, draw no head
+                title, sep, why = str(labels[k]).partition(" (")
+                ax.set_title(f"{title}\n{sep.strip()}{why}" if why else title, fontsize=11)
+                ax.text(0.5, 0.97, "not drawn: no head of this model\nshows this behaviour", ha="center",
+                        va="top", fontsize=10, color="0.3", transform=ax.transAxes)
+                continue
             a = np.asarray(attn[layer - 1, head - 1], dtype=np.float32)
             i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
             w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
@@ -327,8 +382,8 @@ def draw_fig1(
             ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
             for y, tok, spec in zip(ys, tokens, is_special):
                 weight = "bold" if spec else "normal"
-                ax.text(-0.04, y, tok, ha="right", va="center", fontsize=fontsize, fontweight=weight)
-                ax.text(1.04, y, tok, ha="left", va="center", fontsize=fontsize, fontweight=weight)
+                ax.text(-0.04, y, tok, ha="right", va="center", fontsize=fontsize, fontweight=weight, parse_math=False)
+                ax.text(1.04, y, tok, ha="left", va="center", fontsize=fontsize, fontweight=weight, parse_math=False)
             ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic",
                     color="0.4")
             ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
@@ -487,7 +542,7 @@ def fig4_entropy(
         values = df[["entropy", "cls_entropy"]].to_numpy(dtype=float)
         finite = values[np.isfinite(values)]
         top = max(uniform, float(finite.max()) if finite.size else 0.0)
-        axes[0].set_ylim(0.0, top * 1.08 + 0.05)
+        _from_zero(axes[0], top * 1.08 + 0.05)
         axes[0].set_ylabel("Avg. attention entropy (nats)")
         n_ex = summary.get("n_examples")
         mean_tokens = summary.get("mean_tokens")
@@ -633,7 +688,7 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
                       markerfacecolor="white")
         ax_e.set_title("Entropy: attention (solid) vs norm (dashed)")
         ax_e.set_ylabel("Avg. entropy (nats)")
-        ax_e.set_ylim(bottom=0.0)
+        _from_zero(ax_e)
         ax_e.legend(frameon=False, fontsize="small")
         for c in TOKEN_CLASSES:
             ax_s.plot(att.index, att[c], color=colors[c], marker=markers[c], ms=5, lw=1.8,
@@ -648,7 +703,7 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
         counts = reduced["counts"]
         ax_n.set_title("Mean ||f(x)|| of the attended token")
         ax_n.set_ylabel("||f(x)|| (mean over heads)")
-        ax_n.set_ylim(bottom=0.0)
+        _from_zero(ax_n)
         ax_n.text(0.99, 0.98, "tokens: " + ", ".join(f"{_NORM_CLASS_LABELS[c]} {int(counts[k])}"
                                                         for k, c in enumerate(TOKEN_CLASSES)),
                   transform=ax_n.transAxes, ha="right", va="top", fontsize="x-small", color="0.3")
@@ -705,6 +760,7 @@ def _fig3_note_figure(note: str, out_png):
         ax.set_axis_off()
         ax.set_title("Gradient importance of attention to [SEP] (Fig. 3 twin)", fontsize="large")
         ax.text(0.5, 0.5, "\n".join(textwrap.wrap(note, 70, break_on_hyphens=False)), ha="center", va="center", transform=ax.transAxes,
+                parse_math=False,  # the note holds the model path: a "$" is text, never mathtext
                 fontsize="medium", color="0.15",
                 bbox=dict(boxstyle="round,pad=0.6", facecolor=(1.0, 0.96, 0.88), edgecolor=(0.85, 0.6, 0.2)))
         return _save_png(fig, out_png)
@@ -746,7 +802,7 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
         ax_g.set_title("Avg. gradient magnitude |dL/d attention|")
         unit = f" ($\\times 10^{{{exponent}}}$)" if exponent else ""
         ax_g.set_ylabel(f"Mean |gradient| per weight{unit}")
-        ax_g.set_ylim(bottom=0.0)
+        _from_zero(ax_g)
         for ax in (ax_a, ax_g):
             ax.set_xlabel("Layer")
             _layer_ticks(ax, num_layers)
@@ -791,7 +847,7 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
         ax_e.set_title("Avg. rollout entropy")
         ax_e.set_ylabel("Entropy (nats)")
         top = max(uniform, float(df["entropy"].max()) if df["entropy"].notna().any() else 0.0)
-        ax_e.set_ylim(0.0, top * 1.08 + 0.05)
+        _from_zero(ax_e, top * 1.08 + 0.05)
         for ax in (ax_s, ax_e):
             ax.set_xlabel("Layer")
             _layer_ticks(ax, num_layers)
@@ -800,6 +856,67 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
         labels.append(f"uniform: mean ln n = {uniform:.2f} nats")
         fig.legend(handles, labels, loc="outside lower center", ncol=5, frameon=False,
                    title="Rollout to (left); entropy reference (right)")
+        return _save_png(fig, out_png)
+
+
+# ---- Single-head trees (Htut et al. 2019; numbers: bertlook.analyses.tree_heads)
+def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """Trees decoded from single heads, from ``tree_heads.csv`` and ``tree_heads_best.csv``.
+
+    Left: per layer, the best head's UAS (gold-root Chu-Liu-Edmonds, the better direction) and UUAS
+    (undirected maximum spanning tree), dashed: the baselines (right-branching UAS, adjacent-chain
+    UUAS). Middle and right: every head's UAS (the better direction) and UUAS, layer x head heatmaps.
+    """
+    import numpy as np
+    import seaborn as sns
+
+    df = _read_table(per_head_csv, int_cols=("layer", "head"), float_cols=("uas_dep2head", "uas_head2dep", "uuas"))
+    best = _read_table(best_csv, float_cols=("uas", "uuas"), str_cols=("row",)).set_index("row")
+    for name in ("right_branching", "adjacent_chain"):
+        if name not in best.index:
+            raise BertlookError(f"{best_csv}: no {name!r} row (the baselines)")
+    L, H = int(df["layer"].max()), int(df["head"].max())
+    if len(df) != L * H:
+        raise BertlookError(f"{per_head_csv}: {len(df)} rows, expected one per head of the {L} x {H} grid")
+    li, hi = df["layer"].to_numpy() - 1, df["head"].to_numpy() - 1  # [layer*head] each
+    uas = np.full((L, H), np.nan)  # [layer, head]
+    uas[li, hi] = np.fmax(df["uas_dep2head"].to_numpy(), df["uas_head2dep"].to_numpy())
+    uuas = np.full((L, H), np.nan)  # [layer, head]
+    uuas[li, hi] = df["uuas"].to_numpy()
+    layers = np.arange(1, L + 1)  # [layer]
+    pal = sns.color_palette("colorblind", 10)
+    rb_uas, chain_uuas = float(best.loc["right_branching", "uas"]), float(best.loc["adjacent_chain", "uuas"])
+    annotate = L <= 16 and H <= 16
+    cell = 0.42 if annotate else 0.2
+    with _style():
+        fig = _new_figure(figsize=(4.6 + 2 * max(3.4, H * cell + 1.4), max(3.6, L * cell + 1.3)))
+        ax, ax_u, ax_uu = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
+        ax.plot(layers, np.nanmax(uas, axis=1), color=pal[0], marker="o", ms=5, lw=1.8, label="best head: UAS")
+        ax.plot(layers, np.nanmax(uuas, axis=1), color=pal[1], marker="s", ms=5, lw=1.8, label="best head: UUAS")
+        ax.axhline(rb_uas, color=pal[0], ls="--", lw=1.2, label="right-branching: UAS")
+        ax.axhline(chain_uuas, color=pal[1], ls="--", lw=1.2, label="adjacent chain: UUAS")
+        ax.set_xlabel("Layer")
+        ax.set_ylabel("Fraction of scored words")
+        ax.set_ylim(0.0, 1.0)
+        ax.set_title("Best single-head tree per layer")
+        _layer_ticks(ax, L)
+        ax.legend(fontsize=7, loc="upper right")
+        for a, grid, title in ((ax_u, uas, "UAS (gold root; better direction)"), (ax_uu, uuas, "UUAS (undirected MST)")):
+            a.grid(False)
+            im = a.imshow(grid, cmap="viridis", vmin=0.0, vmax=max(0.05, float(np.nanmax(grid))), aspect="auto")
+            fig.colorbar(im, ax=a, shrink=0.85)
+            a.set_title(title, fontsize=9)
+            a.set_xlabel("head")
+            a.set_ylabel("layer")
+            a.set_xticks(range(H), [str(h + 1) for h in range(H)], fontsize=7)
+            a.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
+            if annotate:
+                mid = float(np.nanmax(grid)) / 2
+                for y in range(L):
+                    for x in range(H):
+                        if not np.isnan(grid[y, x]):
+                            a.text(x, y, f"{100 * grid[y, x]:.0f}", ha="center", va="center", fontsize=5.5,
+                                   color="white" if grid[y, x] < mid else "black")
         return _save_png(fig, out_png)
 
 
@@ -813,7 +930,7 @@ def fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
 def _message_panel(ax, title: str, text: str) -> None:
     ax.set_axis_off()
     ax.set_title(title, fontsize=11)
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3",
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3", parse_math=False,
             transform=ax.transAxes)
 
 
@@ -920,7 +1037,7 @@ def fig5_syntax_heads(
             for t, (y, tok) in enumerate(zip(ys, tokens)):
                 special = t in (0, n - 1)
                 for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
-                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize,
+                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize, parse_math=False,
                             fontweight="bold" if special or t in hi else "normal",
                             color=gold_color if t in hi else "black")
             ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
@@ -1015,4 +1132,68 @@ def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
         for ax in axes[len(HEAD_REPORT_PANELS):]:
             ax.set_axis_off()
         fig.suptitle(f"Per-head report card ({L} layers x {H} heads)", fontsize=11)
+        return _save_png(fig, out_png)
+
+
+def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
+    """Cross-language summary (:mod:`bertlook.analyses.languages`): one heatmap per direction, relations
+    (rows, in the order of ``best``) x treebanks (columns, in order of appearance).
+
+    A cell shows the best head of the relation in that treebank and its accuracy (colour = accuracy,
+    0..1, viridis); a grey "–" cell: fewer words than the minimum count. The last column, "shared",
+    says whether every treebank with the relation has the same best head ("same"), how many distinct
+    best heads they have ("k heads"), or nothing when only one treebank has the relation.
+    """
+    import numpy as np
+
+    from bertlook.analyses.heads import DIRECTION_ARROWS, DIRECTIONS
+
+    if best.empty:
+        raise BertlookError(f"{out_png}: no best heads to draw (no relation reaches the minimum count)")
+    relations = list(dict.fromkeys(str(r) for r in best["relation"]))
+    labels = list(dict.fromkeys(str(t) for t in best["treebank"]))
+    directions = [d for d in DIRECTIONS if (best["direction"] == d).any()]
+    R, T = len(relations), len(labels)
+    r_index = {r: k for k, r in enumerate(relations)}
+    t_index = {t: k for k, t in enumerate(labels)}
+    cell_w, cell_h = 0.95, 0.36
+    with _style():
+        fig = _new_figure(figsize=(len(directions) * ((T + 1) * cell_w + 1.8) + 1.0, R * cell_h + 1.6))
+        axes = fig.subplots(1, len(directions), squeeze=False).ravel()
+        im = None
+        for ax, direction in zip(axes, directions):
+            grid = np.full((R, T), np.nan)  # [relation, treebank]: accuracy of the best head
+            text = np.full((R, T), "\u2013", dtype=object)  # [relation, treebank]
+            for row in best[best["direction"] == direction].itertuples(index=False):
+                y, x = r_index[str(row.relation)], t_index[str(row.treebank)]
+                grid[y, x] = float(row.accuracy)
+                text[y, x] = f"{row.best_head}\n{100 * float(row.accuracy):.0f}%"
+            ax.grid(False)
+            ax.set_facecolor("#e6e6e6")
+            im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
+                           extent=(-0.5, T - 0.5, R - 0.5, -0.5))
+            for y in range(R):
+                for x in range(T):
+                    v = grid[y, x]
+                    ax.text(x, y, text[y, x], ha="center", va="center", fontsize=5.5,
+                            color="black" if np.isnan(v) or v >= 0.5 else "white")
+            shared = agreement[agreement["direction"] == direction]
+            for row in shared.itertuples(index=False):
+                y = r_index.get(str(row.relation))
+                if y is None:
+                    continue
+                same = bool(row.same_best_head)
+                ax.text(T, y, "same" if same else f"{int(row.n_distinct_best_heads)} heads", ha="center",
+                        va="center", fontsize=6, fontweight="bold" if same else "normal",
+                        color="#1a7f37" if same else "#9a3412")
+            ax.set_xlim(-0.5, T + 0.5)
+            ax.set_ylim(R - 0.5, -0.5)
+            ax.axvspan(T - 0.5, T + 0.5, color="white", zorder=0)
+            ax.axvline(T - 0.5, color="black", linewidth=0.8)
+            ax.set_xticks(range(T + 1), [*labels, "shared"], fontsize=7, rotation=45, ha="right")
+            ax.set_yticks(range(R), relations, fontsize=7)
+            ax.set_title(f"best head per treebank, {DIRECTION_ARROWS.get(direction, direction)}", fontsize=9)
+        if im is not None:
+            fig.colorbar(im, ax=list(axes), shrink=0.8, label="accuracy of the best head")
+        fig.suptitle(f"Cross-language summary: {T} treebanks, {R} relations", fontsize=10)
         return _save_png(fig, out_png)

@@ -18,7 +18,9 @@ import pandas as pd
 
 from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
 
-#: Table 1 columns added after the run's own (``diff_accuracy``: ours - paper, only when comparable).
+#: Table 1 columns added after the run's own paper-twin columns (``TABLE1_COLUMNS`` and the held-out
+#: ones) and before the columns beyond the paper (cross-fitted choice, paired tests, candidate sets);
+#: ``diff_accuracy``: ours - paper, only when comparable.
 TABLE1_PAPER_COLUMNS = [
     "paper_relation", "paper_head", "paper_direction", "paper_accuracy", "paper_baseline",
     "paper_baseline_offset", "paper_note", "diff_accuracy",
@@ -39,8 +41,12 @@ def _one_line(text: Any) -> str:
 
 def join_table1(table: pd.DataFrame, scheme: str = "sd", *, comparable: bool = False) -> pd.DataFrame:
     """``table`` (rows keyed by ``relation`` in the run's relation ``scheme``) with
-    :data:`TABLE1_PAPER_COLUMNS` appended; rows the paper does not have get empty / NaN cells.
-    ``diff_accuracy`` (ours - paper, fraction) is filled only when the run is ``comparable``."""
+    :data:`TABLE1_PAPER_COLUMNS` inserted after its paper-twin columns (``TABLE1_COLUMNS``, then the
+    held-out ones when present), so the columns beyond the paper stay last; rows the paper does not
+    have get empty / NaN cells. ``diff_accuracy`` (ours - paper, fraction) is filled only when the run
+    is ``comparable``."""
+    from bertlook.analyses.heads import HELDOUT_COLUMNS, TABLE1_COLUMNS
+
     paper = table1_reference(scheme)
     cols: dict[str, list[Any]] = {c: [] for c in TABLE1_PAPER_COLUMNS}
     for rel, acc in zip(table["relation"], table["accuracy"]):
@@ -59,8 +65,12 @@ def join_table1(table: pd.DataFrame, scheme: str = "sd", *, comparable: bool = F
         cols["paper_note"].append(_one_line(ref.get("note", "")))
         cols["diff_accuracy"].append(float(acc) - p_acc if comparable else np.nan)
     out = table.copy()
+    twin = [c for c in (*TABLE1_COLUMNS, *HELDOUT_COLUMNS) if c in out.columns]
+    at = max(list(out.columns).index(c) for c in twin) + 1 if twin else len(out.columns)
     for c in TABLE1_PAPER_COLUMNS:
-        out[c] = pd.array(cols[c], dtype="Int64") if c == "paper_baseline_offset" else cols[c]
+        values = pd.array(cols[c], dtype="Int64") if c == "paper_baseline_offset" else cols[c]
+        out.insert(at, c, values)
+        at += 1
     for c in ("paper_accuracy", "paper_baseline", "diff_accuracy"):
         out[c] = out[c].astype("float64")
     return out

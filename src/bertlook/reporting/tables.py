@@ -44,11 +44,14 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
     from bertlook.analyses.heads import DIRECTION_ARROWS
 
     heldout = _has(df, "heldout_head")
+    crossfit = "crossfit_accuracy" in df.columns
     paper = _has(df, "paper_head")
     diff = _has(df, "diff_accuracy")
     header = ["Relation", "n", "Head", "Accuracy", "Baseline (offset)"]
     if heldout:
         header += ["Held-out head", "Held-out accuracy"]
+    if crossfit:
+        header += ["Cross-fit heads (A / B)", "Cross-fit accuracy"]
     if paper:
         header += ["Paper head", "Paper accuracy", "Paper baseline"]
     if diff:
@@ -73,6 +76,11 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
             hh = str(row.heldout_head or "")
             cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
                       pct(row.heldout_accuracy)]
+        if crossfit:
+            ha_, hb = str(row.crossfit_head_a or ""), str(row.crossfit_head_b or "")
+            cells += [f"{ha_} {DIRECTION_ARROWS.get(row.crossfit_direction_a, '')} / "
+                      f"{hb} {DIRECTION_ARROWS.get(row.crossfit_direction_b, '')}" if ha_ and hb else "",
+                      pct(row.crossfit_accuracy)]
         if paper:
             ph = str(row.paper_head or "")
             pr = str(getattr(row, "paper_relation", "") or "")
@@ -92,12 +100,19 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
         "",
         "Accuracy: % of the relation's words whose gold head is the word the head attends to most "
         "(d\u2192h: the word's own attention; h\u2192d: the word attending most to it), best of all heads "
-        "and both directions. Baseline: best fixed offset (word i+k). Brackets: 95% bootstrap interval "
-        "over sentences. All = every word (punctuation and root included). Heads are layer-head, 1-indexed.",
+        "and both directions. Baseline: best fixed offset k (in parentheses) chosen on the same words: the "
+        "word i+k, clipped to the sentence (i+k < 1 predicts the first word, i+k > n the last, which can be "
+        "the word itself and is then wrong); ties go to the first offset of the list. Brackets: 95% bootstrap "
+        "interval over sentences. All = every word (punctuation and root included). Heads are layer-head, "
+        "1-indexed.",
     ]
     if heldout:
         lines.append("Held-out: head chosen on the train split, accuracy measured on this (dev) split; "
                      "the main columns choose and score on the same data, as the paper did (optimistic).")
+    if crossfit:
+        lines.append("Cross-fit: dev sentences split into two seeded halves A and B; the head chosen on A is "
+                     "scored on B and the head chosen on B on A; accuracy pooled over both halves (no train "
+                     "split needed).")
     if any_below:
         lines.append("\\* fewer words than the minimum count; shown because the design requires this row.")
     if paper:
@@ -105,7 +120,104 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
                      "relation in parentheses is the paper's label of the matching row.")
     if notes:
         lines += ["", "Notes on paper numbers:", *notes]
+    if "vs_baseline_p_holm" in df.columns:
+        lines += ["", *_paired_markdown(df)]
+    if "nopunct_accuracy" in df.columns:
+        lines += ["", *_nopunct_markdown(df)]
     return "\n".join(lines) + "\n"
+
+
+def _pval(p: Any) -> str:
+    import pandas as pd
+
+    if p is None or pd.isna(p):
+        return MISSING
+    p = float(p)
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def _points(d: Any, lo: Any = None, hi: Any = None) -> str:
+    import pandas as pd
+
+    if d is None or pd.isna(d):
+        return MISSING
+    text = f"{100 * float(d):+.1f}"
+    if lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi)):
+        text += f" [{100 * float(lo):+.1f}, {100 * float(hi):+.1f}]"
+    return text
+
+
+def _paired_markdown(df: "pd.DataFrame") -> list[str]:
+    """The paired-test table under Table 1 (columns ``vs_baseline_*``, ``runner_up_*``, ``vs_runner_up_*``)."""
+    import pandas as pd
+
+    from bertlook.analyses.heads import DIRECTION_ARROWS
+
+    def sig(v: Any) -> str:
+        return MISSING if v is None or pd.isna(v) else ("yes" if bool(v) else "no")
+
+    def bc(b: Any, c: Any) -> str:
+        return MISSING if pd.isna(b) or pd.isna(c) else f"{int(b)} / {int(c)}"
+
+    header = ["Relation", "n", "Head \u2212 baseline (points)", "b / c", "p", "p (Holm)", "Significant",
+              "Runner-up", "Head \u2212 runner-up (points)", "b / c", "p", "p (Holm)", "Significant"]
+    lines = ["## Paired tests: best head vs best offset baseline and vs runner-up head", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for r in df.itertuples(index=False):
+        ru = str(r.runner_up_head or "")
+        lines.append("| " + " | ".join([
+            str(r.relation), f"{int(r.count):,}",
+            _points(r.vs_baseline_diff, r.vs_baseline_diff_ci_low, r.vs_baseline_diff_ci_high),
+            bc(r.vs_baseline_b, r.vs_baseline_c), _pval(r.vs_baseline_p), _pval(r.vs_baseline_p_holm),
+            sig(r.vs_baseline_significant),
+            f"{ru} {DIRECTION_ARROWS.get(r.runner_up_direction, '')} {pct(r.runner_up_accuracy)}" if ru else MISSING,
+            _points(r.vs_runner_up_diff, r.vs_runner_up_diff_ci_low, r.vs_runner_up_diff_ci_high),
+            bc(r.vs_runner_up_b, r.vs_runner_up_c), _pval(r.vs_runner_up_p), _pval(r.vs_runner_up_p_holm),
+            sig(r.vs_runner_up_significant),
+        ]) + " |")
+    alpha = f"{float(df.attrs['alpha']):g}" if "alpha" in df.attrs else "heads.alpha"
+    lines += [
+        "",
+        "On the words of each row, b = words the best head gets right and the comparison gets wrong, c = the "
+        "reverse; difference = (b \u2212 c) / n (the accuracy difference), brackets: 95% percentile bootstrap "
+        "interval over sentences (the replicates of the accuracy intervals). p: two-sided exact McNemar test, "
+        "min(1, 2 \u00b7 BinomCDF(min(b, c); b + c, 1/2)); p (Holm): Holm step-down adjustment over the rows "
+        "of this table (All included), separately for the two comparisons; Significant: adjusted p \u2264 "
+        f"alpha = {alpha}. Baseline: the row's best offset, as above. Runner-up: the "
+        "best (head, direction) among the other layer-heads. The best head, the offset and the runner-up are "
+        "chosen on the same words they are tested on, so these tests are optimistic (selection); the "
+        "held-out and cross-fit columns show how much of the lead survives an honest choice.",
+    ]
+    return lines
+
+
+def _nopunct_markdown(df: "pd.DataFrame") -> list[str]:
+    """The candidate-set table under Table 1: the best head with punctuation excluded as a candidate."""
+    from bertlook.analyses.heads import DIRECTION_ARROWS
+
+    header = ["Relation", "n", "Accuracy, every word a candidate", "Head, no punctuation candidate",
+              "Accuracy, no punctuation candidate", "Change (points)", "Words headed by punctuation"]
+    lines = ["## Candidate sets: punctuation excluded as a candidate head", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for r in df.itertuples(index=False):
+        every = float(r.nopunct_accuracy) - float(r.nopunct_delta)
+        lines.append("| " + " | ".join([
+            str(r.relation), f"{int(r.count):,}", pct(every),
+            f"{r.nopunct_head} {DIRECTION_ARROWS.get(r.nopunct_direction, r.nopunct_direction)}",
+            pct(r.nopunct_accuracy), _points(r.nopunct_delta), f"{int(r.gold_head_punct):,}",
+        ]) + " |")
+    lines += [
+        "",
+        "Punctuation: a word whose relation is punct (PTB: P) or whose UPOS is PUNCT. With punctuation "
+        "excluded, no head may predict a punctuation word (both directions); the best head is chosen again. "
+        "Change: best accuracy without punctuation candidates minus best accuracy with every word a "
+        "candidate. Words headed by punctuation can never be right without punctuation candidates. The "
+        "offset baselines are the same for both candidate sets. The main table uses "
+        + ("no punctuation candidates (heads.exclude_punct_candidates: true)."
+           if bool(df.attrs.get("exclude_punct_candidates")) else
+           "every word as a candidate (heads.exclude_punct_candidates: false)."),
+    ]
+    return lines
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,6 +316,65 @@ def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     return text + "\n" + "\n\n".join(notes) + "\n"
 
 
+# --------------------------------------------------------------------------------------------------
+# Single-head trees (tree-heads; beyond the paper)
+# --------------------------------------------------------------------------------------------------
+def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
+    """The best single-head trees per layer (:func:`bertlook.analyses.tree_heads.best_heads`) next to
+    the baselines, in percent."""
+    from bertlook.analyses.tree_heads import BASELINE_LABELS, BASELINES
+
+    lines = ["| Layer | best UAS head | direction | UAS | best UUAS head | UUAS |",
+             "|---|---|---|---:|---|---:|"]
+    for r in best.itertuples(index=False):
+        row = BASELINE_LABELS.get(r.row, r.row) if r.row in BASELINES else r.row
+        cells = [f"*{row}*" if r.row in BASELINES else row, str(r.uas_head or "–"), str(r.uas_direction or "–"),
+                 pct(r.uas), str(r.uuas_head or "–"), pct(r.uuas)]
+        lines.append("| " + " | ".join(cells) + " |")
+    n = int(best["n_words"].iloc[0]) if len(best) else 0
+    notes = [note.strip()] if note.strip() else []
+    notes.append(
+        "One tree per head and dev sentence (Htut et al. 2019): UAS of the maximum spanning arborescence "
+        "(Chu-Liu-Edmonds) of the head's word-word map with the gold root word attached to ROOT (dep2head: "
+        "score of head j for word i = A(i -> j); head2dep: A(j -> i)); UUAS of the undirected maximum "
+        "spanning tree of A + A^T (share of the gold edges found). "
+        f"Scored: the {n} non-punctuation words that are not the gold root (as Table 3, minus the root, "
+        "whose head is given). Baselines on the same words: right-branching with the gold root (each word's "
+        "head is the next word, the last word's the root) and the adjacent chain w1-w2-...-wW (UUAS)."
+    )
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
+
+
+def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
+    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probes.run_layer_ablations`) in percent."""
+    from bertlook.analyses.probes import _isna
+
+    has_mst = df["uas_mst_mean"].notna().any()
+    head = ["Attention features", "heads", "UAS", "sd", "Δ UAS", "seeds"] + (
+        ["UAS (MST)", "sd (MST)", "Δ (MST)"] if has_mst else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    what = {"all": "every layer (Table 3's Attn + GloVe)", "keep": "only layer {l}", "drop": "every layer but {l}"}
+
+    def delta(x):
+        return MISSING if _isna(x) else f"{100 * float(x):+.1f}"
+
+    for r in df.itertuples(index=False):
+        cells = [what.get(r.ablation, r.ablation).format(l=r.layer), str(int(r.n_heads)), pct(r.uas_mean),
+                 pct(r.uas_sd), delta(r.delta_uas) if r.ablation != "all" else MISSING, str(int(r.n_seeds))]
+        if has_mst:
+            cells += [pct(r.uas_mst_mean), pct(r.uas_mst_sd),
+                      delta(r.delta_uas_mst) if r.ablation != "all" else MISSING]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [note.strip()] if note.strip() else []
+    notes.append(
+        "Attn + GloVe (Table 3) trained on the attention features of some layers only: a head's features are its "
+        "A(i -> j), A(j -> i) and ROOT parts; 'only layer l' keeps layer l's heads, 'every layer but l' removes "
+        "them. UAS: percent of non-punctuation dev words whose highest-scoring candidate is the gold head; mean "
+        "and sample sd over seeds, the same seeds and training as Table 3; Δ: the row's mean minus the first row's."
+    )
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
+
+
 # ---- Table 1 caption
 def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
     """One or two sentences on the trees used and whether the numbers are comparable to the paper."""
@@ -223,3 +394,58 @@ def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = 
         comp = ("Not comparable to the paper (another model and/or other trees): paper numbers are shown "
                 "for orientation only, without a difference.")
     return f"Trees: {trees}. {comp}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-language summary
+# --------------------------------------------------------------------------------------------------
+
+
+def languages_markdown(best: "pd.DataFrame", agreement: "pd.DataFrame", labels: list[str],
+                       languages: list[str], *, min_count: int | None = None,
+                       base_relations: bool = False) -> str:
+    """Markdown of the cross-language summary (:mod:`bertlook.analyses.languages`): one row per relation
+    and direction, the best head and its accuracy (percent, one decimal) in each treebank (``labels``,
+    with ``languages`` in the same order), then whether the treebanks agree."""
+    import pandas as pd
+
+    from bertlook.analyses.heads import DIRECTION_ARROWS
+
+    header = ["Relation", "Dir.", *(f"{lab} ({lang})" if lang and lang != lab else str(lab)
+                                     for lab, lang in zip(labels, languages)),
+              "Same head", "Distinct", "Spearman", "Transfer"]
+    lines = ["# Cross-language summary", "",
+             f"Best attention head per relation in {len(labels)} treebanks of one model"
+             + (f" (relations with at least {min_count:,} words in a treebank)" if min_count is not None else "")
+             + (", UD subtypes merged into their base relation." if base_relations else "."),
+             "", "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
+    cells = {(str(r.relation), str(r.direction), str(r.treebank)): r for r in best.itertuples(index=False)}
+    agree = {(str(r.relation), str(r.direction)): r for r in agreement.itertuples(index=False)}
+    keys = list(dict.fromkeys((str(r.relation), str(r.direction)) for r in best.itertuples(index=False)))
+    for rel, direction in keys:
+        row = [rel.replace("|", "/"), DIRECTION_ARROWS.get(direction, direction)]
+        for lab in labels:
+            b = cells.get((rel, direction, str(lab)))
+            row.append(MISSING if b is None else f"{b.best_head} {pct(b.accuracy)}")
+        a = agree.get((rel, direction))
+        if a is None:
+            row += [MISSING] * 4
+        else:
+            rho = float(a.mean_spearman)
+            row += ["yes" if bool(a.same_best_head) else "no", str(int(a.n_distinct_best_heads)),
+                    MISSING if pd.isna(rho) else f"{rho:.2f}", pct(a.transfer)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "Cells: the best head (layer-head, 1-indexed) of the relation in that treebank and its accuracy "
+        "(% of the relation's dev words whose gold head is the word the head attends to most; d\u2192h: "
+        "the word's own attention, h\u2192d: the word attending most to it); ties go to the lowest layer, "
+        f"then head. {MISSING}: too few words in that treebank (counted in the summary JSON). "
+        "Same head: every treebank with the relation has the same best head; Distinct: the number of "
+        "different best heads. Spearman: mean over treebank pairs of the rank correlation of all heads' "
+        "accuracies (1 = the heads rank alike). Transfer: mean over ordered pairs (A, B) of the accuracy "
+        "in B of A's best head divided by B's best accuracy (100% = A's head is as good in B as B's own). "
+        "Root and punctuation are not rows of their own (All counts every word, as in Table 1). Definitions: docs/definitions.md#cross-language-summary.",
+    ]
+    return "\n".join(lines) + "\n"

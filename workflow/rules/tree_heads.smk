@@ -1,0 +1,51 @@
+# Step `tree-heads` (beyond the paper; Htut et al. 2019): a whole dependency tree decoded from every single
+# head's dev word maps (Chu-Liu-Edmonds with the gold root: UAS; undirected maximum spanning tree: UUAS),
+# against right-branching and the adjacent chain; the best heads per layer in a table and a figure.
+
+
+rule tree_heads:
+    input:
+        dev=run_path("attention", "words-dev"),
+    output:
+        table=report(
+            run_path("tables", "tree_heads.csv"),
+            caption="../report/tree_heads.rst",
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Single-head trees, every head (CSV)"},
+        ),
+        best=report(
+            run_path("tables", "tree_heads_best.csv"),
+            caption="../report/tree_heads_best.rst",
+            category="Data files (CSV)",
+            subcategory="{run}",
+            labels={"result": "Single-head trees, best head per layer (CSV)"},
+        ),
+        markdown=run_path("tables", "tree_heads.md"),
+        # the report shows a page-sized copy (report_pages.smk), not this full-resolution PNG
+        figure=run_path("figures", "fig_tree_heads.png"),
+        summary=run_path("tables", "tree_heads.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "tree-heads",
+            dev_attention=IN.dev,
+            max_sentences=config["tree_heads"]["max_sentences"],
+            out_table=OUT.table,
+            out_best=OUT.best,
+            out_markdown=OUT.markdown,
+            out_figure=OUT.figure,
+            summary=OUT.summary,
+            note=TREE_HEADS_NOTE,
+        ),
+    log:
+        log_path("tree_heads"),
+    benchmark:
+        bench_path("tree_heads")
+    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("tree_heads", config),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
