@@ -1,5 +1,6 @@
 # bertlook — common entry points. Everything runs from a local virtualenv (.venv).
-#   make test        install into .venv and run the test suite (offline)
+#   make test        install into .venv and run the test suite (offline; ~5 min on 2 cores), less the `slow` tests
+#   make test-all    the whole suite, `slow` tests included (what CI runs; ~14 min more)
 #   make test-slurm  set up a one-node SLURM cluster here (root: apt-get, daemons) and run the workflow on it
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
@@ -26,7 +27,7 @@ export TOKENIZERS_PARALLELISM := false
 GOLDEN := tests/golden/offline-minilm.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
+.PHONY: install test test-all test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
 
 # A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
 # next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
@@ -43,6 +44,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 test: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+# the `slow` tests too (K = 1 vs K = 4 shards, a killed run resuming, the shell-injection run, the
+# languages DAG, the parquet corpus): -m on the command line replaces the one in pyproject's addopts
+test-all: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slurm"
 
 # tests/test_slurm.py -m slurm (excluded from `make test`): installs slurm-wlm + munge with apt-get when
 # missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables.

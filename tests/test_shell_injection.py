@@ -39,7 +39,8 @@ from bertlook.errors import BertlookError
 from local_http import local_http_server
 from workflow_helpers import GENSIM_DUMP, ROOT, snakemake, tiny_config
 
-pytestmark = pytest.mark.e2e
+# several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCHEMA = yaml.safe_load(schema_path().read_text(encoding="utf-8"))
 MARK = "PWNED"

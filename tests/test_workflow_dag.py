@@ -187,6 +187,7 @@ def test_norm_probes_are_every_probe_but_the_random_init_one():
     assert listed == [p for p in PROBES if p != "random_init_attn_glove" and p not in OWN_PROBES]
 
 
+@pytest.mark.slow  # two real runs of the first DAG steps (a minute): make test-all, CI
 def test_a_local_parquet_corpus_gives_the_dump_s_segments_and_silver_trees(tmp_path, tiny_bert_dir):
     """wikipedia.hf_dataset (issue 13): the real Snakemake on a parquet built from the tiny config's dump
     articles writes byte-identical segments and silver trees, with no download job and no dump input."""

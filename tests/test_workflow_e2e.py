@@ -440,6 +440,7 @@ def test_several_models_fan_out_with_a_cross_model_summary(tmp_path, tiny_bert_d
     assert "--run-dir" in out and "tiny-rand2" in out.split("models-summary", 1)[1].split("\n", 1)[0]
 
 
+@pytest.mark.slow  # a second whole tiny run (1.5 min here): make test-all, CI
 def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path, tiny_bert_dir):
     """Kill snakemake (SIGKILL, as a crash) mid-run: every output already there is complete and
     loadable, no temporary file is left in place of an output, and a rerun finishes with the same

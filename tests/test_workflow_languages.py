@@ -16,7 +16,8 @@ import yaml
 from bertlook.data.treebank import read_conllu
 from workflow_helpers import ROOT, snakemake, tiny_config
 
-pytestmark = pytest.mark.e2e
+# several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 UD = ROOT / "tests" / "fixtures" / "ud"
 ARTICLES = {

@@ -23,7 +23,8 @@ from bertlook.attention.store import open_store
 from bertlook.reporting.compare import make_golden
 from workflow_helpers import RUN, snakemake, tiny_config
 
-pytestmark = pytest.mark.e2e
+# several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # float tolerance: the per-shard sums are added in another order than the examples of one store
 RTOL, ATOL = 1e-9, 1e-12
