@@ -1,6 +1,6 @@
 # bertlook — common entry points. Everything runs from a local virtualenv (.venv).
 #   make test        install into .venv and run the test suite (offline; ~5 min on 2 cores), less the `slow` tests
-#   make test-all    the whole suite, `slow` tests included (what CI runs; ~11 min more)
+#   make test-all    the whole suite, `slow` tests included (what CI runs; ~11-14 min more)
 #   make test-slurm  set up a one-node SLURM cluster here (root: apt-get, daemons) and run the workflow on it
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
