@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -11,7 +12,9 @@ import pandas as pd
 import pytest
 
 from bertlook.attention.store import AttentionStore, AttentionWriter
+from bertlook.analyses import cluster_heads as cluster_heads_module
 from bertlook.analyses.cluster_heads import (
+    DEFAULT_BACKEND,
     behaviour_labels,
     cluster_heads,
     js_divergence_example,
@@ -89,8 +92,11 @@ def test_vectorized_equals_naive(store):
     "kwargs",
     [
         dict(dtype="float64"),
-        dict(dtype="float64", chunk=1),
-        dict(dtype="float64", chunk=2, num_threads=2),
+        dict(dtype="float32", num_threads=2),
+        dict(dtype="float64", backend="numpy"),
+        dict(dtype="float64", backend="numpy", chunk=1),
+        dict(dtype="float64", backend="numpy", chunk=2, num_threads=2),
+        dict(dtype="float32", backend="numpy", num_threads=2),
         dict(dtype="float64", backend="torch", chunk=4),
         dict(dtype="float32", backend="torch", num_threads=2),
     ],
@@ -99,6 +105,23 @@ def test_vectorized_variants_agree(store, kwargs):
     ref = naive_matrix(store)
     tol = 1e-10 if kwargs["dtype"] == "float64" else 1e-5
     np.testing.assert_allclose(js_divergence_matrix(store, **kwargs), ref, rtol=tol, atol=tol)
+
+
+def test_default_backend_is_numba_and_falls_back_to_torch(store, monkeypatch, capsys):
+    pytest.importorskip("numba")
+    assert DEFAULT_BACKEND == "numba"
+    numba_D = js_divergence_matrix(store)
+    np.testing.assert_array_equal(numba_D, js_divergence_matrix(store, backend="numba"))
+    torch_D = js_divergence_matrix(store, backend="torch")
+    monkeypatch.setitem(sys.modules, "bertlook.analyses.xlogx", None)  # import fails: ImportError
+    monkeypatch.delattr(sys.modules["bertlook.analyses"], "xlogx", raising=False)
+    monkeypatch.setattr(cluster_heads_module, "_FALLBACK_WARNED", [])
+    capsys.readouterr()
+    np.testing.assert_array_equal(js_divergence_matrix(store), torch_D)
+    np.testing.assert_array_equal(js_divergence_matrix(store, backend="numba"), torch_D)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "numba unavailable" in err and "using torch" in err
+    np.testing.assert_allclose(numba_D, torch_D, rtol=1e-5, atol=1e-6)
 
 
 def test_symmetric_zero_diagonal_and_identical_heads(tmp_path):
