@@ -1,42 +1,12 @@
 # Step `cluster-heads`: Jensen-Shannon divergence between heads and its MDS embedding (paper Fig 6).
-# The JS matrix is a sum over examples: one partial sum per extraction shard
-# (partials/js-{shard}.npz, the heavy part), added up by cluster_heads, which embeds it with MDS.
-# clustering.max_examples = N: the first N segments of segments.jsonl, whatever the sharding.
-JS_MAX_EXAMPLES = config["clustering"]["max_examples"]
-
-
-rule cluster_heads_shard:
-    input:
-        store=rules.extract_segments.output.store,
-        segments=rules.segments.output.segments,
-    output:
-        partial=run_path("partials", "js-{shard}.npz"),
-    params:
-        cmd=bertlook_cmd(
-            "cluster-heads",
-            omp_threads=True,
-            attention=IN.store,
-            segments=IN.segments if JS_MAX_EXAMPLES is not None else None,
-            max_examples=JS_MAX_EXAMPLES,
-            out_partial=OUT.partial,
-        ),
-    log:
-        log_path("cluster_heads-{shard}"),
-    benchmark:
-        bench_path("cluster_heads-{shard}")
-    threads: 8
-    resources:
-        **sizing.snakemake_resources("cluster_heads_shard", config),
-    priority: 10  # before the next extraction shard: frees a temp() store early (keep_maps: false)
-    conda:
-        ENV_TORCH
-    shell:
-        CMD
+# The JS matrix is a sum over examples: one partial sum per extraction shard (partials/js-{shard}.npz, the
+# heavy part, computed by extract_segments from the maps in memory), added up by cluster_heads, which embeds
+# it with MDS. clustering.max_examples = N: the first N segments of segments.jsonl, whatever the sharding.
 
 
 rule cluster_heads:
     input:
-        partials=every_shard(rules.cluster_heads_shard.output.partial),
+        partials=every_shard(rules.extract_segments.output.js),
         stats=rules.surface_stats.output.table,
     output:
         js=report(
@@ -82,22 +52,9 @@ rule cluster_heads:
 # The same clustering on the norm-based maps (norms.enabled), with their own statistics' labels.
 if RUN_NORMS:
 
-    use rule cluster_heads_shard as cluster_heads_norm_shard with:
-        input:
-            store=rules.extract_segments.output.norms,
-            segments=rules.segments.output.segments,
-        output:
-            partial=run_path("partials", "js_norm-{shard}.npz"),
-        log:
-            log_path("cluster_heads_norm-{shard}"),
-        benchmark:
-            bench_path("cluster_heads_norm-{shard}")
-        resources:
-            **sizing.snakemake_resources("cluster_heads_norm_shard", config, kind="cluster_heads_shard"),
-
     use rule cluster_heads as cluster_heads_norm with:
         input:
-            partials=every_shard(rules.cluster_heads_norm_shard.output.partial),
+            partials=every_shard(rules.extract_segments.output.norm_js),
             stats=rules.surface_stats_norm.output.table,
         output:
             js=run_path("tables", "js_divergence_norm.csv"),

@@ -1,6 +1,10 @@
-# Step `extract-segments`: attention maps [layers, heads, n, n] (float16, sharded) for every segment.
-# extraction.shards = K: K jobs, shard {shard} = the i-th of K contiguous ranges of segments.jsonl;
-# extraction.keep_maps: false makes each shard's store temp() (deleted once its consumers ran).
+# Step `extract-segments`: the one pass over the segment maps. The model runs once per shard and every batch
+# of maps goes, in memory, to the statistics of the segments: the partial sums of the surface statistics
+# (Figs 2, 4), of the JS divergences (Fig 6), of the rollout statistics, the norm-based twins of the first
+# two (norms.enabled), and the Fig 1 example (partials/*-{shard}.npz, reduced by surface_stats,
+# cluster_heads, rollout and figures). The maps themselves [layer, head, n, n] (float16) are written to
+# attention stores only with extraction.keep_maps (attention/segments-{shard}, attention/norms-{shard}).
+# extraction.shards = K: K jobs, shard {shard} = the i-th of K contiguous ranges of segments.jsonl.
 # On SLURM (profiles/slurm) extract_segments asks for a GPU.
 
 
@@ -8,17 +12,17 @@ rule extract_segments:
     input:
         segments=rules.segments.output.segments,
     output:
-        store=segment_maps(directory(run_path("attention", "segments-{shard}"))),
         summary=run_path("attention", "segments-{shard}.summary.json"),
-        # norm-based maps (norms.enabled), written in the same forward pass
-        **({"norms": segment_maps(directory(run_path("attention", "norms-{shard}")))} if RUN_NORMS else {}),
+        stats=run_path("partials", "stats-{shard}.npz"),
+        js=run_path("partials", "js-{shard}.npz"),
+        example=run_path("partials", "fig1-{shard}.npz"),
+        **segment_pass_outputs(),
     params:
         cmd=bertlook_cmd(
             "extract-segments",
             model_flags,
             omp_threads=True,
             segments=IN.segments,
-            out=OUT.store,
             batch_size=config["extraction"]["batch_size"],
             segment_ids=config["extraction"]["segment_ids"],
             max_seq_len=config["segments"]["max_seq_len"],
@@ -27,7 +31,12 @@ rule extract_segments:
             max_unk_rate=config["extraction"]["max_unk_rate"],
             shard=WC.shard,
             summary=OUT.summary,
-            norms_out=OUT.norms if RUN_NORMS else None,
+            stats_partial=OUT.stats,
+            js_partial=OUT.js,
+            js_max_examples=config["clustering"]["max_examples"],
+            fig1_example=OUT.example,
+            example_index=config["figures"]["example_index"],
+            **segment_pass_flags(),
         ),
     log:
         log_path("extract_segments-{shard}"),

@@ -1,39 +1,11 @@
 # Step `figures`: PNG twins of the paper's Figs 1, 2, 4 and 6 (the report shows page-sized copies).
 # Fig 1's example (figures.example_index, in the unsharded store's order) is saved by the extraction
-# shard that holds it (partials/fig1-{shard}.npz), so the figures need no maps.
-
-
-rule fig1_example_shard:
-    input:
-        store=rules.extract_segments.output.store,
-        segments=rules.segments.output.segments,
-    output:
-        example=run_path("partials", "fig1-{shard}.npz"),
-    params:
-        cmd=bertlook_cmd(
-            "fig1-example",
-            attention=IN.store,
-            segments=IN.segments,
-            example_index=config["figures"]["example_index"],
-            out=OUT.example,
-        ),
-    log:
-        log_path("fig1_example-{shard}"),
-    benchmark:
-        bench_path("fig1_example-{shard}")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("fig1_example_shard", config),
-    priority: 10  # before the next extraction shard: frees a temp() store early (keep_maps: false)
-    conda:
-        ENV_ANALYSIS
-    shell:
-        CMD
+# shard that holds it (extract_segments: partials/fig1-{shard}.npz), so the figures need no maps.
 
 
 rule figures:
     input:
-        examples=every_shard(rules.fig1_example_shard.output.example),
+        examples=every_shard(rules.extract_segments.output.example),
         stats=rules.surface_stats.output.table,
         stats_summary=rules.surface_stats.output.summary,
         clusters=rules.cluster_heads.output.clusters,

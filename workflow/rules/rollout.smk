@@ -1,40 +1,13 @@
-# Step `rollout` (beyond the paper; Abnar & Zuidema 2020): attention rollout from the stored maps, no
-# model run. rollout_shard: sums and counts per extraction shard (partials/rollout-{shard}.npz),
-# reduced once by rollout (tables/rollout_stats.csv, figures/fig_rollout.png); rollout_words: Table 1
-# on the rollout maps of the dev word store ("head" L-1 = the rollout up to layer L).
-
-
-rule rollout_shard:
-    input:
-        store=rules.extract_segments.output.store,
-        segments=run_path("corpus", "segments.jsonl"),
-    output:
-        partial=run_path("partials", "rollout-{shard}.npz"),
-    params:
-        cmd=bertlook_cmd(
-            "rollout",
-            attention=IN.store,
-            out_partial=OUT.partial,
-            max_examples=config["rollout"]["max_examples"],
-            segments=IN.segments if config["rollout"]["max_examples"] else None,
-        ),
-    log:
-        log_path("rollout-{shard}"),
-    benchmark:
-        bench_path("rollout-{shard}")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("rollout_shard", config, kind="surface_stats_shard"),
-    priority: 10  # frees a temp() segment store early (keep_maps: false), as surface_stats_shard
-    conda:
-        ENV_ANALYSIS
-    shell:
-        CMD
+# Step `rollout` (beyond the paper; Abnar & Zuidema 2020): attention rollout, no model run of its own.
+# extract_segments computes its sums and counts per extraction shard from the maps in memory
+# (partials/rollout-{shard}.npz), reduced once by rollout (tables/rollout_stats.csv,
+# figures/fig_rollout.png); rollout_words: Table 1 on the rollout maps of the dev word store ("head" L-1 =
+# the rollout up to layer L).
 
 
 rule rollout:
     input:
-        partials=every_shard(rules.rollout_shard.output.partial),
+        partials=every_shard(rules.extract_segments.output.rollout),
     output:
         table=report(
             run_path("tables", "rollout_stats.csv"),

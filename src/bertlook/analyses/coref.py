@@ -881,7 +881,7 @@ def extract_coref_attention(
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_coref_transform(alignments, from_split),
-                               stored_size=lambda rec, n: len(rec["words"]) + 2)
+                               stored_size=lambda rec, n: len(rec["words"]) + 2, step="coref-extract")
     summary.update(unk_summary(unk, max_unk_rate))
     summary.update({
         "model": model_spec,

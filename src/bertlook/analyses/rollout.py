@@ -91,6 +91,53 @@ def _map_kind(store: "AttentionStore") -> str:
     return str(store.meta.get("map") or "attention")
 
 
+class RolloutAccumulator:
+    """Sums of the rollout statistics, one example at a time (``add(record, attn)``): the per-example work of
+    :func:`rollout_partial`, also a reader of the extraction stream (through
+    :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)``."""
+
+    def __init__(self, num_layers: int, num_heads: int, *, cls_token: str = "[CLS]", sep_token: str = "[SEP]",
+                 map_kind: str = "attention", where: Any = "attention",
+                 store_excluded: dict[str, Any] | None = None) -> None:
+        self.num_layers, self.num_heads, self.map_kind, self.where = int(num_layers), int(num_heads), map_kind, where
+        self.store_excluded = dict(store_excluded or {})  # the exclusions of the store (or stream) read
+        self.cls_token, self.sep_token = str(cls_token), str(sep_token)
+        self.sums = np.zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
+        self.n_examples = 0
+        self.sum_log_n = 0.0
+        self.sum_n = 0
+
+    def add(self, record: dict[str, Any], attn: "np.ndarray") -> None:
+        """Add one example: its record (``tokens``, ``id``) and token-level map ``[layer, head, n, n]``."""
+        n = int(np.shape(attn)[-1])
+        try:
+            stats = rollout_example_stats(rollout(attn), record["tokens"], cls_token=self.cls_token,
+                                          sep_token=self.sep_token)
+        except BertlookError as err:
+            raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: {err}") from None
+        self.sums += np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
+        self.n_examples += 1
+        self.sum_log_n += math.log(n)
+        self.sum_n += n
+
+    def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
+                store_excluded: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
+        """``(meta, arrays)`` of the examples added (:func:`rollout_partial` documents the layout)."""
+        meta = {
+            "attention": str(self.where),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "map": self.map_kind,
+            "special_tokens": {"cls": self.cls_token, "sep": self.sep_token},
+            "n_examples": self.n_examples,
+            "n_examples_in_store": int(n_examples_in_store),
+            "max_examples": max_examples,
+            "sum_n": self.sum_n,
+            "store_excluded": self.store_excluded if store_excluded is None else store_excluded,
+        }
+        return meta, {"sums": self.sums.copy(), "sum_log_n": np.float64(self.sum_log_n)}
+
+
 def rollout_partial(
     store: "AttentionStore", *, max_examples: int | None = None, segments=None
 ) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
@@ -100,42 +147,19 @@ def rollout_partial(
     (:func:`bertlook.pipeline.sharding.select_examples`). ``arrays``: ``sums [stat, layer]`` (float64,
     :data:`STAT_COLUMNS` order), ``sum_log_n``; ``meta``: layout, special tokens, map kind,
     ``n_examples``, ``n_examples_in_store``, ``sum_n``, the store's own exclusions. Reduce with
-    :func:`reduce_rollout`.
+    :func:`reduce_rollout`. The extraction stream computes the same partial without a store
+    (:class:`RolloutAccumulator`).
     """
     store = open_store(store, level="token")
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
-    L = store.num_layers
-    sums = np.zeros((len(STAT_COLUMNS), L))  # [stat, layer]
-    n_examples = 0
-    sum_log_n = 0.0
-    sum_n = 0
+    acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
+                             map_kind=_map_kind(store), where=store.path)
     for k in select_examples(store, max_examples, segments):
-        rec = store.records[k]
-        attn = store.get(k)  # [layer, head, query_pos, key_pos]
-        n = int(attn.shape[-1])
-        try:
-            stats = rollout_example_stats(rollout(attn), rec["tokens"], cls_token=cls_token, sep_token=sep_token)
-        except BertlookError as err:
-            raise BertlookError(f"{store.path}: example {rec.get('id', k)!r}: {err}") from None
-        sums += np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
-        n_examples += 1
-        sum_log_n += math.log(n)
-        sum_n += n
-    meta = {
-        "attention": str(store.path),
-        "num_layers": L,
-        "num_heads": store.num_heads,
-        "map": _map_kind(store),
-        "special_tokens": {"cls": cls_token, "sep": sep_token},
-        "n_examples": n_examples,
-        "n_examples_in_store": len(store),
-        "max_examples": max_examples,
-        "sum_n": sum_n,
-        "store_excluded": store.meta.get("excluded") or {},
-    }
-    return meta, {"sums": sums, "sum_log_n": np.float64(sum_log_n)}
+        acc.add(store.records[k], store.get(k))
+    return acc.partial(n_examples_in_store=len(store), max_examples=max_examples,
+                       store_excluded=store.meta.get("excluded") or {})
 
 
 def reduce_rollout(

@@ -501,7 +501,8 @@ def extract_word_attention_from_sentences(
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
                                stored_size=lambda rec, n: len(rec["words"]) + 2,
-                               extra_meta={"shard": info} if info else None, norms_out_dir=norms_out)
+                               extra_meta={"shard": info} if info else None, norms_out_dir=norms_out,
+                               step="extract-words")
     summary.update({
         "treebank": str(src),
         "model": model_spec,

@@ -12,7 +12,6 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import math
@@ -34,12 +33,6 @@ DEFAULT_MAX_UNK_RATE = 0.05
 UNK_EXAMPLES_SHOWN = 5
 DISK_MARGIN_FRACTION = 0.05
 DISK_MARGIN_MIN_BYTES = 100 * 2**20
-#: ``meta["norm"]`` of a norm-based store (``meta["map"] == "norm"``)
-NORM_META = {
-    "definition": "N[i, j] = alpha[i, j] * ||f(x_j)||, f(x) = (x W_V + b_V)_h W_O^h (output bias not included); "
-                  "stored row-normalised: N[i, j] / sum_j N[i, j]",
-    "reference": "Kobayashi et al. 2020, Attention is Not Only a Weight: Analyzing Transformers with Vector Norms",
-}
 INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
 META_OVERHEAD = 4096
 
@@ -299,14 +292,6 @@ SHRINK_ADVICE = (
 # --------------------------------------------------------------------------------------------
 # extraction
 
-def _same_file_system(a, b) -> bool:
-    """Whether the nearest existing parents of ``a`` and ``b`` are on one file system."""
-    try:
-        return os.stat(_existing_parent(Path(a).parent)).st_dev == os.stat(_existing_parent(Path(b).parent)).st_dev
-    except OSError:  # pragma: no cover
-        return True
-
-
 def _id_key(value: Any) -> tuple[int, Any]:
     if isinstance(value, bool):
         return (1, str(value))
@@ -330,108 +315,22 @@ def _accepts_token_type_ids(model) -> bool:
         return True
 
 
-def extract_to_store(
-    examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]],
-    model,
-    out_dir,
-    *,
-    batch_size: int = 16,
-    max_seq_len: int = 128,
-    device=None,
-    level: str = "token",
-    meta: dict[str, Any] | None = None,
-    progress_every: int = 256,
-    shard_mb: float = 256,
-    transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
-    stored_size: Callable[[dict[str, Any], int], int] | None = None,
-    check_disk: bool = True,
-    extra_meta: dict[str, Any] | None = None,
-    norms_out_dir=None,
-) -> dict[str, Any]:
-    """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``.
+def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *,
+                     max_seq_len: int) -> tuple[list[tuple[dict[str, Any], Sequence[int], Sequence[int]]], list[Any], bool]:
+    """Check the examples against the model and put them in storage order: ``(kept, excluded_ids, use_tt)``.
 
-    ``examples``: ``(record, input_ids, token_type_ids)`` triples; ``record`` holds at least ``id``
-    (unique) and ``tokens`` (one per input id) and is stored as the example's index entry.
-
-    Examples longer than ``max_seq_len`` are excluded (not silently): counted in the summary
-    (``excluded_too_long``, ``excluded_ids``) and in the store's ``meta.json``
-    (``excluded: {"too_long": count, "too_long_ids": [...], "max_seq_len": ...}``).
-
-    The rest are sorted by length (longest first; ties by id) and run in batches of
-    ``batch_size``, padded to the batch's longest example with the model's pad id and an attention
-    mask, under ``torch.inference_mode()`` with the model in eval mode (dropout off). The per-layer
-    maps are converted to float16 on the device, cut back to each example's own ``n x n`` (padded
-    rows and columns dropped; row = FROM token, column = TO token) and written batch by batch, so
-    at most one batch of maps is in memory.
-
-    **Store order is processing order (length-sorted), not input order**: use each record's
-    ``id`` to match store entries to segments.
-
-    ``meta`` is merged into the store's ``meta.json``; callers should put the model provenance
-    (``model``) and ``special_tokens: {"cls": ..., "sep": ...}`` there. A ``meta["excluded"]`` dict
-    (exclusions the caller made before, e.g. sentences that could not be aligned) is merged into
-    the store's ``excluded`` entry next to the over-long counts. On any exception nothing is left
-    at ``out_dir`` (the store is built under a temporary name).
-
-    ``transform(record, attn) -> (record, attn)``, when given, is applied to every example just
-    before it is written (e.g. token -> word level conversion: the stored record and map may then
-    have another size ``m``, with ``len(record["tokens"]) == m``). It receives the example's own
-    float32 ``[L, H, n, n]`` map (numpy; maps are kept in float32 instead of float16 when a
-    transform is given) and the record as passed in; the store converts the result to float16.
-    ``stored_size(record, n)`` gives the size ``m`` of the map the transform stores (default ``n``);
-    it feeds the size estimate. ``extra_meta`` is added to ``meta.json`` when the store is closed
-    (e.g. which shard of a sharded extraction the store is); it is not part of the size estimate.
-
-    ``norms_out_dir``: also write the row-normalised norm-based maps of Kobayashi et al. 2020
-    (:mod:`bertlook.attention.norms`; docs/definitions.md#norm-based-attention-kobayashi-et-al-2020) of
-    the same forward pass to a second store there: same records, same order, ``transform`` applied
-    too; its ``meta.json`` has ``"map": "norm"`` (the attention store's ``"map": "attention"``). Both
-    stores are built under temporary names; on an error nothing is left at either path. The size
-    estimate and the disk check then cover both stores, and the summary gains ``norms``: the per-layer
-    sums of ``|| f(x_j) ||`` (mean over heads) per token class of ``j`` and the token counts
-    (:func:`bertlook.attention.norms.norms_summary`, additive over shards).
-
-    Progress (examples/s, ETA) goes to stderr through :func:`progress_bar` (``progress_every=0``: none).
-
-    Before the first forward pass the store's size is estimated (:func:`estimate_store_bytes`),
-    logged, and checked against the free space of the output's file system
-    (:func:`check_disk_space`, unless ``check_disk`` is False).
-
-    Returns a summary dict: n_examples, n_input, excluded_too_long, excluded_ids, tokens,
-    padded_tokens, seconds, tokens_per_second, device, device_warning, batch_size, dtype,
-    max_seq_len, num_layers, num_heads, estimated_bytes, estimated_map_bytes (both stores with
-    ``norms_out_dir``), disk_free_bytes, out_dir, and ``norms`` with ``norms_out_dir``.
+    Ids must be unique, input ids, token type ids and tokens of equal length, token types and ids within
+    the model's vocabularies (:class:`BertlookError` naming the example). Examples longer than
+    ``max_seq_len`` are excluded (``excluded_ids``, in input order); the rest are sorted by length, longest
+    first, ties by id. ``use_tt``: whether the model takes token type ids.
     """
-    # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
-    import torch
-
-    from bertlook.attention.modeling import cuda_visibility_warning, model_dims
-    from bertlook.attention.store import AttentionWriter
-
-    if batch_size < 1:
-        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
     if max_seq_len < 1:
         raise BertlookError(f"max_seq_len must be >= 1, got {max_seq_len}")
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
-        raise BertlookError(
-            f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}"
-        )
-    num_layers, num_heads = model_dims(model)
-    norm_modules = None
-    if norms_out_dir is not None:
-        from bertlook.attention import norms as norms_mod  # lazy: imported only when norm maps are asked for
-
-        if Path(norms_out_dir).absolute() == Path(out_dir).absolute():
-            raise BertlookError(f"{norms_out_dir}: the norm-based store must not be the attention store's path")
-        norm_modules = norms_mod.find_attention_modules(model, num_heads)
-    device = _model_device(model) if device is None else torch.device(device)
-    pad_id = getattr(model.config, "pad_token_id", None)
-    pad_id = 0 if pad_id is None else int(pad_id)
+        raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
     use_tt = _accepts_token_type_ids(model)
     n_types = int(getattr(model.config, "type_vocab_size", 2) or 2)
-
-    # ---- validate, exclude over-long examples (counted, never silently)
     kept: list[tuple[dict[str, Any], Sequence[int], Sequence[int]]] = []
     excluded_ids: list[Any] = []
     seen: set[Any] = set()
@@ -461,161 +360,139 @@ def extract_to_store(
             continue
         kept.append((record, input_ids, tt_ids))
     kept.sort(key=lambda ex: (-len(ex[1]), _id_key(ex[0]["id"])))
-    vocab_size = getattr(model.config, "vocab_size", None)
-    if vocab_size:
-        for record, input_ids, _ in kept:
-            bad = [int(i) for i in input_ids if not 0 <= int(i) < int(vocab_size)]
-            if bad:
-                raise BertlookError(
-                    f"example {record['id']!r}: token id(s) {bad[:5]} outside the model's vocabulary of "
-                    f"{vocab_size} (does the tokenizer belong to this model?)"
-                )
+    _check_vocabulary(kept, getattr(model.config, "vocab_size", None))
+    return kept, excluded_ids, use_tt
 
+
+def _check_vocabulary(kept, vocab_size) -> None:
+    if not vocab_size:
+        return
+    for record, input_ids, _ in kept:
+        bad = [int(i) for i in input_ids if not 0 <= int(i) < int(vocab_size)]
+        if bad:
+            raise BertlookError(
+                f"example {record['id']!r}: token id(s) {bad[:5]} outside the model's vocabulary of "
+                f"{vocab_size} (does the tokenizer belong to this model?)"
+            )
+
+
+def check_stores_space(stores: Sequence[Any], plan, *, check_disk: bool = True,
+                       step: str = "extract-segments") -> dict[str, Any]:
+    """Estimate the size of the stores the stream will write (:class:`bertlook.attention.stream.StoreConsumer`)
+    and check the free space of their file systems (stores on one file system together), before any forward
+    pass; log the estimate. Returns ``estimated_bytes``, ``estimated_map_bytes`` (0 without a store) and the
+    free space of the (first) checked file system."""
+    estimates = [s.estimate(plan) for s in stores]
+    total = sum(e["total_bytes"] for e in estimates)
+    disk = {"disk_free_bytes": None, "disk_checked_path": None}
+    if check_disk and stores:
+        by_fs: dict[Any, list[int]] = {}
+        for i, s in enumerate(stores):
+            by_fs.setdefault(_file_system(s.out_dir), []).append(i)
+        for idx in by_fs.values():
+            what = "attention store" if len(idx) == 1 else "attention and norm-based stores"
+            if len(idx) == 1 and stores[idx[0]].map_kind == "norm":
+                what = "norm-based store"
+            got = check_disk_space(stores[idx[0]].out_dir, sum(estimates[i]["total_bytes"] for i in idx),
+                                   advice=SHRINK_ADVICE, what=what)
+            if disk["disk_free_bytes"] is None:
+                disk = got
+    if stores:
+        L, H = plan.num_layers, plan.num_heads
+        print(f"{step}: estimated store size {_fmt_bytes(total)} ({total} bytes: {len(plan.records)} examples x "
+              f"{L} layers x {H} heads, {STORE_DTYPE}, {len(stores)} store(s)) -> "
+              + " and ".join(str(s.out_dir) for s in stores)
+              + (f"; {_fmt_bytes(disk['disk_free_bytes'])} free on {disk['disk_checked_path']}"
+                 if disk["disk_free_bytes"] is not None else ""), file=sys.stderr, flush=True)
+    return {"estimated_bytes": total, "estimated_map_bytes": sum(e["map_bytes"] for e in estimates),
+            "disk_free_bytes": disk["disk_free_bytes"]}
+
+
+def _file_system(path) -> Any:
+    try:
+        return os.stat(_existing_parent(Path(path).parent)).st_dev
+    except OSError:  # pragma: no cover
+        return None
+
+
+def stream_maps(
+    examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]],
+    model,
+    consumers: Sequence[Any],
+    *,
+    batch_size: int = 16,
+    max_seq_len: int = 128,
+    device=None,
+    meta: dict[str, Any] | None = None,
+    norms: bool = False,
+    map_dtype: str = "float16",
+    progress_every: int = 256,
+    check_disk: bool = True,
+    step: str = "extract-segments",
+) -> dict[str, Any]:
+    """Run ``model`` once over ``examples`` and hand every batch of maps to every consumer (one pass).
+
+    ``examples``: ``(record, input_ids, token_type_ids)``; ``record`` holds ``id`` (unique) and ``tokens``.
+    They are checked and put in storage order by :func:`prepare_examples` (over-long examples excluded and
+    counted); the model runs in batches of ``batch_size`` (:func:`bertlook.attention.stream.map_batches`)
+    and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order. ``norms``: the
+    batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms. Stores among the
+    consumers are sized and their disk space checked before the first forward pass. On an error every
+    consumer is aborted (nothing is left half-written).
+
+    Returns the summary: n_examples, n_input, excluded_too_long, excluded_ids, tokens, padded_tokens,
+    seconds, tokens_per_second, device, device_warning, batch_size, dtype, max_seq_len, num_layers,
+    num_heads, estimated_bytes / estimated_map_bytes (the stores written; 0 without one),
+    map_bytes (float16 bytes of the stream's maps, stored or not), disk_free_bytes.
+    """
+    # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
+    import torch
+
+    from bertlook.attention.modeling import cuda_visibility_warning, model_dims
+    from bertlook.attention.stream import StoreConsumer, StreamPlan, map_batches, run_consumers
+
+    if batch_size < 1:
+        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    num_layers, num_heads = model_dims(model)
+    kept, excluded_ids, use_tt = prepare_examples(examples, model, max_seq_len=max_seq_len)
+    norm_modules = None
+    if norms:
+        from bertlook.attention import norms as norms_mod  # lazy: only when norm maps are asked for
+
+        norm_modules = norms_mod.find_attention_modules(model, num_heads)
+    device = _model_device(model) if device is None else torch.device(device)
     store_meta = dict(meta or {})
     store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted",
                        "map": "attention"})
     excluded = dict(store_meta.pop("excluded", None) or {})
     excluded.update({"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)})
-
-    # ---- size of the store, before any forward pass
-    sizes = [int(stored_size(rec, len(ids))) if stored_size is not None else len(ids) for rec, ids, _ in kept]
-    estimate = estimate_store_bytes([rec for rec, _, _ in kept], sizes, num_layers, num_heads,
-                                    meta={**store_meta, "excluded": excluded})
-    n_stores = 1
-    if norms_out_dir is not None:  # a second store of the same size (maps and index)
-        n_stores = 2
-        estimate = {k: 2 * v for k, v in estimate.items()}
-    disk = {"disk_free_bytes": None, "disk_checked_path": None, "disk_margin_bytes": None}
-    if check_disk and n_stores == 2 and not _same_file_system(out_dir, norms_out_dir):
-        disk = check_disk_space(out_dir, estimate["total_bytes"] // 2, advice=SHRINK_ADVICE)
-        check_disk_space(norms_out_dir, estimate["total_bytes"] // 2, advice=SHRINK_ADVICE, what="norm-based store")
-    elif check_disk:
-        disk = check_disk_space(out_dir, estimate["total_bytes"], advice=SHRINK_ADVICE,
-                                what="attention store" if n_stores == 1 else "attention and norm-based stores")
-    free = disk["disk_free_bytes"]
-    print(f"extract-segments: estimated store size {_fmt_bytes(estimate['total_bytes'])} ({estimate['total_bytes']} bytes: "
-          f"{len(kept)} examples x {num_layers} layers x {num_heads} heads, {STORE_DTYPE}"
-          + (", attention and norm-based stores" if n_stores == 2 else "") + f") -> {out_dir}"
-          + (f" and {norms_out_dir}" if n_stores == 2 else "")
-          + (f"; {_fmt_bytes(free)} free on {disk['disk_checked_path']}" if free is not None else ""),
-          file=sys.stderr, flush=True)
+    plan = StreamPlan(records=[ex[0] for ex in kept], num_layers=num_layers, num_heads=num_heads,
+                      excluded=excluded, meta=store_meta, norms=norms)
+    sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
+                               check_disk=check_disk, step=step)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
-    map_dtype = torch.float16 if transform is None else torch.float32
-
-    was_training = model.training
-    model.eval()
-    n_tokens = 0
-    padded_tokens = 0
-    done = 0
-    norm_sums = norm_counts = None
-    if norm_modules is not None:
-        specials = store_meta.get("special_tokens") or {}
-        cls_tok, sep_tok = specials.get("cls") or "[CLS]", specials.get("sep") or "[SEP]"
-        norm_sums, norm_counts = norms_mod.zero_class_sums(num_layers)  # [layer, class], [class]
+    bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
     t0 = time.perf_counter()
-    bar = progress_bar(total=len(kept), desc="extract-segments", unit="ex", enabled=bool(progress_every))
     try:
-        with contextlib.ExitStack() as stack:
-            writer = stack.enter_context(AttentionWriter(
-                out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
-                shard_bytes=int(shard_mb * 2**20), meta=store_meta))
-            norm_writer = captured = None
-            if norm_modules is not None:
-                norm_writer = stack.enter_context(AttentionWriter(
-                    norms_out_dir, num_layers=num_layers, num_heads=num_heads, level=level,
-                    shard_bytes=int(shard_mb * 2**20), meta={**store_meta, "map": "norm", "norm": NORM_META}))
-                captured = stack.enter_context(norms_mod.capture_values(norm_modules))
-            stack.enter_context(torch.inference_mode())
-            for start in range(0, len(kept), batch_size):
-                batch = kept[start:start + batch_size]
-                lengths = [len(ex[1]) for ex in batch]
-                T = lengths[0]
-                B = len(batch)
-                ids = torch.full((B, T), pad_id, dtype=torch.long)  # [batch, seq]
-                tts = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
-                mask = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
-                for b, (_, input_ids, tt_ids) in enumerate(batch):
-                    n = lengths[b]
-                    ids[b, :n] = torch.as_tensor(input_ids, dtype=torch.long)  # [seq]
-                    tts[b, :n] = torch.as_tensor(tt_ids, dtype=torch.long)  # [seq]
-                    mask[b, :n] = 1
-                kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
-                if use_tt:
-                    kwargs["token_type_ids"] = tts.to(device)
-                if captured is not None:
-                    captured[:] = [None] * len(captured)
-                out = model(**kwargs)
-                attns = out.attentions  # layer x [batch, head, query_pos, key_pos]
-                if attns is None or len(attns) != num_layers or attns[0] is None:
-                    raise BertlookError(
-                        "the model returned no attention weights (it must be loaded with attn_implementation='eager')"
-                    )
-                # one pass: stack layers and convert to float16 (float32 for a transform) on the device
-                # [batch, layer, head, query_pos, key_pos]
-                maps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
-                for layer, a in enumerate(attns):
-                    maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
-                nmaps = vnorms = None
-                if norm_writer is not None:
-                    if any(v is None for v in captured):
-                        raise BertlookError(f"model class {type(model).__name__}: the value projections were not "
-                                            "called in the forward pass (norm-based maps need them)")
-                    batch_ids = [rec["id"] for rec, _, _ in batch]
-                    # [batch, layer, head, query_pos, key_pos]
-                    nmaps = torch.empty((B, num_layers, num_heads, T, T), dtype=map_dtype, device=device)
-                    vnorms = torch.empty((B, num_layers, num_heads, T), dtype=torch.float32, device=device)  # [batch, layer, head, key_pos]
-                    for layer, a in enumerate(attns):
-                        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads)  # [batch, head, key_pos]
-                        vnorms[:, layer].copy_(vn)  # [batch, head, key_pos]
-                        nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=lengths, ids=batch_ids))  # [batch, head, query_pos, key_pos]
-                    captured[:] = [None] * len(captured)
-                    nmaps = nmaps.cpu().numpy()  # [batch, layer, head, query_pos, key_pos]
-                    vnorms = vnorms.cpu().numpy()  # [batch, layer, head, key_pos]
-                del out, attns
-                maps = maps.cpu().numpy()  # [batch, layer, head, query_pos, key_pos]
-                for b, (record, _, _) in enumerate(batch):
-                    n = lengths[b]
-                    if transform is None:
-                        writer.add(record, maps[b, :, :, :n, :n])  # [layer, head, query_pos, key_pos]
-                    else:
-                        writer.add(*transform(record, maps[b, :, :, :n, :n]))  # [layer, head, query_pos, key_pos] in
-                    if norm_writer is not None:
-                        if transform is None:
-                            norm_writer.add(record, nmaps[b, :, :, :n, :n])  # [layer, head, query_pos, key_pos]
-                        else:
-                            norm_writer.add(*transform(record, nmaps[b, :, :, :n, :n]))  # [layer, head, query_pos, key_pos] in
-                        classes = norms_mod.token_classes(record["tokens"], cls_tok, sep_tok)  # [key_pos]
-                        ex_sums, ex_counts = norms_mod.class_sums(vnorms[b, :, :, :n], classes)  # [layer, class], [class]
-                        norm_sums += ex_sums
-                        norm_counts += ex_counts
-                del maps, nmaps, vnorms
-                n_tokens += sum(lengths)
-                padded_tokens += B * T
-                done += B
-                bar.update(B)
-            writer.close(excluded=excluded, extra_meta=extra_meta)
-            if norm_writer is not None:
-                try:
-                    norm_writer.close(excluded=excluded, extra_meta=extra_meta)
-                except BaseException:
-                    shutil.rmtree(out_dir, ignore_errors=True)  # nothing left at either path
-                    raise
+        batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,
+                              num_heads=num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
+                              use_token_types=use_tt, on_batch=bar.update)
+        run_consumers(batches, consumers, plan)
     finally:
         bar.close()
-        if was_training:
-            model.train()
-    if progress_every:
-        el = time.perf_counter() - t0
-        print(f"extract-segments: {done}/{len(kept)} examples, {n_tokens / max(el, 1e-9):.0f} tokens/s",
-              file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
-    summary = {
+    n_tokens = sum(len(ex[1]) for ex in kept)
+    padded = sum(batch_size_tokens(kept, batch_size))
+    if progress_every:
+        print(f"{step}: {len(kept)} examples, {n_tokens / max(seconds, 1e-9):.0f} tokens/s",
+              file=sys.stderr, flush=True)
+    return {
         "n_input": len(kept) + len(excluded_ids),
         "n_examples": len(kept),
         "excluded_too_long": len(excluded_ids),
         "excluded_ids": excluded_ids,
         "tokens": n_tokens,
-        "padded_tokens": padded_tokens,
+        "padded_tokens": padded,
         "seconds": round(seconds, 4),
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "device": str(device),
@@ -625,13 +502,77 @@ def extract_to_store(
         "dtype": STORE_DTYPE,
         "num_layers": num_layers,
         "num_heads": num_heads,
-        "estimated_bytes": estimate["total_bytes"],
-        "estimated_map_bytes": estimate["map_bytes"],
-        "disk_free_bytes": free,
-        "out_dir": str(out_dir),
+        **sizes,
+        "map_bytes": (2 if norms else 1) * sum(num_layers * num_heads * STORE_ITEMSIZE * len(ex[1]) ** 2
+                                               for ex in kept),
     }
-    if norm_modules is not None:
-        summary["norms"] = norms_mod.norms_summary(norms_out_dir, norm_sums, norm_counts)
+
+
+def batch_size_tokens(kept, batch_size: int) -> list[int]:
+    """Padded tokens of each batch of the storage-ordered examples (batch size x its longest example)."""
+    return [len(kept[s:s + batch_size]) * max(len(ex[1]) for ex in kept[s:s + batch_size])
+            for s in range(0, len(kept), batch_size)]
+
+
+def extract_to_store(
+    examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]],
+    model,
+    out_dir,
+    *,
+    batch_size: int = 16,
+    max_seq_len: int = 128,
+    device=None,
+    level: str = "token",
+    meta: dict[str, Any] | None = None,
+    progress_every: int = 256,
+    shard_mb: float = 256,
+    transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
+    stored_size: Callable[[dict[str, Any], int], int] | None = None,
+    check_disk: bool = True,
+    extra_meta: dict[str, Any] | None = None,
+    norms_out_dir=None,
+    step: str = "extract-segments",
+) -> dict[str, Any]:
+    """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``
+    (:func:`stream_maps` with a :class:`bertlook.attention.stream.StoreConsumer`).
+
+    **Store order is processing order (length-sorted, longest first, ties by id), not input order**: use each
+    record's ``id`` to match store entries to their inputs. Over-long examples (``max_seq_len``) are excluded
+    and counted in the summary and in the store's ``meta.json`` (``excluded``); a ``meta["excluded"]`` dict
+    (the caller's own exclusions) is merged there. ``meta`` is merged into ``meta.json`` (callers put the
+    model provenance and ``special_tokens`` there); ``extra_meta`` is added when the store is closed. On any
+    error nothing is left at ``out_dir``.
+
+    ``transform(record, attn) -> (record, attn)``: applied to every example before it is written (e.g. token ->
+    word level; it receives the float32 ``[L, H, n, n]`` map); ``stored_size(record, n)``: the size of the map
+    it stores (for the size estimate).
+
+    ``norms_out_dir``: also the row-normalised norm-based maps (Kobayashi et al. 2020) of the same pass, in a
+    second store (``meta.json`` ``"map": "norm"``, ``transform`` applied too); the summary gains ``norms``
+    (per-layer sums of ``|| f(x_j) ||`` per token class, :func:`bertlook.attention.norms.norms_summary`).
+
+    Returns :func:`stream_maps`'s summary plus ``out_dir``.
+    """
+    from bertlook.attention.stream import StoreConsumer
+
+    if norms_out_dir is not None and Path(norms_out_dir).absolute() == Path(out_dir).absolute():
+        raise BertlookError(f"{norms_out_dir}: the norm-based store must not be the attention store's path")
+    common = dict(level=level, shard_mb=shard_mb, extra_meta=extra_meta, transform=transform,
+                  stored_size=stored_size)
+    consumers: list[Any] = [StoreConsumer(out_dir, **common)]
+    class_sums = None
+    if norms_out_dir is not None:
+        from bertlook.attention.norms import NORM_STORE_META, NormClassSums
+
+        class_sums = NormClassSums()
+        consumers += [StoreConsumer(norms_out_dir, kind="norm", meta=NORM_STORE_META, **common), class_sums]
+    summary = stream_maps(examples, model, consumers, batch_size=batch_size, max_seq_len=max_seq_len,
+                          device=device, meta=meta, norms=norms_out_dir is not None,
+                          map_dtype="float16" if transform is None else "float32", progress_every=progress_every,
+                          check_disk=check_disk, step=step)
+    summary["out_dir"] = str(out_dir)
+    if class_sums is not None:
+        summary["norms"] = class_sums.summary(norms_out_dir)
     return summary
 
 
@@ -645,49 +586,16 @@ def _check_special_tokens(segments: Iterable[dict[str, Any]], cls: str | None, s
             )
 
 
-def extract_segments(
-    segments_path,
-    model_spec: str,
-    out_dir,
-    *,
-    revision: str | None = None,
-    batch_size: int = 16,
-    segment_ids: str = "zeros",
-    max_seq_len: int = 128,
-    device: str = "auto",
-    shard_mb: float = 256,
-    progress_every: int = 256,
-    max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
-    shard: tuple[int, int] | None = None,
-    norms_out=None,
-) -> dict[str, Any]:
-    """Read ``segments.jsonl``, load the model, and extract token-level attention to ``out_dir``.
-
-    The store's ``meta.json`` records the model provenance, the special tokens, the segment ids
-    mode, the segments file and the unknown-token counts. The unknown-token rate is checked
-    (:func:`check_unk_rate`, ``max_unk_rate``) before the model is loaded. Returns
-    :func:`extract_to_store`'s summary plus model/input fields and the unknown-token counts.
-
-    ``shard=(i, k)``: extract only shard ``i`` of ``k`` (1-based), the contiguous range
-    :func:`bertlook.pipeline.sharding.shard_range` of the file's segments. Every segment is still encoded and
-    the unknown-token check is made on the whole file (the same decision whatever ``k``); the
-    counts in the summary and ``meta.json`` are the shard's own (they add up over the shards). The
-    summary then also holds ``shard`` (index, count, start, stop) and ``store_meta`` (the store's
-    ``meta.json``), which ``bertlook gather-extraction`` turns into the unsharded summary.
-
-    ``norms_out``: also write the norm-based maps of the same pass to a store there
-    (:func:`extract_to_store` ``norms_out_dir``; the summary gains ``norms``).
-    """
-    # lazy: modeling imports torch; this module is imported when the CLI parser is built
-    from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
-
+def segment_examples(segments_path, tokenizer, *, segment_ids: str = "zeros", max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
+                     shard: tuple[int, int] | None = None, model_spec: str = ""):
+    """``(examples, unk, info, n_segments)``: the segments of ``segments_path`` encoded for the model
+    (:func:`encode_segment`), the unknown-token counts (checked on the whole file: the same decision whatever
+    the sharding), the shard (:func:`bertlook.pipeline.sharding.shard_info`, None unsharded) and the number of
+    segments in the file. With ``shard``, ``examples`` and ``unk`` are the shard's own."""
     if segment_ids not in SEGMENT_ID_MODES:
         raise BertlookError(f"unknown --segment-ids {segment_ids!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
     max_unk_rate = check_max_unk_rate(max_unk_rate)
     segments = read_segments(segments_path)
-    resolved = resolve_model(model_spec, revision)
-    dev = pick_device(device)
-    tokenizer = load_tokenizer(resolved)
     _check_special_tokens(segments, tokenizer.cls_token, tokenizer.sep_token, segments_path)
     examples = []
     for seg in segments:
@@ -702,25 +610,84 @@ def extract_segments(
         unk = unk_statistics(examples, tokenizer, words_of=segment_unk_words(tokenizer))
         print(f"extract-segments: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
               f"of {len(segments)}", file=sys.stderr, flush=True)
+    return examples, unk, info, len(segments)
+
+
+def extract_segments(
+    segments_path,
+    model_spec: str,
+    out_dir=None,
+    *,
+    revision: str | None = None,
+    batch_size: int = 16,
+    segment_ids: str = "zeros",
+    max_seq_len: int = 128,
+    device: str = "auto",
+    shard_mb: float = 256,
+    progress_every: int = 256,
+    max_unk_rate: float = DEFAULT_MAX_UNK_RATE,
+    shard: tuple[int, int] | None = None,
+    norms_out=None,
+    norms: bool = False,
+    consumers: Sequence[Any] = (),
+) -> dict[str, Any]:
+    """Read ``segments.jsonl``, load the model, run it once over the segments and hand the maps to the
+    stores and the ``consumers`` (:mod:`bertlook.attention.stream`; the statistics of the one-pass step).
+
+    ``out_dir``: the token-level attention store (None: no store is written). ``norms_out``: the norm-based
+    maps of the same pass in a second store; ``norms``: compute the norm-based maps for the consumers
+    without storing them (implied by ``norms_out``; the summary gains ``norms``, the per-class sums of
+    ``|| f(x) ||``). The store meta (also ``summary["store_meta"]`` when sharded, or no store is written)
+    records the model provenance, the special tokens, the segment ids mode, the segments file and the
+    unknown-token counts; the unknown-token rate is checked (``max_unk_rate``) before the model is loaded.
+
+    ``shard=(i, k)``: only shard ``i`` of ``k`` (1-based), the contiguous range
+    :func:`bertlook.pipeline.sharding.shard_range` of the file's segments; counts are the shard's own (they
+    add up over the shards); the summary holds ``shard`` and ``store_meta``, which ``bertlook
+    gather-extraction`` turns into the unsharded summary and meta.
+    """
+    # lazy: modeling imports torch; this module is imported when the CLI parser is built
+    from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
+    from bertlook.attention.norms import NORM_STORE_META, NormClassSums
+    from bertlook.attention.stream import StoreConsumer, StreamMeta
+
+    resolved = resolve_model(model_spec, revision)
+    dev = pick_device(device)
+    tokenizer = load_tokenizer(resolved)
+    examples, unk, info, n_segments = segment_examples(segments_path, tokenizer, segment_ids=segment_ids,
+                                                       max_unk_rate=max_unk_rate, shard=shard, model_spec=model_spec)
+    if out_dir is None and norms_out is None and not consumers:
+        raise BertlookError("extract-segments: nothing to compute (no store and no statistic asked for)")
+    norms = bool(norms or norms_out is not None)
     model = load_model(resolved, dev)
-    provenance = resolved.provenance(model.config)
     meta = {
-        "model": provenance,
+        "model": resolved.provenance(model.config),
         "special_tokens": {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token},
         "segment_ids": segment_ids,
         "segments_path": str(segments_path),
-        "n_segments": len(segments),
+        "n_segments": n_segments,
         "unknown_tokens": unk,
     }
-    summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
-                               device=dev, level="token", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb, extra_meta={"shard": info} if info else None,
-                               norms_out_dir=norms_out)
-    summary.update({"model": model_spec, "revision": revision, "segments": str(segments_path),
-                    "segment_ids": segment_ids, "n_segments": len(segments)})
+    extra = {"shard": info} if info else None
+    recorder = StreamMeta(extra_meta=extra)
+    stores = [StoreConsumer(out_dir, shard_mb=shard_mb, extra_meta=extra)] if out_dir is not None else []
+    class_sums = NormClassSums() if norms else None
+    if norms_out is not None:
+        stores.append(StoreConsumer(norms_out, kind="norm", meta=NORM_STORE_META, shard_mb=shard_mb, extra_meta=extra))
+    summary = stream_maps(examples, model, [recorder, *stores, *([class_sums] if class_sums else []), *consumers],
+                          batch_size=batch_size, max_seq_len=max_seq_len, device=dev, meta=meta, norms=norms,
+                          progress_every=progress_every)
+    summary.update({"out_dir": None if out_dir is None else str(out_dir), "model": model_spec,
+                    "revision": revision, "segments": str(segments_path), "segment_ids": segment_ids,
+                    "n_segments": n_segments, "stores": [str(s.out_dir) for s in stores],
+                    "special_tokens": dict(meta["special_tokens"])})
     summary.update(unk_summary(unk, max_unk_rate))
+    if class_sums is not None:
+        summary["norms"] = class_sums.summary(norms_out if norms_out is not None else "not stored")
     if info is not None:
-        add_shard_fields(summary, info, out_dir)
+        summary["shard"] = info
+    if info is not None or out_dir is None:
+        summary["store_meta"] = recorder.meta()
     return summary
 
 

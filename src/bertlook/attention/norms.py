@@ -34,6 +34,15 @@ import numpy as np
 from bertlook.errors import BertlookError
 
 MAP_KINDS = ("attention", "norm")
+#: what a norm-based store adds to the stream's store meta (``map`` and the definition, ``norm``)
+NORM_STORE_META = {
+    "map": "norm",
+    "norm": {
+        "definition": "N[i, j] = alpha[i, j] * ||f(x_j)||, f(x) = (x W_V + b_V)_h W_O^h (output bias not included); "
+                      "stored row-normalised: N[i, j] / sum_j N[i, j]",
+        "reference": "Kobayashi et al. 2020, Attention is Not Only a Weight: Analyzing Transformers with Vector Norms",
+    },
+}
 #: token classes of the value-norm sums, in column order
 TOKEN_CLASSES = ("cls", "sep", "punct", "other")
 #: the tokens of the "punct" class (as in bertlook.analyses.surface_stats)
@@ -220,6 +229,42 @@ def class_sums(value_norm: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray,
     sums = per_token @ onehot  # [layer, class]
     counts = np.bincount(cl, minlength=k).astype(np.int64)  # [class]
     return sums, counts
+
+
+class NormClassSums:
+    """A consumer of the extraction stream (:mod:`bertlook.attention.stream`): adds every example's
+    :func:`class_sums` of the value norms; :meth:`summary` is the ``norms`` entry of the extraction summary."""
+
+    map_kind = None  # reads the batches' value norms, no maps
+
+    def __init__(self) -> None:
+        self.sums = self.counts = None
+        self.cls_token, self.sep_token = "[CLS]", "[SEP]"
+
+    def start(self, plan) -> None:
+        if not plan.norms:
+            raise BertlookError("norm class sums need the norm-based maps of the stream (norms on)")
+        specials = plan.meta.get("special_tokens") or {}
+        self.cls_token, self.sep_token = specials.get("cls") or "[CLS]", specials.get("sep") or "[SEP]"
+        self.sums, self.counts = zero_class_sums(plan.num_layers)  # [layer, class], [class]
+
+    def add(self, batch) -> None:
+        for b, record in enumerate(batch.records):
+            n = batch.lengths[b]
+            classes = token_classes(record["tokens"], self.cls_token, self.sep_token)  # [key_pos]
+            ex_sums, ex_counts = class_sums(batch.value_norms[b, :, :, :n], classes)  # [layer, class], [class]
+            self.sums += ex_sums
+            self.counts += ex_counts
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def summary(self, store: Any) -> dict[str, Any]:
+        """The ``norms`` entry (``store``: where the norm maps went, or a description when none was written)."""
+        return norms_summary(store, self.sums, self.counts)
 
 
 def norms_summary(store: Any, sums: np.ndarray, counts: np.ndarray) -> dict[str, Any]:

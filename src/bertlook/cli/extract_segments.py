@@ -1,41 +1,77 @@
 """CLI of bertlook.attention.extraction: ``extract-segments`` (and, through :mod:`bertlook.cli.sharding`,
-``merge-stores`` and ``gather-extraction``)."""
+``merge-stores`` and ``gather-extraction``).
+
+``extract-segments`` is the one pass over the segment maps: the model runs once and every batch of maps goes
+to the readers asked for on the command line (:mod:`bertlook.attention.stream`): the stores (``--out``,
+``--norms-out``), the partial sums of the surface statistics, of the JS divergences and of the rollout
+statistics (of :mod:`bertlook.analyses`), and the Fig 1 example. This module is the glue that attaches them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 from bertlook.attention.extraction import SEGMENT_ID_MODES
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+from bertlook.errors import BertlookError
+
+DESCRIPTION = """\
+Run a model once on paper-style segments ([CLS] A [SEP] B [SEP]) and hand its attention maps, batch by
+batch, to every output asked for; the maps are written to disk only with --out / --norms-out.
+
+input:  --segments segments.jsonl (from `bertlook segments`), a model spec (--model)
+stores (optional; float16 [layer, head, from, to] per example, length-sorted order, match by id):
+  --out DIR            the token-level attention store
+  --norms-out DIR      the norm-based maps of Kobayashi et al. 2020 (alpha * ||f(x)||, row-normalised) of
+                       the same forward pass (meta map 'norm'); --norms computes them without storing
+statistics of the same pass (partial sums for `surface-stats --partial`, `cluster-heads --partial`,
+`rollout --partial`, `figures --example`; the same files the store-reading steps write):
+  --stats-partial NPZ       surface statistics (Figs 2, 4) of the attention maps
+  --norm-stats-partial NPZ  the same on the norm-based maps
+  --js-partial NPZ          JS divergences between heads (Fig 6), summed
+  --norm-js-partial NPZ     the same on the norm-based maps
+  --rollout-partial NPZ     attention rollout statistics per layer
+  --fig1-example NPZ        the Fig 1 example's map (--example-index, in the unsharded store's order)
+--summary JSON: counts (excluded over-long examples), tokens/s, device, the per-class ||f(x)|| sums with
+norm-based maps, the seconds each reader took.
+"""
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-segments`` subcommand."""
     p = subparsers.add_parser(
         "extract-segments",
-        help="extract token-level attention maps of a model into an attention store",
-        description=(
-            "Run a model on paper-style segments ([CLS] A [SEP] B [SEP]) and store its attention maps.\n"
-            "Input:  --segments segments.jsonl (from `bertlook segments`), a model spec.\n"
-            "Output: --out DIR, an attention store (meta.json, index.jsonl, shard-*.bin: float16\n"
-            "        [layer, head, from, to] per example, in length-sorted order; match by id);\n"
-            "        --summary JSON with counts (excluded over-long examples), tokens/s, device.\n"
-            "--norms-out DIR: also the norm-based maps of Kobayashi et al. 2020 (alpha * ||f(x)||, row-\n"
-            "        normalised) of the same forward pass, in a second store (meta map 'norm'); the\n"
-            "        summary gains `norms` (mean ||f(x)|| per layer and token class, as sums and counts)."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="run a model once over the segments: attention stores and the statistics of the same pass",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")
     add_model_arguments(p)
-    p.add_argument("--out", required=True, help="output attention store directory (replaced atomically)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output: attention store directory (replaced atomically; default: none written)")
     p.add_argument("--segment-ids", choices=SEGMENT_ID_MODES, default="zeros",
                    help="token type ids: zeros (authors' code, default) or pair (A=0, B=1)")
     add_batch_arguments(p, unit="examples", length_help="examples with more wordpieces are excluded and counted")
     p.add_argument("--summary", default=None, help="write the run summary to this JSON file")
     p.add_argument("--norms-out", default=None, metavar="DIR",
                    help="also write the norm-based maps (Kobayashi et al. 2020) to a store here (replaced atomically)")
+    p.add_argument("--norms", action="store_true",
+                   help="compute the norm-based maps for the --norm-* outputs without storing them")
+    for flag, what in (("--stats-partial", "surface statistics"), ("--norm-stats-partial", "surface statistics of "
+                       "the norm-based maps"), ("--js-partial", "JS divergence sum"), ("--norm-js-partial",
+                       "JS divergence sum of the norm-based maps"), ("--rollout-partial", "rollout statistics"),
+                       ("--fig1-example", "the Fig 1 example")):
+        p.add_argument(flag, default=None, metavar="NPZ", help=f"output: {what} of this pass (partial file)")
+    p.add_argument("--js-max-examples", type=int, default=None, metavar="N",
+                   help="JS divergences over the first N segments of --segments only (default: all)")
+    p.add_argument("--rollout-max-examples", type=int, default=None, metavar="N",
+                   help="rollout statistics over the first N segments of --segments only (default: all)")
+    p.add_argument("--example-index", type=int, default=0, metavar="I",
+                   help="the Fig 1 example: position in the unsharded store's order (default 0)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads of the model and the JS kernel (default: $OMP_NUM_THREADS, else all cores)")
     add_shard_argument(p, "segments")
     p.set_defaults(func=_cmd_extract)
     from bertlook.cli import sharding
@@ -44,22 +80,131 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+class _Timed:
+    """A stream reader that times another one (seconds spent in ``add``, for the summary)."""
+
+    def __init__(self, name: str, inner) -> None:
+        self.name, self.inner, self.seconds = name, inner, 0.0
+        self.map_kind = inner.map_kind
+
+    def start(self, plan) -> None:
+        self.inner.start(plan)
+
+    def add(self, batch) -> None:
+        t0 = time.perf_counter()
+        self.inner.add(batch)
+        self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+class _Partial:
+    """A per-example accumulator in the stream (:class:`bertlook.attention.stream.PerExample`, built from the
+    stream's plan by ``make(plan, tokens)``) and the partial file it becomes (``save``)."""
+
+    def __init__(self, name: str, path, kind: str, make, partial_kind: str, *, ids=None, max_examples=None) -> None:
+        from bertlook.attention.stream import PerExample
+
+        self.name, self.path, self.partial_kind, self.max_examples = name, path, partial_kind, max_examples
+        self.stream = PerExample(lambda plan: make(plan, _special_tokens(plan)), kind=kind, ids=ids)
+        self.reader = _Timed(name, self.stream)
+
+    def save(self) -> None:
+        from bertlook.pipeline.sharding import save_partial
+
+        meta, arrays = self.stream.accumulator.partial(n_examples_in_store=self.stream.n_stream,
+                                                       max_examples=self.max_examples)
+        save_partial(self.path, self.partial_kind, meta, arrays)
+
+
+def _special_tokens(plan) -> dict[str, str]:
+    tokens = plan.meta.get("special_tokens") or {}
+    return {"cls_token": tokens.get("cls") or "[CLS]", "sep_token": tokens.get("sep") or "[SEP]"}
+
+
+def _partials(args, threads: int) -> list[_Partial]:
+    """The statistics asked for on the command line, as stream readers."""
+    from bertlook.analyses import cluster_heads, rollout, surface_stats
+    from bertlook.pipeline.sharding import first_segment_ids
+
+    where = lambda kind: f"{args.segments} ({kind} maps of extract-segments)"  # noqa: E731
+    ids = lambda n: None if n is None else first_segment_ids(args.segments, n)  # noqa: E731
+    out: list[_Partial] = []
+    for path, kind in ((args.stats_partial, "attention"), (args.norm_stats_partial, "norm")):
+        if path:
+            make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
+                plan.num_layers, plan.num_heads, where=where(kind), **tok)
+            out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
+    for path, kind in ((args.js_partial, "attention"), (args.norm_js_partial, "norm")):
+        if path:
+            make = lambda plan, tok, kind=kind: cluster_heads.JsAccumulator(  # noqa: E731
+                plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads)
+            out.append(_Partial(f"js_{kind}", path, kind, make, cluster_heads.PARTIAL_KIND,
+                                ids=ids(args.js_max_examples), max_examples=args.js_max_examples))
+    if args.rollout_partial:
+        make = lambda plan, tok: rollout.RolloutAccumulator(  # noqa: E731
+            plan.num_layers, plan.num_heads, where=where("attention"), store_excluded=plan.excluded, **tok)
+        out.append(_Partial("rollout", args.rollout_partial, "attention", make, rollout.PARTIAL_KIND,
+                            ids=ids(args.rollout_max_examples), max_examples=args.rollout_max_examples))
+    return out
+
+
 def _cmd_extract(args) -> int:
+    import torch
+
     from bertlook.attention.extraction import extract_segments
+    from bertlook.attention.stream import ExampleSaver
     from bertlook.io_utils import write_json
 
+    threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    norms = bool(args.norms or args.norms_out or args.norm_stats_partial or args.norm_js_partial)
+    partials = _partials(args, threads)
+    saver = fig1_target = None
+    if args.fig1_example:
+        from bertlook.reporting.figures import example_id_from_segments
+
+        fig1_target = example_id_from_segments(args.segments, args.example_index, args.max_seq_len)
+        saver = ExampleSaver(fig1_target[0])
+    readers = [p.reader for p in partials] + ([saver] if saver else [])
+    if args.out is None and args.norms_out is None and not readers:
+        raise BertlookError("extract-segments: nothing to write: give --out, --norms-out or a partial output")
     summary = extract_segments(
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out,
+        max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out, norms=norms, consumers=readers,
     )
+    for p in partials:
+        p.save()
+    if saver is not None:
+        _save_fig1(args, saver, fig1_target, summary)
+    summary["readers"] = {p.name: {"path": str(p.path), "examples": p.stream.count,
+                                   "seconds": round(p.reader.seconds, 3)} for p in partials}
     if args.summary:
         write_json(args.summary, summary)
+    stores = summary["stores"]
     print(
-        f"extract-segments: {summary['n_examples']} examples ({summary['tokens']} tokens) -> {Path(args.out)}; "
-        f"excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
-        f"{summary['unk_tokens']} [UNK] tokens; "
-        f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
-        + (f"; norm-based maps -> {Path(args.norms_out)}" if args.norms_out else "")
+        f"extract-segments: {summary['n_examples']} examples ({summary['tokens']} tokens) in {summary['seconds']:.1f} s"
+        f" -> {', '.join(stores) if stores else 'no store'}"
+        + "".join(f"; {p.name} ({p.reader.seconds:.1f} s) -> {p.path}" for p in partials)
+        + (f"; Fig 1 example -> {args.fig1_example}" if saver else "")
+        + f"; excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
+        f"{summary['unk_tokens']} [UNK] tokens; {summary['tokens_per_second']} tokens/s on {summary['device']}"
     )
     return 0
+
+
+def _save_fig1(args, saver, target, summary) -> None:
+    from bertlook.pipeline.sharding import save_partial
+    from bertlook.reporting.figures import FIG1_KIND, fig1_partial
+
+    meta, arrays = fig1_partial(where=f"{args.segments} (extract-segments)", example_index=args.example_index,
+                                target=target[0], n_total=target[1], num_layers=summary["num_layers"],
+                                num_heads=summary["num_heads"], special_tokens=summary["special_tokens"],
+                                record=saver.record, attn=saver.attn)
+    save_partial(Path(args.fig1_example), FIG1_KIND, meta, arrays)

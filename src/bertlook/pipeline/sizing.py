@@ -112,6 +112,7 @@ BASE_SMALL_MB = 250.0  # manifest, compare, coref, summaries, downloads
 MAPS_COPIES = 1.5  # one batch of fp32 maps + its float16 copy
 CPU_FLOPS = 30e9  # FLOP per CPU second of a BERT forward pass (measured 37.7e9 and 65.5e9)
 JS_NS_PER_ENTRY = 1.2  # CPU ns per (head pair x map entry) of the JS divergence (measured 1.11, 0.97)
+STATS_NS_PER_ENTRY = 10.0  # CPU ns per map entry of one per-example reader of extract_segments (stats 8.5, rollout 6)
 IO_MB_S = 50.0  # MB/s reading a store (measured 55, 86 on a loaded machine)
 PROBE_STEP_S = 2.5e-3  # CPU s per training sentence, probe and seed (batch 1; measured 2.05e-3, 2.3e-3)
 PROBE_S_PER_FEATURE = 4e-9  # plus per attention feature of the sentence (K * (W+2)^2); README: 0.3 ms / 83k
@@ -466,21 +467,48 @@ def sum_flops(dims: ModelDims, ex: Examples) -> float:
     return dims.layers * (2.0 * (4 * h * h + 2 * h * i) * ex.tokens + 4.0 * h * ex.squares)
 
 
+def _norms_on(cfg: Mapping[str, Any]) -> bool:
+    return bool((cfg.get("norms") or {}).get("enabled", True))
+
+
+def _estimate_segment_pass(job: Job) -> tuple[float, float, float]:
+    """(RSS MiB, CPU seconds, output MiB) of extract_segments: the forward pass, then the readers of its maps
+    in memory (surface statistics, JS partial sums, rollout, and their norm-based twins); stores only with
+    extraction.keep_maps."""
+    cfg, dims = job.config, job.dims()
+    seg = _segments(job)
+    mem, cpu = _forward(dims, seg, job.batch)
+    kinds = 2 if _norms_on(cfg) else 1
+    K = dims.heads_total
+    js_squares = seg.squares
+    limit = cfg["clustering"].get("max_examples")
+    if limit and seg.count > limit:
+        js_squares *= limit / seg.count
+    cpu += kinds * (JS_NS_PER_ENTRY * 1e-9 * js_squares * K * K / 2 + STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K)
+    if (cfg.get("rollout") or {}).get("enabled", True):
+        cpu += STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K
+    mem += (kinds - 1) * MAPS_COPIES * dims.layers * job.batch * dims.heads * seg.longest ** 2 * 4 / MIB
+    mem += 4 * K * seg.longest ** 2 * 8 / MIB  # one example in float64 per reader, the JS scratch
+    keep = bool(cfg["extraction"].get("keep_maps"))
+    disk = (kinds * store_bytes(dims, seg) * 1.05 / MIB if keep else 0.0) + 10.0 * (2 * kinds + 2)
+    return mem, cpu, disk
+
+
 def _estimate(job: Job) -> tuple[float, float, float]:
     """(RSS MiB, CPU seconds, output MiB) before safety factors and floors."""
     rule, cfg = job.rule, job.config
-    if rule in ("extract_segments", "extract_words", "extract_words_random", "coref_extract"):
+    if rule == "extract_segments":
+        return _estimate_segment_pass(job)
+    if rule in ("extract_words", "extract_words_random", "coref_extract"):
         dims = job.dims()
-        if rule == "extract_segments":
-            pieces = words = _segments(job)
-        elif rule == "coref_extract":
+        if rule == "coref_extract":
             docs = max(1, sum(path_bytes(p) or 0 for p in job.inputs) // 20_000)  # ~20 kB per CoNLL-2012 part
             pieces = words = Examples.uniform(int(docs), job.max_len)
         else:
             words, pieces = _words(job)
         mem, cpu = _forward(dims, pieces, job.batch)
-        # norms.enabled: extract_segments / extract_words also write the norm-based store, the same size
-        stores = 2 if rule in ("extract_segments", "extract_words") and (cfg.get("norms") or {}).get("enabled", True) else 1
+        # norms.enabled: extract_words also writes the norm-based store, the same size
+        stores = 2 if rule == "extract_words" and _norms_on(cfg) else 1
         return mem, cpu, stores * store_bytes(dims, words) * 1.05 / MIB
     if rule in ("gradients", "gradients_shard"):
         if not job.reads_maps():  # the gather of the shards' partial sums
@@ -494,22 +522,9 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         mem = BASE_TORCH_MB + dims.weights_mb + autograd / MIB
         cpu = STARTUP_S + (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) / CPU_FLOPS
         return mem, cpu, 0.0
-    if rule in ("surface_stats", "surface_stats_shard", "cluster_heads", "cluster_heads_shard", "figures"):
-        base = BASE_PLOT_MB if rule == "figures" else BASE_NUMPY_MB
-        if not job.reads_maps():  # gathers: partial sums in, tables (and the MDS of a K x K matrix) out
-            return base, STARTUP_S + 10.0, 10.0
-        dims = job.dims()
-        seg = _segments(job)
-        nbytes = _store_total(job, lambda: store_bytes(dims, seg))
-        one_map = dims.heads_total * seg.longest ** 2 * 8 / MIB  # one example in float64
-        cpu = STARTUP_S + nbytes / (IO_MB_S * 1e6)
-        if rule in ("cluster_heads", "cluster_heads_shard"):
-            squares = nbytes / (2.0 * dims.heads_total)  # sum(n^2) from the store's size
-            limit = cfg["clustering"].get("max_examples")
-            if limit and job.shard is None and seg.count > limit:
-                squares *= limit / seg.count
-            cpu += JS_NS_PER_ENTRY * 1e-9 * squares * dims.heads_total ** 2 / 2
-        return base + 4 * one_map, cpu, 10.0
+    if rule in ("surface_stats", "cluster_heads", "rollout", "figures"):
+        # gathers: partial sums in (extract_segments computed them), tables, the MDS of a K x K matrix out
+        return BASE_PLOT_MB if rule == "figures" else BASE_NUMPY_MB, STARTUP_S + 10.0, 10.0
     if rule == "heads":
         dims = job.dims()
         words, _ = _words(job)
@@ -573,10 +588,10 @@ def _estimate(job: Job) -> tuple[float, float, float]:
 
 
 SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "resources_summary", "report_pages",
-               "gather_extraction", "merge_words", "merge_words_random", "fig1_example_shard")
+               "gather_extraction", "merge_words", "merge_words_random")
 KNOWN_RULES = (
-    "segments", "download_wikipedia", "download_glove", "extract_segments", "surface_stats_shard",
-    "surface_stats", "cluster_heads_shard", "cluster_heads", "figures", "treebank", "extract_words",
+    "segments", "download_wikipedia", "download_glove", "extract_segments",
+    "surface_stats", "cluster_heads", "rollout", "figures", "treebank", "extract_words",
     "extract_words_random", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
     "gradients", "tree_heads", "probe_ablations", *SMALL_RULES,
 )

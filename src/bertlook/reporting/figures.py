@@ -421,20 +421,30 @@ def example_id_from_segments(segments_path, example_index: int, max_seq_len: int
 
 def fig1_example_partial(store_path, segments_path, example_index: int = 0):
     """``(meta, arrays)``: the Fig 1 example if the (shard) store holds it, else ``found: false``."""
-    import numpy as np
-
     from bertlook.attention.store import open_store
 
     store = open_store(store_path, level="token")
     target, n_total = example_id_from_segments(segments_path, example_index, store.meta.get("max_seq_len"))
-    meta = {"attention": str(store_path), "example_index": int(example_index), "id": target,
-            "n_examples_total": n_total, "num_layers": store.num_layers, "num_heads": store.num_heads,
-            "special_tokens": store.meta.get("special_tokens") or {}, "found": False}
-    for k, rec in enumerate(store.records):
-        if rec["id"] == target:
-            meta.update(found=True, tokens=list(rec["tokens"]))
-            return meta, {"attn": store.get(k)}
-    return meta, {"attn": np.zeros((0,), dtype=np.float16)}
+    k = next((k for k, rec in enumerate(store.records) if rec["id"] == target), None)
+    return fig1_partial(where=store_path, example_index=example_index, target=target, n_total=n_total,
+                        num_layers=store.num_layers, num_heads=store.num_heads,
+                        special_tokens=store.meta.get("special_tokens") or {},
+                        record=None if k is None else store.records[k], attn=None if k is None else store.get(k))
+
+
+def fig1_partial(*, where, example_index: int, target, n_total: int, num_layers: int, num_heads: int,
+                 special_tokens: dict, record: dict | None = None, attn=None):
+    """``(meta, arrays)`` of a Fig 1 example file: ``record`` / ``attn`` ``[layer, head, n, n]`` of the example
+    when this shard (or the extraction stream) holds it, else None (``found: false``)."""
+    import numpy as np
+
+    meta = {"attention": str(where), "example_index": int(example_index), "id": target,
+            "n_examples_total": int(n_total), "num_layers": int(num_layers), "num_heads": int(num_heads),
+            "special_tokens": dict(special_tokens), "found": record is not None}
+    if record is None:
+        return meta, {"attn": np.zeros((0,), dtype=np.float16)}
+    meta["tokens"] = list(record["tokens"])
+    return meta, {"attn": np.asarray(attn, dtype=np.float16)}
 
 
 def load_fig1_example(paths: Sequence[Any]):

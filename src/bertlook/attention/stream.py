@@ -1,0 +1,334 @@
+"""The forward pass as a stream of map batches: one pass over the maps, any number of readers.
+
+:func:`map_batches` runs a model over examples (already sorted into storage order) in batches and
+yields one :class:`MapBatch` per batch: the records, the attention maps ``[batch, layer, head, T, T]``
+(float16, as a store keeps them, or float32 for a transform), and, when asked, the norm-based maps of
+the same forward pass (Kobayashi et al. 2020) and the value norms behind them. Whatever reads the maps
+is a *consumer* (:class:`MapConsumer`: ``start``, ``add``, ``close``, ``abort``):
+
+* :class:`StoreConsumer` writes them to an attention store (``extract-segments --out``, the word-level
+  stores of ``extract-words``, ``coref-extract``);
+* :class:`bertlook.attention.norms.NormClassSums` adds up ``|| f(x) ||`` per token class;
+* :class:`PerExample` hands every example (or a selection by id) of one map kind to an accumulator
+  with ``add(record, attn)``: the surface statistics, the JS partial sums, the rollout statistics of
+  :mod:`bertlook.analyses` (attached by the ``extract-segments`` CLI, the glue layer);
+* :class:`ExampleSaver` keeps one example's map (the Fig 1 example).
+
+The consumers see exactly the float16 values a store would hold (the maps are converted on the
+device, as before), so a statistic computed here equals the same statistic read back from a store.
+
+Definitions: docs/definitions.md#token-level-extraction (the one-pass extraction)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from bertlook.errors import BertlookError
+
+MAP_KINDS = ("attention", "norm")
+
+
+@dataclasses.dataclass
+class StreamPlan:
+    """What every consumer learns before the first forward pass: the examples in storage order, the layout."""
+
+    records: list[dict[str, Any]]  # the kept examples' records, storage order (length-sorted, ties by id)
+    num_layers: int
+    num_heads: int
+    excluded: dict[str, Any]  # exclusions of the stream (over-long examples, the caller's own)
+    meta: dict[str, Any]  # the store meta of the stream (model provenance, special tokens, ...)
+    norms: bool  # whether the batches carry norm-based maps
+
+
+@dataclasses.dataclass
+class MapBatch:
+    """One batch of the stream (numpy arrays on the CPU, padded to the batch's longest example ``T``)."""
+
+    start: int  # storage index of the first example of the batch
+    records: list[dict[str, Any]]
+    lengths: list[int]
+    maps: np.ndarray  # [batch, layer, head, query_pos, key_pos]: float16 (float32 for a transform)
+    norm_maps: np.ndarray | None = None  # [batch, layer, head, query_pos, key_pos], as ``maps``
+    value_norms: np.ndarray | None = None  # [batch, layer, head, key_pos] float32: || f_h(x_j) ||
+
+    def example(self, b: int, kind: str = "attention") -> np.ndarray:
+        """Example ``b``'s own map ``[layer, head, n, n]`` (a view) of ``kind`` (attention | norm)."""
+        n = self.lengths[b]
+        if kind == "attention":
+            return self.maps[b, :, :, :n, :n]  # [layer, head, query_pos, key_pos]
+        if kind == "norm":
+            if self.norm_maps is None:
+                raise BertlookError("a consumer of norm-based maps, but the stream computes none")
+            return self.norm_maps[b, :, :, :n, :n]  # [layer, head, query_pos, key_pos]
+        raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+
+
+class MapConsumer:
+    """Base class of a reader of the stream; every method is optional."""
+
+    #: the maps it reads (``attention`` | ``norm``); None: none (e.g. the value norms only)
+    map_kind: str | None = "attention"
+
+    def start(self, plan: StreamPlan) -> None:
+        """Called once before the first forward pass (checks, disk space, files to open)."""
+
+    def add(self, batch: MapBatch) -> None:
+        """Called once per batch, in storage order."""
+
+    def close(self) -> None:
+        """Called once after the last batch (finish and publish what was written)."""
+
+    def abort(self) -> None:
+        """Called on an error before ``close``: leave nothing half-written."""
+
+
+# ---------------------------------------------------------------------------------------- producer
+def _batch_inputs(batch: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], pad_id: int):
+    import torch  # lazy: this module is imported when the CLI parser is built
+
+    lengths = [len(ex[1]) for ex in batch]
+    B, T = len(batch), max(lengths)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)  # [batch, seq]
+    tts = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
+    mask = torch.zeros((B, T), dtype=torch.long)  # [batch, seq]
+    for b, (_, input_ids, tt_ids) in enumerate(batch):
+        n = lengths[b]
+        ids[b, :n] = torch.as_tensor(input_ids, dtype=torch.long)  # [seq]
+        tts[b, :n] = torch.as_tensor(tt_ids, dtype=torch.long)  # [seq]
+        mask[b, :n] = 1
+    return lengths, ids, tts, mask
+
+
+def _stack_layers(attns, num_layers: int, dtype):
+    """The per-layer attention tuple as one tensor ``[batch, layer, head, T, T]`` of ``dtype`` (on the device)."""
+    import torch
+
+    if attns is None or len(attns) != num_layers or attns[0] is None:
+        raise BertlookError("the model returned no attention weights (it must be loaded with attn_implementation='eager')")
+    B, H, T, _ = attns[0].shape
+    maps = torch.empty((B, num_layers, H, T, T), dtype=dtype, device=attns[0].device)  # [batch, layer, head, T, T]
+    for layer, a in enumerate(attns):
+        maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
+    return maps
+
+
+def _norm_maps(attns, captured, norm_modules, num_heads: int, lengths, ids, dtype):
+    """``(norm maps [batch, layer, head, T, T] of dtype, value norms [batch, layer, head, T] float32)``."""
+    import torch
+
+    from bertlook.attention import norms as norms_mod
+
+    if any(v is None for v in captured):
+        raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
+    B, H, T, _ = attns[0].shape
+    L = len(attns)
+    nmaps = torch.empty((B, L, H, T, T), dtype=dtype, device=attns[0].device)  # [batch, layer, head, T, T]
+    vnorms = torch.empty((B, L, H, T), dtype=torch.float32, device=attns[0].device)  # [batch, layer, head, key_pos]
+    for layer, a in enumerate(attns):
+        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads)  # [batch, head, key_pos]
+        vnorms[:, layer].copy_(vn)
+        nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=lengths, ids=ids))  # [batch, head, T, T]
+    return nmaps, vnorms
+
+
+def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
+                device, num_layers: int, num_heads: int, map_dtype: str = "float16", norm_modules=None,
+                use_token_types: bool = True, on_batch: Callable[[int], None] | None = None) -> Iterator[MapBatch]:
+    """Run ``model`` on ``kept`` (``(record, input_ids, token_type_ids)``, storage order) in batches of
+    ``batch_size`` under ``torch.inference_mode()``, the model in eval mode; yield a :class:`MapBatch` each.
+
+    Each batch is padded to its longest example with the model's pad id and an attention mask; the maps are
+    converted to ``map_dtype`` on the device and moved to the CPU. ``norm_modules``
+    (:func:`bertlook.attention.norms.find_attention_modules`): also the row-normalised norm-based maps and
+    the value norms of the same pass. ``on_batch(n)`` is called after each batch (progress).
+    """
+    import contextlib
+
+    import torch
+
+    from bertlook.attention import norms as norms_mod
+
+    dtype = {"float16": torch.float16, "float32": torch.float32}[map_dtype]
+    pad_id = getattr(model.config, "pad_token_id", None)
+    pad_id = 0 if pad_id is None else int(pad_id)
+    was_training = model.training
+    model.eval()
+    try:
+        with contextlib.ExitStack() as stack:
+            captured = None
+            if norm_modules is not None:
+                captured = stack.enter_context(norms_mod.capture_values(norm_modules))
+            stack.enter_context(torch.inference_mode())
+            for start in range(0, len(kept), batch_size):
+                batch = kept[start:start + batch_size]
+                lengths, ids, tts, mask = _batch_inputs(batch, pad_id)
+                kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
+                if use_token_types:
+                    kwargs["token_type_ids"] = tts.to(device)
+                if captured is not None:
+                    captured[:] = [None] * len(captured)
+                attns = model(**kwargs).attentions  # layer x [batch, head, query_pos, key_pos]
+                maps = _stack_layers(attns, num_layers, dtype)  # [batch, layer, head, T, T]
+                out = MapBatch(start=start, records=[ex[0] for ex in batch], lengths=lengths,
+                               maps=maps.cpu().numpy())
+                if captured is not None:
+                    nmaps, vnorms = _norm_maps(attns, captured, norm_modules, num_heads, lengths,
+                                               [ex[0]["id"] for ex in batch], dtype)
+                    captured[:] = [None] * len(captured)
+                    out.norm_maps, out.value_norms = nmaps.cpu().numpy(), vnorms.cpu().numpy()
+                del attns, maps
+                yield out
+                if on_batch is not None:
+                    on_batch(len(batch))
+    finally:
+        if was_training:
+            model.train()
+
+
+def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], plan: StreamPlan) -> None:
+    """Start every consumer, hand each batch to each in order, close them all; on any error abort every
+    consumer (each removes what it began writing) and re-raise."""
+    started: list[MapConsumer] = []
+    try:
+        for c in consumers:
+            if c.map_kind == "norm" and not plan.norms:
+                raise BertlookError(f"{type(c).__name__} reads norm-based maps, but the stream computes none")
+            c.start(plan)
+            started.append(c)
+        for batch in batches:
+            for c in consumers:
+                c.add(batch)
+        for c in consumers:
+            c.close()
+    except BaseException:
+        for c in started:
+            c.abort()
+        raise
+
+
+# --------------------------------------------------------------------------------------- consumers
+class StoreConsumer(MapConsumer):
+    """Write the stream's maps of one kind to a new attention store at ``out_dir`` (atomically, on ``close``).
+
+    ``transform(record, attn) -> (record, attn)`` converts each example before it is written (e.g. token ->
+    word level); ``stored_size(record, n)`` is the size of the map it stores (for the size estimate).
+    ``meta`` is added to the stream's store meta; ``extra_meta`` is written at ``close``.
+    """
+
+    def __init__(self, out_dir, *, kind: str = "attention", level: str = "token", shard_mb: float = 256,
+                 meta: dict[str, Any] | None = None, extra_meta: dict[str, Any] | None = None,
+                 transform=None, stored_size=None) -> None:
+        if kind not in MAP_KINDS:
+            raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+        self.out_dir, self.map_kind, self.level, self.shard_mb = out_dir, kind, level, shard_mb
+        self.meta, self.extra_meta = dict(meta or {}), extra_meta
+        self.transform, self.stored_size = transform, stored_size
+        self.writer = None
+        self.published = False
+        self.excluded: dict[str, Any] = {}
+
+    def estimate(self, plan: StreamPlan) -> dict[str, int]:
+        """Bytes of the store this consumer will write (:func:`bertlook.attention.extraction.estimate_store_bytes`)."""
+        from bertlook.attention.extraction import estimate_store_bytes
+
+        sizes = [int(self.stored_size(r, len(r["tokens"]))) if self.stored_size else len(r["tokens"])
+                 for r in plan.records]
+        return estimate_store_bytes(plan.records, sizes, plan.num_layers, plan.num_heads,
+                                    meta={**plan.meta, **self.meta, "excluded": plan.excluded})
+
+    def start(self, plan: StreamPlan) -> None:
+        from bertlook.attention.store import AttentionWriter
+
+        self.excluded = plan.excluded
+        self.writer = AttentionWriter(self.out_dir, num_layers=plan.num_layers, num_heads=plan.num_heads,
+                                      level=self.level, shard_bytes=int(self.shard_mb * 2**20),
+                                      meta={**plan.meta, **self.meta})
+
+    def add(self, batch: MapBatch) -> None:
+        for b, record in enumerate(batch.records):
+            attn = batch.example(b, self.map_kind)  # [layer, head, query_pos, key_pos]
+            if self.transform is None:
+                self.writer.add(record, attn)
+            else:
+                self.writer.add(*self.transform(record, attn))
+
+    def close(self) -> None:
+        self.writer.close(excluded=self.excluded, extra_meta=self.extra_meta)
+        self.published = True
+
+    def abort(self) -> None:
+        import shutil
+
+        if self.writer is not None:
+            self.writer.abort()
+        if self.published:  # published, then another consumer failed: nothing is left at the path
+            shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+class StreamMeta(MapConsumer):
+    """Record the stream's plan: :meth:`meta` is the ``meta.json`` a store of the whole stream would have
+    (layout, exclusions, the stream's meta, ``extra_meta``), for a run that writes no store."""
+
+    map_kind = None
+
+    def __init__(self, extra_meta: dict[str, Any] | None = None) -> None:
+        self.extra_meta = extra_meta
+        self.plan: StreamPlan | None = None
+
+    def start(self, plan: StreamPlan) -> None:
+        self.plan = plan
+
+    def meta(self) -> dict[str, Any]:
+        from bertlook.attention.store import FORMAT
+
+        p = self.plan
+        layout = {"format": FORMAT, "num_layers": p.num_layers, "num_heads": p.num_heads, "dtype": "float16",
+                  "level": "token", "n_examples": len(p.records)}
+        return {**layout, "excluded": p.excluded, **p.meta, **(self.extra_meta or {}), **layout, "stored": False}
+
+
+class PerExample(MapConsumer):
+    """Hand each example of one map kind to an accumulator's ``add(record, attn)`` (``attn`` float16
+    ``[L, H, n, n]``, the values a store would hold).
+
+    ``make(plan)`` builds the accumulator when the stream starts (it learns the layout and the special
+    tokens from the :class:`StreamPlan`); ``ids``: only the examples with these ids (None: every example).
+    After the stream: ``accumulator``, ``count`` (examples handed over) and ``n_stream`` (examples in the
+    stream).
+    """
+
+    def __init__(self, make: Callable[[StreamPlan], Any], *, kind: str = "attention", ids: set | None = None) -> None:
+        if kind not in MAP_KINDS:
+            raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+        self.make, self.map_kind, self.ids = make, kind, ids
+        self.accumulator = None
+        self.count = self.n_stream = 0
+
+    def start(self, plan: StreamPlan) -> None:
+        self.accumulator = self.make(plan)
+        self.n_stream = len(plan.records)
+
+    def add(self, batch: MapBatch) -> None:
+        for b, record in enumerate(batch.records):
+            if self.ids is None or record.get("id") in self.ids:
+                self.accumulator.add(record, batch.example(b, self.map_kind))
+                self.count += 1
+
+
+class ExampleSaver(MapConsumer):
+    """Keep a copy of the map of the example whose id is ``target`` (attention maps); ``found`` says whether
+    the stream held it, ``record`` / ``attn`` are its record and map."""
+
+    def __init__(self, target: Any, *, kind: str = "attention") -> None:
+        self.target, self.map_kind = target, kind
+        self.found, self.record, self.attn = False, None, None
+
+    def add(self, batch: MapBatch) -> None:
+        for b, record in enumerate(batch.records):
+            if record.get("id") == self.target:
+                self.found, self.record = True, record
+                self.attn = np.array(batch.example(b, self.map_kind), copy=True)  # [layer, head, n, n]

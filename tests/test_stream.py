@@ -1,0 +1,195 @@
+"""bertlook.attention.stream and the one-pass ``extract-segments``: the forward pass as a stream of map batches,
+read by the store writer and by the statistics' accumulators. The statistics computed in the stream must equal
+the same statistics read back from a store (bit for bit: the consumers see the float16 values a store holds);
+without --out no store is written; an error leaves nothing half-written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bertlook import cli
+from bertlook.attention.extraction import encode_segment, extract_to_store, stream_maps
+from bertlook.attention.store import open_store
+from bertlook.attention.stream import ExampleSaver, MapConsumer, PerExample, StoreConsumer
+from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import load_partial
+from bertlook.testing.tiny_models import make_segment
+
+TEXTS = [
+    ("the cat sat on the mat .", "the dog ran , and it was good ."),
+    ("john saw mary .", "she read a book in paris ."),
+    ("the king and the queen went to london .", "they said it was a very good city , and then they came home ."),
+    ("a man .", "a woman ."),
+    ("it was a big house .", "there were many people ."),
+    ("one , two , three .", "four five six ."),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_bert_dir):
+    from bertlook.attention.modeling import load_tokenizer, resolve_model
+
+    return load_tokenizer(resolve_model(str(tiny_bert_dir)))
+
+
+@pytest.fixture(scope="module")
+def segments_file(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("seg") / "segments.jsonl"
+    segs = [make_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
+    path.write_text("".join(json.dumps(s) + "\n" for s in segs))
+    return path, segs
+
+
+@pytest.fixture(scope="module")
+def model(tiny_bert_dir):
+    from bertlook.attention.modeling import load_model, resolve_model
+
+    return load_model(resolve_model(str(tiny_bert_dir)), "cpu")
+
+
+@pytest.fixture(scope="module")
+def one_pass(tmp_path_factory, segments_file, tiny_bert_dir):
+    """One extract-segments run writing the stores and every partial of the same pass (batch 4: a short
+    segment is padded in its batch)."""
+    out = tmp_path_factory.mktemp("pass")
+    seg, _ = segments_file
+    argv = ["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg), "--device", "cpu",
+            "--batch-size", "4", "--out", str(out / "store"), "--norms-out", str(out / "norms"),
+            "--stats-partial", str(out / "stats.npz"), "--norm-stats-partial", str(out / "nstats.npz"),
+            "--js-partial", str(out / "js.npz"), "--norm-js-partial", str(out / "njs.npz"),
+            "--rollout-partial", str(out / "rollout.npz"), "--fig1-example", str(out / "fig1.npz"),
+            "--example-index", "2", "--summary", str(out / "summary.json"), "--threads", "1"]
+    assert cli.main(argv) == 0
+    return out
+
+
+@pytest.mark.parametrize("name,kind,store", [("stats", "surface-stats", "store"), ("nstats", "surface-stats", "norms"),
+                                             ("js", "js-divergence", "store"), ("njs", "js-divergence", "norms"),
+                                             ("rollout", "rollout", "store")])
+def test_stream_partials_equal_the_store_reading_ones(one_pass, name, kind, store):
+    command = {"surface-stats": "surface-stats", "js-divergence": "cluster-heads", "rollout": "rollout"}[kind]
+    ref = one_pass / f"ref-{name}.npz"
+    argv = [command, "--attention", str(one_pass / store), "--out-partial", str(ref)]
+    if command == "cluster-heads":
+        argv += ["--threads", "1"]
+    assert cli.main(argv) == 0
+    m1, a1 = load_partial(one_pass / f"{name}.npz", kind)
+    m2, a2 = load_partial(ref, kind)
+    for key in a2:
+        assert np.array_equal(a1[key], a2[key]), key  # the same float16 values, the same sums
+    for key in ("n_examples", "n_examples_in_store", "num_layers", "num_heads", "sum_n", "counts", "special_tokens"):
+        assert m1.get(key) == m2.get(key), key
+
+
+def test_stream_fig1_example_and_summary(one_pass, segments_file):
+    meta, arrays = load_partial(one_pass / "fig1.npz", "fig1-example")
+    assert meta["found"] and meta["example_index"] == 2
+    store = open_store(one_pass / "store")
+    k = [r["id"] for r in store.records].index(meta["id"])
+    assert store.records[2]["id"] == meta["id"] and np.array_equal(arrays["attn"], store.get(k))
+    summary = json.loads((one_pass / "summary.json").read_text())
+    assert summary["n_examples"] == len(TEXTS) and summary["stores"] == [str(one_pass / "store"), str(one_pass / "norms")]
+    assert set(summary["readers"]) == {"surface_stats_attention", "surface_stats_norm", "js_attention", "js_norm",
+                                       "rollout"}
+    assert all(r["examples"] == len(TEXTS) for r in summary["readers"].values())
+    assert summary["norms"]["classes"] == ["cls", "sep", "punct", "other"]
+    assert summary["map_bytes"] == summary["estimated_map_bytes"]  # both stores written: every map
+
+
+def test_no_store_without_out(tmp_path, segments_file, tiny_bert_dir, one_pass):
+    """Without --out no map is written at all; the partials are the same as with the stores."""
+    seg, _ = segments_file
+    argv = ["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg), "--device", "cpu",
+            "--batch-size", "4", "--stats-partial", str(tmp_path / "stats.npz"), "--norm-stats-partial",
+            str(tmp_path / "nstats.npz"), "--summary", str(tmp_path / "s.json"), "--shard", "1/1"]
+    assert cli.main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nstats.npz", "s.json", "stats.npz"]
+    for name in ("stats", "nstats"):
+        a1, a2 = load_partial(tmp_path / f"{name}.npz", "surface-stats")[1], load_partial(one_pass / f"{name}.npz",
+                                                                                          "surface-stats")[1]
+        assert all(np.array_equal(a1[k], a2[k]) for k in a2)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["stores"] == [] and summary["estimated_map_bytes"] == 0 and summary["map_bytes"] > 0
+    meta = summary["store_meta"]  # what gather-extraction needs: the store meta of the stream, marked not stored
+    assert meta["stored"] is False and meta["n_examples"] == len(TEXTS) and meta["model"]["spec"] == str(tiny_bert_dir)
+
+
+def test_nothing_to_write_is_an_error(tmp_path, segments_file, tiny_bert_dir, capsys):
+    seg, _ = segments_file
+    assert cli.main(["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg)]) == 2
+    assert "nothing to write" in capsys.readouterr().err
+
+
+def test_js_selection_by_the_first_segments(tmp_path, segments_file, tiny_bert_dir):
+    seg, segs = segments_file
+    argv = ["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg), "--device", "cpu",
+            "--js-partial", str(tmp_path / "js.npz"), "--js-max-examples", "2", "--threads", "1"]
+    assert cli.main(argv) == 0
+    meta, _ = load_partial(tmp_path / "js.npz", "js-divergence")
+    assert meta["n_examples"] == 2 and meta["n_examples_in_store"] == len(TEXTS) and meta["max_examples"] == 2
+
+
+class _Boom(MapConsumer):
+    def __init__(self, after: int) -> None:
+        self.after, self.seen = after, 0
+
+    def add(self, batch) -> None:
+        self.seen += 1
+        if self.seen > self.after:
+            raise BertlookError("boom")
+
+
+@pytest.mark.parametrize("after", [0, 1])
+def test_a_failing_consumer_leaves_no_store(tmp_path, segments_file, tokenizer, model, after):
+    """A reader failing mid-stream (after = 0: at the first batch) or after the last batch was written
+    (close order: the store closes first, then a later consumer fails) leaves nothing at the store's path."""
+    _, segs = segments_file
+    examples = [(s, *encode_segment(s, tokenizer, "zeros")) for s in segs]
+
+    class LateBoom(MapConsumer):
+        def close(self) -> None:
+            raise BertlookError("late boom")
+
+    boom = _Boom(after) if after == 0 else LateBoom()
+    with pytest.raises(BertlookError, match="boom"):
+        stream_maps(examples, model, [StoreConsumer(tmp_path / "store"), boom], batch_size=4, device="cpu",
+                    meta={"special_tokens": {"cls": "[CLS]", "sep": "[SEP]"}}, progress_every=0)
+    assert not (tmp_path / "store").exists()
+    assert not [p for p in tmp_path.iterdir()]  # no temporary directory left either
+
+
+def test_per_example_selection_and_saver(segments_file, tokenizer, model):
+    _, segs = segments_file
+    examples = [(s, *encode_segment(s, tokenizer, "zeros")) for s in segs]
+    seen = []
+
+    class Acc:
+        def add(self, record, attn):
+            assert attn.dtype == np.float16 and attn.shape[-1] == len(record["tokens"])
+            seen.append(record["id"])
+
+    reader = PerExample(lambda plan: Acc(), ids={1, 3})
+    saver = ExampleSaver(3)
+    stream_maps(examples, model, [reader, saver], batch_size=2, device="cpu", meta={}, progress_every=0)
+    assert sorted(seen) == [1, 3] and reader.count == 2 and reader.n_stream == len(segs)
+    assert saver.found and saver.record["id"] == 3 and saver.attn.shape[-1] == len(segs[3]["tokens"])
+    # norm maps asked for without computing them: refused before any work
+    with pytest.raises(BertlookError, match="norm"):
+        stream_maps(examples, model, [PerExample(lambda plan: Acc(), kind="norm")], batch_size=2, device="cpu",
+                    meta={}, progress_every=0)
+
+
+def test_extract_to_store_is_the_stream_with_a_writer(tmp_path, segments_file, tokenizer, model):
+    """extract_to_store (the store API of extract-words and coref) = stream_maps + StoreConsumer: same maps."""
+    _, segs = segments_file
+    examples = [(s, *encode_segment(s, tokenizer, "zeros")) for s in segs]
+    extract_to_store(examples, model, tmp_path / "a", batch_size=3, device="cpu", progress_every=0,
+                     meta={"special_tokens": {"cls": "[CLS]", "sep": "[SEP]"}})
+    stream_maps(examples, model, [StoreConsumer(tmp_path / "b")], batch_size=3, device="cpu", progress_every=0,
+                meta={"special_tokens": {"cls": "[CLS]", "sep": "[SEP]"}})
+    a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
+    assert [r["id"] for r in a.records] == [r["id"] for r in b.records]
+    assert all(np.array_equal(a.get(k), b.get(k)) for k in range(len(a)))
