@@ -25,6 +25,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export TOKENIZERS_PARALLELISM := false
 
 GOLDEN := tests/golden/offline-minilm.json
+TOLERANCES := tests/golden/tolerances.json
 OFFLINE_RUN := results/offline-minilm
 
 .PHONY: install test test-all test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
@@ -83,7 +84,7 @@ check: install
 	$(BIN)/bertlook check-regression $(OFFLINE_RUN) --against paper
 
 golden: install
-	$(BIN)/bertlook make-golden $(OFFLINE_RUN) --out $(GOLDEN)
+	$(BIN)/bertlook make-golden $(OFFLINE_RUN) --tolerances $(TOLERANCES) --out $(GOLDEN)
 
 unlock: install
 	$(SNAKEMAKE) --configfile $(CONFIG) --unlock

@@ -124,7 +124,7 @@ def test_exact_accuracies_hand_built(tmp_path):
     assert got["dobj"][0][0, 1].tolist() == [0, 1]  # head2dep: chase attends most to cats
     assert got["All"][1] == 3 and got["All"][0][0, 0].tolist() == [2, 1] and got["All"][0][0, 1].tolist() == [1, 2]
     df = ha.head_accuracy_table(sc)
-    assert list(df.columns) == ha.ACCURACY_COLUMNS
+    assert list(df.columns) == [*ha.ACCURACY_COLUMNS, ha.FRAGILE_COLUMN]
     assert len(df) == 4 * 1 * 2 * 2
     row = df[(df.relation == "All") & (df.layer == 1) & (df["head"] == 1) & (df.direction == "dep2head")]
     assert row.accuracy.item() == pytest.approx(2 / 3) and row["count"].item() == 3
@@ -485,7 +485,7 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
             "--bootstrap", "50", "--treebank-kind", "silver", "--treebank-name", "spaCy en_core_web_sm"]
     assert run_cli(argv) == 0
     acc = pd.read_csv(out / "head_accuracy.csv")
-    assert list(acc.columns) == ha.ACCURACY_COLUMNS and len(acc) == (1 + 10) * 2 * 3 * 2
+    assert list(acc.columns) == [*ha.ACCURACY_COLUMNS, ha.FRAGILE_COLUMN] and len(acc) == (1 + 10) * 2 * 3 * 2
     exact = ha.head_accuracy_table(ha.score_heads(dev)).accuracy.to_numpy()
     assert np.array_equal(acc.accuracy.to_numpy(), exact)  # full precision in the CSV
     t1 = pd.read_csv(out / "table1.csv", keep_default_na=False)
@@ -780,3 +780,56 @@ def test_cli_exclude_punct_candidates_and_bad_alpha(tmp_path):
     assert "alpha = 0.1" in (out / "t.md").read_text()
     with pytest.raises(BertlookError, match="alpha"):
         run_cli(argv + ["--alpha", "1.5"])
+
+
+def test_fragile_decisions_by_hand():
+    """A word's correctness is fragile when it rests on a float16 near-tie (one ulp): a correct word whose
+    runner-up is within one ulp of its pick, a wrong word whose gold head is within one ulp of the pick."""
+    W = 3
+    a = np.zeros((1, 1, W + 2, W + 2), dtype=np.float16)  # [layer, head, query, key]: [CLS] w1 w2 w3 [SEP]
+    below = np.nextafter(np.float16(0.3), np.float16(0))  # one float16 ulp under 0.3
+    a[0, 0, 1, 2:4] = [0.25, 0.25]  # w1 -> w2 = w3: a tie, argmax w2 (= gold): correct, fragile
+    a[0, 0, 2, [1, 3]] = [0.5, 0.25]  # w2 -> w1 (gold), far ahead: correct, not fragile
+    a[0, 0, 3, [1, 2]] = [0.3, below]  # w3 -> w1, but gold w2 one ulp under: wrong, fragile
+    gold = np.array([2, 1, 2])
+    dec = ha._decision_blocks(a, W)
+    pred = ha._predict(dec, W)  # [layer, head, direction, word]
+    assert pred[0, 0, 0].tolist() == [2, 1, 1]
+    frag = ha.fragile_decisions(dec, pred, gold)
+    assert frag[0, 0, 0].tolist() == [True, False, True]
+    # two ulps apart is not fragile; a ROOT word (gold 0) never is
+    a[0, 0, 3, 2] = np.nextafter(below, np.float16(0))
+    dec = ha._decision_blocks(a, W)
+    assert ha.fragile_decisions(dec, ha._predict(dec, W), gold)[0, 0, 0].tolist() == [True, False, False]
+    assert not ha.fragile_decisions(dec, ha._predict(dec, W), np.array([0, 0, 0])).any()
+    # float maps (rollout): within 2**-10 of the larger value
+    f = a.astype(np.float32)
+    f[0, 0, 3, [1, 2]] = [0.3, 0.3 * (1 - 2.0**-11)]
+    dec = ha._decision_blocks(f, W)
+    assert ha.fragile_decisions(dec, ha._predict(dec, W), gold)[0, 0, 0].tolist() == [True, False, True]
+
+
+def test_scores_count_fragile_words_and_selection_candidates(tmp_path):
+    """score_heads counts the near-tied words per relation, head and direction (head_accuracy.csv's
+    `fragile`), by the same rule as fragile_decisions; selection_candidates lists the heads within the window
+    of each choice, with those counts."""
+    store = random_store(tmp_path / "s", n_sent=20)
+    scores = ha.score_heads(store, crossfit_seed=0, compare_punct_candidates=True)
+    assert scores.fragile.shape == scores.correct.shape
+    assert (scores.fragile <= scores.word_counts[:, None, None, None]).all()
+    # a store of float16 ties: every row of every head spread evenly -> many fragile words
+    tie = make_store(tmp_path / "tie", [DCC], [np.full((1, 2, 5, 5), 0.2)])
+    t = ha.score_heads(tie)
+    assert t.fragile.sum() > 0
+    table = ha.table1(scores, min_count=0, dev_store=store, bootstrap=0)
+    sel = ha.selection_candidates(table, scores, window=10**6)
+    best = sel["All"]["best"]
+    first = best["candidates"][0]
+    assert best["n"] == scores.n_words and first["head"] == table.iloc[0]["best_head"]
+    assert {"words", "fragile", "eval_words", "eval_fragile", "direction"} <= set(first)
+    assert all(c["words"] <= first["words"] for c in best["candidates"])
+    assert len(best["candidates"]) == 2 * store.num_layers * store.num_heads  # an unlimited window: every head
+    assert set(sel["All"]) >= {"best", "runner_up", "crossfit_a", "crossfit_b", "nopunct"}
+    narrow = ha.selection_candidates(table, scores, window=0)
+    assert all(c["words"] == narrow["All"]["best"]["candidates"][0]["words"]
+               for c in narrow["All"]["best"]["candidates"])

@@ -293,3 +293,14 @@ def test_old_or_inconsistent_partials_are_refused(tmp_path):
     short = dict(arrays, offset_counts=arrays["offset_counts"] * 2)
     with pytest.raises(BertlookError, match="x.npz: offset_counts hold 32 rows, expected"):
         reduce_surface_stats([(meta, short)], where=["x.npz"])
+
+
+def test_positional_candidates_list_the_near_tied_offsets():
+    from bertlook.analyses.surface_stats import positional_candidates
+
+    counts = np.zeros((1, 2, 5), dtype=np.int64)  # offsets -2..2
+    counts[0, 0] = [0, 100, 10, 98, 0]  # mode -1, +1 within 2 rows
+    counts[0, 1] = [0, 0, 500, 0, 0]  # alone
+    got = positional_candidates(counts, window=5)
+    assert got == {"1-1": [[-1, 100], [1, 98]], "1-2": [[0, 500]]}
+    assert positional_candidates(counts, window=0)["1-1"] == [[-1, 100]]

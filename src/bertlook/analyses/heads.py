@@ -45,6 +45,8 @@ POSSESSIVE_XPOS = "POS"
 _F16_MAX_BITS = 0x7BFF  # largest finite positive float16 (65504) as an unsigned bit pattern
 
 ACCURACY_COLUMNS = ["relation", "layer", "head", "direction", "accuracy", "count"]
+#: head_accuracy.csv's last column: words whose correctness rests on a float16 near-tie (the regression gate)
+FRAGILE_COLUMN = "fragile"
 TABLE1_COLUMNS = [
     "relation", "best_head", "direction", "accuracy", "ci_low", "ci_high",
     "baseline_offset", "baseline_accuracy", "baseline_ci_low", "baseline_ci_high", "count", "below_min_count",
@@ -98,7 +100,9 @@ class HeadScores:
       punctuation candidates);
     - ``fold_of[S]`` (int8, 0 = fold A, 1 = fold B), ``fold_correct[2, R, L, H, 2]``,
       ``fold_word_counts[2, R]``: the cross-fitting folds and per-fold counts (None unless
-      ``crossfit_seed`` is given).
+      ``crossfit_seed`` is given);
+    - ``fragile[R, L, H, 2]`` (``fold_fragile[2, R, L, H, 2]``): words whose correctness rests on a float16
+      near-tie (:func:`fragile_decisions`), what the regression gate's word tolerances count.
     """
 
     relations: list[str]
@@ -125,6 +129,8 @@ class HeadScores:
     fold_correct: "np.ndarray | None" = None
     fold_word_counts: "np.ndarray | None" = None
     crossfit_seed: int | None = None
+    fragile: "np.ndarray | None" = None
+    fold_fragile: "np.ndarray | None" = None
 
     @property
     def n_words(self) -> int:
@@ -146,6 +152,19 @@ class HeadScores:
             raise KeyError(relation)
         # [layer, head, direction], int, [offset]
         return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
+
+    def fragile_for(self, relation: str, fold: int | None = None) -> "np.ndarray":
+        """``fragile[L, H, 2]`` of a relation (or "All"), on one cross-fitting fold with ``fold``; zeros when
+        the scores did not count them."""
+        arr = self.fragile if fold is None else (None if self.fold_fragile is None else self.fold_fragile[fold])
+        if arr is None:
+            return np.zeros((self.num_layers, self.num_heads, 2), dtype=np.int64)
+        if relation == ALL:
+            return arr.sum(axis=0)  # [layer, head, direction]
+        r = self.relation_index(relation)
+        if r is None:
+            raise KeyError(relation)
+        return arr[r]  # [layer, head, direction]
 
     def candidate_counts(self, relation: str, exclude_punct: bool) -> "np.ndarray | None":
         """``correct[L, H, 2]`` of a relation (or "All") with punctuation candidates excluded or not;
@@ -260,23 +279,18 @@ def punctuation_mask(rels: Sequence[str], upos: Sequence[Any] | None = None) -> 
     return punct
 
 
-def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention",
-                  candidates: "np.ndarray | None" = None) -> "np.ndarray":
-    """Predicted head word of every word for every head: ``[..., 2, W]`` int64, 1-based word index.
+def _decision_blocks(attn: "np.ndarray", n_words: int, *, where: str = "attention",
+                     candidates: "np.ndarray | None" = None) -> tuple["np.ndarray", Any, "np.ndarray | None"]:
+    """The values every word decides on: ``(blocks [..., 2, W, W], masked value, no_candidate [W] or None)``.
 
-    ``attn`` is a word-level map ``[..., W+2, W+2]`` (any leading axes, e.g. ``[L, H]``). Index 0 of
-    axis -2 is dep2head (argmax over the row), 1 is head2dep (argmax over the column). The word itself
-    and [CLS]/[SEP] are never predicted (only the word block ``1..W`` is searched, with the diagonal
-    at -inf). A one-word sentence has no candidate: its prediction is 0 (never correct).
-    ``candidates`` (``[W]`` bool, optional): only these words may be predicted (dep2head: masked key
-    columns; head2dep: masked query rows); a word left without any candidate predicts 0.
+    ``blocks[..., 0, i, j]`` = A(i -> j) (dep2head: word i picks its head j), ``blocks[..., 1, i, j]`` =
+    A(j -> i) (head2dep); the word itself and excluded candidates hold the masked value. Float16 maps are
+    read as their bit patterns (int32: non-negative float16 values sort like their bits, equal values <->
+    equal bits; -0.0 read as 0), anything else as float32.
     """
     W = int(n_words)
     block = np.asarray(attn)[..., 1 : W + 1, 1 : W + 1]  # [..., word, word] (query, key)
     if block.dtype == np.float16:
-        # Stored maps are float16 and attention is >= 0: the bit patterns of non-negative float16
-        # values, read as integers, sort exactly like the values (equal values <-> equal bits), so the
-        # argmax runs on int32 without a float conversion (2x faster). -0.0 (0x8000) is read as 0.
         a = block.view(np.uint16).astype(np.int32)  # [..., word, word]; copy: the store is read-only
         if a.size and int(a.max()) > _F16_MAX_BITS:
             a[a == 0x8000] = 0
@@ -290,25 +304,76 @@ def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention",
         mask = -np.inf
     lead = a.shape[:-2]
     a.reshape(*lead, W * W)[..., :: W + 1] = mask  # [..., word*word] view: diagonal masked
-    a_h2d = a
+    blocks = np.stack([a, np.swapaxes(a, -1, -2)], axis=-3)  # [..., direction, word, word]
     no_candidate = None
     if candidates is not None:
         cand = np.asarray(candidates, dtype=bool).reshape(W)  # [word]
-        excluded = ~cand  # [word]
-        if excluded.any():
-            a_h2d = a.copy()  # [..., word, word]
-            a[..., :, excluded] = mask  # [..., word, word]: dep2head never picks an excluded key
-            a_h2d[..., excluded, :] = mask  # [..., word, word]: head2dep never picks an excluded query
+        if (~cand).any():
+            blocks[..., :, :, ~cand] = mask  # [..., direction, word, word]: an excluded word is never picked
             no_candidate = (int(cand.sum()) - cand.astype(np.int64)) == 0  # [word]: nobody else left
-    pred = np.empty((*lead, 2, W), dtype=np.int64)  # [..., direction, word]
-    pred[..., 0, :] = a.argmax(axis=-1)  # [..., word]: dep2head, argmax over keys
-    pred[..., 1, :] = a_h2d.argmax(axis=-2)  # [..., word]: head2dep, argmax over queries
-    pred += 1
+    return blocks, mask, no_candidate
+
+
+def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention",
+                  candidates: "np.ndarray | None" = None) -> "np.ndarray":
+    """Predicted head word of every word for every head: ``[..., 2, W]`` int64, 1-based word index.
+
+    ``attn`` is a word-level map ``[..., W+2, W+2]`` (any leading axes, e.g. ``[L, H]``). Index 0 of
+    axis -2 is dep2head (argmax over the row), 1 is head2dep (argmax over the column). The word itself
+    and [CLS]/[SEP] are never predicted (only the word block ``1..W`` is searched, with the diagonal
+    at -inf). A one-word sentence has no candidate: its prediction is 0 (never correct).
+    ``candidates`` (``[W]`` bool, optional): only these words may be predicted (dep2head: masked key
+    columns; head2dep: masked query rows); a word left without any candidate predicts 0.
+    """
+    return _predict(_decision_blocks(attn, n_words, where=where, candidates=candidates), int(n_words))
+
+
+def _at_words(decision: tuple, src: "np.ndarray") -> tuple:
+    """The decisions of the words ``src`` (``[W]``: word i reads word src[i]'s decision)."""
+    blocks, mask, no_candidate = decision
+    return blocks[..., src, :], mask, None if no_candidate is None else no_candidate[src]
+
+
+def _predict(decision: tuple, W: int) -> "np.ndarray":
+    blocks, _, no_candidate = decision
+    pred = blocks.argmax(axis=-1) + 1  # [..., direction, word]
     if no_candidate is not None and no_candidate.any():
         pred[..., no_candidate] = 0
     if W == 1:
         pred[...] = 0
     return pred
+
+
+#: a float (not float16) map's decision is fragile when its two values are within this share of the larger
+FLOAT_FRAGILE_REL = 2.0**-10
+
+
+def fragile_decisions(decision: tuple, pred: "np.ndarray", gold: "np.ndarray") -> "np.ndarray":
+    """``[..., 2, W]`` bool: whether a word's correctness rests on a near-tie, i.e. could change when one stored
+    value moves by one float16 ulp (float maps: :data:`FLOAT_FRAGILE_REL`). ``decision`` and ``pred`` from
+    :func:`_decision_blocks` / :func:`_predict`; ``gold`` ``[W]`` (1-based, 0 = ROOT, never predicted).
+
+    A correct word is fragile when the second-best candidate is within one ulp of the best; a wrong word when
+    its gold head is within one ulp of the best (and may be picked). The regression gate's word tolerances
+    (:mod:`bertlook.reporting.golden_ranges`) count these words.
+    """
+    blocks, mask, _ = decision
+    W = blocks.shape[-1]
+    if W < 2:
+        return np.zeros(pred.shape, dtype=bool)
+    best_at = np.clip(pred - 1, 0, W - 1)  # [..., direction, word]
+    best = np.take_along_axis(blocks, best_at[..., None], axis=-1)[..., 0]  # [..., direction, word]
+    g = np.broadcast_to(np.clip(gold - 1, 0, W - 1), pred.shape)  # [..., direction, word]
+    at_gold = np.take_along_axis(blocks, g[..., None], axis=-1)[..., 0]  # [..., direction, word]
+    second = blocks.copy()
+    np.put_along_axis(second, best_at[..., None], mask, axis=-1)
+    second = second.max(axis=-1)  # [..., direction, word]
+    rival = np.where(pred == gold, second, at_gold)  # [..., direction, word]
+    if blocks.dtype == np.int32:
+        close = (rival != mask) & (best - rival <= 1)
+    else:
+        close = np.isfinite(rival) & (best - rival <= FLOAT_FRAGILE_REL * np.abs(best))
+    return close & (gold > 0) & (pred > 0)
 
 
 def _baseline_predictions(W: int, offsets: Sequence[int]) -> "np.ndarray":
@@ -367,6 +432,7 @@ def score_heads(
     rel_index = {r: i for i, r in enumerate(relations)}
     L, H, R, K, S = store.num_layers, store.num_heads, len(relations), len(offsets), len(records)
     correct = np.zeros((R, L * H * 2), dtype=np.int64)  # [relation, layer*head*direction]
+    fragile = np.zeros((R, L * H * 2), dtype=np.int64)  # [relation, layer*head*direction]: near-tied words
     base_correct = np.zeros((R, K), dtype=np.int64)  # [relation, offset]
     word_counts = np.zeros(R, dtype=np.int64)  # [relation]
     sent_counts = np.zeros((S, R), dtype=np.int32) if keep_sentences else None  # [sentence, relation]
@@ -376,6 +442,7 @@ def score_heads(
     punct_gold_head = np.zeros(R, dtype=np.int64)  # [relation]
     fold_of = crossfit_folds(S, crossfit_seed) if crossfit_seed is not None else None  # [sentence]
     fold_correct = np.zeros((2, R, L * H * 2), dtype=np.int64) if fold_of is not None else None  # [fold, R, LH2]
+    fold_fragile = np.zeros((2, R, L * H * 2), dtype=np.int64) if fold_of is not None else None  # [fold, R, LH2]
     fold_words = np.zeros((2, R), dtype=np.int64) if fold_of is not None else None  # [fold, relation]
     n_poss = n_affected = 0
     for k, rec in enumerate(records):
@@ -386,8 +453,10 @@ def score_heads(
         attn = store.get(k)  # [layer, head, query_word, key_word]
         where = _where(store, rec, k)
         cand = ~sent.punct  # [word]: candidates without punctuation
-        # [layer, head, direction, word]
-        pred = predict_heads(attn, W, where=where, candidates=cand if exclude_punct_candidates else None)[..., src]
+        # the decisions of the words the predictions are read from (src: the possessive switch)
+        dec = _at_words(_decision_blocks(attn, W, where=where, candidates=cand if exclude_punct_candidates else None),
+                        src)
+        pred = _predict(dec, W)  # [layer, head, direction, word]
         ok = (pred == gold) & (gold > 0)  # [layer, head, direction, word]
         # sum the correct words of each relation: a [W, R] one-hot matmul (exact: counts <= W < 2**24)
         onehot = np.zeros((W, R), dtype=np.float32)  # [word, relation]
@@ -395,6 +464,9 @@ def score_heads(
         # [relation, layer*head*direction]
         row_correct = (ok.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)
         correct += row_correct
+        frag = fragile_decisions(dec, pred, gold)  # [layer, head, direction, word]
+        row_fragile = (frag.reshape(L * H * 2, W).astype(np.float32) @ onehot).T.astype(np.int64)  # [relation, LH2]
+        fragile += row_fragile
         if correct_alt is not None:
             if sent.punct.any():  # without punctuation both candidate sets predict the same
                 # [layer, head, direction, word]
@@ -417,6 +489,7 @@ def score_heads(
             sent_base[k] = row_base
         if fold_of is not None:
             fold_correct[fold_of[k]] += row_correct
+            fold_fragile[fold_of[k]] += row_fragile
             fold_words[fold_of[k]] += row_counts
     return HeadScores(
         relations=relations,
@@ -425,6 +498,7 @@ def score_heads(
         offsets=offsets,
         word_counts=word_counts,
         correct=correct.reshape(R, L, H, 2),  # [relation, layer, head, direction]
+        fragile=fragile.reshape(R, L, H, 2),  # [relation, layer, head, direction]
         baseline_correct=base_correct,
         n_sentences=S,
         sentence_ids=[rec.get("id", k) for k, rec in enumerate(records)],
@@ -442,6 +516,7 @@ def score_heads(
         fold_of=fold_of,
         # [fold, relation, layer, head, direction]
         fold_correct=None if fold_correct is None else fold_correct.reshape(2, R, L, H, 2),
+        fold_fragile=None if fold_fragile is None else fold_fragile.reshape(2, R, L, H, 2),
         fold_word_counts=fold_words,
         crossfit_seed=None if crossfit_seed is None else int(crossfit_seed),
     )
@@ -571,13 +646,16 @@ def _parse_label(label: str) -> tuple[int, int]:
 def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
     """Every head, every relation ("All" first, then by frequency), both directions.
 
-    Columns ``relation, layer, head, direction, accuracy, count``: layer/head 1-indexed, accuracy a
-    fraction (0..1), count = words of the relation.
+    Columns ``relation, layer, head, direction, accuracy, count, fragile``: layer/head 1-indexed, accuracy a
+    fraction (0..1), count = words of the relation, fragile = words whose correctness rests on a float16
+    near-tie (:func:`fragile_decisions`; 0 when not counted).
     """
     L, H = scores.num_layers, scores.num_heads
     names = [ALL, *scores.relations]
     # [relation, layer, head, direction]; relation 0 = All
     corr = np.concatenate([scores.correct.sum(axis=0)[None], scores.correct], axis=0)
+    frag = np.zeros_like(corr) if scores.fragile is None else \
+        np.concatenate([scores.fragile.sum(axis=0)[None], scores.fragile], axis=0)  # [relation, layer, head, dir]
     counts = np.concatenate([[scores.n_words], scores.word_counts]).astype(np.int64)  # [relation]; relation 0 = All
     R1 = len(names)
     # [relation, layer, head, direction] each
@@ -592,8 +670,9 @@ def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
             "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
             "accuracy": acc.ravel().astype(np.float64),  # [relation*layer*head*direction]
             "count": counts[rel_i.ravel()],  # [relation*layer*head*direction]
+            "fragile": frag.ravel().astype(np.int64),  # [relation*layer*head*direction]
         },
-        columns=ACCURACY_COLUMNS,
+        columns=[*ACCURACY_COLUMNS, FRAGILE_COLUMN],
     )
 
 
@@ -918,6 +997,61 @@ def resolve_tree_source(store: "AttentionStore", kind: str | None, name: str | N
         )
     name = name or store.meta.get("treebank_name") or None
     return kind, name, TREEBANK_KINDS[kind][0]
+
+
+#: candidates listed per selection of a Table 1 row (:func:`selection_candidates`): every (head, direction)
+#: within this many correct words of the chosen one
+SELECTION_WINDOW = 25
+
+
+def _near(select: "np.ndarray", evaluate: "np.ndarray", chosen: tuple[int, int, int], window: int, n: int,
+          fragile: "np.ndarray", eval_fragile: "np.ndarray") -> dict[str, Any]:
+    """The (head, direction) pairs whose ``select`` count ``[L, H, 2]`` is within ``window`` of the chosen one's:
+    ``{"n": words, "candidates": [{"head", "direction", "words", "fragile", "eval_words", "eval_fragile"}]}``,
+    the chosen first (``fragile``: the near-tied words of the count, :func:`fragile_decisions`)."""
+    top = int(select[chosen])
+    idx = [tuple(int(v) for v in ix) for ix in np.argwhere(select >= top - window)]
+    idx.sort(key=lambda ix: (ix != chosen, -int(select[ix]), ix))
+    return {"n": int(n), "candidates": [
+        {"head": head_label(l, h), "direction": DIRECTIONS[d], "words": int(select[l, h, d]),
+         "fragile": int(fragile[l, h, d]), "eval_words": int(evaluate[l, h, d]),
+         "eval_fragile": int(eval_fragile[l, h, d])} for l, h, d in idx]}
+
+
+def selection_candidates(table: "pd.DataFrame", dev: HeadScores, train: HeadScores | None = None,
+                         window: int = SELECTION_WINDOW) -> dict[str, dict[str, Any]]:
+    """Per Table 1 row, how close each head choice was: for the best head (dev), the runner-up (dev, the
+    best head's layer-head left out), the held-out choice (train counts, scored on dev), the cross-fitted
+    choices (fold A scored on B, B on A) and the no-punctuation choice, the candidates within ``window``
+    correct words of the chosen one (:func:`_near`), with the words each gets right where it is scored.
+
+    The regression gate (:mod:`bertlook.reporting.golden`) accepts any candidate within its word tolerance
+    of a choice: a choice between two heads that tie within a word or two is decided by float rounding."""
+    out: dict[str, dict[str, Any]] = {}
+    for rel in table["relation"]:
+        corr, count, _ = dev.counts_for(rel)  # [layer, head, direction], int, [offset]
+        frag = dev.fragile_for(rel)  # [layer, head, direction]
+        best = _best(corr)
+        sel = {"best": _near(corr, corr, best, window, count, frag, frag)}
+        masked = corr.copy()
+        masked[best[0], best[1], :] = -1
+        if masked.size > 2:
+            sel["runner_up"] = _near(masked, corr, _best(masked), window, count, frag, frag)
+        if train is not None and (rel == ALL or (train.relation_index(rel) is not None
+                                                 and train.word_counts[train.relation_index(rel)] > 0)):
+            tcorr, tcount, _ = train.counts_for(rel)
+            sel["heldout"] = _near(tcorr, corr, _best(tcorr), window, tcount, train.fragile_for(rel), frag)
+        if dev.fold_correct is not None:
+            (ca, na), (cb, nb) = dev.fold_counts_for(rel, 0), dev.fold_counts_for(rel, 1)
+            fa, fb = dev.fragile_for(rel, 0), dev.fragile_for(rel, 1)
+            if na and nb:
+                sel["crossfit_a"] = _near(ca, cb, _best(ca), window, na, fa, fb)
+                sel["crossfit_b"] = _near(cb, ca, _best(cb), window, nb, fb, fa)
+        no_punct = dev.candidate_counts(rel, True)
+        if no_punct is not None and dev.correct_alt is not None:
+            sel["nopunct"] = _near(no_punct, no_punct, _best(no_punct), window, count, frag, frag)
+        out[str(rel)] = sel
+    return out
 
 
 def relation_rows_summary(scores: HeadScores, table: "pd.DataFrame") -> dict[str, Any]:

@@ -29,13 +29,15 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.heads import _decision_blocks, _predict, fragile_decisions
 from bertlook.analyses.probes import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
 
 DIRECTIONS = ("dep2head", "head2dep")
 #: the per-head table (tables/tree_heads.csv)
-HEAD_COLUMNS = ["layer", "head", "uas_dep2head", "uas_head2dep", "uuas", "n_words"]
+HEAD_COLUMNS = ["layer", "head", "uas_dep2head", "uas_head2dep", "uuas", "n_words", "fragile_dep2head",
+                "fragile_head2dep"]
 #: the best heads per layer, over all layers, and the baselines (tables/tree_heads_best.csv)
 BEST_COLUMNS = ["row", "uas_head", "uas_direction", "uas", "uuas_head", "uuas", "n_words"]
 BASELINES = ("right_branching", "adjacent_chain")
@@ -97,6 +99,16 @@ def sentence_trees(attn: np.ndarray, heads: np.ndarray, scored: np.ndarray) -> d
     return {"correct": correct, "uuas_hits": hits, "pred": pred, "parent": parent}
 
 
+def _fragile_words(attn: np.ndarray, heads: np.ndarray, scored: np.ndarray) -> np.ndarray:
+    """``[direction, K]``: scored words whose greedy (argmax) decision of each head rests on a float16 near-tie
+    (:func:`bertlook.analyses.heads.fragile_decisions`): the regression gate's measure of how many words a
+    head's tree may change on another CPU."""
+    W = len(heads)
+    dec = _decision_blocks(attn, W)
+    frag = fragile_decisions(dec, _predict(dec, W), heads)  # [K, direction, word]
+    return (frag & scored[None, None, :]).sum(axis=2).T  # [direction, K]
+
+
 def baseline_counts(heads: np.ndarray, scored: np.ndarray) -> dict[str, int]:
     """Correct heads / found edges of the two baselines on one sentence (the same scored words)."""
     W = len(heads)
@@ -127,6 +139,7 @@ def tree_heads(dev_store, *, max_sentences: int | None = None,
     L, H = st.num_layers, st.num_heads
     K = L * H
     correct = np.zeros((2, K), dtype=np.int64)  # [direction, layer*head]
+    fragile = np.zeros((2, K), dtype=np.int64)  # [direction, layer*head]: scored words on a float16 near-tie
     hits = np.zeros(K, dtype=np.int64)  # [layer*head]
     base = {"right_branching_correct": 0, "right_branching_uuas_hits": 0, "adjacent_chain_uuas_hits": 0}
     n_scored = n_roots = n_multi = n_punct_excluded = 0
@@ -143,6 +156,7 @@ def tree_heads(dev_store, *, max_sentences: int | None = None,
             raise BertlookError(f"{data.path}: sentence {s.id!r}: {err}") from None
         correct += res["correct"]
         hits += res["uuas_hits"]
+        fragile += _fragile_words(A.reshape(K, s.n_words + 2, s.n_words + 2), s.heads, scored)
         for k, v in baseline_counts(s.heads, scored).items():
             base[k] += v
         n_scored += int(scored.sum())
@@ -165,6 +179,8 @@ def tree_heads(dev_store, *, max_sentences: int | None = None,
         "uas_head2dep": frac(correct[1]),
         "uuas": frac(hits),
         "n_words": np.full(K, n_scored, dtype=np.int64),
+        "fragile_dep2head": fragile[0],
+        "fragile_head2dep": fragile[1],
     }, columns=HEAD_COLUMNS)
     info = {
         "baselines": {

@@ -29,7 +29,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from bertlook.reporting.compare import check_against_golden, check_against_paper
+    from bertlook.reporting.compare import check_against_paper
+    from bertlook.reporting.golden import check_against_golden
 
     if args.against == "paper":
         return check_against_paper(args.results_dir)
@@ -40,12 +41,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_make_golden(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_json
-    from bertlook.reporting.compare import make_golden
+    from bertlook.reporting.golden import is_check, make_golden, read_tolerances
 
-    doc = make_golden(args.run_dir)
+    if args.tolerances is None:
+        print("make-golden: warning: no --tolerances: argmax-based numbers must then match to the word")
+    doc = make_golden(args.run_dir, read_tolerances(args.tolerances))
     write_json(args.out, doc)
     sizes = ", ".join(f"{k} {len(g['values'])}" for k, g in doc["groups"].items())
-    print(f"make-golden: {args.out}: {sizes}")
+    n_checks = sum(is_check(v) for g in doc["groups"].values() for v in g["values"].values())
+    print(f"make-golden: {args.out}: {sizes}; {n_checks} numbers with a range from the computation")
     return 0
 
 
@@ -100,10 +104,14 @@ def register_cli(subparsers) -> None:
         "make-golden", help="write a golden JSON of every checked number of a run",
         description="Input: RUN_DIR; output: the golden JSON. Collects attention_stats.csv (every head and column), table1.csv, the All rows of "
         "head_accuracy.csv, table3.csv, table2.csv, sep_gradients.csv (values or not-run status), the "
-        "behaviour labels of head_clusters.csv, a summary of js_divergence.csv (sum, 5 largest) and the "
-        "integer counts of the step summaries, with rtol/atol per group.",
+        "behaviour labels of head_clusters.csv, a summary of js_divergence.csv (sum, 5 largest), the twins "
+        "beyond the paper and the integer counts of the step summaries, with rtol/atol per group; with "
+        "--tolerances, the argmax-based numbers (accuracies, UAS, head choices, p-values) get the ranges "
+        "another CPU may give them (bertlook.reporting.golden_ranges).",
     )
     g.add_argument("run_dir", metavar="RUN_DIR", help="results/{run}/")
+    g.add_argument("--tolerances", default=None, metavar="JSON",
+                   help="word tolerances measured by scripts/measure_tolerance.py (tests/golden/tolerances.json)")
     g.add_argument("--out", required=True, metavar="JSON", help="golden file to write (e.g. tests/golden/offline-minilm.json)")
     g.set_defaults(func=_cmd_make_golden)
 

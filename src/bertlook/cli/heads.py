@@ -106,6 +106,7 @@ def _run_heads(args: argparse.Namespace) -> int:
         head_accuracy_table,
         relation_rows_summary,
         resolve_tree_source,
+        selection_candidates,
         statistics_summary,
         score_heads,
         table1,
@@ -175,6 +176,7 @@ def _run_heads(args: argparse.Namespace) -> int:
                 "baseline_accuracy": float(all_row["baseline_accuracy"])},
         "train": None if train is None else {"n_sentences": train.n_sentences, "n_words": train.n_words,
                                              "n_poss_switched": train.n_poss_affected},
+        "selections": selection_candidates(table, dev, train),
         "outputs": {"accuracy": str(args.out_accuracy), "table": str(args.out_table),
                     "markdown": str(args.out_markdown), "figure": str(args.out_figure)},
     }

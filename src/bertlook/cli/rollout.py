@@ -76,6 +76,7 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
         relation_rows_summary,
         resolve_tree_source,
         score_heads,
+        selection_candidates,
         table1,
     )
     from bertlook.analyses.rollout import RolloutStore
@@ -123,6 +124,7 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
         "confidence": args.confidence,
         "seed": args.seed,
         "best_layer": best,
+        "selections": selection_candidates(table, scores),
     }
     return summary, table, acc, md
 
