@@ -254,7 +254,8 @@ def test_feature_scale_n_multiplies_by_map_size(stores):
 
 # ====================================================================================== the table
 def test_run_probes_with_controls_and_table3_rendering(stores, tmp_path):
-    from bertlook.reporting.compare import _g_table3, _table3_rows
+    from bertlook.reporting.compare import _table3_rows
+    from bertlook.reporting.golden import _g_table3
     from bertlook.reporting.paper_join import join_table3
     from bertlook.reporting.tables import table3_markdown
 

@@ -6,7 +6,10 @@ random-init and right-branching probes on word-level stores, plus two controls o
 an MLP variant of Attn+GloVe: :func:`build_features`, :func:`train_probe` (with
 optional training diagnostics: loss curve, dev UAS per epoch, feature scale), :func:`evaluate_probe`,
 :func:`bertlook.analyses.trees.chu_liu_edmonds` (MST decoding), :func:`run_probes`,
-:func:`run_layer_ablations` (per-layer ablations of Attn+GloVe).
+:func:`run_layer_ablations` (per-layer ablations of Attn+GloVe): the one-model-at-a-time reference.
+:func:`run_probe_tables` (issue 24): Table 3, Table 3 on the norm maps and the ablations with every model
+trained in one loop by :mod:`bertlook.analyses.probe_batch` (torch, imported there only), the rows assembled
+by the same :func:`table3_frame` / :func:`ablation_frame`.
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -1081,59 +1084,87 @@ def _row(probe: str, **kw) -> dict[str, Any]:
     return row
 
 
-def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_store=None,
-               glove: "GloveVectors | None" = None, seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = 1,
-               batch_size: int = 32, lr: float = 0.002, mst: bool = False,
-               probes: Sequence[str] = PROBES, max_train_sentences: int | None = None,
-               log=None) -> "pd.DataFrame":
-    """Train and evaluate every probe in ``probes`` with every seed; one row per probe (Table 3).
-
-    Columns :data:`TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
-    ``df.attrs["runs"]``, per-store summaries in ``df.attrs["data"]``.
-    """
+def _check_probes(probes: Sequence[str]) -> None:
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise BertlookError(f"unknown probe(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PROBES)}")
+
+
+def _check_seeds(seeds: Sequence[int]) -> list[int]:
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise BertlookError("at least one seed is needed")
     if len(set(seeds)) != len(seeds):
         raise BertlookError(f"seeds must be distinct, got {seeds}")
-    say = log or (lambda msg: None)
-    need_glove = any(p in GLOVE_PROBES for p in probes)
-    gl = glove if need_glove else None
+    return seeds
+
+
+@dataclasses.dataclass
+class ProbeStores:
+    """The stores of one Table 3 run, opened and checked (:func:`open_probe_stores`)."""
+
+    probes: list[str]
+    train: "ProbeData | None"
+    dev: "ProbeData | None"
+    rtrain: "ProbeData | None" = None
+    rdev: "ProbeData | None" = None
+    random_missing: str | None = None
+
+    def data_summary(self) -> dict[str, Any]:
+        return {k: v.summary() for k, v in (("train", self.train), ("dev", self.dev), ("random_train", self.rtrain),
+                                            ("random_dev", self.rdev)) if v is not None}
+
+
+def open_probe_stores(train_store, dev_store, *, random_train_store=None, random_dev_store=None,
+                      glove: "GloveVectors | None" = None, probes: Sequence[str] = PROBES,
+                      max_train_sentences: int | None = None) -> ProbeStores:
+    """Open the stores that the Table 3 rows of ``probes`` read (the checks of :func:`run_probes`)."""
+    _check_probes(probes)
+    gl = glove if any(p in GLOVE_PROBES for p in probes) else None
     # the model's stores only for the probes that read them (random_init_attn_glove reads the random-init ones)
     own = [p for p in probes if p != "random_init_attn_glove"]
-    train = dev = None
+    out = ProbeStores(list(probes), None, None)
     if any(p in TRAINED_PROBES for p in own):
         if train_store is None:
             raise BertlookError(f"probe(s) {', '.join(p for p in own if p in TRAINED_PROBES)} need the training "
                                 "attention store (--train-attention)")
-        train = _as_data(train_store, glove=gl, max_sentences=max_train_sentences, what="training attention store")
+        out.train = _as_data(train_store, glove=gl, max_sentences=max_train_sentences, what="training attention store")
     if own:
         if dev_store is None:
             raise BertlookError(f"probe(s) {', '.join(own)} need the dev attention store (--dev-attention)")
-        dev = _as_data(dev_store, glove=gl, what="dev attention store")
-    if train is not None and train.num_heads_total != dev.num_heads_total:
+        out.dev = _as_data(dev_store, glove=gl, what="dev attention store")
+    if out.train is not None and out.train.num_heads_total != out.dev.num_heads_total:
         raise BertlookError(
-            f"{train.path} has {train.num_heads_total} heads but {dev.path} has {dev.num_heads_total}"
+            f"{out.train.path} has {out.train.num_heads_total} heads but {out.dev.path} has {out.dev.num_heads_total}"
         )
-    rtrain = rdev = None
-    random_missing = None
     if "random_init_attn_glove" in probes:
         if random_train_store is None or random_dev_store is None:
-            random_missing = ("no random-init attention stores given (--random-train-attention and "
-                              "--random-dev-attention: `bertlook extract-words --random-init-seed SEED`)")
+            out.random_missing = ("no random-init attention stores given (--random-train-attention and "
+                                  "--random-dev-attention: `bertlook extract-words --random-init-seed SEED`)")
         else:
-            rtrain = _as_data(random_train_store, glove=gl, max_sentences=max_train_sentences,
-                              what="random-init training attention store")
-            rdev = _as_data(random_dev_store, glove=gl, what="random-init dev attention store")
-            if rtrain.num_heads_total != rdev.num_heads_total:
-                raise BertlookError(f"{rtrain.path} and {rdev.path} have different numbers of heads")
+            out.rtrain = _as_data(random_train_store, glove=gl, max_sentences=max_train_sentences,
+                                  what="random-init training attention store")
+            out.rdev = _as_data(random_dev_store, glove=gl, what="random-init dev attention store")
+            if out.rtrain.num_heads_total != out.rdev.num_heads_total:
+                raise BertlookError(f"{out.rtrain.path} and {out.rdev.path} have different numbers of heads")
+    return out
+
+
+def table3_trainable(stores: ProbeStores, glove: "GloveVectors | None") -> list[str]:
+    """The probes of ``stores`` that :func:`table3_frame` trains (the others get a note or are baselines)."""
+    return [p for p in stores.probes if p in TRAINED_PROBES and not (p in GLOVE_PROBES and glove is None)
+            and not (p == "random_init_attn_glove" and stores.random_missing)]
+
+
+def table3_frame(stores: ProbeStores, *, glove: "GloveVectors | None", seeds: Sequence[int], mst: bool, fit,
+                 log=None) -> "pd.DataFrame":
+    """Table 3's frame: one row per probe of ``stores``, the trained ones from ``fit(probe, seed, train, dev)``
+    -> ``(info, dev result)`` (the reference: :func:`train_probe` then :func:`evaluate_probe`)."""
+    say = log or (lambda msg: None)
     rows, runs = [], []
-    for probe in probes:
+    for probe in stores.probes:
         if probe == "right_branching":
-            res = right_branching_uas(dev, mst=mst)
+            res = right_branching_uas(stores.dev, mst=mst)
             rows.append(_row(probe, uas_mean=res["uas"], n_seeds=0,
                              uas_mst_mean=res["uas_mst"] if mst else None))
             runs.append({"probe": probe, "seed": None, **res})
@@ -1143,15 +1174,14 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
             rows.append(_row(probe, note="no GloVe vectors given (--glove)"))
             say(f"{probe}: skipped, no GloVe vectors")
             continue
-        if probe == "random_init_attn_glove" and random_missing:
-            rows.append(_row(probe, note=random_missing))
-            say(f"{probe}: skipped, {random_missing}")
+        if probe == "random_init_attn_glove" and stores.random_missing:
+            rows.append(_row(probe, note=stores.random_missing))
+            say(f"{probe}: skipped, {stores.random_missing}")
             continue
-        tr, dv = (rtrain, rdev) if probe == "random_init_attn_glove" else (train, dev)
+        tr, dv = (stores.rtrain, stores.rdev) if probe == "random_init_attn_glove" else (stores.train, stores.dev)
         uas, uas_mst = [], []
         for seed in seeds:
-            model, info = train_probe(probe, tr, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr)
-            res = evaluate_probe(model, probe, dv, mst=mst)
+            info, res = fit(probe, seed, tr, dv)
             uas.append(res["uas"])
             if mst:
                 uas_mst.append(res["uas_mst"])
@@ -1165,10 +1195,31 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
         if probe == "random_init_attn_glove":
             row["note"] = random_init_note(dv.path)
         rows.append(row)
-    data = {k: v.summary() for k, v in
-            (("train", train), ("dev", dev), ("random_train", rtrain), ("random_dev", rdev))
-            if v is not None}
-    return _table_frame(rows, runs, data)
+    return _table_frame(rows, runs, stores.data_summary())
+
+
+def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_store=None,
+               glove: "GloveVectors | None" = None, seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = 1,
+               batch_size: int = 32, lr: float = 0.002, mst: bool = False,
+               probes: Sequence[str] = PROBES, max_train_sentences: int | None = None,
+               log=None) -> "pd.DataFrame":
+    """Train and evaluate every probe in ``probes`` with every seed, one model at a time (the reference of
+    :mod:`bertlook.analyses.probe_batch`); one row per probe (Table 3).
+
+    Columns :data:`TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
+    ``df.attrs["runs"]``, per-store summaries in ``df.attrs["data"]``.
+    """
+    _check_probes(probes)
+    seeds = _check_seeds(seeds)
+    stores = open_probe_stores(train_store, dev_store, random_train_store=random_train_store,
+                               random_dev_store=random_dev_store, glove=glove, probes=probes,
+                               max_train_sentences=max_train_sentences)
+
+    def fit(probe, seed, tr, dv):
+        model, info = train_probe(probe, tr, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr)
+        return info, evaluate_probe(model, probe, dv, mst=mst)
+
+    return table3_frame(stores, glove=glove, seeds=seeds, mst=mst, fit=fit, log=log)
 
 
 # ============================================================================ per-layer ablations
@@ -1188,40 +1239,31 @@ def ablation_heads(mode: str, layer: int, num_layers: int, num_heads: int) -> li
     return sorted(own) if mode == "keep" else [k for k in range(num_layers * num_heads) if k not in own]
 
 
-def run_layer_ablations(train_store, dev_store, *, glove: "GloveVectors", seeds: Sequence[int] = DEFAULT_SEEDS,
-                        epochs: int = 1, batch_size: int = 32, lr: float = 0.002, mst: bool = False,
-                        modes: Sequence[str] = ABLATION_MODES, max_train_sentences: int | None = None,
-                        log=None) -> "pd.DataFrame":
-    """Attn+GloVe trained on the attention features of some layers only, every seed (which layers carry
-    the probe's accuracy): first the reference (every layer: Table 3's Attn+GloVe, the same seeds and
-    training), then for each mode of ``modes`` and each layer l, ``keep`` (only layer l's heads) and
-    ``drop`` (every layer but l). One row per ablation, :data:`ABLATION_COLUMNS` (fractions; ``delta_*``:
-    the row's mean minus the reference's). Per-seed results in ``df.attrs["runs"]``.
-    """
+def ablation_plan(train: ProbeData, dev: ProbeData,
+                  modes: Sequence[str]) -> list[tuple[str, int | None, list[int] | None]]:
+    """``(ablation, layer, heads)`` of every row of :func:`run_layer_ablations`: first ``("all", None, None)``."""
     modes = list(dict.fromkeys(modes))
     bad = [m for m in modes if m not in ABLATION_MODES]
     if bad:
         raise BertlookError(f"unknown ablation(s) {', '.join(map(repr, bad))}; choose from {', '.join(ABLATION_MODES)}")
-    seeds = [int(s) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise BertlookError(f"seeds must be distinct and at least one, got {seeds}")
-    if glove is None:
-        raise BertlookError("the per-layer ablations of Attn+GloVe need GloVe vectors (--glove)")
-    say = log or (lambda msg: None)
-    train = _as_data(train_store, glove=glove, max_sentences=max_train_sentences, what="training attention store")
-    dev = _as_data(dev_store, glove=glove, what="dev attention store")
     if train.num_heads_total != dev.num_heads_total:
         raise BertlookError(f"{train.path} has {train.num_heads_total} heads but {dev.path} has {dev.num_heads_total}")
     L, H = train.store.num_layers, train.store.num_heads
     plan: list[tuple[str, int | None, list[int] | None]] = [("all", None, None)]
-    plan += [(m, layer, ablation_heads(m, layer, L, H)) for m in modes for layer in range(1, L + 1)]
+    return plan + [(m, layer, ablation_heads(m, layer, L, H)) for m in modes for layer in range(1, L + 1)]
+
+
+def ablation_frame(plan, train: ProbeData, dev: ProbeData, *, seeds: Sequence[int], mst: bool, fit,
+                   log=None) -> "pd.DataFrame":
+    """The ablations' frame (:data:`ABLATION_COLUMNS`) of ``plan`` (:func:`ablation_plan`), each row's seeds
+    from ``fit(heads, seed)`` -> ``(info, dev result)``."""
+    say = log or (lambda msg: None)
+    L, H = train.store.num_layers, train.store.num_heads
     rows, runs = [], []
     for ablation, layer, heads in plan:
         uas, uas_mst = [], []
         for seed in seeds:
-            model, info = train_probe("attn_glove", train, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
-                                      heads=heads)
-            res = evaluate_probe(model, "attn_glove", dev, mst=mst)
+            info, res = fit(heads, seed)
             uas.append(res["uas"])
             if mst:
                 uas_mst.append(res["uas_mst"])
@@ -1243,6 +1285,44 @@ def run_layer_ablations(train_store, dev_store, *, glove: "GloveVectors", seeds:
     df.attrs["data"] = {"train": train.summary(), "dev": dev.summary()}
     df.attrs["num_layers"], df.attrs["num_heads"] = L, H
     return df
+
+
+def open_ablation_stores(train_store, dev_store, *, glove: "GloveVectors", max_train_sentences: int | None = None
+                         ) -> tuple[ProbeData, ProbeData]:
+    if glove is None:
+        raise BertlookError("the per-layer ablations of Attn+GloVe need GloVe vectors (--glove)")
+    train = _as_data(train_store, glove=glove, max_sentences=max_train_sentences, what="training attention store")
+    dev = _as_data(dev_store, glove=glove, what="dev attention store")
+    return train, dev
+
+
+def run_layer_ablations(train_store, dev_store, *, glove: "GloveVectors", seeds: Sequence[int] = DEFAULT_SEEDS,
+                        epochs: int = 1, batch_size: int = 32, lr: float = 0.002, mst: bool = False,
+                        modes: Sequence[str] = ABLATION_MODES, max_train_sentences: int | None = None,
+                        log=None) -> "pd.DataFrame":
+    """Attn+GloVe trained on the attention features of some layers only, every seed (which layers carry
+    the probe's accuracy), one model at a time (the reference of :mod:`bertlook.analyses.probe_batch`): first
+    the reference (every layer: Table 3's Attn+GloVe, the same seeds and training), then for each mode of
+    ``modes`` and each layer l, ``keep`` (only layer l's heads) and ``drop`` (every layer but l). One row per
+    ablation, :data:`ABLATION_COLUMNS` (fractions; ``delta_*``: the row's mean minus the reference's).
+    Per-seed results in ``df.attrs["runs"]``.
+    """
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in ABLATION_MODES]
+    if bad:
+        raise BertlookError(f"unknown ablation(s) {', '.join(map(repr, bad))}; choose from {', '.join(ABLATION_MODES)}")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BertlookError(f"seeds must be distinct and at least one, got {seeds}")
+    train, dev = open_ablation_stores(train_store, dev_store, glove=glove, max_train_sentences=max_train_sentences)
+    plan = ablation_plan(train, dev, modes)
+
+    def fit(heads, seed):
+        model, info = train_probe("attn_glove", train, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
+                                  heads=heads)
+        return info, evaluate_probe(model, "attn_glove", dev, mst=mst)
+
+    return ablation_frame(plan, train, dev, seeds=seeds, mst=mst, fit=fit, log=log)
 
 
 #: sentences of the random-init dev store whose rows measure how uniform its maps are (Table 3 note)
@@ -1457,3 +1537,229 @@ def _isna(v) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
+
+
+# ================================================================ every table in one loop (issue 24)
+# The batched engine (bertlook.analyses.probe_batch, torch) trains every probe x seed of Table 3, of Table 3
+# on the norm maps and of the per-layer ablations together; the rows are assembled by the same functions as
+# run_probes / run_layer_ablations (table3_frame, ablation_frame), so the tables have the same format.
+#: probes of the attention family (one Attn+GloVe cohort per attention source)
+ATTN_PROBES = ("attn", "attn_glove", "attn_glove_released", "attn_glove_uniform", "random_init_attn_glove")
+#: probes that read no attention (identical on every store of the same sentences)
+NO_ATTENTION_PROBES = ("distances_glove", "glove_only", "distances_only")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeTask:
+    """One probe to train with every seed: ``probe`` (a name of ``probes.PROBES``), the attention ``source``
+    it reads (``model``, ``norm``, ``random``), ``heads`` (flattened head indices read, ascending; None = all)."""
+
+    probe: str
+    source: str = "model"
+    heads: tuple[int, ...] | None = None
+
+    @property
+    def family(self) -> str:
+        if self.probe in ATTN_PROBES:
+            return "attn"
+        try:
+            return {"attn_glove_mlp": "mlp", "distances_glove": "hidden", "glove_only": "hidden",
+                    "distances_only": "offset"}[self.probe]
+        except KeyError:
+            raise BertlookError(f"probe {self.probe!r} is not trained (no batched form)") from None
+
+    @property
+    def maps(self) -> str:
+        """The attention read: ``uniform`` (exactly uniform maps of the sentences) or ``source``."""
+        return "uniform" if self.probe == "attn_glove_uniform" else self.source
+
+
+def corpus_signature(data: ProbeData) -> tuple:
+    """What two stores must share for their probes to train in one loop (and for a probe reading no
+    attention to give the same result on both): sentence ids, words, gold heads, punctuation."""
+    recs = data.store.records
+    return tuple((s.id, tuple(recs[s.index]["tokens"]), s.heads.tobytes(), s.punct.tobytes())
+                 for s in data.sentences)
+
+
+def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=None, random_dev_store=None,
+                     norm_train_store=None, norm_dev_store=None, glove: "GloveVectors | None" = None,
+                     seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = 1, batch_size: int = 32, lr: float = 0.002,
+                     mst: bool = False, probes: Sequence[str] = PROBES, norm_probes: Sequence[str] = (),
+                     ablation_modes: Sequence[str] = (), max_train_sentences: int | None = None,
+                     threads: int | None = None, log=None) -> dict[str, Any]:
+    """Table 3 (``probes``; the random-init probe on its own stores), Table 3 on the norm maps (``norm_probes``)
+    and the per-layer ablations of Attn+GloVe (``ablation_modes``), every model trained in one loop per corpus.
+
+    Returns ``{"table3", "table3_norm", "ablations"}`` (the frames of :func:`bertlook.analyses.probes.run_probes`
+    / :func:`~bertlook.analyses.probes.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
+    models, which norm rows reuse Table 3's models). A probe that reads no attention is trained once when the
+    norm stores hold the same sentences as the model's (its rows are then the same in both tables); the
+    ablations' reference row is Table 3's Attn+GloVe."""
+    say = log or (lambda msg: None)
+    _check_probes(probes)
+    _check_probes(norm_probes)
+    seeds = _check_seeds(seeds)
+    from bertlook.analyses.probe_batch import tune_malloc  # torch: imported here only
+
+    t_start = time.perf_counter()
+    tune_malloc()
+    kw = dict(glove=glove, max_train_sentences=max_train_sentences)
+    t3 = open_probe_stores(train_store, dev_store, random_train_store=random_train_store,
+                           random_dev_store=random_dev_store, probes=probes, **kw) if probes else None
+    nm = open_probe_stores(norm_train_store, norm_dev_store, probes=norm_probes, **kw) if norm_probes else None
+    abl = None
+    if ablation_modes:
+        tr, dv = open_ablation_stores(t3.train if t3 and t3.train is not None else train_store,
+                                      t3.dev if t3 and t3.dev is not None else dev_store, **kw)
+        abl = (tr, dv, ablation_plan(tr, dv, ablation_modes))
+    train, dev = _sources(t3, nm, abl)
+    plan = _plan(t3, nm, abl, train, dev, glove)
+    trained: dict[str, dict] = {"results": {}, "info": {}}
+    groups = []
+    for names in _corpora(train, dev):
+        tasks = [t for t in dict.fromkeys(plan["tasks"]) if t.source in names]
+        if not tasks:
+            continue
+        if any(t.probe not in ("attn", "distances_only") for t in tasks):
+            for name in names:
+                train[name].attach_glove(glove)
+                dev[name].attach_glove(glove)
+        part = train_and_evaluate(tasks, {n: train[n] for n in names}, {n: dev[n] for n in names}, seeds=seeds,
+                                  epochs=epochs, batch_size=batch_size, lr=lr, mst=mst, threads=threads, log=say)
+        trained["results"].update(part["results"])
+        trained["info"].update(part["info"])
+        groups.append({"sources": list(names), "probes": [t.probe for t in tasks], **part["timing"]})
+    t0 = time.perf_counter()
+    out = _frames(t3, nm, abl, plan, trained, seeds=seeds, mst=mst, glove=glove, say=say)
+    out["engine"] = {"seconds": time.perf_counter() - t_start, "tables_s": time.perf_counter() - t0,
+                     "models": sum(g["models"] for g in groups), "corpora": groups,
+                     "norm_rows_reused_from_table3": plan["reused"]}
+    return out
+
+
+def _sources(t3, nm, abl) -> tuple[dict[str, ProbeData], dict[str, ProbeData]]:
+    """The training and dev stores of each source that a probe is trained on."""
+    train, dev = {}, {}
+    if t3 is not None and t3.train is not None:
+        train["model"], dev["model"] = t3.train, t3.dev
+    elif abl is not None:
+        train["model"], dev["model"] = abl[0], abl[1]
+    if t3 is not None and t3.rtrain is not None:
+        train["random"], dev["random"] = t3.rtrain, t3.rdev
+    if nm is not None and nm.train is not None:
+        train["norm"], dev["norm"] = nm.train, nm.dev
+    return train, dev
+
+
+def _plan(t3, nm, abl, train, dev, glove) -> dict[str, Any]:
+    """The task of each row: ``t3`` / ``norm``: probe -> task, ``ablations``: heads -> task, ``tasks``, ``reused``."""
+    t3_tasks = {p: ProbeTask(p, "random" if p == "random_init_attn_glove" else "model")
+                for p in (table3_trainable(t3, glove) if t3 is not None else [])}
+    same = ("model" in train and "norm" in train and corpus_signature(train["model"]) == corpus_signature(train["norm"])
+            and corpus_signature(dev["model"]) == corpus_signature(dev["norm"]))
+    norm_tasks = {p: ProbeTask(p, "model" if same and p in NO_ATTENTION_PROBES else "norm")
+                  for p in (table3_trainable(nm, glove) if nm is not None else [])}
+    abl_tasks = {}
+    for _, _, h in abl[2] if abl is not None else ():
+        key = None if h is None else tuple(h)
+        abl_tasks[key] = ProbeTask("attn_glove", "model", key)
+    return {"t3": t3_tasks, "norm": norm_tasks, "ablations": abl_tasks,
+            "tasks": [*t3_tasks.values(), *norm_tasks.values(), *abl_tasks.values()],
+            "reused": [p for p, t in norm_tasks.items() if t.source == "model"]}
+
+
+def _corpora(train: dict[str, ProbeData], dev: dict[str, ProbeData]) -> list[list[str]]:
+    """The sources grouped by corpus (same training and dev sentences): each group trains in one loop."""
+    groups: list[tuple[tuple, list[str]]] = []
+    for name in train:
+        sig = (corpus_signature(train[name]), corpus_signature(dev[name]))
+        for key, names in groups:
+            if key == sig:
+                names.append(name)
+                break
+        else:
+            groups.append((sig, [name]))
+    return [names for _, names in groups]
+
+
+def _frames(t3, nm, abl, plan, trained: dict, *, seeds, mst, glove, say) -> dict[str, Any]:
+    def fit_for(tasks: dict):
+        def fit(probe, seed, tr, dv):
+            task = tasks[probe]
+            info = dict(trained["info"][(task, seed)])
+            if info["train_store"] != tr.path:  # a norm row that reuses Table 3's model (no attention read)
+                info["trained_on"], info["train_store"] = info["train_store"], tr.path
+            return info, trained["results"][(task, seed)]
+        return fit
+
+    out: dict[str, Any] = {"table3": None, "table3_norm": None, "ablations": None}
+    if t3 is not None:
+        out["table3"] = table3_frame(t3, glove=glove, seeds=seeds, mst=mst, fit=fit_for(plan["t3"]), log=say)
+    if nm is not None:
+        out["table3_norm"] = table3_frame(nm, glove=glove, seeds=seeds, mst=mst, fit=fit_for(plan["norm"]), log=say)
+    if abl is not None:
+        def fit_ablation(heads, seed):
+            task = plan["ablations"][None if heads is None else tuple(heads)]
+            return dict(trained["info"][(task, seed)]), trained["results"][(task, seed)]
+
+        out["ablations"] = ablation_frame(abl[2], abl[0], abl[1], seeds=seeds, mst=mst, fit=fit_ablation, log=say)
+    return out
+
+
+def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], dev: dict[str, ProbeData], *,
+                       seeds: Sequence[int], epochs: int, batch_size: int, lr: float, mst: bool,
+                       threads: int | None = None, log=None) -> dict[str, Any]:
+    """Train ``tasks`` x ``seeds`` on ``train`` (source name -> store, one corpus) in one loop and evaluate them on
+    ``dev`` with the batched engine (:mod:`bertlook.analyses.probe_batch`): ``results`` and ``info`` ((task, seed) ->
+    the dict of :func:`evaluate_probe` / :func:`train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
+    from bertlook.analyses.probe_batch import BatchedProbes, SplitFeatures, tune_malloc  # torch: imported here only
+
+    say = log or (lambda msg: None)
+    timing: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    maps = sorted({t.maps for t in tasks if t.family in ("attn", "mlp")})
+    split = SplitFeatures(train, attention=maps)
+    timing["load_train_s"] = time.perf_counter() - t0
+    say(f"probes: {len(tasks)} probes x {len(seeds)} seeds on {split.n} sentences ({', '.join(train)} stores; "
+        f"{split.nbytes() / 2**20:.0f} MiB of attention in memory)")
+    engine = BatchedProbes(tasks, seeds, num_heads_total=split.num_heads_total, glove_dim=split.glove_dim, lr=lr)
+    fit = engine.train(split, epochs=epochs, batch_size=batch_size, threads=threads)
+    timing.update(train_s=fit["seconds"], steps=fit["steps"], steps_per_s=fit["steps_per_s"])
+    corpus = {"n_sentences": split.n, "n_words": split.data.n_words, "oov": split.data.n_oov}
+    del split
+    tune_malloc(release=True)
+    t0 = time.perf_counter()
+    dsplit = SplitFeatures(dev, attention=maps)
+    timing["load_dev_s"] = time.perf_counter() - t0
+    ev = engine.evaluate(dsplit, mst=mst, threads=threads)
+    timing.update(evaluate_s=ev["seconds"], mst_s=ev["mst_seconds"])
+    del dsplit
+    tune_malloc(release=True)
+    info = {}
+    for s, seed in enumerate(engine.seeds):
+        for c, task in enumerate(engine.columns):
+            info[(task, seed)] = _run_info(engine, task, seed, fit, s, c, train_store=train[task.source].path,
+                                           epochs=epochs, batch_size=batch_size, **corpus)
+    timing.update(models=engine.n_models, parameters=engine.n_parameters, threads=fit["threads"])
+    return {"results": engine.results(ev), "info": info, "timing": timing}
+
+
+def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, train_store, n_sentences,
+              n_words, oov, epochs, batch_size) -> dict[str, Any]:
+    """The per-model dict of :func:`train_probe` (the same keys), plus ``engine``."""
+    family, released = _base_kind(task.probe)
+    info = {"probe": task.probe, "seed": int(seed), "epochs": int(epochs), "batch_size": int(batch_size),
+            "lr": engine.lr, "released_offbyone": bool(released) if family == "attn_glove" else False,
+            "train_store": train_store, "n_sentences": n_sentences, "n_words": n_words, "steps": fit["steps"],
+            "seconds": fit["seconds"], "loss_per_word_by_epoch": fit["loss_per_word"][:, s, c].tolist(),
+            "sentences_per_s": n_sentences * int(epochs) / fit["seconds"] if fit["seconds"] > 0 else float("inf")}
+    state = engine.state(task, seed)
+    if "root_ab" in state:
+        info["root_a"], info["root_b"] = (float(v) for v in state["root_ab"])
+    if task.heads is not None:
+        info["heads"] = list(task.heads)
+    if task.probe not in ("attn", "distances_only"):
+        info["glove_oov_rate"] = oov / n_words if n_words else 0.0
+    info["engine"] = "batched"
+    return info

