@@ -317,7 +317,7 @@ def test_golden_groups_hold_the_new_tables(tmp_path):
     """make-golden's groups tree_heads, tree_heads_best and probe_ablations: every cell of the tables
     ("absent" when the step is switched off), and the tree-heads summary's counts."""
     from bertlook.cli import main as cli_main
-    from bertlook.reporting.compare import COUNT_SUMMARIES, GOLDEN_GROUPS, _g_counts
+    from bertlook.reporting.golden import COUNT_SUMMARIES, GOLDEN_GROUPS, _g_counts
 
     run = tmp_path / "run"
     assert GOLDEN_GROUPS["tree_heads"](run)["values"] == {"status": "absent"}

@@ -1,7 +1,8 @@
 """The DAG of the tiny configuration (snakemake -n and the rules as Snakemake parsed them): the
 random-init maps come from extract_words_random (the run's model re-initialised in memory, no saved
-model copy), the probes are split into probes_random + probes, extraction.word_shards sets the number
-of word-level extraction jobs, and extraction.keep_maps: false makes the merged word stores temp()."""
+model copy), one probes job trains every probe (Table 3, the random-init probe, the norm twin, the
+ablations), extraction.word_shards sets the number of word-level extraction jobs (one: no merge job), and
+extraction.keep_maps: false writes no segment store and makes the word stores temp()."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     # extraction.word_shards: 2 jobs per split, for the model and for its random-init twin
     assert counts["extract_words"] == counts["extract_words_random"] == 2 * 2
     assert counts["merge_words"] == counts["merge_words_random"] == 2
-    assert counts["probes_random"] == counts["probes"] == counts["heads"] == 1
+    assert counts["probes"] == counts["heads"] == 1 and "probes_random" not in counts
     for split in ("train", "dev"):
         for shard in ("1of2", "2of2"):
             assert f"attention/randwords-{split}-{shard}" in out and f"attention/words-{split}-{shard}" in out
@@ -72,13 +73,12 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     for line in commands:
         assert f"--model {tiny_bert_dir}" in line
         assert ("--random-init-seed 0" in line) == ("randwords-" in line), line
-    probes = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" not in line]
-    assert len(probes) == 2  # (+ probes_norm on the norm maps: test_beyond_the_paper_rules_and_their_switches)
-    rows = [line for line in probes if "--rows-out" in line]
-    assert len(rows) == 1 and "--probes random_init_attn_glove" in rows[0] and "--train-attention" not in rows[0]
-    table = [line for line in probes if "--out-table" in line]
-    assert len(table) == 1 and "--add-rows" in table[0] and "partials/probes_random.json" in table[0]
-    assert "randwords" not in table[0]  # the model's stores only
+    probes = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    assert len(probes) == 1  # one job: every probe of the run
+    for flag in ("--train-attention", "--random-train-attention", "--norm-train-attention", "--ablations keep,drop",
+                 "--out-norm-table", "--out-ablations-table"):
+        assert flag in probes[0], flag
+    assert "--add-rows" not in probes[0] and "--rows-out" not in probes[0]
 
     # word_shards: null = extraction.shards
     _write_config(tmp_path, tiny_bert_dir, shards=3, word_shards=None)
@@ -92,25 +92,28 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
     assert not {"extract_words_random", "merge_words_random", "probes_random", "random_init_model"} & set(counts)
-    table = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" not in line]
-    assert len(table) == 1 and "--add-rows" not in table[0]
+    table = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    assert len(table) == 1 and "--random-train-attention" not in table[0]
 
 
 @pytest.mark.parametrize("keep", [True, False])
-def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir, keep):
-    rules = _rules(_write_config(tmp_path, tiny_bert_dir, keep_maps=keep), tmp_path)
+@pytest.mark.parametrize("word_shards", [None, 2])
+def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir, keep, word_shards):
+    rules = _rules(_write_config(tmp_path, tiny_bert_dir, keep_maps=keep, word_shards=word_shards), tmp_path)
     assert "random_init_model" not in rules
-    for name in ("merge_words", "merge_words_random"):
+    split_rules = ("merge_words", "merge_words_random") if word_shards else ("extract_words", "extract_words_random")
+    assert word_shards or "merge_words" not in rules  # one word shard: the extraction writes the split's store
+    for name in split_rules:
         assert _temp(rules[name], "store") is (not keep), name
         assert not _temp(rules[name], "summary"), name  # the manifest and the golden check read them
-    assert _temp(rules["extract_segments"], "store") is (not keep)
-    for name in ("extract_words", "extract_words_random"):  # shard stores: merged by hard links, always temp
-        assert _temp(rules[name], "store") and not _temp(rules[name], "summary"), name
-    # priorities: consumers first; the random-init maps (whose rows probes waits for) before the model's
-    assert rules["extract_words_random"].priority > rules["extract_words"].priority
-    assert rules["extract_words_random"].priority > rules["extract_segments"].priority
-    for name in ("heads", "probes", "probes_random", "merge_words", "merge_words_random", "tree_heads",
-                 "probe_ablations", "rollout_words"):
+    if word_shards:
+        for name in ("extract_words", "extract_words_random"):  # shard stores: merged by hard links, always temp
+            assert _temp(rules[name], "store") and not _temp(rules[name], "summary"), name
+    # the segment maps: a store only with keep_maps (the statistics come from the maps in memory)
+    assert ("store" in rules["extract_segments"].output.keys()) is keep
+    if keep:
+        assert not _temp(rules["extract_segments"], "store")
+    for name in ("heads", "probes", "tree_heads", "rollout_words"):
         assert rules[name].priority == 10, name
 
 
@@ -132,9 +135,8 @@ def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
 
 
 # ---- beyond the paper: norms, rollout, head report (each a switch)
-BEYOND_RULES = {"norms": {"surface_stats_norm_shard", "surface_stats_norm", "cluster_heads_norm_shard",
-                          "cluster_heads_norm", "merge_words_norm", "heads_norm", "probes_norm"},
-                "rollout": {"rollout_shard", "rollout", "rollout_words"},
+BEYOND_RULES = {"norms": {"surface_stats_norm", "cluster_heads_norm", "heads_norm"},
+                "rollout": {"rollout", "rollout_words"},
                 "head_report": {"head_report"},
                 "tree_heads": {"tree_heads"}}
 
@@ -145,11 +147,13 @@ def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
     counts, out = _dry_run(tmp_path)
     assert set().union(*BEYOND_RULES.values()) <= set(counts)
     extract = [line for line in out.splitlines() if " -m bertlook extract-segments " in line]
-    assert extract and all("--norms-out" in line for line in extract)
+    assert extract and all("--norm-stats-partial" in line and "--norm-js-partial" in line and "--rollout-partial"
+                           in line for line in extract)
+    assert not any("--norms-out" in line or "--out " in line for line in extract)  # keep_maps: false
     words = [line for line in out.splitlines() if " -m bertlook extract-words " in line]
     assert sum("--norms-out" in line for line in words) == 2  # the model's stores, not the random-init ones
-    norm_probes = [line for line in out.splitlines() if " -m bertlook probes " in line and "normwords" in line]
-    assert len(norm_probes) == 1 and "random_init_attn_glove" not in norm_probes[0]
+    probes = [line for line in out.splitlines() if " -m bertlook probes " in line]
+    assert len(probes) == 1 and "--norm-train-attention" in probes[0]
 
     off = tmp_path / "off"
     off.mkdir()
@@ -159,32 +163,26 @@ def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
     (off / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(off)
     assert not set().union(*BEYOND_RULES.values()) & set(counts)
-    assert "--norms-out" not in out
+    assert "--norms-out" not in out and "--norm-stats-partial" not in out and "--rollout-partial" not in out
+    assert "--norm-train-attention" not in out
 
 
-def test_probe_ablations_rule_follows_its_key(tmp_path, tiny_bert_dir):
-    """probes.layer_ablations: the modes of the probe_ablations job ([] = no job), with Table 3's settings."""
+def test_probe_ablations_follow_their_key(tmp_path, tiny_bert_dir):
+    """probes.layer_ablations: the modes the probes job trains ([] = none, no ablation outputs), with Table 3's
+    settings; the norm twin's probes are the CLI's default (bertlook.analyses.probes.NORM_PROBES)."""
     config = tiny_config(tmp_path, tiny_bert_dir)
     config["probes"]["layer_ablations"] = ["keep"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
-    assert counts.get("probe_ablations") == 1
-    line = next(li for li in out.splitlines() if " -m bertlook probe-ablations " in li)
-    assert "--modes keep " in line and "--seeds 0,1 " in line and "--mst" in line and "words-train" in line
+    assert "probe_ablations" not in counts and counts["probes"] == 1
+    line = next(li for li in out.splitlines() if " -m bertlook probes " in li)
+    assert "--ablations keep " in line and "--seeds 0,1 " in line and "--mst" in line and "words-train" in line
+    assert "--norm-probes" not in line
     config["probes"]["layer_ablations"] = []
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    counts, _ = _dry_run(tmp_path)
-    assert "probe_ablations" not in counts
-
-
-def test_norm_probes_are_every_probe_but_the_random_init_one():
-    from bertlook.analyses.probes import OWN_PROBES, PROBES
-
-    smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    listed = re.search(r'^NORM_PROBES = "([^"]+)"', smk, flags=re.M).group(1).split(",")
-    # the controls of the random-init probe (GloVe only, uniform maps) read no norm maps meaningfully; nor do
-    # the probe controls of issue 16 (Distances only, the MLP variant) run on them
-    assert listed == [p for p in PROBES if p != "random_init_attn_glove" and p not in OWN_PROBES]
+    counts, out = _dry_run(tmp_path)
+    line = next(li for li in out.splitlines() if " -m bertlook probes " in li)
+    assert "--ablations" not in line and "--out-ablations-table" not in line
 
 
 @pytest.mark.slow  # two real runs of the first DAG steps (a minute): make test-all, CI

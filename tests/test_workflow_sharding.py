@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bertlook.attention.store import open_store
-from bertlook.reporting.compare import make_golden
+from bertlook.reporting.golden import make_golden
 from workflow_helpers import RUN, snakemake, tiny_config
 
 # several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not

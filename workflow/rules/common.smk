@@ -216,11 +216,27 @@ def segment_pass_flags():
     return flags
 
 
+# One word shard (the default): each extraction job writes its split's store itself, no merge job.
+WORD_SHARD_SUFFIX = "-{shard}" if WORD_SHARDS > 1 else ""
+WORD_SHARD_FLAG = WC.shard if WORD_SHARDS > 1 else None
+
+
+def word_store(prefix):
+    """The store an extract_words(_random) job writes: a temp() shard store merged by merge_words (word_shards
+    > 1), or the split's store itself (word_maps)."""
+    if WORD_SHARDS > 1:
+        return temp(directory(run_path("attention", f"{prefix}-{{split}}-{{shard}}")))
+    return word_maps(directory(run_path("attention", f"{prefix}-{{split}}")))
+
+
+def word_summary(prefix):
+    return run_path("attention", f"{prefix}-{{split}}{WORD_SHARD_SUFFIX}.summary.json")
+
+
 def word_maps(path):
-    """The merged word-level stores (attention/words-*, attention/randwords-*): kept (extraction.keep_maps),
-    or temp() -- deleted once their consumers ran (heads, rollout_words, tree_heads, probes and
-    probe_ablations; probes_random), so that the model's
-    and the random-init model's stores need not be on disk together (see extract_words.smk, priorities)."""
+    """The word-level stores of a split (attention/words-*, normwords-*, randwords-*): kept
+    (extraction.keep_maps), or temp() -- deleted once their consumers ran (heads, rollout_words, tree_heads,
+    probes; see extract_words.smk, priorities)."""
     return path if KEEP_MAPS else temp(path)
 
 
@@ -358,27 +374,15 @@ GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
 RUN_PROBES = HAS_TRAIN_SPLIT
 
 
-# probes_random trains the random-init probe on the random-init stores and writes its rows
-# (partials/probes_random.json); probes trains the others on the model's stores and adds those rows,
-# so the two pairs of word stores are never needed at the same time (keep_maps: false deletes each
-# pair once read).
-PROBES_RANDOM_ROWS = run_path("partials", "probes_random.json")
-
-
 def probes_inputs(wildcards):
+    """The word stores the probes job reads: the model's, the random-init model's (probes.random_init) and the
+    norm-based ones (norms.probes), and GloVe."""
     words = lambda maps, split: run_path("attention", f"{maps}-{split}").format(run=wildcards.run)
     inputs = {"train": words("words", "train"), "dev": words("words", "dev")}
     if config["probes"]["random_init"]:
-        inputs["random_rows"] = PROBES_RANDOM_ROWS.format(run=wildcards.run)
-    if GLOVE_FILE:
-        inputs["glove"] = GLOVE_FILE
-    return inputs
-
-
-def probe_ablations_inputs(wildcards):
-    """The model's word stores (and GloVe): the per-layer ablations of Attn+GloVe (probes.layer_ablations)."""
-    words = lambda split: run_path("attention", f"words-{split}").format(run=wildcards.run)
-    inputs = {"train": words("train"), "dev": words("dev")}
+        inputs.update(random_train=words("randwords", "train"), random_dev=words("randwords", "dev"))
+    if RUN_NORM_PROBES:
+        inputs.update(norm_train=words("normwords", "train"), norm_dev=words("normwords", "dev"))
     if GLOVE_FILE:
         inputs["glove"] = GLOVE_FILE
     return inputs
@@ -392,25 +396,40 @@ def norm_heads_inputs(wildcards):
     return inputs
 
 
-def norm_probes_inputs(wildcards):
-    """probes_inputs on the norm-based word stores; no random-init rows (no random-init norm maps)."""
-    inputs = {"train": run_path("attention", "normwords-train").format(run=wildcards.run),
-              "dev": run_path("attention", "normwords-dev").format(run=wildcards.run)}
-    if GLOVE_FILE:
-        inputs["glove"] = GLOVE_FILE
-    return inputs
+def probes_extra_outputs():
+    """table3_norm.* (norms.probes) and probe_ablations.* (probes.layer_ablations) of the probes job."""
+    out = {}
+    if RUN_NORM_PROBES:
+        out.update(norm_table=report(run_path("tables", "table3_norm.csv"), caption="../report/table3_norm.rst",
+                                     category="Data files (CSV)", subcategory="{run}",
+                                     labels={"result": "Table 3 on the norm-based maps (CSV)"}),
+                   norm_markdown=run_path("tables", "table3_norm.md"),
+                   norm_summary=run_path("tables", "table3_norm.summary.json"))
+    if RUN_PROBE_ABLATIONS:
+        out.update(ablations_table=report(run_path("tables", "probe_ablations.csv"),
+                                          caption="../report/probe_ablations.rst", category="Data files (CSV)",
+                                          subcategory="{run}",
+                                          labels={"result": "Per-layer ablations of the Attn + GloVe probe (CSV)"}),
+                   ablations_markdown=run_path("tables", "probe_ablations.md"),
+                   ablations_summary=run_path("tables", "probe_ablations.summary.json"))
+    return out
 
 
-def probes_random_inputs(wildcards):
-    words = lambda split: run_path("attention", f"randwords-{split}").format(run=wildcards.run)
-    inputs = {"train": words("train"), "dev": words("dev")}
-    if GLOVE_FILE:
-        inputs["glove"] = GLOVE_FILE
-    return inputs
+def probes_extra_flags():
+    flags = {}
+    if config["probes"]["random_init"]:
+        flags.update(random_train_attention=IN.random_train, random_dev_attention=IN.random_dev)
+    if RUN_NORM_PROBES:
+        flags.update(norm_train_attention=IN.norm_train, norm_dev_attention=IN.norm_dev,
+                     out_norm_table=OUT.norm_table, out_norm_markdown=OUT.norm_markdown, norm_summary=OUT.norm_summary)
+    if RUN_PROBE_ABLATIONS:
+        flags.update(ablations=",".join(config["probes"]["layer_ablations"]), out_ablations_table=OUT.ablations_table,
+                     out_ablations_markdown=OUT.ablations_markdown, ablations_summary=OUT.ablations_summary)
+    return flags
 
 
 def probe_settings():
-    """The probe training flags shared by probes and probes_random (the rows must agree on them)."""
+    """The probe training flags of the probes job (config probes.*, GloVe)."""
     probes = config["probes"]
     return dict(
         glove=GLOVE_ARG,
@@ -441,9 +460,6 @@ def coref_input_files(wildcards):
 # ---- beyond the paper: norm-based maps, rollout, head report card ---------------------------------
 RUN_NORMS = bool(config["norms"]["enabled"])
 RUN_NORM_PROBES = RUN_NORMS and bool(config["norms"]["probes"]) and RUN_PROBES
-# Table 3 on the norm maps: every probe of bertlook.analyses.probes.PROBES but the random-init one
-# (written out: the Snakefile parses without numpy; tests/test_workflow_dag.py checks the list)
-NORM_PROBES = "right_branching,distances_glove,attn,attn_glove,attn_glove_released"
 RUN_ROLLOUT = bool(config["rollout"]["enabled"])
 RUN_HEAD_REPORT = bool(config["head_report"]["enabled"])
 RUN_TREE_HEADS = bool(config["tree_heads"]["enabled"])

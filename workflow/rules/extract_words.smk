@@ -2,26 +2,24 @@
 # TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split.
 # extract_words: the run's model (attention/words-*); extract_words_random: the probes' random-init
 # baseline, the run's model re-initialised in memory (`extract-words --random-init-seed`, nothing saved;
-# attention/randwords-*). One job per word shard ({shard}: a contiguous range of the split's sentences,
-# extraction.word_shards) writes a temp() store; merge_words / merge_words_random gather them into one
-# store by hard links (no map copied) and one summary. With extraction.keep_maps: false the merged
-# stores are temp() too (word_maps): deleted once heads / probes (probes_random) read them.
-# Priorities (disk with keep_maps: false): the consumers (heads, probes, probes_random: 10) run as soon
-# as their stores exist. `probes` needs the rows of probes_random, so the random-init maps come first
-# (extract_words_random: 5, above extract_words and extract_segments: 0): extracted, read by probes_random
-# and deleted before the model's word stores are written, which heads and probes then read and free.
-# (The other way round the model's stores would wait on disk for probes while the random-init ones
-# are extracted: all four at once.)
+# attention/randwords-*). With extraction.word_shards > 1, one job per word shard ({shard}: a contiguous
+# range of the split's sentences) writes a temp() store and merge_words / merge_words_random gather them
+# into one store by hard links (no map copied) and one summary; with one word shard (the default) the job
+# writes the split's store itself (no merge job). With extraction.keep_maps: false the split's stores are
+# temp() (word_maps): deleted once heads, the trees and the probes have read them.
+# Priorities (disk with keep_maps: false): the consumers (heads, trees, probes: 10) run as soon as their
+# stores exist, so that each store is deleted as early as it can be; the probes job reads the model's, the
+# norm-based and the random-init stores together (about 0.9 GB in the offline configuration).
 
 
 rule extract_words:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
-        store=temp(directory(run_path("attention", "words-{split}-{shard}"))),
-        summary=run_path("attention", "words-{split}-{shard}.summary.json"),
+        store=word_store("words"),
+        summary=word_summary("words"),
         # norm-based word maps (norms.enabled), written in the same forward pass
-        **({"norms": temp(directory(run_path("attention", "normwords-{split}-{shard}")))} if RUN_NORMS else {}),
+        **({"norms": word_store("normwords")} if RUN_NORMS else {}),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -36,14 +34,14 @@ rule extract_words:
             device=config["extraction"]["device"],
             shard_mb=config["extraction"]["shard_mb"],
             max_unk_rate=config["extraction"]["max_unk_rate"],
-            shard=WC.shard,
+            shard=WORD_SHARD_FLAG,
             summary=OUT.summary,
             norms_out=OUT.norms if RUN_NORMS else None,
         ),
     log:
-        log_path("extract_words-{split}-{shard}"),
+        log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
     benchmark:
-        bench_path("extract_words-{split}-{shard}")
+        bench_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}")
     threads: 8
     resources:
         **sizing.snakemake_resources("extract_words", config),
@@ -55,13 +53,13 @@ rule extract_words:
 
 # A rule of its own, not `use rule extract_words as extract_words_random with:`: its command differs
 # (--random-init-seed), and `with: params:` replaces the whole `cmd` parameter, so the command line
-# would be written out twice anyway; it also has its own priority.
+# would be written out twice anyway.
 rule extract_words_random:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
-        store=temp(directory(run_path("attention", "randwords-{split}-{shard}"))),
-        summary=run_path("attention", "randwords-{split}-{shard}.summary.json"),
+        store=word_store("randwords"),
+        summary=word_summary("randwords"),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -78,14 +76,13 @@ rule extract_words_random:
             device=config["extraction"]["device"],
             shard_mb=config["extraction"]["shard_mb"],
             max_unk_rate=config["extraction"]["max_unk_rate"],
-            shard=WC.shard,
+            shard=WORD_SHARD_FLAG,
             summary=OUT.summary,
         ),
     log:
-        log_path("extract_words_random-{split}-{shard}"),
+        log_path(f"extract_words_random-{{split}}{WORD_SHARD_SUFFIX}"),
     benchmark:
-        bench_path("extract_words_random-{split}-{shard}")
-    priority: 5  # before the model's word extraction: see above
+        bench_path(f"extract_words_random-{{split}}{WORD_SHARD_SUFFIX}")
     threads: 8
     resources:
         **sizing.snakemake_resources("extract_words_random", config),
@@ -95,62 +92,65 @@ rule extract_words_random:
         CMD
 
 
-rule merge_words:
-    input:
-        stores=every_word_shard(rules.extract_words.output.store),
-        summaries=every_word_shard(rules.extract_words.output.summary),
-    output:
-        store=word_maps(directory(run_path("attention", "words-{split}"))),
-        summary=run_path("attention", "words-{split}.summary.json"),
-    params:
-        cmd=bertlook_cmd(
-            "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
-        ),
-    log:
-        log_path("merge_words-{split}"),
-    benchmark:
-        bench_path("merge_words-{split}")
-    priority: 10  # frees the shard stores (hard links) and lets the consumers start
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("merge_words", config),
-    conda:
-        ENV_ANALYSIS
-    shell:
-        CMD
+# The shards' stores -> one store per split (extraction.word_shards > 1 only).
+if WORD_SHARDS > 1:
 
-
-# merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
-# IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
-use rule merge_words as merge_words_random with:
-    input:
-        stores=every_word_shard(rules.extract_words_random.output.store),
-        summaries=every_word_shard(rules.extract_words_random.output.summary),
-    output:
-        store=word_maps(directory(run_path("attention", "randwords-{split}"))),
-        summary=run_path("attention", "randwords-{split}.summary.json"),
-    log:
-        log_path("merge_words_random-{split}"),
-    benchmark:
-        bench_path("merge_words_random-{split}")
-    resources:
-        **sizing.snakemake_resources("merge_words_random", config),
-
-
-# The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
-# the attention stores' summaries (merge_words), so no summary here.
-if RUN_NORMS:
-
-    use rule merge_words as merge_words_norm with:
+    rule merge_words:
         input:
-            stores=every_word_shard(rules.extract_words.output.norms),
+            stores=every_word_shard(rules.extract_words.output.store),
+            summaries=every_word_shard(rules.extract_words.output.summary),
         output:
-            store=word_maps(directory(run_path("attention", "normwords-{split}"))),
+            store=word_maps(directory(run_path("attention", "words-{split}"))),
+            summary=run_path("attention", "words-{split}.summary.json"),
         params:
-            cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),
+            cmd=bertlook_cmd(
+                "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
+            ),
         log:
-            log_path("merge_words_norm-{split}"),
+            log_path("merge_words-{split}"),
         benchmark:
-            bench_path("merge_words_norm-{split}")
+            bench_path("merge_words-{split}")
+        priority: 10  # frees the shard stores (hard links) and lets the consumers start
+        threads: 1
         resources:
-            **sizing.snakemake_resources("merge_words_norm", config, kind="merge_words"),
+            **sizing.snakemake_resources("merge_words", config),
+        conda:
+            ENV_ANALYSIS
+        shell:
+            CMD
+
+
+    # merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
+    # IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
+    use rule merge_words as merge_words_random with:
+        input:
+            stores=every_word_shard(rules.extract_words_random.output.store),
+            summaries=every_word_shard(rules.extract_words_random.output.summary),
+        output:
+            store=word_maps(directory(run_path("attention", "randwords-{split}"))),
+            summary=run_path("attention", "randwords-{split}.summary.json"),
+        log:
+            log_path("merge_words_random-{split}"),
+        benchmark:
+            bench_path("merge_words_random-{split}")
+        resources:
+            **sizing.snakemake_resources("merge_words_random", config),
+
+
+    # The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
+    # the attention stores' summaries (merge_words), so no summary here.
+    if RUN_NORMS:
+
+        use rule merge_words as merge_words_norm with:
+            input:
+                stores=every_word_shard(rules.extract_words.output.norms),
+            output:
+                store=word_maps(directory(run_path("attention", "normwords-{split}"))),
+            params:
+                cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),
+            log:
+                log_path("merge_words_norm-{split}"),
+            benchmark:
+                bench_path("merge_words_norm-{split}")
+            resources:
+                **sizing.snakemake_resources("merge_words_norm", config, kind="merge_words"),

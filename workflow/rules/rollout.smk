@@ -7,7 +7,7 @@
 
 rule rollout:
     input:
-        partials=every_shard(rules.extract_segments.output.rollout),
+        partials=every_shard(run_path("partials", "rollout-{shard}.npz")),  # extract_segments, rollout.enabled
     output:
         table=report(
             run_path("tables", "rollout_stats.csv"),
