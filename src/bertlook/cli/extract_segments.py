@@ -187,10 +187,11 @@ def _cmd_extract(args) -> int:
                                    "seconds": round(p.reader.seconds, 3)} for p in partials}
     if args.summary:
         write_json(args.summary, summary)
-    stores = summary["stores"]
+    stores = ([f"attention store -> {args.out}"] if args.out else []) + \
+        ([f"norm-based maps -> {args.norms_out}"] if args.norms_out else [])
     print(
         f"extract-segments: {summary['n_examples']} examples ({summary['tokens']} tokens) in {summary['seconds']:.1f} s"
-        f" -> {', '.join(stores) if stores else 'no store'}"
+        f"; {'; '.join(stores) if stores else 'no store written (maps only in memory)'}"
         + "".join(f"; {p.name} ({p.reader.seconds:.1f} s) -> {p.path}" for p in partials)
         + (f"; Fig 1 example -> {args.fig1_example}" if saver else "")
         + f"; excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
