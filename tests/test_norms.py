@@ -196,6 +196,26 @@ def test_class_sums_equal_a_direct_computation(segments, tokenizer, sharp_model,
     np.testing.assert_allclose(reduced["means"], want / np.asarray(counts), rtol=1e-5)
 
 
+def test_value_norms_through_the_head_gram_equal_the_direct_product():
+    """||v_h W_O^h^T|| as sqrt(v_h G_h v_h^T) (G_h = W_O^h^T W_O^h): the float64 direct product to float32
+    rounding, at BERT-base's shapes (12 heads of 64)."""
+    import torch
+
+    from bertlook.attention.norms import head_gram, value_norms
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(2, 9, 768, generator=gen)  # [batch, seq, d_model]
+    w_o = torch.randn(768, 768, generator=gen) * 0.03  # [d_model (out), d_model (in)]
+    direct = torch.einsum("bshd,ohd->bhso", values.double().reshape(2, 9, 12, 64), w_o.double().reshape(768, 12, 64))
+    expected = torch.linalg.vector_norm(direct, dim=-1)  # [batch, head, key_pos]
+    got = value_norms(values, w_o, 12)
+    assert got.shape == (2, 12, 9) and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, rtol=2e-6, atol=0)
+    assert torch.equal(value_norms(values, w_o, 12, gram=head_gram(w_o, 12)), got)
+    with pytest.raises(BertlookError, match="do not fit 5 heads"):
+        value_norms(values, w_o, 5)
+
+
 def test_norm_maps_refuses_a_zero_row_naming_the_example():
     import torch
 

@@ -142,6 +142,34 @@ class _Boom(MapConsumer):
             raise BertlookError("boom")
 
 
+def test_pipelined_readers_give_the_same_partials(tmp_path, one_pass, segments_file, tiny_bert_dir):
+    """--threads 2: the readers run in threads beside the next batch's forward pass (run_consumers(workers=2));
+    every partial is the same array for array as the sequential pass (--threads 1, the one_pass fixture)."""
+    seg, _ = segments_file
+    argv = ["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg), "--device", "cpu",
+            "--batch-size", "2", "--stats-partial", str(tmp_path / "stats.npz"),
+            "--norm-stats-partial", str(tmp_path / "nstats.npz"), "--js-partial", str(tmp_path / "js.npz"),
+            "--norm-js-partial", str(tmp_path / "njs.npz"), "--rollout-partial", str(tmp_path / "rollout.npz"),
+            "--threads", "2"]
+    assert cli.main(argv) == 0
+    for name in ("stats", "nstats", "js", "njs", "rollout"):
+        with np.load(one_pass / f"{name}.npz") as a, np.load(tmp_path / f"{name}.npz") as b:
+            keys = [k for k in a.files if k != "meta"]
+            assert keys == [k for k in b.files if k != "meta"] and keys, name
+            for k in keys:
+                assert np.array_equal(a[k], b[k]), (name, k)
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_a_failing_pipelined_consumer_leaves_no_store(tmp_path, segments_file, tokenizer, model, after):
+    _, segs = segments_file
+    examples = [(s, *encode_segment(s, tokenizer, "zeros")) for s in segs]
+    with pytest.raises(BertlookError, match="boom"):
+        stream_maps(examples, model, [StoreConsumer(tmp_path / "store"), _Boom(after)], batch_size=2, device="cpu",
+                    meta={"special_tokens": {"cls": "[CLS]", "sep": "[SEP]"}}, progress_every=0, workers=2)
+    assert not [p for p in tmp_path.iterdir()]
+
+
 @pytest.mark.parametrize("after", [0, 1])
 def test_a_failing_consumer_leaves_no_store(tmp_path, segments_file, tokenizer, model, after):
     """A reader failing mid-stream (after = 0: at the first batch) or after the last batch was written

@@ -429,13 +429,15 @@ def stream_maps(
     progress_every: int = 256,
     check_disk: bool = True,
     step: str = "extract-segments",
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run ``model`` once over ``examples`` and hand every batch of maps to every consumer (one pass).
 
     ``examples``: ``(record, input_ids, token_type_ids)``; ``record`` holds ``id`` (unique) and ``tokens``.
     They are checked and put in storage order by :func:`prepare_examples` (over-long examples excluded and
     counted); the model runs in batches of ``batch_size`` (:func:`bertlook.attention.stream.map_batches`)
-    and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order. ``norms``: the
+    and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order (``workers`` > 1: in
+    that many threads, overlapping the next batch's forward pass: :func:`~bertlook.attention.stream.run_consumers`). ``norms``: the
     batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms. Stores among the
     consumers are sized and their disk space checked before the first forward pass. On an error every
     consumer is aborted (nothing is left half-written).
@@ -473,12 +475,16 @@ def stream_maps(
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
     bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
     t0 = time.perf_counter()
+    batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,
+                          num_heads=num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
+                          use_token_types=use_tt, on_batch=bar.update)
     try:
-        batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,
-                              num_heads=num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
-                              use_token_types=use_tt, on_batch=bar.update)
-        run_consumers(batches, consumers, plan)
+        run_consumers(batches, consumers, plan, workers=workers)
     finally:
+        # close the generator here, in this thread, on an error too: it left its torch.inference_mode() and
+        # hooks at a yield, and closing it whenever it is garbage-collected would reset this thread's grad
+        # mode in the middle of whatever runs then (a later forward pass)
+        batches.close()
         bar.close()
     seconds = time.perf_counter() - t0
     n_tokens = sum(len(ex[1]) for ex in kept)
@@ -532,6 +538,7 @@ def extract_to_store(
     extra_meta: dict[str, Any] | None = None,
     norms_out_dir=None,
     step: str = "extract-segments",
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run ``model`` on ``examples`` and write their attention maps to a new store at ``out_dir``
     (:func:`stream_maps` with a :class:`bertlook.attention.stream.StoreConsumer`).
@@ -569,7 +576,7 @@ def extract_to_store(
     summary = stream_maps(examples, model, consumers, batch_size=batch_size, max_seq_len=max_seq_len,
                           device=device, meta=meta, norms=norms_out_dir is not None,
                           map_dtype="float16" if transform is None else "float32", progress_every=progress_every,
-                          check_disk=check_disk, step=step)
+                          check_disk=check_disk, step=step, workers=workers)
     summary["out_dir"] = str(out_dir)
     if class_sums is not None:
         summary["norms"] = class_sums.summary(norms_out_dir)
@@ -630,6 +637,7 @@ def extract_segments(
     norms_out=None,
     norms: bool = False,
     consumers: Sequence[Any] = (),
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Read ``segments.jsonl``, load the model, run it once over the segments and hand the maps to the
     stores and the ``consumers`` (:mod:`bertlook.attention.stream`; the statistics of the one-pass step).
@@ -676,7 +684,7 @@ def extract_segments(
         stores.append(StoreConsumer(norms_out, kind="norm", meta=NORM_STORE_META, shard_mb=shard_mb, extra_meta=extra))
     summary = stream_maps(examples, model, [recorder, *stores, *([class_sums] if class_sums else []), *consumers],
                           batch_size=batch_size, max_seq_len=max_seq_len, device=dev, meta=meta, norms=norms,
-                          progress_every=progress_every)
+                          progress_every=progress_every, workers=workers)
     summary.update({"out_dir": None if out_dir is None else str(out_dir), "model": model_spec,
                     "revision": revision, "segments": str(segments_path), "segment_ids": segment_ids,
                     "n_segments": n_segments, "stores": [str(s.out_dir) for s in stores],

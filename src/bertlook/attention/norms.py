@@ -136,27 +136,41 @@ def capture_values(modules: Sequence[tuple[Any, Any]]) -> Iterator[list]:
 # --------------------------------------------------------------------------------------------
 # norms and maps (torch tensors)
 
-def value_norms(values, w_o, num_heads: int):
+def head_gram(w_o, num_heads: int):
+    """``G_h = W_O^h^T W_O^h`` for every head: ``[head, d_head, d_head]`` (float32, computed in float64), so that
+    ``|| v W_O^h^T ||^2 = v G_h v^T`` (:func:`value_norms`)."""
+    import torch  # lazy: see the module docstring
+
+    w = torch.as_tensor(w_o).to(dtype=torch.float64)  # [d_model, d_model] (out, in)
+    D, H = w.shape[1], int(num_heads)
+    if D % H:
+        raise BertlookError(f"head_gram: W_O of shape {list(w.shape)} does not fit {H} heads")
+    wh = w.reshape(w.shape[0], H, D // H)  # [d_model, head, d_head]
+    return torch.einsum("ohd,ohe->hde", wh, wh).to(torch.float32)  # [head, d_head, d_head]
+
+
+def value_norms(values, w_o, num_heads: int, gram=None):
     """``|| f_h(x_j) ||`` for every head and token: ``[batch, head, key_pos]`` (float32).
 
     ``values``: ``x W_V + b_V`` ``[batch, seq, d_model]`` (head ``h`` = columns
     ``h*d_head:(h+1)*d_head``); ``w_o``: the output projection weight ``[d_model, d_model]`` (out, in),
     ``W_O^h = w_o[:, h*d_head:(h+1)*d_head]``; ``f_h(x_j) = v_h(x_j) W_O^h^T`` (the output bias is not
-    included).
+    included). Computed as ``sqrt(v_h G_h v_h^T)`` with the heads' Gram matrices ``G_h`` (:func:`head_gram`;
+    ``gram``: precomputed, for the same ``w_o``): d_head x d_head products per token and head instead of
+    d_head x d_model (12x fewer at BERT's shapes; within 3e-7 of the float64 norm, as the direct product).
     """
     import torch  # lazy: see the module docstring
 
     v = torch.as_tensor(values).float()  # [batch, seq, d_model]
-    w = torch.as_tensor(w_o).to(device=v.device, dtype=torch.float32)  # [d_model, d_model] (out, in)
     B, S, D = v.shape
     H = int(num_heads)
-    if D % H or w.shape[1] != D:
-        raise BertlookError(f"value_norms: values of size {D} and W_O of shape {list(w.shape)} do not fit {H} heads")
-    dh = D // H
-    vh = v.reshape(B, S, H, dh)  # [batch, seq, head, d_head]
-    wh = w.reshape(w.shape[0], H, dh)  # [d_model, head, d_head]
-    f = torch.einsum("bshd,ohd->bhso", vh, wh)  # [batch, head, key_pos, d_model]
-    return torch.linalg.vector_norm(f, dim=-1)  # [batch, head, key_pos]
+    if D % H or torch.as_tensor(w_o).shape[1] != D:
+        raise BertlookError(f"value_norms: values of size {D} and W_O of shape {list(torch.as_tensor(w_o).shape)} "
+                            f"do not fit {H} heads")
+    G = head_gram(w_o, H) if gram is None else gram  # [head, d_head, d_head]
+    vh = v.reshape(B, S, H, D // H)  # [batch, seq, head, d_head]
+    q = (torch.einsum("bshd,hde->bshe", vh, G.to(v.device)) * vh).sum(-1)  # [batch, seq, head]: ||f||^2
+    return q.clamp_min_(0).sqrt_().permute(0, 2, 1)  # [batch, head, key_pos]
 
 
 def norm_maps(attn, value_norm, *, lengths: Sequence[int] | None = None, ids: Sequence[Any] | None = None):
@@ -190,7 +204,11 @@ def norm_maps(attn, value_norm, *, lengths: Sequence[int] | None = None, ids: Se
                 f"example {rid!r}: norm-based map row with sum {float(sums[b, h, i, 0])} (head {h + 1}, row {i}): "
                 "every value vector of the row has norm 0 or is not finite; cannot row-normalise"
             )
-    return torch.where(good, n / torch.where(good, sums, torch.ones_like(sums)), torch.zeros_like(n))  # [batch, head, query_pos, key_pos]
+    # in place, one pass: every other row is divided by 1 and zeroed (padding rows with no positive sum)
+    n.div_(torch.where(good, sums, torch.ones_like(sums)))  # [batch, head, query_pos, key_pos]
+    if not bool(good.all()):
+        n.masked_fill_(~good, 0.0)
+    return n  # [batch, head, query_pos, key_pos]
 
 
 # --------------------------------------------------------------------------------------------

@@ -116,8 +116,9 @@ def _stack_layers(attns, num_layers: int, dtype):
     return maps
 
 
-def _norm_maps(attns, captured, norm_modules, num_heads: int, lengths, ids, dtype):
-    """``(norm maps [batch, layer, head, T, T] of dtype, value norms [batch, layer, head, T] float32)``."""
+def _norm_maps(attns, captured, norm_modules, num_heads: int, lengths, ids, dtype, grams):
+    """``(norm maps [batch, layer, head, T, T] of dtype, value norms [batch, layer, head, T] float32)``;
+    ``grams``: each layer's :func:`bertlook.attention.norms.head_gram`."""
     import torch
 
     from bertlook.attention import norms as norms_mod
@@ -129,7 +130,8 @@ def _norm_maps(attns, captured, norm_modules, num_heads: int, lengths, ids, dtyp
     nmaps = torch.empty((B, L, H, T, T), dtype=dtype, device=attns[0].device)  # [batch, layer, head, T, T]
     vnorms = torch.empty((B, L, H, T), dtype=torch.float32, device=attns[0].device)  # [batch, layer, head, key_pos]
     for layer, a in enumerate(attns):
-        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads)  # [batch, head, key_pos]
+        # [batch, head, key_pos]
+        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads, gram=grams[layer])
         vnorms[:, layer].copy_(vn)
         nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=lengths, ids=ids))  # [batch, head, T, T]
     return nmaps, vnorms
@@ -159,9 +161,10 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     model.eval()
     try:
         with contextlib.ExitStack() as stack:
-            captured = None
+            captured = grams = None
             if norm_modules is not None:
                 captured = stack.enter_context(norms_mod.capture_values(norm_modules))
+                grams = [norms_mod.head_gram(dense.weight.detach(), num_heads) for _, dense in norm_modules]
             stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
                 batch = kept[start:start + batch_size]
@@ -177,7 +180,7 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
                                maps=maps.cpu().numpy())
                 if captured is not None:
                     nmaps, vnorms = _norm_maps(attns, captured, norm_modules, num_heads, lengths,
-                                               [ex[0]["id"] for ex in batch], dtype)
+                                               [ex[0]["id"] for ex in batch], dtype, grams)
                     captured[:] = [None] * len(captured)
                     out.norm_maps, out.value_norms = nmaps.cpu().numpy(), vnorms.cpu().numpy()
                 del attns, maps
@@ -189,9 +192,15 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
             model.train()
 
 
-def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], plan: StreamPlan) -> None:
+def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], plan: StreamPlan, *,
+                  workers: int = 1) -> None:
     """Start every consumer, hand each batch to each in order, close them all; on any error abort every
-    consumer (each removes what it began writing) and re-raise."""
+    consumer (each removes what it began writing) and re-raise.
+
+    ``workers`` > 1: the consumers of a batch run in that many threads while the next batch is computed
+    (numpy, numba and torch release the GIL in their loops): the forward pass overlaps the readers. Every
+    consumer still sees the batches one at a time and in order, so the results do not depend on ``workers``.
+    """
     started: list[MapConsumer] = []
     try:
         for c in consumers:
@@ -199,15 +208,39 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
                 raise BertlookError(f"{type(c).__name__} reads norm-based maps, but the stream computes none")
             c.start(plan)
             started.append(c)
-        for batch in batches:
-            for c in consumers:
-                c.add(batch)
+        if workers > 1 and len(consumers) > 1:
+            _pipelined(batches, consumers, workers)
+        else:
+            for batch in batches:
+                for c in consumers:
+                    c.add(batch)
         for c in consumers:
             c.close()
     except BaseException:
         for c in started:
             c.abort()
         raise
+
+
+def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], workers: int) -> None:
+    """The consumers of batch t run in ``workers`` threads while batch t + 1 is computed in the calling thread;
+    batch t + 1 goes to the consumers once every consumer is done with batch t (so each sees them in order).
+    (One thread per consumer, each with its own queue, measured slower: the consumers' Python-level loops
+    then contend for the GIL with each other and with the forward pass.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consumer") as pool:
+        pending: list = []
+        try:
+            for batch in batches:
+                for f in pending:
+                    f.result()
+                pending = [pool.submit(c.add, batch) for c in consumers]
+            for f in pending:
+                f.result()
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 # --------------------------------------------------------------------------------------- consumers

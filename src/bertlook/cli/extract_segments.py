@@ -161,10 +161,13 @@ def _cmd_extract(args) -> int:
     from bertlook.io_utils import write_json
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # every reader runs in a thread of its own beside the forward pass (each JS kernel on one thread): with
+    # readers, the model gets threads - 1 of the cores, the readers share the rest
+    readers_on = any((args.stats_partial, args.norm_stats_partial, args.js_partial, args.norm_js_partial,
+                      args.rollout_partial))
+    torch.set_num_threads(max(1, threads - 1) if readers_on and threads > 1 else threads)
     norms = bool(args.norms or args.norms_out or args.norm_stats_partial or args.norm_js_partial)
-    partials = _partials(args, threads)
+    partials = _partials(args, 1 if threads > 1 else threads)
     saver = fig1_target = None
     if args.fig1_example:
         from bertlook.reporting.figures import example_id_from_segments
@@ -178,6 +181,7 @@ def _cmd_extract(args) -> int:
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
         max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out, norms=norms, consumers=readers,
+        workers=threads,
     )
     for p in partials:
         p.save()
