@@ -118,6 +118,23 @@ def test_batched_cle_larger_matrices_agree_with_the_per_matrix_decoder():
         assert _is_tree(got[b]) and _tree_score(m, got[b]) == pytest.approx(_tree_score(m, ref))
 
 
+def test_compiled_cle_gives_the_numpy_forms_trees_ties_included():
+    """analyses/trees_numba.py contracts the same cycles in the same order as the numpy form: the same heads
+    (not only the same score) on tied, forbidden-edge and attention-like inputs."""
+    pytest.importorskip("numba", reason="the compiled decoder needs numba (a pinned dependency)")
+    rng = np.random.default_rng(3)
+    for trial in range(150):
+        n, B = int(rng.integers(2, 12)), int(rng.integers(1, 6))
+        s = rng.dirichlet(np.full(n, 0.3), size=(B, n)) if trial % 2 else rng.standard_normal((B, n, n))
+        if trial % 3 == 0:
+            s = np.round(s, 1)  # many ties
+        if trial % 5 == 0:
+            s[rng.random((B, n, n)) < 0.3] = NEG
+            s[:, :, 0] = rng.standard_normal((B, n))
+        compiled, numpy_form = chu_liu_edmonds_batch(s, compiled=True), chu_liu_edmonds_batch(s, compiled=False)
+        assert np.array_equal(compiled, numpy_form), trial
+
+
 def test_batched_cle_input_checks():
     with pytest.raises(ValueError, match=r"\[B, n, n\]"):
         chu_liu_edmonds_batch(np.zeros((3, 3)))

@@ -128,7 +128,7 @@ def _cycle_labels(g: np.ndarray) -> np.ndarray:
     return np.where(on, label, -1)  # [batch, node]
 
 
-def chu_liu_edmonds_batch(scores: np.ndarray) -> np.ndarray:
+def chu_liu_edmonds_batch(scores: np.ndarray, *, compiled: bool = True) -> np.ndarray:
     """:func:`chu_liu_edmonds` of ``B`` matrices of the same size at once (``[B, n, n]`` -> ``[B, n]``).
 
     The same input convention (``scores[b, d, h]``, node 0 = ROOT, row 0 and the diagonal ignored,
@@ -141,6 +141,8 @@ def chu_liu_edmonds_batch(scores: np.ndarray) -> np.ndarray:
     last contraction back. Attention maps need about one pass per word (their cycles appear one after
     another), but each pass costs a few array operations for the whole batch, where
     :func:`chu_liu_edmonds` recurses once per cycle per matrix (``scripts/bench_tree_heads.py``).
+    ``compiled`` (default): the same contractions, compiled per matrix (:mod:`bertlook.analyses.trees_numba`;
+    the same trees, ties included), when numba is installed.
     """
     s = np.array(scores, dtype=np.float64)  # [batch, node, node]: dependent, head; node 0 = ROOT
     if s.ndim != 3 or s.shape[1] != s.shape[2]:
@@ -151,6 +153,27 @@ def chu_liu_edmonds_batch(scores: np.ndarray) -> np.ndarray:
     ar = np.arange(n)  # [node]
     s[:, ar, ar] = -np.inf
     s[:, 0, :] = -np.inf
+    kernel = None if not compiled else _compiled()
+    if kernel is not None:
+        heads = np.empty((B, n), dtype=np.int64)  # [batch, node]
+        kernel.cle_batch(s, heads)
+        return heads
+    return _cle_batch_numpy(s)
+
+
+def _compiled():
+    """:mod:`bertlook.analyses.trees_numba`, or None without numba (the numpy form then runs, same trees)."""
+    try:
+        from bertlook.analyses import trees_numba
+    except ImportError:
+        return None
+    return trees_numba
+
+
+def _cle_batch_numpy(s: np.ndarray) -> np.ndarray:
+    """The numpy form of :func:`chu_liu_edmonds_batch` on prepared scores ``s`` (modified)."""
+    B, n, _ = s.shape
+    ar = np.arange(n)  # [node]
     od = np.broadcast_to(ar[None, :, None], (B, n, n)).astype(np.int32)  # [batch, node, node]: original dependent
     oh = np.broadcast_to(ar[None, None, :], (B, n, n)).astype(np.int32)  # [batch, node, node]: original head
     active = np.ones((B, n), dtype=bool)  # [batch, node]
