@@ -163,6 +163,40 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
     assert "random_init" not in c.meta
 
 
+def test_extract_words_random_init_out_is_both_runs_in_one_job(source_dir, fixtures_dir, tmp_path, capsys):
+    """`extract-words --random-init-seed S --random-init-out R` (the workflow's extract_words job): --out holds
+    the model's maps (as a run without the seed) and R the random-init model's (as a run with the seed and no
+    --random-init-out), bit for bit, each with its own summary; the two flags go together."""
+    import numpy as np
+
+    from bertlook.attention.store import open_store
+    from bertlook.cli import main
+
+    conllu = fixtures_dir / "tiny.conllu"
+    base = ["extract-words", "--treebank", str(conllu), "--model", str(source_dir), "--batch-size", "2",
+            "--device", "cpu"]
+    assert main([*base, "--out", str(tmp_path / "both"), "--summary", str(tmp_path / "both.json"),
+                 "--random-init-seed", "3", "--random-init-out", str(tmp_path / "rboth"),
+                 "--random-init-summary", str(tmp_path / "rboth.json")]) == 0
+    assert main([*base, "--out", str(tmp_path / "model"), "--summary", str(tmp_path / "model.json")]) == 0
+    assert main([*base, "--out", str(tmp_path / "rand"), "--summary", str(tmp_path / "rand.json"),
+                 "--random-init-seed", "3"]) == 0
+    for one_job, alone in (("both", "model"), ("rboth", "rand")):
+        a, b = open_store(tmp_path / one_job, level="word"), open_store(tmp_path / alone, level="word")
+        assert len(a) == len(b) > 0 and a.meta.get("random_init") == b.meta.get("random_init")
+        for (rec_a, map_a), (rec_b, map_b) in zip(a, b):
+            assert rec_a == rec_b and np.array_equal(map_a, map_b), (one_job, rec_a["id"])
+        sa, sb = (json.loads((tmp_path / f"{x}.json").read_text()) for x in (one_job, alone))
+        for key in ("n_examples", "random_init", "unk_tokens", "split_word_fraction"):
+            assert sa.get(key) == sb.get(key), (one_job, key)
+    assert "random_init" not in json.loads((tmp_path / "both.json").read_text())
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "x"), "--random-init-seed", "3", "--random-init-out",
+                 str(tmp_path / "y")]) == 2
+    assert "error: give both --random-init-out and --random-init-summary" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
 # ---- the two readings: probes.random_init_keep / --random-init-keep / random-init --keep -------------
 
 def _tiny_counts(tiny_dir):

@@ -1,6 +1,6 @@
 """The DAG of the tiny configuration (snakemake -n and the rules as Snakemake parsed them): the
-random-init maps come from extract_words_random (the run's model re-initialised in memory, no saved
-model copy), one probes job trains every probe (Table 3, the random-init probe, the norm twin, the
+random-init maps come from the extract_words job itself (the run's model re-initialised in memory on the
+same sentences, no saved model copy, no job of their own), one probes job trains every probe (Table 3, the random-init probe, the norm twin, the
 ablations), extraction.word_shards sets the number of word-level extraction jobs (one: no merge job), and
 extraction.keep_maps: false writes no segment store and makes the word stores temp()."""
 
@@ -58,21 +58,20 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     counts, out = _dry_run(tmp_path)
     assert "random_init_model" not in counts and "models/random_init" not in out
     assert counts["extract_segments"] == 3  # extraction.shards
-    # extraction.word_shards: 2 jobs per split, for the model and for its random-init twin
-    assert counts["extract_words"] == counts["extract_words_random"] == 2 * 2
+    # extraction.word_shards: 2 jobs per split, each writing the model's and the random-init twin's maps
+    assert counts["extract_words"] == 2 * 2 and "extract_words_random" not in counts
     assert counts["merge_words"] == counts["merge_words_random"] == 2
     assert counts["probes"] == counts["heads"] == 1 and "probes_random" not in counts
     for split in ("train", "dev"):
         for shard in ("1of2", "2of2"):
             assert f"attention/randwords-{split}-{shard}" in out and f"attention/words-{split}-{shard}" in out
-            assert f"logs/extract_words_random-{split}-{shard}.log" in out
-            assert f"benchmarks/extract_words_random-{split}-{shard}.tsv" in out
-    # the randwords jobs run the run's model with --random-init-seed (config seed 0)
+            assert f"logs/extract_words-{split}-{shard}.log" in out
+    # each job runs the run's model and its random-init twin (config seed 0) into the two stores
     commands = [line for line in out.splitlines() if " extract-words " in line]
-    assert len(commands) == 8
+    assert len(commands) == 4
     for line in commands:
-        assert f"--model {tiny_bert_dir}" in line
-        assert ("--random-init-seed 0" in line) == ("randwords-" in line), line
+        assert f"--model {tiny_bert_dir}" in line and "--random-init-seed 0" in line, line
+        assert re.search(r"--out \S*attention/words-", line) and re.search(r"--random-init-out \S*attention/randwords-", line)
     probes = [line for line in out.splitlines() if " -m bertlook probes " in line]
     assert len(probes) == 1  # one job: every probe of the run
     for flag in ("--train-attention", "--random-train-attention", "--norm-train-attention", "--ablations keep,drop",
@@ -83,7 +82,7 @@ def test_no_random_init_model_randwords_extracted_in_memory_and_word_shards(tmp_
     # word_shards: null = extraction.shards
     _write_config(tmp_path, tiny_bert_dir, shards=3, word_shards=None)
     counts, _ = _dry_run(tmp_path)
-    assert counts["extract_words"] == counts["extract_words_random"] == 2 * 3
+    assert counts["extract_words"] == 2 * 3 and "extract_words_random" not in counts
 
 
 def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_dir):
@@ -94,6 +93,7 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
     assert not {"extract_words_random", "merge_words_random", "probes_random", "random_init_model"} & set(counts)
     table = [line for line in out.splitlines() if " -m bertlook probes " in line]
     assert len(table) == 1 and "--random-train-attention" not in table[0]
+    assert not [line for line in out.splitlines() if "--random-init-out" in line]
 
 
 @pytest.mark.parametrize("keep", [True, False])
@@ -101,14 +101,19 @@ def test_without_the_random_init_baseline_no_randwords_jobs(tmp_path, tiny_bert_
 def test_word_stores_are_temp_only_with_keep_maps_false(tmp_path, tiny_bert_dir, keep, word_shards):
     rules = _rules(_write_config(tmp_path, tiny_bert_dir, keep_maps=keep, word_shards=word_shards), tmp_path)
     assert "random_init_model" not in rules
-    split_rules = ("merge_words", "merge_words_random") if word_shards else ("extract_words", "extract_words_random")
+    assert "extract_words_random" not in rules
     assert word_shards or "merge_words" not in rules  # one word shard: the extraction writes the split's store
-    for name in split_rules:
-        assert _temp(rules[name], "store") is (not keep), name
-        assert not _temp(rules[name], "summary"), name  # the manifest and the golden check read them
     if word_shards:
-        for name in ("extract_words", "extract_words_random"):  # shard stores: merged by hard links, always temp
-            assert _temp(rules[name], "store") and not _temp(rules[name], "summary"), name
+        for name in ("merge_words", "merge_words_random"):
+            assert _temp(rules[name], "store") is (not keep), name
+            assert not _temp(rules[name], "summary"), name  # the manifest and the golden check read them
+        for out in ("store", "random"):  # shard stores: merged by hard links, always temp
+            assert _temp(rules["extract_words"], out), out
+    else:
+        for out in ("store", "random"):
+            assert _temp(rules["extract_words"], out) is (not keep), out
+    for out in ("summary", "random_summary"):
+        assert not _temp(rules["extract_words"], out), out
     # the segment maps: a store only with keep_maps (the statistics come from the maps in memory)
     assert ("store" in rules["extract_segments"].output.keys()) is keep
     if keep:

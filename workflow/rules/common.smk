@@ -229,6 +229,14 @@ def word_store(prefix):
     return word_maps(directory(run_path("attention", f"{prefix}-{{split}}")))
 
 
+def random_words_flags():
+    """The extract-words flags of the random-init baseline run in the same job (probes.random_init)."""
+    if not RUN_RANDOM_INIT:
+        return {}
+    return dict(random_init_seed=config["seed"], random_init_keep=config["probes"]["random_init_keep"],
+                random_init_out=OUT.random, random_init_summary=OUT.random_summary)
+
+
 def word_summary(prefix):
     return run_path("attention", f"{prefix}-{{split}}{WORD_SHARD_SUFFIX}.summary.json")
 
@@ -372,6 +380,8 @@ GLOVE_FILE = str(_glove_target) if _glove_target else None
 GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
 # The probes need a train split; without one (local source, no train file) there is no Table 3.
 RUN_PROBES = HAS_TRAIN_SPLIT
+# the probes' random-init baseline: its word maps are extracted in the extract_words jobs (probes.random_init)
+RUN_RANDOM_INIT = bool(config["probes"]["random_init"]) and RUN_PROBES
 
 
 def probes_inputs(wildcards):
@@ -379,7 +389,7 @@ def probes_inputs(wildcards):
     norm-based ones (norms.probes), and GloVe."""
     words = lambda maps, split: run_path("attention", f"{maps}-{split}").format(run=wildcards.run)
     inputs = {"train": words("words", "train"), "dev": words("words", "dev")}
-    if config["probes"]["random_init"]:
+    if RUN_RANDOM_INIT:
         inputs.update(random_train=words("randwords", "train"), random_dev=words("randwords", "dev"))
     if RUN_NORM_PROBES:
         inputs.update(norm_train=words("normwords", "train"), norm_dev=words("normwords", "dev"))
@@ -417,7 +427,7 @@ def probes_extra_outputs():
 
 def probes_extra_flags():
     flags = {}
-    if config["probes"]["random_init"]:
+    if RUN_RANDOM_INIT:
         flags.update(random_train_attention=IN.random_train, random_dev_attention=IN.random_dev)
     if RUN_NORM_PROBES:
         flags.update(norm_train_attention=IN.norm_train, norm_dev_attention=IN.norm_dev,

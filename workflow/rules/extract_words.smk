@@ -1,8 +1,8 @@
 # Step `extract-words`: word-level attention maps ([CLS] w1..wn [SEP], split words merged:
-# TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split.
-# extract_words: the run's model (attention/words-*); extract_words_random: the probes' random-init
-# baseline, the run's model re-initialised in memory (`extract-words --random-init-seed`, nothing saved;
-# attention/randwords-*). With extraction.word_shards > 1, one job per word shard ({shard}: a contiguous
+# TO = sum over the word's tokens, FROM = word_attention.from_split) for each treebank split: the run's model
+# (attention/words-*, and its norm-based maps normwords-*) and, in the same job on the same sentences, the
+# probes' random-init baseline, the run's model re-initialised in memory (`extract-words --random-init-seed
+# --random-init-out`, nothing saved; attention/randwords-*). With extraction.word_shards > 1, one job per word shard ({shard}: a contiguous
 # range of the split's sentences) writes a temp() store and merge_words / merge_words_random gather them
 # into one store by hard links (no map copied) and one summary; with one word shard (the default) the job
 # writes the split's store itself (no merge job). With extraction.keep_maps: false the split's stores are
@@ -20,6 +20,9 @@ rule extract_words:
         summary=word_summary("words"),
         # norm-based word maps (norms.enabled), written in the same forward pass
         **({"norms": word_store("normwords")} if RUN_NORMS else {}),
+        # the probes' random-init baseline (probes.random_init): the run's model re-initialised in memory, run
+        # on the same sentences in the same job (nothing saved)
+        **({"random": word_store("randwords"), "random_summary": word_summary("randwords")} if RUN_RANDOM_INIT else {}),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -37,6 +40,7 @@ rule extract_words:
             shard=WORD_SHARD_FLAG,
             summary=OUT.summary,
             norms_out=OUT.norms if RUN_NORMS else None,
+            **random_words_flags(),
         ),
     log:
         log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
@@ -45,47 +49,6 @@ rule extract_words:
     threads: 8
     resources:
         **sizing.snakemake_resources("extract_words", config),
-    conda:
-        ENV_TORCH
-    shell:
-        CMD
-
-
-# A rule of its own, not `use rule extract_words as extract_words_random with:`: its command differs
-# (--random-init-seed), and `with: params:` replaces the whole `cmd` parameter, so the command line
-# would be written out twice anyway.
-rule extract_words_random:
-    input:
-        treebank=run_path("treebank", "{split}.conllu"),
-    output:
-        store=word_store("randwords"),
-        summary=word_summary("randwords"),
-    params:
-        cmd=bertlook_cmd(
-            "extract-words",
-            model_flags,
-            omp_threads=True,
-            random_init_seed=config["seed"],
-            random_init_keep=config["probes"]["random_init_keep"],
-            treebank=IN.treebank,
-            out=OUT.store,
-            from_split=config["word_attention"]["from_split"],
-            text=WORD_TEXT_ARG,
-            batch_size=config["extraction"]["batch_size"],
-            max_seq_len=config["segments"]["max_seq_len"],
-            device=config["extraction"]["device"],
-            shard_mb=config["extraction"]["shard_mb"],
-            max_unk_rate=config["extraction"]["max_unk_rate"],
-            shard=WORD_SHARD_FLAG,
-            summary=OUT.summary,
-        ),
-    log:
-        log_path(f"extract_words_random-{{split}}{WORD_SHARD_SUFFIX}"),
-    benchmark:
-        bench_path(f"extract_words_random-{{split}}{WORD_SHARD_SUFFIX}")
-    threads: 8
-    resources:
-        **sizing.snakemake_resources("extract_words_random", config),
     conda:
         ENV_TORCH
     shell:
@@ -122,19 +85,21 @@ if WORD_SHARDS > 1:
 
     # merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
     # IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
-    use rule merge_words as merge_words_random with:
-        input:
-            stores=every_word_shard(rules.extract_words_random.output.store),
-            summaries=every_word_shard(rules.extract_words_random.output.summary),
-        output:
-            store=word_maps(directory(run_path("attention", "randwords-{split}"))),
-            summary=run_path("attention", "randwords-{split}.summary.json"),
-        log:
-            log_path("merge_words_random-{split}"),
-        benchmark:
-            bench_path("merge_words_random-{split}")
-        resources:
-            **sizing.snakemake_resources("merge_words_random", config),
+    if RUN_RANDOM_INIT:
+
+        use rule merge_words as merge_words_random with:
+            input:
+                stores=every_word_shard(rules.extract_words.output.random),
+                summaries=every_word_shard(rules.extract_words.output.random_summary),
+            output:
+                store=word_maps(directory(run_path("attention", "randwords-{split}"))),
+                summary=run_path("attention", "randwords-{split}.summary.json"),
+            log:
+                log_path("merge_words_random-{split}"),
+            benchmark:
+                bench_path("merge_words_random-{split}")
+            resources:
+                **sizing.snakemake_resources("merge_words_random", config),
 
 
     # The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in

@@ -405,10 +405,13 @@ def extract_word_attention_from_sentences(
     random_init_keep: str = "embeddings",
     norms_out=None,
     text: str = "spaces",
+    random_init_out=None,
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
 
-    ``random_init_seed``: run the random-init baseline of the probes instead of the model itself:
+    ``random_init_out``: run the model into ``out_dir`` and then, on the same prepared sentences, the random-init
+    baseline (``random_init_seed``) into ``random_init_out``; its summary is ``summary["random_init_run"]``.
+    ``random_init_seed`` (without ``random_init_out``): run the random-init baseline of the probes instead of the model itself:
     the model re-initialised in memory by :func:`bertlook.attention.random_init.load_random_init_model` (the
     weights of ``bertlook random-init --seed SEED``, bit for bit); ``meta.json`` and the summary then
     hold ``random_init`` (what ``bertlook_random_init.json`` records). ``random_init_keep``: its reading,
@@ -475,61 +478,105 @@ def extract_word_attention_from_sentences(
     else:
         special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
 
-    random_init = None
-    if random_init_seed is None:
-        model = load_model(resolved, dev)
-    else:
+    prep = _WordRun(examples=examples, alignments=alignments, bad_ids=bad_ids, bad_msgs=bad_msgs, reasons=reasons,
+                    unk=unk, max_unk_rate=max_unk_rate, n_sentences=n_sentences, n_words=n_words, n_split=n_split,
+                    special=special, info=info, src=src, model_spec=model_spec, revision=revision,
+                    from_split=from_split, text=text, batch_size=batch_size, max_seq_len=max_seq_len, device=dev,
+                    shard_mb=shard_mb, progress_every=progress_every, summary_extra=summary_extra)
+    if random_init_out is None:
+        if random_init_seed is None:
+            return _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
         model, random_init = load_random_init_model(resolved, int(random_init_seed), dev, keep=random_init_keep)
+        return _extract_words_with(prep, model, random_init, resolved, out_dir, norms_out)
+    if random_init_seed is None:
+        raise BertlookError("--random-init-out needs --random-init-seed (the random-init model's seed)")
+    summary = _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
+    model, random_init = load_random_init_model(resolved, int(random_init_seed), dev, keep=random_init_keep)
+    summary["random_init_run"] = _extract_words_with(prep, model, random_init, resolved, random_init_out, None)
+    return summary
+
+
+@dataclasses.dataclass
+class _WordRun:
+    """What :func:`extract_word_attention_from_sentences` prepares once for every model it runs."""
+
+    examples: list
+    alignments: dict
+    bad_ids: list
+    bad_msgs: list
+    reasons: dict
+    unk: dict
+    max_unk_rate: float
+    n_sentences: int
+    n_words: int
+    n_split: int
+    special: dict
+    info: dict | None
+    src: Any
+    model_spec: str
+    revision: str | None
+    from_split: str
+    text: str
+    batch_size: int
+    max_seq_len: int
+    device: Any
+    shard_mb: float
+    progress_every: int
+    summary_extra: dict | None
+
+
+def _extract_words_with(p: _WordRun, model, random_init, resolved, out_dir, norms_out) -> dict[str, Any]:
+    """One model's word-level maps of the prepared sentences ``p`` into ``out_dir`` (and ``norms_out``)."""
     meta = {
         "model": resolved.provenance(model.config),
-        "special_tokens": special,
-        "from_split": from_split,
-        "treebank": str(src),
-        "n_sentences": n_sentences,
-        "n_words": n_words,
-        "n_split_words": n_split,
-        "split_word_fraction": round(n_split / n_words, 6) if n_words else None,
-        "text": text,
-        "excluded": {"alignment": len(bad_ids), "alignment_ids": bad_ids},
-        "excluded_alignment_reasons": reasons,
+        "special_tokens": p.special,
+        "from_split": p.from_split,
+        "treebank": str(p.src),
+        "n_sentences": p.n_sentences,
+        "n_words": p.n_words,
+        "n_split_words": p.n_split,
+        "split_word_fraction": round(p.n_split / p.n_words, 6) if p.n_words else None,
+        "text": p.text,
+        "excluded": {"alignment": len(p.bad_ids), "alignment_ids": p.bad_ids},
+        "excluded_alignment_reasons": p.reasons,
         "token_type_ids": "zeros",
-        "unknown_tokens": unk,
+        "unknown_tokens": p.unk,
     }
     if random_init is not None:
         meta["random_init"] = random_init
-    summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
-                               device=dev, level="word", meta=meta, progress_every=progress_every,
-                               shard_mb=shard_mb, transform=make_word_transform(alignments, from_split),
+    summary = extract_to_store(p.examples, model, out_dir, batch_size=p.batch_size, max_seq_len=p.max_seq_len,
+                               device=p.device, level="word", meta=meta, progress_every=p.progress_every,
+                               shard_mb=p.shard_mb, transform=make_word_transform(p.alignments, p.from_split),
                                stored_size=lambda rec, n: len(rec["words"]) + 2,
-                               extra_meta={"shard": info} if info else None, norms_out_dir=norms_out,
-                               step="extract-words")
+                               extra_meta={"shard": p.info} if p.info else None, norms_out_dir=norms_out,
+                               step="extract-words", workers=2 if norms_out is not None else 1)
     summary.update({
-        "treebank": str(src),
-        "model": model_spec,
-        "revision": revision,
-        "from_split": from_split,
-        "n_sentences": n_sentences,
+        "treebank": str(p.src),
+        "model": p.model_spec,
+        "revision": p.revision,
+        "from_split": p.from_split,
+        "n_sentences": p.n_sentences,
         "n_extracted": summary["n_examples"],
         "excluded_too_long_ids": summary["excluded_ids"],
-        "excluded_alignment": len(bad_ids),
-        "excluded_alignment_ids": bad_ids,
-        "excluded_alignment_reasons": reasons,
-        "excluded_straddling_token": reasons["straddling_token"],
-        "alignment_errors": bad_msgs[:MAX_LISTED_ERRORS],
-        "text": text,
-        "n_words": n_words,
-        "n_split_words": n_split,
+        "excluded_alignment": len(p.bad_ids),
+        "excluded_alignment_ids": p.bad_ids,
+        "excluded_alignment_reasons": p.reasons,
+        "excluded_straddling_token": p.reasons["straddling_token"],
+        "alignment_errors": p.bad_msgs[:MAX_LISTED_ERRORS],
+        "text": p.text,
+        "n_words": p.n_words,
+        "n_split_words": p.n_split,
         "split_word_fraction": meta["split_word_fraction"],
-        "special_tokens": special,
+        "special_tokens": p.special,
         "level": "word",
     })
     if random_init is not None:
         summary["random_init"] = random_init
-    summary.update(unk_summary(unk, max_unk_rate))
-    if summary_extra:
-        summary.update(summary_extra)
-    if info is not None:
-        add_shard_fields(summary, info, out_dir)
+    summary.update(unk_summary(p.unk, p.max_unk_rate))
+    if p.summary_extra:
+        summary.update(p.summary_extra)
+    if p.info is not None:
+        add_shard_fields(summary, p.info, out_dir)
     return summary
 
 
@@ -552,6 +599,7 @@ def extract_word_attention(
     random_init_keep: str = "embeddings",
     norms_out=None,
     text: str = "spaces",
+    random_init_out=None,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
@@ -568,7 +616,9 @@ def extract_word_attention(
     ``random_init_keep``: which reading of it (``embeddings``, the default, or ``none``).
     ``norms_out``: also the word-level norm-based maps, in a second store there.
     ``text``: ``spaces`` (words joined by single spaces) or ``original`` (the sentence as written, from the
-    treebank's ``SpaceAfter=No``); see :func:`align_words`.
+    treebank's ``SpaceAfter=No``); see :func:`align_words`. ``random_init_out``: the model's maps and then,
+    on the same sentences, the random-init baseline's (``random_init_seed``) there
+    (:func:`extract_word_attention_from_sentences`).
     """
     path = Path(conllu_path)
     if not path.is_file():
@@ -580,5 +630,5 @@ def extract_word_attention(
         sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
         device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
         progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
-        random_init_keep=random_init_keep, norms_out=norms_out, text=text,
+        random_init_keep=random_init_keep, norms_out=norms_out, text=text, random_init_out=random_init_out,
     )

@@ -60,6 +60,11 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                         f"the paper's reading) or re-initialise them too (none); default {DEFAULT_KEEP}")
     p.add_argument("--norms-out", default=None, metavar="DIR",
                    help="also write the word-level norm-based maps (Kobayashi et al. 2020) to a store here")
+    p.add_argument("--random-init-out", default=None, metavar="DIR",
+                   help="with --random-init-seed: write the model's maps to --out and then, on the same sentences "
+                        "in the same process, the random-init model's to a store here")
+    p.add_argument("--random-init-summary", default=None, metavar="JSON",
+                   help="with --random-init-out: the random-init run's summary")
     p.add_argument("--text", choices=TEXT_MODES, default="spaces",
                    help="tokenize the words joined by single spaces (default) or the original text rebuilt "
                         "from SpaceAfter=No (original); alignment uses the treebank's words either way")
@@ -77,12 +82,17 @@ def _cmd_extract_words(args) -> int:
     if args.random_init_keep is not None and args.random_init_seed is None:
         raise BertlookError("--random-init-keep needs --random-init-seed (it chooses the random-init model's reading)")
     keep = args.random_init_keep or DEFAULT_KEEP
+    if (args.random_init_out is None) != (args.random_init_summary is None):
+        raise BertlookError("give both --random-init-out and --random-init-summary, or neither")
     summary = extract_word_attention(
         args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
         max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
-        random_init_keep=keep, norms_out=args.norms_out, text=args.text,
+        random_init_keep=keep, norms_out=args.norms_out, text=args.text, random_init_out=args.random_init_out,
     )
+    random_run = summary.pop("random_init_run", None)
+    if random_run is not None:
+        write_json(args.random_init_summary, random_run)
     if args.summary:
         write_json(args.summary, summary)
     frac = summary["split_word_fraction"]
@@ -95,7 +105,8 @@ def _cmd_extract_words(args) -> int:
         f"split words {'n/a' if frac is None else f'{100 * frac:.1f}%'}; from-split {summary['from_split']}; "
         f"{summary['unk_tokens']} [UNK] tokens; "
         f"{summary['tokens_per_second']} tokens/s on {summary['device']}"
-        + (f"; random-init model (seed {args.random_init_seed}, keep {keep})" if args.random_init_seed is not None
+        + (f"; random-init model (seed {args.random_init_seed}, keep {keep})"
+           + (f" -> {Path(args.random_init_out)}" if args.random_init_out else "") if args.random_init_seed is not None
            else "")
         + (f"; norm-based maps -> {Path(args.norms_out)}" if args.norms_out else "")
     )
