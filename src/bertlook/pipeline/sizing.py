@@ -111,16 +111,12 @@ BASE_SPACY_MB = 460.0  # segments (tokenizer) 456, silver treebank (spaCy sm) 41
 BASE_SMALL_MB = 250.0  # manifest, compare, coref, summaries, downloads
 MAPS_COPIES = 1.5  # one batch of fp32 maps + its float16 copy
 CPU_FLOPS = 30e9  # FLOP per CPU second of a BERT forward pass (measured 37.7e9 and 65.5e9)
-JS_NS_PER_ENTRY = 1.2  # CPU ns per (head pair x map entry) of the JS divergence (measured 1.11, 0.97)
+JS_NS_PER_ENTRY = 0.7  # CPU ns per (head pair x map entry) of the JS divergence (numba kernel: measured 0.58, 1 thread)
 STATS_NS_PER_ENTRY = 10.0  # CPU ns per map entry of one per-example reader of extract_segments (stats 8.5, rollout 6)
 IO_MB_S = 50.0  # MB/s reading a store (measured 55, 86 on a loaded machine)
-PROBE_STEP_S = 2.5e-3  # CPU s per training sentence, probe and seed (batch 1; measured 2.05e-3, 2.3e-3)
-PROBE_S_PER_FEATURE = 4e-9  # plus per attention feature of the sentence (K * (W+2)^2); README: 0.3 ms / 83k
-# trained probes per seed: probes = attn, attn_glove, attn_glove_released, distances_glove; probes_random =
-# random_init_attn_glove (on the random-init stores)
-# probes: 4 + the 2 controls (issue 14) + distances_only and attn_glove_mlp (issue 16; together about two
-# Attn+GloVe trainings: Distances only about half of Distances+GloVe, the MLP variant about 1.5x)
-PROBES_PER_SEED = {"probes": 8, "probes_random": 1}
+PROBE_STEP_S = 20e-3  # CPU s per training step of the batched probes, every model (offline: 30 ms per step)
+PROBE_S_PER_PAIR_FEATURE = 8e-11  # plus per (pair x attention feature) of every model of every seed
+PROBE_HIDDEN = 256  # the hidden layer of the MLP probes (bertlook.analyses.probes.HIDDEN)
 TREE_S_PER_ENTRY = 1e-8  # tree_heads: CPU s per (tree x map entry x word) (offline MiniLM: 8.4e-9, 1.8e-8 loaded)
 BASE_PROBES_MB = 840.0  # BASE_TORCH_MB + 300: probes RSS 714 (MiniLM), 797 (BERT-base shape, 1 thread)
 STARTUP_S = 20.0  # interpreter + imports + model load of a step
@@ -487,11 +483,38 @@ def _estimate_segment_pass(job: Job) -> tuple[float, float, float]:
     cpu += kinds * (JS_NS_PER_ENTRY * 1e-9 * js_squares * K * K / 2 + STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K)
     if (cfg.get("rollout") or {}).get("enabled", True):
         cpu += STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K
-    mem += (kinds - 1) * MAPS_COPIES * dims.layers * job.batch * dims.heads * seg.longest ** 2 * 4 / MIB
+    maps = dims.layers * job.batch * dims.heads * seg.longest ** 2 * 4 / MIB  # one batch of float32 maps
+    # the norm-based twin of the batch, and the next batch (and its twin) computed while the readers work
+    # on this one (extract-segments with 2+ threads pipelines them)
+    mem += (kinds - 1) * MAPS_COPIES * maps + kinds * MAPS_COPIES * maps
     mem += 4 * K * seg.longest ** 2 * 8 / MIB  # one example in float64 per reader, the JS scratch
     keep = bool(cfg["extraction"].get("keep_maps"))
     disk = (kinds * store_bytes(dims, seg) * 1.05 / MIB if keep else 0.0) + 10.0 * (2 * kinds + 2)
     return mem, cpu, disk
+
+
+def _estimate_probes(job: Job) -> tuple[float, float, float]:
+    """The one probes job (bertlook.analyses.probe_batch): every probe x seed steps together, one sentence per
+    step; a step costs about PROBE_STEP_S plus PROBE_S_PER_PAIR_FEATURE per (dependent, candidate) pair and
+    attention feature of every model reading attention (the per-pair work of the hidden-layer probes is
+    folded into the constant). Memory: the float16 features of every store read, once."""
+    cfg, dims = job.config, job.dims()
+    train = _train_store(job, dims)
+    K = dims.heads_total
+    seeds, epochs = len(cfg["probes"]["seeds"]), int(cfg["probes"]["epochs"])
+    modes = list(cfg["probes"].get("layer_ablations") or [])
+    norm = bool((cfg.get("norms") or {}).get("enabled", True) and (cfg.get("norms") or {}).get("probes", True))
+    random = bool(cfg["probes"].get("random_init", True))
+    # attention-reading models per seed: Table 3's 5 (+1 random-init), 3 on the norm maps, 1 per ablation
+    attn_models = 5 + int(random) + 3 * int(norm) + dims.layers * len(modes)
+    pairs = train.squares / max(1, train.count)  # mean (W+2)^2 ~ pairs per sentence
+    step = PROBE_STEP_S + PROBE_S_PER_PAIR_FEATURE * seeds * pairs * (attn_models * 4 * K + 2 * K * PROBE_HIDDEN)
+    cpu = STARTUP_S + epochs * train.count * step
+    stores = 1 + int(norm) + int(random)
+    glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
+    # float16 word-word blocks and ROOT parts of train + dev (a quarter of train): about 0.7 x (W+2)^2 per head
+    mem = BASE_PROBES_MB + glove_mb + stores * 1.25 * 0.7 * train.squares * K * 2 / MIB
+    return mem, cpu, 30.0
 
 
 def _estimate(job: Job) -> tuple[float, float, float]:
@@ -499,7 +522,7 @@ def _estimate(job: Job) -> tuple[float, float, float]:
     rule, cfg = job.rule, job.config
     if rule == "extract_segments":
         return _estimate_segment_pass(job)
-    if rule in ("extract_words", "extract_words_random", "coref_extract"):
+    if rule in ("extract_words", "coref_extract"):
         dims = job.dims()
         if rule == "coref_extract":
             docs = max(1, sum(path_bytes(p) or 0 for p in job.inputs) // 20_000)  # ~20 kB per CoNLL-2012 part
@@ -507,9 +530,13 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         else:
             words, pieces = _words(job)
         mem, cpu = _forward(dims, pieces, job.batch)
-        # norms.enabled: extract_words also writes the norm-based store, the same size
-        stores = 2 if rule == "extract_words" and _norms_on(cfg) else 1
-        return mem, cpu, stores * store_bytes(dims, words) * 1.05 / MIB
+        if rule == "coref_extract":
+            return mem, cpu, store_bytes(dims, words) * 1.05 / MIB
+        # extract_words: the norm-based store (norms.enabled) and the random-init model's maps of the same
+        # sentences in the same job (probes.random_init: a second forward pass), each a store of the same size
+        random = bool((cfg.get("probes") or {}).get("random_init", True))
+        stores = 1 + int(_norms_on(cfg)) + int(random)
+        return mem, cpu + (cpu - STARTUP_S) * int(random), stores * store_bytes(dims, words) * 1.05 / MIB
     if rule in ("gradients", "gradients_shard"):
         if not job.reads_maps():  # the gather of the shards' partial sums
             return BASE_PLOT_MB, STARTUP_S, 10.0
@@ -547,29 +574,8 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
         cpu = STARTUP_S + nbytes / (IO_MB_S * 1e6) + TREE_S_PER_ENTRY * 2 * dims.heads_total * cubes
         return BASE_PLOT_MB + 8 * one, cpu, 10.0
-    if rule == "probe_ablations":
-        # Attn+GloVe per seed: the reference with every head, then per layer and mode the heads kept
-        dims = job.dims()
-        train = _train_store(job, dims)
-        one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
-        glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
-        modes = list(cfg["probes"].get("layer_ablations") or [])
-        L, K = dims.layers, dims.heads_total
-        heads = K + L * ((K // L if "keep" in modes else 0) + (K - K // L if "drop" in modes else 0))
-        trainings = 1 + L * len(modes)
-        per_seed = train.count * (trainings * PROBE_STEP_S
-                                  + PROBE_S_PER_FEATURE * heads * train.squares / max(1, train.count))
-        cpu = STARTUP_S + len(cfg["probes"]["seeds"]) * int(cfg["probes"]["epochs"]) * per_seed
-        return BASE_PROBES_MB + glove_mb + 8 * one, cpu, 10.0
-    if rule in ("probes", "probes_random"):
-        dims = job.dims()
-        train = _train_store(job, dims)
-        one = dims.heads_total * (job.max_len + 2) ** 2 * 8 / MIB
-        glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
-        runs = len(cfg["probes"]["seeds"]) * int(cfg["probes"]["epochs"]) * PROBES_PER_SEED[rule]
-        per_sentence = PROBE_STEP_S + PROBE_S_PER_FEATURE * dims.heads_total * train.squares / max(1, train.count)
-        cpu = STARTUP_S + runs * train.count * per_sentence
-        return BASE_PROBES_MB + glove_mb + 8 * one, cpu, 10.0
+    if rule == "probes":
+        return _estimate_probes(job)
     if rule == "segments":
         n = int(cfg["segments"]["n_segments"])
         return BASE_SPACY_MB, STARTUP_S + 0.05 * n, n * job.max_len * 20 / MIB
@@ -588,12 +594,11 @@ def _estimate(job: Job) -> tuple[float, float, float]:
 
 
 SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "resources_summary", "report_pages",
-               "gather_extraction", "merge_words", "merge_words_random")
+               "gather_extraction", "merge_words", "merge_words_random", "merge_words_norm")
 KNOWN_RULES = (
     "segments", "download_wikipedia", "download_glove", "extract_segments",
     "surface_stats", "cluster_heads", "rollout", "figures", "treebank", "extract_words",
-    "extract_words_random", "heads", "probes", "probes_random", "coref_extract", "gradients_shard",
-    "gradients", "tree_heads", "probe_ablations", *SMALL_RULES,
+    "heads", "probes", "coref_extract", "gradients_shard", "gradients", "tree_heads", *SMALL_RULES,
 )
 
 
