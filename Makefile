@@ -1,6 +1,7 @@
 # bertlook — common entry points. Everything runs from a local virtualenv (.venv).
-#   make test        install into .venv and run the test suite (offline; ~5 min on 2 cores), less the `slow` tests
-#   make test-all    the whole suite, `slow` tests included (what CI runs; ~11-14 min more)
+#   make test        install into .venv and run the test suite (offline, 2 pytest workers), less the `slow` tests
+#   make test-unit   the tests that run no Snakemake (no `e2e`, `slow` or `slurm` mark): the quick loop while coding
+#   make test-all    the whole suite, `slow` tests included (what CI runs)
 #   make test-slurm  set up a one-node SLURM cluster here (root: apt-get, daemons) and run the workflow on it
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
@@ -11,7 +12,8 @@
 #   make lint        snakemake --lint (on the tiny configuration .test/config.yaml)
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
-#   make bench       benchmark scripts (extraction, JS divergence, head accuracy, probes, hand-written parts)
+#   make bench       benchmark scripts (extraction, one pass vs stores read back, JS divergence, head accuracy, probes,
+#                    hand-written parts): each prints its before/after ratio and its physical limit
 #   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~40 min)
 PYTHON ?= python3
 VENV ?= .venv
@@ -28,7 +30,7 @@ GOLDEN := tests/golden/offline-minilm.json
 TOLERANCES := tests/golden/tolerances.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test test-all test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
+.PHONY: install test test-unit test-all test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
 
 # A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
 # next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
@@ -43,13 +45,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]" torch==2.13.0
 	touch $@
 
+# pytest-xdist: TEST_WORKERS processes (2 = the CI machine's cores; TEST_WORKERS=0 runs in this process); each
+# test file stays on one worker (--dist loadfile), so a module's fixtures (a finished tiny run) are made once
+TEST_WORKERS ?= 2
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
+	$(PYTEST)
+
+test-unit: install
+	$(PYTEST) -m "not e2e and not slow and not slurm"
 
 # the `slow` tests too (K = 1 vs K = 4 shards, a killed run resuming, the shell-injection run, the
 # languages DAG, the parquet corpus): -m on the command line replaces the one in pyproject's addopts
 test-all: install
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slurm"
+	$(PYTEST) -m "not slurm"
 
 # tests/test_slurm.py -m slurm (excluded from `make test`): installs slurm-wlm + munge with apt-get when
 # missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables.
@@ -96,6 +106,7 @@ lint: install
 
 bench: install
 	$(BIN)/python scripts/bench_extract.py
+	$(BIN)/python scripts/bench_one_pass.py
 	$(BIN)/python scripts/bench_js.py --threads 2
 	$(BIN)/python scripts/bench_heads.py
 	$(BIN)/python scripts/bench_probes.py

@@ -337,6 +337,7 @@ def test_paper_comparable_truth_table():
     assert compare.paper_comparable({}, "ptb_sd") is False  # compare_with_paper defaults to false
 
 
+@pytest.mark.e2e  # parses the Snakefile with Snakemake's API (make test-unit runs no Snakemake)
 @pytest.mark.parametrize("treebank,kind", TREEBANK_CASES, ids=["silver", "ud", "local-ptb_sd", "local-ud"])
 def test_workflow_helper_and_comparison_agree(tmp_path, monkeypatch, treebank, kind):
     """The workflow's paper_comparable (common.smk: heads --paper-comparable) and the comparison's

@@ -78,7 +78,7 @@ def test_cpu_profile_asks_for_no_gpu(monkeypatch):
 
 def test_gpu_profile_puts_the_model_rules_on_the_gpu_partition(monkeypatch):
     model_rules = {name for name, body in rules_in_smk().items() if MODEL_RULE_MARK in body}
-    assert {"extract_segments", "extract_words", "extract_words_random"} <= model_rules
+    assert {"extract_segments", "extract_words", "coref_extract", "gradients_shard"} <= model_rules
     profile = load_profile("slurm", monkeypatch)
     on_gpu = {rule for rule, res in profile["set-resources"].items() if res.get("gpu")}
     assert on_gpu == model_rules
@@ -239,8 +239,8 @@ def _tables(workdir: Path) -> dict[str, bytes]:
 
 
 def slurm_test_config(workdir: Path, model_dir: Path) -> dict:
-    """tiny_config without the random-init probe baseline (5 jobs fewer: extract_words_random and
-    merge_words_random per split, probes_random) and with one probe seed."""
+    """tiny_config without the random-init probe baseline (a forward pass fewer in each extract_words job, a
+    probe fewer per seed) and with one probe seed."""
     config = tiny_config(workdir, model_dir)
     config["probes"].update(random_init=False, seeds=[0])
     return config

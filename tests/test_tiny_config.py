@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bertlook.pipeline.config import load_yaml_strict, validate_config
@@ -54,6 +55,7 @@ def test_tiny_config_helper_starts_from_the_file(tmp_path):
     validate_config(config)
 
 
+@pytest.mark.e2e  # snakemake --lint, --list-rules and -n
 def test_tiny_config_lints_and_plans_every_rule(tmp_path):
     """`snakemake --lint` is clean and `snakemake -n` schedules a job of every rule the workflow
     defines with this configuration (coreference included), run as a user would: relative paths."""
