@@ -155,7 +155,295 @@ def test_every_declared_output_is_well_formed(finished_run):
     assert t3["engine"] == "batched"
     assert table3.set_index("probe").loc["random_init_attn_glove", "n_seeds"] == 2
     assert (run / "tables" / "table3_norm.csv").is_file() and (run / "tables" / "probe_ablations.csv").is_file()
+
+
+def test_rerun_is_a_noop(finished_run):
+    workdir, run = finished_run
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+
+
+# ---- the HTML report (snakemake --report) ---------------------------------------------------------
+# Snakemake 9 writes one HTML file: its entries sit in `var results = {...};` (a JSON object: path ->
+# name, labels, mime_type, caption (HTML), job_properties, data_uri = the file, base64), the sidebar's
+# `var categories = {category: {subcategory: [path, ...]}};`, the rules in `var rules = {...};`.
+REPORT_MAX_BYTES = 4_500_000  # Snakemake's own scripts (React, Vega, Tailwind) are ~3.0 MB of it
+REPORT_MAX_FIGURE_WIDTH = 1600  # bertlook.reporting.report_pages.PAGE_WIDTH_PX
+
+
+def _report_var(html: str, name: str):
+    import re
+
+    m = re.search(rf"^\s*var {name} = (\{{.*\}});\s*$", html, flags=re.M)  # (Vega has `var results = new ...`)
+    assert m, f"report: no `var {name} = ...;` line"
+    return json.loads(m.group(1))
+
+
+def _decode(uri: str) -> bytes:
+    import base64
+
+    head, sep, data = uri.partition(";base64,")
+    assert sep and head.startswith("data:"), uri[:80]
+    return base64.b64decode(data)
+
+
+def _text(page: str) -> str:
+    """The text of an HTML page (tags dropped, entities decoded, whitespace collapsed)."""
+    import html
+    import re
+
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+@pytest.fixture(scope="module")
+def built_report(finished_run):
+    """The report of the e2e run, parsed: (path, html, entries: path -> entry with `data` decoded,
+    categories)."""
+    workdir, run = finished_run
+    report = workdir / "report.html"
+    proc = snakemake(workdir, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = report.read_text(encoding="utf-8")
+    entries = _report_var(html, "results")
+    for entry in entries.values():
+        entry["data"] = _decode(entry["data_uri"])
+    return report, html, entries, _report_var(html, "categories")
+
+
+def _entry(entries, path_end: str):
+    found = [e for p, e in entries.items() if p.endswith(path_end)]
+    assert len(found) == 1, f"report: {len(found)} entries end with {path_end}: {sorted(entries)}"
+    return found[0]
+
+
+def test_report_lists_every_entry_with_a_human_label(built_report):
+    _, _, entries, categories = built_report
+    for path, entry in entries.items():
+        assert set(entry["labels"] or {}) == {"result"}, (path, entry["labels"])
+        label = entry["labels"]["result"]
+        assert label and "/" not in label and not label.endswith((".csv", ".png", ".html")), (path, label)
+    names = {c: sorted(e["labels"]["result"] for sub in subs.values() for e in (entries[p] for p in sub))
+             for c, subs in categories.items()}
+    assert [n.split(":")[0] for n in names["Figures"]] == [f"Figure {k} twin" for k in range(1, 7)]
+    assert [n.split(":")[0] for n in names["Tables"] if n.startswith("Table")] == [
+        "Table 1 twin", "Table 2 twin", "Table 3 twin"]
+    assert names["Comparison with the paper"] == ["Comparison with the paper"]
+    assert {"Models side by side (table)", "Models side by side (figure)"} <= set(names["Comparison across models"])
+    assert all(n.endswith("(CSV)") for n in names["Data files (CSV)"])
+    assert set(categories["Tables"]) == {f"{RUN}: Twins of the paper's tables", f"{RUN}: Per-head and per-layer tables"}
+    # only page-sized copies of the figures are in the report, and each table is a page
+    for path, entry in entries.items():
+        assert entry["mime_type"] in ("text/html", "image/png", "text/csv"), (path, entry["mime_type"])
+        assert (entry["mime_type"] == "text/csv") == (path.endswith(".csv")), path
+        if entry["mime_type"] != "text/csv":
+            assert f"{os.sep}report{os.sep}" in path, path
+
+
+def test_report_shows_every_table_as_text_in_percent(built_report, finished_run):
+    """Every table's numbers are in its page as text, formatted as percents (the CSVs' fractions
+    never appear raw), and the CSVs stay as downloads with the same numbers."""
+    from bertlook.reporting.formatting import pct
+
+    _, run = finished_run
+    _, _, entries, _ = built_report
+    page = lambda name: _text(_entry(entries, f"{RUN}/report/{name}")["data"].decode("utf-8"))
+
+    def check(name, df, columns):
+        text = page(name)
+        for col in columns:
+            for value in df[col].dropna():
+                assert f" {pct(value)} " in f" {text} ", (name, col, value, pct(value))
+                if len(repr(float(value))) >= 8:  # e.g. 0.0613207547: never shown raw
+                    assert repr(float(value)) not in text, (name, col, value)
+        return text
+
+    stats = pd.read_csv(run / "tables" / "attention_stats.csv")
+    check("attention_stats.html", stats, ["cls", "sep", "punct", "self", "prev", "next", "sep_sep", "rest_sep"])
+    text = check("head_accuracy.html", pd.read_csv(run / "tables" / "head_accuracy.csv"), ["accuracy"])
+    assert "1-1 1-2 2-1 2-2" in text and "All d→h" in text
+    t1 = pd.read_csv(run / "tables" / "table1.csv")
+    text = check("table1.html", t1, ["accuracy", "baseline_accuracy"])
+    assert all(str(rel) in text for rel in t1["relation"])
+    t2 = pd.read_csv(run / "tables" / "table2.csv")
+    check("table2.html", t2[t2["system"] != "neural"], ["all", "pronoun", "proper", "nominal"])
+    t3 = pd.read_csv(run / "tables" / "table3.csv")
+    check("table3.html", t3, ["uas_mean"])
+    check("table3_norm.html", pd.read_csv(run / "tables" / "table3_norm.csv"), ["uas_mean"])
+    check("table1_norm.html", pd.read_csv(run / "tables" / "table1_norm.csv"), ["accuracy"])
+    check("rollout_stats.html", pd.read_csv(run / "tables" / "rollout_stats.csv"), ["cls", "sep", "punct", "other"])
+    report_card = pd.read_csv(run / "tables" / "head_report.csv")
+    check("head_report.html", report_card, ["confidence", "sink", "best_accuracy"])
+    assert "no masked-LM head" in page("sep_gradients.html")  # the note of a stage that did not run
+    clusters = pd.read_csv(run / "tables" / "head_clusters.csv")
+    assert all(b in page("head_clusters.html") for b in clusters["behavior"])
+    js = page("js_divergence.html")
+    assert js.count("1-1") == 2 and js.count("2-2") == 2  # rows and columns named by head
+    comparison = pd.read_csv(run / "comparison.csv")
+    text = page("comparison.html")
+    numeric = comparison[comparison["section"].isin(["Table 1", "Table 2", "Table 3"])].dropna(subset=["reproduced"])
+    assert len(numeric) > 10
+    for value in numeric["reproduced"]:  # in percent already, one decimal on the page
+        assert f" {float(value):.1f} " in f" {text} ", value
+    assert "Nothing comparable to the paper" in text
+    assert "extract_segments" in page("resources.html") and "TOTAL" in page("resources.html")
+    summary = _text(_entry(entries, "tiny-all-models/report/models_summary.html")["data"].decode("utf-8"))
+    models = pd.read_csv(run.parent / "tiny-all-models" / "models_summary.csv")
+    for value in models[models["section"] == "Table 1"]["value"]:
+        assert f" {pct(value)} " in f" {summary} ", value
+    for name in ("attention_stats.csv", "table1.csv", "comparison.csv", "head_accuracy.csv"):
+        source = next(run.rglob(name))
+        assert _entry(entries, f"{RUN}/{source.relative_to(run)}")["data"] == source.read_bytes(), name
+
+
+def test_report_is_small_and_its_figures_fit_the_page(built_report):
+    import struct
+
+    report, _, entries, _ = built_report
+    size = report.stat().st_size
+    print(f"report: {size:,} bytes, {len(entries)} entries")
+    assert size < REPORT_MAX_BYTES, size
+    n_figures = 0
+    for path, entry in entries.items():
+        if entry["mime_type"] == "image/png":
+            n_figures += 1
+            width = struct.unpack(">II", entry["data"][16:24])[0]
+            assert width <= REPORT_MAX_FIGURE_WIDTH, (path, width)
+            full = Path(path).parent.parent / "figures" / Path(path).name
+            if full.is_file():  # the full-resolution PNG stays in figures/
+                assert struct.unpack(">II", full.read_bytes()[16:24])[0] >= width
+    # Figs 1-6, norms, Fig 5 on norms, rollout, report card, the cross-model figure, the tree-heads figure
+    assert n_figures == 12
+
+
+def test_report_holds_no_checkout_or_virtualenv_path(built_report):
+    """The report is shared: the rules' command lines and inputs must not carry the absolute paths of
+    this checkout or of the virtualenv (the command prefix reads them from the environment)."""
+    _, html, entries, _ = built_report
+    venv = str(Path(sys.prefix))
+    leaks = [p for p in (str(ROOT), venv, str(Path(sys.executable).resolve().parent)) if p in html]
+    assert not leaks, leaks
+    for path, entry in entries.items():
+        if entry["mime_type"] != "image/png":
+            text = entry["data"].decode("utf-8", "replace")
+            assert str(ROOT) not in text and venv not in text, path
+    cmd = _entry(entries, "/report/table1.html")["job_properties"]["params"]
+    assert "-m bertlook report-pages" in cmd and "BERTLOOK_PYTHON" in cmd
+
+
+def test_report_captions_say_what_this_run_shows(built_report):
+    _, _, entries, _ = built_report
+    fig3 = _text(_entry(entries, "/report/fig3_sep_gradients.png")["caption"])
+    assert "In this run the gradient stage did not run" in fig3 and "no masked-LM head" in fig3
+    assert "Right: the average magnitude" not in fig3  # the panels of a run that ran: not drawn here
+    fig1 = _text(_entry(entries, "/report/fig1_example_heads.png")["caption"])
+    assert "as in this run" in fig1 and "no head attends mostly to" in fig1
+    for path, entry in entries.items():
+        caption = entry["caption"]
+        assert "System Message" not in caption and "comparison.md`` of the run" not in caption, path
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_report_renders_in_a_headless_browser(built_report, tmp_path):
+    """One screenshot of the report opened in headless Chromium on the Table 1 twin's page (a copy of
+    the report whose last script opens that entry, as a click would); no script error on the console.
+    Without Chromium (Debian: apt-get install chromium) this fails where BERTLOOK_REQUIRE_CHROMIUM or CI
+    is set (.ci/run sets it), and is skipped, saying why, elsewhere."""
+    browser = _chromium()
+    if browser is None:
+        why = "no headless Chromium on PATH (Debian package `chromium`: apt-get install -y chromium)"
+        if os.environ.get("BERTLOOK_REQUIRE_CHROMIUM") or os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why + "; the report's HTML checks ran, only its screenshot did not")
+    report, html, entries, _ = built_report
+    target = next(p for p in entries if p.endswith("/report/table1.html"))
+    opener = ("<script>window.addEventListener('load', function () { setTimeout(function () {"
+              f" var p = {json.dumps(target)}; app.showCategory('Tables');"
+              " app.setView({content: 'html', contentPath: results[p].data_uri, resultPath: p,"
+              " navbarMode: 'resultinfo'}); }, 200); });</script>")
+    page = tmp_path / "report-table1.html"
+    head, body_end, tail = html.rpartition("</body>")  # the page's own (Vega's script holds one too)
+    assert body_end, "report: no </body>"
+    page.write_text(head + opener + body_end + tail, encoding="utf-8")
+    shot = tmp_path / "report-table1.png"
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=8000", "--window-size=1600,1000", f"--screenshot={shot}", page.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+    assert not console, console
+    from PIL import Image
+
+    with Image.open(shot) as img:
+        rgb = np.asarray(img.convert("RGB"), dtype=np.float64)  # [y, x, rgb]
+    assert rgb.shape[:2] == (1000, 1600)
+    right = rgb[:, 800:]  # the content pane: the table page is white with dark text, the report dark
+    assert (right.mean(axis=2) > 245).mean() > 0.3 and rgb.std() > 20, "the table page is not shown"
+    print(f"screenshot: {shot}")
+
+
+def test_golden_round_trip_and_regression_detection(finished_run, tmp_path):
+    """make-golden then check-regression passes; a changed number makes it exit 1 naming it."""
+    _, run = finished_run
+    bertlook = [sys.executable, "-m", "bertlook"]
+    golden = tmp_path / "golden.json"
+    assert subprocess.run(bertlook + ["make-golden", str(run), "--out", str(golden)]).returncode == 0
+    ok = subprocess.run(bertlook + ["check-regression", str(run), "--against", str(golden)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    data = json.loads(golden.read_text())
+    key = next(iter(data["groups"]["attention_stats"]["values"]))
+    data["groups"]["attention_stats"]["values"][key] += 0.01
+    golden.write_text(json.dumps(data))
+    bad = subprocess.run(bertlook + ["check-regression", str(run), "--against", str(golden)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and key in bad.stdout + bad.stderr
+
+
+def test_interrupted_outputs_are_rebuilt_identically(finished_run):
+    """Delete a table (as after a crash): snakemake rebuilds it, with identical numbers."""
+    workdir, run = finished_run
+    table = run / "tables" / "attention_stats.csv"
+    before = table.read_text()
+    table.unlink()
+    proc = snakemake(workdir, "--rerun-triggers", "mtime")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert table.read_text() == before
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/offline.yaml"])
+def test_lint_is_clean_and_dag_builds(configfile, tmp_path):
+    """`snakemake --lint` stays clean and the DAG of both shipped configurations builds (dry run)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    base = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--configfile", str(ROOT / configfile)]
+    lint = subprocess.run(base + ["--lint"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    dry = subprocess.run(base + ["-n", "--directory", str(tmp_path)], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule heads:" in dry.stdout and "rule manifest:" in dry.stdout
+
+
+def test_several_models_fan_out_with_a_cross_model_summary(tmp_path, tiny_bert_dir):
+    """`models:` with two entries: every stage runs per model and models_summary reads both runs."""
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    config["models"].append({"label": "rand2", "name_or_path": str(tiny_bert_dir), "revision": None})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(tmp_path, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for run in ("tiny-rand", "tiny-rand2"):
+        assert f"results/{run}/tables/table1.csv" in out and f"results/{run}/comparison.csv" in out
+    assert out.count("rule extract_segments:") == 2 and out.count("rule models_summary:") == 1
     assert "--run-dir" in out and "tiny-rand2" in out.split("models-summary", 1)[1].split("\n", 1)[0]
+
 
 
 @pytest.mark.slow  # a second whole tiny run (1.5 min here): make test-all, CI
