@@ -242,9 +242,9 @@ def word_summary(prefix):
 
 
 def word_maps(path):
-    """The word-level stores of a split (attention/words-*, normwords-*, randwords-*): kept
-    (extraction.keep_maps), or temp() -- deleted once their consumers ran (heads, rollout_words, tree_heads,
-    probes; see extract_words.smk, priorities)."""
+    """The word-level stores of a split (attention/words-*, normwords-*, randwords-*) and the coreference
+    maps (attention/coref): kept (extraction.keep_maps), or temp() -- deleted once their consumers ran (heads,
+    rollout_words, tree_heads, probes; coref; see extract_words.smk, priorities)."""
     return path if KEEP_MAPS else temp(path)
 
 

@@ -7,7 +7,7 @@ if COREF_FILES:
         input:
             coref_input_files,
         output:
-            store=directory(run_path("attention", "coref")),
+            store=word_maps(directory(run_path("attention", "coref"))),  # temp() without extraction.keep_maps
             summary=run_path("attention", "coref.summary.json"),
         params:
             cmd=bertlook_cmd(
