@@ -8,6 +8,7 @@ offline configuration). Each entry of ``models`` becomes a *run* whose results l
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import math
 import os
@@ -220,6 +221,13 @@ def _treebank_label_problems(config: dict[str, Any]) -> list[str]:
     return problems
 
 
+@functools.lru_cache(maxsize=4)
+def _schema(path: str) -> dict[str, Any]:
+    """The parsed schema file (parsed once per process: the YAML parser takes ~50 ms; callers copy it)."""
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
 def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Validate ``config`` (a dict); return a normalised copy with defaults filled.
 
@@ -231,8 +239,7 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     """
     import jsonschema
 
-    with open(schema_path(), encoding="utf-8") as fh:
-        schema = yaml.safe_load(fh)
+    schema = copy.deepcopy(_schema(str(schema_path())))  # a copy: defaults are filled from it by reference
     if not isinstance(config, dict):
         raise BertlookError(f"{source}: a configuration must be a mapping, got {type(config).__name__}")
     size = _expanded_size(config)
