@@ -272,11 +272,12 @@ def test_merge_summaries_sums_counts_checks_settings_and_recomputes_rates():
           "excluded_ids": [7], "unk_tokens": 1, "non_special_tokens": 20, "unk_rate": 0.05, "n_words": 10,
           "n_split_words": 1, "split_word_fraction": 0.1, "unk_examples": [{"id": 1}] * 4,
           "shard": {"index": 1, "count": 2}, "store_meta": {"n_examples": 3},
-          "treebank_counts": {"sentences": 20}, "out_dir": "a", "disk_free_bytes": 100}
+          "treebank_counts": {"sentences": 20}, "out_dir": "a", "disk_free_bytes": 100, "map_bytes": 800}
     s2 = {**s1, "n_examples": 2, "tokens": 10, "seconds": 3.0, "excluded_ids": [9], "unk_tokens": 0,
           "n_split_words": 4, "unk_examples": [{"id": 2}] * 3, "shard": {"index": 2, "count": 2}, "out_dir": "b",
-          "disk_free_bytes": 50}
+          "disk_free_bytes": 50, "map_bytes": 200}
     m = sharding.merge_summaries([s1, s2])
+    assert m["map_bytes"] == 1000  # float16 bytes of the shards' maps: a sum, so K shards give K = 1's count
     assert m["n_examples"] == 5 and m["tokens"] == 40 and m["seconds"] == 4.0 and m["tokens_per_second"] == 10.0
     assert m["excluded_ids"] == [7, 9] and len(m["unk_examples"]) == 5 and m["batch_size"] == 4
     assert m["unk_rate"] == 1 / 40 and m["split_word_fraction"] == 0.25

@@ -175,7 +175,7 @@ SUM_KEYS = frozenset({
     "n_input", "n_examples", "excluded_too_long", "tokens", "padded_tokens", "seconds", "estimated_bytes",
     "estimated_map_bytes", "unk_tokens", "non_special_tokens", "examples_with_unk", "examples",
     "n_sentences", "n_extracted", "excluded_alignment", "n_words", "n_split_words", "alignment", "too_long",
-    "n_shards", "excluded_straddling_token",
+    "n_shards", "excluded_straddling_token", "map_bytes",
 })
 #: mappings of counts added key by key (extract-words: sentences excluded per alignment reason)
 DICT_SUM_KEYS = frozenset({"excluded_alignment_reasons"})
