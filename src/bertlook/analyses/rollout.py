@@ -40,14 +40,21 @@ def rollout(maps: "np.ndarray") -> "np.ndarray":
     ``R_l = A_hat_l @ R_{l-1}`` (float64). Row i of ``R_l``: how much of token i's representation at
     layer l comes from each input token j.
     """
-    a = np.asarray(maps, dtype=np.float64)  # [layer, head, query_pos, key_pos]
+    a = np.asarray(maps)  # [layer, head, query_pos, key_pos]
     if a.ndim != 4 or a.shape[-1] != a.shape[-2] or a.shape[0] < 1 or a.shape[1] < 1 or a.shape[-1] < 1:
         raise BertlookError(f"rollout: expected maps of shape [layer, head, n, n], got {list(a.shape)}")
-    if not np.isfinite(a).all():
+    if a.dtype == np.float16:  # the stores' and the stream's maps: the same mean, without a float64 copy
+        from bertlook.analyses.map_kernels import head_mean
+
+        mean, finite = head_mean(a)  # [layer, query_pos, key_pos]
+    else:
+        a = np.asarray(a, dtype=np.float64)
+        mean, finite = a.mean(axis=1), bool(np.isfinite(a).all())
+    if not finite:
         raise BertlookError("rollout: non-finite attention values")
     L, _, n, _ = a.shape
     eye = np.eye(n)  # [query_pos, key_pos]
-    a_hat = (1.0 - RESIDUAL_WEIGHT) * a.mean(axis=1) + RESIDUAL_WEIGHT * eye  # [layer, query_pos, key_pos]
+    a_hat = (1.0 - RESIDUAL_WEIGHT) * mean + RESIDUAL_WEIGHT * eye  # [layer, query_pos, key_pos]
     sums = a_hat.sum(axis=-1, keepdims=True)  # [layer, query_pos, 1]
     if (sums <= 0).any():
         raise BertlookError("rollout: an attention row sums to a non-positive value")

@@ -48,12 +48,15 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
     """Entropy (nats) of each smoothed row of ``attn[..., n, n]`` -> ``[..., n]`` (float64).
 
     A float16 map takes the same values through :func:`xlogx_table` (every float16 value's smoothed
-    ``p ln p`` computed once, in float64): the same products and the same sums, bit for bit, 3x faster.
+    ``p ln p`` computed once, in float64), added by :func:`bertlook.analyses.map_kernels.table_row_sums` in
+    numpy's order: the same products and the same sums, bit for bit, 20x faster.
     """
     a = np.asarray(attn)
     n = a.shape[-1]
     if a.dtype == np.float16:
-        return -np.take(xlogx_table(n, smoothing), a.view(np.uint16)).sum(axis=-1)  # [..., query_pos]
+        from bertlook.analyses.map_kernels import table_row_sums  # numba: compiled once, loaded from its cache
+
+        return -table_row_sums(xlogx_table(n, smoothing), a.view(np.uint16))  # [..., query_pos]
     a = np.asarray(a, dtype=np.float64)
     p = (1.0 - smoothing) * a + smoothing / n  # [..., query_pos, key_pos]
     return -(p * np.log(p)).sum(axis=-1)  # [..., query_pos]
