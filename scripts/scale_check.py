@@ -130,6 +130,30 @@ def gradient_flops(forward: float, masked_tokens: int, hidden: int, vocab: int,
     return factor * forward + 4.0 * masked_tokens * (hidden * hidden + hidden * vocab)
 
 
+def js_elements(summary: dict[str, Any], tokens: int, examples: int, sum_sq: float | None, num_heads_total: int) -> float:
+    """Pair-elements of the JS divergence readers of an extraction job (``readers.js_*`` of its summary): for
+    each map kind, ``sum n^2`` over the examples read times the ``K (K + 1) / 2`` head pairs ``j >= i``
+    (what :mod:`bertlook.analyses.xlogx` visits); ``sum n^2`` exact when given, else ``tokens^2 / examples``,
+    scaled to the examples read."""
+    readers = summary.get("readers") if isinstance(summary, dict) else None
+    if not isinstance(readers, dict) or examples <= 0 or num_heads_total <= 0:
+        return 0.0
+    sq = sum_sq if sum_sq is not None else tokens * tokens / examples
+    total = 0.0
+    for name, info in readers.items():
+        if name.startswith("js_") and isinstance(info, dict):
+            read = min(int(info.get("examples") or 0), examples)
+            total += sq * read / examples * num_heads_total * (num_heads_total + 1) / 2
+    return total
+
+
+def js_limit(elements: float, ns_per_element: float | None, threads: int) -> float:
+    """Seconds ``elements`` JS pair-elements take at the arithmetic limit (``ns_per_element`` on one thread)."""
+    if not elements or not ns_per_element:
+        return 0.0
+    return elements * ns_per_element * 1e-9 / max(1, int(threads))
+
+
 def flop_limit(flops: float, rate_gflops: float) -> float | None:
     """Seconds the FLOPs take at ``rate_gflops`` (None without a rate)."""
     if not rate_gflops or rate_gflops <= 0:
@@ -261,6 +285,9 @@ def job_work(job: dict[str, Any], run_dir: Path | None, dims: dict[str, int],
     L, h, i, V = dims["layers"], dims["hidden"], dims["inter"], dims["vocab"]
     lengths = _segment_lengths(run_dir) if run_dir is not None else None
     if rule in FORWARD_RULES:
+        work = None
+        # every forward pass of the job: extract_words also runs the random-init model (probes.random_init)
+        # and writes its summary (randwords-*.summary.json) beside the model's
         for out in job.get("output", []):
             if not out.endswith(".summary.json"):
                 continue
@@ -270,9 +297,19 @@ def job_work(job: dict[str, Any], run_dir: Path | None, dims: dict[str, int],
             tokens, n = int(s["tokens"]), int(s["n_examples"])
             sum_sq = (_exact_sum_sq(lengths, s.get("shard"), tokens, s.get("max_seq_len"))
                       if rule == "extract_segments" else None)
-            return {"kind": "forward", "tokens": tokens, "examples": n,
-                    "flops": forward_flops_from_totals(tokens, n, L, h, i, sum_sq),
-                    "n2": "exact" if sum_sq is not None else "mean"}
+            one = {"kind": "forward", "tokens": tokens, "examples": n, "passes": 1,
+                   "flops": forward_flops_from_totals(tokens, n, L, h, i, sum_sq),
+                   "n2": "exact" if sum_sq is not None else "mean",
+                   "js_elements": js_elements(s, tokens, n, sum_sq, L * int(dims.get("heads") or 0))}
+            if work is None:
+                work = one
+            else:
+                work["flops"] += one["flops"]
+                work["passes"] += 1
+                work["js_elements"] += one["js_elements"]
+                work["kind"] = f"forward x{work['passes']}"
+        if work is not None:
+            return work
     if rule in GRADIENT_RULES:
         for out in job.get("output", []):
             if not out.endswith(".npz"):
@@ -296,8 +333,9 @@ def job_work(job: dict[str, Any], run_dir: Path | None, dims: dict[str, int],
 
 def build_rows(jobs: Sequence[dict[str, Any]], rates: dict[int, float], dims: dict[str, int],
                run_dirs: dict[str, Path], grad_factor: float = GRAD_FLOP_FACTOR,
-               extra_benchmarks: Iterable[Path] = ()) -> list[dict[str, Any]]:
-    """One row per benchmark file of the planned jobs (plus ``extra_benchmarks`` not in the plan)."""
+               extra_benchmarks: Iterable[Path] = (), js_ns_per_element: float | None = None) -> list[dict[str, Any]]:
+    """One row per benchmark file of the planned jobs (plus ``extra_benchmarks`` not in the plan). An extraction
+    job's limit adds its JS readers' arithmetic limit (``js_ns_per_element``, one thread) to the model's."""
     rows = []
     seen: set[str] = set()
     for job in jobs:
@@ -321,7 +359,10 @@ def build_rows(jobs: Sequence[dict[str, Any]], rates: dict[int, float], dims: di
             "limit_s": None, "wall_over_limit": None, "benchmark": str(bench), "missing": b is None,
         }
         if work:
+            row["js_gelements"] = work.get("js_elements", 0.0) / 1e9
             row["limit_s"] = flop_limit(work["flops"], rates.get(threads, 0.0))
+            if row["limit_s"] is not None:
+                row["limit_s"] += js_limit(work.get("js_elements", 0.0), js_ns_per_element, threads)
             row["wall_over_limit"] = ratio(row["wall_s"], row["limit_s"])
         rows.append(row)
     for bench in extra_benchmarks:
@@ -661,6 +702,14 @@ def snakemake_env() -> dict[str, str]:
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 
+def js_ns_per_element() -> float:
+    """The JS kernel's arithmetic limit, ns per pair-element on one thread (:mod:`bench_js`: its floating-point
+    operations per element x the measured ns per vectorised FMA lane)."""
+    from bench_js import FLOPS_PER_ELEMENT, fma_ns_per_lane
+
+    return FLOPS_PER_ELEMENT * fma_ns_per_lane()
+
+
 def measure_rates(threads: Iterable[int], size: int, reps: int, trials: int) -> dict[int, float]:
     """Best fp32 matmul GFLOP/s with each thread count (torch.set_num_threads)."""
     import torch
@@ -802,8 +851,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = args.peak_size or (1024 if args.tiny else 2048)
     threads = model_threads or [args.cores]
     rates_before = measure_rates(threads, size, 5, 5)
+    js_ns_before = js_ns_per_element()
     print("scale_check: fp32 matmul rate before the run: "
-          + ", ".join(f"{t} thread(s) {r:.1f} GFLOP/s" for t, r in rates_before.items()), flush=True)
+          + ", ".join(f"{t} thread(s) {r:.1f} GFLOP/s" for t, r in rates_before.items())
+          + f"; JS arithmetic limit {js_ns_before:.3f} ns per pair-element (one thread)", flush=True)
     summary_dir = results / f"{RUN_NAME}-all-models"
     sample_paths = [results / f"{RUN_NAME}-{label}", summary_dir]
     print(f"scale_check: running snakemake --cores {args.cores} ({len(jobs)} jobs; log {log})", flush=True)
@@ -811,13 +862,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"scale_check: snakemake exited {rc} after {dag_wall:.1f} s", flush=True)
     rates_after = measure_rates(threads, size, 5, 5)
     rates = {t: max(rates_before[t], rates_after[t]) for t in rates_before}
+    js_ns = min(js_ns_before, js_ns_per_element())
     print("scale_check: fp32 matmul rate after the run: "
           + ", ".join(f"{t} thread(s) {r:.1f} GFLOP/s" for t, r in rates_after.items())
           + " (the best of before/after is used)", flush=True)
 
     run_map = {d.name: d for d in run_dirs_of(results)}
     extra = [p for d in run_map.values() for p in sorted((d / "benchmarks").glob("*.tsv"))]
-    rows = build_rows(jobs, rates, dims, run_map, args.grad_flop_factor, extra_benchmarks=extra)
+    rows = build_rows(jobs, rates, dims, run_map, args.grad_flop_factor, extra_benchmarks=extra,
+                      js_ns_per_element=js_ns)
     tot = totals(rows, dag_wall)
     disk_end = disk_usage(sample_paths)
     disk_peak = max(sampler.peak_disk or 0, disk_end)
@@ -847,7 +900,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{cfg['treebank']['silver']['train_sentences']} + {cfg['treebank']['silver']['dev_sentences']} silver "
         f"sentences; snakemake --cores {args.cores}; " + "; ".join(notes) + ".",
         f"fp32 matmul rate ({size}x{size}, best of before/after the run): {rate_text}. Gradients: "
-        f"{args.grad_flop_factor:g} x forward + MLM head on masked tokens.",
+        f"{args.grad_flop_factor:g} x forward + MLM head on masked tokens. extract_words: the model's and the "
+        f"random-init model's forward passes (kind 'forward x2'). Extraction jobs with JS readers: limit = model FLOPs "
+        f"/ rate + JS pair-elements x {js_ns:.3f} ns (the kernel's arithmetic limit, one thread) / threads.",
         "",
         markdown_table(header, body),
         "",
@@ -864,6 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "grad_flop_factor": args.grad_flop_factor, "matmul_size": size, "config": str(cfg_path)},
         "model": {**record, **dims, "dir": str(model_dir), "bytes": model_bytes},
         "rates_gflops": {"before": rates_before, "after": rates_after, "used": rates},
+        "js_ns_per_element": js_ns,
         "snakemake_exit": rc,
         "rows": rows,
         "totals": tot,

@@ -181,6 +181,43 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert rows2[0]["n2"] == "mean" and rows2[0]["gflop"] * 1e9 == pytest.approx(5520)
 
 
+def test_two_forward_passes_and_js_readers_enter_the_limit(sc, tmp_path):
+    """extract_words with the random-init model: both summaries' FLOPs; extract_segments with JS readers: their
+    pair-elements at the kernel's limit added to the model's limit (hand-computed)."""
+    run = tmp_path / "scale-x"
+    (run / "corpus").mkdir(parents=True)
+    (run / "corpus" / "segments.jsonl").write_text(
+        "".join(json.dumps({"id": k, "tokens": ["t"] * n}) + "\n" for k, n in enumerate([10, 20])))
+    att = run / "attention"
+    att.mkdir()
+    seg = att / "segments-1of1.summary.json"
+    # K = 2 layers x 3 heads = 6 -> 21 head pairs j >= i; sum n^2 = 500; the attention JS read both examples,
+    # the norm JS one of two (scaled: 250) -> (500 + 250) x 21 = 15,750 pair-elements
+    seg.write_text(json.dumps({"tokens": 30, "n_examples": 2, "max_seq_len": 128, "shard": {"start": 0, "stop": 2},
+                               "readers": {"js_attention": {"examples": 2}, "js_norm": {"examples": 1},
+                                           "rollout": {"examples": 2}}}))
+    words, rand = att / "words-train.summary.json", att / "randwords-train.summary.json"
+    words.write_text(json.dumps({"tokens": 30, "n_examples": 3}))
+    rand.write_text(json.dumps({"tokens": 30, "n_examples": 3}))
+    jobs = [
+        {"rule": "extract_segments", "threads": 2, "output": [str(seg)], "wildcards": {"run": "scale-x"},
+         "benchmark": str(_bench(run / "benchmarks" / "extract_segments-1of1.tsv", 10.0, 600.0))},
+        {"rule": "extract_words", "threads": 2, "output": [str(att / "words-train"), str(words), str(rand)],
+         "wildcards": {"run": "scale-x"}, "benchmark": str(_bench(run / "benchmarks" / "extract_words-train.tsv", 8.0,
+                                                                   600.0))},
+    ]
+    dims = {"layers": 2, "heads": 3, "hidden": 2, "inter": 4, "vocab": 5}
+    ext, ew = sc.build_rows(jobs, {2: 1e-6}, dims, {"scale-x": run}, js_ns_per_element=4.0)
+    # model: 2 layers x (2 x 30 x (16 + 16) + 4 x 500 x 2) = 11,840 FLOPs = 11.84 s at 1e-6 GFLOP/s;
+    # JS: 15,750 x 4 ns / 2 threads = 31.5 us
+    assert ext["gflop"] * 1e9 == pytest.approx(11840) and ext["js_gelements"] * 1e9 == pytest.approx(15750)
+    assert ext["limit_s"] == pytest.approx(11.84 + 31.5e-6)
+    # each forward: 2 x (2 x 30 x 32 + 4 x 300 x 2) = 8,640 (mean n^2 = 900 / 3 = 300); two passes: 17,280
+    assert ew["kind"] == "forward x2" and ew["gflop"] * 1e9 == pytest.approx(17280)
+    assert ew["limit_s"] == pytest.approx(17.28) and ew["js_gelements"] == 0
+    assert sc.js_limit(1e9, None, 2) == 0.0 and sc.js_limit(1e9, 1.0, 2) == pytest.approx(0.5)
+
+
 def test_disk_usage_counts_hard_links_once(sc, tmp_path):
     d = tmp_path / "d"
     d.mkdir()
