@@ -66,7 +66,9 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
 def xlogx_table(n: int, smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
     """``p ln p`` with ``p = (1 - smoothing) a + smoothing / n`` for every float16 bit pattern ``a`` (float64,
     ``[65536]``; NaN for the patterns no attention value has: negative, infinite, NaN)."""
-    a = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)  # [float16 bits]
+    from bertlook.analyses.map_kernels import float16_values  # the one table of float16 values (numba, as row_entropy)
+
+    a = float16_values()  # [float16 bits]
     with np.errstate(invalid="ignore", divide="ignore"):
         p = (1.0 - smoothing) * a + smoothing / n  # [float16 bits]
         table = p * np.log(p)  # [float16 bits]
