@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
-from sklearn.manifold import MDS
 
 # Behaviour labels (released precedence: the later check wins): thresholds shared with Fig 1
 from bertlook.analyses.behaviours import (  # noqa: F401 (re-exported)
@@ -100,6 +98,8 @@ def _mixture_xlx_numpy(P, chunk: int, num_threads: int) -> "np.ndarray":  # P: [
 
 def _mixture_xlx_torch(P, chunk: int) -> "np.ndarray":
     """Same as :func:`_mixture_xlx_numpy` with torch (intra-op threads: ``torch.set_num_threads``)."""
+    import torch  # lazy: the torch backend only (the cluster_heads job gathers partial sums: no torch, ~2 s less)
+
     T = torch.from_numpy(P)  # [layer_head, query_pos * key_pos]
     K, E = T.shape
     out = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head], upper triangle
@@ -136,6 +136,8 @@ def _numba_kernels():
 
 def _mixture_xlx_torch_threads(P, chunk: int, threads: int) -> "np.ndarray":
     """:func:`_mixture_xlx_torch` with ``threads`` intra-op threads for the call."""
+    import torch  # lazy: see _mixture_xlx_torch
+
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -299,6 +301,8 @@ def mds_embedding(
     Parameter names follow the installed scikit-learn (1.8+: ``metric_mds`` / ``metric="precomputed"``;
     older: ``metric=True`` / ``dissimilarity="precomputed"``), all passed explicitly.
     """
+    from sklearn.manifold import MDS  # lazy: only the cluster_heads job embeds (sklearn.manifold ~1 s)
+
     if int(n_init) < 1 or int(max_iter) < 1 or not float(eps) >= 0:
         raise BertlookError(f"MDS needs n_init >= 1, max_iter >= 1, eps >= 0 (got {n_init}, {max_iter}, {eps})")
     D = np.asarray(D, dtype=np.float64)  # [layer_head, layer_head]
