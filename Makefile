@@ -48,6 +48,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]" torch==2.13.0
+	# compile the numba kernels once into their cache (~15 s), instead of in each of a first run's jobs
+	$(BIN)/python -m bertlook.analyses.warm
 	touch $@
 
 # pytest-xdist: TEST_WORKERS processes (2 = the CI machine's cores; TEST_WORKERS=0 runs in this process); each
