@@ -9,7 +9,7 @@ A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) i
   a ``revision`` (branch, tag or commit).
 
 This module is the light half of :mod:`bertlook.attention.modeling` (which loads models and
-re-exports everything here): the Snakefile sizes jobs from a model's ``config.json`` while it builds
+re-exports :class:`ResolvedModel` and :func:`resolve_model`): the Snakefile sizes jobs from a model's ``config.json`` while it builds
 the DAG (:func:`bertlook.pipeline.sizing.model_dims`), and importing torch + transformers there cost
 ~4 s of every ``snakemake`` invocation, dry runs included.
 """
@@ -33,7 +33,6 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _SHARDED_WEIGHTS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
 
 
 @dataclasses.dataclass
