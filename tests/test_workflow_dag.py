@@ -139,7 +139,6 @@ def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
     assert counts["gradients_shard"] == 3 and "partials/gradients-3of3.npz" in out
 
 
-
 def test_building_the_dag_imports_neither_torch_nor_transformers(tmp_path, tiny_bert_dir):
     """The Snakefile sizes every job from the model's config.json while the DAG is built
     (bertlook.pipeline.sizing.model_dims, through bertlook.attention.model_spec); importing torch +
@@ -165,6 +164,7 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-2000:]
+
 
 # ---- beyond the paper: norms, rollout, head report (each a switch)
 BEYOND_RULES = {"norms": {"surface_stats_norm", "cluster_heads_norm", "heads_norm"},

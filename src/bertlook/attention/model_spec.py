@@ -8,10 +8,10 @@ A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) i
 * a Hugging Face hub id (``bert-base-uncased``, ``google-bert/bert-base-uncased``), optionally with
   a ``revision`` (branch, tag or commit).
 
-This module is the light half of :mod:`bertlook.attention.modeling` (which loads models and
-re-exports :class:`ResolvedModel` and :func:`resolve_model`): the Snakefile sizes jobs from a model's ``config.json`` while it builds
-the DAG (:func:`bertlook.pipeline.sizing.model_dims`), and importing torch + transformers there cost
-~4 s of every ``snakemake`` invocation, dry runs included.
+This module is the light half of :mod:`bertlook.attention.modeling` (which loads models and re-exports
+:class:`ResolvedModel` and :func:`resolve_model`): the Snakefile sizes jobs from a model's ``config.json``
+while it builds the DAG (:func:`bertlook.pipeline.sizing.model_dims`), and importing torch + transformers
+there cost ~4 s of every ``snakemake`` invocation, dry runs included.
 """
 
 from __future__ import annotations
@@ -95,12 +95,10 @@ class ResolvedModel:
         """
         if self._provenance is not None and config is None:
             return dict(self._provenance)
+        from bertlook.attention.modeling import _load_config, config_dims  # torch: only when provenance is asked
+
         if config is None:
-            from bertlook.attention.modeling import _load_config  # torch + transformers: only when asked
-
             config = _load_config(self)
-        from bertlook.attention.modeling import config_dims
-
         num_layers, num_heads = config_dims(config)
         prov = {
             "spec": self.spec,
