@@ -197,9 +197,10 @@ def _empty_parquet(path: Path) -> Path:
     (lambda d: {"path": "csv", "data_files": str(d["empty_csv"])}, "corresponds to no data"),
     (lambda d: {"path": "csv", "data_files": str(d["empty_csv"]), "streaming": True}, "has no rows"),
     (lambda d: {"path": "parquet", "data_files": str(d["root"] / "nope.parquet")}, "nope.parquet not found"),
-    (lambda d: {"path": "parquet", "data_files": str(d["nulls"])}, "row 1: 'text' is missing (null)"),
+    (lambda d: {"path": "parquet", "data_files": str(d["nulls"])},
+     "no usable document in the dataset (2 rows read, 2 with null text, 0 without a usable sentence)"),
     (lambda d: {"path": "json", "data_files": str(d["ragged"]), "streaming": True},
-     "row 1: 'text' is missing (null)"),
+     "row 1: 'title' is missing (null)"),
     (lambda d: {"path": "parquet", "data_files": str(d["ints"])}, "row 0: 'title' must be a string, got int"),
     (lambda d: {"path": "parquet"}, "needs 'data_files'"),
     (lambda d: {"path": "parquet", "data_files": str(d["parquet"]), "revision": "main"}, "Hub datasets only"),
@@ -210,12 +211,12 @@ def test_bad_specs_exit_2_naming_the_dataset(fake_modeling, tiny_bert_dir, tmp_p
     d = {"root": tmp_path, "parquet": _write_parquet(tmp_path / "ok.parquet", [("A", "The cat sat. The dog ran.")]),
          "empty": _empty_parquet(tmp_path / "empty.parquet"), "ragged": tmp_path / "ragged.jsonl"}
     d["nulls"] = tmp_path / "nulls.parquet"
-    pq.write_table(pa.table({"title": ["A", "B"], "text": ["The cat sat on the mat.", None]}), d["nulls"])
+    pq.write_table(pa.table({"title": ["A", "B"], "text": pa.array([None, None], pa.string())}), d["nulls"])
     d["empty_csv"] = tmp_path / "empty.csv"
     d["empty_csv"].write_text("title,text\n")
     d["ints"] = tmp_path / "ints.parquet"
     pq.write_table(pa.table({"title": [7], "text": ["The cat sat on the mat."]}), d["ints"])
-    d["ragged"].write_text('{"title": "A", "text": "The cat sat on the mat."}\n{"title": "B", "body": "x"}\n')
+    d["ragged"].write_text('{"title": "A", "text": "The cat sat on the mat."}\n{"text": "The dog ran home."}\n')
     spec = make_spec(d)
     arg = spec if isinstance(spec, str) else json.dumps(spec)
     assert _segments_cli(tiny_bert_dir, tmp_path / "out", "--hf-dataset", arg) == 2
@@ -223,6 +224,32 @@ def test_bad_specs_exit_2_naming_the_dataset(fake_modeling, tiny_bert_dir, tmp_p
     assert err.startswith("error: ") or "\nerror: " in err
     assert message in err, err
     assert not (tmp_path / "out").exists()  # nothing written half-way
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_null_text_rows_are_skipped_and_counted(tmp_path, streaming):
+    texts = [None, "The cat sat on the mat.", None, "The dog ran to the old house.", None]
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"title": list("ABCDE"), "text": pa.array(texts, pa.string())}), path)
+    counts: dict[str, int] = {}
+    docs = list(iter_hf_documents({"path": "parquet", "data_files": str(path), "streaming": streaming},
+                                  counts=counts))
+    assert [d.title for d in docs] == ["B", "D"] and [d.index for d in docs] == [0, 1]
+    assert counts["null_text_rows_skipped"] == 3 and counts["pages_read"] == 5
+    assert counts["documents_kept"] == 2
+
+
+def test_cli_summary_counts_null_text_rows(fake_modeling, tiny_bert_dir, tmp_path, capsys):
+    path = _write_parquet(tmp_path / "ok.parquet", [("A", "The cat sat. The dog ran. A bird sang today.")] * 3)
+    table = pq.read_table(path).to_pydict()
+    table["title"].append("N")
+    table["text"].append(None)
+    pq.write_table(pa.table({k: pa.array(v, pa.string()) for k, v in table.items()}), path)
+    assert _segments_cli(tiny_bert_dir, tmp_path / "out", "--hf-dataset",
+                         json.dumps({"path": "parquet", "data_files": str(path)})) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["null_text_rows_skipped"] == 1 and summary["pages_read"] == 4
+    capsys.readouterr()
 
 
 def test_hub_without_network_fails_fast_naming_the_dataset(monkeypatch):

@@ -264,6 +264,25 @@ def _columns(ds) -> list[str] | None:
     return list(names) if names is not None else None
 
 
+def _check_row(row: dict[str, Any], row_index: int, text_field: str, title_field: str | None, label: str) -> None:
+    """The row's text and title fields must be present and strings; a null text is allowed (the caller
+    skips and counts the row), a null title is not (it names the document)."""
+    for field_name in (text_field, title_field):
+        if field_name is None:
+            continue
+        if field_name not in row:
+            raise BertlookError(f"{label}: row {row_index} has no field {field_name!r} "
+                                f"(fields: {', '.join(row)})")
+        value = row[field_name]
+        if value is None and field_name == text_field:
+            continue
+        if value is None:
+            raise BertlookError(f"{label}: row {row_index}: {field_name!r} is missing (null)")
+        if not isinstance(value, str):
+            raise BertlookError(f"{label}: row {row_index}: {field_name!r} must be a string, got "
+                                f"{type(value).__name__}")
+
+
 def iter_hf_documents(
     spec: dict[str, Any],
     *,
@@ -279,9 +298,11 @@ def iter_hf_documents(
     ``language`` and ``splitter`` as in :func:`bertlook.data.segments.iter_documents`);
     its ``title_field`` is the title (the row number when ``title_field`` is null). Counts use the keys
     :data:`bertlook.data.segments.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
-    namespace and redirect counts stay 0. ``max_articles`` stops after that many kept documents (with
-    streaming, nothing beyond is fetched). A bad spec, a missing file, a missing column or a row whose
-    text / title is not a string, an empty dataset or one without a usable document raise
+    namespace and redirect counts stay 0; a row whose text is null is skipped and counted in
+    ``null_text_rows_skipped`` (the run stops only when no usable document is left).
+    ``max_articles`` stops after that many kept documents (with streaming, nothing beyond is
+    fetched). A bad spec, a missing file, a missing column, a row whose text is neither a string nor
+    null or whose title is not a string, an empty dataset or one without a usable document raise
     :class:`BertlookError` naming the dataset (and the row index).
     """
     spec = normalize_spec(spec)
@@ -309,17 +330,10 @@ def iter_hf_documents(
             raise BertlookError(f"{label}: cannot read row {row_index + 1} ({_why(err)})") from err
         row_index += 1
         counts["pages_read"] += 1
-        for field_name in (text_field, title_field):
-            if field_name is None:
-                continue
-            if field_name not in row:
-                raise BertlookError(f"{label}: row {row_index} has no field {field_name!r} "
-                                    f"(fields: {', '.join(row)})")
-            if row[field_name] is None:
-                raise BertlookError(f"{label}: row {row_index}: {field_name!r} is missing (null)")
-            if not isinstance(row[field_name], str):
-                raise BertlookError(f"{label}: row {row_index}: {field_name!r} must be a string, got "
-                                    f"{type(row[field_name]).__name__}")
+        _check_row(row, row_index, text_field, title_field, label)
+        if row[text_field] is None:
+            counts["null_text_rows_skipped"] += 1
+            continue
         title = row[title_field] if title_field is not None else str(row_index)
         doc = make_document(kept, title, plain_text_paragraphs(row[text_field], counts, language), counts,
                             language=language, splitter=splitter)
@@ -333,6 +347,7 @@ def iter_hf_documents(
         raise BertlookError(f"{label}: the dataset (split {spec['split']!r}) has no rows")
     if kept == 0:
         raise BertlookError(f"{label}: no usable document in the dataset ({counts['pages_read']} rows read, "
+                            f"{counts['null_text_rows_skipped']} with null text, "
                             f"{counts['documents_without_sentences']} without a usable sentence)")
 
 

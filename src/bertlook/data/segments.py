@@ -45,6 +45,7 @@ DOCUMENT_COUNT_KEYS = (
     "pages_read",                  # every <page> read, any namespace
     "non_article_pages_skipped",   # namespace != 0
     "redirects_skipped",           # #REDIRECT pages
+    "null_text_rows_skipped",      # Hugging Face datasets rows whose text is null (0 for dumps)
     "documents_without_sentences",  # articles with no usable sentence after cleaning
     "documents_kept",
     "non_prose_lines_skipped",     # headings, lists, tables, captions, template remnants, ...
