@@ -1,8 +1,12 @@
-"""Shared pytest fixtures: tiny random BERT models and hand-written corpora."""
+"""Shared pytest fixtures: tiny random BERT models, their tokenizer, hand-written corpora, offline
+stand-ins for the model loader and the datasets cache, and the CLI with every step registered."""
 
 from __future__ import annotations
 
+import bz2
 import os
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -33,6 +37,58 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
     from bertlook.testing.tiny_models import make_tiny_bert
 
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_mlm"), num_layers=2, num_heads=2, seed=0, mlm_head=True)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_bert_dir):
+    """The tiny BERT's fast WordPiece tokenizer (what ``modeling.load_tokenizer`` returns for it; loaded
+    with ``AutoTokenizer`` so that the data-layer tests need no torch)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_bert_dir)
+
+
+@pytest.fixture()
+def wiki_bz2(fixtures_dir, tmp_path) -> Path:
+    """``fixtures/tiny_wiki.xml`` as a bz2-compressed dump (the format of a real Wikipedia download)."""
+    out = tmp_path / "tinywiki-pages-articles.xml.bz2"
+    out.write_bytes(bz2.compress((fixtures_dir / "tiny_wiki.xml").read_bytes()))
+    return out
+
+
+@pytest.fixture()
+def fake_modeling(monkeypatch):
+    """Stand-in for bertlook.attention.modeling (the resolve_model / load_tokenizer contract) without
+    torch: the CLI data steps (segments, treebank) then load only a tokenizer."""
+    from transformers import AutoTokenizer
+
+    mod = types.ModuleType("bertlook.attention.modeling")
+    mod.resolve_model = lambda spec, revision=None: spec
+    mod.load_tokenizer = lambda resolved: AutoTokenizer.from_pretrained(resolved)
+    monkeypatch.setitem(sys.modules, "bertlook.attention.modeling", mod)
+    return mod
+
+
+@pytest.fixture()
+def hf_offline_cache(tmp_path, monkeypatch):
+    """No network for Hugging Face ``datasets``, and its cache in the test's tmp dir (use it with
+    ``pytestmark = pytest.mark.usefixtures("hf_offline_cache")``)."""
+    import datasets.config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+
+
+@pytest.fixture
+def cli_main(monkeypatch):
+    """``bertlook.cli.main`` with the compare subcommand registered (whether or not cli lists it)."""
+    from bertlook import cli
+
+    if "bertlook.cli.compare" not in cli.STEP_MODULES:
+        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.cli.compare"])
+    return cli.main
 
 
 _FIRST = ("slow", "e2e", "integration")  # the longest tests (whole tiny runs, subprocess pipelines) first

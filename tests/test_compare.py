@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import cli
 from bertlook.reporting import compare
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
@@ -22,14 +21,6 @@ from bertlook.reporting.paper_reference import table1_reference, table2_referenc
 NUM_LAYERS, NUM_HEADS = 12, 3
 PREV_HEADS = [(2, 1), (4, 1), (7, 1), (8, 1)]  # paper: 4 heads > 0.5 on the previous token
 NEXT_HEADS = [(1, 1), (2, 2), (2, 3), (3, 1), (6, 1)]  # paper: 5 heads on the next token
-
-
-@pytest.fixture
-def cli_main(monkeypatch):
-    """``bertlook.cli.main`` with this module's subcommands registered (whether or not cli lists it)."""
-    if "bertlook.cli.compare" not in cli.STEP_MODULES:
-        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.cli.compare"])
-    return cli.main
 
 
 # ------------------------------------------------------------------------------ the synthetic run

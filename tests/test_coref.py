@@ -261,13 +261,6 @@ def test_truncation_point_and_split():
     assert coref.model_word("-LRB-") == "(" and coref.model_word("/.") == "." and coref.model_word("a/b") == "a/b"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from bertlook.attention.modeling import load_tokenizer, resolve_model
-
-    return load_tokenizer(resolve_model(str(tiny_bert_dir)))
-
-
 def test_truncation_counts_with_tokenizer(tokenizer):
     docs, _ = _docs()
     pieces, n_special = coref._piece_counts(["John", "saw", "Mary", "'s", "dog", "Smith"], tokenizer, sent_id="x")

@@ -27,13 +27,6 @@ TEXTS = [  # (text_a, text_b)
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from bertlook.attention.modeling import load_tokenizer, resolve_model
-
-    return load_tokenizer(resolve_model(str(tiny_bert_dir)))
-
-
-@pytest.fixture(scope="module")
 def segments(tokenizer):
     return [_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
 

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook import cli
 from bertlook.errors import BertlookError
 from bertlook.reporting import golden
 from bertlook.reporting.golden_ranges import (
@@ -23,13 +22,6 @@ from bertlook.reporting.golden_ranges import (
 from test_compare import NUM_HEADS, NUM_LAYERS, _csv, make_run
 
 TOL = golden.Tolerances(argmax_lambda=0.01, tree_factor=2, probe_words=4, positional_lambda_per_row=1e-5)
-
-
-@pytest.fixture
-def cli_main(monkeypatch):
-    if "bertlook.cli.compare" not in cli.STEP_MODULES:
-        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.cli.compare"])
-    return cli.main
 
 
 @pytest.fixture

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import bz2
 import hashlib
 import json
-import sys
 import time
 import types
 from pathlib import Path
@@ -21,20 +19,12 @@ from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, build_segments, iter_do
                                     read_segments, write_segments)
 from bertlook.errors import BertlookError
 
+# no network for datasets, its cache in the test's tmp dir (conftest.hf_offline_cache)
+pytestmark = pytest.mark.usefixtures("hf_offline_cache")
+
 GENSIM_DUMP = ("package:gensim/test/test_data/"
                "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
 SAME_COUNTS = ("documents_without_sentences", "documents_kept", "short_sentences_skipped", "sentences_kept")
-
-
-@pytest.fixture(autouse=True)
-def offline_cache(tmp_path, monkeypatch):
-    """No network, and the datasets cache in the test's tmp dir."""
-    import datasets.config
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
 
 
 def _articles(dump: Path) -> list[tuple[str, str]]:
@@ -47,13 +37,6 @@ def _write_parquet(path: Path, articles: list[tuple[str, str]]) -> Path:
     return path
 
 
-@pytest.fixture()
-def wiki_bz2(fixtures_dir, tmp_path) -> Path:
-    out = tmp_path / "tinywiki-pages-articles.xml.bz2"
-    out.write_bytes(bz2.compress((fixtures_dir / "tiny_wiki.xml").read_bytes()))
-    return out
-
-
 @pytest.fixture(scope="module")
 def gensim_corpus(tmp_path_factory):
     """The packaged gensim dump excerpt and a parquet of its cleaned articles."""
@@ -64,13 +47,6 @@ def gensim_corpus(tmp_path_factory):
     articles = _articles(dump)
     return {"dump": dump, "articles": articles, "parquet": _write_parquet(root / "articles.parquet", articles),
             "docs": list(iter_documents(dump))}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_bert_dir)
 
 
 def _check_same_documents(dump: Path, spec: dict) -> None:
@@ -150,18 +126,6 @@ def test_describe(tmp_path, wiki_bz2):
 
 
 # ------------------------------------------------------------------------------------ bad input
-
-@pytest.fixture()
-def fake_modeling(monkeypatch):
-    """Stand-in for bertlook.attention.modeling (resolve_model / load_tokenizer contract)."""
-    from transformers import AutoTokenizer
-
-    mod = types.ModuleType("bertlook.attention.modeling")
-    mod.resolve_model = lambda spec, revision=None: spec
-    mod.load_tokenizer = lambda resolved: AutoTokenizer.from_pretrained(resolved)
-    monkeypatch.setitem(sys.modules, "bertlook.attention.modeling", mod)
-    return mod
-
 
 def _segments_cli(tiny_bert_dir, out_dir: Path, *source: str) -> int:
     return main(["segments", *source, "--model", str(tiny_bert_dir), "--out", str(out_dir / "segments.jsonl"),

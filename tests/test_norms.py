@@ -32,13 +32,6 @@ CONLLU_SENTS = [["The", "cat", "sat", "."], ["John's", "dog", "sang", "42", ","]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from bertlook.attention.modeling import load_tokenizer, resolve_model
-
-    return load_tokenizer(resolve_model(str(tiny_bert_dir)))
-
-
-@pytest.fixture(scope="module")
 def segments(tokenizer):
     return [make_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
 

@@ -7,8 +7,6 @@ import bz2
 import json
 import os
 import random
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -49,20 +47,6 @@ EXPECTED_COUNTS = {
 @pytest.fixture()
 def wiki_xml(fixtures_dir) -> Path:
     return fixtures_dir / "tiny_wiki.xml"
-
-
-@pytest.fixture()
-def wiki_bz2(wiki_xml, tmp_path) -> Path:
-    out = tmp_path / "tinywiki-pages-articles.xml.bz2"
-    out.write_bytes(bz2.compress(wiki_xml.read_bytes()))
-    return out
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_bert_dir)
 
 
 # ------------------------------------------------------------------------------ reading dumps
@@ -357,18 +341,6 @@ def _parse(argv):
     parser = argparse.ArgumentParser(prog="bertlook")
     corpora_cli.register_cli(parser.add_subparsers(dest="step"))
     return parser.parse_args(argv)
-
-
-@pytest.fixture()
-def fake_modeling(monkeypatch):
-    """Stand-in for bertlook.attention.modeling (resolve_model / load_tokenizer contract)."""
-    from transformers import AutoTokenizer
-
-    mod = types.ModuleType("bertlook.attention.modeling")
-    mod.resolve_model = lambda spec, revision=None: spec
-    mod.load_tokenizer = lambda resolved: AutoTokenizer.from_pretrained(resolved)
-    monkeypatch.setitem(sys.modules, "bertlook.attention.modeling", mod)
-    return mod
 
 
 def test_cli_corpora(fake_modeling, tiny_bert_dir, wiki_bz2, tmp_path, capsys):

@@ -8,8 +8,6 @@ from __future__ import annotations
 import bz2
 import copy
 import json
-import sys
-import types
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +22,9 @@ from bertlook.data.sentences import (NO_SPACE_LANGUAGES, SPACY_LANGUAGES, is_usa
                                      split_sentences, split_sentences_rules)
 from bertlook.errors import BertlookError
 from bertlook.pipeline.config import validate_config
+
+# no network for datasets, its cache in the test's tmp dir (conftest.hf_offline_cache)
+pytestmark = pytest.mark.usefixtures("hf_offline_cache")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,28 +214,6 @@ def test_make_document_counts_per_language():
 
 
 # ------------------------------------------------------------------------------------ CLI
-
-@pytest.fixture()
-def fake_modeling(monkeypatch):
-    """Stand-in for bertlook.attention.modeling (resolve_model / load_tokenizer), as in test_hf_corpus."""
-    from transformers import AutoTokenizer
-
-    mod = types.ModuleType("bertlook.attention.modeling")
-    mod.resolve_model = lambda spec, revision=None: spec
-    mod.load_tokenizer = lambda resolved: AutoTokenizer.from_pretrained(resolved)
-    monkeypatch.setitem(sys.modules, "bertlook.attention.modeling", mod)
-    return mod
-
-
-@pytest.fixture(autouse=True)
-def offline_cache(tmp_path, monkeypatch):
-    import datasets.config
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-
 
 ZH_ARTICLES = [
     ("北京", "北京是中国的首都。北京有很多人。\n历史\n北京的历史很长。人们喜欢北京！"),

@@ -29,13 +29,6 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_bert_dir):
-    from bertlook.attention.modeling import load_tokenizer, resolve_model
-
-    return load_tokenizer(resolve_model(str(tiny_bert_dir)))
-
-
-@pytest.fixture(scope="module")
 def segments_file(tmp_path_factory, tokenizer):
     path = tmp_path_factory.mktemp("seg") / "segments.jsonl"
     segs = [make_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
