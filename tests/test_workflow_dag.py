@@ -199,6 +199,29 @@ def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
     assert "--norm-train-attention" not in out
 
 
+def test_every_declared_step_is_made_by_its_rule(tmp_path, tiny_bert_dir):
+    """bertlook.pipeline.steps against the rules Snakemake parsed (tiny config, every switch on): each
+    step's rule exists, makes every declared output and report-page source, and runs in the declared
+    conda env; `all` asks for the declared outputs and report_pages makes one page per declaration."""
+    from bertlook.pipeline import steps
+
+    configfile = _write_config(tmp_path, tiny_bert_dir)
+    rules = _rules(configfile, tmp_path)
+    for step in steps.STEPS:
+        rule = rules[step.rule_name]
+        made = {str(path) for path in rule.output}
+        for path in (*step.outputs, *(page.source for page in step.pages)):
+            assert any(m.replace("{run}", "R").endswith(f"/R/{path}") or m.endswith(f"}}/{path}") for m in made), (
+                step.name, path, sorted(made))
+        assert str(rule.conda_env).endswith(f"envs/{step.env}.yaml"), (step.name, rule.conda_env)
+    wanted = {str(path) for path in rules["all"].input}
+    (run_dir,) = {p.removesuffix("manifest.json") for p in wanted if p.endswith("/manifest.json")}
+    on = {name: True for name in steps.SWITCHES}
+    assert {run_dir + path for path in steps.run_outputs(on)} <= wanted
+    pages = {str(path).rsplit("/", 1)[-1] for path in rules["report_pages"].output}
+    assert pages == {page.page for page in steps.run_pages(on)}
+
+
 def test_probe_ablations_follow_their_key(tmp_path, tiny_bert_dir):
     """probes.layer_ablations: the modes the probes job trains ([] = none, no ablation outputs), with Table 3's
     settings; the norm twin's probes are the CLI's default (bertlook.analyses.probes.NORM_PROBES)."""

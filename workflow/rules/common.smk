@@ -18,7 +18,7 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
-from bertlook.pipeline import sizing
+from bertlook.pipeline import sizing, steps
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
 from bertlook.reporting import compare as _compare
@@ -265,8 +265,8 @@ def model_flags(wildcards, input, output):
     return {"model": model["name_or_path"], "revision": model.get("revision")}
 
 
-# The figures of the `figures` step (their report entries: run_report_pages).
-FIGURES = ["fig1_example_heads.png", "fig2_special_tokens.png", "fig4_entropy.png", "fig6_head_clusters.png"]
+# The figures of the paper's `figures` step (declared in bertlook.pipeline.steps).
+FIGURES = [os.path.basename(path) for step in steps.STEPS if step.name == "figures" for path in step.outputs]
 
 
 def example_heads_arg():
@@ -306,6 +306,9 @@ TREEBANK_NAME_ARG = lambda wildcards, input, output: treebank_name(wildcards.run
 WORD_TEXT_ARG = lambda wildcards, input, output: TREEBANK_OF[wildcards.run]["text"]
 # The main treebank's train split decides the model runs' Table 3 and comparison rows.
 HAS_TRAIN_SPLIT = has_train_split(MODEL_RUNS[0])
+# Which switchable steps run (bertlook.pipeline.steps.switches: the config's on/off keys, and the probes
+# need a train split); the RUN_* names below are its entries.
+SWITCH = steps.switches(config, HAS_TRAIN_SPLIT)
 # Runs whose treebank is downloaded (ud): the treebank_ud rule, on the login node (localrule).
 UD_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] == "ud"]
 BUILT_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] != "ud"]
@@ -379,9 +382,9 @@ _glove_target = glove_download_target(config)
 GLOVE_FILE = str(_glove_target) if _glove_target else None
 GLOVE_ARG = GLOVE["path"] or GLOVE_FILE
 # The probes need a train split; without one (local source, no train file) there is no Table 3.
-RUN_PROBES = HAS_TRAIN_SPLIT
+RUN_PROBES = SWITCH["probes"]
 # the probes' random-init baseline: its word maps are extracted in the extract_words jobs (probes.random_init)
-RUN_RANDOM_INIT = bool(config["probes"]["random_init"]) and RUN_PROBES
+RUN_RANDOM_INIT = SWITCH["random_init"]
 
 
 def probes_inputs(wildcards):
@@ -468,66 +471,25 @@ def coref_input_files(wildcards):
 
 
 # ---- beyond the paper: norm-based maps, rollout, head report card ---------------------------------
-RUN_NORMS = bool(config["norms"]["enabled"])
-RUN_NORM_PROBES = RUN_NORMS and bool(config["norms"]["probes"]) and RUN_PROBES
-RUN_ROLLOUT = bool(config["rollout"]["enabled"])
-RUN_HEAD_REPORT = bool(config["head_report"]["enabled"])
-RUN_TREE_HEADS = bool(config["tree_heads"]["enabled"])
+RUN_NORMS = SWITCH["norms"]
+RUN_NORM_PROBES = SWITCH["norm_probes"]
+RUN_ROLLOUT = SWITCH["rollout"]
+RUN_HEAD_REPORT = SWITCH["head_report"]
+RUN_TREE_HEADS = SWITCH["tree_heads"]
 # probes.layer_ablations: the modes (keep, drop) of the per-layer ablations; [] = none (needs a train split)
-RUN_PROBE_ABLATIONS = bool(config["probes"]["layer_ablations"]) and RUN_PROBES
+RUN_PROBE_ABLATIONS = SWITCH["probe_ablations"]
 TREE_HEADS_NOTE = lambda wildcards, input, output: (
     f"Model {MODELS[wildcards.run]['name_or_path']}; trees: {treebank_name(wildcards.run)}."
 )
 
 
-def beyond_outputs():
-    """The outputs of the analyses beyond the paper that the configuration switches on."""
-    out = []
-    if RUN_NORMS:
-        out += [run_path("tables", "attention_stats_norm.csv"), run_path("tables", "head_clusters_norm.csv"),
-                run_path("tables", "table1_norm.csv"), run_path("tables", "table1_norm.md"),
-                run_path("figures", "fig_norms.png")]
-    if RUN_NORM_PROBES:
-        out += [run_path("tables", "table3_norm.csv"), run_path("tables", "table3_norm.md")]
-    if RUN_ROLLOUT:
-        out += [run_path("tables", "rollout_stats.csv"), run_path("figures", "fig_rollout.png"),
-                run_path("tables", "table1_rollout.csv"), run_path("tables", "table1_rollout.md")]
-    if RUN_HEAD_REPORT:
-        out += [run_path("tables", "head_report.csv"), run_path("figures", "fig_head_report.png")]
-    if RUN_TREE_HEADS:
-        out += [run_path("tables", "tree_heads.csv"), run_path("tables", "tree_heads_best.csv"),
-                run_path("tables", "tree_heads.md"), run_path("figures", "fig_tree_heads.png")]
-    if RUN_PROBE_ABLATIONS:
-        out += [run_path("tables", "probe_ablations.csv"), run_path("tables", "probe_ablations.md")]
-    return out
-
-
-def _beyond_summaries():
-    out = {}
-    if RUN_NORMS:
-        out["stats_norm"] = run_path("tables", "attention_stats_norm.summary.json")
-        out["heads_norm"] = run_path("tables", "head_accuracy_norm.summary.json")
-    if RUN_NORM_PROBES:
-        out["probes_norm"] = run_path("tables", "table3_norm.summary.json")
-    if RUN_ROLLOUT:
-        out["rollout"] = run_path("tables", "rollout_stats.summary.json")
-        out["rollout_table1"] = run_path("tables", "table1_rollout.summary.json")
-    if RUN_HEAD_REPORT:
-        out["head_report"] = run_path("tables", "head_report.summary.json")
-    if RUN_TREE_HEADS:
-        out["tree_heads"] = run_path("tables", "tree_heads.summary.json")
-    if RUN_PROBE_ABLATIONS:
-        out["probe_ablations"] = run_path("tables", "probe_ablations.summary.json")
-    return out
-
-
 def beyond_summaries():
-    """The summaries of the analyses beyond the paper, for the manifest (in a fixed order)."""
-    return list(_beyond_summaries().values())
+    """The summaries of the steps beyond the paper that run, for the manifest (bertlook.pipeline.steps order)."""
+    return [run_path(path) for path in steps.beyond_summaries(SWITCH).values()]
 
 
 def beyond_summary_names():
-    return list(_beyond_summaries())
+    return list(steps.beyond_summaries(SWITCH))
 
 
 # ---- cross-model summary (several models in one config) ------------------------------------------
@@ -543,11 +505,11 @@ LANGUAGE_OUTPUTS = ("best_heads.csv", "agreement.csv", "languages.md", "fig_lang
 
 
 def syntax_outputs(run):
-    """What a syntax run (a `treebanks` entry) produces: its trees, Table 1 and Fig 5."""
-    return [path.format(run=run) for path in (
-        run_path("treebank", "treebank.summary.json"), run_path("tables", "head_accuracy.csv"),
-        run_path("tables", "table1.csv"), run_path("tables", "table1.md"),
-        run_path("figures", "fig5_syntax_heads.png"))]
+    """What a syntax run (a `treebanks` entry) produces: its trees and its syntax steps' outputs (Table 1,
+    Fig 5)."""
+    paths = [run_path("treebank", "treebank.summary.json")]
+    paths += [run_path(path) for step in steps.syntax_steps() for path in step.outputs]
+    return [path.format(run=run) for path in paths]
 
 
 def language_runs(model_label):
@@ -580,122 +542,23 @@ def languages_outputs():
 # a page-sized PNG under {dir}/report/; those pages are what the report shows, with a human label each.
 # The CSVs stay registered as downloads ("Data files (CSV)"); the full-resolution PNGs stay in figures/.
 REPORT_DIR = "report"
-TWIN_TABLES, RUN_TABLES = "Twins of the paper's tables", "Per-head and per-layer tables"
-NORMS_SUB, ROLLOUT_SUB, CARD_SUB = ("Norm-based maps (Kobayashi et al. 2020)",
-                                    "Attention rollout (Abnar & Zuidema 2020)", "Per-head report card")
-TREES_SUB, ABLATIONS_SUB = "Single-head trees (Htut et al. 2019)", "Probe controls"
+ReportPage = steps.Page  # the declarations' page type; the summaries' pages below use full paths
 
 
-class ReportPage:
-    """One entry of the report: a table or figure ``source`` (a path under results/{run}/, or a full
-    path for the summaries), its ``page`` (file name under the report/ folder beside it, or a full path),
-    where the report lists it (``category``, ``subcategory``), its ``label`` and its caption file."""
-
-    def __init__(self, source, page, category, label, caption, subcategory=None):
-        self.source, self.page, self.category, self.label = source, page, category, label
-        self.caption, self.subcategory = caption, subcategory
-
-    @property
-    def name(self):
-        """The page's output name in its rule: a valid identifier, unique in the rule (from the whole
-        page path: the summary rule has a languages.html for every model)."""
-        return "page_{}".format(re.sub(r"\W", "_", os.path.splitext(self.page)[0]))
-
-
-def _figure_page(name, category, label, caption, subcategory=None):
-    return ReportPage(os.path.join("figures", name), name, category, label, caption, subcategory)
+def page_output_name(page):
+    """A page's output name in its rule: a valid identifier, unique in the rule (from the whole page
+    path: the summary rule has a languages.html for every model)."""
+    return "page_{}".format(re.sub(r"\W", "_", os.path.splitext(page.page)[0]))
 
 
 def syntax_report_pages():
     """The report entries of every run's syntax steps (model runs and `treebanks` runs)."""
-    return [
-        ReportPage("tables/table1.md", "table1.html", "Tables",
-                   "Table 1 twin: single heads vs dependency relations", "table1.rst", TWIN_TABLES),
-        ReportPage("tables/head_accuracy.csv", "head_accuracy.html", "Tables",
-                   "Accuracy of every head per relation (Table 1, Figure 5)", "head_accuracy.rst", RUN_TABLES),
-        _figure_page("fig5_syntax_heads.png", "Figures", "Figure 5 twin: heads for dependency relations",
-                     "fig5_syntax_heads.rst"),
-    ]
+    return steps.syntax_pages()
 
 
 def run_report_pages():
-    """The report entries of a model run, in the order the report lists them."""
-    pages = syntax_report_pages()[:1] + [
-        ReportPage("tables/table2.md", "table2.html", "Tables", "Table 2 twin: coreference", "table2.rst",
-                   TWIN_TABLES),
-    ]
-    if RUN_PROBES:
-        pages.append(ReportPage("tables/table3.md", "table3.html", "Tables",
-                                "Table 3 twin: attention-based probes", "table3.rst", TWIN_TABLES))
-    pages += [
-        ReportPage("tables/attention_stats.csv", "attention_stats.html", "Tables",
-                   "Surface statistics per head (Figures 2 and 4)", "attention_stats.rst", RUN_TABLES),
-        syntax_report_pages()[1],
-        ReportPage("tables/js_divergence.csv", "js_divergence.html", "Tables",
-                   "JS divergence between heads (Figure 6)", "js_divergence.rst", RUN_TABLES),
-        ReportPage("tables/head_clusters.csv", "head_clusters.html", "Tables",
-                   "Head embedding and behaviour labels (Figure 6)", "head_clusters.rst", RUN_TABLES),
-        ReportPage("tables/sep_gradients.csv", "sep_gradients.html", "Tables",
-                   "Gradients of attention to [SEP] per layer (Figure 3)", "sep_gradients.rst", RUN_TABLES),
-        _figure_page("fig1_example_heads.png", "Figures", "Figure 1 twin: example heads", "fig1_example_heads.rst"),
-        _figure_page("fig2_special_tokens.png", "Figures", "Figure 2 twin: attention to [CLS], [SEP], . and ,",
-                     "fig2_special_tokens.rst"),
-        _figure_page("fig3_sep_gradients.png", "Figures", "Figure 3 twin: gradients of attention to [SEP]",
-                     "fig3_sep_gradients.rst"),
-        _figure_page("fig4_entropy.png", "Figures", "Figure 4 twin: attention entropy", "fig4_entropy.rst"),
-        syntax_report_pages()[2],
-        _figure_page("fig6_head_clusters.png", "Figures", "Figure 6 twin: head clusters", "fig6_head_clusters.rst"),
-        ReportPage("comparison.md", "comparison.html", "Comparison with the paper", "Comparison with the paper",
-                   "comparison.rst"),
-    ]
-    if RUN_NORMS:
-        pages += [
-            ReportPage("tables/attention_stats_norm.csv", "attention_stats_norm.html", "Beyond the paper",
-                       "Surface statistics per head, norm-based maps", "attention_stats_norm.rst", NORMS_SUB),
-            ReportPage("tables/head_clusters_norm.csv", "head_clusters_norm.html", "Beyond the paper",
-                       "Head embedding and behaviour labels, norm-based maps", "head_clusters_norm.rst", NORMS_SUB),
-            ReportPage("tables/table1_norm.md", "table1_norm.html", "Beyond the paper",
-                       "Table 1 on the norm-based maps", "table1_norm.rst", NORMS_SUB),
-            _figure_page("fig_norms.png", "Beyond the paper", "Figure: attention vs norm-based maps",
-                         "fig_norms.rst", NORMS_SUB),
-            _figure_page("fig5_syntax_heads_norm.png", "Beyond the paper",
-                         "Figure 5 twin on the norm-based maps", "fig5_syntax_heads_norm.rst", NORMS_SUB),
-        ]
-    if RUN_NORM_PROBES:
-        pages.append(ReportPage("tables/table3_norm.md", "table3_norm.html", "Beyond the paper",
-                                "Table 3 on the norm-based maps", "table3_norm.rst", NORMS_SUB))
-    if RUN_ROLLOUT:
-        pages += [
-            ReportPage("tables/rollout_stats.csv", "rollout_stats.html", "Beyond the paper",
-                       "Rollout statistics per layer", "rollout_stats.rst", ROLLOUT_SUB),
-            ReportPage("tables/table1_rollout.md", "table1_rollout.html", "Beyond the paper",
-                       "Table 1 on the rollout maps", "table1_rollout.rst", ROLLOUT_SUB),
-            _figure_page("fig_rollout.png", "Beyond the paper", "Figure: attention rollout by layer",
-                         "fig_rollout.rst", ROLLOUT_SUB),
-        ]
-    if RUN_HEAD_REPORT:
-        pages += [
-            ReportPage("tables/head_report.csv", "head_report.html", "Beyond the paper",
-                       "Per-head report card (table)", "head_report.rst", CARD_SUB),
-            _figure_page("fig_head_report.png", "Beyond the paper", "Per-head report card (figure)",
-                         "fig_head_report.rst", CARD_SUB),
-        ]
-    if RUN_TREE_HEADS:
-        pages += [
-            ReportPage("tables/tree_heads.md", "tree_heads.html", "Beyond the paper",
-                       "Single-head trees: best head per layer", "tree_heads_best.rst", TREES_SUB),
-            ReportPage("tables/tree_heads.csv", "tree_heads_all.html", "Beyond the paper",
-                       "Single-head trees: every head", "tree_heads.rst", TREES_SUB),
-            _figure_page("fig_tree_heads.png", "Beyond the paper", "Figure: single-head trees by layer",
-                         "fig_tree_heads.rst", TREES_SUB),
-        ]
-    if RUN_PROBE_ABLATIONS:
-        pages.append(ReportPage("tables/probe_ablations.md", "probe_ablations.html", "Beyond the paper",
-                                "Per-layer ablations of the Attn + GloVe probe", "probe_ablations.rst",
-                                ABLATIONS_SUB))
-    pages.append(ReportPage("resources.md", "resources.html", "Resources", "Measured resources per job",
-                            "resources.rst"))
-    return pages
+    """The report entries of a model run (declared with their steps in bertlook.pipeline.steps)."""
+    return steps.run_pages(SWITCH)
 
 
 def summary_report_pages():
@@ -745,7 +608,7 @@ def report_page_outputs_of(pages, own_paths=False, subcategory=None):
     out = {}
     for p in pages:
         where = subcategory(p) if subcategory else "{{run}}{}".format(f": {p.subcategory}" if p.subcategory else "")
-        out[p.name] = report(
+        out[page_output_name(p)] = report(
             p.page if own_paths else run_path(REPORT_DIR, p.page),
             caption=f"../report/{p.caption}",
             category=p.category,
@@ -781,30 +644,10 @@ def summary_page_subcategory(page):
 
 
 def all_outputs():
+    """What `all` asks for: every model run's declared outputs (bertlook.pipeline.steps) and manifest, the
+    syntax runs' outputs, the cross-language and cross-model summaries, and every report page."""
     return expand(
-        [
-            run_path("tables", "attention_stats.csv"),
-            run_path("tables", "js_divergence.csv"),
-            run_path("tables", "head_clusters.csv"),
-            *[run_path("figures", name) for name in FIGURES],
-            run_path("tables", "head_accuracy.csv"),
-            run_path("tables", "table1.csv"),
-            run_path("tables", "table1.md"),
-            run_path("figures", "fig5_syntax_heads.png"),
-            *([run_path("tables", "table3.csv"), run_path("tables", "table3.md")] if RUN_PROBES else []),
-            run_path("tables", "table2.csv"),
-            run_path("tables", "table2.md"),
-            run_path("tables", "coref_heads.csv"),
-            run_path("tables", "sep_gradients.csv"),
-            run_path("figures", "fig3_sep_gradients.png"),
-            *beyond_outputs(),
-            run_path("manifest.json"),
-            run_path("comparison.csv"),
-            run_path("comparison.md"),
-            run_path("resources.csv"),  # resources.smk: measured resources, after everything else
-            run_path("resources.md"),
-        ],
-        run=MODEL_RUNS,
+        [run_path(path) for path in steps.run_outputs(SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
     ) + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)] + languages_outputs() + [
         os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
                                                      "resources.csv", "resources.md")] + report_page_outputs()
