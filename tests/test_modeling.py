@@ -430,7 +430,7 @@ def test_cached_hub_pickle_is_not_a_cached_model(tmp_path, monkeypatch):
     bin_file = tmp_path / "pytorch_model.bin"
     bin_file.write_bytes(b"not read")
     cache = {"config.json": str(tmp_path / "config.json"), "pytorch_model.bin": str(bin_file)}
-    monkeypatch.setattr(modeling, "_cached_file", lambda repo, name, rev, *a: cache.get(name))
+    monkeypatch.setattr(modeling, "cached_file", lambda repo, name, rev, *a: cache.get(name))
     assert not modeling.in_hf_cache("some-org/old-bert")
     with pytest.raises(BertlookError) as err:
         load_model(resolve_model("some-org/old-bert"), "cpu")

@@ -71,7 +71,7 @@ class ResolvedModel:
                 return [root / WEIGHT_FILES[1]]
             return shards
         for name in WEIGHT_FILES:
-            hit = _cached_file(self.path_or_id, name, self.revision)
+            hit = cached_file(self.path_or_id, name, self.revision)
             if hit:
                 return [Path(hit)]
         return []
@@ -185,7 +185,9 @@ def resolve_model(spec: str, revision: str | None = None) -> ResolvedModel:
 # --------------------------------------------------------------------------------------------
 # hub cache
 
-def _cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_from_cache=None) -> str | None:
+def cached_file(repo_id: str, filename: str, revision: str | None, try_to_load_from_cache=None) -> str | None:
+    """The local path of ``filename`` of a hub model in the Hugging Face cache, or None (not cached, or an
+    invalid id); no network."""
     if try_to_load_from_cache is None:
         try_to_load_from_cache = huggingface_hub.try_to_load_from_cache
     try:

@@ -44,7 +44,7 @@ from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNo
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from bertlook.attention.model_spec import ResolvedModel, _cached_file, resolve_model  # noqa: F401 (re-exported)
+from bertlook.attention.model_spec import ResolvedModel, cached_file, resolve_model  # noqa: F401 (re-exported)
 from bertlook.errors import BertlookError
 
 HUB_TIMEOUT_S = 10.0
@@ -71,14 +71,14 @@ def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
 
     (Cached pickled weights do not count: bertlook never loads them.)
     """
-    if _cached_file(repo_id, "config.json", revision) is None:
+    if cached_file(repo_id, "config.json", revision) is None:
         return False
-    return any(_cached_file(repo_id, n, revision) for n in ("model.safetensors", "model.safetensors.index.json"))
+    return any(cached_file(repo_id, n, revision) for n in ("model.safetensors", "model.safetensors.index.json"))
 
 
 def _cached_pickle_note(repo_id: str, revision: str | None) -> str:
-    hit = _cached_file(repo_id, "pytorch_model.bin", revision) or \
-        _cached_file(repo_id, "pytorch_model.bin.index.json", revision)
+    hit = cached_file(repo_id, "pytorch_model.bin", revision) or \
+        cached_file(repo_id, "pytorch_model.bin.index.json", revision)
     if not hit:
         return ""
     return (f"; the local cache holds only pickled weights ({Path(hit).name}), which bertlook never loads "

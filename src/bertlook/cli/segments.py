@@ -14,7 +14,7 @@ from bertlook.errors import BertlookError
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.data.segments import _count_text, build_segments, iter_documents, write_segments
+    from bertlook.data.segments import count_text, build_segments, iter_documents, write_segments
     from bertlook.pipeline.config import resolve_data_path
     from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model
@@ -51,7 +51,7 @@ def _handler(args: argparse.Namespace) -> int:
         raise BertlookError(
             f"{source}: no segment could be made ({summary['documents_read']} usable articles read, "
             f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
-            f"{summary['sentences_without_tokens']} sentences without tokens; {_count_text(counts)}): a "
+            f"{summary['sentences_without_tokens']} sentences without tokens; {count_text(counts)}): a "
             "segment needs two sentences of one article")
     warnings = []
     if summary["segments_produced"] < summary["segments_requested"]:

@@ -80,9 +80,9 @@ def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     config, safetensors weights and a tokenizer file; else None."""
     if not modeling.in_hf_cache(repo_id, revision):
         return None
-    if not any(modeling._cached_file(repo_id, name, revision) for name in _TOKENIZER_FILES):
+    if not any(modeling.cached_file(repo_id, name, revision) for name in _TOKENIZER_FILES):
         return None
-    config = modeling._cached_file(repo_id, "config.json", revision)
+    config = modeling.cached_file(repo_id, "config.json", revision)
     return Path(config).parent if config else None
 
 

@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, Document, _init_counts, make_document,
+from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, Document, init_counts, make_document,
                                     plain_text_paragraphs)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
@@ -306,7 +306,7 @@ def iter_hf_documents(
     :class:`BertlookError` naming the dataset (and the row index).
     """
     spec = normalize_spec(spec)
-    counts = _init_counts(counts)
+    counts = init_counts(counts)
     if max_articles is not None and max_articles < 1:
         raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
     ds, _revision = _load(spec)

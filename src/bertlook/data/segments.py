@@ -186,13 +186,15 @@ def _open_dump(path: Path):
     return open(path, "rb")
 
 
-def _count_text(counts: dict[str, int]) -> str:
+def count_text(counts: dict[str, int]) -> str:
+    """The corpus counts (:data:`DOCUMENT_COUNT_KEYS`) that explain a shortfall, as one phrase."""
     return (f"pages read {counts['pages_read']}, non-article pages {counts['non_article_pages_skipped']}, "
             f"redirects {counts['redirects_skipped']}, articles without a usable sentence "
             f"{counts['documents_without_sentences']}")
 
 
-def _init_counts(counts: dict[str, int] | None) -> dict[str, int]:
+def init_counts(counts: dict[str, int] | None) -> dict[str, int]:
+    """``counts`` (a new dict when None) with every key of :data:`DOCUMENT_COUNT_KEYS` present (0 if new)."""
     if counts is None:
         counts = {}
     for key in DOCUMENT_COUNT_KEYS:
@@ -245,7 +247,7 @@ def make_document(index: int, title: str, paragraphs: list[str],
     (``language``, ``splitter``), then :func:`bertlook.data.sentences.is_usable_sentence`; updates ``short_sentences_skipped``, ``documents_without_sentences``,
     ``documents_kept`` and ``sentences_kept`` in ``counts``.
     """
-    counts = _init_counts(counts)
+    counts = init_counts(counts)
     sentences: list[str] = []
     for sent in split_sentences("\n".join(paragraphs), language, splitter):
         if is_usable_sentence(sent, language):
@@ -276,7 +278,7 @@ def iter_dump_articles(
     from gensim.corpora.wikicorpus import extract_pages  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     path = Path(dump_path)
-    counts = _init_counts(counts)
+    counts = init_counts(counts)
     _check_dump_file(path)
 
     page: dict[str, Any] = {}
@@ -331,7 +333,7 @@ def iter_documents(
     ends without a single usable article (all redirects, other namespaces, or no prose).
     """
     path = Path(dump_path)
-    counts = _init_counts(counts)
+    counts = init_counts(counts)
     _check_dump_file(path)
     if max_articles is not None and max_articles < 1:
         raise BertlookError(f"max_articles must be at least 1, got {max_articles}")
@@ -350,7 +352,7 @@ def iter_documents(
     finally:
         articles.close()
     if kept == 0:
-        raise BertlookError(f"{path}: no usable article in the Wikipedia dump ({_count_text(counts)})")
+        raise BertlookError(f"{path}: no usable article in the Wikipedia dump ({count_text(counts)})")
 
 
 # ----------------------------------------------------------------------------------- segments

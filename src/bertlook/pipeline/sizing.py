@@ -204,16 +204,16 @@ def _weights_bytes(root: Path) -> int | None:
 def model_dims(spec: str, revision: str | None = None) -> ModelDims:
     """Dimensions of a model spec from its ``config.json``, without loading weights or using the
     network (hub ids: the HF cache only). :data:`DEFAULT_DIMS` when the config cannot be read."""
-    from bertlook.attention.model_spec import _cached_file, resolve_model  # no torch: the DAG is built with this
+    from bertlook.attention.model_spec import cached_file, resolve_model  # no torch: the DAG is built with this
 
     try:
         resolved = resolve_model(spec, revision)
         if resolved.is_hub:
-            found = _cached_file(resolved.path_or_id, "config.json", revision)
+            found = cached_file(resolved.path_or_id, "config.json", revision)
             if not found:
                 return dataclasses.replace(DEFAULT_DIMS, source=f"assumed: BERT-large ({spec} not in the HF cache)")
             config_path = Path(found)
-            weights = _cached_file(resolved.path_or_id, "model.safetensors", revision)
+            weights = cached_file(resolved.path_or_id, "model.safetensors", revision)
             weights_bytes = Path(weights).stat().st_size if weights else None
         else:
             config_path = Path(resolved.path_or_id) / "config.json"
