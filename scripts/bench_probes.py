@@ -6,7 +6,7 @@ Stores: ``--stores DIR`` with ``words-{train,dev}``, ``normwords-{train,dev}``, 
 demo's word-level stores), else synthetic stores of the demo's size (2000 train / 500 dev sentences, 6 x 12
 heads, 8-42 words; the norm and random-init ones hold the same sentences with other maps).
 
-1. The batched engine (``bertlook.analyses.probes.run_probe_tables``): seconds per phase, its batched products'
+1. The batched engine (``bertlook.analyses.probe_tables.run_probe_tables``): seconds per phase, its batched products'
    FLOPs (counted from the sentence orders: every matrix product of the forward and the hand-written backward;
    elementwise work not counted) and their rate against this machine's float32 GEMM rate (measured here on
    shapes like the engine's).
@@ -39,9 +39,9 @@ from bertlook.analyses.probes import (
     ablation_heads,
     epoch_batches,
     evaluate_probe,
-    run_probe_tables,
     train_probe,
 )
+from bertlook.analyses.probe_tables import run_probe_tables
 from bertlook.analyses.trees import chu_liu_edmonds, chu_liu_edmonds_batch
 from bertlook.data.glove import GloveVectors, load_glove
 from bertlook.testing.synthetic_stores import write_synthetic_word_store

@@ -248,7 +248,7 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
         return str(snap)
 
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
     monkeypatch.setattr(fetch, "_snapshot_download", fake)
     rev = "86b5e0934494bd15c9632b12f734a8a67f723594"
     item = fetch.fetch_model("bert-base-uncased", rev)
@@ -271,7 +271,7 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
 
 def test_hub_snapshot_without_safetensors_is_refused(tmp_path, tiny_bert_dir, monkeypatch):
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
     monkeypatch.setattr(fetch, "_snapshot_download",
                         lambda **kw: str(_fake_snapshot(tmp_path / "snap", tiny_bert_dir, weights="pytorch_model.bin")))
     with pytest.raises(BertlookError, match="no safetensors weights"):
@@ -292,7 +292,7 @@ def test_hub_errors_and_offline_mode_are_clear(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
     with pytest.raises(BertlookError, match="offline mode is on"):  # conftest sets HF_HUB_OFFLINE=1
         fetch.fetch_model("bert-base-uncased", "main")
-    monkeypatch.setattr("bertlook.attention.modeling._hub_offline", lambda: False)
+    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
 
     class RevisionNotFoundError(Exception):
         pass

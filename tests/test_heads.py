@@ -697,7 +697,8 @@ def test_paired_bootstrap_of_difference(tmp_path):
     plain = ha.table1(sc, min_count=5, bootstrap=300, seed=7)
     df = ha.table1(sc, min_count=5, bootstrap=300, seed=7, paired=True)
     pd.testing.assert_frame_equal(df[plain.columns], plain)  # the paper-twin columns do not move
-    sel = [(r, *ha._parse_label(h), ha.DIRECTIONS.index(d)) for r, h, d in zip(df.relation, df.best_head, df.direction)]
+    sel = [(r, *ha.head_index_of_label(h), ha.DIRECTIONS.index(d))
+           for r, h, d in zip(df.relation, df.best_head, df.direction)]
     k = [sc.offsets.index(o) for o in df.baseline_offset]
     b, c = ha.paired_counts(store, sc, [(r, ("head", l, h, d), ("offset", kk)) for (r, l, h, d), kk in zip(sel, k)])
     den = np.stack([sc.sentence_counts.sum(axis=1) if r == "All" else sc.sentence_counts[:, sc.relations.index(r)]
@@ -792,21 +793,21 @@ def test_fragile_decisions_by_hand():
     a[0, 0, 2, [1, 3]] = [0.5, 0.25]  # w2 -> w1 (gold), far ahead: correct, not fragile
     a[0, 0, 3, [1, 2]] = [0.3, below]  # w3 -> w1, but gold w2 one ulp under: wrong, fragile
     gold = np.array([2, 1, 2])
-    dec = ha._decision_blocks(a, W)
-    pred = ha._predict(dec, W)  # [layer, head, direction, word]
+    dec = ha.decision_blocks(a, W)
+    pred = ha.predict_from_decision(dec, W)  # [layer, head, direction, word]
     assert pred[0, 0, 0].tolist() == [2, 1, 1]
     frag = ha.fragile_decisions(dec, pred, gold)
     assert frag[0, 0, 0].tolist() == [True, False, True]
     # two ulps apart is not fragile; a ROOT word (gold 0) never is
     a[0, 0, 3, 2] = np.nextafter(below, np.float16(0))
-    dec = ha._decision_blocks(a, W)
-    assert ha.fragile_decisions(dec, ha._predict(dec, W), gold)[0, 0, 0].tolist() == [True, False, False]
-    assert not ha.fragile_decisions(dec, ha._predict(dec, W), np.array([0, 0, 0])).any()
+    dec = ha.decision_blocks(a, W)
+    assert ha.fragile_decisions(dec, ha.predict_from_decision(dec, W), gold)[0, 0, 0].tolist() == [True, False, False]
+    assert not ha.fragile_decisions(dec, ha.predict_from_decision(dec, W), np.array([0, 0, 0])).any()
     # float maps (rollout): within 2**-10 of the larger value
     f = a.astype(np.float32)
     f[0, 0, 3, [1, 2]] = [0.3, 0.3 * (1 - 2.0**-11)]
-    dec = ha._decision_blocks(f, W)
-    assert ha.fragile_decisions(dec, ha._predict(dec, W), gold)[0, 0, 0].tolist() == [True, False, True]
+    dec = ha.decision_blocks(f, W)
+    assert ha.fragile_decisions(dec, ha.predict_from_decision(dec, W), gold)[0, 0, 0].tolist() == [True, False, True]
 
 
 def test_scores_count_fragile_words_and_selection_candidates(tmp_path):

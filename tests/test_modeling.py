@@ -35,7 +35,7 @@ def test_resolve_local_dir(tiny_bert_dir):
     assert r.source == "local" and r.spec == str(tiny_bert_dir)
     assert Path(r.path_or_id) == tiny_bert_dir.resolve()
     assert r.revision is None and r.weights_sha256 is None  # computed lazily
-    prov = r.provenance()
+    prov = r.provenance(modeling.load_config(r))
     assert prov["weights_sha256"] == _sha256(tiny_bert_dir / "model.safetensors")
     assert prov["weights_files"] == ["model.safetensors"]
     assert prov["source"] == "local" and prov["spec"] == str(tiny_bert_dir)
@@ -51,7 +51,7 @@ def test_resolve_package_with_fake_module(tiny_bert_dir, monkeypatch):
     r = resolve_model("package:fake_bert_pkg")
     assert r.source == "package" and r.spec == "package:fake_bert_pkg"
     assert Path(r.path_or_id) == tiny_bert_dir.resolve()
-    assert r.provenance()["weights_sha256"] == _sha256(tiny_bert_dir / "model.safetensors")
+    assert r.provenance(modeling.load_config(r))["weights_sha256"] == _sha256(tiny_bert_dir / "model.safetensors")
 
 
 def test_resolve_package_missing_module():

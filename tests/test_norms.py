@@ -16,6 +16,7 @@ from bertlook.attention.extract_words import align_words, extract_word_attention
 from bertlook.attention.extraction import encode_segment, extract_segments, extract_to_store
 from bertlook.attention.store import AttentionWriter, open_store
 from bertlook.errors import BertlookError
+from bertlook.attention import shards
 from bertlook.pipeline import sharding
 from bertlook.testing.tiny_models import make_segment
 
@@ -231,22 +232,22 @@ def test_merge_stores_keeps_the_map_kind_and_refuses_mixing(tmp_path, tiny_bert_
                                    **common)
     parts = [extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"p{i}", norms_out=tmp_path / f"n{i}",
                                     shard=(i, 2), **common) for i in (1, 2)]
-    sharding.merge_stores([tmp_path / "n1", tmp_path / "n2"], tmp_path / "nmerged")
-    sharding.merge_stores([tmp_path / "p1", tmp_path / "p2"], tmp_path / "pmerged")
+    shards.merge_stores([tmp_path / "n1", tmp_path / "n2"], tmp_path / "nmerged")
+    shards.merge_stores([tmp_path / "p1", tmp_path / "p2"], tmp_path / "pmerged")
     merged, w = open_store(tmp_path / "nmerged"), open_store(tmp_path / "nwhole")
     assert merged.meta["map"] == "norm" and open_store(tmp_path / "pmerged").meta["map"] == "attention"
     assert [r["id"] for r in merged.records] == [r["id"] for r in w.records]
     for (_, a), (_, b) in zip(merged, w):
         np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=1e-3)
     with pytest.raises(BertlookError, match="norm-based stores cannot be merged"):
-        sharding.merge_stores([tmp_path / "p1", tmp_path / "n2"], tmp_path / "bad")
+        shards.merge_stores([tmp_path / "p1", tmp_path / "n2"], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
     # a store without the key is an attention store: merging it with a norm store is refused too
     meta = json.loads((tmp_path / "p1" / "meta.json").read_text())
     del meta["map"]
     (tmp_path / "p1" / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(BertlookError, match="'norm' maps"):
-        sharding.merge_stores([tmp_path / "p1", tmp_path / "n2"], tmp_path / "bad")
+        shards.merge_stores([tmp_path / "p1", tmp_path / "n2"], tmp_path / "bad")
     gathered = sharding.merge_summaries(parts)
     assert gathered["norms"]["value_norm_counts"] == whole["norms"]["value_norm_counts"]
     np.testing.assert_allclose(gathered["norms"]["value_norm_sums"], whole["norms"]["value_norm_sums"], rtol=1e-5)

@@ -25,10 +25,10 @@ from bertlook.analyses.probes import (
     mst_heads,
     probe_loss,
     run_layer_ablations,
-    run_probe_tables,
     run_probes,
     train_probe,
 )
+from bertlook.analyses.probe_tables import run_probe_tables
 from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
 from bertlook.testing.synthetic_stores import write_synthetic_word_store

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertlook.attention import shards
 from bertlook.pipeline import sharding
 from bertlook.attention.store import AttentionStore, AttentionWriter, open_store
 from bertlook.analyses.cluster_heads import js_divergence_matrix, js_divergence_partial, reduce_js_divergence
@@ -224,7 +225,7 @@ def test_merged_word_store_equals_the_unsharded_store(tmp_path, link):
     for i, part in enumerate(_shards(examples, 4)):
         # tiny shard files: several per shard store
         parts.append(_write(tmp_path / f"p{i}", part, level="word", meta=_word_meta(part), shard_bytes=400))
-    result = sharding.merge_stores([p.path for p in parts], tmp_path / "merged", link=link)
+    result = shards.merge_stores([p.path for p in parts], tmp_path / "merged", link=link)
     merged = open_store(tmp_path / "merged", level="word")
     assert [r["id"] for r in merged.records] == [r["id"] for r in whole.records]  # the unsharded order
     for (ra, a), (rb, b) in zip(merged, whole):
@@ -250,19 +251,19 @@ def test_merge_stores_refuses_overlaps_and_mixed_layouts(tmp_path, token_example
     a = _write(tmp_path / "a", token_examples[:4])
     b = _write(tmp_path / "b", token_examples[3:])
     with pytest.raises(BertlookError, match="also in"):
-        sharding.merge_stores([a.path, b.path], tmp_path / "m")
+        shards.merge_stores([a.path, b.path], tmp_path / "m")
     w = _write(tmp_path / "w", _word_examples(3), level="word")
     with pytest.raises(BertlookError, match="level"):
-        sharding.merge_stores([a.path, w.path], tmp_path / "m")
+        shards.merge_stores([a.path, w.path], tmp_path / "m")
     assert not (tmp_path / "m").exists()
 
 
 def test_merge_of_an_empty_shard(tmp_path, token_examples):
     full = _write(tmp_path / "a", token_examples[:2])
     empty = _write(tmp_path / "e", [])
-    sharding.merge_stores([full.path, empty.path], tmp_path / "m")
+    shards.merge_stores([full.path, empty.path], tmp_path / "m")
     assert len(open_store(tmp_path / "m")) == 2
-    sharding.merge_stores([empty.path], tmp_path / "m0")
+    shards.merge_stores([empty.path], tmp_path / "m0")
     assert len(open_store(tmp_path / "m0")) == 0
 
 
@@ -371,7 +372,7 @@ def test_sharded_word_extraction_merges_into_the_unsharded_store(tmp_path, tiny_
         s = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"p{i}", shard=(i, 2), **common)
         stores.append(tmp_path / f"p{i}")
         summaries.append(s)
-    sharding.merge_stores(stores, tmp_path / "merged")
+    shards.merge_stores(stores, tmp_path / "merged")
     merged, w = open_store(tmp_path / "merged"), open_store(tmp_path / "whole")
     assert [r["id"] for r in merged.records] == [r["id"] for r in w.records]
     for (ra, a), (rb, b) in zip(merged, w):

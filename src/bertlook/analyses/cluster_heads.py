@@ -36,7 +36,8 @@ from bertlook.attention.extraction import progress_bar
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
-from bertlook.pipeline.sharding import same_value, select_examples
+from bertlook.attention.shards import select_examples
+from bertlook.pipeline.sharding import same_value
 
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
 DEFAULT_CHUNK_BYTES = 2**20  # one block of pairwise mixtures (x2 buffers): about L2-sized
@@ -214,7 +215,7 @@ def js_divergence_sum(
 ) -> tuple["np.ndarray", int]:
     """``(sum of the per-example JS matrices [K, K], number of examples)`` over the selected examples.
 
-    Selection (:func:`bertlook.pipeline.sharding.select_examples`): all examples; with ``max_examples`` the
+    Selection (:func:`bertlook.attention.shards.select_examples`): all examples; with ``max_examples`` the
     first N segments of the ``segments`` file, or without it the first N examples of the store. No
     example selected gives a zero matrix and 0. ``progress``: a progress bar (ETA) on stderr.
     The maps are not checked here: :meth:`AttentionStore.get <bertlook.attention.store.AttentionStore.get>`

@@ -1146,7 +1146,8 @@ def table2_frame(scores: CorefScores) -> "pd.DataFrame":
     return df
 
 
-def _write_csv(path, frame) -> None:
+def write_frame_csv(path, frame) -> None:
+    """``frame`` as CSV (no index, full precision), written atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
 
@@ -1161,10 +1162,10 @@ def write_not_run(out_table_csv, out_md, out_heads_csv, reason: str = NOT_RUN_RE
     note = reason if reason.lower().startswith("not run") else f"not run: {reason}"
     row = {c: "" for c in TABLE2_CSV_COLUMNS}
     row.update({"system": "not run", "label": "not run", "note": note})
-    _write_csv(out_table_csv, pd.DataFrame([row], columns=list(TABLE2_CSV_COLUMNS)))
+    write_frame_csv(out_table_csv, pd.DataFrame([row], columns=list(TABLE2_CSV_COLUMNS)))
     heads = {c: "" for c in HEADS_CSV_COLUMNS}
     heads["note"] = note
-    _write_csv(out_heads_csv, pd.DataFrame([heads], columns=[*HEADS_CSV_COLUMNS, "note"]))
+    write_frame_csv(out_heads_csv, pd.DataFrame([heads], columns=[*HEADS_CSV_COLUMNS, "note"]))
     write_text(out_md, "# Coreference: antecedent selection accuracy (Table 2 twin)\n\n"
                        f"{note[0].upper()}{note[1:]}.\n\n"
                        "Set a CoNLL-2012 (OntoNotes) corpus to run this step; see docs/coreference.md.\n")

@@ -189,7 +189,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     import torch
     import torch.nn.functional as F
 
-    from bertlook.attention.extraction import _accepts_token_type_ids
+    from bertlook.attention.extraction import accepts_token_type_ids
 
     if not batch:
         raise BertlookError("empty batch")
@@ -211,7 +211,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
         mask[b, :n] = 1
         labels[b, :n] = torch.as_tensor(ex.labels, dtype=torch.long)
     kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
-    if _accepts_token_type_ids(model):
+    if accepts_token_type_ids(model):
         kwargs["token_type_ids"] = tts.to(device)
     elif bool(tts.any()):
         raise BertlookError("the model takes no token type ids but non-zero ones were given (use segment ids 'zeros')")
@@ -413,16 +413,16 @@ def load_mlm_checked(resolved, device="cpu"):
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from bertlook.attention.modeling import _check_finite, _from_pretrained
+    from bertlook.attention.modeling import check_finite, load_pretrained
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model, info = _from_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
+        model, info = load_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
                                        dtype=torch.float32, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(level)
-    _check_finite(model, resolved)
+    check_finite(model, resolved)
     info = info or {}
     missing = sorted(set(info.get("missing_keys") or ()))
     loading = {"missing_keys": missing, "unexpected_keys": sorted(set(info.get("unexpected_keys") or ()))}

@@ -208,7 +208,8 @@ def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
     return f"{store.path}: sentence {rec.get('id', k)!r} (example {k})"
 
 
-def _check_word_store(store: "AttentionStore") -> None:
+def check_word_store(store: "AttentionStore") -> None:
+    """The store is a word-level store (else a :class:`BertlookError`)."""
     open_store(store, level="word")
 
 
@@ -279,7 +280,7 @@ def punctuation_mask(rels: Sequence[str], upos: Sequence[Any] | None = None) -> 
     return punct
 
 
-def _decision_blocks(attn: "np.ndarray", n_words: int, *, where: str = "attention",
+def decision_blocks(attn: "np.ndarray", n_words: int, *, where: str = "attention",
                      candidates: "np.ndarray | None" = None) -> tuple["np.ndarray", Any, "np.ndarray | None"]:
     """The values every word decides on: ``(blocks [..., 2, W, W], masked value, no_candidate [W] or None)``.
 
@@ -325,7 +326,7 @@ def predict_heads(attn: "np.ndarray", n_words: int, *, where: str = "attention",
     ``candidates`` (``[W]`` bool, optional): only these words may be predicted (dep2head: masked key
     columns; head2dep: masked query rows); a word left without any candidate predicts 0.
     """
-    return _predict(_decision_blocks(attn, n_words, where=where, candidates=candidates), int(n_words))
+    return predict_from_decision(decision_blocks(attn, n_words, where=where, candidates=candidates), int(n_words))
 
 
 def _at_words(decision: tuple, src: "np.ndarray") -> tuple:
@@ -334,7 +335,8 @@ def _at_words(decision: tuple, src: "np.ndarray") -> tuple:
     return blocks[..., src, :], mask, None if no_candidate is None else no_candidate[src]
 
 
-def _predict(decision: tuple, W: int) -> "np.ndarray":
+def predict_from_decision(decision: tuple, W: int) -> "np.ndarray":
+    """Predicted heads (1-based words, 0 = none) ``[..., direction, word]`` of :func:`decision_blocks`' output."""
     blocks, _, no_candidate = decision
     pred = blocks.argmax(axis=-1) + 1  # [..., direction, word]
     if no_candidate is not None and no_candidate.any():
@@ -351,7 +353,7 @@ FLOAT_FRAGILE_REL = 2.0**-10
 def fragile_decisions(decision: tuple, pred: "np.ndarray", gold: "np.ndarray") -> "np.ndarray":
     """``[..., 2, W]`` bool: whether a word's correctness rests on a near-tie, i.e. could change when one stored
     value moves by one float16 ulp (float maps: :data:`FLOAT_FRAGILE_REL`). ``decision`` and ``pred`` from
-    :func:`_decision_blocks` / :func:`_predict`; ``gold`` ``[W]`` (1-based, 0 = ROOT, never predicted).
+    :func:`decision_blocks` / :func:`predict_from_decision`; ``gold`` ``[W]`` (1-based, 0 = ROOT, never predicted).
 
     A correct word is fragile when the second-best candidate is within one ulp of the best; a wrong word when
     its gold head is within one ulp of the best (and may be picked). The regression gate's word tolerances
@@ -391,7 +393,8 @@ def _relation_vocabulary(store: "AttentionStore", records: list[dict[str, Any]])
     return sorted(counts, key=lambda r: (-counts[r], r))
 
 
-def _parse_offsets(offsets: Iterable[int]) -> tuple[int, ...]:
+def parse_offsets(offsets: Iterable[int]) -> tuple[int, ...]:
+    """The baseline offsets as distinct non-zero integers."""
     try:
         out = tuple(int(k) for k in offsets)
     except (TypeError, ValueError):
@@ -421,8 +424,8 @@ def score_heads(
     ``crossfit_seed``: also count per cross-fitting fold (:func:`crossfit_folds`). The offset
     baselines are the same for both candidate sets.
     """
-    _check_word_store(store)
-    offsets = _parse_offsets(offsets)
+    check_word_store(store)
+    offsets = parse_offsets(offsets)
     if max_examples is not None and max_examples < 0:
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     records = store.records if max_examples is None else store.records[:max_examples]
@@ -454,9 +457,9 @@ def score_heads(
         where = _where(store, rec, k)
         cand = ~sent.punct  # [word]: candidates without punctuation
         # the decisions of the words the predictions are read from (src: the possessive switch)
-        dec = _at_words(_decision_blocks(attn, W, where=where, candidates=cand if exclude_punct_candidates else None),
+        dec = _at_words(decision_blocks(attn, W, where=where, candidates=cand if exclude_punct_candidates else None),
                         src)
-        pred = _predict(dec, W)  # [layer, head, direction, word]
+        pred = predict_from_decision(dec, W)  # [layer, head, direction, word]
         ok = (pred == gold) & (gold > 0)  # [layer, head, direction, word]
         # sum the correct words of each relation: a [W, R] one-hot matmul (exact: counts <= W < 2**24)
         onehot = np.zeros((W, R), dtype=np.float32)  # [word, relation]
@@ -565,7 +568,7 @@ def _second_pass(
 ) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """One pass for :func:`sentence_correct` (``[S, len(selections)]``) and :func:`paired_counts`
     (``b``, ``c``: ``[S, len(comparisons)]``), evaluating only the heads they name."""
-    _check_word_store(store)
+    check_word_store(store)
     if (store.num_layers, store.num_heads) != (scores.num_layers, scores.num_heads) or len(store) < scores.n_sentences:
         raise BertlookError(f"{store.path}: does not match the scored store ({scores.store_path})")
     rel_index = {r: i for i, r in enumerate(scores.relations)}
@@ -638,7 +641,8 @@ def _second_pass(
 # --------------------------------------------------------------------------------------------------
 
 
-def _parse_label(label: str) -> tuple[int, int]:
+def head_index_of_label(label: str) -> tuple[int, int]:
+    """``(layer, head)``, 0-based, of an ``"L-H"`` label (1-based)."""
     layer, head = parse_head_label(label)
     return layer - 1, head - 1
 

@@ -33,13 +33,13 @@ from bertlook.analyses.probes import (
     N_DIST,
     ProbeData,
     ProbeTask,
-    _base_kind,
-    _split_group,
-    _uas_dict,
+    base_kind,
     corpus_signature,
     distance_features,
     epoch_batches,
     make_model,
+    split_group,
+    uas_dict,
 )
 from bertlook.analyses.trees import chu_liu_edmonds_batch
 from bertlook.errors import BertlookError
@@ -286,7 +286,7 @@ class AttnCohort:
         self.ab, self.weight, self.bias = ab, weight, bias
         full = bool((wmask == 1).all() and (bmask == 1).all())
         self.wmask, self.bmask = (None, None) if full else (wmask, bmask)
-        self.released = [v for v, t in enumerate(self.tasks) if _base_kind(t.probe)[1]]
+        self.released = [v for v, t in enumerate(self.tasks) if base_kind(t.probe)[1]]
 
     def params(self) -> list[torch.Tensor]:
         return [self.ab, self.weight, self.bias]
@@ -817,7 +817,7 @@ class BatchedProbes:
         S, F = len(self.seeds), 2 * self.K
         logps: list = [None] * split.n
         order = sorted(range(split.n), key=lambda n: split.lengths[n])
-        chunks = _split_group(order, split.lengths.tolist(), S * F, budget)
+        chunks = split_group(order, split.lengths.tolist(), S * F, budget)
         for chunk in (c[k : k + 8] for c in chunks for k in range(0, len(c), 8)):
             rows = Rows(split, [(k, n) for n in chunk for k in range(S)], S)
             outs: list[list] = [[] for _ in ks]
@@ -833,7 +833,7 @@ class BatchedProbes:
         for s, seed in enumerate(self.seeds):
             for c, task in enumerate(self.columns):
                 cm = None if ev["correct_mst"] is None else int(ev["correct_mst"][s, c])
-                out[(task, seed)] = _uas_dict(int(ev["correct"][s, c]), cm, ev["n_words"], ev["n_sentences"])
+                out[(task, seed)] = uas_dict(int(ev["correct"][s, c]), cm, ev["n_words"], ev["n_sentences"])
         return out
 
     def state(self, task: ProbeTask, seed: int, grad: bool = False) -> dict[str, torch.Tensor]:
@@ -880,8 +880,8 @@ def _mst_correct(logps: list[np.ndarray], sentences, max_matrices: int = 4096) -
 
 
 def _chunks(pairs: list[tuple[int, int]], lengths: Sequence[int], width: int, budget: int) -> list[list]:
-    """One step's (seed, sentence) rows cut as :func:`~bertlook.analyses.probes._split_group` cuts a batch."""
-    cut = _split_group(range(len(pairs)), [lengths[n] for _, n in pairs], width, budget)
+    """One step's (seed, sentence) rows cut as :func:`~bertlook.analyses.probes.split_group` cuts a batch."""
+    cut = split_group(range(len(pairs)), [lengths[n] for _, n in pairs], width, budget)
     return [[pairs[i] for i in chunk] for chunk in cut]
 
 

@@ -24,7 +24,8 @@ import pandas as pd
 from bertlook.analyses.surface_stats import PUNCT_TOKENS, row_entropy, special_tokens
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
-from bertlook.pipeline.sharding import same_value, select_examples
+from bertlook.attention.shards import select_examples
+from bertlook.pipeline.sharding import same_value
 
 COLUMNS = ["layer", "cls", "sep", "punct", "other", "entropy", "uniform_entropy"]
 #: per-example statistics (one value per layer), summed by the partials in this order
@@ -151,7 +152,7 @@ def rollout_partial(
     """Sums and counts of the rollout statistics over the selected examples of one token-level store.
 
     Selection as :func:`bertlook.analyses.surface_stats.surface_stats_partial`
-    (:func:`bertlook.pipeline.sharding.select_examples`). ``arrays``: ``sums [stat, layer]`` (float64,
+    (:func:`bertlook.attention.shards.select_examples`). ``arrays``: ``sums [stat, layer]`` (float64,
     :data:`STAT_COLUMNS` order), ``sum_log_n``; ``meta``: layout, special tokens, map kind,
     ``n_examples``, ``n_examples_in_store``, ``sum_n``, the store's own exclusions. Reduce with
     :func:`reduce_rollout`. The extraction stream computes the same partial without a store

@@ -23,7 +23,8 @@ import pandas as pd
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
-from bertlook.pipeline.sharding import same_value, select_examples
+from bertlook.attention.shards import select_examples
+from bertlook.pipeline.sharding import same_value
 
 STAT_COLUMNS = [
     "cls", "sep", "punct", "self", "prev", "next",
@@ -271,7 +272,7 @@ def surface_stats_partial(
 ) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
     """Sums and counts of the statistics over the selected examples of one store: ``(meta, arrays)``.
 
-    Selection (:func:`bertlook.pipeline.sharding.select_examples`): all examples, or with ``max_examples`` the
+    Selection (:func:`bertlook.attention.shards.select_examples`): all examples, or with ``max_examples`` the
     first N segments of the ``segments`` file (without it: the first N of the store). ``arrays``:
     ``sums`` ``[columns, layers, heads]`` (float64, in :data:`STAT_COLUMNS` order), ``sum_log_n``,
     ``offset_counts`` ``[layers, heads, 2*max_n-1]`` (int64, :func:`argmax_offset_counts` summed,

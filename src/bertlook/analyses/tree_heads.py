@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.heads import _decision_blocks, _predict, fragile_decisions
+from bertlook.analyses.heads import decision_blocks, predict_from_decision, fragile_decisions
 from bertlook.analyses.probes import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
@@ -104,8 +104,8 @@ def _fragile_words(attn: np.ndarray, heads: np.ndarray, scored: np.ndarray) -> n
     (:func:`bertlook.analyses.heads.fragile_decisions`): the regression gate's measure of how many words a
     head's tree may change on another CPU."""
     W = len(heads)
-    dec = _decision_blocks(attn, W)
-    frag = fragile_decisions(dec, _predict(dec, W), heads)  # [K, direction, word]
+    dec = decision_blocks(attn, W)
+    frag = fragile_decisions(dec, predict_from_decision(dec, W), heads)  # [K, direction, word]
     return (frag & scored[None, None, :]).sum(axis=2).T  # [direction, K]
 
 

@@ -4,7 +4,7 @@
 (:func:`encode_segment`) and calls :func:`extract_to_store`, which runs the model in length-sorted
 batches and streams float16 maps ``[layer, head, from, to]`` to disk. Guards shared by ``extract-segments``,
 ``extract-words`` and ``coref-extract``: :func:`unk_statistics` / :func:`check_unk_rate`
-(``--max-unk-rate``) and :func:`estimate_store_bytes` / :func:`check_disk_space`.
+(``--max-unk-rate``) and :func:`bertlook.attention.store.estimate_store_bytes` / :func:`check_disk_space`.
 
 Definitions and the differences from the released code (token type ids, over-long examples,
 padding): docs/definitions.md#token-level-extraction
@@ -24,17 +24,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
+from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
 STORE_DTYPE = "float16"
-STORE_ITEMSIZE = 2  # bytes per float16 value
 DEFAULT_MAX_UNK_RATE = 0.05
 UNK_EXAMPLES_SHOWN = 5
 DISK_MARGIN_FRACTION = 0.05
 DISK_MARGIN_MIN_BYTES = 100 * 2**20
-INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
-META_OVERHEAD = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,22 +233,6 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def estimate_store_bytes(records: Sequence[dict[str, Any]], sizes: Sequence[int], num_layers: int,
-                         num_heads: int, *, meta: dict[str, Any] | None = None) -> dict[str, int]:
-    """Size of an attention store of ``records`` whose maps are ``sizes[i] x sizes[i]`` (float16).
-
-    ``map_bytes`` (the shards, exact) = ``sum(layers * heads * m * m * 2)``; ``index_bytes`` is an
-    upper estimate of ``index.jsonl`` + ``meta.json`` (records as JSON plus a fixed overhead).
-    """
-    per = int(num_layers) * int(num_heads) * STORE_ITEMSIZE
-    map_bytes = sum(per * int(m) * int(m) for m in sizes)
-    index_bytes = sum(len(json.dumps(r, ensure_ascii=False, default=str).encode("utf-8")) + INDEX_ENTRY_OVERHEAD
-                      for r in records)
-    meta_bytes = META_OVERHEAD + len(json.dumps(meta or {}, indent=2, ensure_ascii=False, default=str).encode("utf-8"))
-    return {"map_bytes": map_bytes, "index_bytes": index_bytes + meta_bytes,
-            "total_bytes": map_bytes + index_bytes + meta_bytes}
-
-
 def _existing_parent(path: Path) -> Path:
     path = path.absolute()
     for p in (path, *path.parents):
@@ -292,14 +274,6 @@ SHRINK_ADVICE = (
 # --------------------------------------------------------------------------------------------
 # extraction
 
-def _id_key(value: Any) -> tuple[int, Any]:
-    if isinstance(value, bool):
-        return (1, str(value))
-    if isinstance(value, (int, float)):
-        return (0, value)
-    return (1, str(value))
-
-
 def _model_device(model):
     import torch  # lazy: cli/_args imports this module when the parser is built
 
@@ -308,7 +282,8 @@ def _model_device(model):
     return torch.device("cpu")
 
 
-def _accepts_token_type_ids(model) -> bool:
+def accepts_token_type_ids(model) -> bool:
+    """The model's ``forward`` takes ``token_type_ids`` (BERT does; GPT-2 style models and DistilBERT do not)."""
     try:
         return "token_type_ids" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # pragma: no cover
@@ -329,7 +304,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
         raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
-    use_tt = _accepts_token_type_ids(model)
+    use_tt = accepts_token_type_ids(model)
     n_types = int(getattr(model.config, "type_vocab_size", 2) or 2)
     kept: list[tuple[dict[str, Any], Sequence[int], Sequence[int]]] = []
     excluded_ids: list[Any] = []
@@ -338,7 +313,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
         rid = record.get("id")
         if rid is None:
             raise BertlookError("an example record has no 'id'")
-        key = _id_key(rid)
+        key = id_sort_key(rid)
         if key in seen:
             raise BertlookError(f"example {rid!r}: duplicate id")
         seen.add(key)
@@ -359,7 +334,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
             excluded_ids.append(rid)
             continue
         kept.append((record, input_ids, tt_ids))
-    kept.sort(key=lambda ex: (-len(ex[1]), _id_key(ex[0]["id"])))
+    kept.sort(key=lambda ex: (-len(ex[1]), id_sort_key(ex[0]["id"])))
     _check_vocabulary(kept, getattr(model.config, "vocab_size", None))
     return kept, excluded_ids, use_tt
 

@@ -51,7 +51,6 @@ class ResolvedModel:
     revision: str | None = None
     weights_sha256: str | None = None
     weights_files: list[str] | None = None
-    _provenance: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_hub(self) -> bool:
@@ -87,18 +86,9 @@ class ResolvedModel:
             self.weights_files = [p.name for p in paths] or None
         return self.weights_sha256
 
-    def provenance(self, config: Any = None) -> dict[str, Any]:
-        """JSON-able description of the model for manifests and store metadata.
-
-        ``config`` is the loaded model's ``config`` (saves loading it again); without it the
-        config is loaded with ``AutoConfig`` (from the cache only, for hub ids).
-        """
-        if self._provenance is not None and config is None:
-            return dict(self._provenance)
-        from bertlook.attention.modeling import _load_config, config_dims  # torch: only when provenance is asked
-
-        if config is None:
-            config = _load_config(self)
+    def provenance(self, config: Any) -> dict[str, Any]:
+        """JSON-able description of the model for manifests and store metadata; ``config`` is the
+        loaded model's ``config`` (or :func:`bertlook.attention.modeling.load_config`'s)."""
         num_layers, num_heads = config_dims(config)
         prov = {
             "spec": self.spec,
@@ -113,8 +103,16 @@ class ResolvedModel:
             "num_layers": num_layers,
             "num_heads": num_heads,
         }
-        self._provenance = prov
-        return dict(prov)
+        return prov
+
+
+def config_dims(config: Any) -> tuple[int, int]:
+    """``(num_layers, num_heads)`` of a model config (BERT's names, or GPT-2's ``n_layer`` / ``n_head``)."""
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    if not layers or not heads:
+        raise BertlookError(f"model config ({type(config).__name__}) has no num_hidden_layers / num_attention_heads")
+    return int(layers), int(heads)
 
 
 def pip_name(module: str) -> str:

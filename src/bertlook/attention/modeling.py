@@ -44,7 +44,12 @@ from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNo
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from bertlook.attention.model_spec import ResolvedModel, cached_file, resolve_model  # noqa: F401 (re-exported)
+from bertlook.attention.model_spec import (  # noqa: F401 (re-exported)
+    ResolvedModel,
+    cached_file,
+    config_dims,
+    resolve_model,
+)
 from bertlook.errors import BertlookError
 
 HUB_TIMEOUT_S = 10.0
@@ -85,7 +90,8 @@ def _cached_pickle_note(repo_id: str, revision: str | None) -> str:
             "(safetensors only)")
 
 
-def _hub_offline() -> bool:
+def hub_offline() -> bool:
+    """Hugging Face hub access is switched off (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return True
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or \
@@ -94,7 +100,7 @@ def _hub_offline() -> bool:
 
 def _hub_probe(repo_id: str, revision: str | None = None, timeout: float = HUB_TIMEOUT_S) -> str | None:
     """None when the hub answers for ``repo_id`` within ``timeout`` seconds, else a short reason."""
-    if _hub_offline():
+    if hub_offline():
         return "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
     try:
         huggingface_hub.HfApi().model_info(repo_id, revision=revision, timeout=timeout)
@@ -217,7 +223,7 @@ def _check_safetensors(path: Path) -> None:
         ) from None
 
 
-def _check_finite(model, resolved: ResolvedModel) -> None:
+def check_finite(model, resolved: ResolvedModel) -> None:
     """Refuse weights with NaN/inf values (e.g. garbage bytes in a safetensors file's data)."""
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -230,7 +236,7 @@ def _check_finite(model, resolved: ResolvedModel) -> None:
                 )
 
 
-def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
+def load_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
     """Call ``loader.from_pretrained`` and turn every load failure into a BertlookError.
 
     ``what`` is ``"config"``, ``"tokenizer"`` or ``"weights"``; for weights the files are checked first
@@ -285,8 +291,9 @@ def _from_pretrained(resolved: ResolvedModel, loader, what: str, **kwargs):
         ) from None
 
 
-def _load_config(resolved: ResolvedModel):
-    return _from_pretrained(resolved, AutoConfig, "config")
+def load_config(resolved: ResolvedModel):
+    """The model's ``config`` (``AutoConfig``; from the cache only, for hub ids)."""
+    return load_pretrained(resolved, AutoConfig, "config")
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,7 +301,7 @@ def _load_config(resolved: ResolvedModel):
 
 def load_tokenizer(resolved: ResolvedModel):
     """The model's tokenizer; it must be a fast (Rust) tokenizer."""
-    tok = _from_pretrained(resolved, AutoTokenizer, "tokenizer")
+    tok = load_pretrained(resolved, AutoTokenizer, "tokenizer")
     if not getattr(tok, "is_fast", False):
         raise BertlookError(
             f"model {resolved.spec!r}: the tokenizer ({type(tok).__name__}) is not a fast tokenizer; "
@@ -316,8 +323,8 @@ def load_tokenizer(resolved: ResolvedModel):
 def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False):
     """``AutoModel`` (``AutoModelForMaskedLM`` when ``mlm``) in fp32 with eager attention, eval mode, on ``device``."""
     loader = AutoModelForMaskedLM if mlm else AutoModel
-    model = _from_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
-    _check_finite(model, resolved)
+    model = load_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
+    check_finite(model, resolved)
     model.eval()
     return model.to(device if isinstance(device, torch.device) else torch.device(device))
 
@@ -372,14 +379,6 @@ def pick_device(pref: str = "auto"):
     if pref == "cpu":
         return torch.device("cpu")
     raise BertlookError(f"unknown device {pref!r} (use auto, cpu or cuda)")
-
-
-def config_dims(config: Any) -> tuple[int, int]:
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
-    if not layers or not heads:
-        raise BertlookError(f"model config ({type(config).__name__}) has no num_hidden_layers / num_attention_heads")
-    return int(layers), int(heads)
 
 
 def model_dims(model: Any) -> tuple[int, int]:

@@ -303,12 +303,12 @@ def reduce_norm_summaries(summaries: Sequence[Any]) -> dict[str, Any]:
     ``classes``, ``sums [layer, class]``, ``counts [class]``, ``means [layer, class]`` (sums / counts,
     NaN for a class without tokens) and ``num_layers``.
     """
-    from bertlook.pipeline.sharding import _read_json, check_shards
+    from bertlook.pipeline.sharding import check_shards, read_json_object
 
     if not summaries:
         raise BertlookError("norm summaries: none given")
     paths = [s if not isinstance(s, dict) else f"summary {k + 1}" for k, s in enumerate(summaries)]
-    data = [s if isinstance(s, dict) else _read_json(s, "extraction summary") for s in summaries]
+    data = [s if isinstance(s, dict) else read_json_object(s, "extraction summary") for s in summaries]
     check_shards(data, paths)
     total = None
     counts = None

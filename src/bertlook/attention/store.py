@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -563,3 +563,37 @@ def open_store(
             f"{store.path}: expected a {level}-level {what} (meta level {level!r}), got level {store.level!r}{hint}"
         )
     return store
+
+
+# --------------------------------------------------------------------------------------------
+# sizes and order (the extraction plans with them, merging stores keeps the order)
+
+#: bytes per float16 value of a store's maps
+STORE_ITEMSIZE = 2
+INDEX_ENTRY_OVERHEAD = 64  # bytes per index line besides the record: "n", "shard", "offset", newline
+META_OVERHEAD = 4096
+
+
+def estimate_store_bytes(records: Sequence[dict[str, Any]], sizes: Sequence[int], num_layers: int,
+                         num_heads: int, *, meta: dict[str, Any] | None = None) -> dict[str, int]:
+    """Size of an attention store of ``records`` whose maps are ``sizes[i] x sizes[i]`` (float16).
+
+    ``map_bytes`` (the shards, exact) = ``sum(layers * heads * m * m * 2)``; ``index_bytes`` is an
+    upper estimate of ``index.jsonl`` + ``meta.json`` (records as JSON plus a fixed overhead).
+    """
+    per = int(num_layers) * int(num_heads) * STORE_ITEMSIZE
+    map_bytes = sum(per * int(m) * int(m) for m in sizes)
+    index_bytes = sum(len(json.dumps(r, ensure_ascii=False, default=str).encode("utf-8")) + INDEX_ENTRY_OVERHEAD
+                      for r in records)
+    meta_bytes = META_OVERHEAD + len(json.dumps(meta or {}, indent=2, ensure_ascii=False, default=str).encode("utf-8"))
+    return {"map_bytes": map_bytes, "index_bytes": index_bytes + meta_bytes,
+            "total_bytes": map_bytes + index_bytes + meta_bytes}
+
+
+def id_sort_key(value: Any) -> tuple[int, Any]:
+    """Sort key of an example id: numbers first (by value), then everything else as text."""
+    if isinstance(value, bool):
+        return (1, str(value))
+    if isinstance(value, (int, float)):
+        return (0, value)
+    return (1, str(value))

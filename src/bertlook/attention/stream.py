@@ -265,8 +265,8 @@ class StoreConsumer(MapConsumer):
         self.excluded: dict[str, Any] = {}
 
     def estimate(self, plan: StreamPlan) -> dict[str, int]:
-        """Bytes of the store this consumer will write (:func:`bertlook.attention.extraction.estimate_store_bytes`)."""
-        from bertlook.attention.extraction import estimate_store_bytes
+        """Bytes of the store this consumer will write (:func:`bertlook.attention.store.estimate_store_bytes`)."""
+        from bertlook.attention.store import estimate_store_bytes
 
         sizes = [int(self.stored_size(r, len(r["tokens"]))) if self.stored_size else len(r["tokens"])
                  for r in plan.records]

@@ -106,7 +106,7 @@ def _cmd_coref_extract(args) -> int:
 def _cmd_coref(args) -> int:
     from bertlook.analyses.coref import (
         TABLE2_CSV_COLUMNS,
-        _write_csv,
+        write_frame_csv,
         heads_frame,
         score_store,
         score_summary,
@@ -133,8 +133,8 @@ def _cmd_coref(args) -> int:
     scores = score_store(store, candidates=args.candidates, max_examples=args.max_examples)
     table = join_table2(table2_frame(scores), TABLE2_CSV_COLUMNS)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
-    _write_csv(args.out_table, table)
-    _write_csv(args.out_heads, heads_frame(scores))
+    write_frame_csv(args.out_table, table)
+    write_frame_csv(args.out_heads, heads_frame(scores))
     write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(store, args.candidates)))
     summary = {"status": "ok", **score_summary(store, scores)}
     write_json(args.summary, summary)

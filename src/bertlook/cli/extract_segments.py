@@ -129,7 +129,7 @@ def _special_tokens(plan) -> dict[str, str]:
 def _partials(args, threads: int) -> list[_Partial]:
     """The statistics asked for on the command line, as stream readers."""
     from bertlook.analyses import cluster_heads, rollout, surface_stats
-    from bertlook.pipeline.sharding import first_segment_ids
+    from bertlook.attention.shards import first_segment_ids
 
     where = lambda kind: f"{args.segments} ({kind} maps of extract-segments)"  # noqa: E731
     ids = lambda n: None if n is None else first_segment_ids(args.segments, n)  # noqa: E731

@@ -104,7 +104,7 @@ def _cli_figures(args: argparse.Namespace) -> int:
     from bertlook.attention.store import open_store
     from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.reporting.figures import (
-        EXAMPLE_BEHAVIOURS, FIGURE_FILES, _read_stats, choose_example_heads, draw_fig1, fig1_example_heads,
+        EXAMPLE_BEHAVIOURS, FIGURE_FILES, read_stats_columns, choose_example_heads, draw_fig1, fig1_example_heads,
         fig2_special_tokens, fig4_entropy, fig6_head_clusters, load_fig1_example,
     )
 
@@ -122,7 +122,7 @@ def _cli_figures(args: argparse.Namespace) -> int:
         source = ", ".join(args.example)
     spec = str(args.example_heads).strip()
     if spec.lower() == "auto":
-        stats = _read_stats(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
+        stats = read_stats_columns(args.stats, [c for c, _ in EXAMPLE_BEHAVIOURS])
         chosen = choose_example_heads(stats)
         for choice in chosen:
             try:

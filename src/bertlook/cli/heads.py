@@ -47,10 +47,10 @@ def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
 
 
 def _offsets_arg(text: str) -> tuple[int, ...]:
-    from bertlook.analyses.heads import _parse_offsets
+    from bertlook.analyses.heads import parse_offsets
 
     try:
-        return _parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
+        return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
     except BertlookError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -1,5 +1,5 @@
 """``bertlook probe-ablations``: argparse glue, summary and printing of the per-layer ablations of Attn+GloVe
-(the batched engine, :func:`bertlook.analyses.probes.run_probe_tables`; ``--engine reference``:
+(the batched engine, :func:`bertlook.analyses.probe_tables.run_probe_tables`; ``--engine reference``:
 :func:`bertlook.analyses.probes.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     import time
 
-    from bertlook.cli.probes import _parse_modes, _parse_seeds
+    from bertlook.cli.probes import parse_modes, parse_seeds, write_ablation_outputs
     from bertlook.data.glove import load_glove
     from bertlook.errors import BertlookError
 
-    seeds = _parse_seeds(args.seeds)
-    modes = _parse_modes(args.modes, "--modes")
+    seeds = parse_seeds(args.seeds)
+    modes = parse_modes(args.modes, "--modes")
     if args.threads is not None:
         import torch
 
@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
                   max_train_sentences=args.max_train_sentences, log=print)
     engine = None
     if args.engine == "batched":
-        from bertlook.analyses.probes import run_probe_tables
+        from bertlook.analyses.probe_tables import run_probe_tables
 
         out = run_probe_tables(args.train_attention, args.dev_attention, probes=(), ablation_modes=modes, **common)
         df, engine = out["ablations"], out["engine"]
@@ -85,47 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         from bertlook.analyses.probes import run_layer_ablations
 
         df = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
-    write_outputs(df, args, table=args.out_table, markdown=args.out_markdown, summary=args.summary, glove=glove,
-                  seeds=seeds, modes=modes, seconds=time.perf_counter() - t0, engine_timing=engine)
+    write_ablation_outputs(df, args, table=args.out_table, markdown=args.out_markdown, summary=args.summary,
+                           glove=glove, seeds=seeds, modes=modes, seconds=time.perf_counter() - t0,
+                           engine_timing=engine)
     return 0
-
-
-def write_outputs(df, args: argparse.Namespace, *, table, markdown, summary, glove, seeds, modes, seconds,
-                  engine_timing=None) -> None:
-    """probe_ablations.csv / .md / .summary.json of an ablations frame (also ``bertlook probes --ablations``)."""
-    import json
-
-    from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.tables import probe_ablations_markdown
-
-    write_csv(table, df)
-    write_text(markdown, probe_ablations_markdown(df, note=args.note))
-    if summary:
-        write_json(summary, {
-            "train_attention": str(args.train_attention),
-            "dev_attention": str(args.dev_attention),
-            "glove": glove.describe(),
-            "glove_spec": args.glove,
-            "modes": modes,
-            "seeds": seeds,
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "mst": bool(args.mst),
-            "max_train_sentences": args.max_train_sentences,
-            "threads": args.threads,
-            "num_layers": df.attrs["num_layers"],
-            "num_heads": df.attrs["num_heads"],
-            "trainings": len(df) * len(seeds),
-            "data": df.attrs["data"],
-            "table": json.loads(df.to_json(orient="records")),
-            "runs": df.attrs["runs"],
-            "seconds": seconds,
-            "engine": args.engine,
-            "engine_timing": engine_timing,
-        })
-    ref = df.iloc[0]
-    parts = [f"{r.ablation} {r.layer} {100 * r.uas_mean:.1f}" for r in df.iloc[1:].itertuples()]
-    print(f"probe-ablations: {len(df)} ablations x {len(seeds)} seeds in {seconds:.1f} s; all layers "
-          f"{100 * ref['uas_mean']:.1f}; " + ", ".join(parts)
-          + f" -> {table}, {markdown}" + (f", {summary}" if summary else ""))

@@ -12,7 +12,8 @@ NORM_PROBES = ("right_branching", "distances_glove", "attn", "attn_glove", "attn
 ENGINES = ("batched", "reference")
 
 
-def _parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: comma-separated integers, at least one."""
     try:
         seeds = [int(s) for s in str(text).split(",") if s.strip()]
     except ValueError:
@@ -34,7 +35,8 @@ def _parse_probes(text: str | None, flag: str = "--probes") -> list[str]:
     return probes
 
 
-def _parse_modes(text: str | None, flag: str) -> list[str]:
+def parse_modes(text: str | None, flag: str) -> list[str]:
+    """``flag`` (``--ablations``, ``--modes``): a comma-separated subset of the ablation modes."""
     from bertlook.analyses.probes import ABLATION_MODES
 
     modes = [m.strip() for m in str(text or "").split(",") if m.strip()]
@@ -78,7 +80,7 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     from bertlook.analyses.probes import GLOVE_PROBES, PROBES, read_probe_rows
     from bertlook.data.glove import load_glove
 
-    seeds = _parse_seeds(args.seeds)
+    seeds = parse_seeds(args.seeds)
     _check_outputs(args)
     settings = {"seeds": seeds, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
                 "mst": bool(args.mst), "max_train_sentences": args.max_train_sentences, "glove_spec": args.glove}
@@ -97,7 +99,7 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     if args.out_table is None and args.rows_out is None:
         probes = []  # only the norm table and/or the ablations
     norm_probes = _parse_probes(args.norm_probes, "--norm-probes") if args.out_norm_table else []
-    modes = _parse_modes(args.ablations, "--ablations") if args.ablations is not None else []
+    modes = parse_modes(args.ablations, "--ablations") if args.ablations is not None else []
     if args.threads is not None:
         import torch
 
@@ -132,7 +134,7 @@ def _compute(args, *, glove, seeds, probes, norm_probes, modes) -> dict:
     common = dict(glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
                   max_train_sentences=args.max_train_sentences, log=print)
     if args.engine == "batched":
-        from bertlook.analyses.probes import run_probe_tables
+        from bertlook.analyses.probe_tables import run_probe_tables
 
         return run_probe_tables(args.train_attention, args.dev_attention,
                                 random_train_store=args.random_train_attention,
@@ -244,12 +246,51 @@ def _write_norm(df, run, norm_probes) -> None:
 
 
 def _write_ablations(df, run, modes) -> None:
-    from bertlook.cli.probe_ablations import write_outputs
-
     args = run["args"]
-    write_outputs(df, args, table=args.out_ablations_table, markdown=args.out_ablations_markdown,
-                  summary=args.ablations_summary, glove=run["glove"], seeds=run["seeds"], modes=modes,
-                  seconds=run["seconds"], engine_timing=run["engine"])
+    write_ablation_outputs(df, args, table=args.out_ablations_table, markdown=args.out_ablations_markdown,
+                           summary=args.ablations_summary, glove=run["glove"], seeds=run["seeds"], modes=modes,
+                           seconds=run["seconds"], engine_timing=run["engine"])
+
+
+def write_ablation_outputs(df, args: argparse.Namespace, *, table, markdown, summary, glove, seeds, modes, seconds,
+                           engine_timing=None) -> None:
+    """probe_ablations.csv / .md / .summary.json of an ablations frame (also ``bertlook probes --ablations``)."""
+    import json
+
+    from bertlook.io_utils import write_csv, write_json, write_text
+    from bertlook.reporting.tables import probe_ablations_markdown
+
+    write_csv(table, df)
+    write_text(markdown, probe_ablations_markdown(df, note=args.note))
+    if summary:
+        write_json(summary, {
+            "train_attention": str(args.train_attention),
+            "dev_attention": str(args.dev_attention),
+            "glove": glove.describe(),
+            "glove_spec": args.glove,
+            "modes": modes,
+            "seeds": seeds,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "mst": bool(args.mst),
+            "max_train_sentences": args.max_train_sentences,
+            "threads": args.threads,
+            "num_layers": df.attrs["num_layers"],
+            "num_heads": df.attrs["num_heads"],
+            "trainings": len(df) * len(seeds),
+            "data": df.attrs["data"],
+            "table": json.loads(df.to_json(orient="records")),
+            "runs": df.attrs["runs"],
+            "seconds": seconds,
+            "engine": args.engine,
+            "engine_timing": engine_timing,
+        })
+    ref = df.iloc[0]
+    parts = [f"{r.ablation} {r.layer} {100 * r.uas_mean:.1f}" for r in df.iloc[1:].itertuples()]
+    print(f"probe-ablations: {len(df)} ablations x {len(seeds)} seeds in {seconds:.1f} s; all layers "
+          f"{100 * ref['uas_mean']:.1f}; " + ", ".join(parts)
+          + f" -> {table}, {markdown}" + (f", {summary}" if summary else ""))
 
 
 def add_common_arguments(p: argparse.ArgumentParser, *, trained: str = "probe") -> None:

@@ -9,8 +9,9 @@ from bertlook.errors import BertlookError
 
 
 def _cmd_merge_stores(args) -> int:
+    from bertlook.attention.shards import merge_stores
     from bertlook.io_utils import write_json
-    from bertlook.pipeline.sharding import _read_json, check_shards, merge_stores, merge_summaries, shard_entry
+    from bertlook.pipeline.sharding import check_shards, merge_summaries, read_json_object, shard_entry
 
     result = merge_stores(args.store, args.out, link=not args.copy)
     if args.part_summary:
@@ -18,7 +19,7 @@ def _cmd_merge_stores(args) -> int:
             raise BertlookError("--part-summary needs --summary (the gathered summary to write)")
         if len(args.part_summary) != len(args.store):
             raise BertlookError(f"{len(args.part_summary)} --part-summary for {len(args.store)} --store")
-        summaries = [_read_json(p, "extraction summary") for p in args.part_summary]
+        summaries = [read_json_object(p, "extraction summary") for p in args.part_summary]
         check_shards(summaries, args.part_summary)
         summary = merge_summaries(summaries, where=args.part_summary)
         summary["out_dir"] = str(args.out)

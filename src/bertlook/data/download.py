@@ -48,7 +48,8 @@ class _Retryable(Exception):
         self.network = network  # True when the server could not be reached at all
 
 
-def _digests(path: Path) -> tuple[str, str, int]:
+def file_digests(path: Path) -> tuple[str, str, int]:
+    """``(sha256, sha1, size in bytes)`` of a file, read once."""
     sha256, sha1, size = hashlib.sha256(), hashlib.sha1(), 0
     with open(path, "rb") as fh:
         while True:
@@ -182,7 +183,7 @@ def download(
         return {"url": url, "path": str(dest), "sha256": d256, "sha1": d1, "bytes": size}
 
     if dest.is_file() and (sha256 or sha1):
-        d256, d1, size = _digests(dest)
+        d256, d1, size = file_digests(dest)
         if (sha256 and d256 == sha256) or (not sha256 and d1 == sha1):
             log.info("%s already present with the expected checksum; not downloading", dest)
             return result(d256, d1, size)
@@ -222,7 +223,7 @@ def present_as_recorded(dest: str | os.PathLike, url: str) -> dict[str, Any] | N
         return None
     if not isinstance(recorded, dict) or recorded.get("url") != url or not dest.is_file():
         return None
-    d256, d1, size = _digests(dest)
+    d256, d1, size = file_digests(dest)
     if recorded.get("sha256") != d256 or recorded.get("bytes") != size:
         return None
     return {"url": url, "path": str(dest), "sha256": d256, "sha1": d1, "bytes": size}

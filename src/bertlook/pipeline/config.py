@@ -65,6 +65,9 @@ def _non_finite(data: Any, where: str = "", seen: set[int] | None = None) -> lis
 
 
 MAX_CONFIG_VALUES = 100_000
+#: local treebank files by extension (format: auto); data.treebank reads them, the validator checks the names
+CONLLU_SUFFIXES = (".conllu",)
+CONLLX_SUFFIXES = (".conll", ".conllx", ".txt", ".tsv", ".sd")
 
 
 def _expanded_size(data: Any, memo: dict[int, int] | None = None) -> int:
@@ -173,8 +176,6 @@ def _treebank_problems(tb: dict[str, Any], key: str) -> list[str]:
             problems.append(f"config key '{key}.local.dev': {key}.source is local but no dev file is "
                             f"set ({key}.local.dev)")
         if local.get("format", "auto") == "auto":
-            from bertlook.data.treebank import CONLLU_SUFFIXES, CONLLX_SUFFIXES
-
             for split in ("train", "dev"):
                 path = local.get(split)
                 if path and Path(path).suffix.lower() not in CONLLU_SUFFIXES + CONLLX_SUFFIXES:

@@ -75,7 +75,8 @@ TABLE2_COLUMNS = ("all", "pronoun", "proper", "nominal")
 
 
 # ==================================================================================== reading inputs
-def _read_json(path: str | os.PathLike, what: str) -> dict[str, Any]:
+def read_json_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """A JSON object file of a run (``what`` names it in errors: missing, unreadable, not an object)."""
     path = Path(path)
     if not path.is_file():
         raise BertlookError(f"{path}: {what} not found")
@@ -104,17 +105,17 @@ def _check_run_dir(run_dir: str | os.PathLike) -> Path:
 
 def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
     """``RUN_DIR/manifest.json`` as a dict (:class:`BertlookError` naming the file when missing/invalid)."""
-    return _read_json(_check_run_dir(run_dir) / MANIFEST, "run manifest")
+    return read_json_file(_check_run_dir(run_dir) / MANIFEST, "run manifest")
 
 
-def _read_csv(path: str | os.PathLike, *, required: Sequence[str] = (), what: str = "table"):
+def read_run_csv(path: str | os.PathLike, *, required: Sequence[str] = (), what: str = "table"):
     """A CSV as strings (empty cells stay ``""``); errors name the file."""
     from bertlook.io_utils import read_csv_strings
 
     return read_csv_strings(path, required=required, what=what)
 
 
-def _num(text: Any, where: str = "") -> float:
+def parse_number(text: Any, where: str = "") -> float:
     """A CSV cell as float; empty / NaN -> nan; garbage -> BertlookError naming ``where``."""
     if text is None:
         return math.nan
@@ -129,17 +130,18 @@ def _num(text: Any, where: str = "") -> float:
         raise BertlookError(f"{where}: expected a number, got {s!r}") from None
 
 
-def _read_stats(run_dir: Path, name: str = STATS_CSV):
-    from bertlook.reporting.figures import _read_table
+def read_run_stats(run_dir: Path, name: str = STATS_CSV):
+    """The run's per-head statistics table (``tables/attention_stats.csv``) with its columns typed."""
+    from bertlook.reporting.figures import read_figure_table
     from bertlook.analyses.surface_stats import STAT_COLUMNS
 
     path = run_dir / name
-    header = list(_read_csv(path, required=("layer", "head"), what="attention statistics").columns)
+    header = list(read_run_csv(path, required=("layer", "head"), what="attention statistics").columns)
     floats = [c for c in header if c not in ("layer", "head")]
     missing = [c for c in STAT_COLUMNS if c not in header]
     if missing:
         raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)}")
-    return _read_table(path, int_cols=("layer", "head"), float_cols=floats)
+    return read_figure_table(path, int_cols=("layer", "head"), float_cols=floats)
 
 
 # ===================================================================================== comparability
@@ -184,7 +186,7 @@ def coref_ran(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None
     if isinstance(step, dict) and "status" in step:
         return step["status"] == "ok"
     if run_dir is not None and (Path(run_dir) / TABLE2_CSV).is_file():
-        systems = _read_csv(Path(run_dir) / TABLE2_CSV, required=("system",))["system"].str.strip()
+        systems = read_run_csv(Path(run_dir) / TABLE2_CSV, required=("system",))["system"].str.strip()
         return not (systems == "not run").all()
     return False
 
@@ -249,11 +251,11 @@ def _comparable_lookup(comparable: dict[str, Any]) -> dict[str, bool]:
 # ========================================================================================= the rows
 def _row(section: str, item: str, metric: str, paper: Any, reproduced: Any, tolerance: Any, status: str,
          note: str = "") -> dict[str, Any]:
-    p = _num(paper)
-    r = _num(reproduced)
+    p = parse_number(paper)
+    r = parse_number(reproduced)
     diff = r - p if not (math.isnan(p) or math.isnan(r)) else math.nan
     return {"section": SECTIONS[section], "item": item, "metric": metric, "paper": p, "reproduced": r,
-            "difference": diff, "tolerance": _num(tolerance), "status": status, "note": note.strip()}
+            "difference": diff, "tolerance": parse_number(tolerance), "status": status, "note": note.strip()}
 
 
 def _judge(comparable: bool, ok: bool) -> str:
@@ -278,7 +280,7 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
     from bertlook.reporting.paper_reference import table1_reference
 
     path = run_dir / TABLE1_CSV
-    df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
+    df = read_run_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
                                    "baseline_accuracy", "paper_relation"), what="Table 1 twin")
     scheme = TREEBANK_KINDS.get(treebank_kind(manifest) or "", ("sd",))[0]
     key = df["paper_relation"].str.strip()
@@ -299,8 +301,8 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
         i = hit[0]
         r = df.loc[i]
         where = f"{path}:{i + 2}"
-        acc = 100.0 * _num(r["accuracy"], where)
-        base = 100.0 * _num(r["baseline_accuracy"], where)
+        acc = 100.0 * parse_number(r["accuracy"], where)
+        base = 100.0 * parse_number(r["baseline_accuracy"], where)
         head = _head_text(str(r["best_head"]).strip(), str(r["direction"]).strip())
         same = str(r["best_head"]).strip() == ref["head"] and str(r["direction"]).strip() == ref["direction"]
         note = f"best head {head}; " + ("the paper's head" if same else f"the paper's: {paper_head}")
@@ -339,7 +341,7 @@ def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
     if not path.is_file():
         not_run = f"{TABLE2_CSV} not found: the coreference stage did not run"
     else:
-        df = _read_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
+        df = read_run_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
         systems = df["system"].str.strip()
         if (systems == "not run").all():
             notes = [n for n in df.get("note", []) if str(n).strip()]
@@ -366,7 +368,7 @@ def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
                                  f"no `{system}` row in {TABLE2_CSV}"))
                 continue
             r = df.loc[hit[0]]
-            value = 100.0 * _num(r[col], f"{path}:{hit[0] + 2}")
+            value = 100.0 * parse_number(r[col], f"{path}:{hit[0] + 2}")
             note = ""
             if system == "best_head":
                 head = str(r.get("head", "")).strip()
@@ -393,7 +395,7 @@ def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
     if not path.is_file():
         missing = f"{TABLE3_CSV} not found: the probes stage did not run"
     else:
-        df = _read_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
+        df = read_run_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
     rows = []
     for probe, pref in ref.items():
         label = str(pref.get("label", probe))
@@ -412,13 +414,13 @@ def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
             continue
         r = df.loc[hit[0]]
         where = f"{path}:{hit[0] + 2}"
-        uas = 100.0 * _num(r["uas_mean"], where)
+        uas = 100.0 * parse_number(r["uas_mean"], where)
         if math.isnan(uas):
             why = str(r.get("note", "")).strip() or "no UAS in the table"
             rows.append(_row("table3", label, metric, pref["uas"], None, tol, NOT_RUN, why))
             continue
         notes = []
-        sd = _num(r.get("uas_sd"), where) if "uas_sd" in r else math.nan
+        sd = parse_number(r.get("uas_sd"), where) if "uas_sd" in r else math.nan
         n_seeds = str(r.get("n_seeds", "")).strip()
         if not math.isnan(sd):
             notes.append(f"sd {100 * sd:.1f} over {n_seeds} seeds")
@@ -535,7 +537,7 @@ def _kobayashi_rows(run_dir: Path, stats: "pd.DataFrame", comparable: bool) -> l
     from bertlook.reporting.paper_reference import kobayashi_facts
 
     facts = kobayashi_facts()
-    norm = _read_stats(run_dir, NORM_STATS_CSV) if (run_dir / NORM_STATS_CSV).is_file() else None
+    norm = read_run_stats(run_dir, NORM_STATS_CSV) if (run_dir / NORM_STATS_CSV).is_file() else None
     rows = []
     for fact in facts:
         m = fact["metric"]
@@ -583,7 +585,7 @@ def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] |
         for k, v in flags.items():
             if v != comp[k]["comparable"]:
                 comp[k] = {"comparable": v, "reason": "as given by the caller"}
-    stats = _read_stats(run_dir)
+    stats = read_run_stats(run_dir)
     rows = [
         *_table1_rows(run_dir, flags["table1"], manifest),
         *_table2_rows(run_dir, flags["table2"]),
@@ -761,7 +763,7 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
     for d in dirs:
         if not d.is_dir():
             raise BertlookError(f"{d}: run directory not found")
-    t1 = [_read_csv(d / TABLE1_CSV, required=("relation", "best_head", "direction", "accuracy"), what="Table 1 twin")
+    t1 = [read_run_csv(d / TABLE1_CSV, required=("relation", "best_head", "direction", "accuracy"), what="Table 1 twin")
           for d in dirs]
     common = [r.strip() for r in t1[0]["relation"] if all((t["relation"].str.strip() == r.strip()).any() for t in t1)]
     rows: list[dict[str, Any]] = []
@@ -771,13 +773,13 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
             i = t.index[t["relation"] == rel][0]
             r = t.loc[i]
             rows.append({"model": label, "section": "Table 1", "item": rel, "metric": "best-head accuracy",
-                         "value": _num(r["accuracy"], f"{d / TABLE1_CSV}:{i + 2}"),
+                         "value": parse_number(r["accuracy"], f"{d / TABLE1_CSV}:{i + 2}"),
                          "detail": _head_text(r["best_head"].strip(), r["direction"].strip())})
     probes: list[str] = []
     t3 = {}
     for d in dirs:
         if (d / TABLE3_CSV).is_file():
-            t3[d] = _read_csv(d / TABLE3_CSV, required=("probe", "uas_mean"), what="Table 3 twin")
+            t3[d] = read_run_csv(d / TABLE3_CSV, required=("probe", "uas_mean"), what="Table 3 twin")
             probes += [p.strip() for p in t3[d]["probe"] if p.strip() not in probes]
     for label, d in zip(labels, dirs):
         for probe in probes:
@@ -785,14 +787,14 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
             if d in t3:
                 hit = t3[d].index[t3[d]["probe"].str.strip() == probe]
                 if len(hit):
-                    value = _num(t3[d].loc[hit[0], "uas_mean"], f"{d / TABLE3_CSV}:{hit[0] + 2}")
+                    value = parse_number(t3[d].loc[hit[0], "uas_mean"], f"{d / TABLE3_CSV}:{hit[0] + 2}")
                     detail = "" if not math.isnan(value) else str(t3[d].loc[hit[0]].get("note", "")).strip()
                 else:
                     detail = "probe not in table3.csv"
             rows.append({"model": label, "section": "Table 3", "item": probe, "metric": "UAS", "value": value,
                          "detail": detail})
     for label, d in zip(labels, dirs):
-        stats = _read_stats(d)
+        stats = read_run_stats(d)
         num_layers = int(stats["layer"].max())
         lo, hi = middle_third(num_layers)
         mid = stats[(stats["layer"] >= lo) & (stats["layer"] <= hi)]
@@ -846,7 +848,7 @@ def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
     import numpy as np
     import seaborn as sns
 
-    from bertlook.reporting.figures import _new_figure, _save_png, _style
+    from bertlook.reporting.figures import new_figure, save_png, plot_style
     from bertlook.analyses.probes import PROBE_LABELS
 
     labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
@@ -854,8 +856,8 @@ def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
     panels = (("Table 1", "Best-head accuracy per relation", "Accuracy (%)"),
               ("Table 3", "Probe UAS", "UAS (%)"))
     n_rel = df[df["section"] == "Table 1"]["item"].nunique()
-    with _style():
-        fig = _new_figure(figsize=(min(20.0, max(10.0, 0.3 * n_rel * max(1, len(labels)) + 7.0)), 4.6))
+    with plot_style():
+        fig = new_figure(figsize=(min(20.0, max(10.0, 0.3 * n_rel * max(1, len(labels)) + 7.0)), 4.6))
         axes = fig.subplots(1, 2, width_ratios=[max(n_rel, 1), max(3, 0.6 * n_rel)])
         for ax, (section, title, ylabel) in zip(axes, panels):
             part = df[df["section"] == section]
@@ -886,4 +888,4 @@ def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
             handles, names = axes[1].get_legend_handles_labels()
         if handles:
             fig.legend(handles, names, loc="outside lower center", ncol=min(len(labels), 6), frameon=False)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)

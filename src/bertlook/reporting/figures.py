@@ -97,7 +97,7 @@ def _agg() -> None:
     matplotlib.use("Agg")
 
 
-def _style():
+def plot_style():
     """A seaborn style + context applied only inside a ``with`` block (no global rcParams change)."""
     import contextlib
 
@@ -109,7 +109,7 @@ def _style():
     return stack
 
 
-def _new_figure(**kwargs):
+def new_figure(**kwargs):
     """A pyplot-free Figure (no global figure registry; nothing to close)."""
     _agg()
     from matplotlib.figure import Figure
@@ -118,7 +118,7 @@ def _new_figure(**kwargs):
     return Figure(**kwargs)
 
 
-def _save_png(fig, out_png: str | os.PathLike) -> Path:
+def save_png(fig, out_png: str | os.PathLike) -> Path:
     """Save ``fig`` as PNG to a temporary sibling of ``out_png`` and rename it into place."""
     with atomic_path(out_png) as tmp:
         fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
@@ -133,7 +133,7 @@ def _from_zero(ax, top: float | None = None) -> None:
     ax.set_ylim(-0.03 * hi, hi)
 
 
-def _read_table(
+def read_figure_table(
     path: str | os.PathLike,
     *,
     int_cols: Sequence[str] = (),
@@ -178,8 +178,9 @@ def _read_table(
     return out
 
 
-def _read_stats(path: str | os.PathLike, columns: Sequence[str]):
-    return _read_table(path, int_cols=("layer", "head"), float_cols=columns)
+def read_stats_columns(path: str | os.PathLike, columns: Sequence[str]):
+    """``layer``, ``head`` and the float ``columns`` of a statistics CSV."""
+    return read_figure_table(path, int_cols=("layer", "head"), float_cols=columns)
 
 
 def _read_summary(path: str | os.PathLike) -> dict[str, Any]:
@@ -354,8 +355,8 @@ def draw_fig1(
     panel_w, panel_h = 2.9 + 0.012 * n, max(2.0, (n + 1.5) * row_in + 0.3)
     colors = sns.color_palette("colorblind", len(heads))
 
-    with _style():
-        fig = _new_figure(figsize=(panel_w * ncols, panel_h * nrows + 0.5 * nrows))
+    with plot_style():
+        fig = new_figure(figsize=(panel_w * ncols, panel_h * nrows + 0.5 * nrows))
         axes = fig.subplots(nrows, ncols, squeeze=False)
         ys = -np.arange(n, dtype=float)
         for k, ax in enumerate(axes.flat):
@@ -394,7 +395,7 @@ def draw_fig1(
             if label:
                 title += f"\n{label}"
             ax.set_title(title, fontsize=11)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # The Fig 1 example of a sharded run: `figures.example_index` counts in the order of the unsharded
@@ -408,10 +409,10 @@ def example_id_from_segments(segments_path, example_index: int, max_seq_len: int
     (storage order: longest first, ties by id; segments over ``max_seq_len`` excluded) and ``n``, the
     number of examples such a store holds. Out of range is an error."""
     from bertlook.data.segments import read_segments
-    from bertlook.attention.extraction import _id_key
+    from bertlook.attention.store import id_sort_key
 
     kept = [s for s in read_segments(segments_path) if max_seq_len is None or len(s["tokens"]) <= int(max_seq_len)]
-    kept.sort(key=lambda s: (-len(s["tokens"]), _id_key(s["id"])))
+    kept.sort(key=lambda s: (-len(s["tokens"]), id_sort_key(s["id"])))
     if not 0 <= int(example_index) < len(kept):
         raise BertlookError(
             f"{segments_path}: example index {example_index} out of range (the store holds {len(kept)} examples)"
@@ -500,11 +501,11 @@ def fig2_special_tokens(stats_csv: str | os.PathLike, out_png: str | os.PathLike
     import seaborn as sns
 
     panels = (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"))
-    df = _read_stats(stats_csv, [c for c, _ in panels])
+    df = read_stats_columns(stats_csv, [c for c, _ in panels])
     num_layers = int(df["layer"].max())
     colors = sns.color_palette("deep", 3)
-    with _style():
-        fig = _new_figure(figsize=(max(10.0, 3.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.4))
+    with plot_style():
+        fig = new_figure(figsize=(max(10.0, 3.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.4))
         axes = fig.subplots(1, 3, sharey=True)
         for k, (ax, (col, title)) in enumerate(zip(axes, panels)):
             _layer_strip(ax, df, col, colors[k], seed=k)
@@ -514,7 +515,7 @@ def fig2_special_tokens(stats_csv: str | os.PathLike, out_png: str | os.PathLike
             ax.set_ylim(-0.03, 1.03)
         axes[0].set_ylabel("Avg. attention (fraction)")
         fig.legend(handles=_strip_legend_handles(), loc="outside lower center", ncol=2, frameon=False)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -533,15 +534,15 @@ def fig4_entropy(
     import seaborn as sns
     from matplotlib.lines import Line2D
 
-    df = _read_stats(stats_csv, ["entropy", "cls_entropy"])
+    df = read_stats_columns(stats_csv, ["entropy", "cls_entropy"])
     summary = _read_summary(stats_summary_json)
     uniform = float(summary["uniform_entropy"])
     num_layers = int(df["layer"].max())
     colors = sns.color_palette("deep", 6)
     panels = (("entropy", "Attention entropy (all tokens)", colors[0]),
               ("cls_entropy", "Attention entropy from [CLS]", colors[4]))
-    with _style():
-        fig = _new_figure(figsize=(max(9.0, 4.6 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.6))
+    with plot_style():
+        fig = new_figure(figsize=(max(9.0, 4.6 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.6))
         axes = fig.subplots(1, 2, sharey=True)
         for k, (ax, (col, title, color)) in enumerate(zip(axes, panels)):
             _layer_strip(ax, df, col, color, seed=10 + k)
@@ -563,7 +564,7 @@ def fig4_entropy(
         handles = _strip_legend_handles()
         handles.append(Line2D([], [], color="0.25", ls="--", lw=1.3, label=note))
         fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,7 +579,7 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.lines import Line2D
 
-    df = _read_table(clusters_csv, int_cols=("layer", "head"), float_cols=("x", "y"), str_cols=("behavior",))
+    df = read_figure_table(clusters_csv, int_cols=("layer", "head"), float_cols=("x", "y"), str_cols=("behavior",))
     bad = ~df["behavior"].isin(BEHAVIOURS)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
@@ -597,8 +598,8 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
     # next/previous token: dark/light blue; broad: green; [CLS]: vermilion; [SEP]: purple; punct: orange
     beh_color = dict(zip(BEHAVIOURS, [pal[0], pal[9], pal[2], pal[3], pal[4], pal[1], (0.78, 0.78, 0.78)]))
 
-    with _style():
-        fig = _new_figure(figsize=(11.5, 4.8))
+    with plot_style():
+        fig = new_figure(figsize=(11.5, 4.8))
         ax_l, ax_b = fig.subplots(1, 2)
         sc = ax_l.scatter(df["x"], df["y"], c=df["layer"], cmap=layer_cmap, norm=norm, s=34,
                           edgecolors="white", linewidths=0.4)
@@ -631,7 +632,7 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
             ax.set_yticks([])
             ax.set_xlabel("MDS dimension 1")
             ax.set_ylabel("MDS dimension 2")
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # ---- norm-based attention (Kobayashi et al. 2020; numbers: bertlook.attention.norms, surface-stats on the norm store)
@@ -641,7 +642,7 @@ _NORM_CLASS_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": ". or ,", "other"
 def _layer_shares(path):
     """Per-layer mean over heads of the ``cls``, ``sep``, ``punct`` shares of a stats table, and
     ``other`` = 1 - their sum (the shares are per-row means of distributions: they add up to 1)."""
-    df = _read_stats(path, ("cls", "sep", "punct"))
+    df = read_stats_columns(path, ("cls", "sep", "punct"))
     means = df.groupby("layer")[["cls", "sep", "punct"]].mean().sort_index()  # [layer, 3]
     means["other"] = 1.0 - means[["cls", "sep", "punct"]].sum(axis=1)
     return df, means
@@ -686,11 +687,12 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
     pal = sns.color_palette("colorblind", 10)
     colors = {"cls": pal[0], "sep": pal[4], "punct": pal[1], "other": (0.45, 0.45, 0.45)}
     markers = {"cls": "D", "sep": "o", "punct": "s", "other": "^"}
-    with _style():
-        fig = _new_figure(figsize=(max(13.5, 4.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.9))
+    with plot_style():
+        fig = new_figure(figsize=(max(13.5, 4.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.9))
         ax_s, ax_e, ax_n = fig.subplots(1, 3)
-        att_ent = _read_stats(stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
-        norm_ent = _read_stats(norm_stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
+        att_ent = read_stats_columns(stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
+        # [layer, stat]
+        norm_ent = read_stats_columns(norm_stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()
         for col, color, what in (("entropy", "0.2", "all rows"), ("cls_entropy", pal[0], "[CLS] row")):
             a_e, n_e = att_ent[col], norm_ent[col]  # [layer]
             ax_e.plot(a_e.index, a_e.to_numpy(), color=color, marker="o", ms=4, lw=1.8, label=what)
@@ -722,7 +724,7 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
             _layer_ticks(ax, num_layers)
         handles, labels = ax_s.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, title="Attended token")
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # ---- Fig 3 twin (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
@@ -742,14 +744,15 @@ def _read_gradient_table(path):
 
     from bertlook.analyses.gradients import COLUMNS, TARGETS
 
-    raw = _read_table(path, str_cols=tuple(COLUMNS))
+    raw = read_figure_table(path, str_cols=tuple(COLUMNS))
     header = list(pd.read_csv(path, nrows=0).columns)
     if "note" in header:
         notes = pd.read_csv(path, dtype=str, keep_default_na=False)["note"].str.strip()
         if (raw["mean_abs_grad"] == "").all() and (raw["attention_mass"] == "").all():
             note = next((t for t in notes if t), "not run")
             return None, note
-    df = _read_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"), str_cols=("target",))
+    df = read_figure_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"),
+                           str_cols=("target",))
     bad = ~df["target"].isin(TARGETS)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
@@ -764,8 +767,8 @@ def _read_gradient_table(path):
 def _fig3_note_figure(note: str, out_png):
     import textwrap
 
-    with _style():
-        fig = _new_figure(figsize=(8.0, 3.0))
+    with plot_style():
+        fig = new_figure(figsize=(8.0, 3.0))
         ax = fig.subplots()
         ax.set_axis_off()
         ax.set_title("Gradient importance of attention to [SEP] (Fig. 3 twin)", fontsize="large")
@@ -773,7 +776,7 @@ def _fig3_note_figure(note: str, out_png):
                 parse_math=False,  # the note holds the model path: a "$" is text, never mathtext
                 fontsize="medium", color="0.15",
                 bbox=dict(boxstyle="round,pad=0.6", facecolor=(1.0, 0.96, 0.88), edgecolor=(0.85, 0.6, 0.2)))
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
@@ -795,8 +798,8 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
     exponent = exponent if exponent < -2 or exponent > 3 else 0
     scale = 10.0 ** -exponent  # gradients are drawn as value x 10^-exponent, the unit goes to the label
     markers = {"[SEP]": "o", ". ,": "s", "other": "^"}
-    with _style():
-        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
+    with plot_style():
+        fig = new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
         ax_a, ax_g = fig.subplots(1, 2)
         for target in TARGETS:
             d = df[df["target"] == target].sort_values("layer")
@@ -818,7 +821,7 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
             _layer_ticks(ax, num_layers)
         handles, labels = ax_a.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # ---- Attention rollout (Abnar & Zuidema 2020; numbers: bertlook.analyses.rollout)
@@ -833,7 +836,7 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
 
     from bertlook.analyses.rollout import STAT_COLUMNS
 
-    df = _read_table(rollout_csv, int_cols=("layer",), float_cols=(*STAT_COLUMNS, "uniform_entropy"))
+    df = read_figure_table(rollout_csv, int_cols=("layer",), float_cols=(*STAT_COLUMNS, "uniform_entropy"))
     dup = df.duplicated(subset=["layer"])
     if dup.any():
         i = int(dup.to_numpy().nonzero()[0][0])
@@ -844,8 +847,8 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
     shares = (("cls", "[CLS]", pal[0], "o"), ("sep", "[SEP]", pal[4], "s"), ("punct", ". or ,", pal[1], "^"),
               ("other", "other tokens", (0.45, 0.45, 0.45), "D"))
     uniform = float(df["uniform_entropy"].iloc[0])
-    with _style():
-        fig = _new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
+    with plot_style():
+        fig = new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
         ax_s, ax_e = fig.subplots(1, 2)
         for col, label, color, marker in shares:
             ax_s.plot(df["layer"], df[col], color=color, marker=marker, ms=5, lw=1.8, label=label)
@@ -866,7 +869,7 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
         labels.append(f"uniform: mean ln n = {uniform:.2f} nats")
         fig.legend(handles, labels, loc="outside lower center", ncol=5, frameon=False,
                    title="Rollout to (left); entropy reference (right)")
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # ---- Single-head trees (Htut et al. 2019; numbers: bertlook.analyses.tree_heads)
@@ -880,8 +883,9 @@ def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike,
     import numpy as np
     import seaborn as sns
 
-    df = _read_table(per_head_csv, int_cols=("layer", "head"), float_cols=("uas_dep2head", "uas_head2dep", "uuas"))
-    best = _read_table(best_csv, float_cols=("uas", "uuas"), str_cols=("row",)).set_index("row")
+    df = read_figure_table(per_head_csv, int_cols=("layer", "head"),
+                           float_cols=("uas_dep2head", "uas_head2dep", "uuas"))
+    best = read_figure_table(best_csv, float_cols=("uas", "uuas"), str_cols=("row",)).set_index("row")
     for name in ("right_branching", "adjacent_chain"):
         if name not in best.index:
             raise BertlookError(f"{best_csv}: no {name!r} row (the baselines)")
@@ -898,8 +902,8 @@ def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike,
     rb_uas, chain_uuas = float(best.loc["right_branching", "uas"]), float(best.loc["adjacent_chain", "uuas"])
     annotate = L <= 16 and H <= 16
     cell = 0.42 if annotate else 0.2
-    with _style():
-        fig = _new_figure(figsize=(4.6 + 2 * max(3.4, H * cell + 1.4), max(3.6, L * cell + 1.3)))
+    with plot_style():
+        fig = new_figure(figsize=(4.6 + 2 * max(3.4, H * cell + 1.4), max(3.6, L * cell + 1.3)))
         ax, ax_u, ax_uu = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
         ax.plot(layers, np.nanmax(uas, axis=1), color=pal[0], marker="o", ms=5, lw=1.8, label="best head: UAS")
         ax.plot(layers, np.nanmax(uuas, axis=1), color=pal[1], marker="s", ms=5, lw=1.8, label="best head: UUAS")
@@ -927,7 +931,7 @@ def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike,
                         if not np.isnan(grid[y, x]):
                             a.text(x, y, f"{100 * grid[y, x]:.0f}", ha="center", va="center", fontsize=5.5,
                                    color="white" if grid[y, x] < mid else "black")
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # ---- Fig 5 twin (best syntax head per relation; numbers: bertlook.analyses.heads)
@@ -965,14 +969,14 @@ def fig5_syntax_heads(
     import seaborn as sns
     from matplotlib.collections import LineCollection
 
-    from bertlook.analyses.heads import DIRECTIONS, _check_word_store, _parse_label, predict_heads
+    from bertlook.analyses.heads import DIRECTIONS, check_word_store, head_index_of_label, predict_heads
     from bertlook.attention.store import open_store
 
     relations = list(relations)
     if not relations:
         raise BertlookError("fig5_syntax_heads: no relations given")
     store = open_store(dev_store_path)
-    _check_word_store(store)
+    check_word_store(store)
     if example_index is not None and not 0 <= int(example_index) < len(store):
         raise BertlookError(
             f"{dev_store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
@@ -996,7 +1000,7 @@ def fig5_syntax_heads(
             if k is None:
                 panels.append({"rel": rel, "msg": f"no sentence of the store has a '{rel}' word"})
                 continue
-        layer0, head0 = _parse_label(str(row["best_head"]))
+        layer0, head0 = head_index_of_label(str(row["best_head"]))
         if layer0 >= store.num_layers or head0 >= store.num_heads:
             raise BertlookError(f"fig5: head {row['best_head']} is not in the {store.num_layers}x{store.num_heads} store")
         panels.append({"rel": rel, "k": k, "layer": layer0, "head": head0, "direction": str(row["direction"])})
@@ -1008,8 +1012,8 @@ def fig5_syntax_heads(
     colors = sns.color_palette("colorblind", len(panels))
     gold_color = sns.color_palette("deep")[3]
 
-    with _style():
-        fig = _new_figure(figsize=(panel_w * len(panels), panel_h))
+    with plot_style():
+        fig = new_figure(figsize=(panel_w * len(panels), panel_h))
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         for ax, p, color in zip(axes, panels, colors):
             if "msg" in p:
@@ -1061,7 +1065,7 @@ def fig5_syntax_heads(
                 fontsize=10,
             )
         fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1091,7 +1095,7 @@ def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
     import numpy as np
 
     cols = [c for c, _, _ in HEAD_REPORT_PANELS]
-    df = _read_table(csv, int_cols=("layer", "head"), float_cols=cols)
+    df = read_figure_table(csv, int_cols=("layer", "head"), float_cols=cols)
     relations = read_csv_strings(csv, required=("best_relation",))["best_relation"].str.strip()
     L, H = int(df["layer"].max()), int(df["head"].max())
     if len(df) != L * H:
@@ -1102,8 +1106,8 @@ def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
     nrows = math.ceil(len(HEAD_REPORT_PANELS) / ncols)
     cell = 0.42 if annotate else 0.2
     panel_w, panel_h = max(3.4, H * cell + 1.4), max(2.8, L * cell + 1.3)
-    with _style():
-        fig = _new_figure(figsize=(panel_w * ncols, panel_h * nrows))
+    with plot_style():
+        fig = new_figure(figsize=(panel_w * ncols, panel_h * nrows))
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
         for ax, (col, title, cmap) in zip(axes, HEAD_REPORT_PANELS):
             grid = np.full((L, H), np.nan)  # [layer, head]
@@ -1142,7 +1146,7 @@ def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
         for ax in axes[len(HEAD_REPORT_PANELS):]:
             ax.set_axis_off()
         fig.suptitle(f"Per-head report card ({L} layers x {H} heads)", fontsize=11)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)
 
 
 def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
@@ -1167,8 +1171,8 @@ def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str 
     r_index = {r: k for k, r in enumerate(relations)}
     t_index = {t: k for k, t in enumerate(labels)}
     cell_w, cell_h = 0.95, 0.36
-    with _style():
-        fig = _new_figure(figsize=(len(directions) * ((T + 1) * cell_w + 1.8) + 1.0, R * cell_h + 1.6))
+    with plot_style():
+        fig = new_figure(figsize=(len(directions) * ((T + 1) * cell_w + 1.8) + 1.0, R * cell_h + 1.6))
         axes = fig.subplots(1, len(directions), squeeze=False).ravel()
         im = None
         for ax, direction in zip(axes, directions):
@@ -1206,4 +1210,4 @@ def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str 
         if im is not None:
             fig.colorbar(im, ax=list(axes), shrink=0.8, label="accuracy of the best head")
         fig.suptitle(f"Cross-language summary: {T} treebanks, {R} relations", fontsize=10)
-        return _save_png(fig, out_png)
+        return save_png(fig, out_png)

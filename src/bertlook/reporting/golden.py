@@ -31,7 +31,7 @@ from typing import Any, Callable
 from bertlook.errors import BertlookError
 from bertlook.reporting.compare import (
     CLUSTERS_CSV, GRADIENTS_CSV, HEAD_ACCURACY_CSV, JS_CSV, MANIFEST, STATS_CSV, TABLE1_CSV, TABLE2_COLUMNS, TABLE2_CSV,
-    TABLE3_CSV, _num, _read_csv, _read_json, _read_stats, read_manifest,
+    TABLE3_CSV, parse_number, read_run_csv, read_json_file, read_run_stats, read_manifest,
 )
 
 GOLDEN_FORMAT = "bertlook-golden/2"
@@ -102,7 +102,7 @@ def read_tolerances(path: str | os.PathLike | None) -> Tolerances:
     """The tolerances file (``scripts/measure_tolerance.py`` output); None: :class:`Tolerances` of zeros."""
     if path is None:
         return Tolerances()
-    doc = _read_json(path, "tolerances file")
+    doc = read_json_file(path, "tolerances file")
     if doc.get("format") != TOLERANCES_FORMAT:
         raise BertlookError(f"{path}: not a tolerances file (format {doc.get('format')!r}, expected "
                             f"{TOLERANCES_FORMAT!r})")
@@ -186,7 +186,7 @@ def _column_floats(path: Path, df, keys: tuple[str, ...]) -> dict[str, Any]:
         for c in data_cols:
             cell = str(r[c]).strip()
             try:
-                values[f"{key}/{c}"] = _golden_float(_num(cell, f"{path}:{i + 2}"))
+                values[f"{key}/{c}"] = _golden_float(parse_number(cell, f"{path}:{i + 2}"))
             except BertlookError:
                 values[f"{key}/{c}"] = cell
     return values
@@ -195,7 +195,7 @@ def _column_floats(path: Path, df, keys: tuple[str, ...]) -> dict[str, Any]:
 def _g_attention_stats(run_dir: Path, name: str = STATS_CSV) -> dict[str, Any]:
     if name != STATS_CSV and not (run_dir / name).is_file():
         return _group(name, SIX_DIGIT_TOL, {"status": "absent"})
-    stats = _read_stats(run_dir, name)
+    stats = read_run_stats(run_dir, name)
     cols = [c for c in stats.columns if c not in ("layer", "head")]
     values = {}
     for r in stats.itertuples(index=False):
@@ -208,7 +208,7 @@ def _g_table1(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
     path = run_dir / name
     if name != TABLE1_CSV and not path.is_file():
         return _group(name, STATS_TOL, {"status": "absent"})
-    df = _read_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
+    df = read_run_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
                                    "baseline_accuracy", "count"), what="Table 1 twin")
     floats = [c for c in ("accuracy", "ci_low", "ci_high", "baseline_accuracy", "baseline_ci_low",
                           "baseline_ci_high", "heldout_accuracy") if c in df.columns]
@@ -219,10 +219,10 @@ def _g_table1(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
         rel = r["relation"].strip()
         where = f"{path}:{i + 2}"
         for c in floats:
-            values[f"{rel}/{c}"] = _golden_float(_num(r[c], f"{where}: {c}"))
+            values[f"{rel}/{c}"] = _golden_float(parse_number(r[c], f"{where}: {c}"))
         for c in strings:
             values[f"{rel}/{c}"] = str(r[c]).strip()
-        values[f"{rel}/count"] = int(_num(r["count"], f"{where}: count"))
+        values[f"{rel}/count"] = int(parse_number(r["count"], f"{where}: count"))
     return _group(name, STATS_TOL, values)
 
 
@@ -234,7 +234,7 @@ def _g_table1_stats(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
     path = run_dir / name
     if not path.is_file():
         return _group(name + " (beyond the paper)", STATS_TOL, {"status": "absent"})
-    df = _read_csv(path, required=("relation",), what="Table 1 twin")
+    df = read_run_csv(path, required=("relation",), what="Table 1 twin")
     cols = [c for c in (*CROSSFIT_COLUMNS, *PAIRED_COLUMNS, *NOPUNCT_COLUMNS) if c in df.columns]
     if not cols:
         return _group(name + " (beyond the paper)", STATS_TOL, {"status": "absent"})
@@ -250,20 +250,20 @@ def _g_table1_stats(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
             if c in strings:
                 values[f"{rel}/{c}"] = cell
             elif c in ints:
-                n = _num(cell, f"{where}: {c}")
+                n = parse_number(cell, f"{where}: {c}")
                 values[f"{rel}/{c}"] = None if math.isnan(n) else int(n)
             else:
-                values[f"{rel}/{c}"] = _golden_float(_num(cell, f"{where}: {c}"))
+                values[f"{rel}/{c}"] = _golden_float(parse_number(cell, f"{where}: {c}"))
     return _group(name + " (beyond the paper)", STATS_TOL, values)
 
 
 def _g_head_accuracy(run_dir: Path) -> dict[str, Any]:
     path = run_dir / HEAD_ACCURACY_CSV
-    df = _read_csv(path, required=("relation", "layer", "head", "direction", "accuracy"), what="head accuracy table")
+    df = read_run_csv(path, required=("relation", "layer", "head", "direction", "accuracy"), what="head accuracy table")
     values = {}
     for i, r in df[df["relation"].str.strip() == "All"].iterrows():
         key = f"All/{r['layer'].strip()}-{r['head'].strip()}/{r['direction'].strip()}"
-        values[key] = _golden_float(_num(r["accuracy"], f"{path}:{i + 2}"))
+        values[key] = _golden_float(parse_number(r["accuracy"], f"{path}:{i + 2}"))
     if not values:
         raise BertlookError(f"{path}: no `All` rows")
     return _group(HEAD_ACCURACY_CSV + " (All rows)", STATS_TOL, values)
@@ -273,15 +273,15 @@ def _g_table3(run_dir: Path, name: str = TABLE3_CSV) -> dict[str, Any]:
     path = run_dir / name
     if not path.is_file():
         return _group(name, SIX_DIGIT_TOL, {"status": "absent"})
-    df = _read_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
+    df = read_run_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
     values: dict[str, Any] = {"status": "ok"}
     for i, r in df.iterrows():
         probe = r["probe"].strip()
         for c in ("uas_mean", "uas_sd", "uas_mst_mean"):
             if c in df.columns:
-                values[f"{probe}/{c}"] = _golden_float(_num(r[c], f"{path}:{i + 2}"))
+                values[f"{probe}/{c}"] = _golden_float(parse_number(r[c], f"{path}:{i + 2}"))
         if "n_seeds" in df.columns:
-            n = _num(r["n_seeds"], f"{path}:{i + 2}")
+            n = parse_number(r["n_seeds"], f"{path}:{i + 2}")
             values[f"{probe}/n_seeds"] = None if math.isnan(n) else int(n)
     return _group(name, SIX_DIGIT_TOL, values)
 
@@ -290,7 +290,7 @@ def _g_table2(run_dir: Path) -> dict[str, Any]:
     path = run_dir / TABLE2_CSV
     if not path.is_file():
         return _group(TABLE2_CSV, STATS_TOL, {"status": "absent"})
-    df = _read_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
+    df = read_run_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
     if (df["system"].str.strip() == "not run").all():
         return _group(TABLE2_CSV, STATS_TOL, {"status": "not run"})
     values: dict[str, Any] = {"status": "ok"}
@@ -298,9 +298,9 @@ def _g_table2(run_dir: Path) -> dict[str, Any]:
         system = r["system"].strip()
         where = f"{path}:{i + 2}"
         for c in TABLE2_COLUMNS:
-            values[f"{system}/{c}"] = _golden_float(_num(r[c], where))
+            values[f"{system}/{c}"] = _golden_float(parse_number(r[c], where))
             if f"n_{c}" in df.columns:
-                n = _num(r[f"n_{c}"], where)
+                n = parse_number(r[f"n_{c}"], where)
                 values[f"{system}/n_{c}"] = None if math.isnan(n) else int(n)
         if "head" in df.columns:
             values[f"{system}/head"] = str(r["head"]).strip()
@@ -311,14 +311,15 @@ def _g_gradients(run_dir: Path) -> dict[str, Any]:
     path = run_dir / GRADIENTS_CSV
     if not path.is_file():
         return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, {"status": "absent"})
-    df = _read_csv(path, required=("layer", "target", "mean_abs_grad", "attention_mass"), what="[SEP] gradient table")
+    df = read_run_csv(path, required=("layer", "target", "mean_abs_grad", "attention_mass"),
+                      what="[SEP] gradient table")
     if (df["mean_abs_grad"].str.strip() == "").all() and (df["attention_mass"].str.strip() == "").all():
         return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, {"status": "not run"})
     values: dict[str, Any] = {"status": "ok"}
     for i, r in df.iterrows():
         key = f"{r['layer'].strip()}/{r['target'].strip()}"
         for c in ("mean_abs_grad", "attention_mass"):
-            values[f"{key}/{c}"] = _golden_float(_num(r[c], f"{path}:{i + 2}"))
+            values[f"{key}/{c}"] = _golden_float(parse_number(r[c], f"{path}:{i + 2}"))
     return _group(GRADIENTS_CSV, SIX_DIGIT_TOL, values)
 
 
@@ -326,7 +327,7 @@ def _g_clusters(run_dir: Path, name: str = CLUSTERS_CSV) -> dict[str, Any]:
     path = run_dir / name
     if name != CLUSTERS_CSV and not path.is_file():
         return _group(name + " (behaviour labels)", EXACT, {"status": "absent"})
-    df = _read_csv(path, required=("layer", "head", "behavior"), what="head clusters table")
+    df = read_run_csv(path, required=("layer", "head", "behavior"), what="head clusters table")
     values = {f"{r['layer'].strip()}-{r['head'].strip()}": str(r["behavior"]).strip() for _, r in df.iterrows()}
     return _group(name + " (behaviour labels)", EXACT, values)
 
@@ -340,7 +341,7 @@ def _g_numeric_table(name: str, keys: tuple[str, ...], tol: dict[str, float]) ->
         path = run_dir / name
         if not path.is_file():
             return _group(name, tol, {"status": "absent"})
-        df = _read_csv(path, required=keys, what=name)
+        df = read_run_csv(path, required=keys, what=name)
         data_cols = [c for c in df.columns if c not in keys and c != "note"]
         if "note" in df.columns and all(str(v).strip() == "" for c in data_cols for v in df[c]):
             return _group(name, tol, {"status": "not run"})
@@ -353,7 +354,7 @@ def _g_js(run_dir: Path) -> dict[str, Any]:
     import numpy as np
 
     path = run_dir / JS_CSV
-    df = _read_csv(path, what="JS divergence matrix")
+    df = read_run_csv(path, what="JS divergence matrix")
     if df.shape[1] < 2 or df.shape[0] != df.shape[1] - 1:
         raise BertlookError(f"{path}: expected a square matrix with a label column, got {df.shape[0]} rows x "
                             f"{df.shape[1]} columns")
@@ -383,7 +384,7 @@ def _g_counts(run_dir: Path) -> dict[str, Any]:
         path = run_dir / rel
         if not path.is_file() and not required:
             continue
-        _int_leaves(_read_json(path, f"{name} summary"), name, values)
+        _int_leaves(read_json_file(path, f"{name} summary"), name, values)
     return _group("integer counts of the step summaries: " + ", ".join(r for r, _ in COUNT_SUMMARIES.values()),
                   EXACT, values)
 
@@ -425,7 +426,7 @@ def run_values(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
 
 def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None) -> dict[str, Any]:
     """The golden file of a run: :func:`run_values`, with the ranges of
-    :func:`bertlook.reporting.golden_ranges.add_ranges` (word tolerances ``tolerances``; none: exact words).
+    :func:`bertlook.reporting.golden_rules.add_ranges` (word tolerances ``tolerances``; none: exact words).
 
     Groups: ``attention_stats`` (every head, every column), ``table1`` (per relation: accuracies, CI
     bounds, held-out accuracy; head, direction, offset as strings; count), ``table1_stats`` (the columns
@@ -436,7 +437,7 @@ def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None
     (every integer of the step summaries but :data:`NOT_COUNTS`), and the twins beyond the paper.
     """
     from bertlook import __version__
-    from bertlook.reporting.golden_ranges import add_ranges
+    from bertlook.reporting.golden_rules import add_ranges
 
     run_dir = Path(run_dir)
     groups = run_values(run_dir)
@@ -458,7 +459,7 @@ def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None
 # ==================================================================================== reading, comparing
 def read_golden(path: str | os.PathLike) -> dict[str, Any]:
     """A golden file, checked (format, groups with ``values``, numeric ``rtol``/``atol``, well-formed checks)."""
-    doc = _read_json(path, "golden file")
+    doc = read_json_file(path, "golden file")
     if doc.get("format") != GOLDEN_FORMAT:
         raise BertlookError(f"{path}: not a golden file of this version (format {doc.get('format')!r}, expected "
                             f"{GOLDEN_FORMAT!r}; regenerate it with `bertlook make-golden`)")

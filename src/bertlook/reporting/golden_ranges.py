@@ -1,7 +1,8 @@
 """What each number of the regression gate may become on another machine, derived from the computation.
 
-:func:`add_ranges` turns a run's plain golden values (:func:`bertlook.reporting.golden.run_values`) into
-checks, given the word tolerances ``k`` of :class:`bertlook.reporting.golden.Tolerances`:
+:func:`bertlook.reporting.golden_rules.add_ranges` turns a run's plain golden values
+(:func:`bertlook.reporting.golden.run_values`) into checks, given the word tolerances ``k`` of
+:class:`bertlook.reporting.golden.Tolerances`:
 
 * an argmax-based accuracy ``c / n`` (Table 1, head accuracy, rollout, norm twins) may move by ``k`` words,
   ``k`` = :meth:`~bertlook.reporting.golden.Tolerances.k_argmax` of its own near-tied words (``fragile``,
@@ -34,8 +35,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
-from bertlook.errors import BertlookError
 
 FAMILY_RISK = 1e-6
 #: a bootstrap replicate's words are at least this share of the relation's words (for the CI ranges)
@@ -87,20 +86,21 @@ def mcnemar_range(b: int, c: int, k: int) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------------------- checks
-def _num(v: Any) -> float | None:
+def num_or_none(v: Any) -> float | None:
+    """A golden value as a float (None for null, strings and booleans)."""
     return None if v is None or isinstance(v, (str, bool)) else float(v)
 
 
 def between(value: Any, lo: float, hi: float) -> Any:
     """``{"value", "min", "max"}`` (the value itself when it is not a number)."""
-    v = _num(value)
+    v = num_or_none(value)
     if v is None or (lo >= v and hi <= v):  # nothing but the value itself: a plain value
         return value
     return {"value": value, "min": float(min(lo, v)), "max": float(max(hi, v))}
 
 
 def within(value: Any, delta: float) -> Any:
-    v = _num(value)
+    v = num_or_none(value)
     return value if v is None or delta <= 0 else between(value, v - delta, v + delta)
 
 
@@ -122,10 +122,10 @@ class RunFiles:
 
     def summary(self, rel: str) -> dict[str, Any]:
         if rel not in self._cache:
-            from bertlook.reporting.compare import _read_json
+            from bertlook.reporting.compare import read_json_file
 
             path = self.run_dir / rel
-            self._cache[rel] = _read_json(path, "step summary") if path.is_file() else {}
+            self._cache[rel] = read_json_file(path, "step summary") if path.is_file() else {}
         return self._cache[rel]
 
     def table(self, rel: str):
@@ -182,21 +182,3 @@ def ranger(*names: str):
             RANGERS[n] = fn
         return fn
     return deco
-
-
-def add_ranges(run_dir: Path, groups: dict[str, dict[str, Any]], tolerances) -> None:
-    """Replace the values of ``groups`` (in place) by their checks; each group that got ranges gains
-    ``tolerance``: how they were set."""
-    from bertlook.reporting import golden_rules  # noqa: F401  (registers the rangers)
-
-    files = RunFiles(Path(run_dir))
-    for name, fn in RANGERS.items():
-        g = groups.get(name)
-        if g is None or g["values"].get("status") in ("absent", "not run"):
-            continue
-        try:
-            why = fn(g["values"], files, tolerances, name=name, groups=groups)
-        except (KeyError, TypeError, ValueError) as err:
-            raise BertlookError(f"{run_dir}: group {name}: cannot set its ranges ({type(err).__name__}: {err})") from None
-        if why:
-            g["tolerance"] = why

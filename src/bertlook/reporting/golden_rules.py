@@ -1,21 +1,23 @@
 """The range rule of each golden group (registered in :data:`bertlook.reporting.golden_ranges.RANGERS`).
 
-Each rule gets the group's plain values (keys ``row/column``), the run's side files and the tolerances,
-replaces values by checks (:mod:`bertlook.reporting.golden_ranges` documents every rule) and returns the
-group's ``tolerance`` text. ``k(f)``: :meth:`bertlook.reporting.golden.Tolerances.k_argmax` of ``f`` near-tied
-words.
+:func:`add_ranges` applies them. Each rule gets the group's plain values (keys ``row/column``), the run's
+side files and the tolerances, replaces values by checks (:mod:`bertlook.reporting.golden_ranges` documents
+every rule) and returns the group's ``tolerance`` text. ``k(f)``:
+:meth:`bertlook.reporting.golden.Tolerances.k_argmax` of ``f`` near-tied words.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertlook.errors import BertlookError
 from bertlook.reporting.golden_ranges import (
-    MIN_REPLICATE_SHARE, RunFiles, _num, any_of, between, bootstrap_weight_bound, choice, eval_range, mcnemar_range,
-    near_tied, poisson_k, ranger, set_range, unchecked, within,
+    MIN_REPLICATE_SHARE, RANGERS, RunFiles, any_of, between, bootstrap_weight_bound, choice, eval_range, mcnemar_range,
+    near_tied, num_or_none, poisson_k, ranger, set_range, unchecked, within,
 )
 
 HEADS_SUMMARY = {"table1": "tables/head_accuracy.summary.json", "table1_stats": "tables/head_accuracy.summary.json",
@@ -144,7 +146,7 @@ def _paired(values, rel: str, fam: str, k: int, n: int, summary) -> None:
 def _holm(values, rows: list[str], fam: str, alpha: float) -> None:
     from bertlook.analyses.heads import holm
 
-    keys = [f"{r}/{fam}_p" for r in rows if _num(_plain(values.get(f"{r}/{fam}_p"))) is not None]
+    keys = [f"{r}/{fam}_p" for r in rows if num_or_none(_plain(values.get(f"{r}/{fam}_p"))) is not None]
     if not keys:
         return
     lo = np.array([_bound(values[x], "min") for x in keys])  # [row]
@@ -331,7 +333,7 @@ def head_report_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str,
         if isinstance(frac, dict) and f"{row}/positional" in values:
             values[f"{row}/positional"] = any_of(values[f"{row}/positional"], [
                 str(bool(frac["min"] >= POSITIONAL_THRESHOLD)), str(bool(frac["max"] >= POSITIONAL_THRESHOLD))])
-        sink = _num(values.get(f"{row}/sink"))
+        sink = num_or_none(values.get(f"{row}/sink"))
         if sink is not None and abs(sink - SINK_THRESHOLD) <= ROUNDING * SINK_THRESHOLD:
             values[f"{row}/sink_head"] = any_of(values[f"{row}/sink_head"], ["True", "False"])
         if head in labels and len(labels[head]) > 1 and f"{row}/behaviour" in values:
@@ -378,3 +380,20 @@ def counts_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, grou
         maybe = sum(1 for v in flags if isinstance(v, dict) and ("unchecked" in v or "True" in v.get("any_of", [])))
         values[key] = between(values[key], sure, sure + maybe)
     return "exact, but the counts of significant rows: between the rows that must and that may be significant"
+
+
+def add_ranges(run_dir: Path, groups: dict[str, dict[str, Any]], tolerances) -> None:
+    """Replace the values of ``groups`` (in place) by their checks; each group that got ranges gains
+    ``tolerance``: how they were set."""
+    files = RunFiles(Path(run_dir))
+    for name, fn in RANGERS.items():
+        g = groups.get(name)
+        if g is None or g["values"].get("status") in ("absent", "not run"):
+            continue
+        try:
+            why = fn(g["values"], files, tolerances, name=name, groups=groups)
+        except (KeyError, TypeError, ValueError) as err:
+            raise BertlookError(f"{run_dir}: group {name}: cannot set its ranges "
+                                f"({type(err).__name__}: {err})") from None
+        if why:
+            g["tolerance"] = why

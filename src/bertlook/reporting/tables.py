@@ -290,13 +290,13 @@ def table2_note(store: "AttentionStore", candidates: str) -> str:
 
 def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
-    from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, _isna
+    from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
 
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
     for r in df.itertuples(index=False):
-        seeds = "–" if _isna(r.n_seeds) or int(r.n_seeds) == 0 else str(int(r.n_seeds))
+        seeds = "–" if is_missing(r.n_seeds) or int(r.n_seeds) == 0 else str(int(r.n_seeds))
         cells = [PROBE_LABELS.get(r.probe, r.probe), pct(r.uas_mean), pct(r.uas_sd), seeds]
         if has_mst:
             cells += [pct(r.uas_mst_mean), pct(r.uas_mst_sd)]
@@ -347,7 +347,7 @@ def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
 
 def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probes.run_layer_ablations`) in percent."""
-    from bertlook.analyses.probes import _isna
+    from bertlook.analyses.probes import is_missing
 
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Attention features", "heads", "UAS", "sd", "Δ UAS", "seeds"] + (
@@ -356,7 +356,7 @@ def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     what = {"all": "every layer (Table 3's Attn + GloVe)", "keep": "only layer {l}", "drop": "every layer but {l}"}
 
     def delta(x):
-        return MISSING if _isna(x) else f"{100 * float(x):+.1f}"
+        return MISSING if is_missing(x) else f"{100 * float(x):+.1f}"
 
     for r in df.itertuples(index=False):
         cells = [what.get(r.ablation, r.ablation).format(l=r.layer), str(int(r.n_heads)), pct(r.uas_mean),
