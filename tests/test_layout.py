@@ -1,14 +1,17 @@
 """The package layout of issue 11: argparse glue only in bertlook.cli, computation elsewhere, and a
-parser that builds without the heavy libraries."""
+parser that builds without the heavy libraries; the layout documentation (docs/DESIGN.md "Modules",
+README "Layout") against the modules, the rule files and the declared steps (issue 25)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "bertlook"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "bertlook"
 STAGES = ("pipeline", "data", "attention", "analyses", "reporting", "testing", "cli")
 
 
@@ -88,3 +91,40 @@ def test_a_step_imports_only_its_own_cli_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "bertlook.cli.probes"
+
+
+def _section(path: Path, title: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    assert title in text, f"{path.name} has no section {title!r}"
+    return text.split(title, 1)[1].split("\n## ", 1)[0]
+
+
+def _named(text: str, name: str) -> bool:
+    """``name`` (a file or rule name) appears in ``text`` as a whole word; ``rule(_suffix)`` names both
+    ``rule`` and ``rule_suffix``."""
+    text = re.sub(r"(\w+)\((_\w+)\)", r"\1 \1\2", text)
+    return re.search(r"(?<![\w/.-])%s(?![\w])" % re.escape(name), text) is not None
+
+
+def test_design_module_map_names_every_module():
+    """Every module outside cli/ is in DESIGN's module map (cli/ modules: the "Steps" table, test_step_names)."""
+    block = _section(ROOT / "docs" / "DESIGN.md", "## Modules").split("```")[1]
+    missing = [str(p.relative_to(PKG)) for p in sorted(PKG.rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py") and p.parent.name != "cli" and not _named(block, p.name)]
+    assert not missing, f"docs/DESIGN.md '## Modules' does not name: {', '.join(missing)}"
+
+
+def test_readme_layout_names_every_declared_step_and_rule_file():
+    from bertlook.pipeline import steps
+
+    layout = _section(ROOT / "README.md", "## Layout")
+    rules = sorted({s.rule_name for s in steps.STEPS} | {p.stem for p in (ROOT / "workflow" / "rules").glob("*.smk")})
+    missing = [name for name in rules if not _named(layout, name)]
+    assert not missing, f"README '## Layout' does not name: {', '.join(missing)}"
+
+
+def test_the_layout_checks_can_fail():
+    assert _named("surface_stats(_shard) -> x", "surface_stats") and not _named("surface_stats_norm", "surface_stats")
+    assert not _named("analyses/heads.py", "heads") and _named("heads, tree_heads", "heads")
+    assert _named("heads(_norm) ->", "heads_norm") and _named("heads(_norm) ->", "heads")
+    assert not _named("heads(_shard) ->", "heads_norm")
