@@ -2,27 +2,19 @@
 # The JS matrix is a sum over examples: one partial sum per extraction shard (partials/js-{shard}.npz, the
 # heavy part, computed by extract_segments from the maps in memory), added up by cluster_heads, which embeds
 # it with MDS. clustering.max_examples = N: the first N segments of segments.jsonl, whatever the sharding.
+# {maps}: "" on the attention maps, "_norm" on the norm-based maps (norms.enabled), each with the behaviour
+# labels of its own surface statistics.
 
 
 rule cluster_heads:
     input:
-        partials=every_shard(rules.extract_segments.output.js),
-        stats=rules.surface_stats.output.table,
+        partials=every_shard(run_path("partials", "js{maps}-{shard}.npz")),
+        stats=run_path("tables", "attention_stats{maps}.csv"),
     output:
-        js=report(
-            run_path("tables", "js_divergence.csv"),
-            caption="../report/js_divergence.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "JS divergence between heads (CSV)"},
-        ),
-        clusters=report(
-            run_path("tables", "head_clusters.csv"),
-            caption="../report/head_clusters.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Head embedding and behaviour labels (CSV)"},
-        ),
+        js=data_file(run_path("tables", "js_divergence{maps}.csv"), "maps_data_file.rst",
+                     maps_label("JS divergence between heads{maps} (CSV)")),
+        clusters=data_file(run_path("tables", "head_clusters{maps}.csv"), "maps_data_file.rst",
+                           maps_label("Head embedding and behaviour labels{maps} (CSV)")),
     params:
         cmd=bertlook_cmd(
             "cluster-heads",
@@ -37,9 +29,9 @@ rule cluster_heads:
             mds_eps=config["clustering"]["mds_eps"],
         ),
     log:
-        log_path("cluster_heads"),
+        log_path("cluster_heads{maps}"),
     benchmark:
-        bench_path("cluster_heads")
+        bench_path("cluster_heads{maps}")
     threads: 1
     resources:
         **sizing.snakemake_resources("cluster_heads", config),
@@ -47,27 +39,3 @@ rule cluster_heads:
         ENV_TORCH
     shell:
         CMD
-
-
-# The same clustering on the norm-based maps (norms.enabled), with their own statistics' labels.
-if RUN_NORMS:
-
-    use rule cluster_heads as cluster_heads_norm with:
-        input:
-            partials=every_shard(rules.extract_segments.output.norm_js),
-            stats=rules.surface_stats_norm.output.table,
-        output:
-            js=run_path("tables", "js_divergence_norm.csv"),
-            clusters=report(
-                run_path("tables", "head_clusters_norm.csv"),
-                caption="../report/head_clusters_norm.rst",
-                category="Data files (CSV)",
-                subcategory="{run}",
-                labels={"result": "Head embedding and behaviour labels, norm-based maps (CSV)"},
-            ),
-        log:
-            log_path("cluster_heads_norm"),
-        benchmark:
-            bench_path("cluster_heads_norm")
-        resources:
-            **sizing.snakemake_resources("cluster_heads_norm", config, kind="cluster_heads"),

@@ -370,9 +370,12 @@ def treebank_flags(wildcards, input, output):
 
 
 def heads_inputs(wildcards):
-    inputs = {"dev": run_path("attention", "words-dev").format(run=wildcards.run)}
+    """The word stores Table 1 reads: the model's attention maps (``{maps}`` empty) or the norm-based maps
+    (``_norm``); the train split when the run's treebank has one."""
+    prefix = {"": "words", "_norm": "normwords"}[wildcards.maps]
+    inputs = {"dev": run_path("attention", f"{prefix}-dev").format(run=wildcards.run)}
     if has_train_split(wildcards.run):
-        inputs["train"] = run_path("attention", "words-train").format(run=wildcards.run)
+        inputs["train"] = run_path("attention", f"{prefix}-train").format(run=wildcards.run)
     return inputs
 
 
@@ -401,28 +404,17 @@ def probes_inputs(wildcards):
     return inputs
 
 
-def norm_heads_inputs(wildcards):
-    """heads_inputs on the norm-based word stores (norms.enabled)."""
-    inputs = {"dev": run_path("attention", "normwords-dev").format(run=wildcards.run)}
-    if has_train_split(wildcards.run):
-        inputs["train"] = run_path("attention", "normwords-train").format(run=wildcards.run)
-    return inputs
-
-
 def probes_extra_outputs():
     """table3_norm.* (norms.probes) and probe_ablations.* (probes.layer_ablations) of the probes job."""
     out = {}
     if RUN_NORM_PROBES:
-        out.update(norm_table=report(run_path("tables", "table3_norm.csv"), caption="../report/table3_norm.rst",
-                                     category="Data files (CSV)", subcategory="{run}",
-                                     labels={"result": "Table 3 on the norm-based maps (CSV)"}),
+        out.update(norm_table=data_file(run_path("tables", "table3_norm.csv"), "table3_norm.rst",
+                                        "Table 3 on the norm-based maps (CSV)"),
                    norm_markdown=run_path("tables", "table3_norm.md"),
                    norm_summary=run_path("tables", "table3_norm.summary.json"))
     if RUN_PROBE_ABLATIONS:
-        out.update(ablations_table=report(run_path("tables", "probe_ablations.csv"),
-                                          caption="../report/probe_ablations.rst", category="Data files (CSV)",
-                                          subcategory="{run}",
-                                          labels={"result": "Per-layer ablations of the Attn + GloVe probe (CSV)"}),
+        out.update(ablations_table=data_file(run_path("tables", "probe_ablations.csv"), "probe_ablations.rst",
+                                             "Per-layer ablations of the Attn + GloVe probe (CSV)"),
                    ablations_markdown=run_path("tables", "probe_ablations.md"),
                    ablations_summary=run_path("tables", "probe_ablations.summary.json"))
     return out
@@ -478,6 +470,26 @@ RUN_HEAD_REPORT = SWITCH["head_report"]
 RUN_TREE_HEADS = SWITCH["tree_heads"]
 # probes.layer_ablations: the modes (keep, drop) of the per-layer ablations; [] = none (needs a train split)
 RUN_PROBE_ABLATIONS = SWITCH["probe_ablations"]
+
+
+# The map kind of a step that runs on the attention maps and, with norms.enabled, on the norm-based maps
+# (surface_stats, cluster_heads, heads): the wildcard {maps}, "" or "_norm", ends the name of every path
+# (attention_stats.csv, attention_stats_norm.csv). "(?:)" matches only "": no norm twin without norms.
+wildcard_constraints:
+    maps="|_norm" if RUN_NORMS else "(?:)",
+
+
+def maps_label(text):
+    """A report label of a {maps} step's output: ``text``, plus ", norm-based maps" for the norm twin."""
+    return lambda wildcards: {"result": text.format(maps=", norm-based maps" if wildcards.maps else "")}
+
+
+def data_file(path, caption, label, subcategory="{run}"):
+    """``path`` registered in the report as a download under "Data files (CSV)", listed under the run
+    (or ``subcategory``), with its caption file (under workflow/report/) and one label (a string, or
+    maps_label(...)). One label only: see report_page_outputs_of."""
+    return report(path, caption=f"../report/{caption}", category="Data files (CSV)", subcategory=subcategory,
+                  labels=label if callable(label) else {"result": label})
 TREE_HEADS_NOTE = lambda wildcards, input, output: (
     f"Model {MODELS[wildcards.run]['name_or_path']}; trees: {treebank_name(wildcards.run)}."
 )

@@ -5,8 +5,8 @@
 rule compare:
     input:
         manifest=rules.manifest.output[0],
-        stats=rules.surface_stats.output.table,
-        table1=rules.heads.output.table,
+        stats=run_path("tables", "attention_stats.csv"),
+        table1=run_path("tables", "table1.csv"),
         table2=rules.coref.output.table,
         table3=lambda wildcards: (
             [run_path("tables", "table3.csv").format(run=wildcards.run)] if RUN_PROBES else []
@@ -16,13 +16,7 @@ rule compare:
             [run_path("tables", "attention_stats_norm.csv").format(run=wildcards.run)] if RUN_NORMS else []
         ),
     output:
-        csv=report(
-            run_path("comparison.csv"),
-            caption="../report/comparison.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Comparison with the paper (CSV)"},
-        ),
+        csv=data_file(run_path("comparison.csv"), "comparison.rst", "Comparison with the paper (CSV)"),
         markdown=run_path("comparison.md"),
     params:
         cmd=bertlook_cmd(
@@ -48,12 +42,11 @@ rule models_summary:
     input:
         comparisons=expand(run_path("comparison.csv"), run=MODEL_RUNS),
     output:
-        csv=report(
+        csv=data_file(
             os.path.join(SUMMARY_DIR, "models_summary.csv"),
-            caption="../report/models_summary.rst",
-            category="Data files (CSV)",
+            "models_summary.rst",
+            "Models side by side (CSV)",
             subcategory="all models",
-            labels={"result": "Models side by side (CSV)"},
         ),
         markdown=os.path.join(SUMMARY_DIR, "models_summary.md"),
         figure=os.path.join(SUMMARY_DIR, "fig_models_summary.png"),

@@ -41,13 +41,7 @@ rule coref:
     input:
         store=[run_path("attention", "coref")] if COREF_FILES else [],
     output:
-        table=report(
-            run_path("tables", "table2.csv"),
-            caption="../report/table2.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Table 2 twin (CSV)"},
-        ),
+        table=data_file(run_path("tables", "table2.csv"), "table2.rst", "Table 2 twin (CSV)"),
         markdown=run_path("tables", "table2.md"),
         heads=run_path("tables", "coref_heads.csv"),
         summary=run_path("tables", "table2.summary.json"),

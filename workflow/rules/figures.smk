@@ -6,9 +6,9 @@
 rule figures:
     input:
         examples=every_shard(rules.extract_segments.output.example),
-        stats=rules.surface_stats.output.table,
-        stats_summary=rules.surface_stats.output.summary,
-        clusters=rules.cluster_heads.output.clusters,
+        stats=run_path("tables", "attention_stats.csv"),
+        stats_summary=run_path("tables", "attention_stats.summary.json"),
+        clusters=run_path("tables", "head_clusters.csv"),
         # norms.enabled: the norm-based statistics and the extraction summaries (their ||f(x)|| sums)
         **({"norm_stats": run_path("tables", "attention_stats_norm.csv"),
             "norm_summaries": every_shard(rules.extract_segments.output.summary)} if RUN_NORMS else {}),

@@ -42,12 +42,10 @@ rule gradients:
     input:
         partials=every_shard(rules.gradients_shard.output.partial, GRADIENT_SHARD_LABELS),
     output:
-        table=report(
+        table=data_file(
             run_path("tables", "sep_gradients.csv"),
-            caption="../report/sep_gradients.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Gradients of attention to [SEP] per layer (CSV)"},
+            "sep_gradients.rst",
+            "Gradients of attention to [SEP] per layer (CSV)",
         ),
         figure=run_path("figures", "fig3_sep_gradients.png"),
         summary=run_path("tables", "sep_gradients.summary.json"),

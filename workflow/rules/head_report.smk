@@ -12,12 +12,10 @@ rule head_report:
         coref=run_path("tables", "coref_heads.csv"),
         importance=run_path("tables", "head_importance.csv"),
     output:
-        table=report(
+        table=data_file(
             run_path("tables", "head_report.csv"),
-            caption="../report/head_report.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Per-head report card (CSV)"},
+            "head_report.rst",
+            "Per-head report card (CSV)",
         ),
         figure=run_path("figures", "fig_head_report.png"),
         summary=run_path("tables", "head_report.summary.json"),

@@ -1,27 +1,19 @@
 # Step `heads`: every head scored as a dependency classifier per relation (paper Table 1, Fig 5).
+# {maps}: "" on the attention maps, "_norm" on the norm-based word maps (norms.enabled): the same scoring,
+# the paper's numbers joined for orientation only (the paper scored attention maps: never judged against them).
 
 
 rule heads:
     input:
         unpack(heads_inputs),
     output:
-        accuracy=report(
-            run_path("tables", "head_accuracy.csv"),
-            caption="../report/head_accuracy.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Accuracy of every head per relation (CSV)"},
-        ),
-        table=report(
-            run_path("tables", "table1.csv"),
-            caption="../report/table1.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Table 1 twin (CSV)"},
-        ),
-        markdown=run_path("tables", "table1.md"),
-        figure=run_path("figures", "fig5_syntax_heads.png"),
-        summary=run_path("tables", "head_accuracy.summary.json"),
+        accuracy=data_file(run_path("tables", "head_accuracy{maps}.csv"), "maps_data_file.rst",
+                           maps_label("Accuracy of every head per relation{maps} (CSV)")),
+        table=data_file(run_path("tables", "table1{maps}.csv"), "maps_data_file.rst",
+                        maps_label("Table 1 twin{maps} (CSV)")),
+        markdown=run_path("tables", "table1{maps}.md"),
+        figure=run_path("figures", "fig5_syntax_heads{maps}.png"),
+        summary=run_path("tables", "head_accuracy{maps}.summary.json"),
     params:
         cmd=bertlook_cmd(
             "heads",
@@ -42,12 +34,15 @@ rule heads:
             seed=config["seed"],
             treebank_kind=TREEBANK_KIND_ARG,
             treebank_name=TREEBANK_NAME_ARG,
-            paper_comparable=paper_comparable,
+            # the paper's comparability: its model on its trees, and attention maps
+            paper_comparable=lambda wildcards, input, output: (
+                not wildcards.maps and paper_comparable(wildcards, input, output)
+            ),
         ),
     log:
-        log_path("heads"),
+        log_path("heads{maps}"),
     benchmark:
-        bench_path("heads")
+        bench_path("heads{maps}")
     priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; extract_words.smk)
     threads: 1
     resources:
@@ -56,51 +51,3 @@ rule heads:
         ENV_ANALYSIS
     shell:
         CMD
-
-
-# Table 1 on the norm-based word maps (norms.enabled): the same scoring, paper numbers joined for
-# orientation (the paper scored attention maps: never judged against them).
-if RUN_NORMS:
-
-    use rule heads as heads_norm with:
-        input:
-            unpack(norm_heads_inputs),
-        output:
-            accuracy=run_path("tables", "head_accuracy_norm.csv"),
-            table=report(
-                run_path("tables", "table1_norm.csv"),
-                caption="../report/table1_norm.rst",
-                category="Data files (CSV)",
-                subcategory="{run}",
-                labels={"result": "Table 1 on the norm-based maps (CSV)"},
-            ),
-            markdown=run_path("tables", "table1_norm.md"),
-            figure=run_path("figures", "fig5_syntax_heads_norm.png"),
-            summary=run_path("tables", "head_accuracy_norm.summary.json"),
-        params:
-            cmd=bertlook_cmd(
-                "heads",
-                dev_attention=IN.dev,
-                train_attention=lambda wildcards, input, output: input.get("train"),
-                out_accuracy=OUT.accuracy,
-                out_table=OUT.table,
-                out_markdown=OUT.markdown,
-                out_figure=OUT.figure,
-                summary=OUT.summary,
-                min_count=config["heads"]["min_count"],
-                offsets=",".join(str(k) for k in config["heads"]["offsets"]),
-                poss_from_possessive=config["heads"]["poss_from_possessive"],
-                no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
-                bootstrap=config["heads"]["bootstrap"],
-                alpha=config["heads"]["alpha"],
-                exclude_punct_candidates=config["heads"]["exclude_punct_candidates"],
-                seed=config["seed"],
-                treebank_kind=TREEBANK_KIND_ARG,
-                treebank_name=TREEBANK_NAME_ARG,
-            ),
-        log:
-            log_path("heads_norm"),
-        benchmark:
-            bench_path("heads_norm")
-        resources:
-            **sizing.snakemake_resources("heads_norm", config, kind="heads"),

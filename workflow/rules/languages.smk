@@ -11,12 +11,11 @@ if config["treebanks"]:  # one treebank: nothing to compare
         input:
             unpack(languages_inputs),
         output:
-            best=report(
+            best=data_file(
                 os.path.join(LANGUAGES_DIR, "{model}", "best_heads.csv"),
-                caption="../report/languages.rst",
-                category="Data files (CSV)",
+                "languages.rst",
+                "Best head per relation and treebank (CSV)",
                 subcategory="model {model}",
-                labels={"result": "Best head per relation and treebank (CSV)"},
             ),
             agreement=os.path.join(LANGUAGES_DIR, "{model}", "agreement.csv"),
             markdown=os.path.join(LANGUAGES_DIR, "{model}", "languages.md"),

@@ -7,10 +7,10 @@ rule manifest:
         attention_meta=rules.gather_extraction.output.meta,  # not the maps: they may be temp()
         segments=rules.segments.output.summary,
         extraction=rules.gather_extraction.output.summary,
-        stats=rules.surface_stats.output.summary,
+        stats=run_path("tables", "attention_stats.summary.json"),
         treebank=rules.treebank.output.summary,
         words_dev=run_path("attention", "words-dev.summary.json"),
-        heads=rules.heads.output.summary,
+        heads=run_path("tables", "head_accuracy.summary.json"),
         coref=rules.coref.output.summary,
         gradients=rules.gradients.output.summary,
         probes=lambda wildcards: (

@@ -38,13 +38,7 @@ rule probes:
     input:
         unpack(probes_inputs),
     output:
-        table=report(
-            run_path("tables", "table3.csv"),
-            caption="../report/table3.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Table 3 twin (CSV)"},
-        ),
+        table=data_file(run_path("tables", "table3.csv"), "table3.rst", "Table 3 twin (CSV)"),
         markdown=run_path("tables", "table3.md"),
         summary=run_path("tables", "table3.summary.json"),
         **probes_extra_outputs(),

@@ -17,13 +17,7 @@ rule resources:
             and not is_report_page(path)
         ],
     output:
-        csv=report(
-            run_path("resources.csv"),
-            caption="../report/resources.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Measured resources per job (CSV)"},
-        ),
+        csv=data_file(run_path("resources.csv"), "resources.rst", "Measured resources per job (CSV)"),
         markdown=run_path("resources.md"),
     params:
         cmd=bertlook_cmd(
@@ -55,12 +49,11 @@ rule resources_summary:
             and not is_report_page(path)
         ],
     output:
-        csv=report(
+        csv=data_file(
             os.path.join(SUMMARY_DIR, "resources.csv"),
-            caption="../report/resources_summary.rst",
-            category="Data files (CSV)",
+            "resources_summary.rst",
+            "Measured resources per rule, all runs (CSV)",
             subcategory="all models",
-            labels={"result": "Measured resources per rule, all runs (CSV)"},
         ),
         markdown=os.path.join(SUMMARY_DIR, "resources.md"),
     params:

@@ -9,12 +9,10 @@ rule rollout:
     input:
         partials=every_shard(run_path("partials", "rollout-{shard}.npz")),  # extract_segments, rollout.enabled
     output:
-        table=report(
+        table=data_file(
             run_path("tables", "rollout_stats.csv"),
-            caption="../report/rollout_stats.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Rollout statistics per layer (CSV)"},
+            "rollout_stats.rst",
+            "Rollout statistics per layer (CSV)",
         ),
         figure=run_path("figures", "fig_rollout.png"),
         summary=run_path("tables", "rollout_stats.summary.json"),
@@ -37,12 +35,10 @@ rule rollout_words:
     input:
         dev=run_path("attention", "words-dev"),
     output:
-        table=report(
+        table=data_file(
             run_path("tables", "table1_rollout.csv"),
-            caption="../report/table1_rollout.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Table 1 on the rollout maps (CSV)"},
+            "table1_rollout.rst",
+            "Table 1 on the rollout maps (CSV)",
         ),
         markdown=run_path("tables", "table1_rollout.md"),
         accuracy=run_path("tables", "rollout_accuracy.csv"),

@@ -7,19 +7,15 @@ rule tree_heads:
     input:
         dev=run_path("attention", "words-dev"),
     output:
-        table=report(
+        table=data_file(
             run_path("tables", "tree_heads.csv"),
-            caption="../report/tree_heads.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Single-head trees, every head (CSV)"},
+            "tree_heads.rst",
+            "Single-head trees, every head (CSV)",
         ),
-        best=report(
+        best=data_file(
             run_path("tables", "tree_heads_best.csv"),
-            caption="../report/tree_heads_best.rst",
-            category="Data files (CSV)",
-            subcategory="{run}",
-            labels={"result": "Single-head trees, best head per layer (CSV)"},
+            "tree_heads_best.rst",
+            "Single-head trees, best head per layer (CSV)",
         ),
         markdown=run_path("tables", "tree_heads.md"),
         # the report shows a page-sized copy (report_pages.smk), not this full-resolution PNG
