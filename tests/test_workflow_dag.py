@@ -142,7 +142,7 @@ def test_gradient_shards_are_their_own_count(tmp_path, tiny_bert_dir):
 
 def test_building_the_dag_imports_neither_torch_nor_transformers(tmp_path, tiny_bert_dir):
     """The Snakefile sizes every job from the model's config.json while the DAG is built
-    (bertlook.pipeline.sizing.model_dims, through bertlook.attention.model_spec); importing torch +
+    (bertlook.pipeline.sizing.model_dims, through bertlook.pipeline.model_spec); importing torch +
     transformers there cost ~4 s of every snakemake call, dry runs and SLURM job starts included."""
     import subprocess
     import sys

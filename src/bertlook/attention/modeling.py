@@ -9,7 +9,7 @@ A model spec (``models[].name_or_path`` in the config, ``--model`` on the CLI) i
   a ``revision`` (branch, tag or commit).
 
 Resolving a spec (:func:`resolve_model`, :class:`ResolvedModel`) lives in
-:mod:`bertlook.attention.model_spec`, which imports neither torch nor transformers, and is re-exported
+:mod:`bertlook.pipeline.model_spec`, which imports neither torch nor transformers, and is re-exported
 here. Hub ids are loaded from the local Hugging Face cache when they are there; otherwise the hub must be
 reachable. Every failure is a :class:`~bertlook.errors.BertlookError` with a one-paragraph message.
 
@@ -44,7 +44,7 @@ from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNo
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from bertlook.attention.model_spec import (  # noqa: F401 (re-exported)
+from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
     ResolvedModel,
     cached_file,
     config_dims,

@@ -204,7 +204,7 @@ def _weights_bytes(root: Path) -> int | None:
 def model_dims(spec: str, revision: str | None = None) -> ModelDims:
     """Dimensions of a model spec from its ``config.json``, without loading weights or using the
     network (hub ids: the HF cache only). :data:`DEFAULT_DIMS` when the config cannot be read."""
-    from bertlook.attention.model_spec import cached_file, resolve_model  # no torch: the DAG is built with this
+    from bertlook.pipeline.model_spec import cached_file, resolve_model  # no torch: the DAG is built with this
 
     try:
         resolved = resolve_model(spec, revision)
