@@ -490,6 +490,8 @@ def data_file(path, caption, label, subcategory="{run}"):
     maps_label(...)). One label only: see report_page_outputs_of."""
     return report(path, caption=f"../report/{caption}", category="Data files (CSV)", subcategory=subcategory,
                   labels=label if callable(label) else {"result": label})
+
+
 TREE_HEADS_NOTE = lambda wildcards, input, output: (
     f"Model {MODELS[wildcards.run]['name_or_path']}; trees: {treebank_name(wildcards.run)}."
 )
