@@ -18,25 +18,13 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/segments.smk"
-include: "workflow/rules/extract_segments.smk"
-include: "workflow/rules/surface_stats.smk"
-include: "workflow/rules/cluster_heads.smk"
-include: "workflow/rules/figures.smk"
-include: "workflow/rules/treebank.smk"
-include: "workflow/rules/extract_words.smk"
-include: "workflow/rules/heads.smk"
-include: "workflow/rules/probes.smk"
-include: "workflow/rules/tree_heads.smk"
-include: "workflow/rules/coref.smk"
-include: "workflow/rules/gradients.smk"
-include: "workflow/rules/rollout.smk"
-include: "workflow/rules/head_report.smk"
-include: "workflow/rules/languages.smk"
-include: "workflow/rules/manifest.smk"
-include: "workflow/rules/compare.smk"
-include: "workflow/rules/resources.smk"
-include: "workflow/rules/report_pages.smk"
+
+
+# Every other rule file, one per step, in pipeline order (a rule may name an earlier file's rules as
+# `rules.X`); a new step's .smk comes last and is picked up without a line here (docs/ADDING_A_STEP.md).
+for rule_file in step_rule_files():
+
+    include: rule_file
 
 
 rule all:

@@ -30,17 +30,10 @@ import time
 
 import numpy as np
 
-from bertlook.analyses.probes import (
-    ABLATION_MODES,
-    DEFAULT_SEEDS,
-    PROBES,
-    ProbeData,
-    ProbeTask,
-    ablation_heads,
-    epoch_batches,
-    evaluate_probe,
-    train_probe,
-)
+from bertlook.analyses.probe_features import epoch_batches
+from bertlook.analyses.probe_frames import ablation_heads
+from bertlook.analyses.probe_reference import evaluate_probe, train_probe
+from bertlook.analyses.probes import ABLATION_MODES, DEFAULT_SEEDS, PROBES, ProbeData, ProbeTask
 from bertlook.analyses.probe_tables import run_probe_tables
 from bertlook.analyses.trees import chu_liu_edmonds, chu_liu_edmonds_batch
 from bertlook.data.glove import GloveVectors, load_glove
@@ -142,7 +135,8 @@ def reference_runs(stores: str, glove, tasks: list[ProbeTask], seeds: list[int],
 
 def compare_decoders(stores: str, glove, say) -> dict:
     """The two MST decoders on the batched engine's dev log-probabilities (Table 3's models, seeds 0-2)."""
-    from bertlook.analyses.probe_batch import BatchedProbes, SplitFeatures
+    from bertlook.analyses.probe_batch import BatchedProbes
+    from bertlook.analyses.probe_split import SplitFeatures
 
     tasks = [ProbeTask(p) for p in PROBES if p not in ("right_branching", "random_init_attn_glove")]
     data = {"model": ProbeData(f"{stores}/words-train", glove=glove)}

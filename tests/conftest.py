@@ -86,8 +86,8 @@ def cli_main(monkeypatch):
     """``bertlook.cli.main`` with the compare subcommand registered (whether or not cli lists it)."""
     from bertlook import cli
 
-    if "bertlook.cli.compare" not in cli.STEP_MODULES:
-        monkeypatch.setattr(cli, "STEP_MODULES", [*cli.STEP_MODULES, "bertlook.cli.compare"])
+    if "bertlook.cli.compare" not in cli.COMMAND_MODULES:
+        monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "bertlook.cli.compare"])
     return cli.main
 
 

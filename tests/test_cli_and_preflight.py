@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from bertlook import cli
+from bertlook.cli.preflight import reach
 from bertlook.pipeline import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,10 +92,10 @@ def test_preflight_real_unreachable_url(tmp_path, tiny_bert_dir, capsys):
 def test_preflight_local_paths_ok_and_missing(tmp_path, tiny_bert_dir, capsys):
     config = yaml.safe_load((ROOT / "config" / "offline.yaml").read_text())
     config["models"] = [{"label": "tiny", "name_or_path": str(tiny_bert_dir), "revision": None}]
-    assert preflight.preflight_problems(config) == []
+    assert preflight.preflight_problems(config, reach()) == []
     config["wikipedia"]["path"] = str(tmp_path / "missing.xml.bz2")
     config["models"][0]["name_or_path"] = str(tmp_path / "no_model_here")
-    problems = preflight.preflight_problems(config)
+    problems = preflight.preflight_problems(config, reach())
     assert any("missing.xml.bz2 does not exist" in p for p in problems)
     assert any("no_model_here" in p for p in problems)
 

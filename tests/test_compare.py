@@ -1,4 +1,5 @@
-"""bertlook.reporting.compare: comparison with the paper, regression checks (paper / golden file), models summary.
+"""bertlook.reporting.compare: comparison with the paper, regression checks (paper / golden file); the models
+summary (bertlook.reporting.models_summary).
 
 Every test builds a small synthetic run directory (tables + summaries + manifest.json) in tmp_path;
 nothing is read from results/.
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 
 from bertlook.reporting import compare
+from bertlook.reporting import models_summary
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
 
@@ -478,8 +480,8 @@ def test_models_summary_two_runs_and_figure(tmp_path, capsys, cli_main):
     stats = _stats_frame(num_layers=6, num_heads=2)
     _csv(b / "tables" / "attention_stats.csv", stats, "%.6g")
 
-    df = compare.models_summary([a, b], ["bert", "minilm"])
-    assert list(df.columns) == compare.SUMMARY_COLUMNS
+    df = models_summary.models_summary([a, b], ["bert", "minilm"])
+    assert list(df.columns) == models_summary.SUMMARY_COLUMNS
     t1rows = df[df["section"] == "Table 1"]
     assert "mark" not in set(t1rows["item"]) and {"All", "det", "compound"} <= set(t1rows["item"])
     det = t1rows[t1rows["item"] == "det"].set_index("model")["value"]
@@ -505,9 +507,9 @@ def test_models_summary_two_runs_and_figure(tmp_path, capsys, cli_main):
 
 def test_models_summary_single_run_and_bad_labels(tmp_path, cli_main, capsys):
     a = make_run(tmp_path, probes=False)
-    df = compare.models_summary([a])
+    df = models_summary.models_summary([a])
     assert set(df["model"]) == {"paper-bert"} and not (df["section"] == "Table 3").any()
-    compare.fig_models_summary(df, tmp_path / "one.png")  # the probe panel says there are none
+    models_summary.fig_models_summary(df, tmp_path / "one.png")  # the probe panel says there are none
     assert (tmp_path / "one.png").stat().st_size > 0
     assert cli_main(["models-summary", "--run-dir", str(a), "--labels", "x,y", "--out-csv", str(tmp_path / "s.csv"),
                      "--out-markdown", str(tmp_path / "s.md")]) == 2
@@ -515,10 +517,10 @@ def test_models_summary_single_run_and_bad_labels(tmp_path, cli_main, capsys):
 
 
 def test_middle_third():
-    assert compare.middle_third(12) == (5, 8)
-    assert compare.middle_third(6) == (3, 4)
-    assert compare.middle_third(24) == (9, 16)
-    assert compare.middle_third(1) == (1, 1)
+    assert models_summary.middle_third(12) == (5, 8)
+    assert models_summary.middle_third(6) == (3, 4)
+    assert models_summary.middle_third(24) == (9, 16)
+    assert models_summary.middle_third(1) == (1, 1)
 
 
 # ---- the second reference: Kobayashi et al. 2020 (norm-based shares over attention shares)

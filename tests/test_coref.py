@@ -1,4 +1,5 @@
-"""bertlook.analyses.coref: CoNLL-2012 reader, head words, truncation, antecedent selection metric, baselines, CLI."""
+"""Coreference: CoNLL-2012 reader (bertlook.data.conll2012), head words (.data.coref_mentions),
+truncation (.attention.coref_maps), antecedent selection metric and baselines (.analyses.coref), CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pandas as pd
 import pytest
 
 from bertlook.analyses import coref
+from bertlook.attention import coref_maps
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import coref as coref_cli
-from bertlook.analyses.coref import Document, Mention
+from bertlook.data import conll2012, coref_mentions
+from bertlook.data.conll2012 import Document, Mention
 from bertlook.errors import BertlookError
 from bertlook.reporting.tables import table2_markdown
 from bertlook.reporting.paper_join import join_table2
@@ -51,7 +54,7 @@ BASELINES = {"nearest": [2, 1, 0, 1], "head_match": [7, 0, 4, 3], "rule_based": 
 
 def _docs(path=FIXTURE, **kw):
     counts: dict = {}
-    docs = coref.read_conll_files([path], counts=counts, **kw)
+    docs = conll2012.read_conll_files([path], counts=counts, **kw)
     return {d.id: d for d in docs}, counts
 
 
@@ -106,7 +109,7 @@ def test_reader_reconstructs_mentions_and_clusters():
     assert counts["documents_without_mentions"] == 1
     assert counts["mentions"] == 22 and counts["clusters"] == 9 and counts["sentences"] == 10
     assert counts["parts_with_unusable_tree"] == 0 and counts["duplicate_mentions"] == 0
-    kept = coref.read_conll(FIXTURE, keep_empty=True)
+    kept = conll2012.read_conll(FIXTURE, keep_empty=True)
     assert [d.id for d in kept][-1] == "wb/tiny/00/tiny_0003#000" and not kept[-1].mentions
 
 
@@ -124,8 +127,8 @@ def test_trees_from_parse_bits():
 def test_head_words_tree_vs_last():
     docs, _ = _docs()
     for pid in MENTIONS:
-        tree = coref.mention_heads(docs[pid], "tree")
-        last = coref.mention_heads(docs[pid], "last")
+        tree = coref_mentions.mention_heads(docs[pid], "tree")
+        last = coref_mentions.mention_heads(docs[pid], "last")
         assert [h for h, _ in tree] == TREE_HEADS[pid], pid
         assert all(s == "tree" for _, s in tree)
         assert [h for h, _ in last] == LAST_HEADS[pid] and all(s == "last" for _, s in last)
@@ -133,7 +136,7 @@ def test_head_words_tree_vs_last():
     assert docs[P0].words[TREE_HEADS[P0][1]] == "Mary" and docs[P0].words[LAST_HEADS[P0][1]] == "'s"
     assert docs[P1].words[TREE_HEADS[P1][3]] == "kings" and docs[P1].words[LAST_HEADS[P1][3]] == "city"
     with pytest.raises(BertlookError, match="head rule"):
-        coref.mention_heads(docs[P0], "first")
+        coref_mentions.mention_heads(docs[P0], "first")
 
 
 @pytest.mark.parametrize("bits,pos,head", [
@@ -150,7 +153,7 @@ def test_head_words_tree_vs_last():
     (["(WHNP*", "*)"], ["WDT", "NN"], 0),
 ])
 def test_collins_head_rules(bits, pos, head):
-    assert coref.head_word(coref.parse_tree(bits, pos)) == head
+    assert coref_mentions.head_word(conll2012.parse_tree(bits, pos)) == head
 
 
 @pytest.mark.parametrize("bits,msg", [
@@ -162,7 +165,7 @@ def test_collins_head_rules(bits, pos, head):
 ])
 def test_parse_tree_errors(bits, msg):
     with pytest.raises(BertlookError, match=msg):
-        coref.parse_tree(bits, ["NN", "NN"])
+        conll2012.parse_tree(bits, ["NN", "NN"])
 
 
 def test_span_not_constituent_falls_back_to_last_word(tmp_path):
@@ -173,7 +176,7 @@ def test_span_not_constituent_falls_back_to_last_word(tmp_path):
     docs, _ = _docs(_write(tmp_path, lines))
     d = docs[P0]
     i = [(m.start, m.end) for m in d.mentions].index((1, 2))
-    assert coref.mention_heads(d, "tree")[i] == (2, "not_constituent")
+    assert coref_mentions.mention_heads(d, "tree")[i] == (2, "not_constituent")
 
 
 def test_broken_parse_bit_falls_back_and_is_counted(tmp_path):
@@ -186,11 +189,11 @@ def test_broken_parse_bit_falls_back_and_is_counted(tmp_path):
     assert d.trees == [None, None, None] and not d.has_trees()
     assert counts["parts_with_unusable_tree"] == 1 and counts["unusable_tree_ids"] == [P0]
     assert counts["unusable_tree_errors"] == [d.tree_error]
-    heads = coref.mention_heads(d, "tree")
+    heads = coref_mentions.mention_heads(d, "tree")
     assert [h for h, _ in heads] == LAST_HEADS[P0] and {s for _, s in heads} == {"no_tree"}
-    assert docs[P1].has_trees() and [h for h, _ in coref.mention_heads(docs[P1])] == TREE_HEADS[P1]
+    assert docs[P1].has_trees() and [h for h, _ in coref_mentions.mention_heads(docs[P1])] == TREE_HEADS[P1]
     # the records say where the heads came from
-    rec = coref.coref_record(d)
+    rec = coref_maps.coref_record(d)
     assert rec["head_source"] == ["no_tree"] * 8 and rec["tree_error"] == d.tree_error
 
 
@@ -200,15 +203,15 @@ def test_unbalanced_coreference_brackets_name_file_and_line(tmp_path):
     # the mention opened on "Mary" is never closed: error at the line that opened it
     bad = _write(tmp_path, _replace_col(lines, k, -1, "-"))
     with pytest.raises(BertlookError, match=rf"{bad}:{k - 2}: .*'\(3' is never closed"):
-        coref.read_conll(bad)
+        conll2012.read_conll(bad)
     # a close without an open: error at that line
     k2 = _line_no(lines, "saw VBD (VP* see")
     bad = _write(tmp_path, _replace_col(lines, k2, -1, "7)"), "bad2.gold_conll")
     with pytest.raises(BertlookError, match=rf"{bad}:{k2}: .*'7\)' closes .*not open"):
-        coref.read_conll(bad)
+        conll2012.read_conll(bad)
     bad = _write(tmp_path, _replace_col(lines, k2, -1, "(x)"), "bad3.gold_conll")
     with pytest.raises(BertlookError, match=rf"{bad}:{k2}: bad coreference item"):
-        coref.read_conll(bad)
+        conll2012.read_conll(bad)
 
 
 @pytest.mark.parametrize("edit,msg", [
@@ -224,24 +227,24 @@ def test_unbalanced_coreference_brackets_name_file_and_line(tmp_path):
 def test_malformed_files(tmp_path, edit, msg):
     bad = _write(tmp_path, edit(_lines()))
     with pytest.raises(BertlookError, match=msg) as info:
-        coref.read_conll(bad)
+        conll2012.read_conll(bad)
     assert str(bad) in str(info.value)
 
 
 def test_duplicate_parts_directories_and_duplicate_mentions(tmp_path):
     with pytest.raises(BertlookError, match="already read"):
-        coref.read_conll_files([FIXTURE, FIXTURE])
+        conll2012.read_conll_files([FIXTURE, FIXTURE])
     d = tmp_path / "corpus" / "dev"
     d.mkdir(parents=True)
     (d / "a.v4_gold_conll").write_text(FIXTURE.read_text())
     (d / "a.v4_auto_conll").write_text("garbage\n")
-    assert coref.expand_conll_paths([tmp_path / "corpus"]) == [d / "a.v4_gold_conll"]
+    assert conll2012.expand_conll_paths([tmp_path / "corpus"]) == [d / "a.v4_gold_conll"]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(BertlookError, match="no \\*gold_conll"):
-        coref.expand_conll_paths([empty])
+        conll2012.expand_conll_paths([empty])
     with pytest.raises(BertlookError, match="not found"):
-        coref.read_conll_files([tmp_path / "missing.gold_conll"])
+        conll2012.read_conll_files([tmp_path / "missing.gold_conll"])
     lines = _lines()
     k = _line_no(lines, "him PRP (NP*)))")
     docs, counts = _docs(_write(tmp_path, _replace_col(lines, k, -1, "(1)|(1)")))
@@ -251,23 +254,23 @@ def test_duplicate_parts_directories_and_duplicate_mentions(tmp_path):
 # -------------------------------------------------------------------------------------- truncation
 
 def test_truncation_point_and_split():
-    assert coref.truncation_point([1, 1, 2, 1], 7) == 4
-    assert coref.truncation_point([1, 1, 2, 1], 6) == 3
-    assert coref.truncation_point([5], 6) == 0
-    assert coref.truncation_point([], 6) == 0
+    assert coref_maps.truncation_point([1, 1, 2, 1], 7) == 4
+    assert coref_maps.truncation_point([1, 1, 2, 1], 6) == 3
+    assert coref_maps.truncation_point([5], 6) == 0
+    assert coref_maps.truncation_point([], 6) == 0
     ms = [Mention(0, 0, 1), Mention(1, 3, 2), Mention(3, 3, 2), Mention(4, 5, 1)]
-    assert coref.split_mentions(ms, 3) == ([0], [1], [2, 3])
-    assert coref.split_mentions(ms, 6) == ([0, 1, 2, 3], [], [])
-    assert coref.model_word("-LRB-") == "(" and coref.model_word("/.") == "." and coref.model_word("a/b") == "a/b"
+    assert coref_maps.split_mentions(ms, 3) == ([0], [1], [2, 3])
+    assert coref_maps.split_mentions(ms, 6) == ([0, 1, 2, 3], [], [])
+    assert coref_maps.model_word("-LRB-") == "(" and coref_maps.model_word("/.") == "." and coref_maps.model_word("a/b") == "a/b"
 
 
 def test_truncation_counts_with_tokenizer(tokenizer):
     docs, _ = _docs()
-    pieces, n_special = coref._piece_counts(["John", "saw", "Mary", "'s", "dog", "Smith"], tokenizer, sent_id="x")
+    pieces, n_special = coref_maps.piece_counts(["John", "saw", "Mary", "'s", "dog", "Smith"], tokenizer, sent_id="x")
     assert pieces == [1, 1, 1, 2, 1, 5] and n_special == 2  # "'s" -> ' s; smith is spelled out
     # max_seq_len 7 = [CLS] + 5 pieces + [SEP]: P0 keeps "John saw Mary 's" (Mary 's dog is cut),
     # P1 keeps "The city said its river", D2 keeps "Mary" (Mary Smith is cut)
-    examples, alignments, c = coref.prepare_coref_examples(list(docs.values()), tokenizer, max_seq_len=7)
+    examples, alignments, c = coref_maps.prepare_coref_examples(list(docs.values()), tokenizer, max_seq_len=7)
     recs = {rec["id"]: rec for rec, _, _ in examples}
     assert set(recs) == set(alignments) == {P0, P1, D2}
     assert recs[P0]["words"] == ["John", "saw", "Mary", "'s"] and recs[P0]["mentions"] == [[0, 0, 1], [2, 3, 2]]
@@ -281,9 +284,9 @@ def test_truncation_counts_with_tokenizer(tokenizer):
     assert c["parts_truncated"] == 3 and c["words_kept"] == 4 + 5 + 1
     assert c["mentions_with_antecedents"] == {"all": 1, "pronoun": 1, "proper": 0, "nominal": 0}  # its <- The city
     # untruncated: every mention kept
-    _, _, c = coref.prepare_coref_examples(list(docs.values()), tokenizer, max_seq_len=128)
+    _, _, c = coref_maps.prepare_coref_examples(list(docs.values()), tokenizer, max_seq_len=128)
     assert c["mentions_kept"] == 22 and c["parts_truncated"] == 0
-    assert c["mentions_with_antecedents"] == dict(zip(coref.COLUMNS, N))
+    assert c["mentions_with_antecedents"] == dict(zip(coref_mentions.COLUMNS, N))
     assert c["head_source"]["tree"] == 22
 
 
@@ -292,7 +295,7 @@ def test_parts_that_cannot_be_extracted_are_counted(tokenizer):
         return Document(doc_id=pid, part=0, words=words, pos=["NN"] * len(words), sentences=[(0, len(words))],
                         trees=[None], mentions=[Mention(0, 0, 1), Mention(1, 1, 1)], source="x", line=1)
 
-    examples, _, c = coref.prepare_coref_examples([doc(["Smith", "said"], "a"), doc(["\x07", "cat"], "b")],
+    examples, _, c = coref_maps.prepare_coref_examples([doc(["Smith", "said"], "a"), doc(["\x07", "cat"], "b")],
                                                   tokenizer, max_seq_len=5)
     assert examples == []
     assert c["parts_excluded_empty_ids"] == ["a#000"] and c["parts_excluded_alignment_ids"] == ["b#000"]
@@ -303,7 +306,7 @@ def test_parts_that_cannot_be_extracted_are_counted(tokenizer):
 
 def _records(head_rule="tree"):
     docs, _ = _docs()
-    return [coref.coref_record(docs[pid], head_rule=head_rule) for pid in (P0, P1, D2)]
+    return [coref_maps.coref_record(docs[pid], head_rule=head_rule) for pid in (P0, P1, D2)]
 
 
 def _make_store(tmp_path, records, name="store"):
@@ -316,7 +319,7 @@ def _make_store(tmp_path, records, name="store"):
             n = len(rec["tokens"])
             W = n - 2
             a = np.full((L, H, n, n), 1e-3, dtype=np.float32)
-            _, scored, ants = coref.antecedent_structure(rec["mentions"])
+            _, scored, ants = coref_mentions.antecedent_structure(rec["mentions"])
             heads = rec["mention_heads"]
             for i in scored:
                 r = heads[i] + 1
@@ -364,7 +367,7 @@ def test_vectorized_scoring_matches_a_loop(tmp_path):
         n = len(rec["tokens"])
         W = n - 2
         attn = rng.random((2, 3, n, n)).astype(np.float16)
-        n_earlier, scored, ants = coref.antecedent_structure(rec["mentions"])
+        n_earlier, scored, ants = coref_mentions.antecedent_structure(rec["mentions"])
         heads = rec["mention_heads"]
         for cand in coref.CANDIDATES:
             got = coref.score_part(rec, attn, candidates=cand)["head_correct"][..., 0]
@@ -411,7 +414,7 @@ def test_agreement_features():
     assert coref.agree(it, coref.mention_features("city", "NN")) and not coref.agree(they, it)
     assert coref.agree(they, coref.mention_features("Smiths", "NNPS")) and not coref.agree(she, it)
     assert not coref.agree(coref.mention_features("I", "PRP"), coref.mention_features("John", "NNP"))
-    assert [coref.mention_type(p) for p in ("PRP$", "WP", "NNPS", "NN", "RB", "VBD")] == [
+    assert [coref_mentions.mention_type(p) for p in ("PRP$", "WP", "NNPS", "NN", "RB", "VBD")] == [
         "pronoun", "pronoun", "proper", "nominal", "nominal", "nominal"]
 
 
@@ -490,7 +493,7 @@ def test_cli_end_to_end(tmp_path, tiny_bert_dir):
     s = json.loads((tmp_path / "extract.json").read_text())
     assert s["n_examples"] == 3 and s["read"]["parts_without_mentions"] == 1 and s["read"]["documents"] == 3
     assert s["truncation"]["mentions_kept"] == 22 and s["truncation"]["mentions_dropped_cut"] == 0
-    assert s["truncation"]["mentions_with_antecedents"] == dict(zip(coref.COLUMNS, N))
+    assert s["truncation"]["mentions_with_antecedents"] == dict(zip(coref_mentions.COLUMNS, N))
     assert len(s["inputs"][0]["sha256"]) == 64
     st = AttentionStore(store)
     assert st.meta["level"] == "word" and st.meta["coref"]["head_rule"] == "tree"
@@ -513,7 +516,7 @@ def test_cli_end_to_end(tmp_path, tiny_bert_dir):
     best = heads.loc[heads["all"].idxmax()]
     assert base.loc["best_head", "head"] == f"{int(best.layer)}-{int(best['head'])}"
     summ = json.loads((tmp_path / "coref.json").read_text())
-    assert summ["mentions_with_antecedents"] == dict(zip(coref.COLUMNS, N))
+    assert summ["mentions_with_antecedents"] == dict(zip(coref_mentions.COLUMNS, N))
     assert summ["extraction"]["read"]["parts_without_mentions"] == 1
     assert summ["extraction"]["truncation"]["mentions_dropped_outside"] == 0
     assert "Table 2 twin" in (tmp_path / "table2.md").read_text()
@@ -538,7 +541,7 @@ def test_cli_end_to_end(tmp_path, tiny_bert_dir):
 def test_coref_extract_unk_counts_gate_and_size_estimate(tmp_path, tiny_bert_dir, monkeypatch):
     from bertlook.attention import modeling
 
-    s = coref.extract_coref_attention([FIXTURE], str(tiny_bert_dir), tmp_path / "st", device="cpu", progress_every=0)
+    s = coref_maps.extract_coref_attention([FIXTURE], str(tiny_bert_dir), tmp_path / "st", device="cpu", progress_every=0)
     assert s["unk_tokens"] == 0 and s["unk_rate"] == 0.0 and s["max_unk_rate"] == 0.05
     assert s["non_special_tokens"] == s["tokens"] - 2 * s["n_examples"]
     st = AttentionStore(tmp_path / "st")
@@ -549,7 +552,7 @@ def test_coref_extract_unk_counts_gate_and_size_estimate(tmp_path, tiny_bert_dir
     lines = _lines()
     k = _line_no(lines, "nw/tiny/00/tiny_0001 0 1 saw")
     bad = _write(tmp_path, _replace_col(lines, k, 3, "☃"))
-    s = coref.extract_coref_attention([bad], str(tiny_bert_dir), tmp_path / "unk", device="cpu", progress_every=0)
+    s = coref_maps.extract_coref_attention([bad], str(tiny_bert_dir), tmp_path / "unk", device="cpu", progress_every=0)
     assert s["unk_tokens"] == 1 and s["unk_examples"] == [{"id": P0, "unk_tokens": 1, "words": ["☃"]}]
     monkeypatch.setattr(modeling, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     with pytest.raises(BertlookError) as err:
@@ -567,12 +570,12 @@ def _summary(docs):
 
 def test_bom_and_crlf_are_accepted(tmp_path):
     data = FIXTURE.read_bytes()
-    expected = _summary(coref.read_conll(FIXTURE))
+    expected = _summary(conll2012.read_conll(FIXTURE))
     for name, variant in (("bom", b"\xef\xbb\xbf" + data), ("crlf", data.replace(b"\n", b"\r\n")),
                           ("bom_crlf", b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"))):
         path = tmp_path / f"{name}.gold_conll"
         path.write_bytes(variant)
-        assert _summary(coref.read_conll(path)) == expected, name
+        assert _summary(conll2012.read_conll(path)) == expected, name
 
 
 def test_cr_only_line_endings_get_a_hint(tmp_path):
@@ -580,7 +583,7 @@ def test_cr_only_line_endings_get_a_hint(tmp_path):
     path.write_bytes(FIXTURE.read_bytes().replace(b"\n", b"\r"))
     with pytest.raises(BertlookError, match=rf"{path}:1: carriage return \(CR\) inside a line: CR-only line "
                                             r"endings .*convert with: tr '\\r' '\\n'"):
-        coref.read_conll(path)
+        conll2012.read_conll(path)
 
 
 def test_bad_utf8_names_the_right_line_deep_in_the_file(tmp_path):
@@ -592,7 +595,7 @@ def test_bad_utf8_names_the_right_line_deep_in_the_file(tmp_path):
     data = "\n".join(filler + lines).encode().replace(b" him ", b" h\xffm ", 1)
     path.write_bytes(data + b"\n")
     with pytest.raises(BertlookError, match=rf"{path}:{len(filler) + k}: not UTF-8"):
-        coref.read_conll(path)
+        conll2012.read_conll(path)
 
 
 @pytest.mark.parametrize("content, msg", [
@@ -603,7 +606,7 @@ def test_file_without_documents_is_an_error(tmp_path, content, msg):
     path = tmp_path / "x.gold_conll"
     path.write_bytes(content)
     with pytest.raises(BertlookError, match=re.escape(f"{path}: {msg}")):
-        coref.read_conll(path)
+        conll2012.read_conll(path)
 
 
 def test_corpus_without_mentions_names_the_files(tmp_path, capsys):
@@ -612,8 +615,8 @@ def test_corpus_without_mentions_names_the_files(tmp_path, capsys):
     a = _write(tmp_path, lines, "a.gold_conll")
     with pytest.raises(BertlookError, match=re.escape(f"{a}: no coreference mention in any of the 4 document "
                                                       "part(s)")):
-        coref.read_conll_files([a])
-    assert coref.read_conll(a) == []  # one file on its own: parts without mentions are skipped, counted
+        conll2012.read_conll_files([a])
+    assert conll2012.read_conll(a) == []  # one file on its own: parts without mentions are skipped, counted
     from bertlook.cli import main
 
     b = _write(tmp_path, lines[:8] + ["#end document"], "b.gold_conll")
@@ -631,4 +634,4 @@ def test_huge_numbers_are_line_errors(tmp_path, col, value):
     k = _line_no(lines, "saw VBD (VP* see")
     bad = _write(tmp_path, _replace_col(lines, k, col, value))
     with pytest.raises(BertlookError, match=rf"{bad}:{k}: "):
-        coref.read_conll(bad)
+        conll2012.read_conll(bad)

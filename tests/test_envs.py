@@ -8,7 +8,7 @@ only those the step reaches matter: bertlook imports its heavy libraries inside 
 What a step imports is collected statically (`ast`, no import of the libraries):
 
 * parse time: `bertlook.__main__`, `bertlook.cli` and the step's own CLI module's import-time code and
-  `register_cli` (the lazy registry `cli.STEPS`: `bertlook STEP` imports only STEP's module);
+  `register_cli` (the lazy registry `cli.COMMANDS`: `bertlook STEP` imports only STEP's module);
 * the step's handler (the `func` its sub-parser sets), with its `if args.X ...` branches decided by the
   flags the rule passes (a flag the rule does not pass has the parser's default; an undecidable test
   keeps both branches), e.g. `gradients --partial` (reduce, ENV_ANALYSIS) never reaches the model code
@@ -434,7 +434,7 @@ def _cli():
 
     parser = cli.build_parser(full=True)  # every step module registered, not stubs
     steps = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
-    return cli.STEP_MODULES, steps
+    return cli.COMMAND_MODULES, steps
 
 
 PARSE_ROOTS = ["bertlook.__main__", "bertlook.cli", "bertlook.cli:main", "bertlook.cli:build_parser"]
@@ -443,7 +443,7 @@ PARSE_ROOTS = ["bertlook.__main__", "bertlook.cli", "bertlook.cli:main", "bertlo
 def _step_module(step: str) -> str:
     from bertlook import cli
 
-    return cli.STEPS[step][0]
+    return cli.COMMANDS[step][0]
 
 
 def step_imports(rule: Rule, graph: ImportGraph) -> set[str]:
@@ -485,7 +485,7 @@ def test_the_import_graph_sees_lazy_imports_and_branches():
 def _first_step_of_each_module() -> list[str]:
     from bertlook import cli
 
-    return list({module: step for step, (module, _) in reversed(cli.STEPS.items())}.values())
+    return list({module: step for step, (module, _) in reversed(cli.COMMANDS.items())}.values())
 
 
 @pytest.mark.parametrize("step", _first_step_of_each_module())

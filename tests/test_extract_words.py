@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +12,7 @@ import pytest
 
 from bertlook.attention.extract_words import (
     Alignment,
+    WordExtractionOptions,
     align_words,
     extract_word_attention,
     extract_word_attention_from_sentences,
@@ -277,9 +278,8 @@ def test_extract_words_end_to_end(tiny_bert_dir, bert_tok, tmp_path):
     conllu = tmp_path / "dev.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     out = tmp_path / "words"
-    summary = extract_word_attention(conllu, str(tiny_bert_dir), out, batch_size=2, max_seq_len=16,
-                                     device="cpu", from_split="mean", summary_extra={"split": "dev"},
-                                     progress_every=0)
+    opts = WordExtractionOptions(batch_size=2, max_seq_len=16, device="cpu", from_split="mean", progress_every=0)
+    summary = extract_word_attention(conllu, str(tiny_bert_dir), out, opts, summary_extra={"split": "dev"})
     assert summary["n_sentences"] == 3 and summary["n_extracted"] == 2
     assert summary["excluded_too_long"] == 1 and summary["excluded_too_long_ids"] == ["s3-long"]
     assert summary["excluded_alignment"] == 0 and summary["excluded_alignment_ids"] == []
@@ -313,8 +313,8 @@ def test_extract_words_end_to_end(tiny_bert_dir, bert_tok, tmp_path):
 def test_extract_words_alignment_exclusions_and_first_mode(tiny_bert_dir, bert_tok, tmp_path):
     sents = [Sent("a", ["the", "cat", "sat"]), Sent("ctl", ["the", "\x07", "cat"]),
              Sent("b", ["unbelievably", "good", "."])]
-    summary = extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "w", device="cpu",
-                                                    from_split="first", progress_every=0)
+    opts = WordExtractionOptions(device="cpu", from_split="first", progress_every=0)
+    summary = extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "w", opts)
     assert summary["n_extracted"] == 2 and summary["excluded_alignment"] == 1
     assert summary["excluded_alignment_ids"] == ["ctl"] and "'ctl'" in summary["alignment_errors"][0]
     store = AttentionStore(tmp_path / "w")
@@ -340,9 +340,10 @@ def test_extract_words_roberta_style(tmp_path):
                         eos_token_id=2, type_vocab_size=1)
     RobertaModel(cfg).save_pretrained(model_dir)
     sents = [Sent("r1", WORDS), Sent("r2", ["the", "cat"])]
+    opts = WordExtractionOptions(device="cpu", max_seq_len=64, progress_every=0)
     for mode in ("mean", "max"):
-        summary = extract_word_attention_from_sentences(sents, str(model_dir), tmp_path / mode, device="cpu",
-                                                        from_split=mode, max_seq_len=64, progress_every=0)
+        summary = extract_word_attention_from_sentences(sents, str(model_dir), tmp_path / mode,
+                                                        replace(opts, from_split=mode))
         assert summary["n_extracted"] == 2 and summary["special_tokens"] == {"cls": "<s>", "sep": "</s>"}
         store = AttentionStore(tmp_path / mode)
         for rec, attn in store:
@@ -380,13 +381,31 @@ def test_cli_extract_words(tiny_bert_dir, tmp_path, capsys):
 
 def test_missing_treebank_file(tiny_bert_dir, tmp_path):
     with pytest.raises(BertlookError, match="treebank file not found"):
-        extract_word_attention(tmp_path / "nope.conllu", str(tiny_bert_dir), tmp_path / "o", device="cpu")
+        extract_word_attention(tmp_path / "nope.conllu", str(tiny_bert_dir), tmp_path / "o",
+                               WordExtractionOptions(device="cpu"))
+
+
+def test_word_extraction_options_are_frozen_keyword_only_and_checked_first(tiny_bert_dir, tmp_path):
+    opts = WordExtractionOptions(device="cpu")
+    with pytest.raises(FrozenInstanceError):
+        opts.device = "cuda"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        WordExtractionOptions("v1")  # type: ignore[misc]
+    missing = tmp_path / "nope.conllu"  # option errors come before the file check
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        extract_word_attention(missing, str(tiny_bert_dir), tmp_path / "o", opts, batch_sizes=2)
+    with pytest.raises(TypeError, match="WordExtractionOptions"):
+        extract_word_attention(missing, str(tiny_bert_dir), tmp_path / "o", {"device": "cpu"})
+    with pytest.raises(BertlookError, match="unknown --from-split 'sum'"):  # a keyword override is checked too
+        extract_word_attention_from_sentences([], str(tiny_bert_dir), tmp_path / "o", opts, from_split="sum")
+    assert not (tmp_path / "o").exists()
 
 
 def test_empty_treebank_gives_empty_store(tiny_bert_dir, tmp_path):
     conllu = tmp_path / "train.conllu"
     conllu.write_text("", encoding="utf-8")
-    summary = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / "o", device="cpu", progress_every=0)
+    summary = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / "o",
+                                     WordExtractionOptions(device="cpu", progress_every=0))
     assert summary["n_sentences"] == 0 and summary["n_extracted"] == 0 and summary["split_word_fraction"] is None
     store = AttentionStore(tmp_path / "o")
     assert len(store) == 0 and store.meta["level"] == "word"
@@ -398,8 +417,8 @@ def test_extract_words_unk_counts_gate_and_size_estimate(tiny_bert_dir, tmp_path
 
     sents = [Sent("a", ["the", "cat", "sat", "."]), Sent("snow", ["the", "☃", "sat", "on", "the", "mat"]),
              Sent("b", ["unbelievably", "good", "."])]
-    summary = extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "w", device="cpu",
-                                                    progress_every=0)
+    opts = WordExtractionOptions(device="cpu", progress_every=0)
+    summary = extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "w", opts)
     assert summary["unk_tokens"] == 1 and summary["examples_with_unk"] == 1
     assert summary["unk_examples"] == [{"id": "snow", "unk_tokens": 1, "words": ["☃"]}]
     assert summary["non_special_tokens"] == summary["tokens"] - 2 * 3  # [CLS] and [SEP] of 3 sentences
@@ -412,7 +431,7 @@ def test_extract_words_unk_counts_gate_and_size_estimate(tiny_bert_dir, tmp_path
 
     monkeypatch.setattr(modeling, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     with pytest.raises(BertlookError) as err:
-        extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "x", device="cpu",
-                                              progress_every=0, max_unk_rate=0.01)
+        extract_word_attention_from_sentences(sents, str(tiny_bert_dir), tmp_path / "x",
+                                              replace(opts, max_unk_rate=0.01))
     assert "'snow': '☃'" in str(err.value) and str(tiny_bert_dir) in str(err.value)
     assert not (tmp_path / "x").exists()

@@ -24,6 +24,7 @@ from local_http import local_http_server
 from workflow_helpers import RUN, snakemake, tiny_config
 
 from bertlook import cli
+from bertlook.attention import model_fetch
 from bertlook.data import fetch
 from bertlook.pipeline.config import resolve_data_path, validate_config
 from bertlook.data.download import present_as_recorded
@@ -34,7 +35,7 @@ from bertlook.data.treebank import prepare_ud
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMP_NAME = "enwiki-20990101-pages-articles1.xml-p1p30302.bz2"
 GLOVE_TEXT = "the 0.1 0.2 0.3\ncat 0.4 0.5 0.6\n"
-FAST = dict(retries=2, timeout=5.0, backoff=0.01)
+FAST = dict(retries=2, timeout=5.0, backoff=0.01, fetch_model=model_fetch.fetch_model)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -247,11 +248,11 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
         (snap / "pytorch_model.bin").write_bytes(b"left by another tool")  # not listed, not hashed
         return str(snap)
 
-    monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
+    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
     monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
-    monkeypatch.setattr(fetch, "_snapshot_download", fake)
+    monkeypatch.setattr(model_fetch, "_snapshot_download", fake)
     rev = "86b5e0934494bd15c9632b12f734a8a67f723594"
-    item = fetch.fetch_model("bert-base-uncased", rev)
+    item = model_fetch.fetch_model("bert-base-uncased", rev)
     assert len(calls) == 1
     call = calls[0]
     assert call["repo_id"] == "bert-base-uncased" and call["revision"] == rev
@@ -270,12 +271,12 @@ def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, mo
 
 
 def test_hub_snapshot_without_safetensors_is_refused(tmp_path, tiny_bert_dir, monkeypatch):
-    monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
+    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
     monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
-    monkeypatch.setattr(fetch, "_snapshot_download",
+    monkeypatch.setattr(model_fetch, "_snapshot_download",
                         lambda **kw: str(_fake_snapshot(tmp_path / "snap", tiny_bert_dir, weights="pytorch_model.bin")))
     with pytest.raises(BertlookError, match="no safetensors weights"):
-        fetch.fetch_model("org/pickled-only", "main")
+        model_fetch.fetch_model("org/pickled-only", "main")
     # a truncated safetensors file in the snapshot is refused, naming it
     def truncated(**kw):
         snap = _fake_snapshot(tmp_path / "snap2", tiny_bert_dir)
@@ -283,15 +284,15 @@ def test_hub_snapshot_without_safetensors_is_refused(tmp_path, tiny_bert_dir, mo
         (snap / "pytorch_model.bin").write_bytes(b"not fetched by the patterns, ignored")
         return str(snap)
 
-    monkeypatch.setattr(fetch, "_snapshot_download", truncated)
+    monkeypatch.setattr(model_fetch, "_snapshot_download", truncated)
     with pytest.raises(BertlookError, match="model.safetensors: corrupt or truncated"):
-        fetch.fetch_model("org/truncated", "main")
+        model_fetch.fetch_model("org/truncated", "main")
 
 
 def test_hub_errors_and_offline_mode_are_clear(tmp_path, monkeypatch):
-    monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: None)
+    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
     with pytest.raises(BertlookError, match="offline mode is on"):  # conftest sets HF_HUB_OFFLINE=1
-        fetch.fetch_model("bert-base-uncased", "main")
+        model_fetch.fetch_model("bert-base-uncased", "main")
     monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
 
     class RevisionNotFoundError(Exception):
@@ -300,32 +301,32 @@ def test_hub_errors_and_offline_mode_are_clear(tmp_path, monkeypatch):
     def missing(**kw):
         raise RevisionNotFoundError("404 Client Error")
 
-    monkeypatch.setattr(fetch, "_snapshot_download", missing)
+    monkeypatch.setattr(model_fetch, "_snapshot_download", missing)
     with pytest.raises(BertlookError, match="revision 'deadbeef' does not exist on the hub"):
-        fetch.fetch_model("bert-base-uncased", "deadbeef")
+        model_fetch.fetch_model("bert-base-uncased", "deadbeef")
 
     def down(**kw):
         raise ConnectionError("Name or service not known")
 
-    monkeypatch.setattr(fetch, "_snapshot_download", down)
+    monkeypatch.setattr(model_fetch, "_snapshot_download", down)
     with pytest.raises(BertlookError, match="hub could not be reached .*ConnectionError"):
-        fetch.fetch_model("bert-base-uncased", "main")
+        model_fetch.fetch_model("bert-base-uncased", "main")
 
 
 def test_cached_hub_model_is_not_downloaded_again(tmp_path, tiny_bert_dir, monkeypatch):
     snap = _fake_snapshot(tmp_path / "snap", tiny_bert_dir)
-    monkeypatch.setattr(fetch, "_cached_snapshot", lambda repo, rev: snap)
-    monkeypatch.setattr(fetch, "_snapshot_download", lambda **kw: pytest.fail("downloaded again"))
-    item = fetch.fetch_model("bert-base-uncased", "main")
+    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: snap)
+    monkeypatch.setattr(model_fetch, "_snapshot_download", lambda **kw: pytest.fail("downloaded again"))
+    item = model_fetch.fetch_model("bert-base-uncased", "main")
     assert item["status"] == "present" and item["path"] == str(snap)
 
 
 def test_local_models_are_checked_not_fetched(tmp_path, tiny_bert_dir):
-    item = fetch.fetch_model(str(tiny_bert_dir))
+    item = model_fetch.fetch_model(str(tiny_bert_dir))
     assert item["status"] == "checked" and item["sha256"] == _sha256((tiny_bert_dir / "model.safetensors").read_bytes())
     pickled = _fake_snapshot(tmp_path / "pickled", tiny_bert_dir, weights="pytorch_model.bin")
     with pytest.raises(BertlookError, match="refusing pickled weights"):
-        fetch.fetch_model(str(pickled))
+        model_fetch.fetch_model(str(pickled))
 
 
 # ---- the workflow finds what fetch left ----------------------------------------------------------
@@ -371,6 +372,7 @@ def test_snakemake_schedules_no_download_job_after_fetch(served, tmp_path, tiny_
 def test_fetch_and_preflight_cover_every_treebanks_entry(served, tmp_path, tiny_bert_dir):
     """`treebanks` (issue 13): a second UD release is fetched into its own cache directory, and a
     missing local file of an entry is named by its key (treebanks.N.local.dev)."""
+    from bertlook.cli.preflight import reach
     from bertlook.pipeline.preflight import preflight_problems
 
     config = _net_config(tmp_path, tiny_bert_dir, served.base, data=served.data)
@@ -393,5 +395,5 @@ def test_fetch_and_preflight_cover_every_treebanks_entry(served, tmp_path, tiny_
     missing = dict(copy.deepcopy(config["treebanks"][0]), source="local",
                    local={"train": None, "dev": str(tmp_path / "nope.conllu"), "format": "auto", "kind": "ud"})
     config["treebanks"] = [missing]
-    problems = preflight_problems(validate_config(config))
+    problems = preflight_problems(validate_config(config), reach())
     assert any(p.startswith("treebanks.0.local.dev:") and "nope.conllu" in p for p in problems), problems

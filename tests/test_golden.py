@@ -42,7 +42,7 @@ def test_poisson_k_is_the_quantile():
 
 
 def test_mcnemar_range_covers_every_count_within_k():
-    from bertlook.analyses.heads import mcnemar_exact
+    from bertlook.analyses.table1 import mcnemar_exact
 
     for b, c, k in [(2081, 1138, 3), (5, 7, 2), (0, 0, 1), (30, 10, 4)]:
         lo, hi = mcnemar_range(b, c, k)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from bertlook.analyses import gradients
+from bertlook.attention import mlm
 from bertlook.cli import gradients as gradients_cli
 from bertlook.errors import BertlookError
 from bertlook.reporting import figures
@@ -121,8 +122,8 @@ def test_gradients_match_autograd_on_leaf_probabilities(mlm_model, tokenizer, se
     ex = gradients.mask_segments(segments[2:3], tokenizer, seed=3)[0]
     assert ex.masked_positions
     if not head_gather:  # no known head module: logits of every position, then the masked ones
-        monkeypatch.setattr(gradients, "_HEAD_NAMES", ())
-    assert (gradients._mlm_head_module(mlm_model) is not None) == head_gather
+        monkeypatch.setattr(mlm, "HEAD_NAMES", ())
+    assert (mlm.mlm_head_module(mlm_model) is not None) == head_gather
     got = gradients.attention_gradients(mlm_model, [ex])[0]
     loss, attn_ref, grad_ref = _reference_gradients(mlm_model, ex, monkeypatch)
     L, H = mlm_model.config.num_hidden_layers, mlm_model.config.num_attention_heads
@@ -260,8 +261,8 @@ def test_mask_only_mode_and_bad_arguments(tokenizer, segments):
 def test_has_mlm_head(tiny_mlm_dir, tiny_bert_dir):
     from bertlook.attention.modeling import resolve_model
 
-    assert gradients.has_mlm_head(resolve_model(str(tiny_mlm_dir))) == (True, "")
-    ok, reason = gradients.has_mlm_head(resolve_model(str(tiny_bert_dir)))
+    assert mlm.has_mlm_head(resolve_model(str(tiny_mlm_dir))) == (True, "")
+    ok, reason = mlm.has_mlm_head(resolve_model(str(tiny_bert_dir)))
     assert not ok
     assert "no masked-LM head" in reason and "cls.predictions.*" in reason
 
@@ -325,9 +326,33 @@ def test_figure_errors_name_the_file(tmp_path):
 
 def test_bad_switches(segments_file, tiny_mlm_dir):
     with pytest.raises(BertlookError, match="gradient average"):
-        gradients.sep_gradient_importance(segments_file, str(tiny_mlm_dir), grad_average="median")
+        gradients.sep_gradient_importance(segments_file, str(tiny_mlm_dir),
+                                          gradients.GradientOptions(grad_average="median"))
     with pytest.raises(BertlookError, match="batch size"):
-        gradients.sep_gradient_importance(segments_file, str(tiny_mlm_dir), batch_size=0)
+        gradients.sep_gradient_importance(segments_file, str(tiny_mlm_dir), gradients.GradientOptions(batch_size=0))
+    with pytest.raises(BertlookError, match="batch size"):  # a keyword override of one field is checked too
+        gradients.gradient_partial(segments_file, str(tiny_mlm_dir), gradients.GradientOptions(), batch_size=0)
+
+
+def test_gradient_options_are_frozen_keyword_only_and_overridable(segments_file, tiny_mlm_dir):
+    import dataclasses
+
+    opts = gradients.GradientOptions(seed=2, batch_size=2, device="cpu", progress_every=0, max_examples=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.seed = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        gradients.GradientOptions("v1")  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        gradients.gradient_partial(segments_file, str(tiny_mlm_dir), opts, seeds=3)
+    with pytest.raises(TypeError, match="GradientOptions"):
+        gradients.gradient_partial(segments_file, str(tiny_mlm_dir), {"seed": 2})
+    # keyword overrides (the per-setting keywords) give the run of the equal options object
+    by_options = gradients.gradient_partial(segments_file, str(tiny_mlm_dir), opts)
+    by_keywords = gradients.gradient_partial(segments_file, str(tiny_mlm_dir), seed=2, batch_size=2, device="cpu",
+                                             progress_every=0, max_examples=2)
+    assert by_options[0]["settings"] == by_keywords[0]["settings"]
+    for key, value in by_options[1].items():
+        np.testing.assert_array_equal(value, by_keywords[1][key])
 
 
 def test_checkpoint_missing_base_weights_is_an_error(tmp_path, tiny_mlm_dir):
@@ -344,7 +369,7 @@ def test_checkpoint_missing_base_weights_is_an_error(tmp_path, tiny_mlm_dir):
     del weights[key]
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(BertlookError, match="lacks 1 weight"):
-        gradients.has_mlm_head(resolve_model(str(broken)))
+        mlm.has_mlm_head(resolve_model(str(broken)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -427,10 +452,10 @@ def test_reduce_head_importance_means_and_layer_norm():
 
 
 def test_head_importance_shards_equal_one_run(tiny_mlm_dir, segments_file):
-    common = dict(seed=2, batch_size=2, device="cpu", progress_every=0)
-    whole = gradients.gradient_partial(segments_file, str(tiny_mlm_dir), **common)
+    opts = gradients.GradientOptions(seed=2, batch_size=2, device="cpu", progress_every=0)
+    whole = gradients.gradient_partial(segments_file, str(tiny_mlm_dir), opts)
     want, _ = gradients.reduce_head_importance([whole])
-    parts = [gradients.gradient_partial(segments_file, str(tiny_mlm_dir), shard=(i, 3), **common) for i in (1, 2, 3)]
+    parts = [gradients.gradient_partial(segments_file, str(tiny_mlm_dir), opts, shard=(i, 3)) for i in (1, 2, 3)]
     got, info = gradients.reduce_head_importance(parts)
     assert info["n_examples"] == len(TEXTS)
     np.testing.assert_allclose(got["importance_raw"], want["importance_raw"], rtol=1e-5)

@@ -1,4 +1,5 @@
-"""Tests for bertlook.analyses.heads: per-head dependency accuracy, Table 1 twin, Fig 5 twin."""
+"""Tests for bertlook.analyses.heads and .table1: per-head dependency accuracy, Table 1 twin; Fig 5 twin
+(bertlook.analyses.syntax_heads, bertlook.reporting.figures)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from bertlook.analyses import heads as ha
+from bertlook.analyses import table1 as ta
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import heads as heads_cli
 from bertlook.errors import BertlookError
@@ -296,8 +298,8 @@ COUNTS = {"punct": 500, "nn": 300, "root": 200, "amod": 150, "prep": 120, "dobj"
 
 def test_table1_rows_order_min_count_forced():
     sc = synthetic_scores(COUNTS, {"nn": (1, 0, 0), "amod": (0, 1, 1), "dobj": (1, 1, 0)})
-    df = ha.table1(sc, min_count=100, bootstrap=0)
-    assert list(df.columns) == ha.TABLE1_COLUMNS
+    df = ta.table1(sc, min_count=100, bootstrap=0)
+    assert list(df.columns) == ta.TABLE1_COLUMNS
     assert df.relation.tolist() == ["All", "nn", "amod", "prep", "dobj", "det"]
     assert df.below_min_count.tolist() == [False, False, False, False, True, True]
     assert df["count"].tolist() == [sum(COUNTS.values()), 300, 150, 120, 50, 20]
@@ -313,18 +315,18 @@ def test_table1_rows_order_min_count_forced():
     # ties between heads: lowest layer, head, dep2head first
     tie = synthetic_scores({"det": 10}, {})
     tie.correct[:] = 3
-    assert ha.table1(tie, min_count=1, bootstrap=0).best_head.tolist() == ["1-1", "1-1"]
-    assert ha.table1(tie, min_count=1, bootstrap=0).direction.tolist() == ["dep2head", "dep2head"]
+    assert ta.table1(tie, min_count=1, bootstrap=0).best_head.tolist() == ["1-1", "1-1"]
+    assert ta.table1(tie, min_count=1, bootstrap=0).direction.tolist() == ["dep2head", "dep2head"]
     # P (PTB punctuation) and ROOT skipped too
     p = synthetic_scores({"P": 300, "ROOT": 200, "SBJ": 150}, {})
-    assert ha.table1(p, bootstrap=0).relation.tolist() == ["All", "SBJ"]
+    assert ta.table1(p, bootstrap=0).relation.tolist() == ["All", "SBJ"]
 
 
 def test_heldout_selection_uses_train_head():
     dev = synthetic_scores({"nn": 300, "det": 200}, {"nn": (0, 0, 1), "det": (1, 1, 0)}, seed=1)
     train = synthetic_scores({"nn": 900, "det": 700, "amod": 5}, {"nn": (1, 0, 0), "det": (1, 1, 0)}, seed=2)
-    df = ha.table1(dev, min_count=100, train_scores=train, bootstrap=0).set_index("relation")
-    assert list(df.columns[-3:]) == ha.HELDOUT_COLUMNS
+    df = ta.table1(dev, min_count=100, train_scores=train, bootstrap=0).set_index("relation")
+    assert list(df.columns[-3:]) == ta.HELDOUT_COLUMNS
     assert df.loc["nn", "best_head"] == "1-1" and df.loc["nn", "heldout_head"] == "2-1"
     assert df.loc["nn", "heldout_direction"] == "dep2head"
     assert df.loc["nn", "heldout_accuracy"] == pytest.approx(dev.correct[0, 1, 0, 0] / 300)
@@ -333,13 +335,13 @@ def test_heldout_selection_uses_train_head():
     assert df.loc["det", "heldout_accuracy"] == pytest.approx(df.loc["det", "accuracy"])
     # a relation missing from train gets no held-out choice
     dev2 = synthetic_scores({"nn": 300, "mark": 200}, {})
-    df2 = ha.table1(dev2, min_count=100, train_scores=train, bootstrap=0).set_index("relation")
+    df2 = ta.table1(dev2, min_count=100, train_scores=train, bootstrap=0).set_index("relation")
     assert df2.loc["mark", "heldout_head"] == "" and np.isnan(df2.loc["mark", "heldout_accuracy"])
 
 
 def test_paper_columns_and_comparable():
     dev = synthetic_scores({"prep": 300, "det": 200, "xcomp": 150}, {})
-    plain = ha.table1(dev, bootstrap=0)
+    plain = ta.table1(dev, bootstrap=0)
     assert not any(c.startswith("paper") for c in plain.columns)  # the analysis knows nothing of the paper
     df = join_table1(plain).set_index("relation")
     assert list(df.columns[-len(TABLE1_PAPER_COLUMNS):]) == TABLE1_PAPER_COLUMNS
@@ -357,9 +359,9 @@ def test_paper_columns_and_comparable():
 def test_bootstrap_ci_contains_estimate_and_is_deterministic(tmp_path):
     store = random_store(tmp_path / "r", n_sent=40, seed=2)
     sc = ha.score_heads(store)
-    a = ha.table1(sc, min_count=5, bootstrap=300, seed=7)
-    b = ha.table1(sc, min_count=5, dev_store=tmp_path / "r", bootstrap=300, seed=7)
-    c = ha.table1(sc, min_count=5, bootstrap=300, seed=8)
+    a = ta.table1(sc, min_count=5, bootstrap=300, seed=7)
+    b = ta.table1(sc, min_count=5, dev_store=tmp_path / "r", bootstrap=300, seed=7)
+    c = ta.table1(sc, min_count=5, bootstrap=300, seed=8)
     pd.testing.assert_frame_equal(a, b)
     assert not a.ci_low.equals(c.ci_low)
     assert a[["ci_low", "ci_high", "baseline_ci_low", "baseline_ci_high"]].notna().all().all()
@@ -367,7 +369,7 @@ def test_bootstrap_ci_contains_estimate_and_is_deterministic(tmp_path):
     assert (a.baseline_ci_low <= a.baseline_accuracy + 1e-12).all()
     assert (a.baseline_accuracy <= a.baseline_ci_high + 1e-12).all()
     assert (a.ci_high - a.ci_low > 0).all()
-    wide = ha.table1(sc, min_count=5, bootstrap=300, seed=7, confidence=0.99)
+    wide = ta.table1(sc, min_count=5, bootstrap=300, seed=7, confidence=0.99)
     assert (wide.ci_high - wide.ci_low >= a.ci_high - a.ci_low - 1e-12).all()
 
 
@@ -389,7 +391,7 @@ def test_bootstrap_ci_function_matches_direct_resampling():
     rng = np.random.default_rng(0)
     num = rng.integers(0, 5, size=(30, 2)).astype(float)
     den = num + rng.integers(1, 4, size=(30, 2))
-    low, high = ha.bootstrap_ci(num, den, replicates=500, seed=3)
+    low, high = ta.bootstrap_ci(num, den, replicates=500, seed=3)
     # same multinomial draws by hand
     r2 = np.random.default_rng(3)
     w = np.concatenate([r2.multinomial(30, np.full(30, 1 / 30), size=200),
@@ -398,7 +400,7 @@ def test_bootstrap_ci_function_matches_direct_resampling():
     stats = (w @ num) / (w @ den)
     assert np.allclose(low, np.percentile(stats, 2.5, axis=0))
     assert np.allclose(high, np.percentile(stats, 97.5, axis=0))
-    nan_low, _ = ha.bootstrap_ci(num, den, replicates=0)
+    nan_low, _ = ta.bootstrap_ci(num, den, replicates=0)
     assert np.isnan(nan_low).all()
 
 
@@ -406,7 +408,7 @@ def test_bootstrap_ci_function_matches_direct_resampling():
 def test_markdown_percent_and_columns():
     dev = synthetic_scores(COUNTS, {"nn": (1, 0, 0)})
     train = synthetic_scores(COUNTS, {"nn": (0, 1, 0)}, seed=3)
-    df = join_table1(ha.table1(dev, bootstrap=0, train_scores=train), comparable=True)
+    df = join_table1(ta.table1(dev, bootstrap=0, train_scores=train), comparable=True)
     df.loc[1, ["ci_low", "ci_high"]] = [0.45, 0.55]
     md = table1_markdown(df, title="Table 1 twin", corpus_note=trees_note("ptb_sd", comparable=True))
     assert md.startswith("# Table 1 twin")
@@ -419,7 +421,7 @@ def test_markdown_percent_and_columns():
     assert "Comparable to the paper" in md and "gold trees" in md
     silver = trees_note("silver", "spaCy en_core_web_sm 3.8.0")
     assert "silver" in silver and "en_core_web_sm" in silver and "Not comparable" in silver
-    plain = table1_markdown(ha.table1(dev, bootstrap=0), title="t", corpus_note=silver)
+    plain = table1_markdown(ta.table1(dev, bootstrap=0), title="t", corpus_note=silver)
     assert "Held-out" not in plain and "Paper head" not in plain and "Diff" not in plain
 
 
@@ -436,16 +438,16 @@ def fig_store(tmp_path: Path, with_pobj: bool) -> Path:
 
 def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     messages = []
-    orig = figures._message_panel
+    orig = figures.message_panel
 
     def spy(ax, title, text):
         messages.append((title, text))
         orig(ax, title, text)
 
-    monkeypatch.setattr(figures, "_message_panel", spy)
+    monkeypatch.setattr(figures, "message_panel", spy)
     path = fig_store(tmp_path, with_pobj=False)
     sc = ha.score_heads(AttentionStore(path))
-    df = ha.table1(sc, min_count=1, bootstrap=0)
+    df = ta.table1(sc, min_count=1, bootstrap=0)
     assert "pobj" not in df.relation.tolist()
     out = figures.fig5_syntax_heads(path, df, tmp_path / "out" / "fig5.png")
     data = Path(out).read_bytes()
@@ -455,7 +457,7 @@ def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     # all three present, sentence chosen per relation
     messages.clear()
     path2 = fig_store(tmp_path / "b", with_pobj=True)
-    df2 = ha.table1(ha.score_heads(AttentionStore(path2)), min_count=1, bootstrap=0)
+    df2 = ta.table1(ha.score_heads(AttentionStore(path2)), min_count=1, bootstrap=0)
     figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5b.png")
     assert messages == [] and (tmp_path / "fig5b.png").read_bytes()[:8] == PNG_MAGIC
     # a fixed example without the relation says so
@@ -489,8 +491,8 @@ def test_cli_heads_end_to_end(tmp_path, capsys):
     exact = ha.head_accuracy_table(ha.score_heads(dev)).accuracy.to_numpy()
     assert np.array_equal(acc.accuracy.to_numpy(), exact)  # full precision in the CSV
     t1 = pd.read_csv(out / "table1.csv", keep_default_na=False)
-    assert t1.columns.tolist() == (ha.TABLE1_COLUMNS + ha.HELDOUT_COLUMNS + TABLE1_PAPER_COLUMNS + ha.CROSSFIT_COLUMNS
-                                   + ha.PAIRED_COLUMNS + ha.NOPUNCT_COLUMNS)
+    assert t1.columns.tolist() == (ta.TABLE1_COLUMNS + ta.HELDOUT_COLUMNS + TABLE1_PAPER_COLUMNS + ta.CROSSFIT_COLUMNS
+                                   + ta.PAIRED_COLUMNS + ta.NOPUNCT_COLUMNS)
     assert t1.relation.iloc[0] == "All"
     assert (out / "fig5.png").read_bytes()[:8] == PNG_MAGIC
     md = (out / "table1.md").read_text()
@@ -531,7 +533,8 @@ def test_design_card_rows_are_forced_per_scheme():
     """dobj/det/pobj rows (SD, ClearNLP) and their UD analogues obj/det/case always appear."""
     from types import SimpleNamespace
 
-    from bertlook.analyses.heads import FORCED_BY_SCHEME, table1_relations
+    from bertlook.analyses.heads import FORCED_BY_SCHEME
+    from bertlook.analyses.table1 import table1_relations
 
     scores = SimpleNamespace(relations=["nsubj", "obj", "case", "det", "dobj", "punct"],
                              word_counts=[500, 5, 4, 3, 2, 900])
@@ -543,23 +546,23 @@ def test_design_card_rows_are_forced_per_scheme():
 
 # ---------------------------------------------------------------- beyond the paper: statistics
 def test_mcnemar_exact_hand_values():
-    assert ha.mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # 2 * C(5,0) / 2**5
-    assert ha.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
-    assert ha.mcnemar_exact(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0.109375
-    assert ha.mcnemar_exact(9, 6) == pytest.approx(2 * (1 + 15 + 105 + 455 + 1365 + 3003 + 5005) / 2 ** 15)
-    assert ha.mcnemar_exact(1, 0) == 1.0  # 2 * 1/2, capped
-    assert ha.mcnemar_exact(3, 3) == 1.0 and ha.mcnemar_exact(0, 0) == 1.0
+    assert ta.mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # 2 * C(5,0) / 2**5
+    assert ta.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
+    assert ta.mcnemar_exact(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)  # 0.109375
+    assert ta.mcnemar_exact(9, 6) == pytest.approx(2 * (1 + 15 + 105 + 455 + 1365 + 3003 + 5005) / 2 ** 15)
+    assert ta.mcnemar_exact(1, 0) == 1.0  # 2 * 1/2, capped
+    assert ta.mcnemar_exact(3, 3) == 1.0 and ta.mcnemar_exact(0, 0) == 1.0
     with pytest.raises(BertlookError):
-        ha.mcnemar_exact(-1, 2)
+        ta.mcnemar_exact(-1, 2)
 
 
 def test_holm_hand_values():
     # sorted 0.01, 0.03, 0.04 (m = 3) -> 3 * 0.01, 2 * 0.03, max(0.06, 1 * 0.04)
-    got = ha.holm(np.array([0.01, 0.04, 0.03, np.nan]))
+    got = ta.holm(np.array([0.01, 0.04, 0.03, np.nan]))
     assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(got[3])
-    assert ha.holm(np.array([0.5, 0.6])).tolist() == [1.0, 1.0]  # 2 * 0.5 = 1, then monotone
-    assert ha.holm(np.array([0.2])).tolist() == [0.2]
-    assert np.isnan(ha.holm(np.array([np.nan]))).all() and ha.holm(np.array([])).size == 0
+    assert ta.holm(np.array([0.5, 0.6])).tolist() == [1.0, 1.0]  # 2 * 0.5 = 1, then monotone
+    assert ta.holm(np.array([0.2])).tolist() == [0.2]
+    assert np.isnan(ta.holm(np.array([np.nan]))).all() and ta.holm(np.array([])).size == 0
 
 
 def test_punctuation_mask_relation_or_upos():
@@ -608,8 +611,8 @@ def test_score_heads_candidate_sets_hand_built(tmp_path):
         1 if r == "dep" else 0 for r in every.relations]
     plain = ha.score_heads(store)
     assert np.array_equal(plain.correct, every.correct) and plain.correct_alt is None
-    df = ha.table1(every, min_count=1, bootstrap=0).set_index("relation")
-    assert list(df.columns[-len(ha.NOPUNCT_COLUMNS):]) == ha.NOPUNCT_COLUMNS
+    df = ta.table1(every, min_count=1, bootstrap=0).set_index("relation")
+    assert list(df.columns[-len(ta.NOPUNCT_COLUMNS):]) == ta.NOPUNCT_COLUMNS
     assert df.loc["nsubj", "nopunct_accuracy"] == 1.0 and df.loc["nsubj", "nopunct_delta"] == 1.0
     assert df.loc["nsubj", "nopunct_head"] == "1-1" and df.loc["nsubj", "nopunct_direction"] == "dep2head"
     assert df.loc["dep", "nopunct_delta"] == -1.0 and df.loc["dep", "gold_head_punct"] == 1
@@ -617,7 +620,7 @@ def test_score_heads_candidate_sets_hand_built(tmp_path):
     assert df.loc["All", "accuracy"] == pytest.approx(1 / 5)
     assert df.loc["All", "nopunct_accuracy"] == pytest.approx(1 / 5)  # dogs right, x lost
     # with the switch on, the main columns are the no-punctuation ones and the delta is the same
-    df_on = ha.table1(nop, min_count=1, bootstrap=0).set_index("relation")
+    df_on = ta.table1(nop, min_count=1, bootstrap=0).set_index("relation")
     assert df_on.loc["nsubj", "accuracy"] == 1.0
     assert df_on.nopunct_delta.tolist() == df.nopunct_delta.tolist()
 
@@ -664,9 +667,9 @@ def test_paired_counts_hand_built(tmp_path):
 def test_table1_paired_columns_hand_built(tmp_path):
     store = paired_store(tmp_path / "p", repeat=3)
     sc = ha.score_heads(store, offsets=(-1, 1))
-    df = ha.table1(sc, min_count=1, bootstrap=0, paired=True).set_index("relation")
+    df = ta.table1(sc, min_count=1, bootstrap=0, paired=True).set_index("relation")
     assert df.index.tolist() == ["All", "det", "dobj"]
-    assert list(df.columns[-len(ha.PAIRED_COLUMNS):]) == ha.PAIRED_COLUMNS
+    assert list(df.columns[-len(ta.PAIRED_COLUMNS):]) == ta.PAIRED_COLUMNS
     assert df.best_head.tolist() == ["1-1", "1-1", "1-2"] and df.baseline_offset.tolist() == [-1, 1, -1]
     assert df.runner_up_head.tolist() == ["1-2", "1-2", "1-1"]
     assert df.runner_up_direction.tolist() == ["dep2head", "head2dep", "dep2head"]
@@ -684,18 +687,18 @@ def test_table1_paired_columns_hand_built(tmp_path):
     assert df.vs_runner_up_p_holm.tolist() == pytest.approx([1.0, 1.0, 0.75])
     assert df.vs_baseline_significant.tolist() == [False, False, False]
     assert df[["vs_baseline_diff_ci_low", "vs_runner_up_diff_ci_high"]].isna().all().all()  # bootstrap 0
-    loose = ha.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=0.8).set_index("relation")
+    loose = ta.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=0.8).set_index("relation")
     assert loose.vs_baseline_significant.tolist() == [True, True, True]
     assert loose.vs_runner_up_significant.tolist() == [False, False, True]
     with pytest.raises(BertlookError, match="alpha"):
-        ha.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=1.0)
+        ta.table1(sc, min_count=1, bootstrap=0, paired=True, alpha=1.0)
 
 
 def test_paired_bootstrap_of_difference(tmp_path):
     store = random_store(tmp_path / "r", n_sent=40, seed=2)
     sc = ha.score_heads(store)
-    plain = ha.table1(sc, min_count=5, bootstrap=300, seed=7)
-    df = ha.table1(sc, min_count=5, bootstrap=300, seed=7, paired=True)
+    plain = ta.table1(sc, min_count=5, bootstrap=300, seed=7)
+    df = ta.table1(sc, min_count=5, bootstrap=300, seed=7, paired=True)
     pd.testing.assert_frame_equal(df[plain.columns], plain)  # the paper-twin columns do not move
     sel = [(r, *ha.head_index_of_label(h), ha.DIRECTIONS.index(d))
            for r, h, d in zip(df.relation, df.best_head, df.direction)]
@@ -703,13 +706,13 @@ def test_paired_bootstrap_of_difference(tmp_path):
     b, c = ha.paired_counts(store, sc, [(r, ("head", l, h, d), ("offset", kk)) for (r, l, h, d), kk in zip(sel, k)])
     den = np.stack([sc.sentence_counts.sum(axis=1) if r == "All" else sc.sentence_counts[:, sc.relations.index(r)]
                     for r in df.relation], axis=1)  # [sentence, row]
-    low, high = ha.bootstrap_ci(b - c, den, replicates=300, seed=7)
+    low, high = ta.bootstrap_ci(b - c, den, replicates=300, seed=7)
     assert np.allclose(df.vs_baseline_diff_ci_low, low) and np.allclose(df.vs_baseline_diff_ci_high, high)
     assert (df.vs_baseline_diff_ci_low <= df.vs_baseline_diff + 1e-12).all()
     assert (df.vs_baseline_diff <= df.vs_baseline_diff_ci_high + 1e-12).all()
     assert df.vs_baseline_b.tolist() == b.sum(axis=0).tolist()
     with pytest.raises(BertlookError, match="dev store"):
-        ha.table1(synthetic_scores({"det": 10}, {}), min_count=1, bootstrap=0, paired=True)
+        ta.table1(synthetic_scores({"det": 10}, {}), min_count=1, bootstrap=0, paired=True)
 
 
 def test_crossfit_folds_and_choice():
@@ -722,11 +725,11 @@ def test_crossfit_folds_and_choice():
     sc = synthetic_scores({"det": 8}, {})
     sc.fold_correct = np.array([[[[[3, 0], [1, 0]]]], [[[[1, 0], [2, 0]]]]])  # [fold, relation, layer, head, dir]
     sc.fold_word_counts = np.array([[4], [4]])
-    row = ha._crossfit_row(sc, "det")
+    row = ta._crossfit_row(sc, "det")
     assert row == {"crossfit_head_a": "1-1", "crossfit_direction_a": "dep2head", "crossfit_head_b": "1-2",
                    "crossfit_direction_b": "dep2head", "crossfit_accuracy": 0.25}
     sc.fold_word_counts = np.array([[4], [0]])
-    assert np.isnan(ha._crossfit_row(sc, "det")["crossfit_accuracy"])
+    assert np.isnan(ta._crossfit_row(sc, "det")["crossfit_accuracy"])
 
 
 def test_crossfit_scores_sum_to_totals(tmp_path):
@@ -735,12 +738,12 @@ def test_crossfit_scores_sum_to_totals(tmp_path):
     assert np.array_equal(sc.fold_correct.sum(axis=0), sc.correct)
     assert np.array_equal(sc.fold_word_counts.sum(axis=0), sc.word_counts)
     assert (sc.fold_of == 0).sum() == 11 and np.array_equal(sc.fold_of, ha.crossfit_folds(21, 11))
-    df = ha.table1(sc, min_count=5, bootstrap=0).set_index("relation")
-    assert list(df.columns[-len(ha.CROSSFIT_COLUMNS):]) == ha.CROSSFIT_COLUMNS
+    df = ta.table1(sc, min_count=5, bootstrap=0).set_index("relation")
+    assert list(df.columns[-len(ta.CROSSFIT_COLUMNS):]) == ta.CROSSFIT_COLUMNS
     corr_a, n_a = sc.fold_counts_for("All", 0)
     corr_b, n_b = sc.fold_counts_for("All", 1)
-    la, hh, da = ha._best(corr_a)
-    lb, hb, db = ha._best(corr_b)
+    la, hh, da = ta._best(corr_a)
+    lb, hb, db = ta._best(corr_b)
     assert df.loc["All", "crossfit_head_a"] == f"{la + 1}-{hh + 1}"
     assert df.loc["All", "crossfit_accuracy"] == pytest.approx((corr_b[la, hh, da] + corr_a[lb, hb, db]) / (n_a + n_b))
     assert (df.crossfit_accuracy <= df.accuracy + 1e-12).all()  # never above choosing on all the data
@@ -749,9 +752,9 @@ def test_crossfit_scores_sum_to_totals(tmp_path):
 def test_paper_columns_stay_before_the_additions(tmp_path):
     store = paired_store(tmp_path / "p", repeat=1)
     sc = ha.score_heads(store, offsets=(-1, 1), compare_punct_candidates=True, crossfit_seed=0)
-    df = join_table1(ha.table1(sc, min_count=1, bootstrap=0, paired=True))
-    assert df.columns.tolist() == (ha.TABLE1_COLUMNS + TABLE1_PAPER_COLUMNS + ha.CROSSFIT_COLUMNS
-                                   + ha.PAIRED_COLUMNS + ha.NOPUNCT_COLUMNS)
+    df = join_table1(ta.table1(sc, min_count=1, bootstrap=0, paired=True))
+    assert df.columns.tolist() == (ta.TABLE1_COLUMNS + TABLE1_PAPER_COLUMNS + ta.CROSSFIT_COLUMNS
+                                   + ta.PAIRED_COLUMNS + ta.NOPUNCT_COLUMNS)
     md = table1_markdown(df, title="t", corpus_note="n")
     assert "| Cross-fit heads (A / B) | Cross-fit accuracy |" in md
     det = next(line for line in md.splitlines() if line.startswith("| det | 4 | -25.0"))
@@ -822,8 +825,8 @@ def test_scores_count_fragile_words_and_selection_candidates(tmp_path):
     tie = make_store(tmp_path / "tie", [DCC], [np.full((1, 2, 5, 5), 0.2)])
     t = ha.score_heads(tie)
     assert t.fragile.sum() > 0
-    table = ha.table1(scores, min_count=0, dev_store=store, bootstrap=0)
-    sel = ha.selection_candidates(table, scores, window=10**6)
+    table = ta.table1(scores, min_count=0, dev_store=store, bootstrap=0)
+    sel = ta.selection_candidates(table, scores, window=10**6)
     best = sel["All"]["best"]
     first = best["candidates"][0]
     assert best["n"] == scores.n_words and first["head"] == table.iloc[0]["best_head"]
@@ -831,6 +834,6 @@ def test_scores_count_fragile_words_and_selection_candidates(tmp_path):
     assert all(c["words"] <= first["words"] for c in best["candidates"])
     assert len(best["candidates"]) == 2 * store.num_layers * store.num_heads  # an unlimited window: every head
     assert set(sel["All"]) >= {"best", "runner_up", "crossfit_a", "crossfit_b", "nopunct"}
-    narrow = ha.selection_candidates(table, scores, window=0)
+    narrow = ta.selection_candidates(table, scores, window=0)
     assert all(c["words"] == narrow["All"]["best"]["candidates"][0]["words"]
                for c in narrow["All"]["best"]["candidates"])

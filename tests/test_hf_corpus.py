@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertlook.cli import main
-from bertlook.data import treebank as tb
+from bertlook.data import silver_treebank as tb
 from bertlook.data.hf_corpus import describe_hf_dataset, iter_hf_documents
 from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, build_segments, iter_documents, iter_dump_articles,
                                     read_segments, write_segments)

@@ -351,7 +351,7 @@ def test_pickled_weights_refused_and_never_unpickled(tiny_bert_dir, tmp_path, ho
     err = _cli_error(["extract-segments", "--segments", _segments_file(tmp_path / "s.jsonl"), "--model", d,
                       "--out", tmp_path / "store", "--device", "cpu"], capsys)
     assert "pytorch_model.bin" in err
-    from bertlook.analyses.gradients import load_mlm_checked
+    from bertlook.attention.mlm import load_mlm_checked
 
     with pytest.raises(BertlookError, match="refusing pickled weights"):
         load_mlm_checked(resolve_model(str(d)), "cpu")

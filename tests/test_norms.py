@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from bertlook.attention import norms
-from bertlook.attention.extract_words import align_words, extract_word_attention, token_to_word_attention
+from bertlook.attention.extract_words import (
+    WordExtractionOptions,
+    align_words,
+    extract_word_attention,
+    token_to_word_attention,
+)
 from bertlook.attention.extraction import encode_segment, extract_segments, extract_to_store
 from bertlook.attention.store import AttentionWriter, open_store
 from bertlook.errors import BertlookError
@@ -134,8 +139,8 @@ def test_norm_maps_word_level_match_the_loop_computation(tiny_bert_dir, tokenize
     monkeypatch.setattr(modeling, "load_model", lambda *a, **k: sharp_model)  # the sharpened model, by its loader
     conllu = _write_conllu(tmp_path / "dev.conllu")
     for mode in ("mean", "first"):
-        summary = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"w-{mode}", device="cpu",
-                                         from_split=mode, batch_size=3, progress_every=0,
+        opts = WordExtractionOptions(device="cpu", from_split=mode, batch_size=3, progress_every=0)
+        summary = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"w-{mode}", opts,
                                          norms_out=tmp_path / f"n-{mode}")
         nst, nmaps = _by_id(tmp_path / f"n-{mode}")
         assert nst.meta["map"] == "norm" and nst.meta["level"] == "word" and nst.meta["from_split"] == mode
@@ -227,11 +232,11 @@ def test_norm_maps_refuses_a_zero_row_naming_the_example():
 
 def test_merge_stores_keeps_the_map_kind_and_refuses_mixing(tmp_path, tiny_bert_dir):
     conllu = _write_conllu(tmp_path / "dev.conllu")
-    common = dict(batch_size=2, device="cpu", progress_every=0, max_seq_len=10)
-    whole = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / "whole", norms_out=tmp_path / "nwhole",
-                                   **common)
-    parts = [extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"p{i}", norms_out=tmp_path / f"n{i}",
-                                    shard=(i, 2), **common) for i in (1, 2)]
+    opts = WordExtractionOptions(batch_size=2, device="cpu", progress_every=0, max_seq_len=10)
+    whole = extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / "whole", opts,
+                                   norms_out=tmp_path / "nwhole")
+    parts = [extract_word_attention(conllu, str(tiny_bert_dir), tmp_path / f"p{i}", opts,
+                                    norms_out=tmp_path / f"n{i}", shard=(i, 2)) for i in (1, 2)]
     shards.merge_stores([tmp_path / "n1", tmp_path / "n2"], tmp_path / "nmerged")
     shards.merge_stores([tmp_path / "p1", tmp_path / "p2"], tmp_path / "pmerged")
     merged, w = open_store(tmp_path / "nmerged"), open_store(tmp_path / "nwhole")
@@ -442,7 +447,7 @@ def _norm_summary(path: Path, layers: int) -> Path:
 
 
 def test_fig_norms_draws_and_refuses_mismatched_inputs(tmp_path):
-    from bertlook.reporting.figures import fig_norms
+    from bertlook.reporting.extra_figures import fig_norms
 
     att = _stats_csv(tmp_path / "att.csv", 3, 2, 0)
     nrm = _stats_csv(tmp_path / "norm.csv", 3, 2, 1)

@@ -10,24 +10,15 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam, Rows, SplitFeatures, _mst_correct
-from bertlook.analyses.probes import (
-    ABLATION_COLUMNS,
-    PROBES,
-    TABLE_COLUMNS,
-    TRAINED_PROBES,
-    ProbeData,
-    ProbeTask,
-    _batches,
-    ablation_heads,
-    evaluate_probe,
-    make_model,
-    mst_heads,
-    probe_loss,
-    run_layer_ablations,
-    run_probes,
-    train_probe,
-)
+from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam
+from bertlook.analyses.probe_batch import mst_correct as _mst_correct
+from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
+from bertlook.analyses.probe_models import make_model, probe_loss
+from bertlook.analyses.probe_reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
+from bertlook.analyses.probe_reference import model_batches as _batches
+from bertlook.analyses.probe_split import Rows, SplitFeatures
+from bertlook.analyses.probe_uas import mst_heads
+from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, TRAINED_PROBES, ProbeData, ProbeTask
 from bertlook.analyses.probe_tables import run_probe_tables
 from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError

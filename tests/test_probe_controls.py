@@ -8,6 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from bertlook.analyses.probe_features import make_batch
+from bertlook.analyses.probe_models import make_model
+from bertlook.analyses.probe_reference import evaluate_probe, run_probes, train_probe
+from bertlook.analyses.probe_reference import model_batches as _batches
 from bertlook.analyses.probes import (
     CONTROL_PROBES,
     GLOVE_PROBES,
@@ -15,12 +19,6 @@ from bertlook.analyses.probes import (
     PROBES,
     VARIANT_PROBES,
     ProbeData,
-    _batches,
-    evaluate_probe,
-    make_batch,
-    make_model,
-    run_probes,
-    train_probe,
 )
 from bertlook.analyses.uniformity import row_entropies, row_entropy_by_layer
 from bertlook.attention.store import AttentionStore, AttentionWriter
@@ -321,7 +319,7 @@ def test_row_entropy_by_layer_by_hand(tmp_path):
 
 def test_random_init_note_names_the_reading_and_the_uniformity(tmp_path):
     """Table 3's random-init note (issue 14): the reading from the store meta, the entropy ratio range."""
-    from bertlook.analyses.probes import random_init_note
+    from bertlook.analyses.probe_frames import random_init_note
 
     recs = records(2, seed=0, lengths=[1, 2])
     a1 = np.empty((2, 1, 3, 3))

@@ -14,29 +14,25 @@ import torch
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
 from bertlook.data.glove import GloveVectors
-from bertlook.analyses.probes import (
-    PROBES,
-    TABLE_COLUMNS,
-    ProbeData,
-    _batches,
+from bertlook.analyses.probe_features import (
+    build_features,
+    candidate_vectors,
+    distance_features,
+    epoch_batches,
+    make_batch,
+)
+from bertlook.analyses.probe_models import (
     attn_glove_scores,
     attn_glove_scores_fast,
     attn_scores_fast,
-    build_features,
-    candidate_vectors,
-    chu_liu_edmonds,
-    distance_features,
-    epoch_batches,
-    evaluate_probe,
-    make_batch,
     make_model,
-    mst_heads,
     probe_loss,
-    right_branching_heads,
-    right_branching_uas,
-    run_probes,
-    train_probe,
 )
+from bertlook.analyses.probe_reference import evaluate_probe, run_probes, train_probe
+from bertlook.analyses.probe_reference import model_batches as _batches
+from bertlook.analyses.probe_uas import mst_heads, right_branching_heads, right_branching_uas
+from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, ProbeData
+from bertlook.analyses.trees import chu_liu_edmonds
 from bertlook.testing.synthetic_stores import random_tree, write_synthetic_word_store
 from bertlook.cli.probes import register_cli
 from bertlook.reporting.tables import table3_markdown

@@ -131,14 +131,15 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
     copy `random-init --seed S` saved: the same maps, bit for bit, and the same provenance."""
     import numpy as np
 
-    from bertlook.attention.extract_words import extract_word_attention
+    from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
     from bertlook.attention.store import open_store
     from bertlook.cli import main
 
     conllu = fixtures_dir / "tiny.conllu"
     saved_prov = make_random_init_model(str(source_dir), tmp_path / "copy", seed=3)
     saved = tmp_path / "saved"
-    extract_word_attention(conllu, str(tmp_path / "copy"), saved, batch_size=2, device="cpu", progress_every=0)
+    opts = WordExtractionOptions(batch_size=2, device="cpu", progress_every=0)
+    extract_word_attention(conllu, str(tmp_path / "copy"), saved, opts)
     memory = tmp_path / "memory"
     summary_path = tmp_path / "memory.summary.json"
     assert main(["extract-words", "--treebank", str(conllu), "--model", str(source_dir), "--out", str(memory),
@@ -151,7 +152,7 @@ def test_extract_words_random_init_seed_gives_the_saved_copys_maps_bit_for_bit(s
         assert map_a.dtype == map_b.dtype and np.array_equal(map_a, map_b), rec_a["id"]
     # the pretrained model gives other maps (the re-initialisation did happen)
     pretrained = tmp_path / "pretrained"
-    extract_word_attention(conllu, str(source_dir), pretrained, batch_size=2, device="cpu", progress_every=0)
+    extract_word_attention(conllu, str(source_dir), pretrained, opts)
     c = open_store(pretrained, level="word")
     assert not all(np.array_equal(m1, m2) for (_, m1), (_, m2) in zip(b, c))
     # provenance: what bertlook_random_init.json records, in meta.json and in the summary
@@ -281,14 +282,15 @@ def test_extract_words_random_init_keep_none(source_dir, fixtures_dir, tmp_path,
     maps than the default reading's, and meta.json / the summary say which reading."""
     import numpy as np
 
-    from bertlook.attention.extract_words import extract_word_attention
+    from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
     from bertlook.attention.store import open_store
     from bertlook.cli import main
 
     conllu = fixtures_dir / "tiny.conllu"
     make_random_init_model(str(source_dir), tmp_path / "copy", seed=3, keep="none")
     saved = tmp_path / "saved"
-    extract_word_attention(conllu, str(tmp_path / "copy"), saved, batch_size=2, device="cpu", progress_every=0)
+    extract_word_attention(conllu, str(tmp_path / "copy"), saved,
+                           WordExtractionOptions(batch_size=2, device="cpu", progress_every=0))
     common = ["extract-words", "--treebank", str(conllu), "--model", str(source_dir), "--batch-size", "2",
               "--device", "cpu", "--random-init-seed", "3"]
     assert main([*common, "--random-init-keep", "none", "--out", str(tmp_path / "none"),
@@ -310,6 +312,6 @@ def test_extract_words_random_init_keep_none(source_dir, fixtures_dir, tmp_path,
     assert "--random-init-keep needs --random-init-seed" in capsys.readouterr().err
     assert not (tmp_path / "alone").exists()
     with pytest.raises(BertlookError, match="random-init-keep 'all'"):
-        extract_word_attention(conllu, str(source_dir), tmp_path / "bad", device="cpu", random_init_seed=0,
-                               random_init_keep="all")
+        extract_word_attention(conllu, str(source_dir), tmp_path / "bad",
+                               WordExtractionOptions(device="cpu", random_init_seed=0, random_init_keep="all"))
     assert not (tmp_path / "bad").exists()

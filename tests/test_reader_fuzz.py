@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from bertlook.analyses import coref
+from bertlook.attention.coref_maps import coref_record
+from bertlook.data.conll2012 import read_conll_files
+from bertlook.data.coref_mentions import HEAD_RULES, mention_heads
 from bertlook.data.segments import iter_documents
 from bertlook.errors import BertlookError
 from bertlook.data.treebank import read_conllu, read_conllx, write_conllu
@@ -147,18 +149,18 @@ def test_conll2012_reader_parses_or_names_file_and_line(workdir, data):
     path = workdir / "fuzz.gold_conll"
     path.write_bytes(data)
     try:
-        docs = coref.read_conll_files([path])
+        docs = read_conll_files([path])
     except BertlookError as err:
         _check_error(err, path, lines=True)
         return
     assert docs and all(d.mentions for d in docs)
     event("parsed")
     for doc in docs:  # what the reader returns is usable downstream
-        for rule in coref.HEAD_RULES:
-            heads = coref.mention_heads(doc, rule)
+        for rule in HEAD_RULES:
+            heads = mention_heads(doc, rule)
             assert len(heads) == len(doc.mentions)
             assert all(m.start <= h <= m.end for (h, _), m in zip(heads, doc.mentions))
-        coref.coref_record(doc, head_rule="tree")
+        coref_record(doc, head_rule="tree")
 
 
 def _read_wiki(path: Path) -> None:

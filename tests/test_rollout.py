@@ -19,6 +19,7 @@ from bertlook.analyses.rollout import (
     rollout,
     rollout_partial,
 )
+from bertlook.analyses.table1 import table1
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import main
 from bertlook.errors import BertlookError
@@ -197,8 +198,8 @@ def test_rollout_store_through_score_heads(tmp_path):
     np.testing.assert_array_equal(scores.correct[r, :, 0, 0], direct)
     assert direct.sum() > 0
 
-    table = ha.table1(scores, min_count=1, dev_store=view, bootstrap=50, seed=1,
-                      forced_relations=ha.FORCED_BY_SCHEME["ud"])
+    table = table1(scores, min_count=1, dev_store=view, bootstrap=50, seed=1,
+                   forced_relations=ha.FORCED_BY_SCHEME["ud"])
     assert all(str(h).endswith("-1") for h in table["best_head"])
     assert table["ci_low"].notna().all() and (table["ci_low"] <= table["accuracy"] + 1e-12).all()
     acc = ha.head_accuracy_table(scores)

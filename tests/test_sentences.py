@@ -305,7 +305,7 @@ def test_cli_english_auto_is_byte_identical_to_spacy(fake_modeling, tiny_bert_di
 
 
 def test_silver_treebank_uses_the_segments_language(fake_modeling, zh_bert_dir, tmp_path):
-    from bertlook.data.treebank import prepare_silver
+    from bertlook.data.silver_treebank import prepare_silver
 
     spec = {"path": "parquet", "data_files": str(_zh_parquet(tmp_path / "zh.parquet"))}
     assert _segments(zh_bert_dir, tmp_path / "seg", "--hf-dataset", json.dumps(spec), "--language", "zh",

@@ -1,17 +1,25 @@
-"""bertlook.pipeline.steps: the steps of a run, declared once (no Snakemake here; the DAG side is in
-tests/test_workflow_dag.py::test_every_declared_step_is_made_by_its_rule)."""
+"""bertlook.pipeline.steps and bertlook.cli.declared_steps: the steps of a run, each declared once in its
+CLI module (no Snakemake here; the DAG side is in
+tests/test_workflow_dag.py::test_every_declared_step_is_made_by_its_rule, a new step end to end in
+tests/test_toy_step.py)."""
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
 
+from bertlook.cli import declared_steps
 from bertlook.pipeline import steps
 from bertlook.pipeline.config import load_yaml_strict, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+STEPS = declared_steps()
+SWITCHES = sorted({s.switch for s in STEPS if s.switch} | {"random_init"})
 
 
 @pytest.fixture(scope="module")
@@ -20,58 +28,86 @@ def offline_config():
 
 
 def test_declarations_are_well_formed():
-    names = [s.name for s in steps.STEPS]
-    assert len(names) == len(set(names))
-    for step in steps.STEPS:
-        assert step.switch is None or step.switch in steps.SWITCHES, step.name
-        assert set(step.maps) <= set(steps.MAPS), step.name
-        assert step.env in steps.ENVS, step.name
-        assert step.outputs and all(not p.startswith("/") and "{" not in p for p in step.outputs), step.name
-        assert step.summary is None or step.beyond, step.name  # the paper's summaries: manifest.smk lists them
+    assert steps.check_steps(STEPS) == STEPS
+    for step in STEPS:
         for page in step.pages:
-            assert (ROOT / "workflow" / "report" / page.caption).is_file(), (step.name, page.caption)
-            assert page.page.endswith((".html", ".png")), page
+            assert (ROOT / "workflow" / "report" / page.caption_file).is_file(), (step.name, page.caption)
+    # the paper's steps first (manifest order), then those beyond it
+    assert [s.beyond for s in STEPS] == sorted(s.beyond for s in STEPS)
+    assert [s.name for s in STEPS[:4]] == ["surface_stats", "cluster_heads", "figures", "heads"]
 
 
-def test_every_switch_is_used_by_a_step_or_the_extraction():
-    used = {s.switch for s in steps.STEPS} - {None}
+@pytest.mark.parametrize("change, message", [
+    (dict(name="heads"), "step 'heads': step 'heads' is declared twice"),
+    (dict(maps=("attention", "nonsense")), "map kind 'nonsense'"),
+    (dict(env="gpu"), "env 'gpu'"),
+    (dict(outputs=("tables/{run}.csv",)), "no wildcard"),
+    (dict(outputs=()), "no outputs"),
+    (dict(summary="tables/x.summary.json"), "a summary, but the step is the paper's"),
+    (dict(pages=(steps.Page("tables/x.csv", "x.csv", "Tables", "X"),)), "page 'x.csv' (an .html or .png)"),
+    (dict(pages=(steps.Page("tables/x.md", "table1.html", "Tables", "X"),)), "page 'table1.html' is declared twice"),
+    (dict(golden=(steps.GoldenTable("tree_heads", "tables/x.csv", ("layer",)),)), "golden group 'tree_heads'"),
+])
+def test_a_bad_declaration_names_its_step(change, message):
+    toy = steps.Step(**{"name": "toy", "outputs": ("tables/toy.csv",), **change})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        steps.check_steps([*STEPS, toy])
+
+
+def test_every_switch_is_a_config_section_or_composite(offline_config):
+    for switch in {s.switch for s in STEPS} - {None} - set(steps.COMPOSITE_SWITCHES):
+        assert isinstance(offline_config[switch]["enabled"], bool), switch
     # random_init has no output of its own: the probes job trains on its maps (Table 3's random-init row)
-    assert used | {"random_init"} == set(steps.SWITCHES)
+    assert set(steps.COMPOSITE_SWITCHES) <= {s.switch for s in STEPS} | {"random_init"}
+
+
+def test_a_new_switch_reads_its_section():
+    toy = steps.Step("toy", ("tables/toy.csv",), switch="toy")
+    config = {"norms": {"enabled": True, "probes": True}, "probes": {"random_init": True, "layer_ablations": []},
+              "toy": {"enabled": False}}
+    on = steps.switches(config, True, [toy])
+    assert on["toy"] is False and steps.enabled_steps([toy], on) == []
+    config["toy"]["enabled"] = True
+    assert steps.run_outputs([toy], steps.switches(config, True, [toy])) == ["tables/toy.csv"]
 
 
 def test_switches_follow_the_config(offline_config):
-    on = steps.switches(offline_config, has_train_split=True)
-    assert set(on) == set(steps.SWITCHES) and all(on.values())
-    assert len(steps.enabled_steps(on)) == len(steps.STEPS)
+    on = steps.switches(offline_config, has_train_split=True, declared=STEPS)
+    assert set(on) == set(SWITCHES) and all(on.values())
+    assert len(steps.enabled_steps(STEPS, on)) == len(STEPS)
     # no train split: no probes, hence none of their twins
-    off = steps.switches(offline_config, has_train_split=False)
+    off = steps.switches(offline_config, has_train_split=False, declared=STEPS)
     assert not off["probes"] and not off["random_init"] and not off["norm_probes"] and not off["probe_ablations"]
     assert off["norms"] and off["rollout"]
-    names = {s.name for s in steps.enabled_steps(off)}
+    names = {s.name for s in steps.enabled_steps(STEPS, off)}
     assert {"probes", "probes_norm", "probe_ablations"}.isdisjoint(names) and "heads_norm" in names
     config = copy.deepcopy(offline_config)
     config["norms"]["enabled"] = False
     config["rollout"]["enabled"] = False
-    on = steps.switches(config, has_train_split=True)
+    on = steps.switches(config, has_train_split=True, declared=STEPS)
     assert not on["norms"] and not on["norm_probes"] and not on["rollout"] and on["probe_ablations"]
-    outputs = steps.run_outputs(on)
+    outputs = steps.run_outputs(STEPS, on)
     assert "tables/table3.csv" in outputs and not any("norm" in p or "rollout" in p for p in outputs)
 
 
 def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
-    on = steps.switches(offline_config, has_train_split=True)
-    outputs = steps.run_outputs(on)
+    on = steps.switches(offline_config, has_train_split=True, declared=STEPS)
+    outputs = steps.run_outputs(STEPS, on)
     assert len(outputs) == len(set(outputs))
     assert {"tables/table1.csv", "tables/table2.csv", "tables/table3.csv", "figures/fig3_sep_gradients.png",
             "comparison.md", "resources.md", "tables/tree_heads.csv"} <= set(outputs)
-    pages = steps.run_pages(on)
+    pages = steps.run_pages(STEPS, on)
     assert len({p.page for p in pages}) == len(pages)  # one file per page under report/
     assert len(pages) == 31
-    assert list(steps.beyond_summaries(on)) == ["stats_norm", "heads_norm", "probes_norm", "rollout",
-                                                "rollout_table1", "head_report", "tree_heads", "probe_ablations"]
-    assert all(s.endswith(".summary.json") for s in steps.beyond_summaries(on).values())
+    assert list(steps.beyond_summaries(STEPS, on)) == ["stats_norm", "heads_norm", "tree_heads", "probes_norm",
+                                                       "probe_ablations", "rollout", "rollout_table1", "head_report"]
+    assert all(s.endswith(".summary.json") for s in steps.beyond_summaries(STEPS, on).values())
+    assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "tree_heads", "tree_heads_best",
+                                                             "probe_ablations", "rollout_stats", "head_report"]
+    assert steps.sizing_kinds(STEPS) == {"rollout": "surface_stats", "rollout_words": "heads",
+                                         "head_report": "figures"}
 
 
 def test_syntax_runs_have_the_syntax_steps_only():
-    assert [s.name for s in steps.syntax_steps()] == ["heads"]
-    assert [p.page for p in steps.syntax_pages()] == ["table1.html", "head_accuracy.html", "fig5_syntax_heads.png"]
+    assert [s.name for s in steps.syntax_steps(STEPS)] == ["heads"]
+    assert [p.page for p in steps.syntax_pages(STEPS)] == ["table1.html", "head_accuracy.html", "fig5_syntax_heads.png"]

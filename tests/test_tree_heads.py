@@ -331,10 +331,13 @@ def test_bench_script_runs_small():
 
 
 def test_golden_groups_hold_the_new_tables(tmp_path):
-    """make-golden's groups tree_heads, tree_heads_best and probe_ablations: every cell of the tables
-    ("absent" when the step is switched off), and the tree-heads summary's counts."""
-    from bertlook.cli import main as cli_main
-    from bertlook.reporting.golden import COUNT_SUMMARIES, GOLDEN_GROUPS, _g_counts
+    """make-golden's groups tree_heads, tree_heads_best and probe_ablations (declared with their steps):
+    every cell of the tables ("absent" when the step is switched off), and the tree-heads summary's counts."""
+    from bertlook.cli import declared_steps, main as cli_main
+    from bertlook.pipeline.steps import golden_tables
+    from bertlook.reporting.golden import COUNT_SUMMARIES, _g_counts, table_group
+
+    GOLDEN_GROUPS = {t.group: table_group(t) for t in golden_tables(declared_steps())}
 
     run = tmp_path / "run"
     assert GOLDEN_GROUPS["tree_heads"](run)["values"] == {"status": "absent"}

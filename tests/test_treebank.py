@@ -1,4 +1,5 @@
-"""bertlook.data.treebank: CoNLL-U / CoNLL-X readers and writer, local / UD / silver sources, CLI."""
+"""bertlook.data.treebank (CoNLL-U / CoNLL-X readers and writer, local / UD sources) and
+bertlook.data.silver_treebank (silver source), CLI."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from local_http import local_http_server
 from bertlook.cli import treebank as treebank_cli
 from bertlook.data import treebank as tb
 from bertlook.data.segments import write_segments
+from bertlook.data.silver_treebank import prepare_silver
 from bertlook.errors import BertlookError
 from bertlook.data.treebank import Sentence
 
@@ -419,9 +421,9 @@ def silver(tmp_path_factory):
     root = tmp_path_factory.mktemp("silver")
     segments = _segments(root / "segments.jsonl", [(0, "Anarchism"), (1, "Autism")])
     dump = resolve_data_path(GENSIM_DUMP)
-    result = tb.prepare_silver(dump, segments, root / "train.conllu", root / "dev.conllu",
-                               train_sentences=60, dev_sentences=30, seed=0,
-                               summary=root / "summary.json")
+    result = prepare_silver(dump, segments, root / "train.conllu", root / "dev.conllu",
+                            train_sentences=60, dev_sentences=30, seed=0,
+                            summary=root / "summary.json")
     return {"root": root, "dump": dump, "segments": segments, "result": result,
             "dev": tb.read_conllu(root / "dev.conllu"), "train": tb.read_conllu(root / "train.conllu")}
 
@@ -485,9 +487,9 @@ def test_silver_cli_is_deterministic(silver, tmp_path, capsys):
 
 @pytest.mark.integration  # the silver treebank of a real excerpt (spaCy parse, seconds)
 def test_silver_other_seed_and_max_articles(silver, tmp_path):
-    result = tb.prepare_silver(silver["dump"], silver["segments"], tmp_path / "train.conllu",
-                               tmp_path / "dev.conllu", train_sentences=60, dev_sentences=30,
-                               seed=1, max_articles=12)
+    result = prepare_silver(silver["dump"], silver["segments"], tmp_path / "train.conllu",
+                            tmp_path / "dev.conllu", train_sentences=60, dev_sentences=30,
+                            seed=1, max_articles=12)
     order = list(range(2, 12))
     random.Random(1).shuffle(order)
     assert result["documents_in_dump"] == 12
@@ -497,8 +499,8 @@ def test_silver_other_seed_and_max_articles(silver, tmp_path):
 
 def test_silver_shortfall_is_recorded(fixtures_dir, tmp_path, capsys):
     segments = _segments(tmp_path / "segments.jsonl", [(0, "The Cat")])
-    result = tb.prepare_silver(fixtures_dir / "tiny_wiki.xml", segments, tmp_path / "train.conllu",
-                               tmp_path / "dev.conllu", train_sentences=5, dev_sentences=3)
+    result = prepare_silver(fixtures_dir / "tiny_wiki.xml", segments, tmp_path / "train.conllu",
+                            tmp_path / "dev.conllu", train_sentences=5, dev_sentences=3)
     assert result["dev"]["sentences"] == 3 and result["train"]["sentences"] == 0
     assert result["sentences_cut"] == 2  # London has 5 sentences; 3 went to dev, the rest is cut
     assert any("only 0 of 5 train sentences" in w for w in result["warnings"])
@@ -509,16 +511,16 @@ def test_silver_shortfall_is_recorded(fixtures_dir, tmp_path, capsys):
 def test_silver_rejects_segments_of_another_dump(fixtures_dir, tmp_path):
     wrong_title = _segments(tmp_path / "a.jsonl", [(1, "Paris")])
     with pytest.raises(BertlookError, match="doc_index 1 is 'Paris' in the segments but 'London'"):
-        tb.prepare_silver(fixtures_dir / "tiny_wiki.xml", wrong_title, tmp_path / "t", tmp_path / "d")
+        prepare_silver(fixtures_dir / "tiny_wiki.xml", wrong_title, tmp_path / "t", tmp_path / "d")
     beyond = _segments(tmp_path / "b.jsonl", [(7, "Seven")])
     with pytest.raises(BertlookError, match="use document 7 but .* has only 2 documents"):
-        tb.prepare_silver(fixtures_dir / "tiny_wiki.xml", beyond, tmp_path / "t", tmp_path / "d")
+        prepare_silver(fixtures_dir / "tiny_wiki.xml", beyond, tmp_path / "t", tmp_path / "d")
     no_index = tmp_path / "c.jsonl"
     no_index.write_text(json.dumps({"id": 0, "doc": "The Cat", "text_a": "a", "text_b": "b",
                                     "tokens": ["[CLS]", "[SEP]", "[SEP]"], "segment_ids": [0, 0, 1],
                                     "truncated": False}) + "\n")
     with pytest.raises(BertlookError, match="segment 0 has no doc_index"):
-        tb.prepare_silver(fixtures_dir / "tiny_wiki.xml", no_index, tmp_path / "t", tmp_path / "d")
+        prepare_silver(fixtures_dir / "tiny_wiki.xml", no_index, tmp_path / "t", tmp_path / "d")
     assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
 
 

@@ -212,14 +212,17 @@ def _makes(pattern: str, path: str) -> bool:
 
 
 def test_every_declared_step_is_made_by_its_rule(tmp_path, tiny_bert_dir):
-    """bertlook.pipeline.steps against the rules Snakemake parsed (tiny config, every switch on): each
+    """The declared steps (bertlook.cli.declared_steps) against the rules Snakemake parsed (tiny config, every switch on): each
     step's rule exists, makes every declared output and report-page source, and runs in the declared
     conda env; `all` asks for the declared outputs and report_pages makes one page per declaration."""
+    from bertlook.cli import declared_steps
     from bertlook.pipeline import steps
+
+    declared = declared_steps()
 
     configfile = _write_config(tmp_path, tiny_bert_dir)
     rules = _rules(configfile, tmp_path)
-    for step in steps.STEPS:
+    for step in declared:
         rule = rules[step.rule_name]
         made = [str(path) for path in rule.output]
         for path in (*step.outputs, *(page.source for page in step.pages)):
@@ -227,15 +230,15 @@ def test_every_declared_step_is_made_by_its_rule(tmp_path, tiny_bert_dir):
         assert str(rule.conda_env).endswith(f"envs/{step.env}.yaml"), (step.name, rule.conda_env)
     wanted = {str(path) for path in rules["all"].input}
     (run_dir,) = {p.removesuffix("manifest.json") for p in wanted if p.endswith("/manifest.json")}
-    on = {name: True for name in steps.SWITCHES}
-    assert {run_dir + path for path in steps.run_outputs(on)} <= wanted
+    on = {step.switch: True for step in declared if step.switch}
+    assert {run_dir + path for path in steps.run_outputs(declared, on)} <= wanted
     pages = {str(path).rsplit("/", 1)[-1] for path in rules["report_pages"].output}
-    assert pages == {page.page for page in steps.run_pages(on)}
+    assert pages == {page.page for page in steps.run_pages(declared, on)}
 
 
 def test_probe_ablations_follow_their_key(tmp_path, tiny_bert_dir):
     """probes.layer_ablations: the modes the probes job trains ([] = none, no ablation outputs), with Table 3's
-    settings; the norm twin's probes are the CLI's default (bertlook.analyses.probes.NORM_PROBES)."""
+    settings; the norm twin's probes are the CLI's default (bertlook.cli.probes.NORM_PROBES)."""
     config = tiny_config(tmp_path, tiny_bert_dir)
     config["probes"]["layer_ablations"] = ["keep"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))

@@ -18,10 +18,32 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
+from bertlook.cli import ORDER as CLI_ORDER, declared_steps
 from bertlook.pipeline import sizing, steps
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
 from bertlook.reporting import compare as _compare
+
+# The steps of a run, each declared once in its CLI module (bertlook.cli.<step>.STEPS, gathered by
+# bertlook.cli.declared_steps): what `all` asks for, the manifest's summaries, the report pages, the
+# sizing kinds (docs/ADDING_A_STEP.md).
+STEPS = declared_steps()
+SIZING_KIND = steps.sizing_kinds(STEPS)
+
+
+def step_rule_files():
+    """workflow/rules/*.smk but this file, in pipeline order (bertlook.cli.ORDER: the .smk of a step is
+    named as its CLI module; a rule may name an earlier file's rules as `rules.X`), then any other file
+    (a new step's) in name order. The Snakefile includes them."""
+    rank = {name: i for i, name in enumerate(CLI_ORDER)}
+    files = [p for p in Path(workflow.basedir, "workflow", "rules").glob("*.smk") if p.name != "common.smk"]
+    return sorted(files, key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
+
+
+def step_resources(rule):
+    """mem_mb / runtime / disk_mb of a rule: its own estimate (bertlook.pipeline.sizing), or that of the
+    rule its step's declaration names in `sizing` (a new step behaves like a known one)."""
+    return sizing.snakemake_resources(rule, config, kind=SIZING_KIND.get(rule))
 
 
 # The config is validated (and normalised: 30.0 -> 30 where the schema says integer; defaults
@@ -265,8 +287,8 @@ def model_flags(wildcards, input, output):
     return {"model": model["name_or_path"], "revision": model.get("revision")}
 
 
-# The figures of the paper's `figures` step (declared in bertlook.pipeline.steps).
-FIGURES = [os.path.basename(path) for step in steps.STEPS if step.name == "figures" for path in step.outputs]
+# The figures of the paper's `figures` step (declared in bertlook.cli.figures).
+FIGURES = [os.path.basename(path) for step in STEPS if step.name == "figures" for path in step.outputs]
 
 
 def example_heads_arg():
@@ -308,7 +330,7 @@ WORD_TEXT_ARG = lambda wildcards, input, output: TREEBANK_OF[wildcards.run]["tex
 HAS_TRAIN_SPLIT = has_train_split(MODEL_RUNS[0])
 # Which switchable steps run (bertlook.pipeline.steps.switches: the config's on/off keys, and the probes
 # need a train split); the RUN_* names below are its entries.
-SWITCH = steps.switches(config, HAS_TRAIN_SPLIT)
+SWITCH = steps.switches(config, HAS_TRAIN_SPLIT, STEPS)
 # Runs whose treebank is downloaded (ud): the treebank_ud rule, on the login node (localrule).
 UD_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] == "ud"]
 BUILT_TREEBANK_RUNS = [run for run in RUNS if TREEBANK_OF[run]["source"] != "ud"]
@@ -486,9 +508,10 @@ def maps_label(text):
 
 def data_file(path, caption, label, subcategory="{run}"):
     """``path`` registered in the report as a download under "Data files (CSV)", listed under the run
-    (or ``subcategory``), with its caption file (under workflow/report/) and one label (a string, or
-    maps_label(...)). One label only: see report_page_outputs_of."""
-    return report(path, caption=f"../report/{caption}", category="Data files (CSV)", subcategory=subcategory,
+    (or ``subcategory``), with its caption file (under workflow/report/; None: the generic one,
+    steps.GENERIC_CAPTION) and one label (a string, or maps_label(...)). One label only: see
+    report_page_outputs_of."""
+    return report(path, caption=f"../report/{caption or steps.GENERIC_CAPTION}", category="Data files (CSV)", subcategory=subcategory,
                   labels=label if callable(label) else {"result": label})
 
 
@@ -499,11 +522,11 @@ TREE_HEADS_NOTE = lambda wildcards, input, output: (
 
 def beyond_summaries():
     """The summaries of the steps beyond the paper that run, for the manifest (bertlook.pipeline.steps order)."""
-    return [run_path(path) for path in steps.beyond_summaries(SWITCH).values()]
+    return [run_path(path) for path in steps.beyond_summaries(STEPS, SWITCH).values()]
 
 
 def beyond_summary_names():
-    return list(steps.beyond_summaries(SWITCH))
+    return list(steps.beyond_summaries(STEPS, SWITCH))
 
 
 # ---- cross-model summary (several models in one config) ------------------------------------------
@@ -522,7 +545,7 @@ def syntax_outputs(run):
     """What a syntax run (a `treebanks` entry) produces: its trees and its syntax steps' outputs (Table 1,
     Fig 5)."""
     paths = [run_path("treebank", "treebank.summary.json")]
-    paths += [run_path(path) for step in steps.syntax_steps() for path in step.outputs]
+    paths += [run_path(path) for step in steps.syntax_steps(STEPS) for path in step.outputs]
     return [path.format(run=run) for path in paths]
 
 
@@ -567,12 +590,12 @@ def page_output_name(page):
 
 def syntax_report_pages():
     """The report entries of every run's syntax steps (model runs and `treebanks` runs)."""
-    return steps.syntax_pages()
+    return steps.syntax_pages(STEPS)
 
 
 def run_report_pages():
     """The report entries of a model run (declared with their steps in bertlook.pipeline.steps)."""
-    return steps.run_pages(SWITCH)
+    return steps.run_pages(STEPS, SWITCH)
 
 
 def summary_report_pages():
@@ -624,7 +647,7 @@ def report_page_outputs_of(pages, own_paths=False, subcategory=None):
         where = subcategory(p) if subcategory else "{{run}}{}".format(f": {p.subcategory}" if p.subcategory else "")
         out[page_output_name(p)] = report(
             p.page if own_paths else run_path(REPORT_DIR, p.page),
-            caption=f"../report/{p.caption}",
+            caption=f"../report/{p.caption_file}",
             category=p.category,
             subcategory=where,
             labels={"result": p.label},
@@ -661,7 +684,7 @@ def all_outputs():
     """What `all` asks for: every model run's declared outputs (bertlook.pipeline.steps) and manifest, the
     syntax runs' outputs, the cross-language and cross-model summaries, and every report page."""
     return expand(
-        [run_path(path) for path in steps.run_outputs(SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
+        [run_path(path) for path in steps.run_outputs(STEPS, SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
     ) + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)] + languages_outputs() + [
         os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
                                                      "resources.csv", "resources.md")] + report_page_outputs()

@@ -38,7 +38,7 @@ rule head_report:
         bench_path("head_report")
     threads: 1
     resources:
-        **sizing.snakemake_resources("head_report", config, kind="figures"),
+        **step_resources("head_report"),
     conda:
         ENV_ANALYSIS
     shell:

@@ -24,7 +24,7 @@ rule rollout:
         bench_path("rollout")
     threads: 1
     resources:
-        **sizing.snakemake_resources("rollout", config, kind="surface_stats"),
+        **step_resources("rollout"),
     conda:
         ENV_ANALYSIS
     shell:
@@ -67,7 +67,7 @@ rule rollout_words:
     priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
     threads: 1
     resources:
-        **sizing.snakemake_resources("rollout_words", config, kind="heads"),
+        **step_resources("rollout_words"),
     conda:
         ENV_ANALYSIS
     shell:

@@ -4,8 +4,9 @@
 :func:`attention_gradients` differentiates the masked-LM loss with respect to every attention
 probability; :func:`batch_statistics` / :func:`aggregate` reduce ``|dL/dA|`` and the attention mass per
 layer and target ([SEP], ". ,", other) into the rows of ``sep_gradients.csv``; :func:`gradient_partial` /
-:func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run;
-:func:`has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
+:func:`reduce_gradients` for sharded runs, :func:`sep_gradient_importance` for one run (both take one
+:class:`GradientOptions`, the run's settings);
+:func:`bertlook.attention.mlm.has_mlm_head` detects a checkpoint without a masked-LM head ("not run");
 :func:`reduce_head_importance` turns the per-segment ``|dL/dxi_h| = |sum_ij dL/dA_h[i, j] A_h[i, j]|``
 summed by :func:`batch_statistics` into ``head_importance.csv`` (Michel et al. 2019; docs/definitions.md#per-head-report-card);
 :func:`bertlook.reporting.figures.fig3_sep_gradients` draws the figure (``bertlook gradients``).
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bertlook.data.segments import read_segments
+from bertlook.attention.mlm import load_mlm_checked, mlm_head_module
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import same_value, shard_info
 
@@ -164,22 +166,6 @@ def _model_device(model):
     return torch.device("cpu")  # pragma: no cover
 
 
-#: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``); the head must map
-#: ``[..., hidden]`` to ``[..., vocab]`` position by position.
-_HEAD_NAMES = ("cls", "lm_head")
-
-
-def _mlm_head_module(model):
-    """The model's masked-LM head module when it is a known per-position head, else None."""
-    import torch
-
-    for name in _HEAD_NAMES:
-        mod = getattr(model, name, None)
-        if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
-            return mod
-    return None
-
-
 def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     """One padded batch: ``(attentions, grads, losses, lengths)``.
 
@@ -219,7 +205,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     if model.training:
         raise BertlookError("the model must be in eval mode (dropout off) for attention gradients")
     selected = labels != IGNORE_INDEX  # [batch, seq]: the masked positions
-    head = _mlm_head_module(model)
+    head = mlm_head_module(model)
     hook = None
     if head is not None:
         # the MLM head works position by position: apply it to the masked positions only (the
@@ -382,72 +368,6 @@ def aggregate(stats: dict[str, Any], *, grad_average: str = "pooled"):
 # --------------------------------------------------------------------------------------------------
 
 
-def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
-    parts = [k.split(".") for k in sorted(head_missing)]
-    common: list[str] = []
-    for level in zip(*parts):
-        if len(set(level)) != 1:
-            break
-        common.append(level[0])
-    if len(parts) == 1:
-        common = common[:-1]
-    prefix = ".".join(common) + ".*" if common else ", ".join(sorted(head_missing)[:4])
-    return (
-        f"not run: {spec} has no masked-LM head (checkpoint lacks {prefix} weights); "
-        "gradient importance needs the pre-training MLM head"
-    )
-
-
-def load_mlm_checked(resolved, device="cpu"):
-    """``(model, has_head, reason, loading)``: load ``AutoModelForMaskedLM`` and check its head weights.
-
-    The head is missing when transformers reports weights of the MLM model outside the base model
-    (``model.base_model_prefix``) as ``missing_keys`` (they would be randomly initialised); the model
-    is then returned anyway (for its config, on the CPU) with ``has_head=False``. Missing weights of
-    the base model itself are an error (a broken or foreign checkpoint). ``loading``:
-    ``{"missing_keys": [...], "unexpected_keys": [...]}`` from transformers' loading report, whose
-    own log output is silenced (it would call a BertModel checkpoint "corrupted"; the summary JSON
-    carries the keys instead).
-    """
-    import torch
-    from transformers import AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
-
-    from bertlook.attention.modeling import check_finite, load_pretrained
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        model, info = load_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
-                                       dtype=torch.float32, output_loading_info=True)
-    finally:
-        hf_logging.set_verbosity(level)
-    check_finite(model, resolved)
-    info = info or {}
-    missing = sorted(set(info.get("missing_keys") or ()))
-    loading = {"missing_keys": missing, "unexpected_keys": sorted(set(info.get("unexpected_keys") or ()))}
-    prefix = str(getattr(model, "base_model_prefix", "") or "")
-    base_missing = [k for k in missing if prefix and k.startswith(prefix + ".")]
-    head_missing = [k for k in missing if k not in base_missing]
-    if base_missing:
-        shown = ", ".join(base_missing[:5]) + (" ..." if len(base_missing) > 5 else "")
-        raise BertlookError(
-            f"model {resolved.spec!r}: the checkpoint lacks {len(base_missing)} weight(s) of the base model "
-            f"({shown}); it does not match its config"
-        )
-    model.eval()
-    if head_missing:
-        return model, False, _missing_head_reason(resolved.spec, head_missing), loading
-    model = model.to(device if isinstance(device, torch.device) else torch.device(device))
-    return model, True, "", loading
-
-
-def has_mlm_head(resolved) -> tuple[bool, str]:
-    """``(True, "")`` when the checkpoint holds trained masked-LM head weights, else ``(False, reason)``."""
-    _, ok, reason, _ = load_mlm_checked(resolved, "cpu")
-    return ok, reason
-
-
 # --------------------------------------------------------------------------------------------------
 # the step
 # --------------------------------------------------------------------------------------------------
@@ -467,25 +387,148 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 PARTIAL_KIND = "sep-gradients"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradientOptions:
+    """The settings of a gradient run, shared by :func:`gradient_partial` and :func:`sep_gradient_importance`.
+
+    ``revision``: hub revision of the model; ``seed``: seed of the masking generator; ``batch_size``:
+    segments per batch (>= 1); ``max_examples``: use the first N segments of the file (None: all);
+    ``device``: ``auto``, ``cpu`` or ``cuda``; ``segment_ids``: :data:`SEGMENT_ID_MODES`; ``mask_rate``:
+    fraction of the non-special tokens masked per segment; ``mask_mode``: :data:`MASK_MODES`;
+    ``target_tokens``: :data:`TARGET_TOKEN_MODES`; ``grad_average``: :data:`GRAD_AVERAGES`;
+    ``progress_every``: 0 turns the progress bar off. Build it once and pass it to every call (each
+    shard of a sharded run gets the same options); checked by :meth:`check` when a run starts.
+    """
+
+    revision: str | None = None
+    seed: int = 0
+    batch_size: int = 8
+    max_examples: int | None = None
+    device: str = "auto"
+    segment_ids: str = "zeros"
+    mask_rate: float = 0.15
+    mask_mode: str = "bert"
+    target_tokens: str = "original"
+    grad_average: str = "pooled"
+    progress_every: int = 100
+
+    def check(self) -> None:
+        """Raise :class:`BertlookError` on an unknown mode or a batch size / ``max_examples`` below 1."""
+        _check_choice("mask mode", self.mask_mode, MASK_MODES)
+        _check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
+        _check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
+        _check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
+        if self.batch_size < 1:
+            raise BertlookError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise BertlookError(f"max examples must be >= 1, got {self.max_examples}")
+
+    def settings(self, segments_path: str | os.PathLike, model_spec: str) -> dict[str, Any]:
+        """The ``settings`` a partial's meta records (every shard's must agree; the summary holds them)."""
+        return {
+            "segments": str(segments_path), "model": model_spec, "revision": self.revision, "seed": int(self.seed),
+            "batch_size": int(self.batch_size), "max_examples": self.max_examples, "segment_ids": self.segment_ids,
+            "mask_rate": float(self.mask_rate), "mask_mode": self.mask_mode, "target_tokens": self.target_tokens,
+            "grad_average": self.grad_average, "targets": list(TARGETS),
+        }
+
+
+def _resolve_options(options: GradientOptions | None, overrides: dict[str, Any]) -> GradientOptions:
+    """``options`` (default: :class:`GradientOptions`) with the keyword ``overrides`` of the caller applied."""
+    if options is None:
+        options = GradientOptions()
+    elif not isinstance(options, GradientOptions):
+        raise TypeError(f"options must be a GradientOptions, got {type(options).__name__}")
+    return dataclasses.replace(options, **overrides) if overrides else options
+
+
+def _mask_shard(segments: Sequence[dict[str, Any]], tokenizer, opts: GradientOptions,
+                info: dict[str, Any] | None) -> list[MaskedSegment]:
+    """Mask every segment used (one generator: a segment's input is the same whatever the sharding), then
+    keep the shard's range ``info`` (None: all)."""
+    masked = mask_segments(segments, tokenizer, seed=opts.seed, rate=opts.mask_rate, mask_mode=opts.mask_mode,
+                           segment_ids=opts.segment_ids)
+    if info is not None:
+        masked = masked[info["start"]:info["stop"]]
+        print(f"gradients: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
+              f"of the {len(segments)} used", file=sys.stderr, flush=True)
+    return masked
+
+
+def _split_usable(masked: Sequence[MaskedSegment], max_pos: int):
+    """``(too_long_ids, no_mask_ids, kept)``: segments longer than ``max_pos`` (0: no limit), segments
+    without a masked position, and the segments the gradients are taken of (input order)."""
+    too_long = [m.id for m in masked if max_pos and m.n > max_pos]
+    no_mask = [m.id for m in masked if not m.masked_positions and not (max_pos and m.n > max_pos)]
+    kept = [m for m in masked if m.masked_positions and not (max_pos and m.n > max_pos)]
+    return too_long, no_mask, kept
+
+
+def _run_batches(model, kept: Sequence[MaskedSegment], opts: GradientOptions, sep_token: str, device):
+    """:func:`batch_statistics` of ``kept`` in length-sorted batches -> ``(parts, seconds)``."""
+    from bertlook.attention.extraction import progress_bar
+
+    order = sorted(range(len(kept)), key=lambda i: (-kept[i].n, i))  # length-sorted batches
+    parts: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    with progress_bar(total=len(kept), desc="gradients", unit="seg", enabled=bool(opts.progress_every)) as bar:
+        for start in range(0, len(order), opts.batch_size):
+            batch = [kept[i] for i in order[start:start + opts.batch_size]]
+            parts.append(batch_statistics(model, batch, sep_token=sep_token, target_tokens=opts.target_tokens,
+                                          device=device))
+            bar.update(len(batch))
+    return parts, time.perf_counter() - t0
+
+
+def _stack_statistics(parts: Sequence[dict[str, Any]], config) -> tuple[dict[str, Any], int, int]:
+    """The batches' :func:`batch_statistics` concatenated per segment -> ``(stats, layers, heads)``
+    (empty arrays of the config's sizes when there is no batch)."""
+    L = int(getattr(config, "num_hidden_layers", 0) or 0)
+    H = int(getattr(config, "num_attention_heads", 0) or 0)
+    if parts:
+        stats = {key: np.concatenate([p[key] for p in parts])  # each [segment, ...]
+                 for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked", "importance")}
+        L, H = (int(d) for d in stats["importance"].shape[1:])
+    else:
+        C = len(TARGETS)
+        stats = {"grad_sum": np.zeros((0, L, C)), "count": np.zeros((0, C)), "mass": np.zeros((0, L, C)),
+                 "loss": np.zeros((0,)), "n": np.zeros((0,), dtype=np.int64),
+                 "n_masked": np.zeros((0,), dtype=np.int64), "importance": np.zeros((0, L, H))}
+    return stats, L, H
+
+
+def _partial_arrays(stats: dict[str, Any]) -> dict[str, Any]:
+    """The sums and counts of :func:`gradient_partial` from the per-segment ``stats``."""
+    # [segment, layer, target], [segment, target], [segment, layer, target]
+    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per = gsum / np.where(count > 0, count, np.nan)[:, None, :]  # [segment, layer, target]
+    per_valid = ~np.isnan(per)  # [segment, layer, target]
+    return {
+        "grad_sum": gsum.sum(axis=0),  # [layer, target]
+        "count_sum": count.sum(axis=0),  # [target]
+        "seg_mean_sum": np.where(per_valid, per, 0.0).sum(axis=0),  # [layer, target]
+        "seg_mean_n": per_valid.sum(axis=0).astype(np.int64),  # [layer, target]
+        "mass_sum": mass.sum(axis=0),  # [layer, target]
+        "loss_sum": np.float64(stats["loss"].sum()),
+        "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),  # [target]
+        "importance_sum": stats["importance"].sum(axis=0),  # [layer, head]
+        "importance_n": np.int64(stats["importance"].shape[0]),
+    }
+
+
 def gradient_partial(
     segments_path: str | os.PathLike,
     model_spec: str,
+    options: GradientOptions | None = None,
     *,
-    revision: str | None = None,
-    seed: int = 0,
-    batch_size: int = 8,
-    max_examples: int | None = None,
-    device: str = "auto",
-    segment_ids: str = "zeros",
-    mask_rate: float = 0.15,
-    mask_mode: str = "bert",
-    target_tokens: str = "original",
-    grad_average: str = "pooled",
-    progress_every: int = 100,
     shard: tuple[int, int] | None = None,
+    **overrides: Any,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sums and counts of the gradient statistics of (a shard of) the segments: ``(meta, arrays)``.
 
+    ``options``: the run's :class:`GradientOptions` (default: its defaults); keyword ``overrides``
+    (``seed=3``, ...; the fields of :class:`GradientOptions`) replace single fields of it.
     The segments used are the first ``max_examples`` of the file; ``shard=(i, k)`` keeps the i-th of
     k contiguous ranges of them (:func:`bertlook.pipeline.sharding.shard_range`). Masking always runs over all
     segments used, with the one generator of the module docstring, so a segment gets the same masked
@@ -498,32 +541,20 @@ def gradient_partial(
     without a masked-LM head gives ``meta["status"] == "not run"`` and no arrays. Reduce with
     :func:`reduce_gradients`.
     """
-    from bertlook.attention.extraction import progress_bar
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model
 
-    _check_choice("mask mode", mask_mode, MASK_MODES)
-    _check_choice("segment ids mode", segment_ids, SEGMENT_ID_MODES)
-    _check_choice("target tokens mode", target_tokens, TARGET_TOKEN_MODES)
-    _check_choice("gradient average", grad_average, GRAD_AVERAGES)
-    if batch_size < 1:
-        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
-    if max_examples is not None and max_examples < 1:
-        raise BertlookError(f"max examples must be >= 1, got {max_examples}")
+    opts = _resolve_options(options, overrides)
+    opts.check()
     segments = read_segments(segments_path)
     n_input = len(segments)
-    if max_examples is not None:
-        segments = segments[:max_examples]
-    settings = {
-        "segments": str(segments_path), "model": model_spec, "revision": revision, "seed": int(seed),
-        "batch_size": int(batch_size), "max_examples": max_examples, "segment_ids": segment_ids,
-        "mask_rate": float(mask_rate), "mask_mode": mask_mode, "target_tokens": target_tokens,
-        "grad_average": grad_average, "targets": list(TARGETS),
-    }
+    if opts.max_examples is not None:
+        segments = segments[:opts.max_examples]
+    settings = opts.settings(segments_path, model_spec)
     info = None
     if shard is not None:
         info = shard_info(len(segments), *shard)
-    resolved = resolve_model(model_spec, revision)
-    dev = pick_device(device)
+    resolved = resolve_model(model_spec, opts.revision)
+    dev = pick_device(opts.device)
     model, ok, reason, loading = load_mlm_checked(resolved, dev)
     provenance = resolved.provenance(model.config)
     base = {"settings": settings, "n_segments_in_file": n_input, "model_provenance": provenance,
@@ -535,54 +566,11 @@ def gradient_partial(
     if not segments:
         raise BertlookError(f"{segments_path}: no segments")
     tokenizer = load_tokenizer(resolved)
-    masked = mask_segments(segments, tokenizer, seed=seed, rate=mask_rate, mask_mode=mask_mode,
-                           segment_ids=segment_ids)
-    if info is not None:
-        masked = masked[info["start"]:info["stop"]]
-        print(f"gradients: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
-              f"of the {len(segments)} used", file=sys.stderr, flush=True)
+    masked = _mask_shard(segments, tokenizer, opts, info)
     max_pos = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    too_long = [m.id for m in masked if max_pos and m.n > max_pos]
-    no_mask = [m.id for m in masked if not m.masked_positions and not (max_pos and m.n > max_pos)]
-    kept = [m for m in masked if m.masked_positions and not (max_pos and m.n > max_pos)]
-    order = sorted(range(len(kept)), key=lambda i: (-kept[i].n, i))  # length-sorted batches
-    sep_token = str(tokenizer.sep_token)
-    parts: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    with progress_bar(total=len(kept), desc="gradients", unit="seg", enabled=bool(progress_every)) as bar:
-        for start in range(0, len(order), batch_size):
-            batch = [kept[i] for i in order[start:start + batch_size]]
-            parts.append(batch_statistics(model, batch, sep_token=sep_token, target_tokens=target_tokens,
-                                          device=dev))
-            bar.update(len(batch))
-    seconds = time.perf_counter() - t0
-    L = int(getattr(model.config, "num_hidden_layers", 0) or 0)
-    H = int(getattr(model.config, "num_attention_heads", 0) or 0)
-    if parts:
-        stats = {key: np.concatenate([p[key] for p in parts])  # each [segment, ...]
-                 for key in ("grad_sum", "count", "mass", "loss", "n", "n_masked", "importance")}
-        L, H = (int(d) for d in stats["importance"].shape[1:])
-    else:
-        C = len(TARGETS)
-        stats = {"grad_sum": np.zeros((0, L, C)), "count": np.zeros((0, C)), "mass": np.zeros((0, L, C)),
-                 "loss": np.zeros((0,)), "n": np.zeros((0,), dtype=np.int64),
-                 "n_masked": np.zeros((0,), dtype=np.int64), "importance": np.zeros((0, L, H))}
-    # [segment, layer, target], [segment, target], [segment, layer, target]
-    gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per = gsum / np.where(count > 0, count, np.nan)[:, None, :]  # [segment, layer, target]
-    per_valid = ~np.isnan(per)  # [segment, layer, target]
-    arrays = {
-        "grad_sum": gsum.sum(axis=0),  # [layer, target]
-        "count_sum": count.sum(axis=0),  # [target]
-        "seg_mean_sum": np.where(per_valid, per, 0.0).sum(axis=0),  # [layer, target]
-        "seg_mean_n": per_valid.sum(axis=0).astype(np.int64),  # [layer, target]
-        "mass_sum": mass.sum(axis=0),  # [layer, target]
-        "loss_sum": np.float64(stats["loss"].sum()),
-        "segments_without_target": (count == 0).sum(axis=0).astype(np.int64),  # [target]
-        "importance_sum": stats["importance"].sum(axis=0),  # [layer, head]
-        "importance_n": np.int64(stats["importance"].shape[0]),
-    }
+    too_long, no_mask, kept = _split_usable(masked, max_pos)
+    parts, seconds = _run_batches(model, kept, opts, str(tokenizer.sep_token), dev)
+    stats, L, H = _stack_statistics(parts, model.config)
     actions = [a for m in kept for a in m.actions]
     never = _never_masked(tokenizer)
     meta = {
@@ -602,7 +590,7 @@ def gradient_partial(
         "num_layers": L,
         "num_heads": H,
     }
-    return meta, arrays
+    return meta, _partial_arrays(stats)
 
 
 def reduce_gradients(partials, *, where=None):
@@ -751,30 +739,16 @@ def reduce_head_importance(partials, *, where=None) -> tuple["pd.DataFrame", dic
 def sep_gradient_importance(
     segments_path: str | os.PathLike,
     model_spec: str,
-    *,
-    revision: str | None = None,
-    seed: int = 0,
-    batch_size: int = 8,
-    max_examples: int | None = None,
-    device: str = "auto",
-    segment_ids: str = "zeros",
-    mask_rate: float = 0.15,
-    mask_mode: str = "bert",
-    target_tokens: str = "original",
-    grad_average: str = "pooled",
-    progress_every: int = 100,
+    options: GradientOptions | None = None,
+    **overrides: Any,
 ):
     """Per-layer gradient importance of attention to [SEP], ". ," and other tokens -> ``(frame, summary)``.
 
+    ``options`` / keyword ``overrides``: as for :func:`gradient_partial` (:class:`GradientOptions`).
     ``frame`` has the columns ``layer, target, mean_abs_grad, attention_mass`` (3 rows per layer), or,
     when the model has no masked-LM head, :func:`not_run_frame` (``summary["status"] == "not run"``).
     Nothing is written; see the ``gradients`` CLI for the files. (The partial sums of one run,
     :func:`gradient_partial`, reduced by :func:`reduce_gradients`.)
     """
-    partial = gradient_partial(
-        segments_path, model_spec, revision=revision, seed=seed, batch_size=batch_size,
-        max_examples=max_examples, device=device, segment_ids=segment_ids, mask_rate=mask_rate,
-        mask_mode=mask_mode, target_tokens=target_tokens, grad_average=grad_average,
-        progress_every=progress_every,
-    )
+    partial = gradient_partial(segments_path, model_spec, _resolve_options(options, overrides))
     return reduce_gradients([partial], where=[str(segments_path)])

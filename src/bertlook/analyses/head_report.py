@@ -6,7 +6,7 @@ Nothing is recomputed from attention maps: :func:`build_head_report` reads and v
 ``behavior``), ``head_accuracy.csv`` (``heads``: the best relation of each head) and, when given,
 ``coref_heads.csv`` (``coref``: ``all``) and ``head_importance.csv`` (``gradients --out-importance``:
 ``importance``), and derives the flags ``positional`` and ``sink_head``. Numbers only; the figure is
-:func:`bertlook.reporting.figures.fig_head_report`.
+:func:`bertlook.reporting.extra_figures.fig_head_report`.
 
 Definitions: docs/definitions.md#per-head-report-card
 """

@@ -7,7 +7,7 @@ the whole head rankings are (Spearman) and how well one treebank's best head doe
 (:func:`agreement`); :func:`languages_summary` gathers the counts for the summary JSON. The question is
 that of Ravishankar et al. 2021 ("Attention Can Reflect Syntactic Structure (If You Let It)", EACL).
 :func:`base_relations` optionally cuts UD subtypes (``nsubj:pass`` -> ``nsubj``), recombining the
-correct counts. The figure is :func:`bertlook.reporting.figures.fig_languages`, the markdown
+correct counts. The figure is :func:`bertlook.reporting.extra_figures.fig_languages`, the markdown
 :func:`bertlook.reporting.tables.languages_markdown`.
 
 Definitions: docs/definitions.md#cross-language-summary
@@ -250,7 +250,7 @@ def best_heads(frames: Mapping[str, "pd.DataFrame"], *, min_count: int = DEFAULT
     (relation, direction, treebank) for the relations with at least ``min_count`` words in that
     treebank ("All" included; root and punctuation, :data:`~bertlook.analyses.heads.SKIP_RELATIONS`,
     never). Best = highest accuracy over the ``L x H`` heads in that direction; ties: lowest layer,
-    then head (as :func:`bertlook.analyses.heads._best`); the runner-up is the best of the other heads.
+    then head (as `bertlook.analyses.table1._best`); the runner-up is the best of the other heads.
     Rows: "All" first, then relations by words over all treebanks, then name; directions; treebanks
     in the given order.
     """

@@ -1,10 +1,11 @@
 """Every probe table in one loop (issue 24): Table 3, Table 3 on the norm maps and the per-layer ablations
 of Attn+GloVe, every probe x seed trained together by the batched engine (:mod:`bertlook.analyses.probe_batch`,
 torch, imported when the probes train); the rows are assembled by the same functions as
-:func:`bertlook.analyses.probes.run_probes` / :func:`~bertlook.analyses.probes.run_layer_ablations`
-(``table3_frame``, ``ablation_frame``), so the tables have the same format.
+:func:`bertlook.analyses.probe_reference.run_probes` / :func:`~bertlook.analyses.probe_reference.run_layer_ablations`
+(:mod:`bertlook.analyses.probe_frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
 
-This module sits above both: ``probe_tables`` -> ``probe_batch`` -> ``probes``.
+This module sits above both: ``probe_tables`` -> ``probe_batch`` / ``probe_frames`` -> ``probes``; it imports no
+torch itself (``probe_batch`` and ``probe_split`` are imported when the probes train).
 """
 
 from __future__ import annotations
@@ -12,22 +13,24 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from bertlook.analyses.probe_frames import (
+    ablation_frame,
+    ablation_plan,
+    open_ablation_stores,
+    open_probe_stores,
+    table3_frame,
+    table3_trainable,
+)
 from bertlook.analyses.probes import (
     DEFAULT_SEEDS,
     NO_ATTENTION_PROBES,
     PROBES,
     ProbeData,
     ProbeTask,
-    ablation_frame,
-    ablation_plan,
     base_kind,
     check_probes,
     check_seeds,
     corpus_signature,
-    open_ablation_stores,
-    open_probe_stores,
-    table3_frame,
-    table3_trainable,
 )
 
 if TYPE_CHECKING:
@@ -43,8 +46,9 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     """Table 3 (``probes``; the random-init probe on its own stores), Table 3 on the norm maps (``norm_probes``)
     and the per-layer ablations of Attn+GloVe (``ablation_modes``), every model trained in one loop per corpus.
 
-    Returns ``{"table3", "table3_norm", "ablations"}`` (the frames of :func:`bertlook.analyses.probes.run_probes`
-    / :func:`~bertlook.analyses.probes.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
+    Returns ``{"table3", "table3_norm", "ablations"}`` (the frames of
+    :func:`bertlook.analyses.probe_reference.run_probes` /
+    :func:`~bertlook.analyses.probe_reference.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
     models, which norm rows reuse Table 3's models). A probe that reads no attention is trained once when the
     norm stores hold the same sentences as the model's (its rows are then the same in both tables); the
     ablations' reference row is Table 3's Attn+GloVe."""
@@ -164,8 +168,10 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
                        threads: int | None = None, log=None) -> dict[str, Any]:
     """Train ``tasks`` x ``seeds`` on ``train`` (source name -> store, one corpus) in one loop and evaluate them on
     ``dev`` with the batched engine (:mod:`bertlook.analyses.probe_batch`): ``results`` and ``info`` ((task, seed) ->
-    the dict of :func:`~bertlook.analyses.probes.evaluate_probe` / :func:`~bertlook.analyses.probes.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
-    from bertlook.analyses.probe_batch import BatchedProbes, SplitFeatures, tune_malloc  # torch: as above
+    the dict of :func:`~bertlook.analyses.probe_reference.evaluate_probe` /
+    :func:`~bertlook.analyses.probe_reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
+    from bertlook.analyses.probe_batch import BatchedProbes, tune_malloc  # torch: as above
+    from bertlook.analyses.probe_split import SplitFeatures
 
     say = log or (lambda msg: None)
     timing: dict[str, Any] = {}
@@ -199,7 +205,8 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
 
 def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, train_store, n_sentences,
               n_words, oov, epochs, batch_size) -> dict[str, Any]:
-    """The per-model dict of :func:`~bertlook.analyses.probes.train_probe` (the same keys), plus ``engine``."""
+    """The per-model dict of :func:`~bertlook.analyses.probe_reference.train_probe` (the same keys), plus
+    ``engine``."""
     family, released = base_kind(task.probe)
     info = {"probe": task.probe, "seed": int(seed), "epochs": int(epochs), "batch_size": int(batch_size),
             "lr": engine.lr, "released_offbyone": bool(released) if family == "attn_glove" else False,

@@ -5,7 +5,8 @@
 ``[L, H, W+2, W+2]`` ([CLS], words, [SEP]; ``from_split`` = ``mean`` | ``first`` | ``max``);
 :func:`extract_word_attention` reads a CoNLL-U treebank (``bertlook.data.treebank.read_conllu``), runs
 the model through :func:`bertlook.attention.extraction.extract_to_store` and streams the word-level maps
-into an attention store (``level: "word"``) whose records carry the gold ``heads``/``rels``/``upos``/``xpos``.
+into an attention store (``level: "word"``) whose records carry the gold ``heads``/``rels``/``upos``/``xpos``;
+:class:`WordExtractionOptions` holds the run's settings.
 
 Definitions: docs/definitions.md#word-level-attention
 """
@@ -302,6 +303,7 @@ def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
 
 
 def check_text_mode(text: str) -> str:
+    """``text`` when it is one of :data:`TEXT_MODES`, else a :class:`BertlookError`."""
     if text not in TEXT_MODES:
         raise BertlookError(f"unknown --text {text!r} (use one of {', '.join(TEXT_MODES)})")
     return text
@@ -385,29 +387,143 @@ def make_word_transform(alignments: dict[str, Alignment], from_split: str = "mea
     return transform
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WordExtractionOptions:
+    """The settings of a word-level extraction, shared by :func:`extract_word_attention` and
+    :func:`extract_word_attention_from_sentences`.
+
+    ``revision``: hub revision of the model; ``batch_size``: sentences per batch; ``max_seq_len``:
+    sentences with more tokens (incl. the special tokens) are excluded and counted; ``device``:
+    ``auto``, ``cpu`` or ``cuda``; ``from_split``: :data:`FROM_SPLIT_MODES` (attention FROM a split
+    word); ``shard_mb``: size of the store's shard files; ``progress_every``: 0 turns the progress
+    bar off; ``max_unk_rate``: largest allowed fraction of unknown tokens (None: the default 0.05,
+    :data:`bertlook.attention.extraction.DEFAULT_MAX_UNK_RATE`); ``random_init_seed``: the
+    random-init baseline's seed (None: the model itself; see
+    :func:`extract_word_attention_from_sentences`); ``random_init_keep``: its reading
+    (``embeddings`` or ``none``); ``text``: :data:`TEXT_MODES` (how a sentence is written for the
+    tokenizer). Build it once and pass it to every call (each shard gets the same options); checked
+    by :meth:`check` when a run starts.
+    """
+
+    revision: str | None = None
+    batch_size: int = 16
+    max_seq_len: int = 128
+    device: str = "auto"
+    from_split: str = "mean"
+    shard_mb: float = 256
+    progress_every: int = 256
+    max_unk_rate: float | None = None
+    random_init_seed: int | None = None
+    random_init_keep: str = "embeddings"
+    text: str = "spaces"
+
+    def check(self) -> float:
+        """Raise :class:`BertlookError` on an unknown mode or unknown-token rate; return the rate in force."""
+        if self.from_split not in FROM_SPLIT_MODES:
+            raise BertlookError(f"unknown --from-split {self.from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+        check_text_mode(self.text)
+        if self.random_init_keep not in KEEP_CHOICES:
+            raise BertlookError(f"unknown --random-init-keep {self.random_init_keep!r} "
+                                f"(use one of {', '.join(KEEP_CHOICES)})")
+        return check_max_unk_rate(DEFAULT_MAX_UNK_RATE if self.max_unk_rate is None else self.max_unk_rate)
+
+
+def _resolve_options(options: WordExtractionOptions | None, overrides: dict[str, Any]) -> WordExtractionOptions:
+    """``options`` (default: :class:`WordExtractionOptions`) with the keyword ``overrides`` of the caller applied."""
+    if options is None:
+        options = WordExtractionOptions()
+    elif not isinstance(options, WordExtractionOptions):
+        raise TypeError(f"options must be a WordExtractionOptions, got {type(options).__name__}")
+    return dataclasses.replace(options, **overrides) if overrides else options
+
+
+@dataclasses.dataclass
+class _WordRun:
+    """What :func:`extract_word_attention_from_sentences` prepares once for every model it runs."""
+
+    examples: list
+    alignments: dict
+    bad_ids: list
+    bad_msgs: list
+    reasons: dict
+    unk: dict
+    max_unk_rate: float
+    n_sentences: int
+    n_words: int
+    n_split: int
+    special: dict
+    info: dict | None
+    src: Any
+    model_spec: str
+    options: WordExtractionOptions
+    device: Any
+    summary_extra: dict | None
+
+
+def _shard_part(sentences: list, shard: tuple[int, int], examples: list, bad_ids: list, bad_msgs: list):
+    """``(info, examples, bad_ids, bad_msgs)`` of shard ``shard=(i, k)`` of the sentences only."""
+    info = shard_info(len(sentences), *shard)
+    mine = {sentence_id(sent, k) for k, sent in enumerate(sentences) if info["start"] <= k < info["stop"]}
+    examples = [ex for ex in examples if ex[0]["id"] in mine]
+    kept_bad = [(sid, msg) for sid, msg in zip(bad_ids, bad_msgs) if sid in mine]
+    return info, examples, [sid for sid, _ in kept_bad], [msg for _, msg in kept_bad]
+
+
+def _prepare_word_run(sentences: list, tokenizer, model_spec: str, opts: WordExtractionOptions, *,
+                      max_unk_rate: float, device, src: Any, shard: tuple[int, int] | None,
+                      summary_extra: dict[str, Any] | None) -> _WordRun:
+    """Align the sentences, check the unknown-token rate over all of them, keep the shard's and count
+    the words of those that will be stored."""
+    reason_by_id: dict[str, str] = {}
+    examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src, text=opts.text,
+                                                                    reason_by_id=reason_by_id)
+    unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
+    check_unk_rate(unk, max_unk_rate, model_spec, what=f"sentences of {src}", step="extract-words")
+    n_sentences = len(sentences)
+    info = None
+    if shard is not None:
+        info, examples, bad_ids, bad_msgs = _shard_part(sentences, shard, examples, bad_ids, bad_msgs)
+        unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
+        n_sentences = info["stop"] - info["start"]
+        print(f"extract-words: shard {info['index']}/{info['count']}: sentences {info['start'] + 1}..{info['stop']} "
+              f"of {len(sentences)}", file=sys.stderr, flush=True)
+
+    reasons = {key: 0 for key in ALIGNMENT_ERROR_REASONS}  # over this run's (shard's) sentences
+    for sid in bad_ids:
+        reasons[reason_by_id[sid]] += 1
+
+    # word statistics over the sentences that will be stored (over-long ones are excluded below)
+    kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= opts.max_seq_len]
+    n_words = sum(al.n_words for al in kept)
+    n_split = sum(al.split_words for al in kept)
+    if kept:
+        special = {"cls": kept[0].tokens[0], "sep": kept[0].tokens[-1]}
+    else:
+        special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
+    return _WordRun(examples=examples, alignments=alignments, bad_ids=bad_ids, bad_msgs=bad_msgs, reasons=reasons,
+                    unk=unk, max_unk_rate=max_unk_rate, n_sentences=n_sentences, n_words=n_words, n_split=n_split,
+                    special=special, info=info, src=src, model_spec=model_spec, options=opts, device=device,
+                    summary_extra=summary_extra)
+
+
 def extract_word_attention_from_sentences(
     sentences: Iterable,
     model_spec: str,
     out_dir,
+    options: WordExtractionOptions | None = None,
     *,
-    revision: str | None = None,
-    batch_size: int = 16,
-    max_seq_len: int = 128,
-    device: str = "auto",
-    from_split: str = "mean",
-    shard_mb: float = 256,
+    shard: tuple[int, int] | None = None,
+    norms_out=None,
+    random_init_out=None,
     summary_extra: dict[str, Any] | None = None,
     source: Any = None,
-    progress_every: int = 256,
-    max_unk_rate: float | None = None,
-    shard: tuple[int, int] | None = None,
-    random_init_seed: int | None = None,
-    random_init_keep: str = "embeddings",
-    norms_out=None,
-    text: str = "spaces",
-    random_init_out=None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """:func:`extract_word_attention` on already-read sentences (``source`` names them in errors and meta).
+
+    ``options``: the run's :class:`WordExtractionOptions` (default: its defaults); keyword
+    ``overrides`` (``batch_size=2``, ...; the fields of :class:`WordExtractionOptions`) replace single
+    fields of it.
 
     ``random_init_out``: run the model into ``out_dir`` and then, on the same prepared sentences, the random-init
     baseline (``random_init_seed``) into ``random_init_out``; its summary is ``summary["random_init_run"]``.
@@ -432,111 +548,46 @@ def extract_word_attention_from_sentences(
     ``spaces`` (words joined by single spaces; default) or ``original`` (``SpaceAfter=No`` respected);
     recorded in ``meta.json`` and the summary (``text``). Unalignable sentences are counted per reason
     (summary ``excluded_alignment_reasons``; ``excluded_straddling_token``: a token over two words).
+    ``summary_extra``: entries added to the summary.
     """
     # lazy: modeling imports torch (see the note at the imports)
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
-    if from_split not in FROM_SPLIT_MODES:
-        raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
-    check_text_mode(text)
-    if random_init_keep not in KEEP_CHOICES:
-        raise BertlookError(f"unknown --random-init-keep {random_init_keep!r} (use one of {', '.join(KEEP_CHOICES)})")
-    max_unk_rate = check_max_unk_rate(DEFAULT_MAX_UNK_RATE if max_unk_rate is None else max_unk_rate)
+    opts = _resolve_options(options, overrides)
+    max_unk_rate = opts.check()
     src = source if source is not None else "<sentences>"
-    resolved = resolve_model(model_spec, revision)
-    dev = pick_device(device)
+    resolved = resolve_model(model_spec, opts.revision)
+    dev = pick_device(opts.device)
     tokenizer = load_tokenizer(resolved)
-    sentences = list(sentences)
-    reason_by_id: dict[str, str] = {}
-    examples, alignments, bad_ids, bad_msgs = prepare_word_examples(sentences, tokenizer, path=src, text=text,
-                                                                    reason_by_id=reason_by_id)
-    unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
-    check_unk_rate(unk, max_unk_rate, model_spec, what=f"sentences of {src}", step="extract-words")
-    n_sentences = len(sentences)
-    info = None
-    if shard is not None:
-        info = shard_info(len(sentences), *shard)
-        mine = {sentence_id(sent, k) for k, sent in enumerate(sentences) if info["start"] <= k < info["stop"]}
-        examples = [ex for ex in examples if ex[0]["id"] in mine]
-        kept_bad = [(sid, msg) for sid, msg in zip(bad_ids, bad_msgs) if sid in mine]
-        bad_ids, bad_msgs = [sid for sid, _ in kept_bad], [msg for _, msg in kept_bad]
-        unk = unk_statistics(examples, tokenizer, words_of=aligned_unk_words(alignments))
-        n_sentences = info["stop"] - info["start"]
-        print(f"extract-words: shard {info['index']}/{info['count']}: sentences {info['start'] + 1}..{info['stop']} "
-              f"of {len(sentences)}", file=sys.stderr, flush=True)
-
-    reasons = {key: 0 for key in ALIGNMENT_ERROR_REASONS}  # over this run's (shard's) sentences
-    for sid in bad_ids:
-        reasons[reason_by_id[sid]] += 1
-
-    # word statistics over the sentences that will be stored (over-long ones are excluded below)
-    kept = [alignments[rec["id"]] for rec, ids, _ in examples if len(ids) <= max_seq_len]
-    n_words = sum(al.n_words for al in kept)
-    n_split = sum(al.split_words for al in kept)
-    if kept:
-        special = {"cls": kept[0].tokens[0], "sep": kept[0].tokens[-1]}
-    else:
-        special = {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
-
-    prep = _WordRun(examples=examples, alignments=alignments, bad_ids=bad_ids, bad_msgs=bad_msgs, reasons=reasons,
-                    unk=unk, max_unk_rate=max_unk_rate, n_sentences=n_sentences, n_words=n_words, n_split=n_split,
-                    special=special, info=info, src=src, model_spec=model_spec, revision=revision,
-                    from_split=from_split, text=text, batch_size=batch_size, max_seq_len=max_seq_len, device=dev,
-                    shard_mb=shard_mb, progress_every=progress_every, summary_extra=summary_extra)
+    prep = _prepare_word_run(list(sentences), tokenizer, model_spec, opts, max_unk_rate=max_unk_rate, device=dev,
+                             src=src, shard=shard, summary_extra=summary_extra)
+    seed, keep = opts.random_init_seed, opts.random_init_keep
     if random_init_out is None:
-        if random_init_seed is None:
+        if seed is None:
             return _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
-        model, random_init = load_random_init_model(resolved, int(random_init_seed), dev, keep=random_init_keep)
+        model, random_init = load_random_init_model(resolved, int(seed), dev, keep=keep)
         return _extract_words_with(prep, model, random_init, resolved, out_dir, norms_out)
-    if random_init_seed is None:
+    if seed is None:
         raise BertlookError("--random-init-out needs --random-init-seed (the random-init model's seed)")
     summary = _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
-    model, random_init = load_random_init_model(resolved, int(random_init_seed), dev, keep=random_init_keep)
+    model, random_init = load_random_init_model(resolved, int(seed), dev, keep=keep)
     summary["random_init_run"] = _extract_words_with(prep, model, random_init, resolved, random_init_out, None)
     return summary
 
 
-@dataclasses.dataclass
-class _WordRun:
-    """What :func:`extract_word_attention_from_sentences` prepares once for every model it runs."""
-
-    examples: list
-    alignments: dict
-    bad_ids: list
-    bad_msgs: list
-    reasons: dict
-    unk: dict
-    max_unk_rate: float
-    n_sentences: int
-    n_words: int
-    n_split: int
-    special: dict
-    info: dict | None
-    src: Any
-    model_spec: str
-    revision: str | None
-    from_split: str
-    text: str
-    batch_size: int
-    max_seq_len: int
-    device: Any
-    shard_mb: float
-    progress_every: int
-    summary_extra: dict | None
-
-
 def _extract_words_with(p: _WordRun, model, random_init, resolved, out_dir, norms_out) -> dict[str, Any]:
     """One model's word-level maps of the prepared sentences ``p`` into ``out_dir`` (and ``norms_out``)."""
+    o = p.options
     meta = {
         "model": resolved.provenance(model.config),
         "special_tokens": p.special,
-        "from_split": p.from_split,
+        "from_split": o.from_split,
         "treebank": str(p.src),
         "n_sentences": p.n_sentences,
         "n_words": p.n_words,
         "n_split_words": p.n_split,
         "split_word_fraction": round(p.n_split / p.n_words, 6) if p.n_words else None,
-        "text": p.text,
+        "text": o.text,
         "excluded": {"alignment": len(p.bad_ids), "alignment_ids": p.bad_ids},
         "excluded_alignment_reasons": p.reasons,
         "token_type_ids": "zeros",
@@ -544,17 +595,17 @@ def _extract_words_with(p: _WordRun, model, random_init, resolved, out_dir, norm
     }
     if random_init is not None:
         meta["random_init"] = random_init
-    summary = extract_to_store(p.examples, model, out_dir, batch_size=p.batch_size, max_seq_len=p.max_seq_len,
-                               device=p.device, level="word", meta=meta, progress_every=p.progress_every,
-                               shard_mb=p.shard_mb, transform=make_word_transform(p.alignments, p.from_split),
+    summary = extract_to_store(p.examples, model, out_dir, batch_size=o.batch_size, max_seq_len=o.max_seq_len,
+                               device=p.device, level="word", meta=meta, progress_every=o.progress_every,
+                               shard_mb=o.shard_mb, transform=make_word_transform(p.alignments, o.from_split),
                                stored_size=lambda rec, n: len(rec["words"]) + 2,
                                extra_meta={"shard": p.info} if p.info else None, norms_out_dir=norms_out,
                                step="extract-words", workers=2 if norms_out is not None else 1)
     summary.update({
         "treebank": str(p.src),
         "model": p.model_spec,
-        "revision": p.revision,
-        "from_split": p.from_split,
+        "revision": o.revision,
+        "from_split": o.from_split,
         "n_sentences": p.n_sentences,
         "n_extracted": summary["n_examples"],
         "excluded_too_long_ids": summary["excluded_ids"],
@@ -563,7 +614,7 @@ def _extract_words_with(p: _WordRun, model, random_init, resolved, out_dir, norm
         "excluded_alignment_reasons": p.reasons,
         "excluded_straddling_token": p.reasons["straddling_token"],
         "alignment_errors": p.bad_msgs[:MAX_LISTED_ERRORS],
-        "text": p.text,
+        "text": o.text,
         "n_words": p.n_words,
         "n_split_words": p.n_split,
         "split_word_fraction": meta["split_word_fraction"],
@@ -584,25 +635,18 @@ def extract_word_attention(
     conllu_path,
     model_spec: str,
     out_dir,
+    options: WordExtractionOptions | None = None,
     *,
-    revision: str | None = None,
-    batch_size: int = 16,
-    max_seq_len: int = 128,
-    device: str = "auto",
-    from_split: str = "mean",
-    shard_mb: float = 256,
-    summary_extra: dict[str, Any] | None = None,
-    progress_every: int = 256,
-    max_unk_rate: float | None = None,
     shard: tuple[int, int] | None = None,
-    random_init_seed: int | None = None,
-    random_init_keep: str = "embeddings",
     norms_out=None,
-    text: str = "spaces",
     random_init_out=None,
+    summary_extra: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """Word-level attention of every sentence of a CoNLL-U treebank, streamed into a store at ``out_dir``.
 
+    ``options``: the run's :class:`WordExtractionOptions` (default: its defaults); keyword
+    ``overrides`` (the fields of :class:`WordExtractionOptions`) replace single fields of it.
     The model runs on ``[CLS] w1 .. wn [SEP]`` (single segment, token type ids 0) in length-sorted
     batches; sentences with more than ``max_seq_len`` tokens and sentences that cannot be aligned
     are excluded, counted and their ids listed (summary and ``meta.json`` ``excluded``). The run
@@ -620,6 +664,7 @@ def extract_word_attention(
     on the same sentences, the random-init baseline's (``random_init_seed``) there
     (:func:`extract_word_attention_from_sentences`).
     """
+    opts = _resolve_options(options, overrides)
     path = Path(conllu_path)
     if not path.is_file():
         raise BertlookError(f"{path}: treebank file not found")
@@ -627,8 +672,6 @@ def extract_word_attention(
     extra = {"treebank_counts": read_counts} if read_counts else {}
     extra.update(summary_extra or {})
     return extract_word_attention_from_sentences(
-        sentences, model_spec, out_dir, revision=revision, batch_size=batch_size, max_seq_len=max_seq_len,
-        device=device, from_split=from_split, shard_mb=shard_mb, summary_extra=extra, source=path,
-        progress_every=progress_every, max_unk_rate=max_unk_rate, shard=shard, random_init_seed=random_init_seed,
-        random_init_keep=random_init_keep, norms_out=norms_out, text=text, random_init_out=random_init_out,
+        sentences, model_spec, out_dir, opts, shard=shard, norms_out=norms_out,
+        random_init_out=random_init_out, summary_extra=extra, source=path,
     )

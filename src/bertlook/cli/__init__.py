@@ -1,84 +1,90 @@
 """``bertlook <step> ...``: every pipeline step as a command-line subcommand.
 
-One module per step in this package (``bertlook.cli.<step>``) exposes ``register_cli(subparsers)``
-with the step's argparse glue, summaries and printing; the computation lives in the stage
-packages. Handlers return an exit code. User errors (:class:`bertlook.errors.BertlookError`) print ``error: ...`` and exit 2 without a
-traceback.
+One module per step in this package (``bertlook.cli.<step>``) holds ``COMMANDS`` (a literal: its
+subcommands and their help lines, read here without importing the module), ``STEPS`` (the step
+declarations of :mod:`bertlook.pipeline.steps` that the workflow, the report and the regression gate read;
+:func:`declared_steps`) and ``register_cli(subparsers)`` with the step's argparse glue, summaries and
+printing; the computation lives in the stage packages. A new module is found without a line here
+(docs/ADDING_A_STEP.md). Handlers return an exit code. User errors
+(:class:`bertlook.errors.BertlookError`) print ``error: ...`` and exit 2 without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib
 import logging
 import sys
+from pathlib import Path
 
 from bertlook import __version__
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import Step, check_steps
+
+#: The CLI modules in pipeline order (the order of ``bertlook --help`` and of :func:`declared_steps`); a
+#: module of this package not named here (a new step's) comes after them, in name order.
+ORDER = ("preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
+         "surface_stats", "cluster_heads", "figures", "heads", "tree_heads", "random_init", "probes",
+         "probe_ablations", "coref", "gradients", "rollout", "head_report", "languages", "manifest", "compare",
+         "resources", "report_pages")
+
+
+def _literal_assignment(tree: ast.Module, name: str) -> ast.expr | None:
+    """The value of the module-level assignment ``name = ...`` of ``tree``, if any."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node.value
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node.value
+    return None
+
+
+def _module_paths() -> list[Path]:
+    """This package's CLI modules (not ``__init__`` nor a private ``_x`` helper), in :data:`ORDER`."""
+    paths = [p for p in Path(__file__).parent.glob("*.py") if not p.name.startswith("_")]
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(paths, key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
+
+
+def discover_commands() -> dict[str, tuple[str, str]]:
+    """``{subcommand: (module, help line)}`` of every CLI module, read from the module's ``COMMANDS``
+    literal (``{"name": "help", ...}``) without importing it. A module without ``COMMANDS`` registers
+    nothing (a helper such as ``sharding``); a command named twice is an error."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in _module_paths():
+        node = _literal_assignment(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), "COMMANDS")
+        if node is None:
+            continue
+        module = f"{__name__}.{path.stem}"
+        for name, help_text in ast.literal_eval(node).items():
+            if name in found:
+                raise RuntimeError(f"{path}: command {name!r} is registered by {found[name][0]} too")
+            found[name] = (module, help_text)
+    return found
+
 
 #: The lazy registry: subcommand -> (module that registers it, one-line help), in pipeline order.
 #: ``bertlook --help`` lists these without importing any step module; ``bertlook STEP ...`` imports
 #: only STEP's module (whose computation modules import numpy/pandas/torch at the top).
 #: tests/test_layout.py checks that each module registers exactly its names with the same help.
-STEPS: dict[str, tuple[str, str]] = {
-    "validate-config": ("bertlook.cli.preflight", "check a configuration file against the schema"),
-    "runs": ("bertlook.cli.preflight", "print the run names of a configuration, one per line"),
-    "preflight": ("bertlook.cli.preflight", "check that every model and corpus of a configuration can be reached"),
-    "download": ("bertlook.cli.download",
-                 "download a file (e.g. the Wikipedia dump) with retries and checksum verification"),
-    "fetch": ("bertlook.cli.fetch",
-              "download every input of a configuration (models, dump, UD, GloVe) before a cluster run"),
-    "segments": ("bertlook.cli.segments", "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)"),
-    "extract-segments": ("bertlook.cli.extract_segments",
-                         "run a model once over the segments: attention stores and the statistics of the same pass"),
-    "merge-stores": ("bertlook.cli.extract_segments",
-                     "gather the shard stores of a sharded extraction into one attention store"),
-    "gather-extraction": ("bertlook.cli.extract_segments",
-                          "gather the summaries of a sharded segment extraction (no maps needed)"),
-    "treebank": ("bertlook.cli.treebank", "dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy "
-                                          "parses) -> train/dev CoNLL-U"),
-    "extract-words": ("bertlook.cli.extract_words",
-                      "extract word-level attention maps of treebank sentences into an attention store"),
-    "surface-stats": ("bertlook.cli.surface_stats",
-                      "per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)"),
-    "cluster-heads": ("bertlook.cli.cluster_heads",
-                      "Jensen-Shannon divergences between heads, 2-D MDS embedding, behaviour labels (Fig 6)"),
-    "figures": ("bertlook.cli.figures", "draw the PNG twins of the paper's Figs 1, 2, 4 and 6"),
-    "fig1-example": ("bertlook.cli.figures",
-                     "save the Fig 1 example of a sharded extraction, if this shard's store holds it"),
-    "heads": ("bertlook.cli.heads", "per-head dependency accuracy, Table 1 twin (best head per relation vs offset "
-                                    "baselines), Fig 5 twin"),
-    "tree-heads": ("bertlook.cli.tree_heads",
-                   "a whole dependency tree decoded from every single head (Htut et al. 2019): UAS, UUAS vs baselines"),
-    "random-init": ("bertlook.cli.random_init", "random-init baseline model: pretrained word/position embeddings, "
-                                                "all other weights random (Table 3)"),
-    "probes": ("bertlook.cli.probes",
-               "attention-based dependency parsing probes and baselines (Table 3), on the norm maps, ablations"),
-    "probe-ablations": ("bertlook.cli.probe_ablations",
-                        "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy"),
-    "coref-extract": ("bertlook.cli.coref", "CoNLL-2012 parts -> word-level attention store with gold mentions"),
-    "coref": ("bertlook.cli.coref", "antecedent selection accuracy per head + baselines (Table 2 twin)"),
-    "gradients": ("bertlook.cli.gradients",
-                  "gradient importance of attention to [SEP] / '. ,' / other tokens per layer (Fig 3)"),
-    "rollout": ("bertlook.cli.rollout",
-                "attention rollout (Abnar & Zuidema 2020): per-layer shares and entropy, Table 1 on rollout maps"),
-    "head-report": ("bertlook.cli.head_report",
-                    "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation"),
-    "languages": ("bertlook.cli.languages",
-                  "cross-language summary: each relation's best head per treebank and whether the treebanks share them"),
-    "manifest": ("bertlook.cli.manifest", "write the provenance record manifest.json of a run"),
-    "compare": ("bertlook.cli.compare", "a run's numbers against the paper's (comparison.csv / .md)"),
-    "check-regression": ("bertlook.cli.compare", "exit 1 when a run regresses against the paper or a golden file"),
-    "make-golden": ("bertlook.cli.compare", "write a golden JSON of every checked number of a run"),
-    "models-summary": ("bertlook.cli.compare", "several runs (models) side by side: table, markdown, figure"),
-    "resources": ("bertlook.cli.resources",
-                  "per-rule measured resources (wall, CPU, RSS, I/O) of a run from its benchmark files"),
-    "report-pages": ("bertlook.cli.report_pages",
-                     "the HTML report's pages: tables as HTML (percents), figures as page-sized PNGs"),
-}
+COMMANDS: dict[str, tuple[str, str]] = discover_commands()
 
 #: Modules registering subcommands, in pipeline order.
-STEP_MODULES = list(dict.fromkeys(module for module, _ in STEPS.values()))
+COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))
+
+
+@functools.lru_cache(maxsize=None)
+def declared_steps() -> tuple[Step, ...]:
+    """Every step of a run (:class:`bertlook.pipeline.steps.Step`), from the ``STEPS`` tuple of the CLI
+    modules that declare one, the paper's first, then those beyond the paper, each in :data:`ORDER`.
+    Only those modules are imported (their top-level imports are light: the DAG build calls this)."""
+    found: list[Step] = []
+    for path in _module_paths():
+        if _literal_assignment(ast.parse(path.read_text(encoding="utf-8")), "STEPS") is not None:
+            found.extend(importlib.import_module(f"{__name__}.{path.stem}").STEPS)
+    return check_steps([s for s in found if not s.beyond] + [s for s in found if s.beyond])
 
 
 def requested_step(argv: list[str] | None) -> str | None:
@@ -97,8 +103,8 @@ def build_parser(step: str | None = None, *, full: bool = False) -> argparse.Arg
     parser.add_argument("--version", action="version", version=f"bertlook {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="step", metavar="STEP")
-    load = set(STEP_MODULES) if full else {STEPS[step][0]} if step in STEPS else set()
-    for name, (module, help_text) in STEPS.items():
+    load = set(COMMAND_MODULES) if full else {COMMANDS[step][0]} if step in COMMANDS else set()
+    for name, (module, help_text) in COMMANDS.items():
         if name in sub.choices:
             continue  # registered with its module
         if module in load:

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "cluster-heads": "Jensen-Shannon divergences between heads, 2-D MDS embedding, behaviour labels (Fig 6)",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("cluster_heads", (table("js_divergence.csv"), table("head_clusters.csv")), maps=("attention",), env="torch",
+         pages=(Page(table("js_divergence.csv"), "js_divergence.html", "Tables",
+                     "JS divergence between heads (Figure 6)", "js_divergence.rst", RUN_TABLES),
+                Page(table("head_clusters.csv"), "head_clusters.html", "Tables",
+                     "Head embedding and behaviour labels (Figure 6)", "head_clusters.rst", RUN_TABLES))),
+    Step("cluster_heads_norm", (table("head_clusters_norm.csv"),), rule="cluster_heads", switch="norms",
+         maps=("norm",), env="torch", beyond=True,
+         pages=(Page(table("head_clusters_norm.csv"), "head_clusters_norm.html", BEYOND,
+                     "Head embedding and behaviour labels, norm-based maps", "head_clusters_norm.rst", NORMS_SUB),)),
+)
+
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -92,7 +114,7 @@ def register_cli(subparsers) -> None:
     """Add the ``cluster-heads`` subcommand."""
     p = subparsers.add_parser(
         "cluster-heads",
-        help="Jensen-Shannon divergences between heads, 2-D MDS embedding, behaviour labels (Fig 6)",
+        help=COMMANDS["cluster-heads"],
         description=(
             "Compare every pair of heads by the Jensen-Shannon divergence of their attention "
             "(summed over from-tokens and examples), embed the heads in 2-D with metric MDS and label "

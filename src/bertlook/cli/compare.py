@@ -9,6 +9,25 @@ from pathlib import Path
 from typing import Iterable
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import Page, Step
+
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "compare": "a run's numbers against the paper's (comparison.csv / .md)",
+    "check-regression": "exit 1 when a run regresses against the paper or a golden file",
+    "make-golden": "write a golden JSON of every checked number of a run",
+    "models-summary": "several runs (models) side by side: table, markdown, figure",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("compare", ("comparison.csv", "comparison.md"),
+         pages=(Page("comparison.md", "comparison.html", "Comparison with the paper", "Comparison with the paper",
+                     "comparison.rst"),)),
+)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -28,6 +47,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _golden_tables() -> list:
+    """The golden tables of every declared step (bertlook.cli.declared_steps): their groups beside the
+    hand-written ones of bertlook.reporting.golden."""
+    from bertlook.cli import declared_steps
+    from bertlook.pipeline.steps import golden_tables
+
+    return golden_tables(declared_steps())
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from bertlook.reporting.compare import check_against_paper
     from bertlook.reporting.golden import check_against_golden
@@ -36,7 +64,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return check_against_paper(args.results_dir)
     if not Path(args.against).is_file():
         raise BertlookError(f"{args.against}: golden file not found (--against paper|FILE)")
-    return check_against_golden(args.results_dir, args.against)
+    return check_against_golden(args.results_dir, args.against, tables=_golden_tables())
 
 
 def _cmd_make_golden(args: argparse.Namespace) -> int:
@@ -45,7 +73,7 @@ def _cmd_make_golden(args: argparse.Namespace) -> int:
 
     if args.tolerances is None:
         print("make-golden: warning: no --tolerances: argmax-based numbers must then match to the word")
-    doc = make_golden(args.run_dir, read_tolerances(args.tolerances))
+    doc = make_golden(args.run_dir, read_tolerances(args.tolerances), tables=_golden_tables())
     write_json(args.out, doc)
     sizes = ", ".join(f"{k} {len(g['values'])}" for k, g in doc["groups"].items())
     n_checks = sum(is_check(v) for g in doc["groups"].values() for v in g["values"].values())
@@ -61,7 +89,7 @@ def _split_labels(text: str | None) -> list[str] | None:
 
 def _cmd_models_summary(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_csv, write_text
-    from bertlook.reporting.compare import fig_models_summary, models_summary, models_summary_markdown
+    from bertlook.reporting.models_summary import fig_models_summary, models_summary, models_summary_markdown
 
     df = models_summary(args.run_dir, _split_labels(args.labels))
     write_csv(args.out_csv, df)
@@ -77,7 +105,7 @@ def _cmd_models_summary(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     """Add ``compare``, ``check-regression``, ``make-golden`` and ``models-summary``."""
     p = subparsers.add_parser(
-        "compare", help="a run's numbers against the paper's (comparison.csv / .md)",
+        "compare", help=COMMANDS["compare"],
         description="Inputs: RUN_DIR/manifest.json (which sections are comparable), tables/table1.csv, "
         "tables/attention_stats.csv, and when present tables/table2.csv and tables/table3.csv. Outputs: "
         "comparison.csv (section,item,metric,paper,reproduced,difference,tolerance,status,note) and "
@@ -89,7 +117,7 @@ def register_cli(subparsers) -> None:
     p.set_defaults(func=_cmd_compare)
 
     q = subparsers.add_parser(
-        "check-regression", help="exit 1 when a run regresses against the paper or a golden file",
+        "check-regression", help=COMMANDS["check-regression"],
         description="Inputs: RUN_DIR (its manifest.json and tables) and `paper` or a golden JSON. "
         "--against paper: exit 1 when a comparable row of the comparison FAILs (non-comparable "
         "rows never fail; when nothing is comparable it says so and exits 0). --against FILE: compare every "
@@ -101,7 +129,7 @@ def register_cli(subparsers) -> None:
     q.set_defaults(func=_cmd_check)
 
     g = subparsers.add_parser(
-        "make-golden", help="write a golden JSON of every checked number of a run",
+        "make-golden", help=COMMANDS["make-golden"],
         description="Input: RUN_DIR; output: the golden JSON. Collects attention_stats.csv (every head and column), table1.csv, the All rows of "
         "head_accuracy.csv, table3.csv, table2.csv, sep_gradients.csv (values or not-run status), the "
         "behaviour labels of head_clusters.csv, a summary of js_divergence.csv (sum, 5 largest), the twins "
@@ -116,7 +144,7 @@ def register_cli(subparsers) -> None:
     g.set_defaults(func=_cmd_make_golden)
 
     m = subparsers.add_parser(
-        "models-summary", help="several runs (models) side by side: table, markdown, figure",
+        "models-summary", help=COMMANDS["models-summary"],
         description="Inputs: run directories (tables/table1.csv, tables/attention_stats.csv, tables/table3.csv "
         "when present). Outputs: CSV, markdown, figure. One row per (model, metric): best-head accuracy per Table 1 relation present in every "
         "run, probe UAS per probe, mean [SEP] attention over the middle third of the layers, largest "

@@ -1,5 +1,6 @@
 """``bertlook coref-extract`` and ``bertlook coref``: argparse glue, summaries and printing of
-:mod:`bertlook.analyses.coref`."""
+:mod:`bertlook.attention.coref_maps` (the model run over :mod:`bertlook.data.conll2012` parts) and
+:mod:`bertlook.analyses.coref` (the scoring)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from bertlook.analyses.coref import CANDIDATES, HEAD_RULES
-from bertlook.cli._args import add_batch_arguments, add_model_arguments
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import Page, Step, TWIN_TABLES, table
+
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "coref-extract": "CoNLL-2012 parts -> word-level attention store with gold mentions",
+    "coref": "antecedent selection accuracy per head + baselines (Table 2 twin)",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("coref", (table("table2.csv"), table("table2.md"), table("coref_heads.csv")),
+         pages=(Page(table("table2.md"), "table2.html", "Tables", "Table 2 twin: coreference", "table2.rst",
+                     TWIN_TABLES),)),
+)
 
 
 _EXTRACT_HELP = """\
@@ -51,9 +67,13 @@ writes tables that say "not run: REASON" (exit 0).
 
 def register_cli(subparsers) -> None:
     """Add the ``coref-extract`` and ``coref`` subcommands."""
+    from bertlook.analyses.coref import CANDIDATES
+    from bertlook.cli._args import add_batch_arguments, add_model_arguments
+    from bertlook.data.coref_mentions import HEAD_RULES
+
     from bertlook.attention.extract_words import FROM_SPLIT_MODES
 
-    p = subparsers.add_parser("coref-extract", help="CoNLL-2012 parts -> word-level attention store with gold mentions",
+    p = subparsers.add_parser("coref-extract", help=COMMANDS["coref-extract"],
                               description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conll", action="append", required=True, metavar="FILE",
                    help="input: CoNLL-2012 file or directory (repeatable)")
@@ -68,7 +88,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON")
     p.set_defaults(func=_cmd_coref_extract)
 
-    q = subparsers.add_parser("coref", help="antecedent selection accuracy per head + baselines (Table 2 twin)",
+    q = subparsers.add_parser("coref", help=COMMANDS["coref"],
                               description=_SCORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("--attention", metavar="DIR", default=None, help="input: store from coref-extract")
     q.add_argument("--not-run", metavar="REASON", default=None,
@@ -84,7 +104,7 @@ def register_cli(subparsers) -> None:
 
 
 def _cmd_coref_extract(args) -> int:
-    from bertlook.analyses.coref import extract_coref_attention
+    from bertlook.attention.coref_maps import extract_coref_attention
     from bertlook.io_utils import write_json
 
     s = extract_coref_attention(args.conll, args.model, args.out, revision=args.revision,

@@ -9,6 +9,13 @@ from __future__ import annotations
 import argparse
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "download": "download a file (e.g. the Wikipedia dump) with retries and checksum verification",
+}
+
+
 def _handler(args: argparse.Namespace) -> int:
     from bertlook.data.download import download, fetch_sha1_from_sums
     from bertlook.io_utils import write_json
@@ -29,7 +36,7 @@ def _handler(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "download",
-        help="download a file (e.g. the Wikipedia dump) with retries and checksum verification",
+        help=COMMANDS["download"],
         description=(
             "Input: --url (http(s):// or file://), optionally --sha256 and/or --sha1sums-url "
             "(a Wikimedia *-sha1sums.txt listing the file). "

@@ -18,6 +18,15 @@ from bertlook.attention.extraction import SEGMENT_ID_MODES
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 from bertlook.errors import BertlookError
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "extract-segments": "run a model once over the segments: attention stores and the statistics of the same pass",
+    "merge-stores": "gather the shard stores of a sharded extraction into one attention store",
+    "gather-extraction": "gather the summaries of a sharded segment extraction (no maps needed)",
+}
+
+
 DESCRIPTION = """\
 Run a model once on paper-style segments ([CLS] A [SEP] B [SEP]) and hand its attention maps, batch by
 batch, to every output asked for; the maps are written to disk only with --out / --norms-out.
@@ -44,7 +53,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-segments`` subcommand."""
     p = subparsers.add_parser(
         "extract-segments",
-        help="run a model once over the segments: attention stores and the statistics of the same pass",
+        help=COMMANDS["extract-segments"],
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")

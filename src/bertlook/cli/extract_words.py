@@ -8,6 +8,13 @@ from pathlib import Path
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "extract-words": "extract word-level attention maps of treebank sentences into an attention store",
+}
+
+
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
     from bertlook.attention.extract_words import FROM_SPLIT_MODES, TEXT_MODES
@@ -15,7 +22,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "extract-words",
-        help="extract word-level attention maps of treebank sentences into an attention store",
+        help=COMMANDS["extract-words"],
         description=(
             "Run a model on treebank sentences ([CLS] w1 .. wn [SEP]) and store word-level attention maps:\n"
             "attention TO a split word = sum over its tokens, FROM a split word = --from-split.\n"
@@ -74,7 +81,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_extract_words(args) -> int:
-    from bertlook.attention.extract_words import extract_word_attention
+    from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
     from bertlook.attention.random_init import DEFAULT_KEEP
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_json
@@ -84,12 +91,13 @@ def _cmd_extract_words(args) -> int:
     keep = args.random_init_keep or DEFAULT_KEEP
     if (args.random_init_out is None) != (args.random_init_summary is None):
         raise BertlookError("give both --random-init-out and --random-init-summary, or neither")
-    summary = extract_word_attention(
-        args.treebank, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len, device=args.device, from_split=args.from_split, shard_mb=args.shard_mb,
-        max_unk_rate=args.max_unk_rate, shard=args.shard, random_init_seed=args.random_init_seed,
-        random_init_keep=keep, norms_out=args.norms_out, text=args.text, random_init_out=args.random_init_out,
+    options = WordExtractionOptions(
+        revision=args.revision, batch_size=args.batch_size, max_seq_len=args.max_seq_len, device=args.device,
+        from_split=args.from_split, shard_mb=args.shard_mb, max_unk_rate=args.max_unk_rate,
+        random_init_seed=args.random_init_seed, random_init_keep=keep, text=args.text,
     )
+    summary = extract_word_attention(args.treebank, args.model, args.out, options, shard=args.shard,
+                                     norms_out=args.norms_out, random_init_out=args.random_init_out)
     random_run = summary.pop("random_init_run", None)
     if random_run is not None:
         write_json(args.random_init_summary, random_run)

@@ -1,6 +1,7 @@
 """``bertlook fetch CONFIG``: fetch every input of a configuration before a cluster run.
 
-The fetching lives in :mod:`bertlook.data.fetch`; this module holds the argparse glue and printing.
+The fetching lives in :mod:`bertlook.data.fetch` (models: :mod:`bertlook.attention.model_fetch`); this module
+holds the argparse glue and printing.
 """
 
 from __future__ import annotations
@@ -10,12 +11,21 @@ import sys
 from pathlib import Path
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "fetch": "download every input of a configuration (models, dump, UD, GloVe) before a cluster run",
+}
+
+
 def _handler(args: argparse.Namespace) -> int:
+    from bertlook.attention.model_fetch import fetch_model
     from bertlook.data.fetch import fetch_config
     from bertlook.pipeline.config import load_config
 
     config = load_config(args.config)
-    out = fetch_config(config, retries=args.retries, timeout=args.timeout, summary=args.summary)
+    out = fetch_config(config, fetch_model=fetch_model, retries=args.retries, timeout=args.timeout,
+                       summary=args.summary)
     where = args.summary or Path(config["resources_dir"]) / "fetch.json"
     if out["errors"]:
         for line in out["errors"]:
@@ -30,7 +40,7 @@ def _handler(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "fetch",
-        help="download every input of a configuration (models, dump, UD, GloVe) before a cluster run",
+        help=COMMANDS["fetch"],
         description=(
             "Input: CONFIG (YAML). Fetches every input where the workflow expects it: hub models at their "
             "pinned revision into the Hugging Face cache (safetensors, tokenizer and config files only), "

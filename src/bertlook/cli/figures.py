@@ -7,6 +7,33 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Step, figure, figure_page
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "figures": "draw the PNG twins of the paper's Figs 1, 2, 4 and 6",
+    "fig1-example": "save the Fig 1 example of a sharded extraction, if this shard's store holds it",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("figures", tuple(figure(n) for n in ("fig1_example_heads.png", "fig2_special_tokens.png", "fig4_entropy.png",
+                                          "fig6_head_clusters.png")),
+         pages=(figure_page("fig1_example_heads.png", "Figures", "Figure 1 twin: example heads",
+                            "fig1_example_heads.rst"),
+                figure_page("fig2_special_tokens.png", "Figures",
+                            "Figure 2 twin: attention to [CLS], [SEP], . and ,", "fig2_special_tokens.rst"),
+                figure_page("fig4_entropy.png", "Figures", "Figure 4 twin: attention entropy", "fig4_entropy.rst"),
+                figure_page("fig6_head_clusters.png", "Figures", "Figure 6 twin: head clusters",
+                            "fig6_head_clusters.rst"))),
+    Step("fig_norms", (figure("fig_norms.png"),), rule="figures", switch="norms", maps=("attention", "norm"),
+         beyond=True,
+         pages=(figure_page("fig_norms.png", BEYOND, "Figure: attention vs norm-based maps", "fig_norms.rst",
+                            NORMS_SUB),)),
+)
+
 
 _HELP = """\
 Draw the PNG twins of the paper's figures.
@@ -36,7 +63,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``figures`` subcommand to an ``argparse`` subparsers object."""
     p = subparsers.add_parser(
         "figures",
-        help="draw the PNG twins of the paper's Figs 1, 2, 4 and 6",
+        help=COMMANDS["figures"],
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -67,7 +94,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
     e = subparsers.add_parser(
         "fig1-example",
-        help="save the Fig 1 example of a sharded extraction, if this shard's store holds it",
+        help=COMMANDS["fig1-example"],
         description=(
             "Inputs: --attention DIR (one shard's token-level store), --segments JSONL (the segments\n"
             "file), --example-index I (figures.example_index: position in the order of the unsharded\n"
@@ -104,9 +131,10 @@ def _cli_figures(args: argparse.Namespace) -> int:
     from bertlook.attention.store import open_store
     from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.reporting.figures import (
-        EXAMPLE_BEHAVIOURS, FIGURE_FILES, read_stats_columns, choose_example_heads, draw_fig1, fig1_example_heads,
+        EXAMPLE_BEHAVIOURS, FIGURE_FILES, choose_example_heads, draw_fig1, fig1_example_heads,
         fig2_special_tokens, fig4_entropy, fig6_head_clusters, load_fig1_example,
     )
+    from bertlook.reporting.plotting import read_stats_columns
 
     if bool(args.attention) == bool(args.example):
         raise BertlookError("figures: give --attention DIR or --example NPZ ... (one of them)")
@@ -152,7 +180,7 @@ def _cli_figures(args: argparse.Namespace) -> int:
         fig6_head_clusters(args.clusters, out_dir / FIGURE_FILES["fig6"]),
     ]
     if args.out_fig_norms:
-        from bertlook.reporting.figures import fig_norms
+        from bertlook.reporting.extra_figures import fig_norms
 
         written.append(fig_norms(args.stats, args.norm_stats, args.norm_summaries, args.out_fig_norms))
     heads_txt = ", ".join(f"{l}-{h}" for (l, h), ok in zip(heads, shown or [True] * len(heads)) if ok)

@@ -5,9 +5,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertlook.analyses.gradients import GRAD_AVERAGES, MASK_MODES, SEGMENT_ID_MODES, TARGET_TOKEN_MODES
-from bertlook.cli._args import shard_arg
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import GoldenTable, Page, RUN_TABLES, Step, figure, figure_page, table
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "gradients": "gradient importance of attention to [SEP] / '. ,' / other tokens per layer (Fig 3)",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("gradients", (table("sep_gradients.csv"), figure("fig3_sep_gradients.png")),
+         pages=(Page(table("sep_gradients.csv"), "sep_gradients.html", "Tables",
+                     "Gradients of attention to [SEP] per layer (Figure 3)", "sep_gradients.rst", RUN_TABLES),
+                figure_page("fig3_sep_gradients.png", "Figures", "Figure 3 twin: gradients of attention to [SEP]",
+                            "fig3_sep_gradients.rst")),
+         golden=(GoldenTable("head_importance", table("head_importance.csv"), ("layer", "head")),)),
+)
+
 
 _HELP = """\
 Gradient importance of attention to [SEP] (twin of Fig 3): gradient of the masked-LM loss with
@@ -40,9 +57,12 @@ Definitions (masking procedure, loss, averaging): docs/definitions.md#gradient-i
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``gradients`` subcommand to an ``argparse`` subparsers object."""
+    from bertlook.analyses.gradients import GRAD_AVERAGES, MASK_MODES, SEGMENT_ID_MODES, TARGET_TOKEN_MODES
+    from bertlook.cli._args import shard_arg
+
     p = subparsers.add_parser(
         "gradients",
-        help="gradient importance of attention to [SEP] / '. ,' / other tokens per layer (Fig 3)",
+        help=COMMANDS["gradients"],
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -81,7 +101,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.analyses.gradients import (
-        PARTIAL_KIND, gradient_partial, reduce_gradients, reduce_head_importance,
+        PARTIAL_KIND, GradientOptions, gradient_partial, reduce_gradients, reduce_head_importance,
     )
     from bertlook.io_utils import write_csv, write_json
     from bertlook.pipeline.sharding import load_partial, save_partial
@@ -90,7 +110,7 @@ def _cli_gradients(args: argparse.Namespace) -> int:
         raise BertlookError("gradients: give --partial NPZ ... or --segments/--model, not both")
     if not args.partial and not (args.segments and args.model):
         raise BertlookError("gradients: give --segments and --model (or --partial NPZ ...)")
-    settings = dict(
+    options = GradientOptions(
         revision=args.revision, seed=args.seed, batch_size=args.batch_size,
         max_examples=args.max_examples, device=args.device, segment_ids=args.segment_ids,
         mask_rate=args.mask_rate, mask_mode=args.mask_mode, target_tokens=args.target_tokens,
@@ -99,7 +119,7 @@ def _cli_gradients(args: argparse.Namespace) -> int:
     if args.out_partial:
         if args.partial:
             raise BertlookError("gradients: --out-partial needs --segments and --model")
-        meta, arrays = gradient_partial(args.segments, args.model, shard=args.shard, **settings)
+        meta, arrays = gradient_partial(args.segments, args.model, options, shard=args.shard)
         save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
         what = f"{meta['n_examples']} segments" if meta["status"] == "ok" else meta["reason"]
         print(f"gradients: partial sums ({what}) -> {args.out_partial}")
@@ -114,7 +134,7 @@ def _cli_gradients(args: argparse.Namespace) -> int:
         partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
         where = list(args.partial)
     else:  # one run: the partial sums of all segments, reduced (= sep_gradient_importance)
-        partials = [gradient_partial(args.segments, args.model, **settings)]
+        partials = [gradient_partial(args.segments, args.model, options)]
         where = [str(args.segments)]
     frame, summary = reduce_gradients(partials, where=where)
     importance = reduce_head_importance(partials, where=where)[0] if args.out_importance else None

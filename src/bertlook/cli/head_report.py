@@ -3,8 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, figure, figure_page, table
 
-HELP = "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation"
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "head-report": "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation",
+}
+
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("head_report", (table("head_report.csv"), figure("fig_head_report.png")), switch="head_report", beyond=True,
+         summary=table("head_report.summary.json"),
+         pages=(Page(table("head_report.csv"), "head_report.html", BEYOND, "Per-head report card (table)",
+                     "head_report.rst", CARD_SUB),
+                figure_page("fig_head_report.png", BEYOND, "Per-head report card (figure)", "fig_head_report.rst",
+                            CARD_SUB)),
+         sizing="figures",
+         golden=(GoldenTable("head_report", table("head_report.csv"), ("layer", "head")),)),
+)
+
 
 _DESCRIPTION = """\
 One row per head joining the per-head tables of earlier steps (nothing is recomputed from the maps).
@@ -34,7 +54,7 @@ Definitions: docs/definitions.md#per-head-report-card.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-report`` subcommand."""
-    p = subparsers.add_parser("head-report", help=HELP, description=_DESCRIPTION,
+    p = subparsers.add_parser("head-report", help=COMMANDS["head-report"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stats", required=True, metavar="CSV", help="input: attention_stats.csv")
     p.add_argument("--clusters", required=True, metavar="CSV", help="input: head_clusters.csv")
@@ -53,7 +73,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.head_report import build_head_report
     from bertlook.io_utils import write_csv, write_json
-    from bertlook.reporting.figures import fig_head_report
+    from bertlook.reporting.extra_figures import fig_head_report
 
     frame, summary = build_head_report(args.stats, args.clusters, args.head_accuracy,
                                        coref_heads_csv=args.coref_heads, importance_csv=args.importance,

@@ -7,8 +7,35 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "heads": "per-head dependency accuracy, Table 1 twin (best head per relation vs offset baselines), Fig 5 twin",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("heads", (table("head_accuracy.csv"), table("table1.csv"), table("table1.md"),
+                   figure("fig5_syntax_heads.png")),
+         maps=("attention",), syntax=True,
+         pages=(Page(table("table1.md"), "table1.html", "Tables", "Table 1 twin: single heads vs dependency relations",
+                     "table1.rst", TWIN_TABLES),
+                Page(table("head_accuracy.csv"), "head_accuracy.html", "Tables",
+                     "Accuracy of every head per relation (Table 1, Figure 5)", "head_accuracy.rst", RUN_TABLES),
+                figure_page("fig5_syntax_heads.png", "Figures", "Figure 5 twin: heads for dependency relations",
+                            "fig5_syntax_heads.rst"))),
+    Step("heads_norm", (table("table1_norm.csv"), table("table1_norm.md")), rule="heads", switch="norms",
+         maps=("norm",), beyond=True, summary=table("head_accuracy_norm.summary.json"),
+         pages=(Page(table("table1_norm.md"), "table1_norm.html", BEYOND, "Table 1 on the norm-based maps",
+                     "table1_norm.rst", NORMS_SUB),
+                figure_page("fig5_syntax_heads_norm.png", BEYOND, "Figure 5 twin on the norm-based maps",
+                            "fig5_syntax_heads_norm.rst", NORMS_SUB))),
+)
+
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -57,9 +84,11 @@ def _offsets_arg(text: str) -> tuple[int, ...]:
 
 def register_cli(subparsers) -> None:
     """Add the ``heads`` subcommand."""
+    from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
+
     p = subparsers.add_parser(
         "heads",
-        help="per-head dependency accuracy, Table 1 twin (best head per relation vs offset baselines), Fig 5 twin",
+        help=COMMANDS["heads"],
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -101,16 +130,8 @@ def register_cli(subparsers) -> None:
 
 
 def _run_heads(args: argparse.Namespace) -> int:
-    from bertlook.analyses.heads import (
-        FORCED_BY_SCHEME,
-        head_accuracy_table,
-        relation_rows_summary,
-        resolve_tree_source,
-        selection_candidates,
-        statistics_summary,
-        score_heads,
-        table1,
-    )
+    from bertlook.analyses.heads import FORCED_BY_SCHEME, head_accuracy_table, resolve_tree_source, score_heads
+    from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, statistics_summary, table1
     from bertlook.attention.store import open_store
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1

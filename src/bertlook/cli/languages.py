@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "cross-language summary: each relation's best head per treebank and whether the treebanks share them"
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "languages": "cross-language summary: each relation's best head per treebank and whether the treebanks share them",
+}
+
+
 
 _DESCRIPTION = """\
 One model, several treebanks (usually one per language): do the same heads track the same relations?
@@ -35,7 +41,7 @@ Definitions: docs/definitions.md#cross-language-summary.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``languages`` subcommand."""
-    p = subparsers.add_parser("languages", help=HELP, description=_DESCRIPTION,
+    p = subparsers.add_parser("languages", help=COMMANDS["languages"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head-accuracy", action="append", required=True, metavar="CSV",
                    help="input: head_accuracy.csv of one treebank (repeat per treebank)")
@@ -79,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.languages import (agreement, base_relations, base_relations_info, best_heads,
                                              languages_summary, load_head_accuracy)
     from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.figures import fig_languages
+    from bertlook.reporting.extra_figures import fig_languages
     from bertlook.reporting.tables import languages_markdown
 
     _check_repeats(args)

@@ -9,6 +9,13 @@ import json
 from bertlook.errors import BertlookError
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "manifest": "write the provenance record manifest.json of a run",
+}
+
+
 def _cli(args: argparse.Namespace) -> int:
     from bertlook.pipeline.config import validate_config
     from bertlook.io_utils import write_json
@@ -31,7 +38,7 @@ def _cli(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "manifest",
-        help="write the provenance record manifest.json of a run",
+        help=COMMANDS["manifest"],
         description="Inputs: the effective configuration (JSON), the Wikipedia dump file, the attention "
         "store (for model provenance) and the step summaries. Output: manifest.json.",
     )

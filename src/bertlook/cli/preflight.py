@@ -9,6 +9,15 @@ import argparse
 import sys
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "validate-config": "check a configuration file against the schema",
+    "runs": "print the run names of a configuration, one per line",
+    "preflight": "check that every model and corpus of a configuration can be reached",
+}
+
+
 def _validate(args: argparse.Namespace) -> int:
     from bertlook.pipeline.config import load_config, run_names, syntax_run_names
 
@@ -26,12 +35,23 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def reach():
+    """The real reachability checks of :func:`bertlook.pipeline.preflight.preflight_problems`: HTTP for
+    URLs (:mod:`bertlook.data.download`), the hub or a local directory for models
+    (:mod:`bertlook.attention.modeling`)."""
+    from bertlook.attention.modeling import check_reachable_model
+    from bertlook.data.download import check_reachable
+    from bertlook.pipeline.preflight import Reach
+
+    return Reach(url=check_reachable, model=check_reachable_model)
+
+
 def _preflight(args: argparse.Namespace) -> int:
     from bertlook.pipeline.config import load_config
     from bertlook.pipeline.preflight import HOW_TO_FIX, preflight_problems
 
     config = load_config(args.config)
-    problems = preflight_problems(config)
+    problems = preflight_problems(config, reach())
     if problems:
         print(f"error: {args.config}: cannot start, these inputs cannot be reached:", file=sys.stderr)
         for line in problems:
@@ -45,7 +65,7 @@ def _preflight(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "validate-config",
-        help="check a configuration file against the schema",
+        help=COMMANDS["validate-config"],
         description="Input: CONFIG (YAML). Output: none; prints the run names or every invalid key.",
     )
     p.add_argument("config", help="configuration YAML (e.g. config.yaml, config/offline.yaml)")
@@ -53,7 +73,7 @@ def register_cli(subparsers) -> None:
 
     p = subparsers.add_parser(
         "runs",
-        help="print the run names of a configuration, one per line",
+        help=COMMANDS["runs"],
         description="Input: CONFIG (YAML). Output: run names ({run_name}-{label}) on stdout.",
     )
     p.add_argument("config")
@@ -61,7 +81,7 @@ def register_cli(subparsers) -> None:
 
     p = subparsers.add_parser(
         "preflight",
-        help="check that every model and corpus of a configuration can be reached",
+        help=COMMANDS["preflight"],
         description="Input: CONFIG (YAML). Output: none; exit 2 with what to set when a model or "
         "the Wikipedia dump cannot be reached (no network, missing local path).",
     )

@@ -1,12 +1,30 @@
 """``bertlook probe-ablations``: argparse glue, summary and printing of the per-layer ablations of Attn+GloVe
 (the batched engine, :func:`bertlook.analyses.probe_tables.run_probe_tables`; ``--engine reference``:
-:func:`bertlook.analyses.probes.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
+:func:`bertlook.analyses.probe_reference.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
 
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline.steps import ABLATIONS_SUB, BEYOND, GoldenTable, Page, Step, table
 
-HELP = "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy"
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "probe-ablations": "per-layer ablations of the Attn+GloVe probe: which layers' attention carries its accuracy",
+}
+
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("probe_ablations", (table("probe_ablations.csv"), table("probe_ablations.md")), rule="probes",
+         switch="probe_ablations", maps=("attention",), env="torch", beyond=True,
+         summary=table("probe_ablations.summary.json"),
+         pages=(Page(table("probe_ablations.md"), "probe_ablations.html", BEYOND,
+                     "Per-layer ablations of the Attn + GloVe probe", "probe_ablations.rst", ABLATIONS_SUB),),
+         golden=(GoldenTable("probe_ablations", table("probe_ablations.csv"), ("ablation", "layer")),)),
+)
+
 
 _DESCRIPTION = """\
 Train the Attn+GloVe probe of Table 3 on the attention features of some layers only, each with every seed
@@ -38,7 +56,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.analyses.probes import ABLATION_MODES
     from bertlook.cli.probes import add_common_arguments
 
-    p = subparsers.add_parser("probe-ablations", help=HELP, description=_DESCRIPTION,
+    p = subparsers.add_parser("probe-ablations", help=COMMANDS["probe-ablations"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
@@ -82,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         out = run_probe_tables(args.train_attention, args.dev_attention, probes=(), ablation_modes=modes, **common)
         df, engine = out["ablations"], out["engine"]
     else:
-        from bertlook.analyses.probes import run_layer_ablations
+        from bertlook.analyses.probe_reference import run_layer_ablations
 
         df = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
     write_ablation_outputs(df, args, table=args.out_table, markdown=args.out_markdown, summary=args.summary,

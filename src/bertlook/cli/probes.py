@@ -1,11 +1,31 @@
 """``bertlook probes``: argparse glue, summaries and printing of :mod:`bertlook.analyses.probe_batch` (and of the
-one-model-at-a-time reference, :mod:`bertlook.analyses.probes`, with ``--engine reference``)."""
+one-model-at-a-time reference, :mod:`bertlook.analyses.probe_reference`, with ``--engine reference``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, Step, TWIN_TABLES, table
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "probes": "attention-based dependency parsing probes and baselines (Table 3), on the norm maps, ablations",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("probes", (table("table3.csv"), table("table3.md")), switch="probes", maps=("attention",), env="torch",
+         pages=(Page(table("table3.md"), "table3.html", "Tables", "Table 3 twin: attention-based probes", "table3.rst",
+                     TWIN_TABLES),)),
+    Step("probes_norm", (table("table3_norm.csv"), table("table3_norm.md")), rule="probes", switch="norm_probes",
+         maps=("norm",), env="torch", beyond=True, summary=table("table3_norm.summary.json"),
+         pages=(Page(table("table3_norm.md"), "table3_norm.html", BEYOND, "Table 3 on the norm-based maps",
+                     "table3_norm.rst", NORMS_SUB),)),
+)
+
 
 #: Table 3 on the norm-based maps: every probe but the random-init one (no random-init norm maps)
 NORM_PROBES = ("right_branching", "distances_glove", "attn", "attn_glove", "attn_glove_released")
@@ -77,7 +97,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def _run_probes_cli(args: argparse.Namespace) -> int:
     import time
 
-    from bertlook.analyses.probes import GLOVE_PROBES, PROBES, read_probe_rows
+    from bertlook.analyses.probe_rows import read_probe_rows
+    from bertlook.analyses.probes import GLOVE_PROBES, PROBES
     from bertlook.data.glove import load_glove
 
     seeds = parse_seeds(args.seeds)
@@ -141,7 +162,7 @@ def _compute(args, *, glove, seeds, probes, norm_probes, modes) -> dict:
                                 random_dev_store=args.random_dev_attention,
                                 norm_train_store=args.norm_train_attention, norm_dev_store=args.norm_dev_attention,
                                 probes=probes, norm_probes=norm_probes, ablation_modes=modes, **common)
-    from bertlook.analyses.probes import run_layer_ablations, run_probes
+    from bertlook.analyses.probe_reference import run_layer_ablations, run_probes
 
     out = {"table3": None, "table3_norm": None, "ablations": None}
     if probes:
@@ -184,7 +205,8 @@ def _summary(df, run, *, inputs: dict, probes, glove_doc=None) -> dict:
 
 
 def _write_table3(df, run, *, probes, added, added_probes, settings) -> None:
-    from bertlook.analyses.probes import PROBES, add_probe_rows, write_probe_rows
+    from bertlook.analyses.probe_rows import add_probe_rows, write_probe_rows
+    from bertlook.analyses.probes import PROBES
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.paper_join import join_table3
     from bertlook.reporting.tables import table3_markdown
@@ -321,7 +343,7 @@ def register_cli(subparsers) -> None:
 
     p = subparsers.add_parser(
         "probes",
-        help="attention-based dependency parsing probes and baselines (Table 3), on the norm maps, ablations",
+        help=COMMANDS["probes"],
         description=(
             "Train the Table 3 probes (Attn, Attn+GloVe, Attn+GloVe with the released off-by-one, "
             "Distances+GloVe, random-init Attn+GloVe) on the training split's word-level attention, "

@@ -7,6 +7,13 @@ import argparse
 from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES, PROVENANCE_FILE
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "random-init": "random-init baseline model: pretrained word/position embeddings, all other weights random (Table 3)",
+}
+
+
 def _run_random_init(args: argparse.Namespace) -> int:
     from bertlook.attention.random_init import make_random_init_model
 
@@ -23,7 +30,7 @@ def register_cli(subparsers) -> None:
     """Add the ``random-init`` subcommand."""
     p = subparsers.add_parser(
         "random-init",
-        help="random-init baseline model: pretrained word/position embeddings, all other weights random (Table 3)",
+        help=COMMANDS["random-init"],
         description=(
             "Load a pretrained model, re-initialise every weight except the word and position "
             "embeddings (--keep embeddings, the paper's reading; --keep none: those too) with the model's "

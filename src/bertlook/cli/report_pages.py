@@ -7,6 +7,13 @@ import argparse
 
 from bertlook.errors import BertlookError
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "report-pages": "the HTML report's pages: tables as HTML (percents), figures as page-sized PNGs",
+}
+
+
 _HELP = """\
 Write the pages of the HTML report (`snakemake --report`): each --source with its --page, in order.
 
@@ -22,7 +29,7 @@ The sources are not changed (the CSVs keep full precision, the figures full reso
 def register_cli(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "report-pages",
-        help="the HTML report's pages: tables as HTML (percents), figures as page-sized PNGs",
+        help=COMMANDS["report-pages"],
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -7,6 +7,22 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import Page, Step
+
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "resources": "per-rule measured resources (wall, CPU, RSS, I/O) of a run from its benchmark files",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("resources", ("resources.csv", "resources.md"),
+         pages=(Page("resources.md", "resources.html", "Resources", "Measured resources per job",
+                     "resources.rst"),)),
+)
 
 
 def _handler(args: argparse.Namespace) -> int:
@@ -31,7 +47,7 @@ def _handler(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "resources",
-        help="per-rule measured resources (wall, CPU, RSS, I/O) of a run from its benchmark files",
+        help=COMMANDS["resources"],
         description=(
             "Input: RUN_DIR(s) (results/{run}, or any directory holding a benchmarks/ folder, or a "
             "benchmarks folder itself: e.g. the download cache's resources/benchmarks or the cross-model "

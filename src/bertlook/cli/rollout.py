@@ -8,6 +8,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, ROLLOUT_SUB, Step, figure, figure_page, table
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "rollout": "attention rollout (Abnar & Zuidema 2020): per-layer shares and entropy, Table 1 on rollout maps",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("rollout", (table("rollout_stats.csv"), figure("fig_rollout.png")), switch="rollout", maps=("rollout",),
+         beyond=True, summary=table("rollout_stats.summary.json"),
+         pages=(Page(table("rollout_stats.csv"), "rollout_stats.html", BEYOND, "Rollout statistics per layer",
+                     "rollout_stats.rst", ROLLOUT_SUB),
+                figure_page("fig_rollout.png", BEYOND, "Figure: attention rollout by layer", "fig_rollout.rst",
+                            ROLLOUT_SUB)),
+         golden=(GoldenTable("rollout_stats", table("rollout_stats.csv"), ("layer",)),), sizing="surface_stats"),
+    Step("rollout_table1", (table("table1_rollout.csv"), table("table1_rollout.md")), rule="rollout_words",
+         switch="rollout", maps=("rollout",), beyond=True, summary=table("table1_rollout.summary.json"),
+         pages=(Page(table("table1_rollout.md"), "table1_rollout.html", BEYOND, "Table 1 on the rollout maps",
+                     "table1_rollout.rst", ROLLOUT_SUB),), sizing="heads"),
+)
+
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -73,12 +97,10 @@ def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "
         FORCED_BY_SCHEME,
         TREEBANK_KINDS,
         head_accuracy_table,
-        relation_rows_summary,
         resolve_tree_source,
         score_heads,
-        selection_candidates,
-        table1,
     )
+    from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
     from bertlook.analyses.rollout import RolloutStore
     from bertlook.attention.store import open_store
     from bertlook.reporting.tables import table1_markdown
@@ -173,7 +195,7 @@ def _run_rollout(args: argparse.Namespace) -> int:
     if frame is not None:
         write_csv(args.out, frame)
         if args.out_figure:
-            from bertlook.reporting.figures import fig_rollout
+            from bertlook.reporting.extra_figures import fig_rollout
 
             fig_rollout(args.out, args.out_figure)
     if table_parts is not None:
@@ -213,7 +235,7 @@ def register_cli(subparsers) -> None:
 
     p = subparsers.add_parser(
         "rollout",
-        help="attention rollout (Abnar & Zuidema 2020): per-layer shares and entropy, Table 1 on rollout maps",
+        help=COMMANDS["rollout"],
         description=_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

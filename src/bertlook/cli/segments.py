@@ -13,6 +13,13 @@ from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "segments": "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
+}
+
+
 def _handler(args: argparse.Namespace) -> int:
     from bertlook.data.segments import count_text, build_segments, iter_documents, write_segments
     from bertlook.pipeline.config import resolve_data_path
@@ -81,7 +88,7 @@ def _handler(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "segments",
-        help="Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
+        help=COMMANDS["segments"],
         description=(
             "Input: --dump (MediaWiki .xml.bz2 / .xml dump, or package:PKG/relative/path) or "
             "--hf-dataset (a Hugging Face datasets corpus, a JSON object with keys path, name, split, "

@@ -3,6 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
+
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "surface-stats": "per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)",
+}
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("surface_stats", (table("attention_stats.csv"),), maps=("attention",),
+         pages=(Page(table("attention_stats.csv"), "attention_stats.html", "Tables",
+                     "Surface statistics per head (Figures 2 and 4)", "attention_stats.rst", RUN_TABLES),)),
+    Step("stats_norm", (table("attention_stats_norm.csv"),), rule="surface_stats", switch="norms",
+         maps=("norm",), beyond=True, summary=table("attention_stats_norm.summary.json"),
+         pages=(Page(table("attention_stats_norm.csv"), "attention_stats_norm.html", BEYOND,
+                     "Surface statistics per head, norm-based maps", "attention_stats_norm.rst", NORMS_SUB),)),
+)
 
 
 def _run_stats(args: argparse.Namespace) -> int:
@@ -55,7 +75,7 @@ def register_cli(subparsers) -> None:
     """Add the ``surface-stats`` subcommand."""
     p = subparsers.add_parser(
         "surface-stats",
-        help="per-head attention to [CLS]/[SEP]/punctuation/self/prev/next and entropies (Figs 2, 4)",
+        help=COMMANDS["surface-stats"],
         description=(
             "Compute per-head surface statistics of an attention store. "
             "Input: --attention (attention store directory), or --partial (partial sums of the shards "

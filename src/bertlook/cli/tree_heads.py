@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, TREES_SUB, figure, figure_page, table
 
-HELP = "a whole dependency tree decoded from every single head (Htut et al. 2019): UAS, UUAS vs baselines"
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "tree-heads": "a whole dependency tree decoded from every single head (Htut et al. 2019): UAS, UUAS vs baselines",
+}
+
+
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("tree_heads", (table("tree_heads.csv"), table("tree_heads_best.csv"), table("tree_heads.md"),
+                        figure("fig_tree_heads.png")),
+         switch="tree_heads", maps=("attention",), beyond=True, summary=table("tree_heads.summary.json"),
+         pages=(Page(table("tree_heads.md"), "tree_heads.html", BEYOND, "Single-head trees: best head per layer",
+                     "tree_heads_best.rst", TREES_SUB),
+                Page(table("tree_heads.csv"), "tree_heads_all.html", BEYOND, "Single-head trees: every head",
+                     "tree_heads.rst", TREES_SUB),
+                figure_page("fig_tree_heads.png", BEYOND, "Figure: single-head trees by layer", "fig_tree_heads.rst",
+                            TREES_SUB)),
+         golden=(GoldenTable("tree_heads", table("tree_heads.csv"), ("layer", "head")),
+                 GoldenTable("tree_heads_best", table("tree_heads_best.csv"), ("row",)))),
+)
+
 
 _DESCRIPTION = """\
 For every head and dev sentence, decode a tree from the head's word-level map and score it against the
@@ -32,7 +55,7 @@ Definitions: docs/definitions.md#single-head-trees-tree-heads.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``tree-heads`` subcommand."""
-    p = subparsers.add_parser("tree-heads", help=HELP, description=_DESCRIPTION,
+    p = subparsers.add_parser("tree-heads", help=COMMANDS["tree-heads"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--max-sentences", type=int, default=None, metavar="N",
@@ -51,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.tree_heads import best_heads, tree_heads
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.figures import fig_tree_heads
+    from bertlook.reporting.extra_figures import fig_tree_heads
     from bertlook.reporting.tables import tree_heads_markdown
 
     if args.max_sentences is not None and args.max_sentences < 1:

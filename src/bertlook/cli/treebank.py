@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertlook.data.silver_treebank import DEFAULT_SPACY_MODEL
 from bertlook.data.treebank import (
-    DEFAULT_SPACY_MODEL,
     UD_DEFAULT_DEV_FILE,
     UD_DEFAULT_RELEASE,
     UD_DEFAULT_REPO,
@@ -20,6 +20,13 @@ from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
 
 
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "treebank": "dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy parses) -> train/dev CoNLL-U",
+}
+
+
 def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
     missing = [f for f in flags if getattr(args, f.lstrip("-").replace("-", "_")) in (None, "")]
     if missing:
@@ -27,7 +34,8 @@ def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.data.treebank import prepare_local, prepare_silver, prepare_ud
+    from bertlook.data.silver_treebank import prepare_silver
+    from bertlook.data.treebank import prepare_local, prepare_ud
     from bertlook.pipeline.config import resolve_data_path
 
     if args.source == "local":
@@ -94,8 +102,7 @@ def _handler(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "treebank",
-        help="dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy parses) -> "
-             "train/dev CoNLL-U",
+        help=COMMANDS["treebank"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Make the dependency treebank for head accuracy (Table 1) and the probes.\n\n"

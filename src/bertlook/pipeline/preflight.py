@@ -8,7 +8,7 @@ cannot be reached it says what to set instead, and exits 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from bertlook.errors import BertlookError
 
@@ -44,14 +44,23 @@ def ud_download_dir(config: dict[str, Any], treebank: dict[str, Any] | None = No
     return Path(config["resources_dir"]) / "ud" / ud["repo"] / ud["release"]
 
 
-def preflight_problems(config: dict[str, Any]) -> list[str]:
-    """One line per thing the configuration needs but cannot reach; empty when all is reachable."""
-    from bertlook.data.download import check_reachable
-    from bertlook.attention.modeling import check_reachable_model
+class Reach(NamedTuple):
+    """How preflight reaches the world: ``url(url)`` and ``model(name_or_path, revision)`` return None or
+    why the thing cannot be reached. :mod:`bertlook.cli.preflight` passes
+    :func:`bertlook.data.download.check_reachable` and :func:`bertlook.attention.modeling.check_reachable_model`
+    (the checks live in the layers that download and load; this module sits below them)."""
 
+    url: Callable[[str], str | None]
+    model: Callable[[str, str | None], str | None]
+
+
+def preflight_problems(config: dict[str, Any], reach: Reach) -> list[str]:
+    """One line per thing the configuration needs but cannot reach (asked through ``reach``); empty when
+    all is reachable."""
+    check_reachable = reach.url
     problems = []
     for model in config["models"]:
-        reason = check_reachable_model(model["name_or_path"], model.get("revision"))
+        reason = reach.model(model["name_or_path"], model.get("revision"))
         if reason:
             problems.append(f"model {model['name_or_path']!r} (models[label={model['label']}]): {reason}")
     wiki = config["wikipedia"]

@@ -1,4 +1,4 @@
-"""A run's numbers against the paper's, regression checks, and a summary across models.
+"""A run's numbers against the paper's, and the regression check against the paper; the readers of a run's files.
 
 **Comparison with the paper** (:func:`build_comparison`, CLI ``compare``). One row per checked number
 (columns :data:`COLUMNS`) in four sections:
@@ -28,8 +28,8 @@ the one definition; the workflow's ``heads --paper-comparable`` comes from it to
 **Regression checks** (CLI ``check-regression RUN_DIR --against paper|FILE``). ``paper``: exit 1 when
 a comparable row FAILs (:func:`check_against_paper`). ``FILE``: a golden JSON: :mod:`bertlook.reporting.golden`.
 
-**Across models** (:func:`models_summary`, CLI ``models-summary``): best-head accuracy per Table 1
-relation, probe UAS and a few surface facts of several runs side by side, and a two-panel figure.
+Several runs side by side (CLI ``models-summary``) are :mod:`bertlook.reporting.models_summary`, which reads
+the run tables through this module's readers.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def parse_number(text: Any, where: str = "") -> float:
 
 def read_run_stats(run_dir: Path, name: str = STATS_CSV):
     """The run's per-head statistics table (``tables/attention_stats.csv``) with its columns typed."""
-    from bertlook.reporting.figures import read_figure_table
+    from bertlook.reporting.plotting import read_figure_table
     from bertlook.analyses.surface_stats import STAT_COLUMNS
 
     path = run_dir / name
@@ -269,7 +269,8 @@ def _within(reproduced: float, paper: float, tolerance: float) -> bool:
     return abs(reproduced - paper) <= tolerance + 1e-9
 
 
-def _head_text(head: str, direction: str) -> str:
+def head_text(head: str, direction: str) -> str:
+    """``"L-H d→h"``: a head label and its direction, shortened (the head alone without a direction)."""
     d = DIRECTION_SHORT.get(direction, direction)
     return f"{head} {d}".strip()
 
@@ -290,7 +291,7 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
     for rel, ref in table1_reference("sd").items():
         tol = ref["tolerance"]
         hit = df.index[key == rel]
-        paper_head = _head_text(ref["head"], ref["direction"])
+        paper_head = head_text(ref["head"], ref["direction"])
         if len(hit) == 0:
             n = [f"{name}: {counts[name]} words" for name in (run_name.get(rel, rel),) if name in counts]
             why = ("no row of tables/table1.csv matches the paper's relation (absent from the dev trees or "
@@ -303,7 +304,7 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
         where = f"{path}:{i + 2}"
         acc = 100.0 * parse_number(r["accuracy"], where)
         base = 100.0 * parse_number(r["baseline_accuracy"], where)
-        head = _head_text(str(r["best_head"]).strip(), str(r["direction"]).strip())
+        head = head_text(str(r["best_head"]).strip(), str(r["direction"]).strip())
         same = str(r["best_head"]).strip() == ref["head"] and str(r["direction"]).strip() == ref["direction"]
         note = f"best head {head}; " + ("the paper's head" if same else f"the paper's: {paper_head}")
         if str(r["relation"]).strip() != rel:
@@ -643,6 +644,7 @@ def _fmt(x: Any, section: str, *, signed: bool = False) -> str:
 
 
 def status_counts(df: "pd.DataFrame") -> dict[str, int]:
+    """Rows of a comparison per status (every status of :data:`STATUSES`, 0 when absent)."""
     return {s: int((df["status"] == s).sum()) for s in STATUSES}
 
 
@@ -702,6 +704,7 @@ def comparison_markdown(df: "pd.DataFrame") -> str:
 
 def write_comparison(run_dir: str | os.PathLike, out_csv: str | os.PathLike, out_markdown: str | os.PathLike,
                      *, comparable: dict[str, Any] | None = None) -> "pd.DataFrame":
+    """Write :func:`build_comparison` as CSV and :func:`comparison_markdown` as Markdown; return the frame."""
     from bertlook.io_utils import write_csv, write_text
 
     df = build_comparison(run_dir, comparable=comparable)
@@ -732,160 +735,3 @@ def check_against_paper(run_dir: str | os.PathLike, out: Callable[[str], None] =
     out(f"{run}: all {counts[PASS]} comparable checks PASS against the paper "
         f"({counts[NOT_COMPARABLE]} not comparable, {counts[NOT_RUN]} not run, {counts[NOT_MEASURED]} not measured)")
     return 0
-
-
-# ====================================================================================== models summary
-SUMMARY_COLUMNS = ["model", "section", "item", "metric", "value", "detail"]
-
-
-def middle_third(num_layers: int) -> tuple[int, int]:
-    """1-indexed inclusive layer range of the middle third (12 layers: 5-8; 6 layers: 3-4)."""
-    k = num_layers // 3
-    return k + 1, num_layers - k
-
-
-def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] | None = None) -> "pd.DataFrame":
-    """One row per (model, metric): best-head accuracy per Table 1 relation present in every run,
-    probe UAS (``uas_mean``) per probe, and surface facts (mean ``sep`` over the middle third of the
-    layers, largest ``prev`` and ``next``). Values are fractions (accuracy, UAS, attention)."""
-    import pandas as pd
-
-    if not run_dirs:
-        raise BertlookError("models-summary: give at least one --run-dir")
-    dirs = [Path(d) for d in run_dirs]
-    if labels is None:
-        labels = [d.name for d in dirs]
-    labels = [str(x).strip() for x in labels]
-    if len(labels) != len(dirs):
-        raise BertlookError(f"--labels: {len(labels)} label(s) for {len(dirs)} run directories")
-    if len(set(labels)) != len(labels) or not all(labels):
-        raise BertlookError(f"--labels must be distinct and non-empty, got {','.join(labels)}")
-    for d in dirs:
-        if not d.is_dir():
-            raise BertlookError(f"{d}: run directory not found")
-    t1 = [read_run_csv(d / TABLE1_CSV, required=("relation", "best_head", "direction", "accuracy"), what="Table 1 twin")
-          for d in dirs]
-    common = [r.strip() for r in t1[0]["relation"] if all((t["relation"].str.strip() == r.strip()).any() for t in t1)]
-    rows: list[dict[str, Any]] = []
-    for label, d, t in zip(labels, dirs, t1):
-        t = t.assign(relation=t["relation"].str.strip())
-        for rel in common:
-            i = t.index[t["relation"] == rel][0]
-            r = t.loc[i]
-            rows.append({"model": label, "section": "Table 1", "item": rel, "metric": "best-head accuracy",
-                         "value": parse_number(r["accuracy"], f"{d / TABLE1_CSV}:{i + 2}"),
-                         "detail": _head_text(r["best_head"].strip(), r["direction"].strip())})
-    probes: list[str] = []
-    t3 = {}
-    for d in dirs:
-        if (d / TABLE3_CSV).is_file():
-            t3[d] = read_run_csv(d / TABLE3_CSV, required=("probe", "uas_mean"), what="Table 3 twin")
-            probes += [p.strip() for p in t3[d]["probe"] if p.strip() not in probes]
-    for label, d in zip(labels, dirs):
-        for probe in probes:
-            value, detail = math.nan, "probes not run"
-            if d in t3:
-                hit = t3[d].index[t3[d]["probe"].str.strip() == probe]
-                if len(hit):
-                    value = parse_number(t3[d].loc[hit[0], "uas_mean"], f"{d / TABLE3_CSV}:{hit[0] + 2}")
-                    detail = "" if not math.isnan(value) else str(t3[d].loc[hit[0]].get("note", "")).strip()
-                else:
-                    detail = "probe not in table3.csv"
-            rows.append({"model": label, "section": "Table 3", "item": probe, "metric": "UAS", "value": value,
-                         "detail": detail})
-    for label, d in zip(labels, dirs):
-        stats = read_run_stats(d)
-        num_layers = int(stats["layer"].max())
-        lo, hi = middle_third(num_layers)
-        mid = stats[(stats["layer"] >= lo) & (stats["layer"] <= hi)]
-        rows.append({"model": label, "section": "surface", "item": "[SEP] share, middle third",
-                     "metric": "mean sep", "value": float(mid["sep"].mean()),
-                     "detail": f"layers {lo}-{hi} of {num_layers}"})
-        for col, name in (("prev", "previous-token head"), ("next", "next-token head")):
-            best = stats.loc[stats[col].idxmax()]
-            rows.append({"model": label, "section": "surface", "item": f"strongest {name}", "metric": f"max {col}",
-                         "value": float(best[col]), "detail": f"head {int(best['layer'])}-{int(best['head'])}; "
-                         f"{int((stats[col] > 0.5).sum())} heads > 0.5"})
-    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    df["value"] = df["value"].astype("float64")
-    df.attrs["labels"] = list(labels)
-    df.attrs["run_dirs"] = [str(d) for d in dirs]
-    return df
-
-
-def models_summary_markdown(df: "pd.DataFrame") -> str:
-    labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
-    lines = ["# Models side by side", "",
-             "Runs: " + ", ".join(f"`{lab}` ({d})" for lab, d in zip(labels, df.attrs.get("run_dirs", labels))), "",
-             "Table 1: best-head accuracy (%, best of all heads and both directions; head in parentheses) for "
-             "the relations present in every run. Table 3: probe UAS (%, mean over seeds). Surface: attention "
-             "fractions (mean [SEP] share over the middle third of the layers; the largest previous- / next-token "
-             "attention of any head). Runs with other trees or models are not comparable with one another "
-             "row by row beyond orientation.", ""]
-    lines += ["| Section | Item | Metric | " + " | ".join(labels) + " |",
-              "|---|---|---|" + "---:|" * len(labels)]
-    for (section, item, metric), part in df.groupby(["section", "item", "metric"], sort=False):
-        cells = []
-        for lab in labels:
-            hit = part[part["model"] == lab]
-            if hit.empty or math.isnan(hit["value"].iloc[0]):
-                cells.append("–")
-                continue
-            v = hit["value"].iloc[0]
-            text = f"{100 * v:.1f}" if section in ("Table 1", "Table 3") else f"{v:.3f}"
-            detail = str(hit["detail"].iloc[0])
-            if section == "Table 1" and detail:
-                text += f" ({detail})"
-            elif section == "surface" and detail.startswith("head"):
-                text += f" ({detail.split(';')[0]})"
-            cells.append(text)
-        lines.append(f"| {section} | {item} | {metric} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
-    """Two panels of grouped bars: best-head accuracy per relation per model; probe UAS per probe per model."""
-    import numpy as np
-    import seaborn as sns
-
-    from bertlook.reporting.figures import new_figure, save_png, plot_style
-    from bertlook.analyses.probes import PROBE_LABELS
-
-    labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
-    colors = sns.color_palette("colorblind", max(3, len(labels)))
-    panels = (("Table 1", "Best-head accuracy per relation", "Accuracy (%)"),
-              ("Table 3", "Probe UAS", "UAS (%)"))
-    n_rel = df[df["section"] == "Table 1"]["item"].nunique()
-    with plot_style():
-        fig = new_figure(figsize=(min(20.0, max(10.0, 0.3 * n_rel * max(1, len(labels)) + 7.0)), 4.6))
-        axes = fig.subplots(1, 2, width_ratios=[max(n_rel, 1), max(3, 0.6 * n_rel)])
-        for ax, (section, title, ylabel) in zip(axes, panels):
-            part = df[df["section"] == section]
-            items = list(dict.fromkeys(part["item"]))
-            ax.set_title(title)
-            if not items or part["value"].isna().all():
-                ax.set_axis_off()
-                ax.text(0.5, 0.5, "no probe results in these runs" if section == "Table 3" else "no common relations",
-                        ha="center", va="center", transform=ax.transAxes, color="0.3")
-                continue
-            x = np.arange(len(items))
-            width = 0.8 / len(labels)
-            for k, lab in enumerate(labels):
-                vals = [part[(part["item"] == it) & (part["model"] == lab)]["value"] for it in items]
-                heights = [100 * float(v.iloc[0]) if len(v) and not math.isnan(v.iloc[0]) else math.nan for v in vals]
-                pos = x - 0.4 + width * (k + 0.5)
-                ax.bar(pos, np.nan_to_num(heights), width, label=lab, color=colors[k % len(colors)])
-                for xp, h in zip(pos, heights):
-                    if math.isnan(h):  # not run / no such row: say so instead of a zero-height bar
-                        ax.text(xp, 1.5, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90, color="0.35")
-            ax.set_xticks(x)
-            names = [PROBE_LABELS.get(it, it) for it in items] if section == "Table 3" else items
-            ax.set_xticklabels(names, rotation=45, ha="right")
-            ax.set_ylim(0, 100)
-            ax.set_ylabel(ylabel)
-        handles, names = axes[0].get_legend_handles_labels()
-        if not handles:
-            handles, names = axes[1].get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, names, loc="outside lower center", ncol=min(len(labels), 6), frameon=False)
-        return save_png(fig, out_png)

@@ -1,8 +1,9 @@
-"""PNG twins of the paper's figures (Clark et al. 2019, Figs 1, 2, 4 and 6).
+"""PNG twins of the paper's figures (Clark et al. 2019, Figs 1-6).
 
 Every function reads the tables written by earlier steps, draws with matplotlib/seaborn on the
-non-interactive Agg backend and writes one PNG atomically (a temporary ``.NAME.*.tmp.png`` beside the
-target, renamed into place), so an interrupted run never leaves a half-written figure.
+non-interactive Agg backend and writes one PNG atomically (:func:`bertlook.reporting.plotting.save_png`:
+a temporary ``.NAME.*.tmp.png`` beside the target, renamed into place), so an interrupted run never
+leaves a half-written figure. Figures beyond the paper are :mod:`bertlook.reporting.extra_figures`.
 
 Inputs
 ------
@@ -11,14 +12,19 @@ Inputs
   ``entropy,cls_entropy`` (nats).
 - stats summary JSON: ``{"n_examples", "uniform_entropy" (mean ln n, nats), "mean_tokens"}``.
 - ``head_clusters.csv`` (``clustering``): ``layer,head,x,y,behavior``.
-- an attention store directory (``attention_store``) for the example heads of Fig 1.
+- an attention store directory (``attention_store``) for the example heads of Fig 1, or the Fig 1
+  example files of a sharded run (:func:`fig1_example_partial`, :func:`load_fig1_example`).
+- ``sep_gradients.csv`` (``gradients``) for Fig 3; Table 1 and a word-level store for Fig 5 (its numbers:
+  :func:`bertlook.analyses.syntax_heads.syntax_head_panels`).
 
 Figures
 -------
 - :func:`fig1_example_heads` -- Fig 1: one example's attention for a few heads, drawn as lines between
   a "from" column and a "to" column of tokens.
 - :func:`fig2_special_tokens` -- Fig 2: per-head attention to [CLS], [SEP] and ". ," by layer.
+- :func:`fig3_sep_gradients` -- Fig 3: attention to and gradient importance of [SEP], ". ," and other tokens.
 - :func:`fig4_entropy` -- Fig 4: per-head attention entropy and [CLS] entropy by layer.
+- :func:`fig5_syntax_heads` -- Fig 5: the best head of a few relations on one sentence each.
 - :func:`fig6_head_clusters` -- Fig 6: the 2-D MDS embedding of the heads, by layer and by behaviour.
 
 Heavy imports (matplotlib, seaborn, pandas) happen inside the functions.
@@ -33,13 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from bertlook.errors import BertlookError
-from bertlook.io_utils import atomic_path, read_csv_strings
 from bertlook.naming import head_label, parse_head_label
+from bertlook.reporting.plotting import (
+    from_zero, layer_ticks, message_panel, new_figure, plot_style, read_figure_table, read_stats_columns, save_png,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DPI = 150
 
 #: Behaviour labels of ``head_clusters.csv`` in legend order ("other" last, drawn underneath).
 BEHAVIOURS = ("next token", "previous token", "broad", "[CLS]", "[SEP]", "punctuation", "other")
@@ -76,6 +83,7 @@ class ExampleHead(NamedTuple):
     label: str
     shown: bool = True
 
+
 FIGURE_FILES = {
     "fig1": "fig1_example_heads.png",
     "fig2": "fig2_special_tokens.png",
@@ -83,104 +91,12 @@ FIGURE_FILES = {
     "fig6": "fig6_head_clusters.png",
 }
 
-_MIN_WEIGHT = 0.01  # Fig 1: attention weights below this are not drawn
+_MIN_WEIGHT = 0.01  # Figs 1 and 5: attention weights below this are not drawn
 
 
 # --------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def _agg() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-
-
-def plot_style():
-    """A seaborn style + context applied only inside a ``with`` block (no global rcParams change)."""
-    import contextlib
-
-    import seaborn as sns
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(sns.axes_style("whitegrid"))
-    stack.enter_context(sns.plotting_context("paper", font_scale=1.25))
-    return stack
-
-
-def new_figure(**kwargs):
-    """A pyplot-free Figure (no global figure registry; nothing to close)."""
-    _agg()
-    from matplotlib.figure import Figure
-
-    kwargs.setdefault("layout", "constrained")
-    return Figure(**kwargs)
-
-
-def save_png(fig, out_png: str | os.PathLike) -> Path:
-    """Save ``fig`` as PNG to a temporary sibling of ``out_png`` and rename it into place."""
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png", facecolor="white")
-    return Path(out_png)
-
-
-def _from_zero(ax, top: float | None = None) -> None:
-    """y from just below 0 to ``top`` (default: the autoscaled top): a margin of 3% of the range below
-    0, as the fraction panels' -0.03, so that points at 0 (a head with entropy ~0, gradients ~0) are
-    drawn whole instead of cut in half by the axis."""
-    hi = float(ax.get_ylim()[1]) if top is None else float(top)
-    ax.set_ylim(-0.03 * hi, hi)
-
-
-def read_figure_table(
-    path: str | os.PathLike,
-    *,
-    int_cols: Sequence[str] = (),
-    float_cols: Sequence[str] = (),
-    str_cols: Sequence[str] = (),
-):
-    """Read a CSV, check the named columns exist and parse; errors name the file and line."""
-    import pandas as pd
-
-    path = Path(path)
-    raw = read_csv_strings(path, required=[*int_cols, *float_cols, *str_cols])
-    if raw.empty:
-        raise BertlookError(f"{path}: no data rows")
-    out = pd.DataFrame(index=raw.index)
-    for col in int_cols:
-        text = raw[col].astype(str).str.strip()
-        vals = pd.to_numeric(text, errors="coerce")
-        bad = vals.isna() | (vals.fillna(0) != vals.fillna(0).round()) | (vals.fillna(0) < 1)
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise BertlookError(
-                f"{path}:{i + 2}: column {col!r}: expected a positive integer (1-indexed), got {text.iloc[i]!r}"
-            )
-        out[col] = vals.astype("int64")
-    for col in float_cols:
-        text = raw[col].astype(str).str.strip()
-        vals = pd.to_numeric(text, errors="coerce")
-        bad = vals.isna() & ~text.str.lower().isin(["", "nan", "na"])
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise BertlookError(f"{path}:{i + 2}: column {col!r}: expected a number, got {text.iloc[i]!r}")
-        out[col] = vals.astype("float64")
-    for col in str_cols:
-        out[col] = raw[col].astype(str).str.strip()
-    if "layer" in out.columns and "head" in out.columns:
-        dup = out.duplicated(subset=["layer", "head"])
-        if dup.any():
-            i = int(dup.to_numpy().nonzero()[0][0])
-            raise BertlookError(
-                f"{path}:{i + 2}: head {out['layer'].iloc[i]}-{out['head'].iloc[i]} appears more than once"
-            )
-    return out
-
-
-def read_stats_columns(path: str | os.PathLike, columns: Sequence[str]):
-    """``layer``, ``head`` and the float ``columns`` of a statistics CSV."""
-    return read_figure_table(path, int_cols=("layer", "head"), float_cols=columns)
 
 
 def _read_summary(path: str | os.PathLike) -> dict[str, Any]:
@@ -204,16 +120,6 @@ def _read_summary(path: str | os.PathLike) -> dict[str, Any]:
     if not math.isfinite(ue):
         raise BertlookError(f"{path}: 'uniform_entropy' is not finite: {ue}")
     return summary
-
-
-def _layer_ticks(ax, num_layers: int, axis: str = "x") -> None:
-    step = 1 if num_layers <= 16 else 2 if num_layers <= 32 else max(1, num_layers // 12)
-    ticks = list(range(1, num_layers + 1, step))
-    if axis == "x":
-        ax.set_xticks(ticks)
-        ax.set_xlim(0.4, num_layers + 0.6)
-    else:
-        ax.set_yticks(ticks)
 
 
 def _jitter(n: int, width: float = 0.28, seed: int = 0):
@@ -282,6 +188,23 @@ def _short_token(tok: str, max_chars: int = 14) -> str:
     return tok if len(tok) <= max_chars else tok[: max_chars - 1] + "\u2026"
 
 
+def _attention_lines(ax, a, ys, color) -> None:
+    """One head's map ``a [n, n]`` (float32) as lines from the "from" column (x = 0) to the "to" column
+    (x = 1) at the token rows ``ys``: opacity and width by weight, weights below 0.01 not drawn,
+    strongest lines on top (Figs 1 and 5)."""
+    import numpy as np
+    from matplotlib.collections import LineCollection
+
+    i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
+    w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
+    order = np.argsort(w, kind="stable")  # strongest lines on top
+    i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
+    segs = np.stack([np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1)
+    rgba = np.tile(np.array([*color, 1.0]), (len(w), 1))
+    rgba[:, 3] = w
+    ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
+
+
 def fig1_example_heads(
     store_path: str | os.PathLike,
     heads: Sequence[tuple[int, int]],
@@ -332,7 +255,6 @@ def draw_fig1(
     """Draw Fig 1 for one example: its tokens and its map ``attn[L, H, n, n]`` (see :func:`fig1_example_heads`)."""
     import numpy as np
     import seaborn as sns
-    from matplotlib.collections import LineCollection
 
     heads = [(int(l), int(h)) for l, h in heads]
     if labels is not None and len(labels) != len(heads):
@@ -370,17 +292,7 @@ def draw_fig1(
                 ax.text(0.5, 0.97, "not drawn: no head of this model\nshows this behaviour", ha="center",
                         va="top", fontsize=10, color="0.3", transform=ax.transAxes)
                 continue
-            a = np.asarray(attn[layer - 1, head - 1], dtype=np.float32)
-            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
-            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
-            order = np.argsort(w, kind="stable")  # strongest lines on top
-            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
-            segs = np.stack(
-                [np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1
-            )
-            rgba = np.tile(np.array([*colors[k], 1.0]), (len(w), 1))
-            rgba[:, 3] = w
-            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
+            _attention_lines(ax, np.asarray(attn[layer - 1, head - 1], dtype=np.float32), ys, colors[k])
             for y, tok, spec in zip(ys, tokens, is_special):
                 weight = "bold" if spec else "normal"
                 ax.text(-0.04, y, tok, ha="right", va="center", fontsize=fontsize, fontweight=weight, parse_math=False)
@@ -511,7 +423,7 @@ def fig2_special_tokens(stats_csv: str | os.PathLike, out_png: str | os.PathLike
             _layer_strip(ax, df, col, colors[k], seed=k)
             ax.set_title(f"Attention to {title}")
             ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
+            layer_ticks(ax, num_layers)
             ax.set_ylim(-0.03, 1.03)
         axes[0].set_ylabel("Avg. attention (fraction)")
         fig.legend(handles=_strip_legend_handles(), loc="outside lower center", ncol=2, frameon=False)
@@ -549,11 +461,11 @@ def fig4_entropy(
             ax.axhline(uniform, color="0.25", ls="--", lw=1.3, zorder=1)
             ax.set_title(title)
             ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
+            layer_ticks(ax, num_layers)
         values = df[["entropy", "cls_entropy"]].to_numpy(dtype=float)
         finite = values[np.isfinite(values)]
         top = max(uniform, float(finite.max()) if finite.size else 0.0)
-        _from_zero(axes[0], top * 1.08 + 0.05)
+        from_zero(axes[0], top * 1.08 + 0.05)
         axes[0].set_ylabel("Avg. attention entropy (nats)")
         n_ex = summary.get("n_examples")
         mean_tokens = summary.get("mean_tokens")
@@ -635,99 +547,10 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
         return save_png(fig, out_png)
 
 
-# ---- norm-based attention (Kobayashi et al. 2020; numbers: bertlook.attention.norms, surface-stats on the norm store)
-_NORM_CLASS_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": ". or ,", "other": "other tokens"}
+# --------------------------------------------------------------------------------------------------
+# Fig 3 (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
+# --------------------------------------------------------------------------------------------------
 
-
-def _layer_shares(path):
-    """Per-layer mean over heads of the ``cls``, ``sep``, ``punct`` shares of a stats table, and
-    ``other`` = 1 - their sum (the shares are per-row means of distributions: they add up to 1)."""
-    df = read_stats_columns(path, ("cls", "sep", "punct"))
-    means = df.groupby("layer")[["cls", "sep", "punct"]].mean().sort_index()  # [layer, 3]
-    means["other"] = 1.0 - means[["cls", "sep", "punct"]].sum(axis=1)
-    return df, means
-
-
-def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
-              summaries: Sequence[str | os.PathLike], out_png: str | os.PathLike) -> Path:
-    """Attention weights vs norm-based maps (Kobayashi et al. 2020) by layer, from the surface
-    statistics of the attention store (``stats_csv``) and of the norm store (``norm_stats_csv``, the
-    same columns) and the extraction summaries' ``norms`` sums (``summaries``: one, or every shard's
-    in order; reduced by :func:`bertlook.attention.norms.reduce_norm_summaries`).
-
-    Left: per layer (mean over heads) the share of each row given to [CLS], [SEP], ". ," and other
-    tokens under attention (solid) and under the row-normalised norm map (dashed). Middle (the Fig 4
-    twin, side by side): per layer the mean row entropy and [CLS]-row entropy (nats, mean over heads),
-    attention (solid) vs norm (dashed). Right: the mean
-    ``|| f(x) ||`` (averaged over heads) of tokens of each class, per layer. Mismatched inputs (other
-    heads, other layer counts) are an error naming the files.
-    """
-    import seaborn as sns
-
-    from bertlook.attention.norms import TOKEN_CLASSES, reduce_norm_summaries
-
-    att_df, att = _layer_shares(stats_csv)
-    norm_df, nrm = _layer_shares(norm_stats_csv)
-    att_heads = set(zip(att_df["layer"], att_df["head"]))
-    norm_heads = set(zip(norm_df["layer"], norm_df["head"]))
-    if att_heads != norm_heads:
-        raise BertlookError(
-            f"{norm_stats_csv}: its heads ({len(norm_heads)}, layers 1..{int(norm_df['layer'].max())}) are not those "
-            f"of {stats_csv} ({len(att_heads)}, layers 1..{int(att_df['layer'].max())}): tables of different models?"
-        )
-    reduced = reduce_norm_summaries(list(summaries))
-    num_layers = int(att_df["layer"].max())
-    if reduced["num_layers"] != num_layers or sorted(att.index) != list(range(1, num_layers + 1)):
-        raise BertlookError(
-            f"{', '.join(str(p) for p in summaries)}: norms of {reduced['num_layers']} layers, but {stats_csv} "
-            f"has layers {sorted(int(x) for x in att.index)}: inputs of different models?"
-        )
-    means = reduced["means"]  # [layer, class]
-    layers = list(range(1, num_layers + 1))
-    pal = sns.color_palette("colorblind", 10)
-    colors = {"cls": pal[0], "sep": pal[4], "punct": pal[1], "other": (0.45, 0.45, 0.45)}
-    markers = {"cls": "D", "sep": "o", "punct": "s", "other": "^"}
-    with plot_style():
-        fig = new_figure(figsize=(max(13.5, 4.6 * 3 * max(1.0, num_layers / 12) ** 0.5), 3.9))
-        ax_s, ax_e, ax_n = fig.subplots(1, 3)
-        att_ent = read_stats_columns(stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()  # [layer, stat]
-        # [layer, stat]
-        norm_ent = read_stats_columns(norm_stats_csv, ("entropy", "cls_entropy")).groupby("layer").mean()
-        for col, color, what in (("entropy", "0.2", "all rows"), ("cls_entropy", pal[0], "[CLS] row")):
-            a_e, n_e = att_ent[col], norm_ent[col]  # [layer]
-            ax_e.plot(a_e.index, a_e.to_numpy(), color=color, marker="o", ms=4, lw=1.8, label=what)
-            ax_e.plot(n_e.index, n_e.to_numpy(), color=color, marker="o", ms=4, lw=1.8, ls="--",
-                      markerfacecolor="white")
-        ax_e.set_title("Entropy: attention (solid) vs norm (dashed)")
-        ax_e.set_ylabel("Avg. entropy (nats)")
-        _from_zero(ax_e)
-        ax_e.legend(frameon=False, fontsize="small")
-        for c in TOKEN_CLASSES:
-            ax_s.plot(att.index, att[c], color=colors[c], marker=markers[c], ms=5, lw=1.8,
-                      label=_NORM_CLASS_LABELS[c])
-            ax_s.plot(nrm.index, nrm[c], color=colors[c], marker=markers[c], ms=5, lw=1.8, ls="--",
-                      markerfacecolor="white")
-            k = TOKEN_CLASSES.index(c)
-            ax_n.plot(layers, means[:, k], color=colors[c], marker=markers[c], ms=5, lw=1.8)
-        ax_s.set_title("Share of each row: attention (solid) vs norm (dashed)")
-        ax_s.set_ylabel("Avg. share (fraction per token)")
-        ax_s.set_ylim(-0.03, 1.03)
-        counts = reduced["counts"]
-        ax_n.set_title("Mean ||f(x)|| of the attended token")
-        ax_n.set_ylabel("||f(x)|| (mean over heads)")
-        _from_zero(ax_n)
-        ax_n.text(0.99, 0.98, "tokens: " + ", ".join(f"{_NORM_CLASS_LABELS[c]} {int(counts[k])}"
-                                                        for k, c in enumerate(TOKEN_CLASSES)),
-                  transform=ax_n.transAxes, ha="right", va="top", fontsize="x-small", color="0.3")
-        for ax in (ax_s, ax_e, ax_n):
-            ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
-        handles, labels = ax_s.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, title="Attended token")
-        return save_png(fig, out_png)
-
-
-# ---- Fig 3 twin (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
 _TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
 
 
@@ -815,137 +638,23 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
         ax_g.set_title("Avg. gradient magnitude |dL/d attention|")
         unit = f" ($\\times 10^{{{exponent}}}$)" if exponent else ""
         ax_g.set_ylabel(f"Mean |gradient| per weight{unit}")
-        _from_zero(ax_g)
+        from_zero(ax_g)
         for ax in (ax_a, ax_g):
             ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
+            layer_ticks(ax, num_layers)
         handles, labels = ax_a.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, title="Attention to")
         return save_png(fig, out_png)
 
 
-# ---- Attention rollout (Abnar & Zuidema 2020; numbers: bertlook.analyses.rollout)
-def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
-    """Per-layer attention rollout from ``rollout_stats.csv``.
+# --------------------------------------------------------------------------------------------------
+# Fig 5 (best syntax head per relation; numbers: bertlook.analyses.syntax_heads)
+# --------------------------------------------------------------------------------------------------
 
-    Left: share of rollout to [CLS], [SEP], ". ," and other tokens per layer; right: rollout entropy
-    per layer, dashed: the entropy of uniform attention (mean ln n, column ``uniform_entropy``).
-    """
-    import seaborn as sns
-    from matplotlib.lines import Line2D
-
-    from bertlook.analyses.rollout import STAT_COLUMNS
-
-    df = read_figure_table(rollout_csv, int_cols=("layer",), float_cols=(*STAT_COLUMNS, "uniform_entropy"))
-    dup = df.duplicated(subset=["layer"])
-    if dup.any():
-        i = int(dup.to_numpy().nonzero()[0][0])
-        raise BertlookError(f"{rollout_csv}:{i + 2}: layer {df['layer'].iloc[i]} appears more than once")
-    df = df.sort_values("layer")
-    num_layers = int(df["layer"].max())
-    pal = sns.color_palette("colorblind", 10)
-    shares = (("cls", "[CLS]", pal[0], "o"), ("sep", "[SEP]", pal[4], "s"), ("punct", ". or ,", pal[1], "^"),
-              ("other", "other tokens", (0.45, 0.45, 0.45), "D"))
-    uniform = float(df["uniform_entropy"].iloc[0])
-    with plot_style():
-        fig = new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
-        ax_s, ax_e = fig.subplots(1, 2)
-        for col, label, color, marker in shares:
-            ax_s.plot(df["layer"], df[col], color=color, marker=marker, ms=5, lw=1.8, label=label)
-        ax_s.set_title("Avg. rollout to target")
-        ax_s.set_ylabel("Rollout (fraction per token)")
-        ax_s.set_ylim(-0.03, 1.03)
-        ax_e.plot(df["layer"], df["entropy"], color=pal[2], marker="o", ms=5, lw=1.8)
-        ax_e.axhline(uniform, color="0.25", ls="--", lw=1.3, zorder=1)
-        ax_e.set_title("Avg. rollout entropy")
-        ax_e.set_ylabel("Entropy (nats)")
-        top = max(uniform, float(df["entropy"].max()) if df["entropy"].notna().any() else 0.0)
-        _from_zero(ax_e, top * 1.08 + 0.05)
-        for ax in (ax_s, ax_e):
-            ax.set_xlabel("Layer")
-            _layer_ticks(ax, num_layers)
-        handles, labels = ax_s.get_legend_handles_labels()
-        handles.append(Line2D([], [], color="0.25", ls="--", lw=1.3))
-        labels.append(f"uniform: mean ln n = {uniform:.2f} nats")
-        fig.legend(handles, labels, loc="outside lower center", ncol=5, frameon=False,
-                   title="Rollout to (left); entropy reference (right)")
-        return save_png(fig, out_png)
-
-
-# ---- Single-head trees (Htut et al. 2019; numbers: bertlook.analyses.tree_heads)
-def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
-    """Trees decoded from single heads, from ``tree_heads.csv`` and ``tree_heads_best.csv``.
-
-    Left: per layer, the best head's UAS (gold-root Chu-Liu-Edmonds, the better direction) and UUAS
-    (undirected maximum spanning tree), dashed: the baselines (right-branching UAS, adjacent-chain
-    UUAS). Middle and right: every head's UAS (the better direction) and UUAS, layer x head heatmaps.
-    """
-    import numpy as np
-    import seaborn as sns
-
-    df = read_figure_table(per_head_csv, int_cols=("layer", "head"),
-                           float_cols=("uas_dep2head", "uas_head2dep", "uuas"))
-    best = read_figure_table(best_csv, float_cols=("uas", "uuas"), str_cols=("row",)).set_index("row")
-    for name in ("right_branching", "adjacent_chain"):
-        if name not in best.index:
-            raise BertlookError(f"{best_csv}: no {name!r} row (the baselines)")
-    L, H = int(df["layer"].max()), int(df["head"].max())
-    if len(df) != L * H:
-        raise BertlookError(f"{per_head_csv}: {len(df)} rows, expected one per head of the {L} x {H} grid")
-    li, hi = df["layer"].to_numpy() - 1, df["head"].to_numpy() - 1  # [layer*head] each
-    uas = np.full((L, H), np.nan)  # [layer, head]
-    uas[li, hi] = np.fmax(df["uas_dep2head"].to_numpy(), df["uas_head2dep"].to_numpy())
-    uuas = np.full((L, H), np.nan)  # [layer, head]
-    uuas[li, hi] = df["uuas"].to_numpy()
-    layers = np.arange(1, L + 1)  # [layer]
-    pal = sns.color_palette("colorblind", 10)
-    rb_uas, chain_uuas = float(best.loc["right_branching", "uas"]), float(best.loc["adjacent_chain", "uuas"])
-    annotate = L <= 16 and H <= 16
-    cell = 0.42 if annotate else 0.2
-    with plot_style():
-        fig = new_figure(figsize=(4.6 + 2 * max(3.4, H * cell + 1.4), max(3.6, L * cell + 1.3)))
-        ax, ax_u, ax_uu = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
-        ax.plot(layers, np.nanmax(uas, axis=1), color=pal[0], marker="o", ms=5, lw=1.8, label="best head: UAS")
-        ax.plot(layers, np.nanmax(uuas, axis=1), color=pal[1], marker="s", ms=5, lw=1.8, label="best head: UUAS")
-        ax.axhline(rb_uas, color=pal[0], ls="--", lw=1.2, label="right-branching: UAS")
-        ax.axhline(chain_uuas, color=pal[1], ls="--", lw=1.2, label="adjacent chain: UUAS")
-        ax.set_xlabel("Layer")
-        ax.set_ylabel("Fraction of scored words")
-        ax.set_ylim(0.0, 1.0)
-        ax.set_title("Best single-head tree per layer")
-        _layer_ticks(ax, L)
-        ax.legend(fontsize=7, loc="upper right")
-        for a, grid, title in ((ax_u, uas, "UAS (gold root; better direction)"), (ax_uu, uuas, "UUAS (undirected MST)")):
-            a.grid(False)
-            im = a.imshow(grid, cmap="viridis", vmin=0.0, vmax=max(0.05, float(np.nanmax(grid))), aspect="auto")
-            fig.colorbar(im, ax=a, shrink=0.85)
-            a.set_title(title, fontsize=9)
-            a.set_xlabel("head")
-            a.set_ylabel("layer")
-            a.set_xticks(range(H), [str(h + 1) for h in range(H)], fontsize=7)
-            a.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
-            if annotate:
-                mid = float(np.nanmax(grid)) / 2
-                for y in range(L):
-                    for x in range(H):
-                        if not np.isnan(grid[y, x]):
-                            a.text(x, y, f"{100 * grid[y, x]:.0f}", ha="center", va="center", fontsize=5.5,
-                                   color="white" if grid[y, x] < mid else "black")
-        return save_png(fig, out_png)
-
-
-# ---- Fig 5 twin (best syntax head per relation; numbers: bertlook.analyses.heads)
 def fig5_relations(forced: Sequence[str]) -> tuple[str, ...]:
     """Fig 5 panel order det, dobj-like, pobj-like from a scheme's forced rows."""
     obj, det, pobj = forced
     return (det, obj, pobj)
-
-
-def _message_panel(ax, title: str, text: str) -> None:
-    ax.set_axis_off()
-    ax.set_title(title, fontsize=11)
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True, color="0.3", parse_math=False,
-            transform=ax.transAxes)
 
 
 def fig5_syntax_heads(
@@ -963,49 +672,15 @@ def fig5_syntax_heads(
     0.01 not drawn), with the relation's gold arcs in red, drawn the way the head should attend
     (dep2head: dependent -> head; head2dep: head -> dependent). The sentence is the first one holding
     the relation, or ``example_index`` for every panel. A relation without a Table 1 row or without a
-    sentence gets a panel that says so.
+    sentence gets a panel that says so. The panels' numbers (maps, arcs, correct arcs) come from
+    :func:`bertlook.analyses.syntax_heads.syntax_head_panels`.
     """
-    import numpy as np
     import seaborn as sns
-    from matplotlib.collections import LineCollection
 
-    from bertlook.analyses.heads import DIRECTIONS, check_word_store, head_index_of_label, predict_heads
-    from bertlook.attention.store import open_store
+    from bertlook.analyses.syntax_heads import syntax_head_panels
 
-    relations = list(relations)
-    if not relations:
-        raise BertlookError("fig5_syntax_heads: no relations given")
-    store = open_store(dev_store_path)
-    check_word_store(store)
-    if example_index is not None and not 0 <= int(example_index) < len(store):
-        raise BertlookError(
-            f"{dev_store_path}: example index {example_index} out of range (the store holds {len(store)} examples)"
-        )
-    by_rel = {str(r): row for r, row in zip(table1_df["relation"], table1_df.to_dict("records"))}
-    panels: list[dict[str, Any]] = []
-    for rel in relations:
-        row = by_rel.get(rel)
-        if row is None or not str(row.get("best_head", "")):
-            n_rel = sum((rec.get("rels") or []).count(rel) for rec in store.records)
-            why = "the relation does not occur in this corpus" if n_rel == 0 else f"{n_rel} words, below the minimum count"
-            panels.append({"rel": rel, "msg": f"no '{rel}' row in Table 1:\n{why}"})
-            continue
-        if example_index is not None:
-            k = int(example_index)
-            if rel not in (store.records[k].get("rels") or []):
-                panels.append({"rel": rel, "msg": f"example {k} has no '{rel}' word"})
-                continue
-        else:
-            k = next((i for i, rec in enumerate(store.records) if rel in (rec.get("rels") or [])), None)
-            if k is None:
-                panels.append({"rel": rel, "msg": f"no sentence of the store has a '{rel}' word"})
-                continue
-        layer0, head0 = head_index_of_label(str(row["best_head"]))
-        if layer0 >= store.num_layers or head0 >= store.num_heads:
-            raise BertlookError(f"fig5: head {row['best_head']} is not in the {store.num_layers}x{store.num_heads} store")
-        panels.append({"rel": rel, "k": k, "layer": layer0, "head": head0, "direction": str(row["direction"])})
-
-    max_n = max((int(store.records[p["k"]]["n"]) for p in panels if "k" in p), default=8)
+    panels = syntax_head_panels(dev_store_path, table1_df, relations, example_index=example_index)
+    max_n = max((p.n_tokens for p in panels if p.attn is not None), default=8)
     fontsize = 9.0 if max_n <= 32 else 7.5 if max_n <= 64 else 6.0
     row_in = fontsize * 1.45 / 72.0
     panel_w, panel_h = 3.2 + 0.012 * max_n, max(2.4, (max_n + 1.5) * row_in + 0.6)
@@ -1016,198 +691,42 @@ def fig5_syntax_heads(
         fig = new_figure(figsize=(panel_w * len(panels), panel_h))
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         for ax, p, color in zip(axes, panels, colors):
-            if "msg" in p:
-                _message_panel(ax, f"{p['rel']}", p["msg"])
+            if p.attn is None:
+                message_panel(ax, f"{p.relation}", p.message)
                 continue
-            ax.set_axis_off()
-            k, rec = p["k"], store.records[p["k"]]
-            tokens = [_short_token(t) for t in rec["tokens"]]
-            n = len(tokens)
-            W = n - 2
-            a = np.asarray(store.get(k)[p["layer"], p["head"]], dtype=np.float32)
-            ys = -np.arange(n, dtype=float)
-            i_idx, j_idx = np.nonzero(a >= _MIN_WEIGHT)
-            w = np.clip(a[i_idx, j_idx], 0.0, 1.0)
-            order = np.argsort(w, kind="stable")
-            i_idx, j_idx, w = i_idx[order], j_idx[order], w[order]
-            segs = np.stack([np.stack([np.zeros_like(w), ys[i_idx]], 1), np.stack([np.ones_like(w), ys[j_idx]], 1)], 1)
-            rgba = np.tile(np.array([*color, 1.0]), (len(w), 1))
-            rgba[:, 3] = w
-            ax.add_collection(LineCollection(segs, colors=rgba, linewidths=0.4 + 2.2 * w, capstyle="round"))
-            rels, heads = rec["rels"], rec["heads"]
-            d = DIRECTIONS.index(p["direction"]) if p["direction"] in DIRECTIONS else 0
-            deps = [i for i in range(W) if rels[i] == p["rel"] and int(heads[i]) > 0]
-            pred = predict_heads(a[None, None], W)[0, 0, d]  # [W]
-            n_ok = sum(int(pred[i] == heads[i]) for i in deps)
-            gold_segs, left_hi, right_hi = [], set(), set()
-            for i in deps:
-                dep_row, head_row = i + 1, int(heads[i])
-                src_row, dst_row = (dep_row, head_row) if d == 0 else (head_row, dep_row)
-                gold_segs.append([(0.0, ys[src_row]), (1.0, ys[dst_row])])
-                left_hi.add(src_row)
-                right_hi.add(dst_row)
-            ax.add_collection(LineCollection(gold_segs, colors=[(*gold_color, 0.9)], linewidths=1.6,
-                                             linestyles="--", zorder=3))
-            for t, (y, tok) in enumerate(zip(ys, tokens)):
-                special = t in (0, n - 1)
-                for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
-                    ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize, parse_math=False,
-                            fontweight="bold" if special or t in hi else "normal",
-                            color=gold_color if t in hi else "black")
-            ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
-            ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
-            ax.set_xlim(-0.6, 1.6)
-            ax.set_ylim(-max_n + 0.5, 1.6)
-            arrow = "dependent \u2192 head" if d == 0 else "head \u2192 dependent"
-            ax.set_title(
-                f"{p['rel']}: head {head_label(p['layer'], p['head'])} ({arrow})\n"
-                f"sentence {rec.get('id', k)}: {n_ok}/{len(deps)} {p['rel']} arcs right",
-                fontsize=10,
-            )
+            _draw_fig5_panel(ax, p, color, gold_color, fontsize=fontsize, max_n=max_n)
         fig.suptitle("Best head per relation; red dashed = gold arc in the head's direction", fontsize=10)
         return save_png(fig, out_png)
 
 
-# --------------------------------------------------------------------------------------------------
-# per-head report card
-# --------------------------------------------------------------------------------------------------
-
-#: (column of head_report.csv, panel title, colour map) of :func:`fig_head_report`, in panel order
-HEAD_REPORT_PANELS = (
-    ("importance", "importance (Michel et al. 2019)\nmean |dL/d gate|, l2-normalised per layer", "viridis"),
-    ("confidence", "confidence (Voita et al. 2019)\nmean largest weight of a row", "viridis"),
-    ("positional_fraction", "positional fraction\nrows whose argmax is at the usual offset", "viridis"),
-    ("positional_offset", "positional offset\nmost frequent argmax_j - i (colours clipped at +-4)", "RdBu_r"),
-    ("sink", "sink (Gu et al. 2025)\nmean attention to the first token ([CLS])", "viridis"),
-    ("entropy", "entropy (nats)\nmean entropy of a row", "viridis"),
-    ("best_accuracy", "best relation accuracy\n(relation printed in the cell)", "viridis"),
-    ("coref_accuracy", "coreference accuracy\n(antecedent selection, all mentions)", "viridis"),
-)
-
-
-def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
-    """The per-head report card (``head_report.csv``) as one layer x head heatmap per numeric column.
-
-    Rows = layers, columns = heads (1-indexed); values printed in the cells when the model has at most
-    16 x 16 heads (the best relation's name in the ``best_accuracy`` panel). A column without any value
-    (optional input not run or not given) gets a panel saying so.
-    """
+def _draw_fig5_panel(ax, p, color, gold_color, *, fontsize: float, max_n: int) -> None:
+    """One drawn panel of Fig 5: a :class:`bertlook.analyses.syntax_heads.SyntaxHeadPanel`'s map and gold arcs."""
     import numpy as np
+    from matplotlib.collections import LineCollection
 
-    cols = [c for c, _, _ in HEAD_REPORT_PANELS]
-    df = read_figure_table(csv, int_cols=("layer", "head"), float_cols=cols)
-    relations = read_csv_strings(csv, required=("best_relation",))["best_relation"].str.strip()
-    L, H = int(df["layer"].max()), int(df["head"].max())
-    if len(df) != L * H:
-        raise BertlookError(f"{csv}: {len(df)} rows, expected one per head of the {L} x {H} grid")
-    li, hi = df["layer"].to_numpy() - 1, df["head"].to_numpy() - 1  # [layer*head] each
-    annotate = L <= 16 and H <= 16
-    ncols = 4
-    nrows = math.ceil(len(HEAD_REPORT_PANELS) / ncols)
-    cell = 0.42 if annotate else 0.2
-    panel_w, panel_h = max(3.4, H * cell + 1.4), max(2.8, L * cell + 1.3)
-    with plot_style():
-        fig = new_figure(figsize=(panel_w * ncols, panel_h * nrows))
-        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-        for ax, (col, title, cmap) in zip(axes, HEAD_REPORT_PANELS):
-            grid = np.full((L, H), np.nan)  # [layer, head]
-            grid[li, hi] = df[col].to_numpy()
-            if np.isnan(grid).all():
-                _message_panel(ax, title, "no values\n(input not run or not given;\nsee the summary JSON)")
-                continue
-            ax.grid(False)
-            if col == "positional_offset":
-                vmax = min(4.0, max(1.0, float(np.nanmax(np.abs(grid)))))  # colours clipped at +-4
-                im = ax.imshow(grid, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto")
-            else:
-                im = ax.imshow(grid, cmap=cmap, aspect="auto")
-            fig.colorbar(im, ax=ax, shrink=0.85)
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("head")
-            ax.set_ylabel("layer")
-            ax.set_xticks(range(H), [str(h + 1) for h in range(H)], fontsize=7)
-            ax.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
-            if annotate:
-                rel = np.full((L, H), "", dtype=object)  # [layer, head]
-                rel[li, hi] = relations.to_numpy()
-                lo, hi_v = np.nanmin(grid), np.nanmax(grid)
-                for y in range(L):
-                    for x in range(H):
-                        v = grid[y, x]
-                        if np.isnan(v):
-                            continue
-                        text = f"{int(v):+d}" if col == "positional_offset" else f"{v:.2f}"
-                        if col == "best_accuracy" and rel[y, x]:
-                            text = f"{rel[y, x][:6]}\n{v:.2f}"
-                        mid = (lo + hi_v) / 2 if col != "positional_offset" else 0.0
-                        dark = v < mid if cmap == "viridis" else abs(v) > vmax / 2
-                        ax.text(x, y, text, ha="center", va="center", fontsize=5.5,
-                                color="white" if dark else "black")
-        for ax in axes[len(HEAD_REPORT_PANELS):]:
-            ax.set_axis_off()
-        fig.suptitle(f"Per-head report card ({L} layers x {H} heads)", fontsize=11)
-        return save_png(fig, out_png)
-
-
-def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
-    """Cross-language summary (:mod:`bertlook.analyses.languages`): one heatmap per direction, relations
-    (rows, in the order of ``best``) x treebanks (columns, in order of appearance).
-
-    A cell shows the best head of the relation in that treebank and its accuracy (colour = accuracy,
-    0..1, viridis); a grey "–" cell: fewer words than the minimum count. The last column, "shared",
-    says whether every treebank with the relation has the same best head ("same"), how many distinct
-    best heads they have ("k heads"), or nothing when only one treebank has the relation.
-    """
-    import numpy as np
-
-    from bertlook.analyses.heads import DIRECTION_ARROWS, DIRECTIONS
-
-    if best.empty:
-        raise BertlookError(f"{out_png}: no best heads to draw (no relation reaches the minimum count)")
-    relations = list(dict.fromkeys(str(r) for r in best["relation"]))
-    labels = list(dict.fromkeys(str(t) for t in best["treebank"]))
-    directions = [d for d in DIRECTIONS if (best["direction"] == d).any()]
-    R, T = len(relations), len(labels)
-    r_index = {r: k for k, r in enumerate(relations)}
-    t_index = {t: k for k, t in enumerate(labels)}
-    cell_w, cell_h = 0.95, 0.36
-    with plot_style():
-        fig = new_figure(figsize=(len(directions) * ((T + 1) * cell_w + 1.8) + 1.0, R * cell_h + 1.6))
-        axes = fig.subplots(1, len(directions), squeeze=False).ravel()
-        im = None
-        for ax, direction in zip(axes, directions):
-            grid = np.full((R, T), np.nan)  # [relation, treebank]: accuracy of the best head
-            text = np.full((R, T), "\u2013", dtype=object)  # [relation, treebank]
-            for row in best[best["direction"] == direction].itertuples(index=False):
-                y, x = r_index[str(row.relation)], t_index[str(row.treebank)]
-                grid[y, x] = float(row.accuracy)
-                text[y, x] = f"{row.best_head}\n{100 * float(row.accuracy):.0f}%"
-            ax.grid(False)
-            ax.set_facecolor("#e6e6e6")
-            im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
-                           extent=(-0.5, T - 0.5, R - 0.5, -0.5))
-            for y in range(R):
-                for x in range(T):
-                    v = grid[y, x]
-                    ax.text(x, y, text[y, x], ha="center", va="center", fontsize=5.5,
-                            color="black" if np.isnan(v) or v >= 0.5 else "white")
-            shared = agreement[agreement["direction"] == direction]
-            for row in shared.itertuples(index=False):
-                y = r_index.get(str(row.relation))
-                if y is None:
-                    continue
-                same = bool(row.same_best_head)
-                ax.text(T, y, "same" if same else f"{int(row.n_distinct_best_heads)} heads", ha="center",
-                        va="center", fontsize=6, fontweight="bold" if same else "normal",
-                        color="#1a7f37" if same else "#9a3412")
-            ax.set_xlim(-0.5, T + 0.5)
-            ax.set_ylim(R - 0.5, -0.5)
-            ax.axvspan(T - 0.5, T + 0.5, color="white", zorder=0)
-            ax.axvline(T - 0.5, color="black", linewidth=0.8)
-            ax.set_xticks(range(T + 1), [*labels, "shared"], fontsize=7, rotation=45, ha="right")
-            ax.set_yticks(range(R), relations, fontsize=7)
-            ax.set_title(f"best head per treebank, {DIRECTION_ARROWS.get(direction, direction)}", fontsize=9)
-        if im is not None:
-            fig.colorbar(im, ax=list(axes), shrink=0.8, label="accuracy of the best head")
-        fig.suptitle(f"Cross-language summary: {T} treebanks, {R} relations", fontsize=10)
-        return save_png(fig, out_png)
+    ax.set_axis_off()
+    tokens = [_short_token(t) for t in p.tokens]
+    n = len(tokens)
+    ys = -np.arange(n, dtype=float)
+    _attention_lines(ax, p.attn, ys, color)
+    gold_segs = [[(0.0, ys[src_row]), (1.0, ys[dst_row])] for src_row, dst_row in p.arcs]
+    left_hi = {src_row for src_row, _ in p.arcs}
+    right_hi = {dst_row for _, dst_row in p.arcs}
+    ax.add_collection(LineCollection(gold_segs, colors=[(*gold_color, 0.9)], linewidths=1.6,
+                                     linestyles="--", zorder=3))
+    for t, (y, tok) in enumerate(zip(ys, tokens)):
+        special = t in (0, n - 1)
+        for x, ha, hi in ((-0.04, "right", left_hi), (1.04, "left", right_hi)):
+            ax.text(x, y, tok, ha=ha, va="center", fontsize=fontsize, parse_math=False,
+                    fontweight="bold" if special or t in hi else "normal",
+                    color=gold_color if t in hi else "black")
+    ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+    ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+    ax.set_xlim(-0.6, 1.6)
+    ax.set_ylim(-max_n + 0.5, 1.6)
+    arrow = "dependent \u2192 head" if p.direction == 0 else "head \u2192 dependent"
+    ax.set_title(
+        f"{p.relation}: head {head_label(p.layer, p.head)} ({arrow})\n"
+        f"sentence {p.sentence_id}: {p.n_correct}/{len(p.arcs)} {p.relation} arcs right",
+        fontsize=10,
+    )

@@ -26,9 +26,10 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.steps import GoldenTable
 from bertlook.reporting.compare import (
     CLUSTERS_CSV, GRADIENTS_CSV, HEAD_ACCURACY_CSV, JS_CSV, MANIFEST, STATS_CSV, TABLE1_CSV, TABLE2_COLUMNS, TABLE2_CSV,
     TABLE3_CSV, parse_number, read_run_csv, read_json_file, read_run_stats, read_manifest,
@@ -229,7 +230,7 @@ def _g_table1(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
 def _g_table1_stats(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
     """The columns of a Table 1 twin beyond the paper (cross-fitted choice, paired tests, punctuation
     candidates; docs/definitions.md#paired-tests-of-table-1): ``absent`` when the table lacks them."""
-    from bertlook.analyses.heads import CROSSFIT_COLUMNS, NOPUNCT_COLUMNS, PAIRED_COLUMNS
+    from bertlook.analyses.table1 import CROSSFIT_COLUMNS, NOPUNCT_COLUMNS, PAIRED_COLUMNS
 
     path = run_dir / name
     if not path.is_file():
@@ -406,26 +407,34 @@ GOLDEN_GROUPS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "table1_norm_stats": lambda run_dir: _g_table1_stats(run_dir, "tables/table1_norm.csv"),
     "table3_norm": lambda run_dir: _g_table3(run_dir, "tables/table3_norm.csv"),
     "head_clusters_norm": lambda run_dir: _g_clusters(run_dir, "tables/head_clusters_norm.csv"),
-    "rollout_stats": _g_numeric_table("tables/rollout_stats.csv", ("layer",), SIX_DIGIT_TOL),
     "table1_rollout": lambda run_dir: _g_table1(run_dir, "tables/table1_rollout.csv"),
-    "head_importance": _g_numeric_table("tables/head_importance.csv", ("layer", "head"), SIX_DIGIT_TOL),
-    "head_report": _g_numeric_table("tables/head_report.csv", ("layer", "head"), SIX_DIGIT_TOL),
-    "tree_heads": _g_numeric_table("tables/tree_heads.csv", ("layer", "head"), SIX_DIGIT_TOL),
-    "tree_heads_best": _g_numeric_table("tables/tree_heads_best.csv", ("row",), SIX_DIGIT_TOL),
-    "probe_ablations": _g_numeric_table("tables/probe_ablations.csv", ("ablation", "layer"), SIX_DIGIT_TOL),
 }
 
 
-def run_values(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Every group of :data:`GOLDEN_GROUPS` of a run, plain values (no ranges): what a run is checked on."""
+def table_group(table: GoldenTable) -> Callable[[Path], dict[str, Any]]:
+    """The golden group of a table a step declares (:class:`bertlook.pipeline.steps.GoldenTable`): every
+    cell, numbers at 6 significant digits."""
+    return _g_numeric_table(table.path, table.keys, SIX_DIGIT_TOL)
+
+
+def run_values(run_dir: str | os.PathLike, tables: Iterable[GoldenTable] = ()) -> dict[str, dict[str, Any]]:
+    """Every group of :data:`GOLDEN_GROUPS` of a run, and one per golden table the steps declare
+    (``tables``: :func:`bertlook.pipeline.steps.golden_tables` of :func:`bertlook.cli.declared_steps`),
+    plain values (no ranges): what a run is checked on."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BertlookError(f"{run_dir}: run directory not found")
-    return {name: fn(run_dir) for name, fn in GOLDEN_GROUPS.items()}
+    groups = {**GOLDEN_GROUPS}
+    for table in tables:
+        if table.group in groups:
+            raise BertlookError(f"golden group {table.group!r} of {table.path} is declared twice")
+        groups[table.group] = table_group(table)
+    return {name: fn(run_dir) for name, fn in groups.items()}
 
 
-def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None) -> dict[str, Any]:
-    """The golden file of a run: :func:`run_values`, with the ranges of
+def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None,
+                tables: Iterable[GoldenTable] = ()) -> dict[str, Any]:
+    """The golden file of a run: :func:`run_values` (with the declared golden ``tables``), with the ranges of
     :func:`bertlook.reporting.golden_rules.add_ranges` (word tolerances ``tolerances``; none: exact words).
 
     Groups: ``attention_stats`` (every head, every column), ``table1`` (per relation: accuracies, CI
@@ -440,7 +449,7 @@ def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None
     from bertlook.reporting.golden_rules import add_ranges
 
     run_dir = Path(run_dir)
-    groups = run_values(run_dir)
+    groups = run_values(run_dir, tables)
     tolerances = tolerances or Tolerances()
     add_ranges(run_dir, groups, tolerances)
     run = run_dir.name
@@ -535,10 +544,12 @@ def _describe(entry: Any) -> str:
 
 
 def check_against_golden(run_dir: str | os.PathLike, golden_path: str | os.PathLike,
-                         out: Callable[[str], None] = print) -> int:
-    """Exit code 1 and every difference printed when the run differs from the golden file, else 0."""
+                         out: Callable[[str], None] = print, tables: Iterable[GoldenTable] = ()) -> int:
+    """Exit code 1 and every difference printed when the run differs from the golden file, else 0
+    (``tables``: the declared golden tables, as for :func:`make_golden`; a golden group the run lacks is a
+    difference)."""
     golden = read_golden(golden_path)
-    diffs = compare_golden(golden, {"groups": run_values(run_dir)})
+    diffs = compare_golden(golden, {"groups": run_values(run_dir, tables)})
     values = [e for g in golden["groups"].values() for e in g["values"].values()]
     n, n_ranges = len(values), sum(1 for e in values if is_check(e))
     if not diffs:

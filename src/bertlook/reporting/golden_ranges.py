@@ -14,7 +14,7 @@
   straddles alpha;
 * a head chosen by such counts (best, runner-up, held-out, cross-fitted, no-punctuation) may be any
   candidate within ``k(chosen) + k(candidate)`` words of the chosen one (the candidates are in the heads step's summary,
-  ``selections``: :func:`bertlook.analyses.heads.selection_candidates`), and the accuracy of the chosen head
+  ``selections``: :func:`bertlook.analyses.table1.selection_candidates`), and the accuracy of the chosen head
   any of theirs, plus or minus ``k``; a comparison against a runner-up that is near-tied is not checked (it
   may be another head);
 * single-head trees: :meth:`~bertlook.reporting.golden.Tolerances.k_tree` of the head's near-tied words;
@@ -57,7 +57,7 @@ def poisson_k(lam: float, risk: float = FAMILY_RISK) -> int:
 @functools.lru_cache(maxsize=32)
 def bootstrap_weight_bound(n_sentences: int, replicates: int, seed: int, chunk: int = 200) -> int:
     """The largest number of times one sentence is drawn in one replicate of
-    :func:`bertlook.analyses.heads.bootstrap_ci` (the same draws: ``default_rng(seed)``, chunks of 200)."""
+    :func:`bertlook.analyses.table1.bootstrap_ci` (the same draws: ``default_rng(seed)``, chunks of 200)."""
     if n_sentences <= 0 or replicates <= 0:
         return 0
     rng = np.random.default_rng(seed)
@@ -70,7 +70,7 @@ def bootstrap_weight_bound(n_sentences: int, replicates: int, seed: int, chunk: 
 
 
 def mcnemar_range(b: int, c: int, k: int) -> tuple[float, float]:
-    """(lowest, highest) exact McNemar p-value (:func:`bertlook.analyses.heads.mcnemar_exact`:
+    """(lowest, highest) exact McNemar p-value (:func:`bertlook.analyses.table1.mcnemar_exact`:
     ``min(1, 2 BinomCDF(min(b, c); b + c, 1/2))``) over every ``(b', c') >= 0`` with ``|b' - b| + |c' - c| <= k``
     (vectorised; the ends widened by 1e-9 relative for the rounding of another CDF routine)."""
     from scipy.stats import binom
@@ -139,7 +139,7 @@ class RunFiles:
 
 # ------------------------------------------------------------------------------------ head choices
 def near_tied(selection: dict[str, Any] | None, k_of: Callable[[int], int]) -> list[dict[str, Any]]:
-    """The candidates of a selection (:func:`bertlook.analyses.heads.selection_candidates`) that may be chosen
+    """The candidates of a selection (:func:`bertlook.analyses.table1.selection_candidates`) that may be chosen
     on another machine: those whose count is within ``k(chosen) + k(candidate)`` words of the chosen one's
     (``k_of(fragile words)``), the chosen one first."""
     if not selection or not selection.get("candidates"):

@@ -144,7 +144,7 @@ def _paired(values, rel: str, fam: str, k: int, n: int, summary) -> None:
 
 
 def _holm(values, rows: list[str], fam: str, alpha: float) -> None:
-    from bertlook.analyses.heads import holm
+    from bertlook.analyses.table1 import holm
 
     keys = [f"{r}/{fam}_p" for r in rows if num_or_none(_plain(values.get(f"{r}/{fam}_p"))) is not None]
     if not keys:

@@ -1,7 +1,7 @@
 """The one place where the paper's printed numbers are joined into the twin tables.
 
-The analyses return frames of the run's own numbers only (:func:`bertlook.analyses.heads.table1`,
-:func:`bertlook.analyses.coref.table2_frame`, :func:`bertlook.analyses.probes.run_probes`); the CLI of
+The analyses return frames of the run's own numbers only (:func:`bertlook.analyses.table1.table1`,
+:func:`bertlook.analyses.coref.table2_frame`, :func:`bertlook.analyses.probe_reference.run_probes`); the CLI of
 each step passes them through the matching ``join_table*`` here before writing the CSV and the
 Markdown. The numbers come from :mod:`bertlook.reporting.paper_reference` (``paper_reference.yaml``,
 percents as printed) and are stored as fractions, like the run's numbers. The PASS/FAIL judgement of a
@@ -45,7 +45,7 @@ def join_table1(table: pd.DataFrame, scheme: str = "sd", *, comparable: bool = F
     held-out ones when present), so the columns beyond the paper stay last; rows the paper does not
     have get empty / NaN cells. ``diff_accuracy`` (ours - paper, fraction) is filled only when the run
     is ``comparable``."""
-    from bertlook.analyses.heads import HELDOUT_COLUMNS, TABLE1_COLUMNS
+    from bertlook.analyses.table1 import HELDOUT_COLUMNS, TABLE1_COLUMNS
 
     paper = table1_reference(scheme)
     cols: dict[str, list[Any]] = {c: [] for c in TABLE1_PAPER_COLUMNS}

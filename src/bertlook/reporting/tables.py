@@ -346,7 +346,7 @@ def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
 
 
 def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
-    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probes.run_layer_ablations`) in percent."""
+    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probe_reference.run_layer_ablations`) in percent."""
     from bertlook.analyses.probes import is_missing
 
     has_mst = df["uas_mst_mean"].notna().any()

@@ -1,0 +1,93 @@
+"""Masked-language models: loading one with a check of its masked-LM head weights, and finding the head
+module (the gradients step differentiates the pre-training loss; a checkpoint without trained head
+weights gives "not run")."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from bertlook.errors import BertlookError
+
+# torch / transformers are imported inside the functions: importing this module stays light.
+
+#: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``); the head must map
+#: ``[..., hidden]`` to ``[..., vocab]`` position by position.
+HEAD_NAMES = ("cls", "lm_head")
+
+
+def mlm_head_module(model):
+    """The model's masked-LM head module when it is a known per-position head, else None."""
+    import torch
+
+    for name in HEAD_NAMES:
+        mod = getattr(model, name, None)
+        if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
+            return mod
+    return None
+
+
+
+def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
+    parts = [k.split(".") for k in sorted(head_missing)]
+    common: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    if len(parts) == 1:
+        common = common[:-1]
+    prefix = ".".join(common) + ".*" if common else ", ".join(sorted(head_missing)[:4])
+    return (
+        f"not run: {spec} has no masked-LM head (checkpoint lacks {prefix} weights); "
+        "gradient importance needs the pre-training MLM head"
+    )
+
+
+def load_mlm_checked(resolved, device="cpu"):
+    """``(model, has_head, reason, loading)``: load ``AutoModelForMaskedLM`` and check its head weights.
+
+    The head is missing when transformers reports weights of the MLM model outside the base model
+    (``model.base_model_prefix``) as ``missing_keys`` (they would be randomly initialised); the model
+    is then returned anyway (for its config, on the CPU) with ``has_head=False``. Missing weights of
+    the base model itself are an error (a broken or foreign checkpoint). ``loading``:
+    ``{"missing_keys": [...], "unexpected_keys": [...]}`` from transformers' loading report, whose
+    own log output is silenced (it would call a BertModel checkpoint "corrupted"; the summary JSON
+    carries the keys instead).
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from bertlook.attention.modeling import check_finite, load_pretrained
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = load_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
+                                       dtype=torch.float32, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(level)
+    check_finite(model, resolved)
+    info = info or {}
+    missing = sorted(set(info.get("missing_keys") or ()))
+    loading = {"missing_keys": missing, "unexpected_keys": sorted(set(info.get("unexpected_keys") or ()))}
+    prefix = str(getattr(model, "base_model_prefix", "") or "")
+    base_missing = [k for k in missing if prefix and k.startswith(prefix + ".")]
+    head_missing = [k for k in missing if k not in base_missing]
+    if base_missing:
+        shown = ", ".join(base_missing[:5]) + (" ..." if len(base_missing) > 5 else "")
+        raise BertlookError(
+            f"model {resolved.spec!r}: the checkpoint lacks {len(base_missing)} weight(s) of the base model "
+            f"({shown}); it does not match its config"
+        )
+    model.eval()
+    if head_missing:
+        return model, False, _missing_head_reason(resolved.spec, head_missing), loading
+    model = model.to(device if isinstance(device, torch.device) else torch.device(device))
+    return model, True, "", loading
+
+
+def has_mlm_head(resolved) -> tuple[bool, str]:
+    """``(True, "")`` when the checkpoint holds trained masked-LM head weights, else ``(False, reason)``."""
+    _, ok, reason, _ = load_mlm_checked(resolved, "cpu")
+    return ok, reason
