@@ -467,6 +467,42 @@ def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
         figures.fig5_syntax_heads(path2, df2, tmp_path / "x.png", example_index=5)
 
 
+# ------------------------------------------------------------------------------------------- run_heads
+def test_run_heads_without_the_cli(tmp_path):
+    """The heads step as a library call: the tables (no paper columns, no files written) and the summary
+    the CLI writes."""
+    dev = random_store(tmp_path / "dev", n_sent=12, seed=5)
+    random_store(tmp_path / "train", n_sent=10, seed=6)
+    options = ta.HeadsOptions(min_count=5, offsets=(-1, 1), bootstrap=20, treebank_kind="silver",
+                              treebank_name="parser X", paper_comparable=True)
+    logged: list[str] = []
+    res = ta.run_heads(dev, tmp_path / "train", options, outputs={"table": tmp_path / "t.csv"}, log=logged.append)
+    assert logged == ["heads: warning: --paper-comparable with silver trees; the paper used gold PTB SD trees"]
+    s = res.summary
+    assert list(s)[:3] == ["dev_attention", "train_attention", "treebank_kind"] and list(s)[-1] == "outputs"
+    assert s["dev_attention"] == str(dev.path) and s["train_attention"] == str(tmp_path / "train")
+    assert (s["treebank_kind"], s["treebank_name"], s["relation_scheme"]) == ("silver", "parser X", "clearnlp")
+    assert (res.treebank_kind, res.relation_scheme) == ("silver", "clearnlp")
+    assert s["n_sentences"] == res.dev.n_sentences == 12 and s["train"]["n_sentences"] == res.train.n_sentences == 10
+    assert s["offsets"] == [-1, 1] and s["bootstrap"] == 20 and s["alpha"] == 0.05
+    assert s["rows"] == res.table.relation.tolist() and s["rows"][0] == "All"
+    assert s["all"]["best_head"] == res.table.best_head.iloc[0]
+    assert s["all"]["accuracy"] == pytest.approx(float(res.table.accuracy.iloc[0]))
+    assert s["paired"]["vs_baseline"]["n_tests"] == len(res.table)
+    assert s["outputs"] == {"table": str(tmp_path / "t.csv")}
+    assert not any(c.startswith("paper_") for c in res.table.columns)
+    pd.testing.assert_frame_equal(res.accuracy, ha.head_accuracy_table(res.dev))
+    json.dumps(s)  # JSON as it is
+    assert not list(tmp_path.glob("*.csv"))
+    # without a log the warning is a Python warning; no train store, no outputs; a bad alpha is refused
+    with pytest.warns(UserWarning, match="paper-comparable"):
+        res2 = ta.run_heads(str(dev.path), options=options)
+    assert res2.train is None and res2.summary["train"] is None and res2.summary["train_attention"] is None
+    assert res2.summary["outputs"] == {}
+    with pytest.raises(BertlookError, match="alpha"):
+        ta.run_heads(dev, options=ta.HeadsOptions(treebank_kind="silver", alpha=1.5))
+
+
 # ------------------------------------------------------------------------------------------- CLI
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()

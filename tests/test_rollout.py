@@ -14,10 +14,12 @@ from bertlook.analyses.rollout import (
     COLUMNS,
     PARTIAL_KIND,
     RolloutStore,
+    RolloutTable1Options,
     compute_rollout_stats,
     reduce_rollout,
     rollout,
     rollout_partial,
+    run_rollout,
 )
 from bertlook.analyses.table1 import table1
 from bertlook.attention.store import AttentionStore, AttentionWriter
@@ -204,6 +206,39 @@ def test_rollout_store_through_score_heads(tmp_path):
     assert table["ci_low"].notna().all() and (table["ci_low"] <= table["accuracy"] + 1e-12).all()
     acc = ha.head_accuracy_table(scores)
     assert set(acc["head"]) == {1} and set(acc["layer"]) == {1, 2, 3}
+
+
+def test_run_rollout_without_the_cli(tmp_path):
+    """The rollout step as a library call: the statistics and Table 1 on rollout with the summary the CLI
+    writes; partial sums give the same statistics."""
+    tok = make_store(tmp_path / "tok", random_examples(count=5))
+    write_synthetic_word_store(tmp_path / "w", n_sentences=8, num_layers=3, num_heads=2, min_words=4,
+                               max_words=9, seed=1)
+    options = RolloutTable1Options(min_count=1, bootstrap=0, treebank_kind="ud", max_sentences=6)
+    res = run_rollout(tok, word_attention=tmp_path / "w", max_examples=4, table1_options=options)
+    assert list(res.summary) == ["stats", "table1"]
+    stats, t = res.summary["stats"], res.summary["table1"]
+    frame, expected = compute_rollout_stats(tok, max_examples=4)
+    pd.testing.assert_frame_equal(res.stats, frame)
+    assert stats == {"attention": str(tok.path), **expected} and stats["n_examples"] == 4
+    assert t["word_attention"] == str(tmp_path / "w") and t["map"] == "rollout" and t["rollout_of"] == "attention"
+    assert (t["treebank_kind"], t["relation_scheme"], t["n_sentences"], t["n_sentences_in_store"]) == ("ud", "ud", 6, 8)
+    assert t["excluded"] == {"not selected (max_examples)": 2} and t["num_layers"] == 3
+    assert t["rows"] == res.table["relation"].tolist() and set(t["best_layer"]) == set(t["rows"])
+    assert t["best_layer"]["All"]["layer"] == int(res.table["best_head"].iloc[0].split("-")[0])
+    assert res.scores.num_heads == 1 and set(res.accuracy["layer"]) == {1, 2, 3}
+    json.dumps(res.summary)
+    # the statistics only, from partial sums; Table 1 only
+    save_partial(tmp_path / "p.npz", PARTIAL_KIND, *rollout_partial(tok, max_examples=4))
+    part = run_rollout(partials=[tmp_path / "p.npz"])
+    assert list(part.summary) == ["stats"] and part.table is None and part.scores is None
+    pd.testing.assert_frame_equal(part.stats, frame)
+    only = run_rollout(word_attention=tmp_path / "w", table1_options=options)
+    assert list(only.summary) == ["table1"] and only.stats is None and only.summary["table1"] == t
+    with pytest.raises(BertlookError, match="not both"):
+        run_rollout(tok, partials=[tmp_path / "p.npz"])
+    with pytest.raises(BertlookError, match="give"):
+        run_rollout()
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -23,6 +23,8 @@ from bertlook.analyses.tree_heads import (
     baseline_counts,
     best_heads,
     gold_root_right_branching,
+    json_safe,
+    run_tree_heads,
     sentence_trees,
     tree_heads,
 )
@@ -296,6 +298,35 @@ def test_a_store_without_gold_heads_or_root_is_refused(tmp_path):
         tree_heads(tmp_path / "bad")
     with pytest.raises(BertlookError, match="no root"):
         sentence_trees(np.full((1, 4, 4), 0.25), np.array([2, 1]), np.array([True, True]))
+
+
+def test_run_tree_heads_without_the_cli(tmp_path):
+    """The tree-heads step as a library call: the tables and the summary the CLI writes (JSON-safe)."""
+    maps = np.stack([_full_map(WORDS), np.full((6, 6), 1.0 / 6)])
+    forms = ["the", "cat", "sat", "down"]
+    store = _write(tmp_path / "dev", [
+        (forms, GOLD, ["det", "root", "dep", "dep"], maps),
+        ([*forms[:3], "."], GOLD, ["det", "root", "dep", "punct"], maps),
+    ])
+    logged: list[str] = []
+    res = run_tree_heads(tmp_path / "dev", log=logged.append)
+    assert logged == []  # progress every 100 sentences
+    per_head, info = tree_heads(store)
+    pd.testing.assert_frame_equal(res.per_head, per_head)
+    pd.testing.assert_frame_equal(res.best, best_heads(per_head, info["baselines"]))
+    s = res.summary
+    assert list(s)[:3] == ["dev_attention", "max_sentences", "n_sentences"]
+    assert list(s)[-2:] == ["seconds", "trees_per_s"]
+    assert s["dev_attention"] == str(tmp_path / "dev") and s["max_sentences"] is None
+    assert (s["n_sentences"], s["n_scored_words"], s["trees_decoded"]) == (2, 5, 8)
+    assert s["baselines"]["right_branching"]["uas"] == pytest.approx(2 / 5)
+    assert [r["row"] for r in s["best"]] == ["layer 1", "all layers", "right_branching", "adjacent_chain"]
+    assert s["best"][-1]["uas"] is None  # NaN in the table, None in the JSON
+    json.dumps(s, allow_nan=False)
+    assert run_tree_heads(store, max_sentences=1).summary["n_sentences"] == 1
+    with pytest.raises(BertlookError, match="max_sentences"):
+        run_tree_heads(store, max_sentences=0)
+    assert json_safe({"a": (np.float64(np.nan), np.int64(3)), "b": float("inf")}) == {"a": [None, 3], "b": None}
 
 
 def test_cli_writes_every_output(tmp_path, capsys):

@@ -6,8 +6,10 @@ relation: :class:`HeadScores`), :func:`head_accuracy_table`, and the second pass
 that evaluate a few heads per sentence (:func:`sentence_correct`, :func:`paired_counts`,
 :func:`second_pass`). Punctuation may be excluded from the candidate heads (:func:`punctuation_mask`),
 the 2-fold cross-fitting folds are :func:`crossfit_folds`, and near-tied decisions are counted
-(:func:`fragile_decisions`). Table 1 is assembled from these counts by :mod:`bertlook.analyses.table1`;
-the Fig 5 twin's numbers are :mod:`bertlook.analyses.syntax_heads`.
+(:func:`fragile_decisions`). Table 1 is assembled from these counts by :mod:`bertlook.analyses.table1`
+(the whole step: :func:`bertlook.analyses.table1.run_heads`); the Fig 5 twin's numbers are
+:mod:`bertlook.analyses.syntax_heads`. The tree source of a store: :func:`resolve_tree_source`; how a
+summary names a store: :func:`store_where`.
 
 Definitions: docs/definitions.md#head-accuracy
 """
@@ -699,6 +701,13 @@ def head_accuracy_table(scores: HeadScores) -> "pd.DataFrame":
         },
         columns=[*ACCURACY_COLUMNS, FRAGILE_COLUMN],
     )
+
+
+def store_where(store: "AttentionStore | Any") -> str:
+    """How a summary or a message names a store given as a path (the path as given) or as an open store
+    (its path)."""
+    return str(store.path) if isinstance(store, AttentionStore) else str(store)
+
 
 def resolve_tree_source(store: "AttentionStore", kind: str | None, name: str | None,
                         where: Any) -> tuple[str, str | None, str]:

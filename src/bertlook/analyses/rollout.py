@@ -7,7 +7,9 @@ writes their sums and counts for one token-level store (``rollout --out-partial`
 :func:`reduce_rollout` adds partials in shard order and divides once, :func:`compute_rollout_stats`
 is the unsharded path (one partial). :class:`RolloutStore` presents a word-level store's rollout as a
 store with one "head" per layer, so :mod:`bertlook.analyses.heads` scores it unchanged (Table 1 on
-rollout maps).
+rollout maps). :func:`run_rollout` is the ``rollout`` step without the command line: the statistics
+and / or Table 1 on rollout maps (settings :class:`RolloutTable1Options`) with the step's summary
+(:class:`RolloutResult`).
 
 Definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020
 """
@@ -15,17 +17,23 @@ Definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.heads import (
+    DEFAULT_OFFSETS, FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source, score_heads, store_where,
+)
 from bertlook.analyses.surface_stats import PUNCT_TOKENS, row_entropy, special_tokens
+from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import same_value
+from bertlook.pipeline.sharding import load_partial, same_value
 
 COLUMNS = ["layer", "cls", "sep", "punct", "other", "entropy", "uniform_entropy"]
 #: per-example statistics (one value per layer), summed by the partials in this order
@@ -274,3 +282,141 @@ class RolloutStore(AttentionStore):
         base = getattr(self, "base", None)
         if base is not None:
             base.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# the rollout step
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutTable1Options:
+    """The settings of Table 1 on rollout maps (:func:`run_rollout`), with the defaults of the
+    ``bertlook rollout`` flags: rows (``min_count``), ``offsets`` of the baselines, the poss switch,
+    bootstrap intervals (``bootstrap`` replicates, ``confidence``, ``seed``), the first ``max_sentences``
+    of the word store (``--max-sentences``) and the tree source (``treebank_kind`` / ``treebank_name``,
+    default the store's meta)."""
+
+    min_count: int = 100
+    offsets: Sequence[int] = DEFAULT_OFFSETS
+    poss_from_possessive: bool = True
+    bootstrap: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+    max_sentences: int | None = None
+    treebank_kind: str | None = None
+    treebank_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """What :func:`run_rollout` computed. ``stats``: the per-layer statistics (:data:`COLUMNS`;
+    ``rollout_stats.csv``), None without a token-level input; ``table`` (Table 1 on rollout maps, no
+    paper columns), ``accuracy`` (every layer x relation x direction) and ``scores``, None without a word
+    store; ``summary``: the step's summary JSON, ``{"stats": ..., "table1": ...}`` with the parts that ran."""
+
+    stats: pd.DataFrame | None
+    table: pd.DataFrame | None
+    accuracy: pd.DataFrame | None
+    scores: HeadScores | None
+    summary: dict[str, Any]
+
+
+def _stats_part(
+    attention: "AttentionStore | str | os.PathLike | None" = None,
+    *,
+    partials: "Sequence[str | os.PathLike] | None" = None,
+    max_examples: int | None = None,
+    segments=None,
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """The per-layer statistics of a token-level store (``attention``: path or open store; selection as
+    :func:`compute_rollout_stats`) or of the partial sums of its shards (``partials``: NPZ files of
+    :func:`rollout_partial`, in shard order) -> ``(frame, summary)``; the summary starts with the
+    store(s) read (``"attention"``)."""
+    if (attention is None) == (partials is None):
+        raise BertlookError("rollout statistics: give a token-level store or partial sums (one of them)")
+    if partials is not None:
+        loaded = [load_partial(p, PARTIAL_KIND) for p in partials]
+        frame, summary = reduce_rollout(loaded, where=list(partials))
+        where = [m["attention"] for m, _ in loaded]
+        return frame, {"attention": where[0] if len(where) == 1 else where, **summary}
+    store = open_store(attention, level="token")
+    frame, summary = compute_rollout_stats(store, max_examples=max_examples, segments=segments)
+    return frame, {"attention": store_where(attention), **summary}
+
+
+def _table1_part(
+    word_attention: "AttentionStore | str | os.PathLike", options: RolloutTable1Options | None = None
+) -> tuple["pd.DataFrame", "pd.DataFrame", HeadScores, dict[str, Any]]:
+    """Table 1 on the rollout maps of a word-level store with gold trees (path or open store; "head"
+    ``L-1`` = the rollout up to layer L) -> ``(table, accuracy, scores, summary)``: the table of
+    :func:`bertlook.analyses.table1.table1` (no paper columns), every layer's accuracy and the summary
+    entries (tree source, counts, settings, the best layer per row, the selections)."""
+    opts = options if options is not None else RolloutTable1Options()
+    base = open_store(word_attention, level="word")
+    kind, name, scheme = resolve_tree_source(base, opts.treebank_kind, opts.treebank_name,
+                                             store_where(word_attention))
+    store = RolloutStore(base)
+    scores = score_heads(store, offsets=opts.offsets, poss_from_possessive=opts.poss_from_possessive,
+                         max_examples=opts.max_sentences)
+    table = table1(scores, min_count=opts.min_count, dev_store=store, bootstrap=opts.bootstrap,
+                   confidence=opts.confidence, seed=opts.seed, forced_relations=FORCED_BY_SCHEME[scheme])
+    acc = head_accuracy_table(scores)
+    best = {row.relation: {"layer": int(str(row.best_head).split("-")[0]), "direction": row.direction,
+                           "accuracy": float(row.accuracy), "baseline_offset": int(row.baseline_offset),
+                           "baseline_accuracy": float(row.baseline_accuracy), "count": int(row.count)}
+            for row in table.itertuples(index=False)}
+    summary = {
+        "word_attention": store_where(word_attention),
+        "map": "rollout",
+        "rollout_of": store.meta["rollout_of"],
+        "treebank_kind": kind,
+        "treebank_name": name,
+        "relation_scheme": scheme,
+        "n_sentences": scores.n_sentences,
+        "n_sentences_in_store": len(base),
+        "excluded": {"not selected (max_examples)": len(base) - scores.n_sentences},
+        "store_excluded": base.meta.get("excluded") or {},
+        "n_words": scores.n_words,
+        "num_layers": scores.num_layers,
+        **relation_rows_summary(scores, table),
+        "min_count": opts.min_count,
+        "offsets": list(scores.offsets),
+        "poss_from_possessive": scores.poss_from_possessive,
+        "n_poss_switched": scores.n_poss_affected,
+        "bootstrap": opts.bootstrap,
+        "confidence": opts.confidence,
+        "seed": opts.seed,
+        "best_layer": best,
+        "selections": selection_candidates(table, scores),
+    }
+    return table, acc, scores, summary
+
+
+def run_rollout(
+    attention: "AttentionStore | str | os.PathLike | None" = None,
+    *,
+    partials: "Sequence[str | os.PathLike] | None" = None,
+    word_attention: "AttentionStore | str | os.PathLike | None" = None,
+    max_examples: int | None = None,
+    segments=None,
+    table1_options: RolloutTable1Options | None = None,
+) -> RolloutResult:
+    """The ``rollout`` step (definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020):
+    the per-layer statistics of a token-level store (``attention``: path or open store; the first
+    ``max_examples`` of ``segments``) or of its shards' ``partials`` (NPZ files of :func:`rollout_partial`,
+    in shard order), and / or Table 1 on the rollout maps of the word-level store ``word_attention``
+    (settings ``table1_options``). Everything is computed before the caller writes anything."""
+    stats_mode = attention is not None or bool(partials)
+    if attention is not None and partials:
+        raise BertlookError("rollout: give a token-level store or partial sums (not both)")
+    if not stats_mode and word_attention is None:
+        raise BertlookError("rollout: give a token-level store, partial sums or a word-level store")
+    summary: dict[str, Any] = {}
+    frame = table = acc = scores = None
+    if stats_mode:
+        frame, summary["stats"] = _stats_part(attention, partials=partials or None, max_examples=max_examples,
+                                              segments=segments)
+    if word_attention is not None:
+        table, acc, scores, summary["table1"] = _table1_part(word_attention, table1_options)
+    return RolloutResult(stats=frame, table=table, accuracy=acc, scores=scores, summary=summary)

@@ -18,12 +18,17 @@ adjacent chain ``w1 - w2 - ... - wW``. Scored words: the words of Table 3 (punct
 relation or PTB tag as :class:`bertlook.analyses.probes.ProbeData` decides) minus the gold root
 word(s), whose head is given. Sentences are read one at a time (memory bounded by one map).
 
+:func:`run_tree_heads` is the ``tree-heads`` step without the command line: the per-head table, the best
+heads and the step's summary (:class:`TreeHeadsResult`).
+
 Definitions: docs/definitions.md#single-head-trees-tree-heads
 """
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -259,3 +264,62 @@ def read_tree_heads(path) -> pd.DataFrame:
             raise BertlookError(f"{path}:{i + 2}: column {c!r}: expected a number, got {raw[c].iloc[i]!r}")
         out[c] = vals.astype("int64") if c in ("layer", "head", "n_words") else vals.astype("float64")
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the tree-heads step
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeHeadsResult:
+    """What :func:`run_tree_heads` computed: ``per_head`` (:data:`HEAD_COLUMNS`, ``tree_heads.csv``),
+    ``best`` (:data:`BEST_COLUMNS`, ``tree_heads_best.csv``), ``info`` (:func:`tree_heads`'s counts,
+    baselines and timing) and ``summary``, the step's summary JSON (``tree_heads.summary.json``; JSON-safe:
+    NaN and infinities are None, :func:`json_safe`)."""
+
+    per_head: pd.DataFrame
+    best: pd.DataFrame
+    info: dict[str, Any]
+    summary: dict[str, Any]
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None and numpy scalars by Python ones (in dicts,
+    lists and tuples, tuples becoming lists)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalars
+        return json_safe(obj.item())
+    return obj
+
+
+def run_tree_heads(dev_attention, *, max_sentences: int | None = None,
+                   log: Callable[[str], None] | None = None) -> TreeHeadsResult:
+    """The ``tree-heads`` step (definitions: docs/definitions.md#single-head-trees-tree-heads): decode a
+    tree from every head of every sentence of the word-level store ``dev_attention`` (path or open store;
+    the first ``max_sentences`` only), the best heads per layer next to the baselines, and the summary.
+    ``log`` gets the progress lines (every 100 sentences)."""
+    if max_sentences is not None and max_sentences < 1:
+        raise BertlookError(f"max_sentences must be >= 1, got {max_sentences}")
+    where = str(getattr(dev_attention, "path", dev_attention))
+    per_head, info = tree_heads(dev_attention, max_sentences=max_sentences, log=log)
+    if info["counts"]["n_sentences"] == 0:
+        raise BertlookError(f"{where}: no sentence with words to decode")
+    best = best_heads(per_head, info["baselines"])
+    summary = {
+        "dev_attention": where,
+        "max_sentences": max_sentences,
+        **info["counts"],
+        "relation_scheme": info["relation_scheme"],
+        "punct_by_xpos": info["punct_by_xpos"],
+        "baselines": info["baselines"],
+        "best": best.to_dict("records"),
+        "seconds": info["seconds"],
+        "trees_per_s": info["trees_per_s"],
+    }
+    return TreeHeadsResult(per_head=per_head, best=best, info=info, summary=json_safe(summary))

@@ -1,4 +1,4 @@
-"""``bertlook heads``: argparse glue, summaries and printing of :mod:`bertlook.analyses.heads`."""
+"""``bertlook heads``: argparse glue, files and printing of :func:`bertlook.analyses.table1.run_heads`."""
 
 from __future__ import annotations
 
@@ -130,78 +130,35 @@ def register_cli(subparsers) -> None:
 
 
 def _run_heads(args: argparse.Namespace) -> int:
-    from bertlook.analyses.heads import FORCED_BY_SCHEME, head_accuracy_table, resolve_tree_source, score_heads
-    from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, statistics_summary, table1
-    from bertlook.attention.store import open_store
+    from bertlook.analyses.heads import FORCED_BY_SCHEME
+    from bertlook.analyses.table1 import HeadsOptions, run_heads
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1
     from bertlook.reporting.figures import fig5_relations, fig5_syntax_heads
     from bertlook.reporting.tables import table1_markdown, trees_note
 
-    dev_store = open_store(args.dev_attention, level="word")
-    kind, name, scheme = resolve_tree_source(dev_store, args.treebank_kind, args.treebank_name, args.dev_attention)
-    if args.paper_comparable and kind != "ptb_sd":
-        print(f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees")
-    if not 0 < args.alpha < 1:
-        raise BertlookError(f"--alpha must be in (0, 1), got {args.alpha}")
-    dev = score_heads(dev_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                      max_examples=args.max_examples, exclude_punct_candidates=args.exclude_punct_candidates,
-                      compare_punct_candidates=True, crossfit_seed=args.seed)
-    train = None
-    if args.train_attention:
-        train_store = open_store(args.train_attention, level="word")
-        train = score_heads(train_store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                            max_examples=args.max_examples, keep_sentences=False,
-                            exclude_punct_candidates=args.exclude_punct_candidates)
-    table = table1(dev, min_count=args.min_count, train_scores=train, dev_store=dev_store,
-                   bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed,
-                   forced_relations=FORCED_BY_SCHEME[scheme], paired=True, alpha=args.alpha)
-    table = join_table1(table, scheme, comparable=args.paper_comparable)
-    acc = head_accuracy_table(dev)
+    options = HeadsOptions(
+        min_count=args.min_count, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+        bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed, alpha=args.alpha,
+        exclude_punct_candidates=args.exclude_punct_candidates, max_examples=args.max_examples,
+        treebank_kind=args.treebank_kind, treebank_name=args.treebank_name, paper_comparable=args.paper_comparable,
+    )
+    outputs = {"accuracy": args.out_accuracy, "table": args.out_table, "markdown": args.out_markdown,
+               "figure": args.out_figure}
+    result = run_heads(args.dev_attention, args.train_attention, options, outputs=outputs, log=print)
+    dev, summary, kind = result.dev, result.summary, result.treebank_kind
+    table = join_table1(result.table, result.relation_scheme, comparable=args.paper_comparable)
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
-    md = table1_markdown(table, title=title, corpus_note=trees_note(kind, name, comparable=args.paper_comparable))
-    _write_csv_full(args.out_accuracy, acc)
+    md = table1_markdown(table, title=title,
+                         corpus_note=trees_note(kind, result.treebank_name, comparable=args.paper_comparable))
+    _write_csv_full(args.out_accuracy, result.accuracy)
     _write_csv_full(args.out_table, table)
     write_text(args.out_markdown, md)
     fig5_syntax_heads(args.dev_attention, table, args.out_figure,
-                      relations=fig5_relations(FORCED_BY_SCHEME[scheme]))
+                      relations=fig5_relations(FORCED_BY_SCHEME[result.relation_scheme]))
+    write_json(args.summary, summary)
 
     all_row = table.iloc[0]
-    summary = {
-        "dev_attention": str(args.dev_attention),
-        "train_attention": str(args.train_attention) if args.train_attention else None,
-        "treebank_kind": kind,
-        "treebank_name": name,
-        "relation_scheme": scheme,
-        "paper_comparable": bool(args.paper_comparable),
-        "n_sentences": dev.n_sentences,
-        "n_sentences_in_store": len(dev_store),
-        "n_words": dev.n_words,
-        "num_layers": dev.num_layers,
-        "num_heads": dev.num_heads,
-        **relation_rows_summary(dev, table),
-        "min_count": args.min_count,
-        "offsets": list(dev.offsets),
-        "poss_from_possessive": dev.poss_from_possessive,
-        "n_poss_words": dev.n_poss,
-        "n_poss_switched": dev.n_poss_affected,
-        "bootstrap": args.bootstrap,
-        "confidence": args.confidence,
-        "seed": args.seed,
-        "store_excluded": dev_store.meta.get("excluded") or {},
-        "alpha": args.alpha,
-        "exclude_punct_candidates": dev.exclude_punct_candidates,
-        **statistics_summary(dev, table),
-        "all": {"best_head": all_row["best_head"], "direction": all_row["direction"],
-                "accuracy": float(all_row["accuracy"]), "baseline_offset": int(all_row["baseline_offset"]),
-                "baseline_accuracy": float(all_row["baseline_accuracy"])},
-        "train": None if train is None else {"n_sentences": train.n_sentences, "n_words": train.n_words,
-                                             "n_poss_switched": train.n_poss_affected},
-        "selections": selection_candidates(table, dev, train),
-        "outputs": {"accuracy": str(args.out_accuracy), "table": str(args.out_table),
-                    "markdown": str(args.out_markdown), "figure": str(args.out_figure)},
-    }
-    write_json(args.summary, summary)
     print(
         f"heads: {dev.n_sentences} sentences, {dev.n_words} words, {len(dev.relations)} relations, "
         f"{len(table)} Table 1 rows ({kind} trees); All: head {all_row['best_head']} "

@@ -1,4 +1,4 @@
-"""``bertlook rollout``: argparse glue, summaries and printing of :mod:`bertlook.analyses.rollout`."""
+"""``bertlook rollout``: argparse glue, files and printing of :func:`bertlook.analyses.rollout.run_rollout`."""
 
 from __future__ import annotations
 
@@ -77,82 +77,35 @@ def _offsets_arg(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _stats(args: argparse.Namespace) -> tuple["pd.DataFrame", dict[str, Any]]:
-    from bertlook.analyses.rollout import PARTIAL_KIND, compute_rollout_stats, reduce_rollout
-    from bertlook.attention.store import open_store
-    from bertlook.pipeline.sharding import load_partial
+def _table1_note(t: dict[str, Any]) -> str:
+    """The corpus note of the Markdown Table 1 on rollout, from its summary entries ``t``."""
+    from bertlook.analyses.heads import TREEBANK_KINDS
 
-    if args.partial:
-        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
-        frame, summary = reduce_rollout(partials, where=args.partial)
-        attention = [m["attention"] for m, _ in partials]
-        return frame, {"attention": attention[0] if len(attention) == 1 else attention, **summary}
-    store = open_store(args.attention, level="token")
-    frame, summary = compute_rollout_stats(store, max_examples=args.max_examples, segments=args.segments)
-    return frame, {"attention": str(args.attention), **summary}
-
-
-def _table1(args: argparse.Namespace) -> tuple[dict[str, Any], "pd.DataFrame", "pd.DataFrame", str]:
-    from bertlook.analyses.heads import (
-        FORCED_BY_SCHEME,
-        TREEBANK_KINDS,
-        head_accuracy_table,
-        resolve_tree_source,
-        score_heads,
-    )
-    from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
-    from bertlook.analyses.rollout import RolloutStore
-    from bertlook.attention.store import open_store
-    from bertlook.reporting.tables import table1_markdown
-
-    base = open_store(args.word_attention, level="word")
-    kind, name, scheme = resolve_tree_source(base, args.treebank_kind, args.treebank_name, args.word_attention)
-    store = RolloutStore(base)
-    scores = score_heads(store, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-                         max_examples=args.max_examples_words)
-    table = table1(scores, min_count=args.min_count, dev_store=store, bootstrap=args.bootstrap,
-                   confidence=args.confidence, seed=args.seed, forced_relations=FORCED_BY_SCHEME[scheme])
-    acc = head_accuracy_table(scores)
-    trees = TREEBANK_KINDS[kind][1] + (f" ({name})" if name else "")
-    note = (f"Trees: {trees}. Maps: attention rollout (Abnar & Zuidema 2020) of the word-level "
-            f"{store.meta['rollout_of']} maps, A_hat = 0.5 mean over heads + 0.5 I; the \"head\" L-1 is the "
-            f"rollout up to layer L (one per layer, {scores.num_layers} layers). The paper has no rollout "
+    name = t["treebank_name"]
+    trees = TREEBANK_KINDS[t["treebank_kind"]][1] + (f" ({name})" if name else "")
+    return (f"Trees: {trees}. Maps: attention rollout (Abnar & Zuidema 2020) of the word-level "
+            f"{t['rollout_of']} maps, A_hat = 0.5 mean over heads + 0.5 I; the \"head\" L-1 is the "
+            f"rollout up to layer L (one per layer, {t['num_layers']} layers). The paper has no rollout "
             "numbers: no paper columns.")
-    title = f"Dependency accuracy of attention rollout per relation (Table 1 on rollout): {Path(args.word_attention).name}"
-    md = table1_markdown(table, title=title, corpus_note=note)
-    best = {row.relation: {"layer": int(str(row.best_head).split("-")[0]), "direction": row.direction,
-                           "accuracy": float(row.accuracy), "baseline_offset": int(row.baseline_offset),
-                           "baseline_accuracy": float(row.baseline_accuracy), "count": int(row.count)}
-            for row in table.itertuples(index=False)}
-    summary = {
-        "word_attention": str(args.word_attention),
-        "map": "rollout",
-        "rollout_of": store.meta["rollout_of"],
-        "treebank_kind": kind,
-        "treebank_name": name,
-        "relation_scheme": scheme,
-        "n_sentences": scores.n_sentences,
-        "n_sentences_in_store": len(base),
-        "excluded": {"not selected (max_examples)": len(base) - scores.n_sentences},
-        "store_excluded": base.meta.get("excluded") or {},
-        "n_words": scores.n_words,
-        "num_layers": scores.num_layers,
-        **relation_rows_summary(scores, table),
-        "min_count": args.min_count,
-        "offsets": list(scores.offsets),
-        "poss_from_possessive": scores.poss_from_possessive,
-        "n_poss_switched": scores.n_poss_affected,
-        "bootstrap": args.bootstrap,
-        "confidence": args.confidence,
-        "seed": args.seed,
-        "best_layer": best,
-        "selections": selection_candidates(table, scores),
-    }
-    return summary, table, acc, md
+
+
+def _check_outputs(args: argparse.Namespace, stats_mode: bool, table_mode: bool) -> None:
+    """The outputs of a run that is not ``--out-partial`` match its inputs (else an error)."""
+    if not args.summary:
+        raise BertlookError("rollout: give --summary JSON (or --out-partial)")
+    if stats_mode and not args.out:
+        raise BertlookError("rollout: --attention / --partial need --out CSV")
+    if not stats_mode and (args.out or args.out_figure):
+        raise BertlookError("rollout: --out / --out-figure need --attention or --partial")
+    table_outs = (args.out_table, args.out_markdown, args.out_accuracy)
+    if table_mode and not all(table_outs):
+        raise BertlookError("rollout: --word-attention needs --out-table, --out-markdown and --out-accuracy")
+    if not table_mode and any(table_outs):
+        raise BertlookError("rollout: --out-table / --out-markdown / --out-accuracy need --word-attention")
 
 
 def _run_rollout(args: argparse.Namespace) -> int:
-    from bertlook.analyses.rollout import PARTIAL_KIND, rollout_partial
+    from bertlook.analyses.rollout import PARTIAL_KIND, RolloutTable1Options, rollout_partial, run_rollout
     from bertlook.attention.store import open_store
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.pipeline.sharding import save_partial
@@ -172,39 +125,42 @@ def _run_rollout(args: argparse.Namespace) -> int:
         print(f"rollout: partial sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
               f"-> {args.out_partial}")
         return 0
-    if not args.summary:
-        raise BertlookError("rollout: give --summary JSON (or --out-partial)")
-    if stats_mode and not args.out:
-        raise BertlookError("rollout: --attention / --partial need --out CSV")
-    if not stats_mode and (args.out or args.out_figure):
-        raise BertlookError("rollout: --out / --out-figure need --attention or --partial")
-    table_outs = (args.out_table, args.out_markdown, args.out_accuracy)
-    if table_mode and not all(table_outs):
-        raise BertlookError("rollout: --word-attention needs --out-table, --out-markdown and --out-accuracy")
-    if not table_mode and any(table_outs):
-        raise BertlookError("rollout: --out-table / --out-markdown / --out-accuracy need --word-attention")
+    _check_outputs(args, stats_mode, table_mode)
 
     # compute everything first, then write: a failure leaves no output of this run
-    summary: dict[str, Any] = {}
-    frame = table_parts = None
-    if stats_mode:
-        frame, summary["stats"] = _stats(args)
-    if table_mode:
-        table_parts = _table1(args)
-        summary["table1"] = table_parts[0]
+    options = RolloutTable1Options(
+        min_count=args.min_count, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
+        bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed, max_sentences=args.max_examples_words,
+        treebank_kind=args.treebank_kind, treebank_name=args.treebank_name,
+    )
+    result = run_rollout(args.attention or None, partials=args.partial or None,
+                         word_attention=args.word_attention or None, max_examples=args.max_examples,
+                         segments=args.segments, table1_options=options)
+    frame, summary = result.stats, result.summary
+    if result.table is not None:
+        from bertlook.reporting.tables import table1_markdown
+
+        title = ("Dependency accuracy of attention rollout per relation (Table 1 on rollout): "
+                 f"{Path(args.word_attention).name}")
+        md = table1_markdown(result.table, title=title, corpus_note=_table1_note(summary["table1"]))
     if frame is not None:
         write_csv(args.out, frame)
         if args.out_figure:
             from bertlook.reporting.extra_figures import fig_rollout
 
             fig_rollout(args.out, args.out_figure)
-    if table_parts is not None:
-        _, table, acc, md = table_parts
-        _write_csv_full(args.out_accuracy, acc)
-        _write_csv_full(args.out_table, table)
+    if result.table is not None:
+        _write_csv_full(args.out_accuracy, result.accuracy)
+        _write_csv_full(args.out_table, result.table)
         write_text(args.out_markdown, md)
     write_json(args.summary, summary)
+    _print_lines(args, result)
+    return 0
 
+
+def _print_lines(args: argparse.Namespace, result) -> None:
+    """The lines a run prints: the statistics, Table 1 on rollout, the files written."""
+    frame, summary = result.stats, result.summary
     if frame is not None:
         s = summary["stats"]
         print(f"rollout: {s['n_examples']} of {s['n_examples_in_store']} examples ({s['map']} maps), "
@@ -216,7 +172,7 @@ def _run_rollout(args: argparse.Namespace) -> int:
         print(f"rollout: last layer shares [CLS] {last['cls']:.3f} [SEP] {last['sep']:.3f} "
               f"'. ,' {last['punct']:.3f} other {last['other']:.3f}; entropy {last['entropy']:.2f} "
               f"(uniform {last['uniform_entropy']:.2f}) nats")
-    if table_parts is not None:
+    if result.table is not None:
         t = summary["table1"]
         all_row = t["best_layer"]["All"]
         print(f"rollout: Table 1 on rollout: {t['n_sentences']} of {t['n_sentences_in_store']} sentences, "
@@ -226,7 +182,6 @@ def _run_rollout(args: argparse.Namespace) -> int:
     for path in (args.out, args.out_figure, args.out_accuracy, args.out_table, args.out_markdown, args.summary):
         if path:
             print(f"wrote {path}")
-    return 0
 
 
 def register_cli(subparsers) -> None:

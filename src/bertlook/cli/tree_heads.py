@@ -1,4 +1,4 @@
-"""``bertlook tree-heads``: argparse glue, summary and printing of :mod:`bertlook.analyses.tree_heads`."""
+"""``bertlook tree-heads``: argparse glue, files and printing of :func:`bertlook.analyses.tree_heads.run_tree_heads`."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bertlook.analyses.tree_heads import best_heads, tree_heads
+    from bertlook.analyses.tree_heads import run_tree_heads
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.extra_figures import fig_tree_heads
@@ -79,26 +79,13 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.max_sentences is not None and args.max_sentences < 1:
         raise BertlookError(f"--max-sentences must be >= 1, got {args.max_sentences}")
-    per_head, info = tree_heads(args.dev_attention, max_sentences=args.max_sentences, log=print)
-    if info["counts"]["n_sentences"] == 0:
-        raise BertlookError(f"{args.dev_attention}: no sentence with words to decode")
-    best = best_heads(per_head, info["baselines"])
-    write_csv(args.out_table, per_head)
+    result = run_tree_heads(args.dev_attention, max_sentences=args.max_sentences, log=print)
+    best, info = result.best, result.info
+    write_csv(args.out_table, result.per_head)
     write_csv(args.out_best, best)
     write_text(args.out_markdown, tree_heads_markdown(best, note=args.note))
     fig_tree_heads(args.out_table, args.out_best, args.out_figure)
-    summary = {
-        "dev_attention": str(args.dev_attention),
-        "max_sentences": args.max_sentences,
-        **info["counts"],
-        "relation_scheme": info["relation_scheme"],
-        "punct_by_xpos": info["punct_by_xpos"],
-        "baselines": info["baselines"],
-        "best": best.to_dict("records"),
-        "seconds": info["seconds"],
-        "trees_per_s": info["trees_per_s"],
-    }
-    write_json(args.summary, _json_safe(summary))
+    write_json(args.summary, result.summary)
     c = info["counts"]
     top = best[best["row"] == "all layers"].iloc[0]
     b = info["baselines"]
@@ -110,17 +97,3 @@ def _run(args: argparse.Namespace) -> int:
           f"adjacent chain {100 * b['adjacent_chain']['uuas']:.1f} -> {args.out_table}, {args.out_best}, "
           f"{args.out_markdown}, {args.out_figure}, {args.summary}")
     return 0
-
-
-def _json_safe(obj):
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if hasattr(obj, "item"):  # numpy scalars
-        return _json_safe(obj.item())
-    return obj
