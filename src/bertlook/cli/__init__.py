@@ -3,8 +3,8 @@
 One module per step in this package (``bertlook.cli.<step>``) holds ``COMMANDS`` (a literal: its
 subcommands and their help lines, read here without importing the module), ``STEPS`` (the step
 declarations of :mod:`bertlook.pipeline.steps` that the workflow, the report and the regression gate read;
-:func:`declared_steps`) and ``register_cli(subparsers)`` with the step's argparse glue, summaries and
-printing; the computation lives in the stage packages. A new module is found without a line here
+:func:`declared_steps`) and ``register_cli(subparsers)`` with the step's argparse glue: its handler calls
+the stage packages (which compute the tables and the summary), writes the files and prints. A new module is found without a line here
 (docs/ADDING_A_STEP.md). Handlers return an exit code. User errors
 (:class:`bertlook.errors.BertlookError`) print ``error: ...`` and exit 2 without a traceback.
 """
