@@ -456,6 +456,21 @@ def test_not_run_tables(tmp_path):
     assert "Not run: no coreference corpus configured" in m.read_text()
 
 
+
+def test_coref_step_without_the_cli(tmp_path):
+    """run_coref_step: the frames and the summary JSON of `bertlook coref`; not_run_summary: the --not-run one."""
+    result = coref.run_coref_step(_make_store(tmp_path, _records()), candidates="mentions")
+    summary = result.summary
+    assert list(summary)[:3] == ["status", "attention", "counts"] and summary["status"] == "ok"
+    assert summary["candidates"] == "mentions" and summary["parts"] == result.scores.n_parts == 3
+    assert summary["mentions_with_antecedents"] == dict(zip(coref_mentions.COLUMNS, N))
+    assert summary["best_head"] == "1-1" and summary["best_head_accuracy"]["all"] == 1.0
+    assert list(result.table.columns) == list(coref.TABLE2_RUN_COLUMNS) and len(result.heads) == 3
+    assert summary == coref.coref_summary(result.store, result.scores)
+    assert coref.not_run_summary("no corpus") == {"status": "not run", "reason": "not run: no corpus"}
+    assert coref.not_run_summary("Not run here") == {"status": "not run", "reason": "Not run here"}
+
+
 # --------------------------------------------------------------------------------------------- CLI
 
 def _cli(argv) -> int:

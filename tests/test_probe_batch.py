@@ -285,6 +285,26 @@ def test_cli_one_process_for_every_table(stores, tmp_path, capsys, monkeypatch):
     assert norm["rows_reused_from_table3"] == ["distances_glove"] and norm["engine_timing"]["models"] > 0
 
 
+
+def test_probe_step_summaries_of_the_norm_table_and_the_ablations(stores):
+    """run_probe_step with the norm stores and the ablations: their summaries, as `bertlook probes` writes them."""
+    from bertlook.analyses.probe_tables import ProbeOptions, run_probe_step
+
+    g = glove()
+    result = run_probe_step(norm_train_attention=stores["ntrain"].path, norm_dev_attention=stores["ndev"].path,
+                            train_attention=stores["train"].path, dev_attention=stores["dev"].path,
+                            probes=["attn_glove"], norm_probes=["distances_glove", "attn"], ablation_modes=["keep"],
+                            options=ProbeOptions(seeds=(0,), batch_size=4), glove=g)
+    norm = result.norm_summary
+    assert norm["train_attention"] == str(stores["ntrain"].path) and norm["random_train_attention"] is None
+    assert norm["probes"] == ["distances_glove", "attn"] and norm["glove"] == g.describe()
+    assert norm["rows_reused_from_table3"] == ["distances_glove"] and "read no attention" in norm["rows_reused_note"]
+    abl = result.ablations_summary
+    assert abl["modes"] == ["keep"] and abl["seeds"] == [0] and abl["trainings"] == len(result.ablations) == 1 + L
+    assert abl["dev_attention"] == str(stores["dev"].path) and abl["num_layers"] == L and abl["engine"] == "batched"
+    assert [r["ablation"] for r in abl["table"]] == list(result.ablations["ablation"])
+
+
 def test_cli_checks_the_new_flags(stores, tmp_path, capsys):
     from bertlook import cli
 

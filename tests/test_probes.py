@@ -446,6 +446,37 @@ def test_cli_writes_table(stores, tmp_path):
     assert summary["data"]["dev"]["n_sentences"] == 16
 
 
+
+def test_probe_step_without_the_cli(stores):
+    """run_probe_step: Table 3 and the summary JSON of `bertlook probes --summary`, without the command line;
+    the paper's numbers only with ``paper_join``."""
+    from bertlook.analyses.probe_tables import ProbeOptions, run_probe_step
+
+    glove = tiny_glove()
+    options = ProbeOptions(seeds=(0, 1), batch_size=16, mst=True)
+    kw = dict(probes=["right_branching", "attn", "attn_glove"], options=options, glove=glove)
+    result = run_probe_step(stores["train"].path, stores["dev"].path, **kw)
+    summary = result.summary
+    assert list(summary)[:6] == ["train_attention", "dev_attention", "random_train_attention",
+                                 "random_dev_attention", "glove", "glove_spec"]
+    assert summary["train_attention"] == str(stores["train"].path) and summary["random_dev_attention"] is None
+    assert summary["glove"] == glove.describe() and summary["seeds"] == [0, 1] and summary["mst"] is True
+    assert summary["probes"] == result.probes == ["right_branching", "attn", "attn_glove"]
+    assert summary["engine"] == "batched" and summary["engine_timing"] == result.engine
+    assert [r["probe"] for r in summary["table"]] == summary["probes"] and len(summary["runs"]) == 1 + 2 * 2
+    assert summary["data"]["dev"]["n_sentences"] == 16 and "paper_uas" not in result.table3.columns
+    assert result.rows is result.table3 and result.table3_norm is None and result.norm_summary is None
+    assert result.ablations is None and result.ablations_summary is None
+    assert options.settings() == {"seeds": [0, 1], "epochs": 1, "batch_size": 16, "lr": 0.002, "mst": True,
+                                  "max_train_sentences": None, "glove_spec": None}
+    joined = run_probe_step(stores["train"].path, stores["dev"].path, paper_join=join_table3, **kw)
+    assert "paper_uas" in joined.table3.columns and "paper_uas" in joined.summary["table"][0]
+    assert "paper_uas" not in joined.rows.columns
+    pd.testing.assert_frame_equal(joined.table3.drop(columns="paper_uas"), result.table3, atol=1e-6)
+    with pytest.raises(BertlookError, match="threads must be >= 1"):
+        ProbeOptions(threads=0)
+
+
 def test_cli_help_lists_inputs_and_outputs():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

@@ -335,6 +335,33 @@ def test_read_segments_missing_file(tmp_path):
         read_segments(tmp_path / "segments.jsonl")
 
 
+
+def test_segments_step_without_the_cli(wiki_bz2, tokenizer):
+    """run_segments_step: the segments and the summary of `bertlook segments`, from the dump or from a reader."""
+    import functools
+
+    from bertlook.data.segments import SegmentOptions, run_segments_step
+
+    options = SegmentOptions(n_segments=50, max_seq_len=64, seed=0, splitter="auto")
+    result = run_segments_step(tokenizer, wiki_bz2, options=options, model="tiny-bert")
+    summary = result.summary
+    assert list(summary)[:7] == ["dump", "model", "revision", "max_articles", "language", "splitter",
+                                 "segments_requested"]
+    assert summary["dump"] == str(wiki_bz2) and summary["model"] == "tiny-bert" and summary["revision"] is None
+    assert summary["splitter"] == "spacy" and summary["segments_produced"] == len(result.segments) < 50
+    for key, value in EXPECTED_COUNTS.items():
+        assert summary[key] == result.counts[key] == value, key
+    assert result.warnings == summary["warnings"] == [
+        f"only {len(result.segments)} of 50 segments could be made from {wiki_bz2}: its 2 usable articles ran out"]
+    other = run_segments_step(tokenizer, reader=functools.partial(iter_documents, wiki_bz2), options=options,
+                              corpus={"source": "test"}, source="the test corpus")
+    assert other.segments == result.segments
+    assert other.summary["dump"] is None and other.summary["corpus"] == {"source": "test"}
+    assert "from the test corpus:" in other.warnings[0]
+    with pytest.raises(BertlookError, match="one of them"):
+        run_segments_step(tokenizer, options=options)
+
+
 # ---------------------------------------------------------------------------------------- CLI
 
 def _parse(argv):

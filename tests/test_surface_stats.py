@@ -194,6 +194,31 @@ def test_cli(tmp_path, capsys):
         assert flag in help_text
 
 
+
+def test_surface_stats_step_without_the_cli(tmp_path):
+    """run_surface_stats_step: the table and the summary JSON of `bertlook surface-stats`, from a store or from
+    partial files (the shards' store paths then in ``attention``)."""
+    from bertlook.analyses.surface_stats import run_surface_stats_step, surface_stats_partial
+    from bertlook.pipeline.sharding import save_partial
+
+    make_store(tmp_path / "s", [(TOKENS_1, ATTN_1), (TOKENS_2, ATTN_2)])
+    frame, summary = run_surface_stats_step(str(tmp_path / "s"))
+    assert list(summary)[:2] == ["attention", "n_examples"] and summary["attention"] == str(tmp_path / "s")
+    assert summary["n_examples"] == 2 and summary["mean_tokens"] == 3.5 and len(frame) == 4
+    assert run_surface_stats_step(tmp_path / "s", max_examples=1).summary["n_examples"] == 1
+    paths = []
+    for name, example in (("a", (TOKENS_1, ATTN_1)), ("b", (TOKENS_2, ATTN_2))):
+        save_partial(tmp_path / f"{name}.npz", "surface-stats", *surface_stats_partial(make_store(tmp_path / name,
+                                                                                                  [example])))
+        paths.append(tmp_path / f"{name}.npz")
+    reduced = run_surface_stats_step(partials=paths)
+    assert reduced.summary["attention"] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    np.testing.assert_allclose(reduced.frame.iloc[:, 2:].to_numpy(float), frame.iloc[:, 2:].to_numpy(float))
+    assert run_surface_stats_step(partials=paths[:1]).summary["attention"] == str(tmp_path / "a")
+    with pytest.raises(BertlookError, match="one of them"):
+        run_surface_stats_step()
+
+
 def test_cli_missing_store(tmp_path):
     args = _parser().parse_args([
         "surface-stats", "--attention", str(tmp_path / "nope"), "--out", str(tmp_path / "a.csv"),

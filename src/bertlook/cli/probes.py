@@ -1,5 +1,7 @@
-"""``bertlook probes``: argparse glue, summaries and printing of :mod:`bertlook.analyses.probe_batch` (and of the
-one-model-at-a-time reference, :mod:`bertlook.analyses.probe_reference`, with ``--engine reference``)."""
+"""``bertlook probes``: argparse glue, writing and printing of
+:func:`bertlook.analyses.probe_tables.run_probe_step` (the tables and their summaries; the batched engine,
+:mod:`bertlook.analyses.probe_batch`, or the one-model-at-a-time reference, :mod:`bertlook.analyses.probe_reference`,
+with ``--engine reference``); the Markdown and the paper's numbers come from :mod:`bertlook.reporting`."""
 
 from __future__ import annotations
 
@@ -94,12 +96,20 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise BertlookError(f"--{flag.replace('_', '-')} describes that table: give {what} too")
 
 
-def _run_probes_cli(args: argparse.Namespace) -> int:
-    import time
+def probe_options(args: argparse.Namespace, seeds: list[int]):
+    """The :class:`~bertlook.analyses.probe_tables.ProbeOptions` of ``bertlook probes`` / ``probe-ablations``."""
+    from bertlook.analyses.probe_tables import ProbeOptions
 
+    return ProbeOptions(seeds=tuple(seeds), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                        mst=bool(args.mst), max_train_sentences=args.max_train_sentences, glove=args.glove,
+                        glove_member=args.glove_member, threads=args.threads, engine=args.engine)
+
+
+def _run_probes_cli(args: argparse.Namespace) -> int:
     from bertlook.analyses.probe_rows import read_probe_rows
-    from bertlook.analyses.probes import GLOVE_PROBES, PROBES
-    from bertlook.data.glove import load_glove
+    from bertlook.analyses.probe_tables import run_probe_step
+    from bertlook.analyses.probes import PROBES
+    from bertlook.reporting.paper_join import join_table3
 
     seeds = parse_seeds(args.seeds)
     _check_outputs(args)
@@ -121,28 +131,26 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
         probes = []  # only the norm table and/or the ablations
     norm_probes = _parse_probes(args.norm_probes, "--norm-probes") if args.out_norm_table else []
     modes = parse_modes(args.ablations, "--ablations") if args.ablations is not None else []
-    if args.threads is not None:
-        import torch
-
-        if args.threads < 1:
-            raise BertlookError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise BertlookError(f"--threads must be >= 1, got {args.threads}")
+    options = probe_options(args, seeds)
     if len(seeds) < 3:
         print(f"probes: warning: {len(seeds)} seed(s); the table reports mean and sd over >= 3 seeds")
-    t0 = time.perf_counter()
-    glove = None
-    if args.glove and (modes or any(p in GLOVE_PROBES for p in [*probes, *norm_probes])):
-        glove = load_glove(args.glove, args.glove_member)
-    out = _compute(args, glove=glove, seeds=seeds, probes=probes, norm_probes=norm_probes, modes=modes)
-    seconds = time.perf_counter() - t0
-    run = {"args": args, "glove": glove, "seeds": seeds, "seconds": seconds, "engine": out.get("engine")}
-    if out["table3"] is not None:
-        _write_table3(out["table3"], run, probes=probes, added=added, added_probes=added_probes, settings=settings)
-    if out["table3_norm"] is not None:
-        _write_norm(out["table3_norm"], run, norm_probes)
-    if out["ablations"] is not None:
-        _write_ablations(out["ablations"], run, modes)
-    engine = out.get("engine")
+    result = run_probe_step(args.train_attention, args.dev_attention,
+                            random_train_attention=args.random_train_attention,
+                            random_dev_attention=args.random_dev_attention,
+                            norm_train_attention=args.norm_train_attention, norm_dev_attention=args.norm_dev_attention,
+                            probes=probes, norm_probes=norm_probes, ablation_modes=modes, added=added,
+                            options=options, paper_join=join_table3, log=print)
+    if result.rows is not None:
+        _write_table3(result, args, probes=probes, options=options)
+    if result.table3_norm is not None:
+        _write_norm(result, args)
+    if result.ablations is not None:
+        _write_ablation_files(result.ablations, result.ablations_summary, args, table=args.out_ablations_table,
+                              markdown=args.out_ablations_markdown, summary=args.ablations_summary,
+                              seeds=seeds, seconds=result.seconds)
+    engine, seconds = result.engine, result.seconds
     if engine:
         print(f"probes: {engine['models']} models trained in one loop, {seconds:.1f} s in all ("
               + "; ".join(f"{'+'.join(g['sources'])}: train {g['train_s']:.1f} s ({g['steps_per_s']:.0f} steps/s), "
@@ -150,164 +158,72 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compute(args, *, glove, seeds, probes, norm_probes, modes) -> dict:
-    """The frames of the tables asked for, with the batched engine or (``--engine reference``) one model at a time."""
-    common = dict(glove=glove, seeds=seeds, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, mst=args.mst,
-                  max_train_sentences=args.max_train_sentences, log=print)
-    if args.engine == "batched":
-        from bertlook.analyses.probe_tables import run_probe_tables
-
-        return run_probe_tables(args.train_attention, args.dev_attention,
-                                random_train_store=args.random_train_attention,
-                                random_dev_store=args.random_dev_attention,
-                                norm_train_store=args.norm_train_attention, norm_dev_store=args.norm_dev_attention,
-                                probes=probes, norm_probes=norm_probes, ablation_modes=modes, **common)
-    from bertlook.analyses.probe_reference import run_layer_ablations, run_probes
-
-    out = {"table3": None, "table3_norm": None, "ablations": None}
-    if probes:
-        out["table3"] = run_probes(args.train_attention, args.dev_attention,
-                                   random_train_store=args.random_train_attention,
-                                   random_dev_store=args.random_dev_attention, probes=probes, **common)
-    if norm_probes:
-        out["table3_norm"] = run_probes(args.norm_train_attention, args.norm_dev_attention, probes=norm_probes,
-                                        **common)
-    if modes:
-        out["ablations"] = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
-    return out
-
-
-def _summary(df, run, *, inputs: dict, probes, glove_doc=None) -> dict:
-    """The ``--summary`` document of a Table 3 frame (also ``--norm-summary``)."""
-    import json
-
-    args = run["args"]
-    glove = run["glove"]
-    return {
-        **{k: None if v is None else str(v) for k, v in inputs.items()},
-        "glove": glove.describe() if glove is not None else glove_doc,
-        "glove_spec": args.glove,
-        "seeds": run["seeds"],
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "mst": bool(args.mst),
-        "probes": probes,
-        "max_train_sentences": args.max_train_sentences,
-        "threads": args.threads,
-        "data": df.attrs.get("data", {}),
-        "table": json.loads(df.to_json(orient="records")),
-        "runs": df.attrs.get("runs", []),
-        "seconds": run["seconds"],
-        "engine": args.engine,
-        "engine_timing": run["engine"],
-    }
-
-
-def _write_table3(df, run, *, probes, added, added_probes, settings) -> None:
-    from bertlook.analyses.probe_rows import add_probe_rows, write_probe_rows
-    from bertlook.analyses.probes import PROBES
+def _write_table3(result, args, *, probes, options) -> None:
+    """--rows-out (the rows computed here) and Table 3 (with the added rows): files and lines."""
+    from bertlook.analyses.probe_rows import write_probe_rows
     from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.paper_join import join_table3
     from bertlook.reporting.tables import table3_markdown
 
-    args, glove, seconds = run["args"], run["glove"], run["seconds"]
-    inputs = {"train_attention": args.train_attention, "dev_attention": args.dev_attention,
-              "random_train_attention": args.random_train_attention,
-              "random_dev_attention": args.random_dev_attention}
+    seconds = result.seconds
     if args.rows_out:
-        write_probe_rows(args.rows_out, df, settings=settings, inputs=inputs,
-                         glove=glove.describe() if glove is not None else None, seconds=seconds)
+        df = result.rows
+        write_probe_rows(args.rows_out, df, settings=options.settings(), inputs=result.rows_inputs,
+                         glove=result.glove.describe() if result.glove is not None else None, seconds=seconds)
         print(f"probes: rows of {', '.join(probes) or 'no probe'} in {seconds:.1f} s -> {args.rows_out}"
               + "".join(f"; {r.probe} {100 * r.uas_mean:.1f}" for r in df[df["uas_mean"].notna()].itertuples()))
-    if added:
-        df = add_probe_rows(df, added)
-        probes = [p for p in PROBES if p in probes or p in added_probes]
-        for doc in added:  # the inputs of the added rows (e.g. the random-init stores)
-            for key, value in doc["inputs"].items():
-                if inputs.get(key) is None:
-                    inputs[key] = value
     if args.out_table is None:
         return
-    df = join_table3(df)
+    df = result.table3
     write_csv(args.out_table, df)
     write_text(args.out_markdown, table3_markdown(df, note=args.note or ""))
     if args.summary:
-        glove_doc = next((d["glove"] for d in added if d["glove"]), None)
-        write_json(args.summary, _summary(df, run, inputs=inputs, probes=probes, glove_doc=glove_doc))
+        write_json(args.summary, result.summary)
     done = df[df["uas_mean"].notna()]
-    print(f"probes: {len(done)} of {len(df)} probes x {len(run['seeds'])} seeds in {seconds:.1f} s -> "
+    print(f"probes: {len(done)} of {len(df)} probes x {len(options.seeds)} seeds in {seconds:.1f} s -> "
           f"{args.out_table}, {args.out_markdown}; "
           + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples()))
     for r in df[df["uas_mean"].isna()].itertuples():
         print(f"probes: {r.probe}: not computed: {r.note}")
 
 
-def _write_norm(df, run, norm_probes) -> None:
+def _write_norm(result, args) -> None:
     from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.reporting.paper_join import join_table3
     from bertlook.reporting.tables import table3_markdown
 
-    args = run["args"]
-    df = join_table3(df)
+    df = result.table3_norm
     write_csv(args.out_norm_table, df)
     write_text(args.out_norm_markdown, table3_markdown(df, note=args.note or ""))
     if args.norm_summary:
-        inputs = {"train_attention": args.norm_train_attention, "dev_attention": args.norm_dev_attention,
-                  "random_train_attention": None, "random_dev_attention": None}
-        doc = _summary(df, run, inputs=inputs, probes=norm_probes)
-        reused = (run["engine"] or {}).get("norm_rows_reused_from_table3") or []
-        if reused:
-            doc["rows_reused_from_table3"] = reused
-            doc["rows_reused_note"] = (f"{', '.join(reused)} read no attention: trained once on the model's stores "
-                                       "(the same sentences, words and seeds), the same rows as in Table 3")
-        write_json(args.norm_summary, doc)
+        write_json(args.norm_summary, result.norm_summary)
     done = df[df["uas_mean"].notna()]
     print(f"probes: Table 3 on the norm maps -> {args.out_norm_table}, {args.out_norm_markdown}; "
           + ", ".join(f"{r.probe} {100 * r.uas_mean:.1f}" for r in done.itertuples()))
 
 
-def _write_ablations(df, run, modes) -> None:
-    args = run["args"]
-    write_ablation_outputs(df, args, table=args.out_ablations_table, markdown=args.out_ablations_markdown,
-                           summary=args.ablations_summary, glove=run["glove"], seeds=run["seeds"], modes=modes,
-                           seconds=run["seconds"], engine_timing=run["engine"])
-
-
 def write_ablation_outputs(df, args: argparse.Namespace, *, table, markdown, summary, glove, seeds, modes, seconds,
                            engine_timing=None) -> None:
-    """probe_ablations.csv / .md / .summary.json of an ablations frame (also ``bertlook probes --ablations``)."""
-    import json
+    """probe_ablations.csv / .md / .summary.json of an ablations frame (``bertlook probe-ablations``; the summary:
+    :func:`bertlook.analyses.probe_tables.ablations_summary`)."""
+    from bertlook.analyses.probe_tables import ablations_summary
 
+    doc = None
+    if summary:
+        doc = ablations_summary(df, train_attention=args.train_attention, dev_attention=args.dev_attention,
+                                glove=glove, modes=modes, options=probe_options(args, seeds), seconds=seconds,
+                                engine_timing=engine_timing)
+    _write_ablation_files(df, doc, args, table=table, markdown=markdown, summary=summary, seeds=seeds,
+                          seconds=seconds)
+
+
+def _write_ablation_files(df, doc, args, *, table, markdown, summary, seeds, seconds) -> None:
+    """The ablations' CSV, Markdown and (with ``summary``) summary ``doc``; the line that says so."""
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.tables import probe_ablations_markdown
 
     write_csv(table, df)
     write_text(markdown, probe_ablations_markdown(df, note=args.note))
     if summary:
-        write_json(summary, {
-            "train_attention": str(args.train_attention),
-            "dev_attention": str(args.dev_attention),
-            "glove": glove.describe(),
-            "glove_spec": args.glove,
-            "modes": modes,
-            "seeds": seeds,
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "mst": bool(args.mst),
-            "max_train_sentences": args.max_train_sentences,
-            "threads": args.threads,
-            "num_layers": df.attrs["num_layers"],
-            "num_heads": df.attrs["num_heads"],
-            "trainings": len(df) * len(seeds),
-            "data": df.attrs["data"],
-            "table": json.loads(df.to_json(orient="records")),
-            "runs": df.attrs["runs"],
-            "seconds": seconds,
-            "engine": args.engine,
-            "engine_timing": engine_timing,
-        })
+        write_json(summary, doc)
     ref = df.iloc[0]
     parts = [f"{r.ablation} {r.layer} {100 * r.uas_mean:.1f}" for r in df.iloc[1:].itertuples()]
     print(f"probe-ablations: {len(df)} ablations x {len(seeds)} seeds in {seconds:.1f} s; all layers "

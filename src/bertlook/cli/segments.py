@@ -1,7 +1,7 @@
 """``bertlook segments``: Wikipedia dump (or a Hugging Face dataset) -> paper-style segments (JSONL) and a summary.
 
-The computation lives in :mod:`bertlook.data.segments`; this module holds the argparse glue, the
-summary and printing.
+The computation and the summary live in :mod:`bertlook.data.segments`
+(:func:`~bertlook.data.segments.run_segments_step`); this module holds the argparse glue, the writing and printing.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import argparse
 import sys
 
 from bertlook.data.sentences import SPLITTERS
-from bertlook.errors import BertlookError
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -21,12 +20,15 @@ COMMANDS = {
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.data.segments import count_text, build_segments, iter_documents, write_segments
+    import functools
+
+    from bertlook.data.segments import SegmentOptions, run_segments_step, write_segments
     from bertlook.pipeline.config import resolve_data_path
     from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model
     from bertlook.data.sentences import check_language, resolve_splitter
 
+    # the language, the corpus spec and the dump path are checked before the tokenizer loads
     language = check_language(args.language)
     splitter = resolve_splitter(language, args.splitter)
     hf_spec = None
@@ -36,40 +38,17 @@ def _handler(args: argparse.Namespace) -> int:
         hf_spec = parse_spec_json(args.hf_dataset)
     dump = resolve_data_path(args.dump) if hf_spec is None else None
     tokenizer = load_tokenizer(resolve_model(args.model, args.revision))
-    counts: dict[str, int] = {}
-    corpus = None
+    options = SegmentOptions(n_segments=args.n_segments, max_seq_len=args.max_seq_len, seed=args.seed,
+                             max_articles=args.max_articles, language=language, splitter=splitter)
+    reader = {}  # the documents of the Hugging Face dataset (else: of the dump)
     if hf_spec is not None:
         from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents, normalize_spec
 
-        corpus = describe_hf_dataset(hf_spec)
-        source = dataset_label(normalize_spec(hf_spec))
-        docs = iter_hf_documents(hf_spec, max_articles=args.max_articles, counts=counts,
-                                 language=language, splitter=splitter)
-    else:
-        source = str(dump)
-        docs = iter_documents(dump, max_articles=args.max_articles, counts=counts,
-                              language=language, splitter=splitter)
-    try:
-        segments, summary = build_segments(docs, tokenizer, n_segments=args.n_segments,
-                                           max_seq_len=args.max_seq_len, seed=args.seed)
-    finally:
-        docs.close()
-    if not segments:
-        raise BertlookError(
-            f"{source}: no segment could be made ({summary['documents_read']} usable articles read, "
-            f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
-            f"{summary['sentences_without_tokens']} sentences without tokens; {count_text(counts)}): a "
-            "segment needs two sentences of one article")
-    warnings = []
-    if summary["segments_produced"] < summary["segments_requested"]:
-        warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
-                        f"could be made from {source}: its {summary['documents_read']} usable articles ran out"
-                        + (f" (max_articles {args.max_articles})" if args.max_articles else ""))
-    write_segments(args.out, segments)
-    summary = {"dump": str(dump) if dump is not None else None, **({"corpus": corpus} if corpus else {}),
-               "model": args.model, "revision": args.revision,
-               "max_articles": args.max_articles, "language": language, "splitter": splitter,
-               **summary, **counts, "warnings": warnings}
+        reader = dict(corpus=describe_hf_dataset(hf_spec), source=dataset_label(normalize_spec(hf_spec)),
+                      reader=functools.partial(iter_hf_documents, hf_spec))
+    result = run_segments_step(tokenizer, dump, options=options, model=args.model, revision=args.revision, **reader)
+    summary, counts = result.summary, result.counts
+    write_segments(args.out, result.segments)
     write_json(args.summary, summary)
     print(
         f"segments: {summary['segments_produced']}/{summary['segments_requested']} segments from "
@@ -80,7 +59,7 @@ def _handler(args: argparse.Namespace) -> int:
         f"{counts['non_article_pages_skipped']}, without sentences "
         f"{counts['documents_without_sentences']}; -> {args.out}"
     )
-    for w in warnings:
+    for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     return 0
 

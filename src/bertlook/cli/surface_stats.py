@@ -1,4 +1,5 @@
-"""``bertlook surface-stats``: argparse glue, summaries and printing of :mod:`bertlook.analyses.surface_stats`."""
+"""``bertlook surface-stats``: argparse glue, writing and printing of :mod:`bertlook.analyses.surface_stats`
+(the table and the summary: :func:`~bertlook.analyses.surface_stats.run_surface_stats_step`)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,11 @@ STEPS = (
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    from bertlook.analyses.surface_stats import (
-        PARTIAL_KIND,
-        compute_surface_stats,
-        reduce_surface_stats,
-        surface_stats_partial,
-    )
+    from bertlook.analyses.surface_stats import PARTIAL_KIND, run_surface_stats_step, surface_stats_partial
     from bertlook.attention.store import open_store
     from bertlook.errors import BertlookError
     from bertlook.io_utils import write_csv, write_json
-    from bertlook.pipeline.sharding import load_partial, save_partial
+    from bertlook.pipeline.sharding import save_partial
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("surface-stats: give --attention DIR or --partial NPZ ... (one of them)")
@@ -51,14 +47,10 @@ def _run_stats(args: argparse.Namespace) -> int:
     if not (args.out and args.summary):
         raise BertlookError("surface-stats: give --out and --summary (or --out-partial)")
     if args.partial:
-        partials = [load_partial(p, PARTIAL_KIND) for p in args.partial]
-        frame, summary = reduce_surface_stats(partials, where=args.partial)
-        attention = [m["attention"] for m, _ in partials]
-        summary = {"attention": attention[0] if len(attention) == 1 else attention, **summary}
+        frame, summary = run_surface_stats_step(partials=args.partial)
     else:
-        store = open_store(args.attention)
-        frame, summary = compute_surface_stats(store, max_examples=args.max_examples, segments=args.segments)
-        summary = {"attention": str(args.attention), **summary}
+        frame, summary = run_surface_stats_step(args.attention, max_examples=args.max_examples,
+                                                segments=args.segments)
     write_csv(args.out, frame)
     write_json(args.summary, summary)
     print(

@@ -15,7 +15,9 @@ Steps:
   * :func:`bertlook.data.sentences.split_sentences` splits text in the corpus language (spaCy's
     rule-based ``sentencizer``, or bertlook's rule-based splitter; deterministic);
   * :func:`build_segments` makes the segments; :func:`write_segments` / :func:`read_segments` store
-    them as JSONL (format in docs/DESIGN.md).
+    them as JSONL (format in docs/DESIGN.md);
+  * :func:`run_segments_step` is ``bertlook segments`` without the command line: documents -> segments and
+    the summary JSON (:class:`SegmentsStepResult`; settings in :class:`SegmentOptions`).
 
 Everything excluded is counted (``counts`` / the summary JSON).
 """
@@ -31,9 +33,15 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from bertlook.data.sentences import is_usable_sentence, prose_end_pattern, split_sentences  # noqa: F401 (re-exported)
+from bertlook.data.sentences import (  # noqa: F401 (split_sentences re-exported)
+    check_language,
+    is_usable_sentence,
+    prose_end_pattern,
+    resolve_splitter,
+    split_sentences,
+)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path
 
@@ -469,6 +477,88 @@ def build_segments(
         "seed": seed,
     }
     return segments, summary
+
+
+# ------------------------------------------------------------------------------------ the step
+
+@dataclass(frozen=True)
+class SegmentOptions:
+    """The settings of :func:`run_segments_step` (the flags of ``bertlook segments`` of the same names):
+    ``splitter`` one of :data:`bertlook.data.sentences.SPLITTERS` (``auto`` resolved for ``language``)."""
+
+    n_segments: int = 1000
+    max_seq_len: int = 128
+    seed: int = 0
+    max_articles: int | None = None
+    language: str = "en"
+    splitter: str = "auto"
+
+
+@dataclass(frozen=True)
+class SegmentsStepResult:
+    """The segments (:func:`build_segments`), the summary JSON of ``bertlook segments`` (its ``warnings``: a
+    shortfall) and the corpus counts (:data:`DOCUMENT_COUNT_KEYS`, also in the summary)."""
+
+    segments: list[dict[str, Any]]
+    summary: dict[str, Any]
+    counts: dict[str, int]
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.summary["warnings"]
+
+
+def run_segments_step(tokenizer, dump: str | os.PathLike | None = None, *,
+                      reader: Callable[..., Iterator[Document]] | None = None, corpus: dict[str, Any] | None = None,
+                      source: str | None = None, options: SegmentOptions = SegmentOptions(),
+                      model: str | None = None, revision: str | None = None) -> SegmentsStepResult:
+    """``bertlook segments`` without the command line: documents -> paper-style segments (``tokenizer``:
+    ``tokenize``, ``cls_token``, ``sep_token``) and the summary JSON.
+
+    The documents: the MediaWiki dump ``dump`` (a path or ``package:PKG/relative/path``; :func:`iter_documents`),
+    or ``reader(max_articles=, counts=, language=, splitter=)``, e.g.
+    ``functools.partial(bertlook.data.hf_corpus.iter_hf_documents, spec)``, with ``corpus`` (its description,
+    e.g. ``describe_hf_dataset(spec)``, recorded in the summary) and ``source`` (its name in messages).
+    ``model`` / ``revision``: the tokenizer's model, recorded in the summary. No segment at all is an error;
+    fewer than ``options.n_segments`` is a warning of the summary."""
+    from bertlook.pipeline.config import resolve_data_path
+
+    language = check_language(options.language)
+    splitter = resolve_splitter(language, options.splitter)
+    if (dump is None) == (reader is None):
+        raise BertlookError("segments: give a dump or a document reader (one of them)")
+    counts: dict[str, int] = {}
+    kw = dict(max_articles=options.max_articles, counts=counts, language=language, splitter=splitter)
+    if dump is not None:
+        dump = resolve_data_path(str(dump))
+        source = str(dump)
+        docs = iter_documents(dump, **kw)
+    else:
+        source = source or "the corpus"
+        docs = reader(**kw)
+    try:
+        segments, summary = build_segments(docs, tokenizer, n_segments=options.n_segments,
+                                           max_seq_len=options.max_seq_len, seed=options.seed)
+    finally:
+        close = getattr(docs, "close", None)
+        if close is not None:
+            close()
+    if not segments:
+        raise BertlookError(
+            f"{source}: no segment could be made ({summary['documents_read']} usable articles read, "
+            f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
+            f"{summary['sentences_without_tokens']} sentences without tokens; {count_text(counts)}): a "
+            "segment needs two sentences of one article")
+    warnings = []
+    if summary["segments_produced"] < summary["segments_requested"]:
+        warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
+                        f"could be made from {source}: its {summary['documents_read']} usable articles ran out"
+                        + (f" (max_articles {options.max_articles})" if options.max_articles else ""))
+    summary = {"dump": str(dump) if dump is not None else None, **({"corpus": corpus} if corpus else {}),
+               "model": model, "revision": revision,
+               "max_articles": options.max_articles, "language": language, "splitter": splitter,
+               **summary, **counts, "warnings": warnings}
+    return SegmentsStepResult(segments=segments, summary=summary, counts=counts)
 
 
 # ------------------------------------------------------------------------------------ JSONL I/O
