@@ -13,7 +13,7 @@ from bertlook.analyses.probe_features import make_batch
 from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
 from bertlook.analyses.probe_models import make_model
 from bertlook.analyses.probe_reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches as _batches
+from bertlook.analyses.probe_reference import model_batches
 from bertlook.analyses.probes import GLOVE_PROBES, PROBE_LABELS, ProbeData
 from bertlook.errors import BertlookError
 from bertlook.testing.synthetic_stores import write_synthetic_word_store
@@ -44,7 +44,7 @@ def test_distances_only_reads_positions_only_by_hand(stores, monkeypatch, tmp_pa
         model.out.bias.zero_()
     data = ProbeData(write_store(tmp_path / "two", records(1, seed=3, lengths=[2]), map_seed=0))
     monkeypatch.setattr(data.store, "get", lambda i: pytest.fail("distances_only must not read the maps"))
-    (batch,) = list(_batches(data, [[0]], model))
+    (batch,) = list(model_batches(data, [[0]], model))
     assert batch.words is None and batch.dep_vecs is None
     with torch.no_grad():
         s = model(batch)[0]  # [word, candidate]
@@ -76,7 +76,7 @@ def test_attn_glove_mlp_scores_by_hand(stores):
         model.hidden.weight[0] = torch.tensor([1.0, 1.0])
         model.proj.weight[0, 0] = 1.0
     data = ProbeData(stores["dev"], glove=glove)
-    (batch,) = list(_batches(data, [[0]], model))
+    (batch,) = list(model_batches(data, [[0]], model))
     s0 = data.sentences[0]
     vecs = glove.lookup(data.store.records[s0.index]["tokens"][1:-1])[:, 0]  # [word]
     A = data.store.get(s0.index).reshape(K, s0.n_words + 2, s0.n_words + 2).astype(np.float32)
@@ -102,7 +102,7 @@ def test_attn_glove_mlp_with_constant_weights_is_the_attn_probe(stores):
         attn.root_ab.copy_(torch.tensor([0.7, 1.3]))
         mlp.root_ab.copy_(torch.tensor([0.7, 1.3]))
     data = ProbeData(stores["dev"], glove=glove)
-    (b,) = list(_batches(data, [list(range(len(data.sentences)))], mlp))
+    (b,) = list(model_batches(data, [list(range(len(data.sentences)))], mlp))
     with torch.no_grad():
         assert torch.allclose(mlp(b), attn(b), atol=1e-6)
     model, _ = train_probe("attn_glove_mlp", stores["train"], glove=glove, seed=0, batch_size=4)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam
-from bertlook.analyses.probe_batch import mst_correct as _mst_correct
+from bertlook.analyses.probe_batch import mst_correct
 from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
 from bertlook.analyses.probe_models import make_model, probe_loss
 from bertlook.analyses.probe_reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches as _batches
+from bertlook.analyses.probe_reference import model_batches
 from bertlook.analyses.probe_split import Rows, SplitFeatures
 from bertlook.analyses.probe_uas import mst_heads
 from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, TRAINED_PROBES, ProbeData, ProbeTask
@@ -93,7 +93,7 @@ def test_one_step_gradients_are_autograd_on_the_reference(stores):
         for s, n in pairs:
             torch.manual_seed(SEEDS[s])
             model = make_model(task.probe, num_heads_total=K, glove_dim=g.dim, heads=task.heads)
-            (batch,) = list(_batches(data, [[n]], model))
+            (batch,) = list(model_batches(data, [[n]], model))
             probe_loss(model(batch), batch.heads, batch.dep_mask, batch.cand_mask).backward()
             got = engine.state(task, SEEDS[s], grad=True)
             for name, p in model.named_parameters():
@@ -174,7 +174,7 @@ def test_batched_mst_is_the_reference_decoder():
         for a in range(2):
             for b in range(3):
                 want[a, b] += int(((mst_heads(lp[a, b]) == s.heads) & ~s.punct).sum())
-    assert (_mst_correct(logps, sents, max_matrices=20) == want).all()
+    assert (mst_correct(logps, sents, max_matrices=20) == want).all()
 
 
 # ================================================================================ the tables

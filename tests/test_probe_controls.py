@@ -11,7 +11,7 @@ import torch
 from bertlook.analyses.probe_features import make_batch
 from bertlook.analyses.probe_models import make_model
 from bertlook.analyses.probe_reference import evaluate_probe, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches as _batches
+from bertlook.analyses.probe_reference import model_batches
 from bertlook.analyses.probes import (
     CONTROL_PROBES,
     GLOVE_PROBES,
@@ -126,7 +126,7 @@ def test_glove_only_ignores_attention(stores):
         scores = []
         for name in ("dev", "dev_b"):
             data = ProbeData(stores[name], glove=glove)
-            (batch,) = list(_batches(data, [list(range(len(data.sentences)))], model))
+            (batch,) = list(model_batches(data, [list(range(len(data.sentences)))], model))
             assert batch.words is None and batch.dist is None
             scores.append(model(batch))
     assert torch.equal(scores[0], scores[1])
@@ -246,7 +246,7 @@ def test_feature_scale_n_multiplies_by_map_size(stores):
     model, _ = train_probe("random_init_attn_glove", stores["train"], glove=tiny_glove(), seed=0, batch_size=8,
                            feature_scale="n")
     assert model.feature_scale == "n"
-    (b,) = list(_batches(ProbeData(stores["dev"], glove=tiny_glove()), [[0, 1, 2]], model))
+    (b,) = list(model_batches(ProbeData(stores["dev"], glove=tiny_glove()), [[0, 1, 2]], model))
     assert torch.equal(b.words, scaled.words)
 
 
