@@ -88,16 +88,6 @@ def _mean_sd(vals: list[float]) -> tuple[float, float]:
     return float(np.mean(vals)), (float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan"))
 
 
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def chance_uas(data) -> float:
     """Expected UAS of a uniform guess among the W+1 candidates, over the evaluated (non-punctuation) words."""
     total = sum(float((~s.punct).sum()) / (s.n_words + 1) for s in data.sentences)
@@ -252,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = run(args)
         if args.out:
-            from bertlook.io_utils import write_json
+            from bertlook.io_utils import json_safe, write_json
 
-            write_json(args.out, _finite(doc))
+            write_json(args.out, json_safe(doc))
             print(f"-> {args.out}")
     except BertlookError as err:
         print(f"error: {err}", file=sys.stderr)

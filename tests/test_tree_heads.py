@@ -23,13 +23,13 @@ from bertlook.analyses.tree_heads import (
     baseline_counts,
     best_heads,
     gold_root_right_branching,
-    json_safe,
     run_tree_heads,
     sentence_trees,
     tree_heads,
 )
 from bertlook.attention.store import AttentionWriter
 from bertlook.errors import BertlookError
+from bertlook.io_utils import json_safe
 from workflow_helpers import ROOT
 
 NEG = -np.inf

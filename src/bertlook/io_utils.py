@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -176,3 +177,17 @@ def write_csv(path: str | os.PathLike, frame) -> None:
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None and numpy scalars by Python ones (in dicts,
+    lists and tuples, tuples becoming lists)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalars
+        return json_safe(obj.item())
+    return obj

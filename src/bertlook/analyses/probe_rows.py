@@ -19,7 +19,7 @@ import pandas as pd
 
 from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, is_missing
 from bertlook.errors import BertlookError
-from bertlook.io_utils import atomic_path
+from bertlook.io_utils import atomic_path, json_safe
 
 ROWS_FORMAT = "bertlook-probe-rows"
 ROWS_VERSION = 2  # 2: no paper_uas (the paper's numbers are joined by reporting.paper_join)
@@ -39,17 +39,6 @@ def table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: di
     df.attrs["runs"] = runs
     df.attrs["data"] = data
     return df
-
-
-def _finite(obj: Any) -> Any:
-    """``obj`` with every NaN / infinite float replaced by None (plain JSON)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def table_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
@@ -87,7 +76,7 @@ def write_probe_rows(path, df: "pd.DataFrame", *, settings: dict[str, Any], inpu
         "data": dict(df.attrs.get("data", {})),
         "seconds": seconds,
     }
-    doc = _finite(doc)
+    doc = json_safe(doc)
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2, ensure_ascii=False, allow_nan=False)

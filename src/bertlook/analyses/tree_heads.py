@@ -26,7 +26,6 @@ Definitions: docs/definitions.md#single-head-trees-tree-heads
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -38,6 +37,7 @@ from bertlook.analyses.heads import decision_blocks, predict_from_decision, frag
 from bertlook.analyses.probes import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
+from bertlook.io_utils import json_safe
 
 DIRECTIONS = ("dep2head", "head2dep")
 #: the per-head table (tables/tree_heads.csv)
@@ -276,26 +276,12 @@ class TreeHeadsResult:
     """What :func:`run_tree_heads` computed: ``per_head`` (:data:`HEAD_COLUMNS`, ``tree_heads.csv``),
     ``best`` (:data:`BEST_COLUMNS`, ``tree_heads_best.csv``), ``info`` (:func:`tree_heads`'s counts,
     baselines and timing) and ``summary``, the step's summary JSON (``tree_heads.summary.json``; JSON-safe:
-    NaN and infinities are None, :func:`json_safe`)."""
+    NaN and infinities are None, :func:`bertlook.io_utils.json_safe`)."""
 
     per_head: pd.DataFrame
     best: pd.DataFrame
     info: dict[str, Any]
     summary: dict[str, Any]
-
-
-def json_safe(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by None and numpy scalars by Python ones (in dicts,
-    lists and tuples, tuples becoming lists)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if hasattr(obj, "item"):  # numpy scalars
-        return json_safe(obj.item())
-    return obj
 
 
 def run_tree_heads(dev_attention, *, max_sentences: int | None = None,
