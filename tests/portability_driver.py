@@ -56,6 +56,14 @@ def probe_numbers(train_store, dev_store, glove_spec: str, seeds: list[int]) -> 
     return out
 
 
+def detector_numbers(model: str) -> dict:
+    """The head detectors' table (the demo's settings) as written: 6 significant digits."""
+    from bertlook.analyses.head_detectors import DetectorOptions, run_head_detectors
+
+    frame = run_head_detectors(model, DetectorOptions(device="cpu")).frame
+    return {col: [float(f"{v:.6g}") for v in frame[col]] for col in frame.columns if col not in ("layer", "head")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -77,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             "heads": head_numbers(stores["dev"]),
             "trees": tree_numbers(stores["dev"]),
             "probes": probe_numbers(stores["train"], stores["dev"], args.glove, [int(s) for s in args.seeds.split(",")]),
+            "detectors": detector_numbers(args.model),
         }
     Path(args.out).write_text(json.dumps(result), encoding="utf-8")
     return 0

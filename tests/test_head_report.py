@@ -59,13 +59,17 @@ def write_inputs(tmp_path: Path, *, stats_rows=None, with_optional=True) -> dict
                          "2,1,0.6,0.7,0.5,0.4,50\n2,2,,,,,0\n")
         imp = tmp_path / "head_importance.csv"
         imp.write_text("layer,head,importance,importance_raw\n1,1,0.6,3\n1,2,0.8,4\n2,1,1,2\n2,2,0,0\n")
-        out.update(coref=coref, importance=imp)
+        det = tmp_path / "head_detectors.csv"
+        det.write_text("layer,head,prev_token,duplicate_token,induction,sink\n1,1,0.9,0.1,0.05,0.2\n"
+                       "1,2,0.1,0.1,0.1,0.6\n2,1,0.2,0.3,0.85,0.1\n2,2,0.1,0.7,0.1,0.1\n")
+        out.update(coref=coref, importance=imp, detectors=det)
     return out
 
 
 def _build(paths, **kw):
     return build_head_report(paths["stats"], paths["clusters"], paths["head_accuracy"],
-                             coref_heads_csv=paths.get("coref"), importance_csv=paths.get("importance"), **kw)
+                             coref_heads_csv=paths.get("coref"), importance_csv=paths.get("importance"),
+                             detectors_csv=paths.get("detectors"), **kw)
 
 
 def test_report_values_by_hand(tmp_path):
@@ -93,8 +97,12 @@ def test_report_values_by_hand(tmp_path):
     assert summary["relations_below_min_count"] == {"amod": 50}
     assert summary["relations_skipped"] == ["punct", "root"]
     assert sorted(summary["relations_considered"]) == ["det", "nsubj", "pobj"]
-    assert summary["importance"] == "ok" and summary["coref"] == "ok"
+    assert summary["importance"] == "ok" and summary["coref"] == "ok" and summary["detectors"] == "ok"
     assert summary["heads_without_coref_accuracy"] == 1
+    # the head detectors' scores, joined by head (the card's sink stays the surface statistics' [CLS] share)
+    assert [rows[h].prev_token for h in sorted(rows)] == [0.9, 0.1, 0.2, 0.1]
+    assert [rows[h].induction for h in sorted(rows)] == [0.05, 0.1, 0.85, 0.1]
+    assert [rows[h].duplicate_token for h in sorted(rows)] == [0.1, 0.1, 0.3, 0.7]
 
 
 def test_min_count_and_tie_order(tmp_path):
@@ -111,6 +119,7 @@ def test_optional_inputs_absent_or_not_run(tmp_path):
     paths = write_inputs(tmp_path, with_optional=False)
     frame, summary = _build(paths)
     assert frame["importance"].isna().all() and frame["coref_accuracy"].isna().all()
+    assert frame["induction"].isna().all() and summary["detectors"].startswith("absent")
     assert summary["importance"].startswith("absent") and summary["coref"].startswith("absent")
     coref = tmp_path / "coref_not_run.csv"
     coref.write_text("layer,head,all,pronoun,proper,nominal,n,note\n,,,,,,,not run: no coreference corpus configured\n")

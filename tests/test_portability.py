@@ -3,7 +3,8 @@
 settings of torch (``ATEN_CPU_CAPABILITY`` default vs the CPU's best, ``OMP_NUM_THREADS`` 1 vs 2) gives
 numbers that agree within the tolerances of the committed golden file (tests/golden/tolerances.json):
 every head-accuracy count within k(its near-tied words), every tree count within the tree tolerance,
-every probe seed's dev UAS within the probe tolerance."""
+every probe seed's dev UAS within the probe tolerance, every head-detector score within the rtol of its
+declared golden group."""
 
 from __future__ import annotations
 
@@ -89,3 +90,14 @@ def test_probes_within_the_gate(two_settings, tolerances):
         for seed, words in seeds.items():
             assert abs(words - b["probes"][probe][seed]) <= tolerances.probe_words, (probe, seed, words,
                                                                                      b["probes"][probe][seed])
+
+
+def test_head_detectors_within_the_gate(two_settings):
+    from bertlook.reporting.golden import SIX_DIGIT_TOL, matches
+
+    a, b = two_settings
+    assert set(a["detectors"]) == {"prev_token", "duplicate_token", "induction", "sink"}
+    for col, values in a["detectors"].items():
+        bad = [(i, x, y) for i, (x, y) in enumerate(zip(values, b["detectors"][col]))
+               if not matches(x, y, SIX_DIGIT_TOL["rtol"], SIX_DIGIT_TOL["atol"])]
+        assert not bad, (col, bad[:5])

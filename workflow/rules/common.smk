@@ -19,7 +19,7 @@ from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
 from bertlook.cli import ORDER as CLI_ORDER, declared_steps
-from bertlook.pipeline import sizing, steps
+from bertlook.pipeline import model_spec, sizing, steps
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
 from bertlook.reporting import compare as _compare
@@ -54,6 +54,10 @@ try:
     for _configfile in workflow.configfiles:
         load_yaml_strict(_configfile)
     _validated = validate_config(dict(config), source=" + ".join(map(str, workflow.configfiles)) or "config")
+    # a model the workflow cannot run (a decoder, remote code ...): refused before any job
+    _model_problems = model_spec.workflow_model_problems(_validated)
+    if _model_problems:
+        raise BertlookError("; ".join(_model_problems))
 except BertlookError as _err:
     print(f"error: {_err}", file=sys.stderr)
     sys.exit(2)

@@ -1,7 +1,7 @@
 # Step `head-report` (beyond the paper): one row per head joining what the other steps measured
 # (importance from the gradients step, confidence / positional / sink / entropy from the surface
 # statistics, behaviour from the clustering, best relation from Table 1's per-head accuracies,
-# coreference accuracy), plus one heatmap per metric. Nothing is recomputed.
+# coreference accuracy, the head detectors' scores), plus one heatmap per metric. Nothing is recomputed.
 
 
 rule head_report:
@@ -11,6 +11,8 @@ rule head_report:
         accuracy=run_path("tables", "head_accuracy.csv"),
         coref=run_path("tables", "coref_heads.csv"),
         importance=run_path("tables", "head_importance.csv"),
+        # prev-token / duplicate-token / induction columns (head_detectors.enabled)
+        detectors=branch(SWITCH["head_detectors"], then=run_path("tables", "head_detectors.csv")),
     output:
         table=data_file(
             run_path("tables", "head_report.csv"),
@@ -27,6 +29,7 @@ rule head_report:
             head_accuracy=IN.accuracy,
             coref_heads=IN.coref,
             importance=IN.importance,
+            detectors=IN.detectors if SWITCH["head_detectors"] else None,
             out=OUT.table,
             summary=OUT.summary,
             out_figure=OUT.figure,

@@ -4,8 +4,9 @@ Nothing is recomputed from attention maps: :func:`build_head_report` reads and v
 ``attention_stats.csv`` (``surface-stats``: ``max_attention`` -> ``confidence``, ``cls`` -> ``sink``,
 ``entropy``, ``positional_offset`` / ``positional_fraction``), ``head_clusters.csv`` (``cluster-heads``:
 ``behavior``), ``head_accuracy.csv`` (``heads``: the best relation of each head) and, when given,
-``coref_heads.csv`` (``coref``: ``all``) and ``head_importance.csv`` (``gradients --out-importance``:
-``importance``), and derives the flags ``positional`` and ``sink_head``. Numbers only; the figure is
+``coref_heads.csv`` (``coref``: ``all``), ``head_importance.csv`` (``gradients --out-importance``:
+``importance``) and ``head_detectors.csv`` (``head-detectors``: ``prev_token``, ``duplicate_token``,
+``induction``), and derives the flags ``positional`` and ``sink_head``. Numbers only; the figure is
 :func:`bertlook.reporting.extra_figures.fig_head_report`.
 
 Definitions: docs/definitions.md#per-head-report-card
@@ -29,11 +30,13 @@ from bertlook.naming import head_label
 REPORT_COLUMNS = [
     "layer", "head", "importance", "confidence", "positional_offset", "positional_fraction", "positional",
     "sink", "sink_head", "entropy", "behaviour", "best_relation", "best_direction", "best_accuracy",
-    "coref_accuracy",
+    "coref_accuracy", "prev_token", "duplicate_token", "induction",
 ]
+#: the columns of head_detectors.csv (``head-detectors``) the report takes over
+DETECTOR_COLUMNS = ["prev_token", "duplicate_token", "induction"]
 #: numeric columns of the report (one heatmap each in the figure)
 NUMERIC_COLUMNS = ["importance", "confidence", "positional_offset", "positional_fraction", "sink", "entropy",
-                   "best_accuracy", "coref_accuracy"]
+                   "best_accuracy", "coref_accuracy", *DETECTOR_COLUMNS]
 POSITIONAL_THRESHOLD = 0.9  # positional: at least 90% of the rows' argmax at the head's usual offset
 SINK_THRESHOLD = 0.3  # sink head: mean attention to the first token above epsilon = 0.3 (Gu et al. 2025)
 DEFAULT_MIN_COUNT = 100  # best relation: among relations with >= this many words (Table 1's rows)
@@ -223,6 +226,7 @@ def build_head_report(
     *,
     coref_heads_csv: str | os.PathLike | None = None,
     importance_csv: str | os.PathLike | None = None,
+    detectors_csv: str | os.PathLike | None = None,
     min_count: int = DEFAULT_MIN_COUNT,
 ) -> tuple["pd.DataFrame", dict[str, Any]]:
     """The report card: ``(frame, summary)``, one row per head in (layer, head) order, columns
@@ -234,6 +238,8 @@ def build_head_report(
     best, rel_info = best_relations(head_accuracy_csv, grid, stats_csv, min_count=min_count)
     importance, importance_status = _optional_table(importance_csv, "importance", grid, stats_csv, "head importance")
     coref, coref_status = _optional_table(coref_heads_csv, "all", grid, stats_csv, "coreference heads")
+    detectors = {c: _optional_table(detectors_csv, c, grid, stats_csv, "head detectors") for c in DETECTOR_COLUMNS}
+    detectors_status = detectors[DETECTOR_COLUMNS[0]][1]
 
     nan = math.nan
     frame = pd.DataFrame({
@@ -251,6 +257,7 @@ def build_head_report(
         "best_direction": [best[h][1] if best[h] else "" for h in heads],
         "best_accuracy": [best[h][2] if best[h] else nan for h in heads],
         "coref_accuracy": [coref[h] if coref is not None else nan for h in heads],
+        **{c: [values[h] if values is not None else nan for h in heads] for c, (values, _) in detectors.items()},
     }, columns=REPORT_COLUMNS)
     L, H = int(stats["layer"].max()), int(stats["head"].max())
     labels = [head_label(l - 1, h - 1) for l, h in heads]
@@ -259,7 +266,8 @@ def build_head_report(
     summary: dict[str, Any] = {
         "inputs": {"stats": str(stats_csv), "clusters": str(clusters_csv), "head_accuracy": str(head_accuracy_csv),
                    "coref_heads": None if coref_heads_csv is None else str(coref_heads_csv),
-                   "importance": None if importance_csv is None else str(importance_csv)},
+                   "importance": None if importance_csv is None else str(importance_csv),
+                   "detectors": None if detectors_csv is None else str(detectors_csv)},
         "num_layers": L, "num_heads": H, "n_heads": len(frame),
         "thresholds": {"positional_fraction": POSITIONAL_THRESHOLD, "sink": SINK_THRESHOLD, "min_count": int(min_count)},
         "positional_heads": int(pos.sum()),
@@ -274,6 +282,7 @@ def build_head_report(
         **rel_info,
         "importance": importance_status,
         "coref": coref_status,
+        "detectors": detectors_status,
     }
     if importance is not None:
         summary["heads_without_importance"] = int(frame["importance"].isna().sum())

@@ -297,14 +297,18 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
     Ids must be unique, input ids, token type ids and tokens of equal length, token types and ids within
     the model's vocabularies (:class:`BertlookError` naming the example). Examples longer than
     ``max_seq_len`` are excluded (``excluded_ids``, in input order); the rest are sorted by length, longest
-    first, ties by id. ``use_tt``: whether the model takes token type ids.
+    first, ties by id. ``use_tt``: whether the model takes token type ids (never a decoder's: their segment ids
+    are not passed to the model).
     """
     if max_seq_len < 1:
         raise BertlookError(f"max_seq_len must be >= 1, got {max_seq_len}")
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
         raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
-    use_tt = accepts_token_type_ids(model)
+    from bertlook.pipeline.model_spec import DECODER, model_family
+
+    decoder = model_family(model.config) == DECODER
+    use_tt = accepts_token_type_ids(model) and not decoder  # GPT-2 would embed them as words: never for a decoder
     n_types = int(getattr(model.config, "type_vocab_size", 2) or 2)
     kept: list[tuple[dict[str, Any], Sequence[int], Sequence[int]]] = []
     excluded_ids: list[Any] = []
@@ -325,7 +329,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
                 f"example {rid!r}: {n} input ids, {len(tt_ids)} token type ids and "
                 f"{len(record.get('tokens', ()))} tokens (they must be equal)"
             )
-        if not use_tt and any(tt_ids):
+        if not use_tt and not decoder and any(tt_ids):
             raise BertlookError(f"example {rid!r}: the model takes no token type ids but non-zero ones were given")
         if use_tt and any(int(t) >= n_types for t in tt_ids):  # XLM-R / RoBERTa: one token type
             raise BertlookError(f"example {rid!r}: token type id {max(int(t) for t in tt_ids)} but the model has "

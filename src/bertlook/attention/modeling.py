@@ -42,12 +42,17 @@ import torch
 from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
                                    RevisionNotFoundError)
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
+    DECODER,
+    ENCODER,
     ResolvedModel,
     cached_file,
     config_dims,
+    family_problem,
+    local_config,
+    model_family,
     resolve_model,
 )
 from bertlook.errors import BertlookError
@@ -320,10 +325,58 @@ def load_tokenizer(resolved: ResolvedModel):
     return tok
 
 
+def check_model_family(resolved: ResolvedModel) -> str:
+    """The model's family (``encoder`` | ``decoder``, :func:`bertlook.pipeline.model_spec.model_family`)
+    from its config, before any weight is read; a model whose attention weights bertlook cannot read
+    (:func:`bertlook.pipeline.model_spec.family_problem`: remote code, no attention, encoder-decoder) is a
+    BertlookError. The config of a local model, or the cached one of a hub model; ``""`` for a hub model
+    whose config is not cached yet (:func:`load_model` then checks the loaded model's config)."""
+    config = local_config(resolved)
+    if config is None:
+        config = _cached_hub_config(resolved)
+    if config is None:  # a hub model not in the cache yet: checked on the loaded model's config
+        return ""
+    return _checked_family(config, resolved.spec)
+
+
+def _cached_hub_config(resolved: ResolvedModel) -> dict[str, Any] | None:
+    """The cached ``config.json`` of a hub model as a dict (None when it is not cached or not readable)."""
+    import json
+
+    hit = cached_file(resolved.path_or_id, "config.json", resolved.revision)
+    if not hit:
+        return None
+    try:
+        config = json.loads(Path(hit).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _checked_family(config: Any, spec: str) -> str:
+    problem = family_problem(config, spec)
+    if problem:
+        raise BertlookError(problem)
+    return model_family(config)
+
+
 def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False):
-    """``AutoModel`` (``AutoModelForMaskedLM`` when ``mlm``) in fp32 with eager attention, eval mode, on ``device``."""
-    loader = AutoModelForMaskedLM if mlm else AutoModel
+    """The model in fp32 with eager attention, eval mode, on ``device``: ``AutoModel``, or with ``mlm`` its
+    pre-training head (``AutoModelForMaskedLM`` for an encoder, ``AutoModelForCausalLM`` for a decoder).
+
+    The config is checked first (:func:`check_model_family`); a model that did not load with the eager
+    attention path (the only one that returns attention weights) is refused."""
+    family = check_model_family(resolved)
+    if mlm and not family:
+        family = _checked_family(load_config(resolved), resolved.spec)
+    loader = AutoModel if not mlm else AutoModelForCausalLM if family == DECODER else AutoModelForMaskedLM
     model = load_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
+    _checked_family(model.config, resolved.spec)
+    impl = getattr(model.config, "_attn_implementation", "eager")
+    if impl != "eager":
+        raise BertlookError(
+            f"model {resolved.spec!r} ({type(model).__name__}) loaded with attention implementation {impl!r}, "
+            "not 'eager': only the eager path returns attention weights")
     check_finite(model, resolved)
     model.eval()
     return model.to(device if isinstance(device, torch.device) else torch.device(device))
@@ -394,6 +447,9 @@ def check_reachable_model(spec: str, revision: str | None = None) -> str | None:
         return str(err)
     if not resolved.is_hub:
         try:
+            problem = family_problem(local_config(resolved), spec)
+            if problem:
+                return problem
             check_weights_files(resolved)
         except BertlookError as err:
             return str(err)

@@ -8,7 +8,7 @@ from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, f
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
-    "head-report": "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation",
+    "head-report": "per-head report card: importance, confidence, positional, sink, entropy, behaviour, best relation, detectors",
 }
 
 
@@ -39,11 +39,13 @@ inputs:
                        no flag: empty column, the summary says why)
   --importance CSV     optional: head_importance.csv (gradients --out-importance): importance
                        (Michel et al. 2019; "not run" or absent: empty column, the summary says why)
+  --detectors CSV      optional: head_detectors.csv (head-detectors): prev_token, duplicate_token,
+                       induction (absent: empty columns, the summary says why)
 
 outputs:
   --out CSV            head_report.csv: layer,head,importance,confidence,positional_offset,
                        positional_fraction,positional,sink,sink_head,entropy,behaviour,best_relation,
-                       best_direction,best_accuracy,coref_accuracy
+                       best_direction,best_accuracy,coref_accuracy,prev_token,duplicate_token,induction
   --summary JSON       counts (positional heads, sink heads, behaviours, best relations), thresholds,
                        relations considered / below --min-count, status of the optional inputs
   --out-figure PNG     one layer x head heatmap per numeric column
@@ -61,6 +63,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--head-accuracy", required=True, metavar="CSV", help="input: head_accuracy.csv")
     p.add_argument("--coref-heads", default=None, metavar="CSV", help="input (optional): coref_heads.csv")
     p.add_argument("--importance", default=None, metavar="CSV", help="input (optional): head_importance.csv")
+    p.add_argument("--detectors", default=None, metavar="CSV", help="input (optional): head_detectors.csv")
     p.add_argument("--out", required=True, metavar="CSV", help="output: head_report.csv")
     p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
     p.add_argument("--out-figure", required=True, metavar="PNG", help="output: fig_head_report.png")
@@ -77,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
 
     frame, summary = build_head_report(args.stats, args.clusters, args.head_accuracy,
                                        coref_heads_csv=args.coref_heads, importance_csv=args.importance,
-                                       min_count=args.min_count)
+                                       detectors_csv=args.detectors, min_count=args.min_count)
     write_csv(args.out, frame)
     fig_head_report(args.out, args.out_figure)
     write_json(args.summary, summary)
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
           f"-> {args.out}, {args.out_figure}, {args.summary}")
     if summary["heads_without_best_relation"]:
         print(f"head-report: {summary['heads_without_best_relation']} head(s) without a best relation")
-    for what in ("importance", "coref"):
+    for what in ("importance", "coref", "detectors"):
         if summary[what] != "ok":
             print(f"head-report: {what}: {summary[what]} (column left empty)")
     return 0

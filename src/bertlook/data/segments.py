@@ -379,6 +379,52 @@ def _truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_num_tokens:
     return truncated
 
 
+TOKENIZER_TEMPLATE = "tokenizer"  # a segment's "template": the tokenizer's own, not [CLS] A [SEP] B [SEP]
+
+
+@dataclass(frozen=True)
+class SegmentTemplate:
+    """How a segment wraps its two halves A and B: the paper's ``[CLS] A [SEP] B [SEP]`` (a tokenizer with a
+    CLS and a SEP token: BERT, RoBERTa, XLM-R), or the tokenizer's own ``prefix A B suffix`` (a decoder-only
+    model's tokenizer: ``<s> A B`` for Llama, ``A B`` for GPT-2, Pythia, Qwen2;
+    :func:`bertlook.data.token_template.special_template`)."""
+
+    paper: bool
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]
+    sep: str | None = None
+
+    @property
+    def n_special(self) -> int:
+        return 3 if self.paper else len(self.prefix) + len(self.suffix)
+
+    def wrap(self, tokens_a: list[str], tokens_b: list[str]) -> tuple[list[str], list[int]]:
+        """``(tokens, segment_ids)`` of a segment: ids 0 for the prefix and A (with its [SEP]), 1 for B and the rest."""
+        if self.paper:
+            cls = self.prefix[0]
+            return ([cls, *tokens_a, self.sep, *tokens_b, self.sep],
+                    [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1))
+        return ([*self.prefix, *tokens_a, *tokens_b, *self.suffix],
+                [0] * (len(self.prefix) + len(tokens_a)) + [1] * (len(tokens_b) + len(self.suffix)))
+
+    def describe(self) -> str:
+        if self.paper:
+            return f"{self.prefix[0]} A {self.sep} B {self.sep}"
+        return " ".join([*self.prefix, "A", "B", *self.suffix])
+
+
+def segment_template(tokenizer) -> SegmentTemplate:
+    """The :class:`SegmentTemplate` of ``tokenizer``: the paper's when it has a CLS and a SEP token, else its own."""
+    cls_token, sep_token = getattr(tokenizer, "cls_token", None), getattr(tokenizer, "sep_token", None)
+    if cls_token and sep_token:
+        return SegmentTemplate(paper=True, prefix=(cls_token,), suffix=(sep_token,), sep=sep_token)
+    from bertlook.data.token_template import special_template
+
+    prefix, suffix = special_template(tokenizer)
+    return SegmentTemplate(paper=False, prefix=tuple(tokenizer.convert_ids_to_tokens(prefix)),
+                           suffix=tuple(tokenizer.convert_ids_to_tokens(suffix)))
+
+
 def build_segments(
     documents: Iterable[Document],
     tokenizer,
@@ -388,6 +434,10 @@ def build_segments(
     seed: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Make up to ``n_segments`` paper-style segments ``[CLS] A [SEP] B [SEP]``; return (segments, summary).
+
+    A tokenizer without a CLS and a SEP token (a decoder-only model's) wraps A and B its own way,
+    ``prefix A B suffix`` (:func:`segment_template`; ``max_seq_len`` less the prefix and suffix for A + B);
+    such segments carry ``"template": "tokenizer"`` and the summary's ``template`` says which.
 
     For each document in order, sentences (tokenised with ``tokenizer.tokenize``) are accumulated
     into a chunk until it holds ``max_seq_len - 3`` wordpieces or the document ends; a chunk of >= 2
@@ -401,12 +451,10 @@ def build_segments(
         raise BertlookError(f"n_segments must be at least 1, got {n_segments}")
     if max_seq_len < 5:
         raise BertlookError(f"max_seq_len must be at least 5 ([CLS] A [SEP] B [SEP]), got {max_seq_len}")
-    cls_token, sep_token = getattr(tokenizer, "cls_token", None), getattr(tokenizer, "sep_token", None)
-    if not cls_token or not sep_token:
-        raise BertlookError("the tokenizer has no cls_token/sep_token; a BERT-style tokenizer is needed")
+    template = segment_template(tokenizer)
 
     rng = random.Random(seed)
-    max_num_tokens = max_seq_len - 3
+    max_num_tokens = max_seq_len - template.n_special
     segments: list[dict[str, Any]] = []
     stats = dict(documents_read=0, single_sentence_chunks_skipped=0, sentences_used=0,
                  sentences_unused=0, sentences_without_tokens=0)
@@ -421,7 +469,7 @@ def build_segments(
         tokens_a = [t for _, toks in chunk[:a_end] for t in toks]
         tokens_b = [t for _, toks in chunk[a_end:] for t in toks]
         truncated = _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-        tokens = [cls_token, *tokens_a, sep_token, *tokens_b, sep_token]
+        tokens, segment_ids = template.wrap(tokens_a, tokens_b)
         segments.append({
             "id": -1,
             "doc": doc.title,
@@ -429,8 +477,9 @@ def build_segments(
             "text_a": " ".join(s for s, _ in chunk[:a_end]),
             "text_b": " ".join(s for s, _ in chunk[a_end:]),
             "tokens": tokens,
-            "segment_ids": [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1),
+            "segment_ids": segment_ids,
             "truncated": truncated,
+            **({"template": TOKENIZER_TEMPLATE} if not template.paper else {}),
         })
         stats["sentences_used"] += len(chunk)
         docs_used.add(doc.index)
@@ -475,6 +524,7 @@ def build_segments(
         "max_tokens": max(lengths) if lengths else 0,
         "max_seq_len": max_seq_len,
         "seed": seed,
+        "template": template.describe(),
     }
     return segments, summary
 
@@ -589,7 +639,9 @@ def _validate_segment(obj: Any) -> str | None:
         return "segment_ids must be a list of 0/1"
     if len(tokens) != len(seg_ids):
         return f"len(tokens) = {len(tokens)} but len(segment_ids) = {len(seg_ids)}"
-    if tokens[0] not in CLS_LIKE:
+    if obj.get("template", "paper") not in ("paper", TOKENIZER_TEMPLATE):
+        return f"template must be \"paper\" or \"{TOKENIZER_TEMPLATE}\", got {obj['template']!r}"
+    if obj.get("template") != TOKENIZER_TEMPLATE and tokens[0] not in CLS_LIKE:
         return f"first token must be a [CLS]-like token, got {tokens[0]!r}"
     if not isinstance(obj["truncated"], bool):
         return "truncated must be true or false"

@@ -100,6 +100,7 @@ class ResolvedModel:
             "weights_files": self.weights_files,
             "config_name_or_path": getattr(config, "_name_or_path", None),
             "model_type": getattr(config, "model_type", None),
+            "family": model_family(config),
             "num_layers": num_layers,
             "num_heads": num_heads,
         }
@@ -113,6 +114,137 @@ def config_dims(config: Any) -> tuple[int, int]:
     if not layers or not heads:
         raise BertlookError(f"model config ({type(config).__name__}) has no num_hidden_layers / num_attention_heads")
     return int(layers), int(heads)
+
+
+# --------------------------------------------------------------------------------------------
+# model families
+
+ENCODER, DECODER = "encoder", "decoder"
+FAMILIES = (ENCODER, DECODER)
+
+#: ``model_type`` values of decoder-only (causal) language models whose transformers classes have an eager
+#: attention path that returns the weights (GPT-2, GPT-NeoX/Pythia, Llama, Qwen2, Mistral and kin); any other
+#: config is a decoder too when it says so (``is_decoder``, or an architecture ``*ForCausalLM`` /
+#: ``*LMHeadModel``)
+DECODER_MODEL_TYPES = frozenset({
+    "gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+    "qwen3_moe", "gemma", "gemma2", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "opt", "falcon", "stablelm",
+    "starcoder2", "bloom", "codegen", "smollm3", "granite",
+})
+#: ``model_type`` values of models without attention weights (state-space and recurrent models)
+NO_ATTENTION_MODEL_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"})
+
+
+def _config_get(config: Any, key: str, default: Any = None) -> Any:
+    """``key`` of a config given as a dict (``config.json``) or as a transformers config object."""
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def model_family(config: Any) -> str:
+    """``"decoder"`` for a decoder-only (causal) language model, else ``"encoder"``; ``config``: the model's
+    ``config.json`` as a dict, or its transformers config.
+
+    A decoder: its ``model_type`` is in :data:`DECODER_MODEL_TYPES`, or the config says ``is_decoder``, or
+    an architecture is ``*ForCausalLM`` / ``*LMHeadModel`` (e.g. ``BertLMHeadModel``), and it is not an
+    encoder-decoder model.
+    """
+    if _config_get(config, "is_encoder_decoder", False):
+        return ENCODER
+    if _config_get(config, "model_type") in DECODER_MODEL_TYPES or _config_get(config, "is_decoder", False):
+        return DECODER
+    archs = _config_get(config, "architectures") or []
+    if any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return DECODER
+    return ENCODER
+
+
+def family_problem(config: Any, spec: str) -> str | None:
+    """None when bertlook can read the attention weights of the model of ``config`` (a dict or a
+    transformers config), else why not: a remote-code model (``auto_map``: its classes ship with the
+    model, and bertlook never runs a model's own code), a model without attention weights, an
+    encoder-decoder model, or a config without ``model_type``."""
+    if _config_get(config, "auto_map"):
+        return (f"model {spec!r} is a remote-code model (its config.json has auto_map: its classes ship with the "
+                "model and would run its own code); bertlook never runs a model's code (trust_remote_code is "
+                "always False) and needs a model class of transformers with an eager attention path")
+    model_type = _config_get(config, "model_type")
+    if not model_type:
+        return f"model {spec!r}: its config.json has no model_type, so no transformers class can load it"
+    if model_type in NO_ATTENTION_MODEL_TYPES:
+        return (f"model {spec!r} ({model_type}) has no attention weights to analyse (a state-space or "
+                "recurrent model)")
+    if _config_get(config, "is_encoder_decoder", False):
+        return (f"model {spec!r} ({model_type}) is an encoder-decoder model; bertlook analyses encoders and "
+                "decoder-only language models (the encoder's and decoder's maps of a seq2seq model are not "
+                "supported)")
+    return None
+
+
+def local_config(resolved: "ResolvedModel") -> dict[str, Any] | None:
+    """The ``config.json`` of a local or package model as a dict (None for a hub id); a file that is not
+    a JSON object is a BertlookError naming it."""
+    import json
+
+    if resolved.is_hub:
+        return None
+    path = Path(resolved.path_or_id) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BertlookError(f"{path}: cannot read the model config ({err})") from None
+    if not isinstance(config, dict):
+        raise BertlookError(f"{path}: the model config is not a JSON object")
+    return config
+
+
+def known_config(spec: str, revision: str | None = None) -> dict[str, Any] | None:
+    """The ``config.json`` of a model spec when it can be read without loading anything: a local or package
+    model's, or a hub model's in the Hugging Face cache; None otherwise (not cached, unresolvable spec: the
+    steps and ``bertlook preflight`` say why)."""
+    import json
+
+    try:
+        resolved = resolve_model(spec, revision)
+        if not resolved.is_hub:
+            return local_config(resolved)
+    except BertlookError:
+        return None
+    hit = cached_file(resolved.path_or_id, "config.json", revision)
+    try:
+        config = json.loads(Path(hit).read_text(encoding="utf-8")) if hit else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+#: what runs on a decoder-only model today, outside the workflow (the message of :func:`workflow_model_problems`)
+DECODER_STEPS_NOW = ("head-detectors", "segments", "extract-segments")
+
+
+def workflow_model_problems(config: dict[str, Any]) -> list[str]:
+    """One line per model of a workflow configuration the workflow cannot run: a model whose attention cannot be
+    read (:func:`family_problem`), or a decoder-only model (the workflow's word-level steps and surface
+    statistics assume an encoder's [CLS] A [SEP] B [SEP]; :data:`DECODER_STEPS_NOW` run on decoders by hand)."""
+    problems = []
+    for model in config.get("models") or []:
+        spec, label = model["name_or_path"], model.get("label")
+        cfg = known_config(spec, model.get("revision"))
+        if cfg is None:
+            continue
+        problem = family_problem(cfg, spec)
+        if problem:
+            problems.append(f"models[label={label}]: {problem}")
+        elif model_family(cfg) == DECODER:
+            problems.append(
+                f"models[label={label}]: model {spec!r} ({cfg.get('model_type')}) is a decoder-only language model; "
+                "the workflow does not run decoders yet: its surface statistics, word-level maps (Table 1, probes, "
+                "single-head trees, coreference) and gradients assume an encoder's [CLS] A [SEP] B [SEP]. On a "
+                f"decoder, run by hand: `bertlook {DECODER_STEPS_NOW[0]} --model {spec} ...` (previous-token, "
+                f"induction heads, sink share), `bertlook {DECODER_STEPS_NOW[1]}` (the tokenizer's own template) and "
+                f"`bertlook {DECODER_STEPS_NOW[2]}` (causal maps); README \"Decoder-only models\"")
+    return problems
 
 
 def pip_name(module: str) -> str:

@@ -576,6 +576,13 @@ def _estimate(job: Job) -> tuple[float, float, float]:
         return BASE_PLOT_MB + 8 * one, cpu, 10.0
     if rule == "probes":
         return _estimate_probes(job)
+    if rule == "head_detectors":
+        # one forward pass over n_sequences sequences of 2 x length tokens (+ the tokenizer's 2 at most)
+        hd = cfg.get("head_detectors") or {}
+        n = 2 * int(hd.get("length", 25)) + 2
+        mem, cpu = _forward(job.dims(), Examples.uniform(int(hd.get("n_sequences", 50)), n),
+                            int(hd.get("batch_size", 16)))
+        return mem, cpu, 1.0
     if rule == "segments":
         n = int(cfg["segments"]["n_segments"])
         return BASE_SPACY_MB, STARTUP_S + 0.05 * n, n * job.max_len * 20 / MIB
@@ -598,7 +605,8 @@ SMALL_RULES = ("manifest", "compare", "coref", "models_summary", "resources", "r
 KNOWN_RULES = (
     "segments", "download_wikipedia", "download_glove", "extract_segments",
     "surface_stats", "cluster_heads", "rollout", "figures", "treebank", "extract_words",
-    "heads", "probes", "coref_extract", "gradients_shard", "gradients", "tree_heads", *SMALL_RULES,
+    "heads", "probes", "coref_extract", "gradients_shard", "gradients", "tree_heads", "head_detectors",
+    *SMALL_RULES,
 )
 
 

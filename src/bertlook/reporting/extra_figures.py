@@ -239,6 +239,9 @@ HEAD_REPORT_PANELS = (
     ("entropy", "entropy (nats)\nmean entropy of a row", "viridis"),
     ("best_accuracy", "best relation accuracy\n(relation printed in the cell)", "viridis"),
     ("coref_accuracy", "coreference accuracy\n(antecedent selection, all mentions)", "viridis"),
+    ("prev_token", "previous-token score\nmean attention to i - 1 (repeated tokens)", "viridis"),
+    ("duplicate_token", "duplicate-token score\nmean attention to the earlier occurrence", "viridis"),
+    ("induction", "induction score (Olsson et al. 2022)\nattention to the token after it", "viridis"),
 )
 
 

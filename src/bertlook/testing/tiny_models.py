@@ -172,11 +172,12 @@ def _unigram_scores(pieces: list[str], words: collections.Counter) -> list[tuple
     return [(p, round(math.log(max(counts[p], 1) / total), 6)) for p in pieces]
 
 
-def _train_backend(kind: str, texts: list[str], vocab_size: int):
+def _train_backend(kind: str, texts: list[str], vocab_size: int, specials: list[str] | None = None):
     """Train a ``tokenizers.Tokenizer`` with the pipeline the matching transformers class rebuilds on load.
 
     Deterministic: the same ``texts`` give the same vocabulary (see :func:`_learn_wordpiece_vocab` and
-    :func:`_unigram_scores` for where the library's trainers are not).
+    :func:`_unigram_scores` for where the library's trainers are not). ``specials``: the special tokens of
+    a byte-level BPE (default RoBERTa's).
     """
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
@@ -218,7 +219,7 @@ def _train_backend(kind: str, texts: list[str], vocab_size: int):
         tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         # every symbol is in the initial alphabet, so ids and hence frequency ties are ordered: deterministic
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_ROBERTA_SPECIALS,
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials or _ROBERTA_SPECIALS),
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
         tok.train_from_iterator(texts, trainer=trainer)
         return tok
@@ -328,4 +329,73 @@ def make_tiny_multilingual(
     torch.manual_seed(seed)
     model = cls(config)
     model.save_pretrained(out)
+    return out
+
+
+# ------------------------------------------------------------------------------------- decoders
+#: the decoder architectures :func:`make_tiny_decoder` builds: (config class, special tokens, BOS added)
+DECODER_ARCHS = {
+    "gpt2": ("GPT2Config", ["<|endoftext|>"], False),  # GPT-2: no BOS; <|endoftext|> is BOS, EOS and UNK
+    "gpt_neox": ("GPTNeoXConfig", ["<|endoftext|>"], False),  # Pythia: as GPT-2
+    "llama": ("LlamaConfig", ["<s>", "</s>", "<unk>"], True),  # Llama: BOS <s> before every sequence
+    "qwen2": ("Qwen2Config", ["<|endoftext|>"], False),  # Qwen2: no BOS
+}
+
+
+def _decoder_config(arch: str, n_vocab: int, *, layers: int, heads: int, hidden: int, intermediate_size: int,
+                    max_positions: int, bos: int, eos: int):
+    import transformers
+
+    cls = getattr(transformers, DECODER_ARCHS[arch][0])
+    if arch == "gpt2":
+        return cls(vocab_size=n_vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_inner=intermediate_size,
+                   n_positions=max_positions, bos_token_id=bos, eos_token_id=eos)
+    common = dict(vocab_size=n_vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=intermediate_size, max_position_embeddings=max_positions,
+                  bos_token_id=bos, eos_token_id=eos)
+    if arch == "gpt_neox":
+        return cls(**common)
+    return cls(**common, num_key_value_heads=heads, tie_word_embeddings=False)
+
+
+def make_tiny_decoder(out_dir: str | os.PathLike, arch: str, texts: Iterable[str], *, vocab_size: int = 400,
+                      seed: int = 0, layers: int = 2, heads: int = 2, hidden: int = 32, intermediate_size: int = 64,
+                      max_positions: int = 160, lm_head: bool = False) -> Path:
+    """Write a tiny random decoder-only model (``arch``: one of :data:`DECODER_ARCHS`) with a byte-level BPE
+    tokenizer trained on ``texts`` to ``out_dir`` (safetensors weights, ``torch.manual_seed(seed)``).
+
+    The tokenizer is a ``GPT2Tokenizer`` over the trained vocabulary and merges with the architecture's
+    conventions: GPT-2, GPT-NeoX and Qwen2 add no BOS (``<|endoftext|>`` is their BOS/EOS), Llama adds ``<s>``
+    before every sequence. ``lm_head``: the ``*ForCausalLM`` class (the next-token head) instead of the base
+    model. The reloaded tokenizer is checked to encode every text as the trained one does (ValueError if not).
+    """
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer
+
+    if arch not in DECODER_ARCHS:
+        raise ValueError(f"unknown decoder architecture {arch!r} (use one of {', '.join(DECODER_ARCHS)})")
+    _, specials, add_bos = DECODER_ARCHS[arch]
+    texts = [str(t) for t in texts]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    backend = _train_backend("bytebpe", texts, vocab_size, specials=specials)
+    model = json.loads(backend.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    bos, eos = specials[0], specials[1] if len(specials) > 1 else specials[0]
+    unk = specials[-1]
+    tokenizer = GPT2Tokenizer(vocab=dict(model["vocab"]), merges=merges, bos_token=bos, eos_token=eos,
+                              unk_token=unk, add_prefix_space=False, add_bos_token=add_bos)
+    tokenizer.save_pretrained(out)
+    reloaded = AutoTokenizer.from_pretrained(out)
+    for text in texts:
+        want = backend.encode(text, add_special_tokens=False).ids
+        got = reloaded(text, add_special_tokens=False)["input_ids"]
+        if want != got:
+            raise ValueError(f"make_tiny_decoder({arch}): the saved tokenizer encodes {text[:40]!r} differently "
+                             f"from the trained one ({got[:10]} vs {want[:10]})")
+    config = _decoder_config(arch, len(reloaded), layers=layers, heads=heads, hidden=hidden,
+                             intermediate_size=intermediate_size, max_positions=max_positions,
+                             bos=reloaded.convert_tokens_to_ids(bos), eos=reloaded.convert_tokens_to_ids(eos))
+    torch.manual_seed(seed)
+    model_obj = (AutoModelForCausalLM if lm_head else AutoModel).from_config(config)
+    model_obj.save_pretrained(out)
     return out

@@ -1,0 +1,37 @@
+# Step `head_detectors` (beyond the paper): previous-token, duplicate-token and induction heads
+# (Olsson et al. 2022) and the sink share (Xiao et al. 2023) of the run's model, on sequences of random
+# tokens repeated once. One forward pass over head_detectors.n_sequences short sequences; the head
+# report card takes its scores as columns.
+
+
+rule head_detectors:
+    output:
+        table=data_file(run_path("tables", "head_detectors.csv"), None, "Head detectors (CSV)"),
+        markdown=run_path("tables", "head_detectors.md"),
+        summary=run_path("tables", "head_detectors.summary.json"),
+    params:
+        cmd=bertlook_cmd(
+            "head-detectors",
+            model_flags,
+            omp_threads=True,
+            out=OUT.table,
+            out_markdown=OUT.markdown,
+            summary=OUT.summary,
+            n_sequences=config["head_detectors"]["n_sequences"],
+            length=config["head_detectors"]["length"],
+            seed=config["seed"],
+            batch_size=config["head_detectors"]["batch_size"],
+            threshold=config["head_detectors"]["threshold"],
+            device=config["extraction"]["device"],
+        ),
+    log:
+        log_path("head_detectors"),
+    benchmark:
+        bench_path("head_detectors")
+    threads: 2
+    resources:
+        **step_resources("head_detectors"),
+    conda:
+        ENV_TORCH
+    shell:
+        CMD
