@@ -28,7 +28,8 @@ import pandas as pd
 from bertlook.analyses.heads import (
     DEFAULT_OFFSETS, FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source, score_heads, store_where,
 )
-from bertlook.analyses.surface_stats import PUNCT_TOKENS, row_entropy, special_tokens
+from bertlook.analyses.surface_stats import PUNCT_TOKENS, causal_row_entropy, row_entropy, special_tokens
+from bertlook.analyses.token_roles import is_causal, role_masks
 from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
@@ -76,21 +77,22 @@ def rollout(maps: "np.ndarray") -> "np.ndarray":
 
 
 def rollout_example_stats(
-    r: "np.ndarray", tokens: list[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]"
+    r: "np.ndarray", tokens: list[str], *, cls_token: str | None = "[CLS]", sep_token: str | None = "[SEP]",
+    causal: bool = False,
 ) -> dict[str, "np.ndarray"]:
     """Statistics of one example's rollout ``r [layer, query_pos, key_pos]``, each a ``[layer]`` float64 array.
 
     ``cls`` / ``sep`` / ``punct`` / ``other``: ``(1/n) sum_i sum_{j in S} R[i, j]`` for S = [CLS], [SEP],
     tokens exactly "." or ",", every other token; ``entropy``: mean over rows of the smoothed row
-    entropy (:func:`bertlook.analyses.surface_stats.row_entropy`).
+    entropy (:func:`bertlook.analyses.surface_stats.row_entropy`; ``causal``: over the visible keys,
+    :func:`~bertlook.analyses.surface_stats.causal_row_entropy`). ``cls_token`` None: the first token.
     """
     R = np.asarray(r, dtype=np.float64)  # [layer, query_pos, key_pos]
     n = R.shape[-1]
     if len(tokens) != n:
         raise BertlookError(f"rollout: {len(tokens)} tokens for a map of size {n}")
     toks = np.asarray(tokens, dtype=object)  # [key_pos]
-    is_cls = toks == cls_token  # [key_pos]
-    is_sep = toks == sep_token  # [key_pos]
+    is_cls, is_sep = role_masks(tokens, cls_token, sep_token)  # [key_pos] each (a decoder: first token, EOS)
     is_punct = np.isin(toks, PUNCT_TOKENS)  # [key_pos]
     is_other = ~(is_cls | is_sep | is_punct)  # [key_pos]
     col = R.sum(axis=-2)  # [layer, key_pos]: rollout received by each token, summed over rows
@@ -99,7 +101,7 @@ def rollout_example_stats(
         "sep": col[:, is_sep].sum(axis=-1) / n,  # [layer]
         "punct": col[:, is_punct].sum(axis=-1) / n,  # [layer]
         "other": col[:, is_other].sum(axis=-1) / n,  # [layer]
-        "entropy": row_entropy(R).mean(axis=-1),  # [layer]
+        "entropy": (causal_row_entropy(R) if causal else row_entropy(R)).mean(axis=-1),  # [layer]
     }
 
 
@@ -112,12 +114,14 @@ class RolloutAccumulator:
     :func:`rollout_partial`, also a reader of the extraction stream (through
     :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)``."""
 
-    def __init__(self, num_layers: int, num_heads: int, *, cls_token: str = "[CLS]", sep_token: str = "[SEP]",
-                 map_kind: str = "attention", where: Any = "attention",
+    def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
+                 sep_token: str | None = "[SEP]", causal: bool = False, map_kind: str = "attention", where: Any = "attention",
                  store_excluded: dict[str, Any] | None = None) -> None:
         self.num_layers, self.num_heads, self.map_kind, self.where = int(num_layers), int(num_heads), map_kind, where
         self.store_excluded = dict(store_excluded or {})  # the exclusions of the store (or stream) read
-        self.cls_token, self.sep_token = str(cls_token), str(sep_token)
+        self.causal = bool(causal)
+        self.cls_token = None if cls_token is None else str(cls_token)
+        self.sep_token = None if sep_token is None else str(sep_token)
         self.sums = np.zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
         self.n_examples = 0
         self.sum_log_n = 0.0
@@ -128,12 +132,12 @@ class RolloutAccumulator:
         n = int(np.shape(attn)[-1])
         try:
             stats = rollout_example_stats(rollout(attn), record["tokens"], cls_token=self.cls_token,
-                                          sep_token=self.sep_token)
+                                          sep_token=self.sep_token, causal=self.causal)
         except BertlookError as err:
             raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: {err}") from None
         self.sums += np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
         self.n_examples += 1
-        self.sum_log_n += math.log(n)
+        self.sum_log_n += math.lgamma(n + 1) / n if self.causal else math.log(n)  # a uniform row's entropy
         self.sum_n += n
 
     def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
@@ -150,6 +154,7 @@ class RolloutAccumulator:
             "max_examples": max_examples,
             "sum_n": self.sum_n,
             "store_excluded": self.store_excluded if store_excluded is None else store_excluded,
+            **({"causal": True} if self.causal else {}),
         }
         return meta, {"sums": self.sums.copy(), "sum_log_n": np.float64(self.sum_log_n)}
 
@@ -171,7 +176,7 @@ def rollout_partial(
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
-                             map_kind=_map_kind(store), where=store.path)
+                             causal=is_causal(store.meta), map_kind=_map_kind(store), where=store.path)
     for k in select_examples(store, max_examples, segments):
         acc.add(store.records[k], store.get(k))
     return acc.partial(n_examples_in_store=len(store), max_examples=max_examples,

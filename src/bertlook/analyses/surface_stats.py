@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.token_roles import describe_roles, is_causal, role_masks
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
@@ -40,11 +41,26 @@ DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]"}
 ENTROPY_SMOOTHING = 1e-4  # a~ = (1 - s) * a + s / n
 
 
-def special_tokens(store: "AttentionStore") -> tuple[str, str]:
-    """The (CLS, SEP) token strings of a store (``meta["special_tokens"]``, default [CLS]/[SEP])."""
+def special_tokens(store: "AttentionStore") -> tuple[str | None, str | None]:
+    """The (CLS, SEP) token strings of a store (``meta["special_tokens"]``, default [CLS]/[SEP]); a decoder's
+    store: CLS None (the first token) and SEP its EOS token or None (:mod:`bertlook.analyses.token_roles`)."""
     spec = dict(DEFAULT_SPECIAL_TOKENS)
     spec.update(store.meta.get("special_tokens") or {})
+    if is_causal(store.meta):
+        return (None if spec["cls"] is None else str(spec["cls"])), (None if spec["sep"] is None else str(spec["sep"]))
     return str(spec["cls"]), str(spec["sep"])
+
+
+def causal_row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
+    """Entropy (nats) of each row of a causal map ``attn[..., n, n]`` over the keys it sees -> ``[..., n]``:
+    row i is smoothed over its ``i + 1`` visible keys, ``p = (1 - s) a + s / (i + 1)``, and compared with
+    ``ln(i + 1)`` (not ``ln n``)."""
+    a = np.asarray(attn, dtype=np.float64)  # [..., query_pos, key_pos]
+    n = a.shape[-1]
+    visible = np.tril(np.ones((n, n), dtype=bool))  # [query_pos, key_pos]
+    k = np.arange(1, n + 1, dtype=np.float64)[:, None]  # [query_pos, 1]: keys row i sees
+    p = np.where(visible, (1.0 - smoothing) * a + smoothing / k, 1.0)  # [..., query_pos, key_pos]
+    return -(p * np.log(p)).sum(axis=-1)  # [..., query_pos]
 
 
 def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
@@ -81,12 +97,16 @@ def xlogx_table(n: int, smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
 
 
 def example_stats(
-    attn: "np.ndarray", tokens: list[str], *, cls_token: str = "[CLS]", sep_token: str = "[SEP]"
+    attn: "np.ndarray", tokens: list[str], *, cls_token: str | None = "[CLS]", sep_token: str | None = "[SEP]",
+    causal: bool = False,
 ) -> dict[str, "np.ndarray"]:
     """Statistics of one example, each a ``[layers, heads]`` float64 array (NaN where undefined).
 
     ``attn``: float16 (as stored: the whole map is never converted, only the columns and diagonals each
     statistic reads) or any float type (converted to float64); the results are the same either way.
+    ``cls_token`` None: the first token plays [CLS]; ``sep_token`` None: no token plays [SEP]
+    (:mod:`bertlook.analyses.token_roles`). ``causal`` (a decoder's map): the row entropies over the visible
+    keys (:func:`causal_row_entropy`), and no ``cls_entropy`` (the first row sees itself alone).
     """
     a = np.asarray(attn)
     if a.dtype != np.float16:
@@ -94,8 +114,7 @@ def example_stats(
     f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     L, H, n, _ = a.shape
     toks = np.asarray(tokens, dtype=object)  # [key_pos]
-    is_cls = toks == cls_token
-    is_sep = toks == sep_token
+    is_cls, is_sep = role_masks(tokens, cls_token, sep_token)  # [key_pos] each
     is_punct = np.isin(toks, PUNCT_TOKENS)
     nan = np.full((L, H), np.nan)  # [layer, head]
 
@@ -111,10 +130,10 @@ def example_stats(
         "sep_sep": col_sep[..., is_sep].sum(axis=-1) / n_sep if n_sep > 0 else nan,
         "rest_sep": col_sep[..., ~is_sep].sum(axis=-1) / (n - n_sep) if n_sep < n else nan,
     }
-    ent = row_entropy(a)  # [layer, head, query_pos]
+    ent = causal_row_entropy(a) if causal else row_entropy(a)  # [layer, head, query_pos]
     out["entropy"] = ent.mean(axis=-1)
     cls_pos = np.flatnonzero(is_cls)
-    out["cls_entropy"] = ent[..., cls_pos[0]] if cls_pos.size else nan
+    out["cls_entropy"] = ent[..., cls_pos[0]] if cls_pos.size and not causal else nan
     out["max_attention"] = f64(_row_max(a)).mean(axis=-1)  # [layer, head]
     return out
 
@@ -187,11 +206,12 @@ class SurfaceStatsAccumulator:
     of :func:`surface_stats_partial`, also a reader of the extraction stream (through
     :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)``."""
 
-    def __init__(self, num_layers: int, num_heads: int, *, cls_token: str = "[CLS]", sep_token: str = "[SEP]",
-                 where: Any = "attention") -> None:
+    def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
+                 sep_token: str | None = "[SEP]", causal: bool = False, where: Any = "attention") -> None:
         L, H = int(num_layers), int(num_heads)
-        self.num_layers, self.num_heads, self.where = L, H, where
-        self.cls_token, self.sep_token = str(cls_token), str(sep_token)
+        self.num_layers, self.num_heads, self.where, self.causal = L, H, where, bool(causal)
+        self.cls_token = None if cls_token is None else str(cls_token)
+        self.sep_token = None if sep_token is None else str(sep_token)
         self.sums = {c: np.zeros((L, H)) for c in STAT_COLUMNS}  # stat -> [layer, head]
         self.counts = {c: 0 for c in STAT_COLUMNS}
         self.offset_counts = np.zeros((L, H, 1), dtype=np.int64)  # [layer, head, 2*max_n-1]
@@ -210,7 +230,8 @@ class SurfaceStatsAccumulator:
             a = np.asarray(a, dtype=np.float64)
         if not _all_finite(a):
             raise BertlookError(f"{self.where}: example {ex_id!r} has non-finite attention values")
-        stats = example_stats(a, record["tokens"], cls_token=self.cls_token, sep_token=self.sep_token)
+        stats = example_stats(a, record["tokens"], cls_token=self.cls_token, sep_token=self.sep_token,
+                              causal=self.causal)
         for c in STAT_COLUMNS:
             v = stats[c]
             if not np.isnan(v).any():
@@ -218,7 +239,8 @@ class SurfaceStatsAccumulator:
                 self.counts[c] += 1
         self.offset_counts = add_centered(self.offset_counts, argmax_offset_counts(a))  # [layer, head, 2*max_n-1]
         self.n_examples += 1
-        self.sum_log_n += math.log(n)
+        # the entropy of a uniform row: ln n, or for a causal map the mean over rows of ln(i + 1) = ln(n!) / n
+        self.sum_log_n += math.lgamma(n + 1) / n if self.causal else math.log(n)
         self.sum_n += n
 
     def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
@@ -235,6 +257,7 @@ class SurfaceStatsAccumulator:
             "max_examples": max_examples,
             "sum_n": self.sum_n,
             "counts": dict(self.counts),
+            **({"causal": True} if self.causal else {}),
         }
         arrays = {"sums": np.stack([self.sums[c] for c in STAT_COLUMNS]),  # [stat, layer, head]
                   "sum_log_n": np.float64(self.sum_log_n),
@@ -287,7 +310,7 @@ def surface_stats_partial(
         raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = SurfaceStatsAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
-                                  where=store.path)
+                                  causal=is_causal(store.meta), where=store.path)
     for k in select_examples(store, max_examples, segments):
         acc.add(store.records[k], store.get(k))
     return acc.partial(n_examples_in_store=len(store), max_examples=max_examples)
@@ -312,6 +335,7 @@ def reduce_surface_stats(
     H = same_value([m["num_heads"] for m in metas], "num_heads", where)
     tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
     cls_token, sep_token = tokens["cls"], tokens["sep"]
+    causal = same_value([bool(m.get("causal", False)) for m in metas], "causal (decoder) maps", where)
     max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
     stacked = np.zeros((len(STAT_COLUMNS), L, H))  # [stat, layer, head]
     counts = {c: 0 for c in STAT_COLUMNS}
@@ -361,13 +385,15 @@ def reduce_surface_stats(
         "num_layers": L,
         "num_heads": H,
         "special_tokens": {"cls": cls_token, "sep": sep_token},
+        **({"causal": True, "token_roles": describe_roles(cls_token, sep_token)} if causal else {}),
         "punct_tokens": list(PUNCT_TOKENS),
         "rows": sum_n,
         "positional_candidates": positional,
         "excluded_from_column": {
             "sep_sep (no [SEP] token)": n_examples - counts["sep_sep"],
             "rest_sep (only [SEP] tokens)": n_examples - counts["rest_sep"],
-            "cls_entropy (no [CLS] token)": n_examples - counts["cls_entropy"],
+            ("cls_entropy (causal maps: the first row sees itself alone)" if causal else
+             "cls_entropy (no [CLS] token)"): n_examples - counts["cls_entropy"],
         },
     }
     return frame, summary

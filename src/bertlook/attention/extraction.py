@@ -562,6 +562,16 @@ def extract_to_store(
     return summary
 
 
+def special_token_roles(tokenizer, model) -> dict[str, str | None]:
+    """The store meta's ``special_tokens``: an encoder's CLS and SEP strings; a decoder's ``cls`` null (its first
+    token plays [CLS]) and ``sep`` its EOS token (:mod:`bertlook.analyses.token_roles`)."""
+    from bertlook.pipeline.model_spec import DECODER, model_family
+
+    if model_family(model.config) == DECODER:
+        return {"cls": None, "sep": getattr(tokenizer, "eos_token", None)}
+    return {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token}
+
+
 def _check_special_tokens(segments: Iterable[dict[str, Any]], cls: str | None, sep: str | None, path) -> None:
     for seg in segments:
         toks = seg.get("tokens") or []
@@ -649,7 +659,7 @@ def extract_segments(
     model = load_model(resolved, dev)
     meta = {
         "model": resolved.provenance(model.config),
-        "special_tokens": {"cls": tokenizer.cls_token, "sep": tokenizer.sep_token},
+        "special_tokens": special_token_roles(tokenizer, model),
         "segment_ids": segment_ids,
         "segments_path": str(segments_path),
         "n_segments": n_segments,

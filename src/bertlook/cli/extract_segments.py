@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 from pathlib import Path
 
 from bertlook.attention.extraction import SEGMENT_ID_MODES
@@ -130,8 +131,14 @@ class _Partial:
         save_partial(self.path, self.partial_kind, meta, arrays)
 
 
-def _special_tokens(plan) -> dict[str, str]:
+def _special_tokens(plan) -> dict[str, Any]:
+    """The token roles of the stream (:mod:`bertlook.analyses.token_roles`): an encoder's CLS and SEP strings,
+    a decoder's first token (None) and EOS token, and whether the maps are causal."""
+    from bertlook.analyses.token_roles import is_causal
+
     tokens = plan.meta.get("special_tokens") or {}
+    if is_causal(plan.meta):
+        return {"cls_token": tokens.get("cls"), "sep_token": tokens.get("sep"), "causal": True}
     return {"cls_token": tokens.get("cls") or "[CLS]", "sep_token": tokens.get("sep") or "[SEP]"}
 
 

@@ -509,11 +509,18 @@ def build_segments(
     rng.shuffle(segments)
     for i, seg in enumerate(segments):
         seg["id"] = i
+    summary = _segments_summary(segments, stats, n_segments=n_segments, docs_used=len(docs_used),
+                                max_seq_len=max_seq_len, seed=seed, template=template)
+    return segments, summary
+
+
+def _segments_summary(segments: list[dict[str, Any]], stats: dict[str, int], *, n_segments: int, docs_used: int,
+                      max_seq_len: int, seed: int, template: SegmentTemplate) -> dict[str, Any]:
     lengths = [len(s["tokens"]) for s in segments]
-    summary = {
+    return {
         "segments_requested": n_segments,
         "segments_produced": len(segments),
-        "documents_used": len(docs_used),
+        "documents_used": docs_used,
         "documents_read": stats["documents_read"],
         "truncated_segments": sum(1 for s in segments if s["truncated"]),
         "single_sentence_chunks_skipped": stats["single_sentence_chunks_skipped"],
@@ -526,7 +533,6 @@ def build_segments(
         "seed": seed,
         "template": template.describe(),
     }
-    return segments, summary
 
 
 # ------------------------------------------------------------------------------------ the step
