@@ -38,6 +38,10 @@ from bertlook.pipeline.sharding import same_value, shard_info
 # per-shard sums (`bertlook gradients --partial`) runs in the analysis env, which has no torch.
 
 TARGETS = ("[SEP]", ". ,", "other")
+#: a decoder's targets: the first token (the sink, its twin of [SEP]; docs/definitions.md, decoders)
+DECODER_TARGETS = ("first token", ". ,", "other")
+#: the loss differentiated: an encoder's masked-LM loss, a decoder's next-token loss
+OBJECTIVES = {"encoder": "masked-LM", "decoder": "next-token"}
 PUNCT_TOKENS = (".", ",")
 COLUMNS = ["layer", "target", "mean_abs_grad", "attention_mass"]
 NOT_RUN_COLUMNS = [*COLUMNS, "note"]
@@ -153,6 +157,23 @@ def mask_segments(
     return out
 
 
+def next_token_examples(segments: Sequence[dict[str, Any]], tokenizer) -> list[MaskedSegment]:
+    """A decoder's examples for the next-token loss: nothing is masked; every position but the last predicts
+    the token after it (``labels[i] = input_ids[i + 1]``, ``masked_positions`` = 0..n-2, action ``next``).
+    Deterministic (no generator). A one-token segment predicts nothing; callers exclude it."""
+    from bertlook.attention.extraction import encode_segment
+
+    out: list[MaskedSegment] = []
+    for seg in segments:
+        ids, _ = encode_segment(seg, tokenizer, "zeros")
+        n = len(ids)
+        labels = [int(i) for i in ids[1:]] + [IGNORE_INDEX]
+        out.append(MaskedSegment(id=seg.get("id"), tokens=list(seg["tokens"]), input_tokens=list(seg["tokens"]),
+                                 input_ids=list(ids), token_type_ids=[0] * n, labels=labels,
+                                 masked_positions=list(range(n - 1)), actions=["next"] * (n - 1)))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # gradients
 # --------------------------------------------------------------------------------------------------
@@ -176,6 +197,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     import torch.nn.functional as F
 
     from bertlook.attention.extraction import accepts_token_type_ids
+    from bertlook.pipeline.model_spec import DECODER, model_family
 
     if not batch:
         raise BertlookError("empty batch")
@@ -197,7 +219,7 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
         mask[b, :n] = 1
         labels[b, :n] = torch.as_tensor(ex.labels, dtype=torch.long)
     kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
-    if accepts_token_type_ids(model):
+    if accepts_token_type_ids(model) and model_family(model.config) != DECODER:  # GPT-2 would embed them
         kwargs["token_type_ids"] = tts.to(device)
     elif bool(tts.any()):
         raise BertlookError("the model takes no token type ids but non-zero ones were given (use segment ids 'zeros')")
@@ -270,14 +292,15 @@ def attention_gradients(model, examples: Sequence[MaskedSegment], *, device=None
     return out
 
 
-def _class_masks(examples: Sequence[MaskedSegment], T: int, sep_token: str, target_tokens: str):
-    """``[B, 3, T]`` float masks of the to-token classes (zeros on padding), ``[B, T]`` row mask."""
+def _class_masks(examples: Sequence[MaskedSegment], T: int, sep_token: str | None, target_tokens: str):
+    """``[B, 3, T]`` float masks of the to-token classes (zeros on padding), ``[B, T]`` row mask.
+    ``sep_token`` None (a decoder): the first class is the first token (position 0)."""
     B = len(examples)
     cls = np.zeros((B, len(TARGETS), T), dtype=np.float32)  # [batch, target, key_pos]
     rows = np.zeros((B, T), dtype=np.float32)  # [batch, query_pos]
     for b, ex in enumerate(examples):
         toks = np.asarray(ex.tokens if target_tokens == "original" else ex.input_tokens, dtype=object)  # [seq]
-        is_sep = toks == sep_token  # [seq]
+        is_sep = toks == sep_token if sep_token is not None else np.arange(len(toks)) == 0  # [seq]
         is_punct = np.isin(toks, PUNCT_TOKENS) & ~is_sep  # [seq]
         n = len(toks)
         cls[b, 0, :n] = is_sep
@@ -287,7 +310,7 @@ def _class_masks(examples: Sequence[MaskedSegment], T: int, sep_token: str, targ
     return cls, rows
 
 
-def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str = "[SEP]",
+def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str | None = "[SEP]",
                      target_tokens: str = "original", device=None) -> dict[str, Any]:
     """Per-example sums for one batch (reduced on the device).
 
@@ -296,6 +319,8 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     ``mass [B, L, 3]`` (attention mass per from-token, averaged over heads), ``loss [B]``, ``n [B]``,
     ``importance [B, L, H]``: ``|sum_ij dL/dA_h[i, j] * A_h[i, j]|`` over the real rows and columns, the
     absolute derivative of the example's loss with respect to a gate multiplying head h's output, at 1.
+    ``sep_token`` None (a decoder): the first target is the first token, and only the entries a causal row
+    sees (``j <= i``) are summed and counted: the others are 0 by construction, their gradient means nothing.
     """
     import torch
 
@@ -310,8 +335,12 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     cls = torch.as_tensor(cls_np, device=dev)  # [batch, target, key_pos]
     rows = torch.as_tensor(rows_np, device=dev)  # [batch, query_pos]
     n = torch.as_tensor(lengths, dtype=torch.float64, device=dev)  # [batch]
+    causal = sep_token is None
+    visible = torch.tril(torch.ones(T, T, device=dev)) if causal else None  # [query_pos, key_pos]
     g_sums, masses, gates = [], [], []
     for a, g in zip(attns, grads):
+        if visible is not None:
+            g = g * visible  # [batch, head, query_pos, key_pos]: a causal map's entries above the diagonal left out
         ga = (g.double() * a.double()).sum(dim=-1)  # [batch, head, query_pos]: padded keys have a = 0
         gates.append(torch.einsum("bhi,bi->bh", ga, rows.double()).abs())  # [batch, head]: |dL/dxi_h|
         g_h = g.float().abs().sum(dim=1)  # [batch, query_pos, key_pos]: summed over heads
@@ -320,8 +349,12 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
         a_rows = torch.einsum("bij,bi->bj", a_h, rows)  # [batch, key_pos]
         g_sums.append(torch.einsum("bj,bcj->bc", g_rows.double(), cls.double()))  # [batch, target]
         masses.append(torch.einsum("bj,bcj->bc", a_rows.double(), cls.double()) / (H * n)[:, None])  # [batch, target]
-    ncols = cls_np.sum(axis=2).astype(np.float64)  # [batch, target]
-    count = H * np.asarray(lengths, dtype=np.float64)[:, None] * ncols  # [batch, target]
+    if causal:  # column j is seen by the rows j..n-1: n - j entries per head
+        seen = np.maximum(np.asarray(lengths, dtype=np.float64)[:, None] - np.arange(T)[None, :], 0)  # [batch, key_pos]
+        count = H * np.einsum("bcj,bj->bc", cls_np.astype(np.float64), seen)  # [batch, target]
+    else:
+        ncols = cls_np.sum(axis=2).astype(np.float64)  # [batch, target]
+        count = H * np.asarray(lengths, dtype=np.float64)[:, None] * ncols  # [batch, target]
     return {
         "ids": [ex.id for ex in examples],
         "grad_sum": torch.stack(g_sums, dim=1).cpu().numpy(),  # [batch, layer, target]
@@ -443,11 +476,14 @@ def _resolve_options(options: GradientOptions | None, overrides: dict[str, Any])
 
 
 def _mask_shard(segments: Sequence[dict[str, Any]], tokenizer, opts: GradientOptions,
-                info: dict[str, Any] | None) -> list[MaskedSegment]:
+                info: dict[str, Any] | None, *, causal: bool = False) -> list[MaskedSegment]:
     """Mask every segment used (one generator: a segment's input is the same whatever the sharding), then
-    keep the shard's range ``info`` (None: all)."""
-    masked = mask_segments(segments, tokenizer, seed=opts.seed, rate=opts.mask_rate, mask_mode=opts.mask_mode,
-                           segment_ids=opts.segment_ids)
+    keep the shard's range ``info`` (None: all). ``causal``: a decoder's next-token examples instead."""
+    if causal:
+        masked = next_token_examples(segments, tokenizer)
+    else:
+        masked = mask_segments(segments, tokenizer, seed=opts.seed, rate=opts.mask_rate, mask_mode=opts.mask_mode,
+                               segment_ids=opts.segment_ids)
     if info is not None:
         masked = masked[info["start"]:info["stop"]]
         print(f"gradients: shard {info['index']}/{info['count']}: segments {info['start']}..{info['stop'] - 1} "
@@ -464,7 +500,7 @@ def _split_usable(masked: Sequence[MaskedSegment], max_pos: int):
     return too_long, no_mask, kept
 
 
-def _run_batches(model, kept: Sequence[MaskedSegment], opts: GradientOptions, sep_token: str, device):
+def _run_batches(model, kept: Sequence[MaskedSegment], opts: GradientOptions, sep_token: str | None, device):
     """:func:`batch_statistics` of ``kept`` in length-sorted batches -> ``(parts, seconds)``."""
     from bertlook.attention.extraction import progress_bar
 
@@ -542,6 +578,7 @@ def gradient_partial(
     :func:`reduce_gradients`.
     """
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model
+    from bertlook.pipeline.model_spec import DECODER, model_family
 
     opts = _resolve_options(options, overrides)
     opts.check()
@@ -566,17 +603,20 @@ def gradient_partial(
     if not segments:
         raise BertlookError(f"{segments_path}: no segments")
     tokenizer = load_tokenizer(resolved)
-    masked = _mask_shard(segments, tokenizer, opts, info)
+    causal = model_family(model.config) == DECODER
+    masked = _mask_shard(segments, tokenizer, opts, info, causal=causal)
     max_pos = int(getattr(model.config, "max_position_embeddings", 0) or 0)
     too_long, no_mask, kept = _split_usable(masked, max_pos)
-    parts, seconds = _run_batches(model, kept, opts, str(tokenizer.sep_token), dev)
+    parts, seconds = _run_batches(model, kept, opts, None if causal else str(tokenizer.sep_token), dev)
     stats, L, H = _stack_statistics(parts, model.config)
     actions = [a for m in kept for a in m.actions]
-    never = _never_masked(tokenizer)
+    never = set() if causal else _never_masked(tokenizer)
     meta = {
         "status": "ok",
         "reason": None,
         **base,
+        "objective": OBJECTIVES[DECODER if causal else "encoder"],
+        "targets": list(DECODER_TARGETS if causal else TARGETS),
         "n_examples": len(kept),
         "excluded_too_long_ids": too_long,
         "max_position_embeddings": max_pos or None,
@@ -613,7 +653,9 @@ def reduce_gradients(partials, *, where=None):
                    "model_provenance": first["model_provenance"], "loading": first["loading"]}
         return not_run_frame(first["reason"]), summary
     L = same_value([m["num_layers"] for m in metas], "num_layers", where)
-    C = len(TARGETS)
+    targets = tuple(same_value([m.get("targets", list(TARGETS)) for m in metas], "gradient targets", where))
+    objective = same_value([m.get("objective", OBJECTIVES["encoder"]) for m in metas], "objective", where)
+    C = len(targets)
     tot = {key: np.zeros((L, C)) for key in ("grad_sum", "seg_mean_sum", "mass_sum")}  # each [layer, target]
     count_sum = np.zeros(C)  # [target]
     seg_mean_n = np.zeros((L, C), dtype=np.int64)  # [layer, target]
@@ -643,7 +685,7 @@ def reduce_gradients(partials, *, where=None):
             grad = tot["seg_mean_sum"] / np.where(seg_mean_n > 0, seg_mean_n, np.nan)  # [layer, target]
     att = tot["mass_sum"] / N  # [layer, target]
     rows = [
-        {"layer": layer + 1, "target": TARGETS[c], "mean_abs_grad": float(grad[layer, c]),
+        {"layer": layer + 1, "target": targets[c], "mean_abs_grad": float(grad[layer, c]),
          "attention_mass": float(att[layer, c])}
         for layer in range(L) for c in range(C)
     ]
@@ -658,6 +700,7 @@ def reduce_gradients(partials, *, where=None):
         "status": "ok",
         "reason": None,
         **settings,
+        **({"objective": objective, "targets": list(targets)} if objective != OBJECTIVES["encoder"] else {}),
         "n_segments_in_file": first["n_segments_in_file"],
         "n_examples": N,
         "excluded_too_long": len(too_long),
@@ -675,8 +718,8 @@ def reduce_gradients(partials, *, where=None):
         "segments_per_second": round(N / seconds, 3) if seconds > 0 else None,
         "device": first["device"],
         "num_layers": L,
-        "segments_without_target": {TARGETS[c]: int(without[c]) for c in range(C)},
-        "entries_per_layer": {TARGETS[c]: int(count_sum[c]) for c in range(C)},
+        "segments_without_target": {targets[c]: int(without[c]) for c in range(C)},
+        "entries_per_layer": {targets[c]: int(count_sum[c]) for c in range(C)},
         "model_provenance": first["model_provenance"],
         "loading": first["loading"],
     }

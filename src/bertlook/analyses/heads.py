@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.token_roles import is_causal
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import parse_head_label
@@ -86,7 +87,10 @@ class HeadScores:
       ``fold_word_counts[2, R]``: the cross-fitting folds and per-fold counts (None unless
       ``crossfit_seed`` is given);
     - ``fragile[R, L, H, 2]`` (``fold_fragile[2, R, L, H, 2]``): words whose correctness rests on a float16
-      near-tie (:func:`fragile_decisions`), what the regression gate's word tolerances count.
+      near-tie (:func:`fragile_decisions`), what the regression gate's word tolerances count;
+    - causal (decoder) maps only, else None: ``visible[R, 2]``, the words whose gold head the map can
+      see (dep2head: the head precedes the word; head2dep: the word precedes its head), and
+      ``baseline_visible_correct[R, K]``, the baselines' correct words among the dep2head-visible ones.
     """
 
     relations: list[str]
@@ -115,6 +119,8 @@ class HeadScores:
     crossfit_seed: int | None = None
     fragile: "np.ndarray | None" = None
     fold_fragile: "np.ndarray | None" = None
+    visible: "np.ndarray | None" = None  # [relation, direction]: words whose gold head a causal map can see
+    baseline_visible_correct: "np.ndarray | None" = None  # [relation, offset]: among the dep2head-visible words
 
     @property
     def n_words(self) -> int:
@@ -138,6 +144,17 @@ class HeadScores:
             raise KeyError(relation)
         # [layer, head, direction], int, [offset]
         return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
+
+    def visible_for(self, relation: str) -> tuple["np.ndarray", "np.ndarray"]:
+        """``(visible[2], baseline_visible_correct[K])`` of a relation or of ``"All"`` (causal scores only)."""
+        if self.visible is None:
+            raise BertlookError("visible words are counted for causal (decoder) maps only")
+        if relation == ALL:
+            return self.visible.sum(axis=0), self.baseline_visible_correct.sum(axis=0)  # [direction], [offset]
+        r = self.relation_index(relation)
+        if r is None:
+            raise KeyError(relation)
+        return self.visible[r], self.baseline_visible_correct[r]  # [direction], [offset]
 
     def fragile_for(self, relation: str, fold: int | None = None) -> "np.ndarray":
         """``fragile[L, H, 2]`` of a relation (or "All"), on one cross-fitting fold with ``fold``; zeros when
@@ -410,6 +427,8 @@ class _Tally:
     fold_words: "np.ndarray | None"  # [fold, relation]
     n_poss: int = 0
     n_affected: int = 0
+    visible: "np.ndarray | None" = None  # [relation, direction] (causal maps)
+    base_visible: "np.ndarray | None" = None  # [relation, offset] (causal maps)
 
     @classmethod
     def zeros(cls, LH2: int, R: int, K: int, S: int, *, keep_sentences: bool, compare_punct_candidates: bool,
@@ -478,6 +497,11 @@ class _Tally:
             self.fold_correct[self.fold_of[k]] += row_correct
             self.fold_fragile[self.fold_of[k]] += row_fragile
             self.fold_words[self.fold_of[k]] += row_counts
+        if self.visible is not None:
+            # a causal row sees only earlier words: word src reads its own row (dep2head) and its column (head2dep)
+            vis = np.stack([(gold > 0) & (gold <= src), gold > src + 1])  # [direction, word]
+            self.visible += np.stack([np.bincount(rel[v], minlength=R) for v in vis], axis=1)  # [relation, direction]
+            self.base_visible += ((base_ok & vis[0]).astype(np.float32) @ onehot).T.astype(np.int64)  # [relation, offset]
 
 
 def score_heads(
@@ -512,6 +536,8 @@ def score_heads(
     L, H, R, K, S = store.num_layers, store.num_heads, len(relations), len(offsets), len(records)
     tally = _Tally.zeros(L * H * 2, R, K, S, keep_sentences=keep_sentences,
                          compare_punct_candidates=compare_punct_candidates, crossfit_seed=crossfit_seed)
+    if is_causal(store.meta):
+        tally.visible, tally.base_visible = np.zeros((R, 2), dtype=np.int64), np.zeros((R, K), dtype=np.int64)
     for k, rec in enumerate(records):
         sent = _parse_sentence(store, rec, k, rel_index, poss_from_possessive)
         tally.add(k, sent, store.get(k), _where(store, rec, k), offsets, exclude_punct_candidates)
@@ -544,6 +570,8 @@ def score_heads(
         fold_fragile=None if tally.fold_fragile is None else tally.fold_fragile.reshape(2, R, L, H, 2),
         fold_word_counts=tally.fold_words,
         crossfit_seed=None if crossfit_seed is None else int(crossfit_seed),
+        visible=tally.visible,
+        baseline_visible_correct=tally.base_visible,
     )
 
 

@@ -49,6 +49,11 @@ PAIRED_COLUMNS = ["runner_up_head", "runner_up_direction", "runner_up_accuracy",
                   *(f"{fam}_{suf}" for fam in PAIRED_FAMILIES for suf in PAIRED_STAT_SUFFIXES)]
 #: the best head when punctuation is not a candidate (docs/definitions.md#candidate-sets-punctuation)
 NOPUNCT_COLUMNS = ["nopunct_head", "nopunct_direction", "nopunct_accuracy", "nopunct_delta", "gold_head_punct"]
+#: causal (decoder) maps (docs/definitions.md#head-accuracy, decoders): the share of words whose gold head the
+#: map can see per direction, the best head's accuracy over the words visible in its direction, and the best
+#: offset baseline over the dep2head-visible words
+CAUSAL_COLUMNS = ["visible_dep2head", "visible_head2dep", "accuracy_visible", "baseline_offset_visible",
+                  "baseline_accuracy_visible"]
 DEFAULT_ALPHA = 0.05
 #: candidates listed per selection of a Table 1 row (:func:`selection_candidates`): every (head, direction)
 #: within this many correct words of the chosen one
@@ -165,7 +170,8 @@ def table1(
     Beyond the paper, in this order: :data:`CROSSFIT_COLUMNS` when ``dev_scores`` has cross-fitting
     folds; :data:`PAIRED_COLUMNS` when ``paired`` (McNemar exact tests, bootstrap intervals of the
     accuracy difference, Holm-adjusted p-values, significance at ``alpha``; needs the dev store);
-    :data:`NOPUNCT_COLUMNS` when ``dev_scores`` counted both candidate sets.
+    :data:`NOPUNCT_COLUMNS` when ``dev_scores`` counted both candidate sets; :data:`CAUSAL_COLUMNS` for causal
+    (decoder) maps.
     """
     opts = Table1Options(min_count=min_count, bootstrap=bootstrap, confidence=confidence, seed=seed,
                          forced_relations=forced_relations, paired=paired, alpha=alpha)
@@ -194,7 +200,24 @@ def table1(
         columns += NOPUNCT_COLUMNS
         for row in out:
             row.update(_nopunct_row(dev_scores, row["relation"], row["count"]))
+    if dev_scores.visible is not None:
+        columns += CAUSAL_COLUMNS
+        for row, sel in zip(out, selections):
+            row.update(_causal_row(dev_scores, sel))
     return _table1_frame(out, columns, dev_scores, opts)
+
+
+def _causal_row(scores: HeadScores, selection: tuple) -> dict[str, Any]:
+    """:data:`CAUSAL_COLUMNS` of a row: visible shares, the chosen head over its visible words, the visible baseline."""
+    rel, l, h, d, _ = selection
+    corr, count, _ = scores.counts_for(rel)  # [layer, head, direction], int, [offset]
+    visible, base_visible = scores.visible_for(rel)  # [direction], [offset]
+    k = int(np.argmax(base_visible))
+    share = lambda num, den: num / den if den else np.nan  # noqa: E731
+    return {"visible_dep2head": share(visible[0], count), "visible_head2dep": share(visible[1], count),
+            "accuracy_visible": share(corr[l, h, d], visible[d]),
+            "baseline_offset_visible": int(scores.offsets[k]),
+            "baseline_accuracy_visible": share(base_visible[k], visible[0])}
 
 
 def _best_rows(scores: HeadScores, rows: list[tuple[str, bool]]) -> tuple[list[dict[str, Any]], list[tuple]]:

@@ -141,6 +141,36 @@ def _char_to_word(words: Sequence[str], space_after: Sequence[bool] | None = Non
     return text, owner, spans
 
 
+def word_wrap_tokens(tokenizer) -> tuple[str, str] | None:
+    """The tokens around a sentence in a word-level map of a decoder-only model's tokenizer (no CLS/SEP
+    token): ``(start, end)`` = (its BOS token, or EOS when it has no BOS; its EOS token), added by bertlook
+    whatever the tokenizer adds itself, so that a decoder's word-level map has an encoder's layout
+    ``start w1..wn end``; None for an encoder's tokenizer (its own ``[CLS] ... [SEP]``)."""
+    if getattr(tokenizer, "cls_token", None) and getattr(tokenizer, "sep_token", None):
+        return None
+    eos = getattr(tokenizer, "eos_token", None)
+    start = getattr(tokenizer, "bos_token", None) or eos
+    if not start or not eos:
+        raise BertlookError(f"the tokenizer ({type(tokenizer).__name__}) has neither CLS/SEP nor BOS/EOS tokens: "
+                            "a word-level map needs a token before and after the sentence")
+    return str(start), str(eos)
+
+
+def _encode(tokenizer, text: str) -> tuple[list[int], list, list]:
+    """``(input_ids, offsets, sequence ids)`` of ``text`` with the special tokens: the tokenizer's own for an
+    encoder, :func:`word_wrap_tokens` around the bare encoding for a decoder (offsets ``(0, 0)``, sequence id
+    None for the two added tokens)."""
+    wrap = word_wrap_tokens(tokenizer)
+    enc = tokenizer(text, add_special_tokens=wrap is None, return_offsets_mapping=True, return_attention_mask=False,
+                    return_token_type_ids=False, truncation=False, verbose=False)
+    input_ids = [int(i) for i in enc["input_ids"]]
+    if wrap is None:
+        return input_ids, enc["offset_mapping"], enc.sequence_ids()
+    start, end = (int(tokenizer.convert_tokens_to_ids(t)) for t in wrap)
+    return ([start, *input_ids, end], [(0, 0), *enc["offset_mapping"], (0, 0)],
+            [None, *([0] * len(input_ids)), None])
+
+
 def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None,
                 space_after: Sequence[bool] | None = None) -> Alignment:
     """Tokenize the text of ``words`` with the fast ``tokenizer`` and align its tokens to the words.
@@ -156,7 +186,8 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None,
     ``trim_offsets`` is off; a SentencePiece ``▁`` covers the word's first character); a token with
     no non-space character (a lone ``Ġ``/``▁`` with an empty or space-only span) goes to the word
     that starts right after it. The special tokens are the first and last tokens of the encoding
-    (tokens the post-processor added; ``[CLS]``/``[SEP]``, ``<s>``/``</s>``).
+    (tokens the post-processor added; ``[CLS]``/``[SEP]``, ``<s>``/``</s>``; a decoder-only model's
+    tokenizer: its BOS and EOS, added by bertlook, :func:`word_wrap_tokens`).
 
     Raises :class:`AlignmentError` (a :class:`BertlookError`; ``reason`` one of
     :data:`ALIGNMENT_ERROR_REASONS`) naming ``sent_id`` when a word is empty or blank, when the
@@ -182,11 +213,7 @@ def align_words(words: Sequence[str], tokenizer, *, sent_id: Any = None,
     if not getattr(tokenizer, "is_fast", False):
         raise BertlookError("word alignment needs a fast tokenizer (character offsets)")
     text, owner, spans = _char_to_word(words, space_after)
-    enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True, return_attention_mask=False,
-                    return_token_type_ids=False, truncation=False, verbose=False)
-    input_ids = [int(i) for i in enc["input_ids"]]
-    offsets = enc["offset_mapping"]
-    seq_ids = enc.sequence_ids()
+    input_ids, offsets, seq_ids = _encode(tokenizer, text)
     n = len(input_ids)
     special = [i for i, s in enumerate(seq_ids) if s is None]
     if n < 2 or special != [0, n - 1]:

@@ -167,6 +167,10 @@ def unk_statistics(examples: Iterable[Sequence[Any]], tokenizer, *,
     the words that became the unknown token, from ``words_of(record, positions)``).
     """
     unk_id = getattr(tokenizer, "unk_token_id", None)
+    if unk_id is not None and unk_id in {getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)}:
+        # GPT-2 style: <|endoftext|> is UNK, BOS and EOS at once, and a byte-level BPE never emits an unknown
+        # token: every occurrence is the sequence marker (e.g. around a decoder's word-level sentence)
+        unk_id = None
     special = set(getattr(tokenizer, "all_special_ids", None) or ()) - {unk_id}
     n_unk = n_tokens = n_examples = 0
     first: list[tuple[dict[str, Any], list[int]]] = []

@@ -1,6 +1,6 @@
-"""Masked-language models: loading one with a check of its masked-LM head weights, and finding the head
-module (the gradients step differentiates the pre-training loss; a checkpoint without trained head
-weights gives "not run")."""
+"""Pre-training heads: loading a model with its masked-LM head (an encoder) or its next-token head (a
+decoder-only model) with a check of the head weights, and finding the head module (the gradients step
+differentiates the pre-training loss; a checkpoint without trained head weights gives "not run")."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def mlm_head_module(model):
 
 
 
-def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
+def _missing_head_reason(spec: str, head_missing: Sequence[str], decoder: bool = False) -> str:
     parts = [k.split(".") for k in sorted(head_missing)]
     common: list[str] = []
     for level in zip(*parts):
@@ -37,6 +37,9 @@ def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
     if len(parts) == 1:
         common = common[:-1]
     prefix = ".".join(common) + ".*" if common else ", ".join(sorted(head_missing)[:4])
+    if decoder:
+        return (f"not run: {spec} has no language-model head (checkpoint lacks {prefix} weights); gradient "
+                "importance needs the pre-training next-token head")
     return (
         f"not run: {spec} has no masked-LM head (checkpoint lacks {prefix} weights); "
         "gradient importance needs the pre-training MLM head"
@@ -44,7 +47,8 @@ def _missing_head_reason(spec: str, head_missing: Sequence[str]) -> str:
 
 
 def load_mlm_checked(resolved, device="cpu"):
-    """``(model, has_head, reason, loading)``: load ``AutoModelForMaskedLM`` and check its head weights.
+    """``(model, has_head, reason, loading)``: load ``AutoModelForMaskedLM`` (a decoder-only model:
+    ``AutoModelForCausalLM``, its next-token head) and check its head weights.
 
     The head is missing when transformers reports weights of the MLM model outside the base model
     (``model.base_model_prefix``) as ``missing_keys`` (they would be randomly initialised); the model
@@ -55,15 +59,18 @@ def load_mlm_checked(resolved, device="cpu"):
     carries the keys instead).
     """
     import torch
-    from transformers import AutoModelForMaskedLM
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from bertlook.attention.modeling import check_finite, load_pretrained
+    from bertlook.attention.modeling import DECODER, check_finite, check_model_family, load_config, load_pretrained
+    from bertlook.pipeline.model_spec import model_family
 
+    family = check_model_family(resolved) or model_family(load_config(resolved))
+    loader = AutoModelForCausalLM if family == DECODER else AutoModelForMaskedLM
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model, info = load_pretrained(resolved, AutoModelForMaskedLM, "weights", attn_implementation="eager",
+        model, info = load_pretrained(resolved, loader, "weights", attn_implementation="eager",
                                        dtype=torch.float32, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(level)
@@ -82,7 +89,7 @@ def load_mlm_checked(resolved, device="cpu"):
         )
     model.eval()
     if head_missing:
-        return model, False, _missing_head_reason(resolved.spec, head_missing), loading
+        return model, False, _missing_head_reason(resolved.spec, head_missing, family == DECODER), loading
     model = model.to(device if isinstance(device, torch.device) else torch.device(device))
     return model, True, "", loading
 

@@ -551,21 +551,21 @@ def fig6_head_clusters(clusters_csv: str | os.PathLike, out_png: str | os.PathLi
 # Fig 3 (gradients of the MLM loss w.r.t. attention; numbers: bertlook.analyses.gradients)
 # --------------------------------------------------------------------------------------------------
 
-_TARGET_LABELS = {"[SEP]": "[SEP]", ". ,": ". or ,", "other": "other tokens"}
+_TARGET_LABELS = {"[SEP]": "[SEP]", "first token": "first token (sink)", ". ,": ". or ,", "other": "other tokens"}
 
 
 def _target_colors():
     import seaborn as sns
 
     pal = sns.color_palette("colorblind", 10)
-    return {"[SEP]": pal[4], ". ,": pal[1], "other": (0.45, 0.45, 0.45)}
+    return {"[SEP]": pal[4], "first token": pal[4], ". ,": pal[1], "other": (0.45, 0.45, 0.45)}
 
 
 def _read_gradient_table(path):
     """``(frame, note)``: the typed table, or ``(None, note)`` for a not-run table."""
     import pandas as pd
 
-    from bertlook.analyses.gradients import COLUMNS, TARGETS
+    from bertlook.analyses.gradients import COLUMNS, DECODER_TARGETS, TARGETS
 
     raw = read_figure_table(path, str_cols=tuple(COLUMNS))
     header = list(pd.read_csv(path, nrows=0).columns)
@@ -576,10 +576,11 @@ def _read_gradient_table(path):
             return None, note
     df = read_figure_table(path, int_cols=("layer",), float_cols=("mean_abs_grad", "attention_mass"),
                            str_cols=("target",))
-    bad = ~df["target"].isin(TARGETS)
+    known = TARGETS if "first token" not in set(df["target"]) else DECODER_TARGETS  # an encoder's or a decoder's
+    bad = ~df["target"].isin(known)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        raise BertlookError(f"{path}:{i + 2}: unknown target {df['target'].iloc[i]!r} (expected one of: {', '.join(TARGETS)})")
+        raise BertlookError(f"{path}:{i + 2}: unknown target {df['target'].iloc[i]!r} (expected one of: {', '.join(known)})")
     dup = df.duplicated(subset=["layer", "target"])
     if dup.any():
         i = int(dup.to_numpy().nonzero()[0][0])
@@ -609,7 +610,7 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
     gradient magnitude ``|dL/dA|`` of attention to the same targets. A not-run table (``note`` column,
     empty numbers) gives a figure that shows the note.
     """
-    from bertlook.analyses.gradients import TARGETS
+    from bertlook.analyses.gradients import DECODER_TARGETS, TARGETS
 
     df, note = _read_gradient_table(csv)
     if df is None:
@@ -620,15 +621,16 @@ def fig3_sep_gradients(csv: str | os.PathLike, out_png: str | os.PathLike) -> Pa
     exponent = int(math.floor(math.log10(top))) if top > 0 and math.isfinite(top) else 0
     exponent = exponent if exponent < -2 or exponent > 3 else 0
     scale = 10.0 ** -exponent  # gradients are drawn as value x 10^-exponent, the unit goes to the label
-    markers = {"[SEP]": "o", ". ,": "s", "other": "^"}
+    markers = {"[SEP]": "o", "first token": "o", ". ,": "s", "other": "^"}
+    targets = DECODER_TARGETS if "first token" in set(df["target"]) else TARGETS  # a decoder: its sink
     with plot_style():
         fig = new_figure(figsize=(max(9.5, 4.8 * 2 * max(1.0, num_layers / 12) ** 0.5), 3.7))
         ax_a, ax_g = fig.subplots(1, 2)
-        for target in TARGETS:
+        for target in targets:
             d = df[df["target"] == target].sort_values("layer")
             if d.empty:
                 continue
-            lw, z = (2.2, 3) if target == "[SEP]" else (1.5, 2)
+            lw, z = (2.2, 3) if target == targets[0] else (1.5, 2)
             for ax, col, k in ((ax_a, "attention_mass", 1.0), (ax_g, "mean_abs_grad", scale)):
                 ax.plot(d["layer"], d[col] * k, color=colors[target], marker=markers[target], ms=5, lw=lw,
                         zorder=z, label=_TARGET_LABELS[target])
