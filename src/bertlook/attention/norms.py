@@ -70,8 +70,88 @@ def _encoder_layers(model):
     return None
 
 
+class ValueTap:
+    """The module whose output gives a layer's value vectors, with the ``transform`` that turns that output into
+    ``[batch, seq, heads * d_head]`` (one slice per attention head, in head order): a decoder's fused q/k/v
+    projection (GPT-2, GPT-NeoX: the value part), or grouped-query value heads (Llama, Qwen2, Mistral: each
+    key/value head repeated for the query heads that share it). :func:`capture_values` hooks ``module``."""
+
+    def __init__(self, module, transform) -> None:
+        self.module, self.transform = module, transform
+
+    def register_forward_hook(self, hook):
+        return self.module.register_forward_hook(lambda m, inputs, output: hook(m, inputs, self.transform(output)))
+
+
+class OutputProjection:
+    """A layer's attention output projection as ``weight [d_model, heads * d_head]`` (out, in), as a ``Linear``
+    stores it (GPT-2's ``Conv1D`` stores it transposed)."""
+
+    def __init__(self, weight) -> None:
+        self.weight = weight
+
+
+def _decoder_layers(model) -> tuple[str, list] | None:
+    """``(kind, layers)`` of a decoder-only model (or its base model): ``llama`` (``layers[i].self_attn`` with
+    ``v_proj`` / ``o_proj``: Llama, Qwen2, Mistral, ...), ``neox`` (``layers[i].attention.query_key_value`` /
+    ``dense``) or ``gpt2`` (``h[i].attn.c_attn`` / ``c_proj``); None for anything else."""
+    for candidate in (model, getattr(model, "base_model", None)):
+        if candidate is None:
+            continue
+        layers = getattr(candidate, "layers", None)
+        if layers is not None and len(layers):
+            first = layers[0]
+            attn = getattr(first, "self_attn", None)
+            if attn is not None and hasattr(attn, "v_proj") and hasattr(attn, "o_proj"):
+                return "llama", list(layers)
+            attn = getattr(first, "attention", None)
+            if attn is not None and hasattr(attn, "query_key_value") and hasattr(attn, "dense"):
+                return "neox", list(layers)
+        h = getattr(candidate, "h", None)
+        if h is not None and len(h) and hasattr(getattr(h[0], "attn", None), "c_attn"):
+            return "gpt2", list(h)
+    return None
+
+
+def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tuple[Any, Any]]:
+    """:func:`find_attention_modules` of a decoder (``kind`` of :func:`_decoder_layers`)."""
+    H = int(num_heads)
+    out = []
+    for layer in layers:
+        if kind == "llama":
+            attn = layer.self_attn
+            d_head = int(attn.o_proj.weight.shape[1]) // H
+            kv = int(attn.v_proj.weight.shape[0]) // d_head
+            if H % kv:
+                raise BertlookError(f"norm-based maps: {kv} key/value heads do not divide {H} heads")
+            rep = H // kv
+
+            def gqa(o, kv=kv, rep=rep, d_head=d_head):  # [batch, seq, kv * d_head] -> [batch, seq, H * d_head]
+                if rep == 1:
+                    return o
+                return o.reshape(*o.shape[:-1], kv, d_head).repeat_interleave(rep, dim=-2).flatten(-2)
+            out.append((ValueTap(attn.v_proj, gqa), attn.o_proj))
+        elif kind == "neox":
+            attn = layer.attention
+            d_head = int(attn.dense.weight.shape[1]) // H
+
+            def neox(o, d_head=d_head):  # [batch, seq, H * 3 d_head], per head q|k|v -> v of each head
+                return o.reshape(*o.shape[:-1], -1, 3 * d_head)[..., 2 * d_head:].flatten(-2)
+            out.append((ValueTap(attn.query_key_value, neox), attn.dense))
+        else:
+            attn = layer.attn
+            d = int(attn.c_proj.weight.shape[0])
+
+            def gpt2(o, d=d):  # [batch, seq, 3 d_model]: q | k | v
+                return o[..., 2 * d:]
+            out.append((ValueTap(attn.c_attn, gpt2), OutputProjection(attn.c_proj.weight.t())))
+    return out
+
+
 def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[Any, Any]]:
-    """Per layer, ``(value_linear, output_dense)`` of a BERT-like encoder (``encoder.layer[i]``).
+    """Per layer, ``(value_linear, output_dense)`` of a BERT-like encoder (``encoder.layer[i]``), or of a
+    decoder-only model (:func:`_decoder_layers`: the value part of its projection as a :class:`ValueTap`, its
+    output projection).
 
     ``value_linear`` is ``layer.attention.self.value`` (gives ``x W_V + b_V``), ``output_dense``
     ``layer.attention.output.dense`` (``W_O``, weight ``[d_model, d_model]``, (out, in)). Raises
@@ -80,10 +160,16 @@ def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[An
     """
     cls_name = type(model).__name__
     layers = _encoder_layers(model)
+    decoder = _decoder_layers(model) if not layers else None
+    if decoder is not None:
+        if num_heads is None:
+            num_heads = int(getattr(model.config, "num_attention_heads", 0) or getattr(model.config, "n_head"))
+        return _decoder_modules(decoder[0], decoder[1], int(num_heads), model.config)
     if not layers:
         raise BertlookError(
             f"norm-based maps: model class {cls_name} has no encoder.layer list (supported: BERT-like encoders "
-            "such as BERT, RoBERTa, ELECTRA, MiniLM)"
+            "such as BERT, RoBERTa, ELECTRA, MiniLM; decoders with v_proj/o_proj (Llama, Qwen2, Mistral), "
+            "query_key_value/dense (GPT-NeoX) or c_attn/c_proj (GPT-2))"
         )
     out = []
     for i, layer in enumerate(layers):

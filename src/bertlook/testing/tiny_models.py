@@ -343,7 +343,7 @@ DECODER_ARCHS = {
 
 
 def _decoder_config(arch: str, n_vocab: int, *, layers: int, heads: int, hidden: int, intermediate_size: int,
-                    max_positions: int, bos: int, eos: int):
+                    max_positions: int, bos: int, eos: int, kv_heads: int | None = None):
     import transformers
 
     cls = getattr(transformers, DECODER_ARCHS[arch][0])
@@ -355,19 +355,20 @@ def _decoder_config(arch: str, n_vocab: int, *, layers: int, heads: int, hidden:
                   bos_token_id=bos, eos_token_id=eos)
     if arch == "gpt_neox":
         return cls(**common)
-    return cls(**common, num_key_value_heads=heads, tie_word_embeddings=False)
+    return cls(**common, num_key_value_heads=kv_heads or heads, tie_word_embeddings=False)
 
 
 def make_tiny_decoder(out_dir: str | os.PathLike, arch: str, texts: Iterable[str], *, vocab_size: int = 400,
                       seed: int = 0, layers: int = 2, heads: int = 2, hidden: int = 32, intermediate_size: int = 64,
-                      max_positions: int = 160, lm_head: bool = False) -> Path:
+                      max_positions: int = 160, lm_head: bool = False, kv_heads: int | None = None) -> Path:
     """Write a tiny random decoder-only model (``arch``: one of :data:`DECODER_ARCHS`) with a byte-level BPE
     tokenizer trained on ``texts`` to ``out_dir`` (safetensors weights, ``torch.manual_seed(seed)``).
 
     The tokenizer is a ``GPT2Tokenizer`` over the trained vocabulary and merges with the architecture's
     conventions: GPT-2, GPT-NeoX and Qwen2 add no BOS (``<|endoftext|>`` is their BOS/EOS), Llama adds ``<s>``
     before every sequence. ``lm_head``: the ``*ForCausalLM`` class (the next-token head) instead of the base
-    model. The reloaded tokenizer is checked to encode every text as the trained one does (ValueError if not).
+    model; ``kv_heads``: grouped-query attention (Llama, Qwen2: fewer key/value heads than heads). The reloaded
+    tokenizer is checked to encode every text as the trained one does (ValueError if not).
     """
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer
 
@@ -394,7 +395,8 @@ def make_tiny_decoder(out_dir: str | os.PathLike, arch: str, texts: Iterable[str
                              f"from the trained one ({got[:10]} vs {want[:10]})")
     config = _decoder_config(arch, len(reloaded), layers=layers, heads=heads, hidden=hidden,
                              intermediate_size=intermediate_size, max_positions=max_positions,
-                             bos=reloaded.convert_tokens_to_ids(bos), eos=reloaded.convert_tokens_to_ids(eos))
+                             bos=reloaded.convert_tokens_to_ids(bos), eos=reloaded.convert_tokens_to_ids(eos),
+                             kv_heads=kv_heads)
     torch.manual_seed(seed)
     model_obj = (AutoModelForCausalLM if lm_head else AutoModel).from_config(config)
     model_obj.save_pretrained(out)
