@@ -554,3 +554,24 @@ def test_kobayashi_rows_ratio_status_and_not_run(tmp_path):
     assert compare.build_comparison(other).set_index("item").loc["sep_norm_share_layers_6_10", "status"] == "not comparable"
 
 
+
+
+def test_models_summary_family_sink_and_detectors(tmp_path):
+    """An encoder beside a decoder: the family row (from the runs' summaries), the [CLS] / first-token share
+    and the head detectors' rows (a run without them gets none)."""
+    a = make_run(tmp_path / "a", name="paper-bert")
+    b = make_run(tmp_path / "b", kind="silver", probes=False, name="tiny-gpt2")
+    (b / "tables" / "head_detectors.summary.json").write_text(json.dumps({
+        "family": "decoder", "threshold": 0.5, "sink_share_per_layer": [0.2, 0.7],
+        "detectors": {name: {"n_detected": k, "top_heads": [{"head": "2-1", "score": s}]}
+                      for name, k, s in (("prev_token", 1, 0.9), ("duplicate_token", 0, 0.3), ("induction", 1, 0.8))}}))
+    (a / "tables" / "sep_gradients.summary.json").write_text(json.dumps({"model_provenance": {"family": "encoder"}}))
+    df = models_summary.models_summary([a, b], ["bert", "gpt2"])
+    fam = df[df["section"] == "model"].set_index("model")["detail"]
+    assert fam.to_dict() == {"bert": "encoder", "gpt2": "decoder"}
+    ind = df[df["item"] == "induction heads"].set_index("model")
+    assert list(ind.index) == ["gpt2"] and ind.loc["gpt2", "value"] == 0.8 and "1 heads > 0.5" in ind.loc["gpt2", "detail"]
+    assert df[df["item"] == "sink share, last layer"].set_index("model").loc["gpt2", "value"] == 0.7
+    assert len(df[df["item"] == "[CLS] / first-token (sink) share, middle third"]) == 2
+    md = models_summary.models_summary_markdown(df)
+    assert "| model | family | encoder or decoder | encoder | decoder |" in md

@@ -97,3 +97,15 @@ def test_visible_heads_by_hand(tmp_path):
     assert t.loc["obj", "visible_dep2head"] == 1.0 and t.loc["obj", "accuracy_visible"] == 1.0
     assert t.loc["All", "visible_dep2head"] == pytest.approx(1 / 3)
     assert t.loc["All", "baseline_offset_visible"] == -1 and t.loc["All", "baseline_accuracy_visible"] == 1.0
+
+
+def test_uniformity_of_causal_maps_is_measured_against_ln_i_plus_1(tmp_path):
+    from bertlook.analyses.uniformity import row_entropy_by_layer
+
+    n = 5  # <s> w1 w2 w3 </s>
+    m = np.tril(np.ones((n, n)))
+    m /= m.sum(axis=1, keepdims=True)  # uniform over what each row sees; float16 rounding aside
+    store = _causal_store(tmp_path, [m], [[2, 0, 2]], [["nsubj", "root", "obj"]])
+    (layer,) = row_entropy_by_layer(store)
+    assert layer["mean_ln_n"] == pytest.approx(np.log(np.arange(1, n + 1)).mean())
+    assert layer["ratio"] == pytest.approx(1.0, abs=1e-3) and layer["mean_row_ratio"] == pytest.approx(1.0, abs=1e-3)

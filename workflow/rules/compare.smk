@@ -41,6 +41,11 @@ rule compare:
 rule models_summary:
     input:
         comparisons=expand(run_path("comparison.csv"), run=MODEL_RUNS),
+        # each run's head detectors and model family (head_detectors.enabled)
+        detectors=branch(
+            SWITCH["head_detectors"],
+            then=expand(run_path("tables", "head_detectors.summary.json"), run=MODEL_RUNS),
+        ),
     output:
         csv=data_file(
             os.path.join(SUMMARY_DIR, "models_summary.csv"),

@@ -200,6 +200,7 @@ def reduce_rollout(
     kind = same_value([m.get("map", "attention") for m in metas], "map kind", where)
     tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
     max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    causal = same_value([bool(m.get("causal", False)) for m in metas], "causal (decoder) maps", where)
     total = np.zeros((len(STAT_COLUMNS), L))  # [stat, layer]
     n_examples = 0
     sum_log_n = 0.0
@@ -231,6 +232,7 @@ def reduce_rollout(
         "excluded": {"not selected (max_examples)": n_in_store - n_examples},
         "store_excluded": store_excluded[0] if len(store_excluded) == 1 else store_excluded,
         "uniform_entropy": uniform,
+        **({"causal": True} if causal else {}),
         "mean_tokens": sum_n / n_examples,
         "num_layers": L,
         "num_heads": H,

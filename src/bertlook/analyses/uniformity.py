@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bertlook.analyses.token_roles import is_causal
 from bertlook.attention.store import AttentionStore, open_store
 
 
@@ -48,11 +49,21 @@ def row_entropy_by_layer(store: "AttentionStore | str | os.PathLike",
     row_ratio = np.zeros(L, dtype=np.float64)  # [layer]: summed entropy / ln(n), over heads and rows
     ln_n_sum = 0.0  # summed ln(n) over rows (the same for every head)
     n_rows = 0
+    causal = is_causal(st.meta)
+    ratio_rows = 0  # rows of mean_row_ratio (causal maps: all but row 0 of each sentence)
     for i in range(count):
         attn = st.get(i)  # [layer, head, query_word, key_word]
         n = attn.shape[-1]
         h = row_entropies(attn)  # [layer, head, query_word]
         ent += h.sum(-1)
+        if causal:  # row i of a causal map sees i + 1 positions: its uniform entropy is ln(i + 1)
+            ref = np.log(np.arange(1, n + 1, dtype=np.float64))  # [query_word]
+            seen = ref > 0  # [query_word]: row 0 (the start token) sees itself alone
+            row_ratio += (h[..., seen] / ref[seen]).sum((1, 2))
+            ln_n_sum += float(ref.sum())
+            n_rows += n
+            ratio_rows += int(seen.sum())
+            continue
         ln_n = float(np.log(n))
         if n > 1:
             row_ratio += h.sum((1, 2)) / ln_n
@@ -68,7 +79,8 @@ def row_entropy_by_layer(store: "AttentionStore | str | os.PathLike",
             "mean_entropy": float(mean_ent),
             "mean_ln_n": float(mean_ln),
             "ratio": float(mean_ent / mean_ln) if n_rows and mean_ln > 0 else float("nan"),
-            "mean_row_ratio": float(row_ratio[layer] / (H * n_rows)) if n_rows else float("nan"),
+            "mean_row_ratio": (float(row_ratio[layer] / (H * (ratio_rows if causal else n_rows)))
+                               if n_rows else float("nan")),
             "min_head_ratio": float(head_ratio.min()),
             "max_head_ratio": float(head_ratio.max()),
             "n_rows": int(n_rows),

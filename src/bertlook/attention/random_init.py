@@ -89,10 +89,31 @@ def _kept(name: str) -> bool:
     return any(name == f"{m}.weight" or name.endswith(f".{m}.weight") for m in KEPT_MODULES)
 
 
+def _decoder_embeddings(model, params: dict[str, Any]) -> list[str] | None:
+    """The kept parameters of a decoder-only model (None for an encoder): its input (word) embeddings and,
+    where it learns them, its position embeddings (GPT-2 ``wpe``, OPT ``embed_positions``; rotary models such
+    as Llama, Qwen2, GPT-NeoX have none), by identity with ``get_input_embeddings()``."""
+    from bertlook.pipeline.model_spec import DECODER, model_family
+
+    if model_family(model.config) != DECODER:
+        return None
+    base = getattr(model, "base_model", model)
+    targets = [model.get_input_embeddings().weight]
+    for name in ("wpe", "embed_positions"):
+        weight = getattr(getattr(base, name, None), "weight", None)
+        if weight is not None:
+            targets.append(weight)
+    kept = [n for n, p in params.items() if any(p is t for t in targets)]
+    if not kept:
+        raise BertlookError(f"model {type(model).__name__}: its input embeddings are not among its parameters")
+    return kept
+
+
 def reinit_except_embeddings(model, seed: int, keep: str = DEFAULT_KEEP) -> dict[str, list[str]]:
     """Re-initialise ``model`` in place with its own ``_init_weights`` under ``torch.manual_seed(seed)``.
 
-    ``keep="embeddings"`` (default): the word and position embeddings keep their values, bit for bit;
+    ``keep="embeddings"`` (default): the word and position embeddings keep their values, bit for bit (a
+    decoder: :func:`_decoder_embeddings`);
     ``keep="none"``: every parameter is re-initialised, those embeddings included (the name of the
     function is that of the default reading). Returns ``{"kept": [...], "reinitialized": [...]}``
     (parameter names, ``model.named_parameters()`` order).
@@ -101,8 +122,9 @@ def reinit_except_embeddings(model, seed: int, keep: str = DEFAULT_KEEP) -> dict
 
     _check_keep(keep)
     params = dict(model.named_parameters())
-    embeddings = [n for n in params if _kept(n)]
-    if len(embeddings) != len(KEPT_MODULES):
+    decoder = _decoder_embeddings(model, params)
+    embeddings = decoder if decoder is not None else [n for n in params if _kept(n)]
+    if decoder is None and len(embeddings) != len(KEPT_MODULES):
         raise BertlookError(
             f"model {type(model).__name__}: expected parameters {', '.join(m + '.weight' for m in KEPT_MODULES)}, "
             f"found {embeddings or 'none'}; only BERT-style models are supported"

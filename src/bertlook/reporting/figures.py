@@ -440,7 +440,8 @@ def fig4_entropy(
 ) -> Path:
     """Twin of the paper's Fig 4: per-head attention entropy, and entropy of the [CLS] row, by layer.
 
-    The dashed line is the entropy of uniform attention, the mean over examples of ln n (nats).
+    The dashed line is the entropy of uniform attention, the mean over examples of ln n (nats); of a decoder's
+    causal maps, the mean over rows of ln(i+1) (the summary's ``causal``).
     """
     import numpy as np
     import seaborn as sns
@@ -469,7 +470,8 @@ def fig4_entropy(
         axes[0].set_ylabel("Avg. attention entropy (nats)")
         n_ex = summary.get("n_examples")
         mean_tokens = summary.get("mean_tokens")
-        note = f"uniform attention: mean ln n = {uniform:.2f} nats ({n_ex} examples"
+        reference = "mean ln(i+1), causal rows" if summary.get("causal") else "mean ln n"
+        note = f"uniform attention: {reference} = {uniform:.2f} nats ({n_ex} examples"
         if isinstance(mean_tokens, (int, float)) and not isinstance(mean_tokens, bool) and math.isfinite(mean_tokens):
             note += f", mean length {mean_tokens:.1f} tokens"
         note += ")"

@@ -77,6 +77,9 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
             rows.append({"model": label, "section": "Table 3", "item": probe, "metric": "UAS", "value": value,
                          "detail": detail})
     for label, d in zip(labels, dirs):
+        rows.append({"model": label, "section": "model", "item": "family", "metric": "encoder or decoder",
+                     "value": math.nan, "detail": run_family(d)})
+    for label, d in zip(labels, dirs):
         stats = read_run_stats(d)
         num_layers = int(stats["layer"].max())
         lo, hi = middle_third(num_layers)
@@ -84,16 +87,63 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
         rows.append({"model": label, "section": "surface", "item": "[SEP] share, middle third",
                      "metric": "mean sep", "value": float(mid["sep"].mean()),
                      "detail": f"layers {lo}-{hi} of {num_layers}"})
+        rows.append({"model": label, "section": "surface", "item": "[CLS] / first-token (sink) share, middle third",
+                     "metric": "mean cls", "value": float(mid["cls"].mean()),
+                     "detail": f"layers {lo}-{hi} of {num_layers}"})
         for col, name in (("prev", "previous-token head"), ("next", "next-token head")):
             best = stats.loc[stats[col].idxmax()]
             rows.append({"model": label, "section": "surface", "item": f"strongest {name}", "metric": f"max {col}",
                          "value": float(best[col]), "detail": f"head {int(best['layer'])}-{int(best['head'])}; "
                          f"{int((stats[col] > 0.5).sum())} heads > 0.5"})
+    rows += _detector_rows(labels, dirs)
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     df["value"] = df["value"].astype("float64")
     df.attrs["labels"] = list(labels)
     df.attrs["run_dirs"] = [str(d) for d in dirs]
     return df
+
+
+DETECTORS_SUMMARY = Path("tables") / "head_detectors.summary.json"
+#: the summaries that record a run's model provenance (its ``family``), in the order they are asked
+_PROVENANCE_SUMMARIES = (DETECTORS_SUMMARY, Path("tables") / "sep_gradients.summary.json")
+
+
+def run_family(run_dir: Path) -> str:
+    """The model family (``encoder`` | ``decoder``) of a run, from a summary that records it; ``unknown``."""
+    import json
+
+    for rel in _PROVENANCE_SUMMARIES:
+        try:
+            doc = json.loads((run_dir / rel).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        family = doc.get("family") or (doc.get("model_provenance") or {}).get("family")
+        if family:
+            return str(family)
+    return "unknown"
+
+
+def _detector_rows(labels: Sequence[str], dirs: Sequence[Path]) -> list[dict[str, Any]]:
+    """Per run with head detectors: the heads above the threshold per detector, the best induction score and
+    the sink share of the last layer."""
+    import json
+
+    rows: list[dict[str, Any]] = []
+    for label, d in zip(labels, dirs):
+        try:
+            doc = json.loads((d / DETECTORS_SUMMARY).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for name in ("prev_token", "duplicate_token", "induction"):
+            det = doc["detectors"][name]
+            top = det["top_heads"][0] if det["top_heads"] else None
+            rows.append({"model": label, "section": "detectors", "item": f"{name} heads", "metric": "best score",
+                         "value": top["score"] if top else math.nan,
+                         "detail": f"head {top['head']}; {det['n_detected']} heads > {doc['threshold']}" if top else ""})
+        sink = doc["sink_share_per_layer"]
+        rows.append({"model": label, "section": "detectors", "item": "sink share, last layer", "metric": "mean sink",
+                     "value": float(sink[-1]), "detail": f"layer {len(sink)}"})
+    return rows
 
 
 def models_summary_markdown(df: "pd.DataFrame") -> str:
@@ -104,15 +154,21 @@ def models_summary_markdown(df: "pd.DataFrame") -> str:
              "Runs: " + ", ".join(f"`{lab}` ({d})" for lab, d in zip(labels, df.attrs.get("run_dirs", labels))), "",
              "Table 1: best-head accuracy (%, best of all heads and both directions; head in parentheses) for "
              "the relations present in every run. Table 3: probe UAS (%, mean over seeds). Surface: attention "
-             "fractions (mean [SEP] share over the middle third of the layers; the largest previous- / next-token "
-             "attention of any head). Runs with other trees or models are not comparable with one another "
-             "row by row beyond orientation.", ""]
+             "fractions (mean [SEP] and [CLS] share over the middle third of the layers, for a decoder its EOS "
+             "and first-token share; the largest previous- / next-token attention of any head). Detectors: the "
+             "best previous-token, duplicate-token and induction score on repeated random tokens and the "
+             "last layer's sink share. Runs with other trees or models are not comparable with one another "
+             "row by row beyond orientation; a decoder's Table 1 counts heads it cannot see (its table1.csv "
+             "has the visible shares).", ""]
     lines += ["| Section | Item | Metric | " + " | ".join(labels) + " |",
               "|---|---|---|" + "---:|" * len(labels)]
     for (section, item, metric), part in df.groupby(["section", "item", "metric"], sort=False):
         cells = []
         for lab in labels:
             hit = part[part["model"] == lab]
+            if section == "model" and not hit.empty:
+                cells.append(str(hit["detail"].iloc[0]))
+                continue
             if hit.empty or math.isnan(hit["value"].iloc[0]):
                 cells.append("–")
                 continue
@@ -121,7 +177,7 @@ def models_summary_markdown(df: "pd.DataFrame") -> str:
             detail = str(hit["detail"].iloc[0])
             if section == "Table 1" and detail:
                 text += f" ({detail})"
-            elif section == "surface" and detail.startswith("head"):
+            elif section in ("surface", "detectors") and detail.startswith("head"):
                 text += f" ({detail.split(';')[0]})"
             cells.append(text)
         lines.append(f"| {section} | {item} | {metric} | " + " | ".join(cells) + " |")
