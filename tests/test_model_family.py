@@ -91,34 +91,31 @@ def test_encoder_provenance_family(tiny_bert_dir):
     assert resolved.provenance(load_config(resolved))["family"] == "encoder"
 
 
-def test_workflow_refuses_a_decoder_with_what_runs_instead(tiny_gpt2, tiny_bert_dir):
-    from bertlook.pipeline.model_spec import workflow_model_problems
-    from bertlook.pipeline.preflight import Reach, preflight_problems
-
-    config = {"models": [{"label": "enc", "name_or_path": str(tiny_bert_dir)},
-                         {"label": "dec", "name_or_path": str(tiny_gpt2)},
-                         {"label": "hub", "name_or_path": "some-org/not-cached"}]}
-    problems = workflow_model_problems(config)
-    assert len(problems) == 1 and problems[0].startswith("models[label=dec]: ")
-    assert "decoder-only" in problems[0] and "bertlook head-detectors --model" in problems[0]
-    config.update(wikipedia={"path": __file__})
-    found = preflight_problems(config, Reach(url=lambda url: None, model=lambda spec, rev: None))
-    assert [p for p in found if "decoder-only" in p] == problems
-
-
-def test_snakemake_refuses_a_decoder_before_any_job(tiny_gpt2, tmp_path):
+def test_workflow_refuses_a_remote_code_model_before_any_job(tiny_gpt2, tiny_bert_dir, tmp_path):
     import subprocess
     import sys
     from pathlib import Path
 
     import yaml
 
+    from bertlook.pipeline.model_spec import workflow_model_problems
+
+    remote = tmp_path / "remote"
+    shutil.copytree(tiny_gpt2, remote)
+    config = json.loads((remote / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_custom.CustomModel"}
+    (remote / "config.json").write_text(json.dumps(config))
+    models = [{"label": "enc", "name_or_path": str(tiny_bert_dir)}, {"label": "dec", "name_or_path": str(tiny_gpt2)},
+              {"label": "remote", "name_or_path": str(remote)}, {"label": "hub", "name_or_path": "some-org/not-cached"}]
+    problems = workflow_model_problems({"models": models})
+    assert len(problems) == 1 and problems[0].startswith("models[label=remote]: ") and "remote-code" in problems[0]
+
     root = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((root / ".test" / "config.yaml").read_text())
-    cfg["models"] = [{"label": "dec", "name_or_path": str(tiny_gpt2)}]
-    path = tmp_path / "decoder.yaml"
+    cfg["models"] = [{"label": "remote", "name_or_path": str(remote)}]
+    path = tmp_path / "remote.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(path)],
                           cwd=root, capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "error: models[label=dec]: model" in proc.stderr and "decoder-only" in proc.stderr
+    assert "error: models[label=remote]: model" in proc.stderr and "remote-code" in proc.stderr

@@ -219,32 +219,16 @@ def known_config(spec: str, revision: str | None = None) -> dict[str, Any] | Non
     return config if isinstance(config, dict) else None
 
 
-#: what runs on a decoder-only model today, outside the workflow (the message of :func:`workflow_model_problems`)
-DECODER_STEPS_NOW = ("head-detectors", "segments", "extract-segments")
-DECODERS_IN_WORKFLOW = True
-
-
 def workflow_model_problems(config: dict[str, Any]) -> list[str]:
-    """One line per model of a workflow configuration the workflow cannot run: a model whose attention cannot be
-    read (:func:`family_problem`), or a decoder-only model (the workflow's word-level steps and surface
-    statistics assume an encoder's [CLS] A [SEP] B [SEP]; :data:`DECODER_STEPS_NOW` run on decoders by hand)."""
+    """One line per model of a workflow configuration whose attention weights bertlook cannot read
+    (:func:`family_problem`: remote code, no attention, encoder-decoder), from the configs readable without
+    loading anything (:func:`known_config`); checked when the workflow builds its DAG, before any job."""
     problems = []
     for model in config.get("models") or []:
-        spec, label = model["name_or_path"], model.get("label")
-        cfg = known_config(spec, model.get("revision"))
-        if cfg is None:
-            continue
-        problem = family_problem(cfg, spec)
+        cfg = known_config(model["name_or_path"], model.get("revision"))
+        problem = family_problem(cfg, model["name_or_path"]) if cfg is not None else None
         if problem:
-            problems.append(f"models[label={label}]: {problem}")
-        elif model_family(cfg) == DECODER and not DECODERS_IN_WORKFLOW:
-            problems.append(
-                f"models[label={label}]: model {spec!r} ({cfg.get('model_type')}) is a decoder-only language model; "
-                "the workflow does not run decoders yet: its surface statistics, word-level maps (Table 1, probes, "
-                "single-head trees, coreference) and gradients assume an encoder's [CLS] A [SEP] B [SEP]. On a "
-                f"decoder, run by hand: `bertlook {DECODER_STEPS_NOW[0]} --model {spec} ...` (previous-token, "
-                f"induction heads, sink share), `bertlook {DECODER_STEPS_NOW[1]}` (the tokenizer's own template) and "
-                f"`bertlook {DECODER_STEPS_NOW[2]}` (causal maps); README \"Decoder-only models\"")
+            problems.append(f"models[label={model.get('label')}]: {problem}")
     return problems
 
 

@@ -57,15 +57,12 @@ class Reach(NamedTuple):
 def preflight_problems(config: dict[str, Any], reach: Reach) -> list[str]:
     """One line per thing the configuration needs but cannot reach (asked through ``reach``); empty when
     all is reachable."""
-    from bertlook.pipeline.model_spec import workflow_model_problems
-
     check_reachable = reach.url
     problems = []
     for model in config["models"]:
         reason = reach.model(model["name_or_path"], model.get("revision"))
         if reason:
             problems.append(f"model {model['name_or_path']!r} (models[label={model['label']}]): {reason}")
-    problems += [p for p in workflow_model_problems(config) if "decoder-only" in p]  # the rest: reach.model
     wiki = config["wikipedia"]
     hf = wiki.get("hf_dataset")
     if hf:
