@@ -78,52 +78,61 @@ def test_frame_is_one_indexed():
 
 
 # ------------------------------------------------------------------- a hand-built induction circuit
-class HandBuiltAttentionOnly:
+def _hand_built_model(vocab: int, positions: int, *, shift: int, beta: float = 30.0):
     """Two attention-only layers, one-hot residual stream [token (V) | position (P) | previous token (V)].
 
     Layer 1, head 1 attends from position i to position i - 1 (``shift=1``; a control: ``shift=0``, to itself)
     and writes that position's token into the "previous token" block. Layer 2, head 1 matches the current
     token (query) against the previous-token block (key): with ``shift=1`` it attends to the position after
     an earlier occurrence of the current token -- an induction head. Every second head has zero query and
-    key weights (uniform over what it sees). Causal softmax with gain ``beta``.
+    key weights (uniform over what it sees). Causal softmax with gain ``beta``. Each layer is a module that
+    returns ``(output, weights)``, declared as transformers declares its attention modules
+    (``_can_record_outputs``), so the extraction captures it layer by layer like a real model.
     """
+    import torch
 
-    def __init__(self, vocab: int, positions: int, *, shift: int, beta: float = 30.0):
-        import torch
+    V, P = vocab, positions
 
-        self.torch, self.V, self.P, self.beta, self.shift = torch, vocab, positions, beta, shift
-        self.config = types.SimpleNamespace(pad_token_id=0, num_hidden_layers=2, num_attention_heads=2)
-        self.training = False
-
-    def eval(self):
-        return self
-
-    def train(self, mode=True):
-        return self
-
-    def _softmax(self, scores, mask):
-        torch = self.torch
+    def causal_softmax(scores, mask):
         T = scores.shape[-1]
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        keep = causal & mask[:, None, :].bool()  # [batch, query, key]
+        keep = torch.tril(torch.ones(T, T, dtype=torch.bool)) & mask[:, None, :].bool()  # [batch, query, key]
         return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
 
-    def __call__(self, input_ids, attention_mask, output_attentions=True, **_):
-        torch, V, P = self.torch, self.V, self.P
-        B, T = input_ids.shape
-        tok = torch.nn.functional.one_hot(input_ids, V).float()  # [batch, pos, V]
-        pos = torch.eye(P)[:T].expand(B, T, P)  # [batch, pos, P]
-        # layer 1: query = position i, key = position j + shift: score beta when j = i - shift
-        q1 = pos
-        k1 = torch.roll(torch.eye(P), shifts=self.shift, dims=1)[:T].expand(B, T, P)  # key of j: e_{j+shift}
-        a1 = self._softmax(self.beta * q1 @ k1.transpose(1, 2), attention_mask)  # [batch, query, key]
-        prev_tok = a1 @ tok  # [batch, pos, V]: the token at i - shift
-        u1 = self._softmax(torch.zeros(B, T, T), attention_mask)
-        # layer 2: query = current token, key = the previous-token block
-        a2 = self._softmax(self.beta * tok @ prev_tok.transpose(1, 2), attention_mask)
-        u2 = self._softmax(torch.zeros(B, T, T), attention_mask)
-        attns = (torch.stack([a1, u1], dim=1), torch.stack([a2, u2], dim=1))  # layer x [batch, head, T, T]
-        return types.SimpleNamespace(attentions=attns)
+    class Layer(torch.nn.Module):
+        def __init__(self, first: bool):
+            super().__init__()
+            self.first = first
+
+        def forward(self, x, mask):  # x: [batch, pos, V + P + V]
+            B, T, _ = x.shape
+            tok, pos, prev = x[..., :V], x[..., V:V + P], x[..., V + P:]
+            if self.first:  # query = position i, key = position j + shift: score beta when j = i - shift
+                key = torch.roll(torch.eye(P), shifts=shift, dims=1)[:T].expand(B, T, P)  # e_{j+shift}
+                a = causal_softmax(beta * pos @ key.transpose(1, 2), mask)  # [batch, query, key]
+                out = torch.cat([torch.zeros_like(tok), torch.zeros_like(pos), a @ tok], dim=-1)
+            else:  # query = current token, key = the previous-token block
+                a = causal_softmax(beta * tok @ prev.transpose(1, 2), mask)
+                out = torch.zeros_like(x)
+            uniform = causal_softmax(torch.zeros(B, T, T), mask)
+            return x + out, torch.stack([a, uniform], dim=1)  # [batch, head, query, key]
+
+    class HandBuilt(torch.nn.Module):
+        _can_record_outputs = {"attentions": Layer}
+
+        def __init__(self):
+            super().__init__()
+            self.config = types.SimpleNamespace(pad_token_id=0, num_hidden_layers=2, num_attention_heads=2)
+            self.layers = torch.nn.ModuleList([Layer(True), Layer(False)])
+
+        def forward(self, input_ids, attention_mask, **_):
+            B, T = input_ids.shape
+            x = torch.cat([torch.nn.functional.one_hot(input_ids, V).float(), torch.eye(P)[:T].expand(B, T, P),
+                           torch.zeros(B, T, V)], dim=-1)
+            for layer in self.layers:
+                x, _ = layer(x, attention_mask)
+            return types.SimpleNamespace(last_hidden_state=x)
+
+    return HandBuilt()
 
 
 def _hand_built_scores(shift: int):
@@ -136,7 +145,7 @@ def _hand_built_scores(shift: int):
         r = rng.choice(np.arange(1, V), size=k, replace=False)
         rows.append([0, *r, *r])  # a BOS (id 0) first: position 0 attends to itself, so its "previous token" is BOS
     seqs = RepeatedTokens(ids=np.array(rows), offset=1, length=k)
-    model = HandBuiltAttentionOnly(V, 2 * k + 2, shift=shift)
+    model = _hand_built_model(V, 2 * k + 2, shift=shift)
     batches = repeated_token_batches(model, seqs, batch_size=3, device="cpu", num_layers=2, num_heads=2,
                                      use_token_types=False)
     return score_batches(batches, offset=1, length=k, n_positions=2 * k + 1, causal=True)

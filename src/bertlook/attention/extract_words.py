@@ -145,14 +145,14 @@ def word_wrap_tokens(tokenizer) -> tuple[str, str] | None:
     """The tokens around a sentence in a word-level map of a decoder-only model's tokenizer (no CLS/SEP
     token): ``(start, end)`` = (its BOS token, or EOS when it has no BOS; its EOS token), added by bertlook
     whatever the tokenizer adds itself, so that a decoder's word-level map has an encoder's layout
-    ``start w1..wn end``; None for an encoder's tokenizer (its own ``[CLS] ... [SEP]``)."""
+    ``start w1..wn end``; None for an encoder's tokenizer (its own ``[CLS] ... [SEP]``) and for a tokenizer with
+    neither CLS/SEP nor BOS/EOS tokens."""
     if getattr(tokenizer, "cls_token", None) and getattr(tokenizer, "sep_token", None):
         return None
     eos = getattr(tokenizer, "eos_token", None)
     start = getattr(tokenizer, "bos_token", None) or eos
     if not start or not eos:
-        raise BertlookError(f"the tokenizer ({type(tokenizer).__name__}) has neither CLS/SEP nor BOS/EOS tokens: "
-                            "a word-level map needs a token before and after the sentence")
+        return None  # neither: its own encoding, which align_words refuses per sentence ("special_tokens")
     return str(start), str(eos)
 
 

@@ -103,38 +103,56 @@ def _batch_inputs(batch: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[
     return lengths, ids, tts, mask
 
 
-def _stack_layers(attns, num_layers: int, dtype):
-    """The per-layer attention tuple as one tensor ``[batch, layer, head, T, T]`` of ``dtype`` (on the device)."""
-    import torch
+class _LayerSink:
+    """The per-layer callback of :func:`bertlook.attention.layer_capture.capture_layers` during one batch: each
+    layer's float32 maps converted into ``maps[:, layer]`` (``dtype``, on the device) and, with norms, its
+    norm-based maps and value norms, computed from the layer's maps and value vectors right away."""
 
-    if attns is None or len(attns) != num_layers or attns[0] is None:
-        raise BertlookError("the model returned no attention weights (it must be loaded with attn_implementation='eager')")
-    B, H, T, _ = attns[0].shape
-    maps = torch.empty((B, num_layers, H, T, T), dtype=dtype, device=attns[0].device)  # [batch, layer, head, T, T]
-    for layer, a in enumerate(attns):
-        maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
-    return maps
+    def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None) -> None:
+        self.num_layers, self.dtype = num_layers, dtype
+        self.captured, self.norm_modules, self.grams = captured, norm_modules, grams
+        self.maps = self.nmaps = self.vnorms = None
+        self.seen = 0
+        self.lengths: list[int] = []
+        self.ids: list[Any] = []
 
+    def start(self, lengths, ids) -> None:
+        self.maps = self.nmaps = self.vnorms = None
+        self.seen, self.lengths, self.ids = 0, list(lengths), list(ids)
 
-def _norm_maps(attns, captured, norm_modules, num_heads: int, lengths, ids, dtype, grams):
-    """``(norm maps [batch, layer, head, T, T] of dtype, value norms [batch, layer, head, T] float32)``;
-    ``grams``: each layer's :func:`bertlook.attention.norms.head_gram`."""
-    import torch
+    def __call__(self, layer: int, a) -> None:
+        import torch
 
-    from bertlook.attention import norms as norms_mod
+        B, H, T, _ = a.shape
+        if self.maps is None:
+            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, device=a.device)
+        self.maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
+        if self.captured is not None:
+            self._norms(layer, a)
+        self.seen += 1
 
-    if any(v is None for v in captured):
-        raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
-    B, H, T, _ = attns[0].shape
-    L = len(attns)
-    nmaps = torch.empty((B, L, H, T, T), dtype=dtype, device=attns[0].device)  # [batch, layer, head, T, T]
-    vnorms = torch.empty((B, L, H, T), dtype=torch.float32, device=attns[0].device)  # [batch, layer, head, key_pos]
-    for layer, a in enumerate(attns):
+    def _norms(self, layer: int, a) -> None:
+        import torch
+
+        from bertlook.attention import norms as norms_mod
+
+        values = self.captured[layer]
+        if values is None:
+            raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
+        B, H, T, _ = a.shape
+        if self.nmaps is None:
+            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, device=a.device)
+            self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32, device=a.device)
         # [batch, head, key_pos]
-        vn = norms_mod.value_norms(captured[layer], norm_modules[layer][1].weight, num_heads, gram=grams[layer])
-        vnorms[:, layer].copy_(vn)
-        nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=lengths, ids=ids))  # [batch, head, T, T]
-    return nmaps, vnorms
+        vn = norms_mod.value_norms(values, self.norm_modules[layer][1].weight, H, gram=self.grams[layer])
+        self.vnorms[:, layer].copy_(vn)
+        self.nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids))
+        self.captured[layer] = None  # the layer's value vectors are not needed any more
+
+    def check(self) -> None:
+        if self.seen != self.num_layers or self.maps is None:
+            raise BertlookError(f"the model returned attention weights for {self.seen} of {self.num_layers} layers "
+                                "(it must be loaded with attn_implementation='eager')")
 
 
 def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
@@ -153,6 +171,7 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     import torch
 
     from bertlook.attention import norms as norms_mod
+    from bertlook.attention.layer_capture import capture_layers
 
     dtype = {"float16": torch.float16, "float32": torch.float32}[map_dtype]
     pad_id = getattr(model.config, "pad_token_id", None)
@@ -165,25 +184,26 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
             if norm_modules is not None:
                 captured = stack.enter_context(norms_mod.capture_values(norm_modules))
                 grams = [norms_mod.head_gram(dense.weight.detach(), num_heads) for _, dense in norm_modules]
+            # each layer's float32 maps leave the forward pass as soon as the layer computed them
+            sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams)
+            stack.enter_context(capture_layers(model, sink))
             stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
                 batch = kept[start:start + batch_size]
                 lengths, ids, tts, mask = _batch_inputs(batch, pad_id)
-                kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=True)
+                kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device))
                 if use_token_types:
                     kwargs["token_type_ids"] = tts.to(device)
                 if captured is not None:
                     captured[:] = [None] * len(captured)
-                attns = model(**kwargs).attentions  # layer x [batch, head, query_pos, key_pos]
-                maps = _stack_layers(attns, num_layers, dtype)  # [batch, layer, head, T, T]
+                sink.start(lengths, [ex[0]["id"] for ex in batch])
+                model(**kwargs)
+                sink.check()
                 out = MapBatch(start=start, records=[ex[0] for ex in batch], lengths=lengths,
-                               maps=maps.cpu().numpy())
+                               maps=sink.maps.cpu().numpy())  # [batch, layer, head, T, T]
                 if captured is not None:
-                    nmaps, vnorms = _norm_maps(attns, captured, norm_modules, num_heads, lengths,
-                                               [ex[0]["id"] for ex in batch], dtype, grams)
-                    captured[:] = [None] * len(captured)
-                    out.norm_maps, out.value_norms = nmaps.cpu().numpy(), vnorms.cpu().numpy()
-                del attns, maps
+                    out.norm_maps, out.value_norms = sink.nmaps.cpu().numpy(), sink.vnorms.cpu().numpy()
+                sink.start([], [])  # release the device buffers before the consumers run
                 yield out
                 if on_batch is not None:
                     on_batch(len(batch))

@@ -1,0 +1,66 @@
+"""Attention maps layer by layer, as the forward pass computes them: at most one layer's float32 maps alive.
+
+``model(..., output_attentions=True)`` keeps every layer's float32 maps until the forward pass ends:
+``L x batch x H x T x T x 4`` bytes (a 7B decoder at 4k tokens: 32 x 32 x 4096^2 x 4 = 68 GB for one
+sequence). :func:`capture_layers` hooks each attention module instead (the ones transformers itself records
+for ``output_attentions``: ``model._can_record_outputs["attentions"]``) and hands each layer's weights to a
+callback the moment the module returns them; the model is run without ``output_attentions``, so nothing else
+keeps them, and a layer's float32 maps are freed before the next layer runs. What the callback keeps (the
+stream: the layer converted to float16, the store's dtype) is all the caller holds.
+
+Definitions: docs/definitions.md#token-level-extraction
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+from bertlook.errors import BertlookError
+
+
+def attention_modules(model) -> list[tuple[str, Any, int]]:
+    """``(name, module, index)`` of every self-attention module of ``model`` in layer order, ``index`` the
+    position of the attention weights in its output tuple (transformers' own ``OutputRecorder`` of
+    ``attentions``). A BertlookError when the model does not say, or the count is not its layer count."""
+    spec = (getattr(model, "_can_record_outputs", None) or {}).get("attentions")
+    if spec is None:
+        raise BertlookError(f"model class {type(model).__name__} does not declare its attention modules "
+                            "(transformers' _can_record_outputs); its maps cannot be captured layer by layer")
+    if isinstance(spec, type):
+        target, index, layer_name = spec, 1, None
+    else:
+        target, index, layer_name = spec.target_class, int(spec.index), spec.layer_name
+    found = [(name, mod, index) for name, mod in model.named_modules()
+             if isinstance(mod, target) and (not layer_name or layer_name in f".{name}")]
+    n_layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    if not found or (n_layers is not None and len(found) != int(n_layers)):
+        raise BertlookError(f"model class {type(model).__name__}: {len(found)} attention modules "
+                            f"({target.__name__}) found for {n_layers} layers")
+    return found
+
+
+@contextlib.contextmanager
+def capture_layers(model, on_layer: Callable[[int, Any], None]) -> Iterator[int]:
+    """Within the block, every forward pass of ``model`` calls ``on_layer(layer, weights)`` once per layer in
+    order (``weights``: that layer's ``[batch, head, query_pos, key_pos]`` maps, float32, on the device);
+    yields the number of layers. Run the model without ``output_attentions``. Hooks removed on exit."""
+    modules = attention_modules(model)
+    handles = []
+
+    def make_hook(layer: int, index: int):
+        def hook(_module, _inputs, output):
+            weights = output[index] if isinstance(output, tuple) and len(output) > index else None
+            if weights is None:
+                raise BertlookError(f"attention module of layer {layer + 1} returned no weights (the model must "
+                                    "be loaded with attn_implementation='eager')")
+            on_layer(layer, weights)
+        return hook
+
+    try:
+        for layer, (_, module, index) in enumerate(modules):
+            handles.append(module.register_forward_hook(make_hook(layer, index)))
+        yield len(modules)
+    finally:
+        for h in handles:
+            h.remove()
