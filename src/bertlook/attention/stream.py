@@ -105,8 +105,10 @@ def _batch_inputs(batch: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[
 
 class _LayerSink:
     """The per-layer callback of :func:`bertlook.attention.layer_capture.capture_layers` during one batch: each
-    layer's float32 maps converted into ``maps[:, layer]`` (``dtype``, on the device) and, with norms, its
-    norm-based maps and value norms, computed from the layer's maps and value vectors right away."""
+    layer's float32 maps converted to ``dtype`` on the device and copied into ``maps[:, layer]`` on the CPU,
+    and, with norms, its norm-based maps and value norms, computed from the layer's maps and value vectors
+    right away. The device holds one layer's maps at a time (a large model on a GPU); the CPU the batch's
+    maps in ``dtype``, which its readers need."""
 
     def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None) -> None:
         self.num_layers, self.dtype = num_layers, dtype
@@ -125,8 +127,8 @@ class _LayerSink:
 
         B, H, T, _ = a.shape
         if self.maps is None:
-            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, device=a.device)
-        self.maps[:, layer].copy_(a)  # [batch, head, query_pos, key_pos]
+            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype)  # on the CPU
+        self.maps[:, layer].copy_(a.to(self.dtype))  # [batch, head, query_pos, key_pos]: converted on the device
         if self.captured is not None:
             self._norms(layer, a)
         self.seen += 1
@@ -141,12 +143,12 @@ class _LayerSink:
             raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
         B, H, T, _ = a.shape
         if self.nmaps is None:
-            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, device=a.device)
-            self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32, device=a.device)
+            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype)  # on the CPU
+            self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32)
         # [batch, head, key_pos]
         vn = norms_mod.value_norms(values, self.norm_modules[layer][1].weight, H, gram=self.grams[layer])
         self.vnorms[:, layer].copy_(vn)
-        self.nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids))
+        self.nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids).to(self.dtype))
         self.captured[layer] = None  # the layer's value vectors are not needed any more
 
     def check(self) -> None:

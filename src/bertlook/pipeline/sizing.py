@@ -141,15 +141,32 @@ class ModelDims:
     weights_bytes: int | None = None  # from the weights files when found, else from the dimensions
     source: str = "config.json"
     mlm_head: bool = True  # False when config.json's architectures name no masked-LM head (no gradients)
+    family: str = "encoder"  # encoder | decoder (bertlook.pipeline.model_spec.model_family)
+    kv_heads: int | None = None  # grouped-query attention: key/value heads (None: as many as heads)
+    gated_mlp: bool = False  # a gated feed-forward (Llama, Qwen2, Mistral: 3 matrices instead of 2)
 
     @property
     def heads_total(self) -> int:
         return self.layers * self.heads
 
     @property
+    def kv_fraction(self) -> float:
+        """Key/value heads per head (1 without grouped-query attention)."""
+        return (self.kv_heads or self.heads) / self.heads
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    @property
     def params(self) -> int:
-        """Parameter count of a BERT encoder (embeddings, layers, pooler) from the dimensions."""
+        """Parameter count from the dimensions: a BERT encoder (embeddings, layers, pooler), or a decoder
+        (token embeddings, an untied output head, layers with grouped-query key/value projections and a
+        gated feed-forward where the model has them)."""
         h, i, layer_count = self.hidden, self.intermediate, self.layers
+        if self.family == "decoder":
+            attention = int(2 * h * h + 2 * h * h * self.kv_fraction)
+            return 2 * self.vocab * h + layer_count * (attention + self.mlp_matrices * h * i + 4 * h) + 2 * h
         embeddings = (self.vocab + self.max_positions + 2) * h + 2 * h
         layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
         return embeddings + layer_count * layer + h * h + h
@@ -159,10 +176,16 @@ class ModelDims:
         """fp32 weights in MiB (the files' size when known)."""
         return (self.weights_bytes if self.weights_bytes else 4 * self.params) / MIB
 
+    @property
+    def matmul_params_per_layer(self) -> float:
+        """Weights a token passes through per layer: q, o, k, v (k, v smaller under grouped-query attention)
+        and the feed-forward matrices."""
+        h, i = self.hidden, self.intermediate
+        return 2 * h * h + 2 * h * h * self.kv_fraction + self.mlp_matrices * h * i
+
     def flops_per_token(self, n: float) -> float:
         """Forward FLOPs per token of an n-token example (projections, feed-forward, attention)."""
-        h, i = self.hidden, self.intermediate
-        return self.layers * (2.0 * (4 * h * h + 2 * h * i) + 4.0 * n * h)
+        return self.layers * (2.0 * self.matmul_params_per_layer + 4.0 * n * self.hidden)
 
 
 # BERT-large: assumed when a model's config.json cannot be read (conservative for BERT-base-like models)
@@ -180,12 +203,18 @@ def dims_from_config(cfg: Mapping[str, Any], weights_bytes: int | None = None, s
             raise BertlookError(f"{source}: none of {', '.join(names)} in the model config")
         return default
 
+    from bertlook.pipeline.model_spec import DECODER, model_family
+
     hidden = get("hidden_size", "n_embd", "d_model")
     archs = cfg.get("architectures")
+    family = model_family(cfg)
     mlm = not archs or any(("MaskedLM" in a or "ForPreTraining" in a) for a in archs)
+    if family == DECODER:  # its pre-training head is the next-token head: gradients run when it has one
+        mlm = not archs or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+    heads = get("num_attention_heads", "n_head")
     return ModelDims(
         layers=get("num_hidden_layers", "n_layer", "num_layers"),
-        heads=get("num_attention_heads", "n_head"),
+        heads=heads,
         hidden=hidden,
         intermediate=get("intermediate_size", "n_inner", default=4 * hidden),
         vocab=get("vocab_size", default=30522),
@@ -193,6 +222,10 @@ def dims_from_config(cfg: Mapping[str, Any], weights_bytes: int | None = None, s
         weights_bytes=weights_bytes,
         source=source,
         mlm_head=mlm,
+        family=family,
+        kv_heads=get("num_key_value_heads", default=heads),
+        gated_mlp=family == DECODER and cfg.get("model_type") not in ("gpt2", "gpt_neo", "gpt_neox", "gptj", "opt",
+                                                                     "bloom", "falcon", "phi", "codegen", "starcoder2"),
     )
 
 
@@ -458,9 +491,9 @@ def _forward(dims: ModelDims, pieces: Examples, batch: int) -> tuple[float, floa
 
 
 def sum_flops(dims: ModelDims, ex: Examples) -> float:
-    """Forward FLOPs of every example: per token ``L (2 (4h^2 + 2hi))`` plus ``4 L h n`` for attention."""
-    h, i = dims.hidden, dims.intermediate
-    return dims.layers * (2.0 * (4 * h * h + 2 * h * i) * ex.tokens + 4.0 * h * ex.squares)
+    """Forward FLOPs of every example: per token ``2 L`` x the weights it passes
+    (:attr:`ModelDims.matmul_params_per_layer`; BERT: ``4h^2 + 2hi``) plus ``4 L h n`` for attention."""
+    return dims.layers * (2.0 * dims.matmul_params_per_layer * ex.tokens + 4.0 * dims.hidden * ex.squares)
 
 
 def _norms_on(cfg: Mapping[str, Any]) -> bool:
