@@ -90,10 +90,12 @@ def measure(cfg: dict, tokens: int, peak_tflops: float) -> dict:
                                  map_dtype="float16", use_token_types=False):
             out["cpu_maps_gib"] = batch.maps.nbytes / GIB
 
-    def recorded():
+    def recorded():  # the previous extraction: every layer kept, stacked in float16 on the device, then copied
         with torch.inference_mode():
             attns = model(input_ids=torch.tensor([ids], device="cuda"), output_attentions=True).attentions
+            maps = torch.stack([a.to(torch.float16) for a in attns], dim=1)  # [batch, layer, head, T, T]
             del attns
+            out["previous_cpu_maps_gib"] = maps.cpu().numpy().nbytes / GIB
 
     run("warmup", layered)  # kernels, allocator
     run("layer_by_layer", layered)

@@ -119,3 +119,17 @@ def test_workflow_refuses_a_remote_code_model_before_any_job(tiny_gpt2, tiny_ber
                           cwd=root, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "error: models[label=remote]: model" in proc.stderr and "remote-code" in proc.stderr
+
+
+def test_model_dtype_auto_only_on_a_gpu(tiny_gpt2):
+    import torch
+
+    from bertlook.attention.modeling import load_model, weights_dtype
+
+    assert weights_dtype("float32", "cuda") is torch.float32
+    assert weights_dtype("auto", "cuda:0") == "auto" and weights_dtype("auto", torch.device("cuda")) == "auto"
+    assert weights_dtype("auto", "cpu") is torch.float32  # half precision on a CPU: slow and rounder
+    with pytest.raises(BertlookError, match="unknown model dtype"):
+        weights_dtype("bfloat16", "cpu")
+    model = load_model(resolve_model(str(tiny_gpt2)), "cpu", model_dtype="auto")
+    assert next(model.parameters()).dtype is torch.float32

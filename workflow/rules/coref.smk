@@ -21,6 +21,7 @@ if COREF_FILES:
                 head_rule=config["coref"]["head_rule"],
                 batch_size=config["extraction"]["batch_size"],
                 device=config["extraction"]["device"],
+                model_dtype=config["extraction"]["model_dtype"],
                 max_unk_rate=config["extraction"]["max_unk_rate"],
                 summary=OUT.summary,
             ),

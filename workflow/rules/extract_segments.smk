@@ -27,6 +27,7 @@ rule extract_segments:
             segment_ids=config["extraction"]["segment_ids"],
             max_seq_len=config["segments"]["max_seq_len"],
             device=config["extraction"]["device"],
+            model_dtype=config["extraction"]["model_dtype"],
             shard_mb=config["extraction"]["shard_mb"],
             max_unk_rate=config["extraction"]["max_unk_rate"],
             shard=WC.shard,

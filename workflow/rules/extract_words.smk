@@ -35,6 +35,7 @@ rule extract_words:
             batch_size=config["extraction"]["batch_size"],
             max_seq_len=config["segments"]["max_seq_len"],
             device=config["extraction"]["device"],
+            model_dtype=config["extraction"]["model_dtype"],
             shard_mb=config["extraction"]["shard_mb"],
             max_unk_rate=config["extraction"]["max_unk_rate"],
             shard=WORD_SHARD_FLAG,

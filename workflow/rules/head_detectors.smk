@@ -23,6 +23,7 @@ rule head_detectors:
             batch_size=config["head_detectors"]["batch_size"],
             threshold=config["head_detectors"]["threshold"],
             device=config["extraction"]["device"],
+            model_dtype=config["extraction"]["model_dtype"],
         ),
     log:
         log_path("head_detectors"),

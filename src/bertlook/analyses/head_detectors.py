@@ -128,6 +128,7 @@ class DetectorOptions:
     batch_size: int = 16
     threshold: float = DEFAULT_THRESHOLD
     device: str = "auto"
+    model_dtype: str = "float32"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +166,7 @@ def run_head_detectors(model_spec: str, options: DetectorOptions = DetectorOptio
     tokenizer = load_tokenizer(resolved)
     seqs = make_repeated_tokens(tokenizer, n_sequences=options.n_sequences, length=options.length, seed=options.seed)
     device = pick_device(options.device)
-    model = load_model(resolved, device)
+    model = load_model(resolved, device, model_dtype=options.model_dtype)
     max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     if max_pos and seqs.n_positions > int(max_pos):
         raise BertlookError(f"head detectors: sequences of {seqs.n_positions} tokens exceed the model's "

@@ -229,6 +229,7 @@ def extract_coref_attention(
     head_rule: str = "tree",
     batch_size: int = 16,
     device: str = "auto",
+    model_dtype: str = "float32",
     shard_mb: float = 256,
     progress_every: int = 256,
     max_unk_rate: float | None = None,
@@ -274,7 +275,7 @@ def extract_coref_attention(
     inputs = [{"path": str(f), "sha256": sha256_file(f)} for f in files]
     coref_meta = {"inputs": inputs, "head_rule": head_rule, "from_split": from_split,
                   "max_seq_len": int(max_seq_len), "read": read_counts, "truncation": trunc}
-    model = load_model(resolved, dev)
+    model = load_model(resolved, dev, model_dtype=model_dtype)
     meta = {
         "model": resolved.provenance(model.config),
         "special_tokens": special,

@@ -421,7 +421,8 @@ class WordExtractionOptions:
 
     ``revision``: hub revision of the model; ``batch_size``: sentences per batch; ``max_seq_len``:
     sentences with more tokens (incl. the special tokens) are excluded and counted; ``device``:
-    ``auto``, ``cpu`` or ``cuda``; ``from_split``: :data:`FROM_SPLIT_MODES` (attention FROM a split
+    ``auto``, ``cpu`` or ``cuda``; ``model_dtype``: ``float32`` or ``auto`` (the checkpoint's dtype on a GPU,
+    :func:`bertlook.attention.modeling.load_model`); ``from_split``: :data:`FROM_SPLIT_MODES` (attention FROM a split
     word); ``shard_mb``: size of the store's shard files; ``progress_every``: 0 turns the progress
     bar off; ``max_unk_rate``: largest allowed fraction of unknown tokens (None: the default 0.05,
     :data:`bertlook.attention.extraction.DEFAULT_MAX_UNK_RATE`); ``random_init_seed``: the
@@ -436,6 +437,7 @@ class WordExtractionOptions:
     batch_size: int = 16
     max_seq_len: int = 128
     device: str = "auto"
+    model_dtype: str = "float32"
     from_split: str = "mean"
     shard_mb: float = 256
     progress_every: int = 256
@@ -591,12 +593,12 @@ def extract_word_attention_from_sentences(
     seed, keep = opts.random_init_seed, opts.random_init_keep
     if random_init_out is None:
         if seed is None:
-            return _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
+            return _extract_words_with(prep, load_model(resolved, dev, model_dtype=opts.model_dtype), None, resolved, out_dir, norms_out)
         model, random_init = load_random_init_model(resolved, int(seed), dev, keep=keep)
         return _extract_words_with(prep, model, random_init, resolved, out_dir, norms_out)
     if seed is None:
         raise BertlookError("--random-init-out needs --random-init-seed (the random-init model's seed)")
-    summary = _extract_words_with(prep, load_model(resolved, dev), None, resolved, out_dir, norms_out)
+    summary = _extract_words_with(prep, load_model(resolved, dev, model_dtype=opts.model_dtype), None, resolved, out_dir, norms_out)
     model, random_init = load_random_init_model(resolved, int(seed), dev, keep=keep)
     summary["random_init_run"] = _extract_words_with(prep, model, random_init, resolved, random_init_out, None)
     return summary

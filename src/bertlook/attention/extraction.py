@@ -631,8 +631,9 @@ def extract_segments(
     norms: bool = False,
     consumers: Sequence[Any] = (),
     workers: int = 1,
+    model_dtype: str = "float32",
 ) -> dict[str, Any]:
-    """Read ``segments.jsonl``, load the model, run it once over the segments and hand the maps to the
+    """Read ``segments.jsonl``, load the model (``model_dtype``: :func:`bertlook.attention.modeling.load_model`), run it once over the segments and hand the maps to the
     stores and the ``consumers`` (:mod:`bertlook.attention.stream`; the statistics of the one-pass step).
 
     ``out_dir``: the token-level attention store (None: no store is written). ``norms_out``: the norm-based
@@ -660,7 +661,7 @@ def extract_segments(
     if out_dir is None and norms_out is None and not consumers:
         raise BertlookError("extract-segments: nothing to compute (no store and no statistic asked for)")
     norms = bool(norms or norms_out is not None)
-    model = load_model(resolved, dev)
+    model = load_model(resolved, dev, model_dtype=model_dtype)
     meta = {
         "model": resolved.provenance(model.config),
         "special_tokens": special_token_roles(tokenizer, model),

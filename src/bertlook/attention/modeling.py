@@ -360,9 +360,23 @@ def _checked_family(config: Any, spec: str) -> str:
     return model_family(config)
 
 
-def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False):
-    """The model in fp32 with eager attention, eval mode, on ``device``: ``AutoModel``, or with ``mlm`` its
-    pre-training head (``AutoModelForMaskedLM`` for an encoder, ``AutoModelForCausalLM`` for a decoder).
+MODEL_DTYPES = ("float32", "auto")
+
+
+def weights_dtype(model_dtype: str, device: Any):
+    """The torch dtype the weights are loaded in: float32, or with ``model_dtype="auto"`` on a CUDA device the
+    checkpoint's own (``"auto"`` to transformers: its config's dtype, e.g. bfloat16 for Llama); on the CPU
+    always float32 (half-precision matrix products there are slow and round more)."""
+    if model_dtype not in MODEL_DTYPES:
+        raise BertlookError(f"unknown model dtype {model_dtype!r} (use one of {', '.join(MODEL_DTYPES)})")
+    is_cuda = str(device).startswith("cuda")
+    return "auto" if model_dtype == "auto" and is_cuda else torch.float32
+
+
+def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = False, model_dtype: str = "float32"):
+    """The model with eager attention, eval mode, on ``device``: ``AutoModel``, or with ``mlm`` its
+    pre-training head (``AutoModelForMaskedLM`` for an encoder, ``AutoModelForCausalLM`` for a decoder); in
+    float32, or with ``model_dtype="auto"`` on a GPU in the checkpoint's own dtype (:func:`weights_dtype`).
 
     The config is checked first (:func:`check_model_family`); a model that did not load with the eager
     attention path (the only one that returns attention weights) is refused."""
@@ -370,7 +384,8 @@ def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = Fals
     if mlm and not family:
         family = _checked_family(load_config(resolved), resolved.spec)
     loader = AutoModel if not mlm else AutoModelForCausalLM if family == DECODER else AutoModelForMaskedLM
-    model = load_pretrained(resolved, loader, "weights", attn_implementation="eager", dtype=torch.float32)
+    model = load_pretrained(resolved, loader, "weights", attn_implementation="eager",
+                            dtype=weights_dtype(model_dtype, device))
     _checked_family(model.config, resolved.spec)
     impl = getattr(model.config, "_attn_implementation", "eager")
     if impl != "eager":

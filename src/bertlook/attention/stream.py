@@ -126,8 +126,8 @@ class _LayerSink:
         import torch
 
         B, H, T, _ = a.shape
-        if self.maps is None:
-            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype)  # on the CPU
+        if self.maps is None:  # on the CPU; page-locked beside a GPU (device-to-host copies at full speed)
+            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, pin_memory=a.is_cuda)
         self.maps[:, layer].copy_(a.to(self.dtype))  # [batch, head, query_pos, key_pos]: converted on the device
         if self.captured is not None:
             self._norms(layer, a)
@@ -143,8 +143,8 @@ class _LayerSink:
             raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
         B, H, T, _ = a.shape
         if self.nmaps is None:
-            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype)  # on the CPU
-            self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32)
+            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, pin_memory=a.is_cuda)
+            self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32, pin_memory=a.is_cuda)
         # [batch, head, key_pos]
         vn = norms_mod.value_norms(values, self.norm_modules[layer][1].weight, H, gram=self.grams[layer])
         self.vnorms[:, layer].copy_(vn)

@@ -28,7 +28,15 @@ def add_batch_arguments(p, *, unit: str, length_help: str) -> None:
     p.add_argument("--max-seq-len", type=int, default=128, help=f"{length_help} (default 128)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
     p.add_argument("--shard-mb", type=float, default=256, help="attention shard file size in MiB (default 256)")
+    add_model_dtype_argument(p)
     add_unk_argument(p)
+
+
+def add_model_dtype_argument(p) -> None:
+    """--model-dtype of the steps that load a model for its maps."""
+    p.add_argument("--model-dtype", choices=("float32", "auto"), default="float32",
+                   help="weights in float32 (default), or auto: on a GPU the checkpoint's own dtype (bfloat16 / "
+                        "float16: half the memory of a large model; float32 on the CPU)")
 
 
 def _rate_arg(text: str) -> float:

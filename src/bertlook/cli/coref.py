@@ -111,6 +111,7 @@ def _cmd_coref_extract(args) -> int:
     s = extract_coref_attention(args.conll, args.model, args.out, revision=args.revision,
                                 max_seq_len=args.max_seq_len, from_split=args.from_split, head_rule=args.head_rule,
                                 batch_size=args.batch_size, device=args.device, shard_mb=args.shard_mb,
+                                model_dtype=args.model_dtype,
                                 max_unk_rate=args.max_unk_rate)
     if args.summary:
         write_json(args.summary, s)

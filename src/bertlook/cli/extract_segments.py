@@ -196,6 +196,7 @@ def _cmd_extract(args) -> int:
     summary = extract_segments(
         args.segments, args.model, args.out, revision=args.revision, batch_size=args.batch_size,
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
+        model_dtype=args.model_dtype,
         max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out, norms=norms, consumers=readers,
         workers=threads,
     )

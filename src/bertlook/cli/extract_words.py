@@ -93,6 +93,7 @@ def _cmd_extract_words(args) -> int:
         raise BertlookError("give both --random-init-out and --random-init-summary, or neither")
     options = WordExtractionOptions(
         revision=args.revision, batch_size=args.batch_size, max_seq_len=args.max_seq_len, device=args.device,
+        model_dtype=args.model_dtype,
         from_split=args.from_split, shard_mb=args.shard_mb, max_unk_rate=args.max_unk_rate,
         random_init_seed=args.random_init_seed, random_init_keep=keep, text=args.text,
     )

@@ -41,6 +41,8 @@ Definitions: docs/definitions.md#head-detectors.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-detectors`` subcommand."""
+    from bertlook.cli._args import add_model_dtype_argument
+
     p = subparsers.add_parser("head-detectors", help=COMMANDS["head-detectors"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
@@ -56,6 +58,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.5, metavar="X",
                    help="a head is listed as detected when its score exceeds X (default 0.5)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
+    add_model_dtype_argument(p)
     p.set_defaults(func=_run)
     return p
 
@@ -83,7 +86,8 @@ def _run(args: argparse.Namespace) -> int:
     from bertlook.io_utils import write_csv, write_json, write_text
 
     options = DetectorOptions(n_sequences=args.n_sequences, length=args.length, seed=args.seed,
-                              batch_size=args.batch_size, threshold=args.threshold, device=args.device)
+                              batch_size=args.batch_size, threshold=args.threshold, device=args.device,
+                              model_dtype=args.model_dtype)
     result = run_head_detectors(args.model, options, revision=args.revision)
     summary = result.summary
     write_csv(args.out, result.frame)
