@@ -133,3 +133,20 @@ def test_model_dtype_auto_only_on_a_gpu(tiny_gpt2):
         weights_dtype("bfloat16", "cpu")
     model = load_model(resolve_model(str(tiny_gpt2)), "cpu", model_dtype="auto")
     assert next(model.parameters()).dtype is torch.float32
+
+
+def test_a_model_without_the_eager_path_is_refused(tiny_gpt2, monkeypatch):
+    """A model that did not load with eager attention (e.g. a class with only sdpa or flash kernels) returns no
+    weights: refused after loading, with the reason."""
+    from bertlook.attention import modeling
+
+    real = modeling.load_pretrained
+
+    def sdpa_only(resolved, loader, what, **kwargs):
+        model = real(resolved, loader, what, **kwargs)
+        model.config._attn_implementation = "sdpa"
+        return model
+
+    monkeypatch.setattr(modeling, "load_pretrained", sdpa_only)
+    with pytest.raises(BertlookError, match="attention implementation 'sdpa', not 'eager'"):
+        modeling.load_model(resolve_model(str(tiny_gpt2)))
