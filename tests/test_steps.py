@@ -107,9 +107,21 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
                                                              "probe_ablations", "head_detectors", "rollout_stats",
                                                              "head_report"]
     assert steps.sizing_kinds(STEPS) == {"rollout": "surface_stats", "rollout_words": "heads",
-                                         "head_report": "figures"}
+                                         "head_report": "figures", "explorer": "figures"}
 
 
 def test_syntax_runs_have_the_syntax_steps_only():
     assert [s.name for s in steps.syntax_steps(STEPS)] == ["heads"]
     assert [p.page for p in steps.syntax_pages(STEPS)] == ["table1.html", "head_accuracy.html", "fig5_syntax_heads.png"]
+
+
+def test_a_step_is_off_when_a_step_it_needs_is(offline_config):
+    """`needs`: the explorer reads the report card; with head_report off it is off too, whatever its own key."""
+    import copy
+
+    config = copy.deepcopy(offline_config)
+    assert steps.switches(config, has_train_split=True, declared=STEPS)["explorer"] is True
+    config["head_report"]["enabled"] = False
+    on = steps.switches(config, has_train_split=True, declared=STEPS)
+    assert on["explorer"] is False and on["head_report"] is False
+    assert "explorer.html" not in steps.run_outputs(STEPS, on)

@@ -170,7 +170,7 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
 # ---- beyond the paper: norms, rollout, head report (each a switch)
 BEYOND_RULES = {"norms": set(),  # the norm twins are jobs of the same rules ({maps} = _norm): counted below
                 "rollout": {"rollout", "rollout_words"},
-                "head_report": {"head_report"},
+                "head_report": {"head_report", "explorer"},  # the explorer needs the report card
                 "tree_heads": {"tree_heads"}}
 
 

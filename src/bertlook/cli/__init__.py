@@ -27,7 +27,7 @@ from bertlook.pipeline.steps import Step, check_steps
 #: module of this package not named here (a new step's) comes after them, in name order.
 ORDER = ("preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
          "surface_stats", "cluster_heads", "figures", "heads", "tree_heads", "random_init", "probes",
-         "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "head_report", "languages", "manifest", "compare",
+         "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "head_report", "explorer", "languages", "manifest", "compare",
          "resources", "report_pages")
 
 

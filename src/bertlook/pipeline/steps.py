@@ -87,7 +87,8 @@ class Step:
     cell (the paper's tables have hand-written groups in :mod:`bertlook.reporting.golden`); ``syntax``: it
     also runs for every `treebanks` entry (the syntax runs); ``env``: its conda environment (:data:`ENVS`);
     ``beyond``: an analysis beyond the paper; ``sizing``: the rule whose resource estimate its jobs take
-    (:mod:`bertlook.pipeline.sizing`; default: its own rule's).
+    (:mod:`bertlook.pipeline.sizing`; default: its own rule's); ``needs``: the switches of other steps its
+    inputs come from (it is off when one of them is).
     """
 
     name: str
@@ -102,6 +103,7 @@ class Step:
     beyond: bool = False
     golden: tuple[GoldenTable, ...] = ()
     sizing: str | None = None
+    needs: tuple[str, ...] = ()
 
     @property
     def rule_name(self) -> str:
@@ -160,6 +162,9 @@ def switches(config: Mapping[str, Any], has_train_split: bool, declared: Sequenc
     probes = bool(has_train_split)
     on = {name: bool(config[name]["enabled"]) for name in ("norms", *(s.switch for s in declared if s.switch))
           if name not in COMPOSITE_SWITCHES}
+    for step in declared:  # a step whose inputs come from a switched-off step is off too
+        if step.switch in on and step.needs:
+            on[step.switch] = on[step.switch] and all(on.get(n, True) for n in step.needs)
     return {
         **on,
         "probes": probes,

@@ -1,0 +1,66 @@
+"""``bertlook explorer``: argparse glue and files of :mod:`bertlook.reporting.explorer`."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertlook.pipeline.steps import Step
+
+#: the subcommands this module registers, with their help lines (read without importing this module:
+#: bertlook.cli.discover_commands)
+COMMANDS = {
+    "explorer": "the head explorer: one self-contained HTML page about every head of a run",
+}
+
+#: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
+STEPS = (
+    Step("explorer", ("explorer.html",), switch="explorer", beyond=True, sizing="figures", needs=("head_report",)),
+)
+
+_DESCRIPTION = """\
+The head explorer: results/{run}/explorer.html, one page that opens from disk (no server, no network, no
+library): a layer x head grid coloured by a chosen metric (behaviour, entropy, [CLS]/sink and [SEP] shares,
+best relation accuracy, importance, positional fraction, previous-token and induction scores, the norm-based /
+attention ratio of the [CLS] share), and, for the head clicked or reached with the arrow keys, its report card,
+its relations with accuracy and word counts, and its nearest heads in the MDS embedding of the clustering.
+Numbers come from the run's tables; nothing is recomputed.
+
+inputs:
+  --head-report CSV     head_report.csv (head-report)
+  --head-accuracy CSV   head_accuracy.csv (heads)
+  --clusters CSV        head_clusters.csv (cluster-heads: the MDS embedding)
+  --stats CSV           attention_stats.csv (surface-stats: the [SEP] share)
+  --norm-stats CSV      optional: attention_stats_norm.csv (the norm-based / attention ratio)
+output:
+  --out HTML            explorer.html
+
+Definitions: docs/definitions.md#head-explorer.
+"""
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add the ``explorer`` subcommand."""
+    p = subparsers.add_parser("explorer", help=COMMANDS["explorer"], description=_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--head-report", required=True, metavar="CSV", help="input: head_report.csv")
+    p.add_argument("--head-accuracy", required=True, metavar="CSV", help="input: head_accuracy.csv")
+    p.add_argument("--clusters", required=True, metavar="CSV", help="input: head_clusters.csv")
+    p.add_argument("--stats", required=True, metavar="CSV", help="input: attention_stats.csv")
+    p.add_argument("--norm-stats", default=None, metavar="CSV", help="input (optional): attention_stats_norm.csv")
+    p.add_argument("--run", required=True, metavar="NAME", help="the run's name, in the page's title")
+    p.add_argument("--out", required=True, metavar="HTML", help="output: explorer.html")
+    p.set_defaults(func=_run)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bertlook.io_utils import write_text
+    from bertlook.reporting.explorer import explorer_data, explorer_html
+
+    data = explorer_data(args.head_report, args.head_accuracy, args.clusters, args.stats, args.norm_stats,
+                         run=args.run)
+    html = explorer_html(data)
+    write_text(args.out, html)
+    print(f"explorer: {len(data['heads'])} heads ({data['num_layers']} x {data['num_heads']}), "
+          f"{len(data['metrics'])} metrics, {len(html.encode('utf-8')) / 1024:.0f} KiB -> {args.out}")
+    return 0

@@ -1,0 +1,152 @@
+"""The head explorer (``bertlook explorer``): one self-contained HTML page about every head of a run.
+
+:func:`explorer_data` joins what the run's tables say about each head -- the report card
+(``head_report.csv``), its relations with accuracy and word counts (``head_accuracy.csv``), its nearest heads in
+the MDS embedding of the Jensen-Shannon clustering (``head_clusters.csv``), the [SEP] share and, with the
+norm-based statistics, the norm/attention ratio of the [CLS] share (``attention_stats{,_norm}.csv``) -- into
+one JSON object; :func:`explorer_html` embeds it in a page with no server, no network and no library: a
+layer x head grid coloured by a chosen metric (values in each cell's label, keyboard navigation with the
+arrow keys), and the selected head's card, relations and neighbours. Numbers only come from the tables;
+nothing is recomputed.
+
+Definitions: docs/definitions.md#head-explorer
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from bertlook.errors import BertlookError
+from bertlook.io_utils import read_csv_strings
+
+#: the grid's metrics: (key, label, kind); numeric ones are coloured on a sequential scale
+METRICS = (
+    ("behaviour", "behaviour (JS clustering)", "category"),
+    ("entropy", "entropy of a row (nats)", "numeric"),
+    ("sink", "[CLS] / first-token (sink) share", "numeric"),
+    ("sep", "[SEP] share", "numeric"),
+    ("best_accuracy", "best relation accuracy", "numeric"),
+    ("importance", "importance (Michel et al. 2019)", "numeric"),
+    ("positional_fraction", "positional fraction", "numeric"),
+    ("prev_token", "previous-token score", "numeric"),
+    ("induction", "induction score", "numeric"),
+    ("norm_ratio", "[CLS] share: norm-based / attention", "numeric"),
+)
+CARD_COLUMNS = ("behaviour", "entropy", "confidence", "sink", "positional_offset", "positional_fraction",
+                "best_relation", "best_direction", "best_accuracy", "coref_accuracy", "importance",
+                "prev_token", "duplicate_token", "induction")
+
+
+def _number(text: str, where: str) -> float | None:
+    text = str(text).strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BertlookError(f"{where}: expected a number, got {text!r}") from None
+    return value if math.isfinite(value) else None
+
+
+def _by_head(df, path: Path) -> dict[str, int]:
+    """``"L-H"`` -> row index, each head once."""
+    out: dict[str, int] = {}
+    for i, (layer, head) in enumerate(zip(df["layer"], df["head"])):
+        label = f"{int(layer)}-{int(head)}"
+        if label in out:
+            raise BertlookError(f"{path}:{i + 2}: head {label} appears twice")
+        out[label] = i
+    return out
+
+
+def _relations(path: Path, labels: list[str], top: int) -> dict[str, list[dict[str, Any]]]:
+    """Per head its ``top`` relations by accuracy (both directions; "All" first), from head_accuracy.csv."""
+    df = read_csv_strings(path, required=("relation", "layer", "head", "direction", "accuracy", "count"),
+                          what="head accuracy table")
+    rows: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
+    for i, r in df.iterrows():
+        label = f"{int(r['layer'])}-{int(r['head'])}"
+        if label not in rows:
+            raise BertlookError(f"{path}:{i + 2}: head {label} is not in the report card")
+        rows[label].append({"relation": r["relation"].strip(), "direction": r["direction"].strip(),
+                            "accuracy": _number(r["accuracy"], f"{path}:{i + 2}"), "count": int(r["count"])})
+    for label, rel in rows.items():
+        rel.sort(key=lambda x: (x["relation"] != "All", -(x["accuracy"] or 0.0), x["relation"], x["direction"]))
+        rows[label] = rel[:top]
+    return rows
+
+
+def _neighbours(path: Path, labels: list[str], k: int) -> dict[str, list[str]]:
+    """Per head the ``k`` nearest heads in the MDS embedding of head_clusters.csv (Euclidean; ties by label)."""
+    df = read_csv_strings(path, required=("layer", "head", "x", "y"), what="head clusters table")
+    pos = {f"{int(l)}-{int(h)}": (_number(x, f"{path}:{i + 2}"), _number(y, f"{path}:{i + 2}"))
+           for i, (l, h, x, y) in enumerate(zip(df["layer"], df["head"], df["x"], df["y"]))}
+    out = {}
+    for lab in labels:
+        if lab not in pos or None in pos[lab]:
+            out[lab] = []
+            continue
+        x0, y0 = pos[lab]
+        dist = sorted((math.hypot(x - x0, y - y0), other) for other, (x, y) in pos.items()
+                      if other != lab and x is not None and y is not None)
+        out[lab] = [other for _, other in dist[:k]]
+    return out
+
+
+def _stats_column(path: Path | None, column: str, labels: list[str]) -> dict[str, float | None]:
+    if path is None:
+        return {lab: None for lab in labels}
+    df = read_csv_strings(path, required=("layer", "head", column), what="surface statistics")
+    index = _by_head(df, path)
+    return {lab: (_number(df[column].iloc[index[lab]], f"{path}:{index[lab] + 2}") if lab in index else None)
+            for lab in labels}
+
+
+def explorer_data(head_report: str | os.PathLike, head_accuracy: str | os.PathLike, clusters: str | os.PathLike,
+                  stats: str | os.PathLike, norm_stats: str | os.PathLike | None = None, *, run: str,
+                  top_relations: int = 8, neighbours: int = 5) -> dict[str, Any]:
+    """The explorer's data: the grid's layout, every metric's per-head values and each head's card, relations
+    and nearest neighbours. Bad input is a BertlookError naming the file and line."""
+    head_report = Path(head_report)
+    card_df = read_csv_strings(head_report, required=("layer", "head", *CARD_COLUMNS), what="head report card")
+    index = _by_head(card_df, head_report)
+    labels = list(index)
+    L = max(int(x) for x in card_df["layer"])
+    H = max(int(x) for x in card_df["head"])
+    if len(labels) != L * H:
+        raise BertlookError(f"{head_report}: {len(labels)} heads, expected {L} x {H}")
+    sep = _stats_column(Path(stats), "sep", labels)
+    cls_att = _stats_column(Path(stats), "cls", labels)
+    cls_norm = _stats_column(Path(norm_stats) if norm_stats else None, "cls", labels)
+    heads = []
+    for lab in labels:
+        row = card_df.iloc[index[lab]]
+        where = f"{head_report}:{index[lab] + 2}"
+        card = {c: (row[c].strip() if c in ("behaviour", "best_relation", "best_direction")
+                    else _number(row[c], where)) for c in CARD_COLUMNS}
+        ratio = (cls_norm[lab] / cls_att[lab]) if cls_norm[lab] is not None and cls_att[lab] else None
+        heads.append({"label": lab, "layer": int(row["layer"]), "head": int(row["head"]), "card": card,
+                      "metrics": {"sep": sep[lab], "norm_ratio": ratio,
+                                  **{m: card.get(m) for m, _, _ in METRICS if m not in ("sep", "norm_ratio")}}})
+    heads.sort(key=lambda h: (h["layer"], h["head"]))
+    relations = _relations(Path(head_accuracy), labels, top_relations)
+    near = _neighbours(Path(clusters), labels, neighbours)
+    for h in heads:
+        h["relations"], h["neighbours"] = relations[h["label"]], near[h["label"]]
+    metrics = [{"key": k, "label": lab, "kind": kind} for k, lab, kind in METRICS
+               if any(h["metrics"].get(k) is not None for h in heads)]
+    return {"run": run, "num_layers": L, "num_heads": H, "metrics": metrics, "heads": heads}
+
+
+TEMPLATE = Path(__file__).with_name("explorer_template.html")  # the page: HTML, CSS and JavaScript, no library
+
+
+def explorer_html(data: dict[str, Any]) -> str:
+    """The page: :data:`TEMPLATE` with ``data`` embedded as JSON (``</`` escaped: no early end of the script)."""
+    payload = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    title = f"Head explorer: {data['run']}".replace("&", "&amp;").replace("<", "&lt;")
+    return TEMPLATE.read_text(encoding="utf-8").replace("__TITLE__", title).replace("__DATA__", payload)
