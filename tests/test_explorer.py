@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from bertlook.errors import BertlookError
-from bertlook.reporting.explorer import explorer_data, explorer_html
+from bertlook.reporting.explorer import explorer_data, explorer_html, explorer_sample
 
 REPORT_HEADER = ("layer,head,importance,confidence,positional_offset,positional_fraction,positional,sink,sink_head,"
                  "entropy,behaviour,best_relation,best_direction,best_accuracy,coref_accuracy,prev_token,"
@@ -61,6 +61,48 @@ def test_bad_tables_name_file_and_line(tmp_path):
         explorer_data(report, acc, clusters, stats, norm, run="tiny")
 
 
+def _word_store(tmp_path, name="words-dev", scale=1.0):
+    """Word stores of a 2 x 2 model: sentences of 3, 5 and 2 words; head (l, h) attends to the previous word
+    (row 0 to itself), values scaled by ``scale`` and the rest of the row on [CLS]."""
+    import numpy as np
+
+    from bertlook.attention.store import AttentionWriter
+
+    w = AttentionWriter(tmp_path / name, num_layers=2, num_heads=2, level="word", meta={"treebank_kind": "silver"})
+    for k, W in enumerate((3, 5, 2)):
+        n = W + 2
+        m = np.zeros((2, 2, n, n))
+        for i in range(n):
+            m[..., i, max(i - 1, 0)] += scale
+            m[..., i, 0] += 1 - scale
+        heads = [0] + [1] * (W - 1)  # word 1 the root, every other word's head is word 1
+        w.add({"id": f"s{k}", "tokens": ["[CLS]", *[f"w{j}" for j in range(W)], "[SEP]"], "heads": heads,
+               "rels": ["root"] + ["dep"] * (W - 1), "upos": ["X"] * W, "xpos": ["X"] * W}, m.astype(np.float16))
+    w.close(excluded={})
+    return tmp_path / name
+
+
+def test_sample_of_short_sentences(tmp_path):
+    import base64
+
+    import numpy as np
+
+    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5))
+    assert [s["id"] for s in sample["sentences"]] == ["s0", "s1"]  # the 2-word sentence is too short
+    s = sample["sentences"][1]
+    assert s["n"] == 7 and s["heads"] == [0, 1, 1, 1, 1] and s["tokens"][0] == "[CLS]"
+    att = np.frombuffer(base64.b64decode(s["attention"]), dtype=np.uint8).reshape(2, 2, 7, 7)
+    assert att[1, 0, 3, 2] == 255 and att[1, 0, 3].sum() == 255  # word 2's row: all on word 1
+    norm = np.frombuffer(base64.b64decode(s["norm"]), dtype=np.uint8).reshape(2, 2, 7, 7)
+    assert norm[0, 1, 3, 2] == 128 and norm[0, 1, 3, 0] == 128  # 0.5 -> round(127.5) = 128
+    roll = np.frombuffer(base64.b64decode(s["rollout"]), dtype=np.uint8).reshape(2, 7, 7)
+    assert roll[0, 3, 3] == 128 and roll[0, 3, 2] == 128  # layer 1: 0.5 A + 0.5 I
+    data = explorer_data(*_tables(tmp_path), run="tiny", sample=sample)
+    assert len(data["sentences"]) == 2
+    with pytest.raises(BertlookError, match="not a bertlook-explorer-sample/1 sample of a 2 x 2 model"):
+        explorer_data(*_tables(tmp_path), run="tiny", sample={**sample, "num_layers": 3})
+
+
 def test_page_escapes_the_data(tmp_path):
     data = explorer_data(*_tables(tmp_path), run="a</script><b>")
     html = explorer_html(data)
@@ -102,6 +144,17 @@ window.addEventListener("load", function () {
     out.legend = document.getElementById("legend").textContent;
     out.label = document.querySelector('.cell[data-head="2-2"]').getAttribute("aria-label");
     out.pressed = document.querySelectorAll('.cell[aria-pressed="true"]').length;
+    explorer.show(0);  // head 1-1: a previous-word head on every sentence
+    const d = document.getElementById("drawing");
+    out.lines = Number(d.dataset.lines); out.gold = Number(d.dataset.gold); out.kind = d.dataset.kind;
+    out.svg_lines = d.querySelectorAll("line.attn").length;
+    const sent = document.getElementById("sentence"); sent.selectedIndex = 1; sent.dispatchEvent(new Event("change"));
+    out.lines_s1 = Number(d.dataset.lines); out.gold_s1 = Number(d.dataset.gold);
+    const kind = document.getElementById("kind"); kind.value = "norm"; kind.dispatchEvent(new Event("change"));
+    out.kind_after = d.dataset.kind; out.lines_norm = Number(d.dataset.lines);
+    const view = document.getElementById("view"); view.value = "heatmap"; view.dispatchEvent(new Event("change"));
+    out.canvas = d.querySelectorAll("canvas").length;
+    out.kinds = Array.from(kind.options).map(function (o) { return o.value; });
   } catch (e) { out.error = String(e); }
   const pre = document.createElement("pre"); pre.id = "test-result"; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
@@ -113,7 +166,8 @@ window.addEventListener("load", function () {
 def test_the_page_in_a_headless_browser(tmp_path):
     browser = _chromium()
     page = tmp_path / "explorer.html"
-    page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny", neighbours=2))
+    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5))
+    page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample))
                     .replace("</body>", DRIVER + "</body>"), encoding="utf-8")
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
@@ -129,3 +183,9 @@ def test_the_page_in_a_headless_browser(tmp_path):
     assert out["after_neighbour"] == "1-2"  # 2-1's nearest head in the MDS embedding (at 3: 1-2 at 1, 2-2 at 10)
     assert out["legend"].startswith("[CLS] share: norm-based / attention: 0.100 (dark) to 1.000 (light)")
     assert out["label"] == "head 2-2, [CLS] share: norm-based / attention: 0.250" and out["pressed"] == 1
+    # sentence 1 (3 words, 5 positions): one line per row to the previous position; 2 gold arcs (word 1 is root)
+    assert (out["kind"], out["lines"], out["svg_lines"], out["gold"]) == ("attention", 5, 5, 2)
+    assert (out["lines_s1"], out["gold_s1"]) == (7, 4)  # 5 words: 7 positions, 4 arcs
+    # norm-based: half on the previous position, half on [CLS]; row 1's both halves land on [CLS]
+    assert out["kind_after"] == "norm" and out["lines_norm"] == 2 * 7 - 2
+    assert out["canvas"] == 1 and out["kinds"] == ["attention", "norm", "rollout"]

@@ -1,10 +1,39 @@
 # Step `explorer` (beyond the paper): results/{run}/explorer.html, one self-contained page about every head
-# (a layer x head grid coloured by a chosen metric; a head's card, relations and nearest heads), from the
-# run's tables.
+# (a layer x head grid coloured by a chosen metric; a head's card, relations, nearest heads and its maps on
+# short dev sentences), from the run's tables. explorer_sample takes the maps of a few short dev sentences
+# from the word stores as soon as they exist (priority 10: the temporary stores are freed early).
+
+
+rule explorer_sample:
+    input:
+        dev=run_path("attention", "words-dev"),
+        norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
+    output:
+        sample=run_path("partials", "explorer_sample.json"),
+    params:
+        cmd=bertlook_cmd(
+            "explorer",
+            dev_attention=IN.dev,
+            norm_attention=IN.norm_dev if SWITCH["norms"] else None,
+            sample_out=OUT.sample,
+        ),
+    log:
+        log_path("explorer_sample"),
+    benchmark:
+        bench_path("explorer_sample")
+    priority: 10
+    threads: 1
+    resources:
+        **step_resources("explorer"),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
 
 
 rule explorer:
     input:
+        sample=rules.explorer_sample.output.sample,
         report=run_path("tables", "head_report.csv"),
         accuracy=run_path("tables", "head_accuracy.csv"),
         clusters=run_path("tables", "head_clusters.csv"),
@@ -15,6 +44,7 @@ rule explorer:
     params:
         cmd=bertlook_cmd(
             "explorer",
+            sample=IN.sample,
             head_report=IN.report,
             head_accuracy=IN.accuracy,
             clusters=IN.clusters,

@@ -25,7 +25,14 @@ attention ratio of the [CLS] share), and, for the head clicked or reached with t
 its relations with accuracy and word counts, and its nearest heads in the MDS embedding of the clustering.
 Numbers come from the run's tables; nothing is recomputed.
 
-inputs:
+Two steps: `--sample-out JSON` reads the first short dev sentences of the word store(s) (their maps quantised to
+8 bits, with the norm-based maps and the rollout), so the temporary stores can go; the page then embeds it.
+
+sample inputs (with --sample-out):
+  --dev-attention DIR   the dev word store (attention/words-dev)
+  --norm-attention DIR  optional: the norm-based dev word store (attention/normwords-dev)
+page inputs:
+  --sample JSON         optional: the sample (maps of short sentences, drawn as lines and heatmaps)
   --head-report CSV     head_report.csv (head-report)
   --head-accuracy CSV   head_accuracy.csv (heads)
   --clusters CSV        head_clusters.csv (cluster-heads: the MDS embedding)
@@ -42,25 +49,44 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``explorer`` subcommand."""
     p = subparsers.add_parser("explorer", help=COMMANDS["explorer"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--head-report", required=True, metavar="CSV", help="input: head_report.csv")
-    p.add_argument("--head-accuracy", required=True, metavar="CSV", help="input: head_accuracy.csv")
-    p.add_argument("--clusters", required=True, metavar="CSV", help="input: head_clusters.csv")
-    p.add_argument("--stats", required=True, metavar="CSV", help="input: attention_stats.csv")
+    p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
+    p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
+    p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")
+    p.add_argument("--sample", default=None, metavar="JSON", help="input (optional): the sample of maps")
+    p.add_argument("--head-report", default=None, metavar="CSV", help="input: head_report.csv")
+    p.add_argument("--head-accuracy", default=None, metavar="CSV", help="input: head_accuracy.csv")
+    p.add_argument("--clusters", default=None, metavar="CSV", help="input: head_clusters.csv")
+    p.add_argument("--stats", default=None, metavar="CSV", help="input: attention_stats.csv")
     p.add_argument("--norm-stats", default=None, metavar="CSV", help="input (optional): attention_stats_norm.csv")
-    p.add_argument("--run", required=True, metavar="NAME", help="the run's name, in the page's title")
-    p.add_argument("--out", required=True, metavar="HTML", help="output: explorer.html")
+    p.add_argument("--run", default=None, metavar="NAME", help="the run's name, in the page's title")
+    p.add_argument("--out", default=None, metavar="HTML", help="output: explorer.html")
     p.set_defaults(func=_run)
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bertlook.io_utils import write_text
-    from bertlook.reporting.explorer import explorer_data, explorer_html
+    from bertlook.errors import BertlookError
+    from bertlook.io_utils import write_json, write_text
+    from bertlook.reporting.compare import read_json_file
+    from bertlook.reporting.explorer import explorer_data, explorer_html, explorer_sample
 
+    if args.sample_out:
+        if not args.dev_attention:
+            raise BertlookError("explorer: --sample-out needs --dev-attention DIR")
+        sample = explorer_sample(args.dev_attention, args.norm_attention)
+        write_json(args.sample_out, sample)
+        print(f"explorer: {len(sample['sentences'])} sentences' maps -> {args.sample_out}")
+        return 0
+    missing = [f"--{n.replace('_', '-')}" for n in ("head_report", "head_accuracy", "clusters", "stats", "run", "out")
+               if not getattr(args, n)]
+    if missing:
+        raise BertlookError(f"explorer: the page needs {', '.join(missing)} (or --sample-out for the sample)")
+    sample = read_json_file(args.sample, "explorer sample") if args.sample else None
     data = explorer_data(args.head_report, args.head_accuracy, args.clusters, args.stats, args.norm_stats,
-                         run=args.run)
+                         run=args.run, sample=sample)
     html = explorer_html(data)
     write_text(args.out, html)
     print(f"explorer: {len(data['heads'])} heads ({data['num_layers']} x {data['num_heads']}), "
-          f"{len(data['metrics'])} metrics, {len(html.encode('utf-8')) / 1024:.0f} KiB -> {args.out}")
+          f"{len(data['metrics'])} metrics, {len(data['sentences'])} sentences' maps, "
+          f"{len(html.encode('utf-8')) / 1024:.0f} KiB -> {args.out}")
     return 0

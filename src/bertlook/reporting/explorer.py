@@ -108,9 +108,10 @@ def _stats_column(path: Path | None, column: str, labels: list[str]) -> dict[str
 
 def explorer_data(head_report: str | os.PathLike, head_accuracy: str | os.PathLike, clusters: str | os.PathLike,
                   stats: str | os.PathLike, norm_stats: str | os.PathLike | None = None, *, run: str,
-                  top_relations: int = 8, neighbours: int = 5) -> dict[str, Any]:
+                  top_relations: int = 8, neighbours: int = 5, sample: dict[str, Any] | None = None) -> dict[str, Any]:
     """The explorer's data: the grid's layout, every metric's per-head values and each head's card, relations
-    and nearest neighbours. Bad input is a BertlookError naming the file and line."""
+    and nearest neighbours, and the maps of ``sample`` (:func:`explorer_sample`). Bad input is a BertlookError
+    naming the file and line."""
     head_report = Path(head_report)
     card_df = read_csv_strings(head_report, required=("layer", "head", *CARD_COLUMNS), what="head report card")
     index = _by_head(card_df, head_report)
@@ -139,7 +140,57 @@ def explorer_data(head_report: str | os.PathLike, head_accuracy: str | os.PathLi
         h["relations"], h["neighbours"] = relations[h["label"]], near[h["label"]]
     metrics = [{"key": k, "label": lab, "kind": kind} for k, lab, kind in METRICS
                if any(h["metrics"].get(k) is not None for h in heads)]
-    return {"run": run, "num_layers": L, "num_heads": H, "metrics": metrics, "heads": heads}
+    if sample is not None and (sample.get("format") != SAMPLE_FORMAT or sample["num_layers"] != L
+                               or sample["num_heads"] != H):
+        raise BertlookError(f"explorer sample ({sample.get('source')}): not a {SAMPLE_FORMAT} sample of a "
+                            f"{L} x {H} model")
+    return {"run": run, "num_layers": L, "num_heads": H, "metrics": metrics, "heads": heads,
+            "sentences": (sample or {}).get("sentences", [])}
+
+
+SAMPLE_FORMAT = "bertlook-explorer-sample/1"
+SAMPLE_SENTENCES = 6  # dev sentences in the explorer
+SAMPLE_WORDS = (4, 18)  # of this many words (fewer lines: readable)
+
+
+def _quantised(a) -> str:
+    """A map's values in [0, 1] as base64 of uint8 ``round(255 a)`` (row-major)."""
+    import base64
+
+    import numpy as np
+
+    q = np.clip(np.rint(np.asarray(a, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
+    return base64.b64encode(q.tobytes()).decode("ascii")
+
+
+def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.PathLike | None = None, *,
+                    n_sentences: int = SAMPLE_SENTENCES, words: tuple[int, int] = SAMPLE_WORDS) -> dict[str, Any]:
+    """The explorer's maps: the first ``n_sentences`` dev sentences of ``words[0]..words[1]`` words of the word
+    store, with their words and gold trees; per sentence the attention maps ``[L, H, W+2, W+2]``, the norm-based
+    maps of the same sentence (``norm_attention``) and the rollout ``[L, W+2, W+2]``
+    (:func:`bertlook.analyses.rollout.rollout`), each quantised to 8 bits (:func:`_quantised`)."""
+    from bertlook.analyses.rollout import rollout
+    from bertlook.attention.store import open_store
+
+    store = open_store(dev_attention, level="word", what="word-level attention store")
+    norm = open_store(norm_attention, level="word", what="norm-based word store") if norm_attention else None
+    norm_index = {r.get("id"): k for k, r in enumerate(norm.records)} if norm is not None else {}
+    out = []
+    for k, rec in enumerate(store.records):
+        W = len(rec.get("heads") or [])
+        if not words[0] <= W <= words[1]:
+            continue
+        attn = store.get(k)  # [layer, head, W+2, W+2]
+        item = {"id": rec.get("id"), "tokens": list(rec["tokens"]), "heads": [int(h) for h in rec["heads"]],
+                "rels": list(rec["rels"]), "n": int(attn.shape[-1]), "attention": _quantised(attn),
+                "rollout": _quantised(rollout(attn))}
+        if rec.get("id") in norm_index:
+            item["norm"] = _quantised(norm.get(norm_index[rec.get("id")]))
+        out.append(item)
+        if len(out) >= n_sentences:
+            break
+    return {"format": SAMPLE_FORMAT, "source": str(dev_attention), "num_layers": store.num_layers,
+            "num_heads": store.num_heads, "sentences": out}
 
 
 TEMPLATE = Path(__file__).with_name("explorer_template.html")  # the page: HTML, CSS and JavaScript, no library
