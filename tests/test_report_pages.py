@@ -162,3 +162,14 @@ def test_tree_heads_page_in_percent(tmp_path):
     for text in ("28.9", "7.2", "50.7", "10,630"):
         assert text in html, text
     assert "0.288617" not in html
+
+
+def test_an_html_page_of_its_own_is_copied(tmp_path):
+    """The head explorer: a self-contained page goes into the report as it is."""
+    from bertlook.reporting.report_pages import write_page
+
+    src = tmp_path / "explorer.html"
+    src.write_text("<!DOCTYPE html><html><body><script>1</script></body></html>", encoding="utf-8")
+    line = write_page(src, tmp_path / "report" / "explorer.html")
+    assert (tmp_path / "report" / "explorer.html").read_text(encoding="utf-8") == src.read_text(encoding="utf-8")
+    assert "the page itself" in line

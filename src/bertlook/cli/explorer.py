@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertlook.pipeline.steps import Step
+from bertlook.pipeline.steps import BEYOND, CARD_SUB, Page, Step
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -14,7 +14,9 @@ COMMANDS = {
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
-    Step("explorer", ("explorer.html",), switch="explorer", beyond=True, sizing="figures", needs=("head_report",)),
+    Step("explorer", ("explorer.html",), switch="explorer", beyond=True, sizing="figures", needs=("head_report",),
+         pages=(Page("explorer.html", "explorer.html", BEYOND,
+                     "Head explorer: every head's card, relations and maps (interactive)", None, CARD_SUB),)),
 )
 
 _DESCRIPTION = """\

@@ -362,15 +362,18 @@ def figure_copy(png: str | os.PathLike, out_png: str | os.PathLike, *, max_width
 
 
 def write_page(source: str | os.PathLike, out: str | os.PathLike) -> str:
-    """The report page of ``source`` at ``out``, by the source's kind (``.md``, ``.csv``, ``.png``);
-    returns a line saying what was written."""
+    """The report page of ``source`` at ``out``, by the source's kind (``.md``, ``.csv``, ``.png``; an ``.html``
+    page of its own, such as the head explorer, is copied as it is); returns a line saying what was written."""
     src, dst = Path(source), Path(out)
     kind = src.suffix.lower()
-    want = {".md": ".html", ".csv": ".html", ".png": ".png"}
+    want = {".md": ".html", ".csv": ".html", ".png": ".png", ".html": ".html"}
     if kind not in want:
-        raise BertlookError(f"{src}: no report page for a {kind or 'suffix-less'} file (give .md, .csv or .png)")
+        raise BertlookError(f"{src}: no report page for a {kind or 'suffix-less'} file (give .md, .csv, .png or .html)")
     if dst.suffix.lower() != want[kind]:
         raise BertlookError(f"{dst}: the page of {src.name} must be a {want[kind]} file")
+    if kind == ".html":
+        _write(dst, src.read_text(encoding="utf-8"))
+        return f"{src} -> {dst} (the page itself, {dst.stat().st_size:,} bytes)"
     if kind == ".md":
         markdown_page(src, dst)
         return f"{src} -> {dst} (HTML, {dst.stat().st_size:,} bytes)"
