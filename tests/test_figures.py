@@ -352,3 +352,16 @@ def test_dollar_signs_in_notes_and_tokens_are_text_not_mathtext(tmp_path):
     n = len(tokens)
     attn = np.full((1, 1, n, n), 1.0 / n, dtype=np.float32)  # [layer, head, from, to]
     assert_png(figures.draw_fig1(tokens, attn, [(1, 1)], tmp_path / "fig1.png"))
+
+
+def test_fig1_window_keeps_cls_and_the_tokens_up_to_sep():
+    from bertlook.reporting.figures import fig1_window
+
+    special = {"[CLS]", "[SEP]"}
+    short = ["[CLS]", "a", "[SEP]", "b", "[SEP]"]
+    assert fig1_window(short, special, 30) == [0, 1, 2, 3, 4]
+    toks = ["[CLS]", *[f"a{i}" for i in range(50)], "[SEP]", *[f"b{i}" for i in range(40)], "[SEP]"]
+    w = fig1_window(toks, special, 30)
+    assert len(w) == 30 and w[0] == 0 and w[-1] == 51 and w[1:] == list(range(23, 52))  # [CLS], ..., first [SEP]
+    early = ["[CLS]", "a", "[SEP]", *[f"b{i}" for i in range(60)], "[SEP]"]
+    assert fig1_window(early, special, 30) == list(range(30))  # the [SEP] is in the first 30 tokens

@@ -242,6 +242,21 @@ def fig1_example_heads(
                      special_tokens=(store.meta.get("special_tokens") or {}).values())
 
 
+FIG1_WINDOW = 30  # tokens drawn per panel: a 128-token segment's lines are too dense to read
+
+
+def fig1_window(tokens: Sequence[str], special: set[str], size: int = FIG1_WINDOW) -> list[int]:
+    """The token positions Fig 1 draws: all of a short example; of a longer one, its first token ([CLS]) and the
+    ``size - 1`` tokens up to and including the first separator ([SEP]; without one, the tokens after the first),
+    so that attention to [CLS], to [SEP], to the previous and the next token all show."""
+    n = len(tokens)
+    if n <= size:
+        return list(range(n))
+    sep = next((i for i, t in enumerate(tokens) if i > 0 and str(t) in special), None)
+    end = max(size - 1, sep if sep is not None else size - 1)
+    return [0, *range(end - (size - 2), end + 1)]
+
+
 def draw_fig1(
     record_tokens: Sequence[str],
     attn,
@@ -251,8 +266,10 @@ def draw_fig1(
     labels: Sequence[str | None] | None = None,
     shown: Sequence[bool] | None = None,
     special_tokens: Iterable[str] = (),
+    window: int | None = FIG1_WINDOW,
 ) -> Path:
-    """Draw Fig 1 for one example: its tokens and its map ``attn[L, H, n, n]`` (see :func:`fig1_example_heads`)."""
+    """Draw Fig 1 for one example: its tokens and its map ``attn[L, H, n, n]`` (see :func:`fig1_example_heads`);
+    ``window``: the tokens of :func:`fig1_window` only (None: every token), a gap marked after [CLS]."""
     import numpy as np
     import seaborn as sns
 
@@ -265,9 +282,12 @@ def draw_fig1(
     if not all(shown) and (labels is None or not all(lab for lab, ok in zip(labels, shown) if not ok)):
         raise BertlookError("fig1_example_heads: a panel that draws no head needs a label saying why")
     special = {"[CLS]", "[SEP]"}
-    special.update(str(v) for v in special_tokens)
-    is_special = [str(t) in special for t in record_tokens]
-    tokens = [_short_token(t) for t in record_tokens]
+    special.update(str(v) for v in special_tokens if v is not None)
+    keep = fig1_window(record_tokens, special, window) if window else list(range(len(record_tokens)))
+    gap = len(keep) > 1 and keep[1] != 1  # positions 1 .. keep[1] - 1 are not drawn
+    attn = np.asarray(attn)[:, :, keep][:, :, :, keep]  # [layer, head, window, window]
+    is_special = [str(record_tokens[i]) in special for i in keep]
+    tokens = [_short_token(record_tokens[i]) for i in keep]
     n = len(tokens)
 
     fontsize = 9.0 if n <= 32 else 7.5 if n <= 64 else 6.0
@@ -300,6 +320,9 @@ def draw_fig1(
             ax.text(-0.04, 1.1, "from", ha="right", va="center", fontsize=fontsize * 0.9, style="italic",
                     color="0.4")
             ax.text(1.04, 1.1, "to", ha="left", va="center", fontsize=fontsize * 0.9, style="italic", color="0.4")
+            if gap:  # the tokens between [CLS] and the window are not drawn
+                ax.text(0.5, -0.5, f"(tokens 2-{keep[1]} not drawn)", ha="center", va="center",
+                        fontsize=fontsize * 0.8, color="0.45", style="italic")
             ax.set_xlim(-0.55, 1.55)
             ax.set_ylim(-n + 0.5, 1.6)
             title = f"Head {layer}-{head}"
