@@ -37,6 +37,9 @@ def _tables(tmp_path, *, duplicate=False):
     stats.write_text("layer,head,cls,sep\n1,1,0.5,0.1\n1,2,0.2,0.2\n2,1,0.4,0.3\n2,2,0.8,0.4\n")
     norm = tmp_path / "attention_stats_norm.csv"
     norm.write_text("layer,head,cls,sep\n1,1,0.05,0.1\n1,2,0.1,0.2\n2,1,0.4,0.3\n2,2,0.2,0.4\n")
+    table1 = tmp_path / "table1.csv"  # baselines of two of the three relations (nsubj is not a Table 1 row)
+    table1.write_text("relation,best_head,direction,accuracy,baseline_offset,baseline_accuracy,baseline_ci_low,"
+                      "baseline_ci_high\nAll,1-1,dep2head,0.1,1,0.05,0.04,0.06\ndet,1-1,dep2head,0.4,-1,0.5,0.3,0.7\n")
     return report, acc, clusters, stats, norm
 
 
@@ -50,6 +53,23 @@ def test_data_by_hand(tmp_path):
     assert heads["1-1"]["card"]["behaviour"] == "previous token" and heads["1-1"]["metrics"]["prev_token"] == 0.9
     keys = [m["key"] for m in data["metrics"]]
     assert "importance" not in keys and {"behaviour", "norm_ratio", "induction"} <= set(keys)  # no value: no metric
+
+
+def test_relation_interval_and_baseline(tmp_path):
+    from bertlook.reporting.explorer import wilson_interval
+
+    # Wilson by hand: p = 0.5, n = 100, z = 1.96: centre 0.5, half-width 1.96 sqrt(0.0025 + 0.000096) / 1.0384
+    low, high = wilson_interval(0.5, 100)
+    assert (low, high) == pytest.approx((0.40383, 0.59617), abs=1e-5)
+    assert wilson_interval(1.0, 10)[1] == pytest.approx(1.0) and wilson_interval(None, 10) == (None, None)
+    assert wilson_interval(0.3, 0) == (None, None)
+    report, acc, clusters, stats, norm = _tables(tmp_path)
+    data = explorer_data(report, acc, clusters, stats, norm, run="tiny", table1=tmp_path / "table1.csv")
+    rel = {r["relation"]: r for r in data["heads"][0]["relations"]}
+    assert rel["All"]["baseline"] == {"offset": 1, "accuracy": 0.05, "ci_low": 0.04, "ci_high": 0.06}
+    assert rel["det"]["baseline"]["offset"] == -1 and rel["nsubj"]["baseline"] is None
+    assert (rel["det"]["ci_low"], rel["det"]["ci_high"]) == pytest.approx(wilson_interval(0.4, 20))
+    assert explorer_data(report, acc, clusters, stats, norm, run="tiny")["heads"][0]["relations"][0]["baseline"] is None
 
 
 def test_bad_tables_name_file_and_line(tmp_path):
@@ -137,6 +157,8 @@ window.addEventListener("load", function () {
     out.focused = document.activeElement.dataset.head;
     out.card_rows = document.querySelectorAll("#card-table tr").length;
     out.relations = document.querySelectorAll("#relations tr").length;
+    out.vs_baseline = Array.from(document.querySelectorAll("#relations tr[data-relation]")).map(
+      function (tr) { return tr.dataset.relation + ":" + (tr.dataset.vsBaseline || "") + ":" + tr.cells[4].textContent; });
     document.querySelector("#neighbours button").click();
     out.after_neighbour = document.getElementById("card").dataset.head;
     const sel = document.getElementById("metric");
@@ -167,7 +189,8 @@ def test_the_page_in_a_headless_browser(tmp_path):
     browser = _chromium()
     page = tmp_path / "explorer.html"
     sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5))
-    page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample))
+    data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
+    page.write_text(explorer_html(data)
                     .replace("</body>", DRIVER + "</body>"), encoding="utf-8")
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
@@ -179,7 +202,9 @@ def test_the_page_in_a_headless_browser(tmp_path):
     out = json.loads(proc.stdout.split(marker, 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
     assert "error" not in out, out
     assert (out["after_click"], out["after_down"], out["after_left"], out["focused"]) == ("1-2", "2-2", "2-1", "2-1")
-    assert out["card_rows"] == 14 and out["relations"] == 3
+    assert out["card_rows"] == 14 and out["relations"] == 4  # a header and three relations
+    # All: 0.1 of 100 words, Wilson 0.055-0.174 > 0.05; det 0.4 of 20: 0.219-0.613 holds 0.5; nsubj: no baseline
+    assert out["vs_baseline"] == ["All dep2head:above:k=+1: 0.050", "nsubj head2dep::\u2013", "det dep2head:within:k=-1: 0.500"]
     assert out["after_neighbour"] == "1-2"  # 2-1's nearest head in the MDS embedding (at 3: 1-2 at 1, 2-2 at 10)
     assert out["legend"].startswith("[CLS] share: norm-based / attention: 0.100 (dark) to 1.000 (light)")
     assert out["label"] == "head 2-2, [CLS] share: norm-based / attention: 0.250" and out["pressed"] == 1

@@ -24,8 +24,10 @@ The head explorer: results/{run}/explorer.html, one page that opens from disk (n
 library): a layer x head grid coloured by a chosen metric (behaviour, entropy, [CLS]/sink and [SEP] shares,
 best relation accuracy, importance, positional fraction, previous-token and induction scores, the norm-based /
 attention ratio of the [CLS] share), and, for the head clicked or reached with the arrow keys, its report card,
-its relations with accuracy and word counts, and its nearest heads in the MDS embedding of the clustering.
-Numbers come from the run's tables; nothing is recomputed.
+its relations with accuracy, a 95% interval, word counts and the relation's offset baseline, and its nearest
+heads in the MDS embedding of the clustering.
+Numbers come from the run's tables (only a relation's Wilson interval is computed, from its accuracy and word
+count); nothing is recomputed from maps.
 
 Two steps: `--sample-out JSON` reads the first short dev sentences of the word store(s) (their maps quantised to
 8 bits, with the norm-based maps and the rollout), so the temporary stores can go; the page then embeds it.
@@ -37,6 +39,7 @@ page inputs:
   --sample JSON         optional: the sample (maps of short sentences, drawn as lines and heatmaps)
   --head-report CSV     head_report.csv (head-report)
   --head-accuracy CSV   head_accuracy.csv (heads)
+  --table1 CSV          optional: table1.csv (heads: each relation's offset baseline, shown beside a head's)
   --clusters CSV        head_clusters.csv (cluster-heads: the MDS embedding)
   --stats CSV           attention_stats.csv (surface-stats: the [SEP] share)
   --norm-stats CSV      optional: attention_stats_norm.csv (the norm-based / attention ratio)
@@ -57,6 +60,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sample", default=None, metavar="JSON", help="input (optional): the sample of maps")
     p.add_argument("--head-report", default=None, metavar="CSV", help="input: head_report.csv")
     p.add_argument("--head-accuracy", default=None, metavar="CSV", help="input: head_accuracy.csv")
+    p.add_argument("--table1", default=None, metavar="CSV", help="input (optional): table1.csv (offset baselines)")
     p.add_argument("--clusters", default=None, metavar="CSV", help="input: head_clusters.csv")
     p.add_argument("--stats", default=None, metavar="CSV", help="input: attention_stats.csv")
     p.add_argument("--norm-stats", default=None, metavar="CSV", help="input (optional): attention_stats_norm.csv")
@@ -85,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         raise BertlookError(f"explorer: the page needs {', '.join(missing)} (or --sample-out for the sample)")
     sample = read_json_file(args.sample, "explorer sample") if args.sample else None
     data = explorer_data(args.head_report, args.head_accuracy, args.clusters, args.stats, args.norm_stats,
-                         run=args.run, sample=sample)
+                         run=args.run, sample=sample, table1=args.table1)
     html = explorer_html(data)
     write_text(args.out, html)
     print(f"explorer: {len(data['heads'])} heads ({data['num_layers']} x {data['num_heads']}), "

@@ -63,8 +63,40 @@ def _by_head(df, path: Path) -> dict[str, int]:
     return out
 
 
-def _relations(path: Path, labels: list[str], top: int) -> dict[str, list[dict[str, Any]]]:
-    """Per head its ``top`` relations by accuracy (both directions; "All" first), from head_accuracy.csv."""
+WILSON_Z = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
+def wilson_interval(accuracy: float | None, count: int, z: float = WILSON_Z) -> tuple[float | None, float | None]:
+    """The 95% Wilson score interval of a proportion ``accuracy`` of ``count`` words (words taken as independent:
+    narrower than Table 1's bootstrap over sentences, which this page cannot redo without the maps)."""
+    if accuracy is None or count <= 0:
+        return None, None
+    n, p = float(count), float(accuracy)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _baselines(path: Path | None) -> dict[str, dict[str, Any]]:
+    """Per relation of Table 1 its best offset baseline: offset, accuracy and bootstrap interval (table1.csv)."""
+    if path is None:
+        return {}
+    cols = ("relation", "baseline_offset", "baseline_accuracy", "baseline_ci_low", "baseline_ci_high")
+    df = read_csv_strings(path, required=cols, what="Table 1")
+    out = {}
+    for i, r in df.iterrows():
+        where = f"{path}:{i + 2}"
+        offset = _number(r["baseline_offset"], where)
+        out[r["relation"].strip()] = {"offset": None if offset is None else int(offset),
+                                      **{k: _number(r[f"baseline_{k}"], where) for k in ("accuracy", "ci_low",
+                                                                                       "ci_high")}}
+    return out
+
+
+def _relations(path: Path, labels: list[str], top: int,
+               baselines: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per head its ``top`` relations by accuracy (both directions; "All" first), from head_accuracy.csv, each
+    with its Wilson interval (:func:`wilson_interval`) and the relation's offset baseline (``baselines``)."""
     df = read_csv_strings(path, required=("relation", "layer", "head", "direction", "accuracy", "count"),
                           what="head accuracy table")
     rows: dict[str, list[dict[str, Any]]] = {lab: [] for lab in labels}
@@ -72,8 +104,10 @@ def _relations(path: Path, labels: list[str], top: int) -> dict[str, list[dict[s
         label = f"{int(r['layer'])}-{int(r['head'])}"
         if label not in rows:
             raise BertlookError(f"{path}:{i + 2}: head {label} is not in the report card")
-        rows[label].append({"relation": r["relation"].strip(), "direction": r["direction"].strip(),
-                            "accuracy": _number(r["accuracy"], f"{path}:{i + 2}"), "count": int(r["count"])})
+        accuracy, count, relation = _number(r["accuracy"], f"{path}:{i + 2}"), int(r["count"]), r["relation"].strip()
+        low, high = wilson_interval(accuracy, count)
+        rows[label].append({"relation": relation, "direction": r["direction"].strip(), "accuracy": accuracy,
+                            "ci_low": low, "ci_high": high, "count": count, "baseline": baselines.get(relation)})
     for label, rel in rows.items():
         rel.sort(key=lambda x: (x["relation"] != "All", -(x["accuracy"] or 0.0), x["relation"], x["direction"]))
         rows[label] = rel[:top]
@@ -108,10 +142,11 @@ def _stats_column(path: Path | None, column: str, labels: list[str]) -> dict[str
 
 def explorer_data(head_report: str | os.PathLike, head_accuracy: str | os.PathLike, clusters: str | os.PathLike,
                   stats: str | os.PathLike, norm_stats: str | os.PathLike | None = None, *, run: str,
+                  table1: str | os.PathLike | None = None,
                   top_relations: int = 8, neighbours: int = 5, sample: dict[str, Any] | None = None) -> dict[str, Any]:
     """The explorer's data: the grid's layout, every metric's per-head values and each head's card, relations
-    and nearest neighbours, and the maps of ``sample`` (:func:`explorer_sample`). Bad input is a BertlookError
-    naming the file and line."""
+    (with Table 1's offset baselines, ``table1``) and nearest neighbours, and the maps of ``sample``
+    (:func:`explorer_sample`). Bad input is a BertlookError naming the file and line."""
     head_report = Path(head_report)
     card_df = read_csv_strings(head_report, required=("layer", "head", *CARD_COLUMNS), what="head report card")
     index = _by_head(card_df, head_report)
@@ -134,7 +169,7 @@ def explorer_data(head_report: str | os.PathLike, head_accuracy: str | os.PathLi
                       "metrics": {"sep": sep[lab], "norm_ratio": ratio,
                                   **{m: card.get(m) for m, _, _ in METRICS if m not in ("sep", "norm_ratio")}}})
     heads.sort(key=lambda h: (h["layer"], h["head"]))
-    relations = _relations(Path(head_accuracy), labels, top_relations)
+    relations = _relations(Path(head_accuracy), labels, top_relations, _baselines(Path(table1) if table1 else None))
     near = _neighbours(Path(clusters), labels, neighbours)
     for h in heads:
         h["relations"], h["neighbours"] = relations[h["label"]], near[h["label"]]
