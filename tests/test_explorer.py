@@ -123,6 +123,46 @@ def test_sample_of_short_sentences(tmp_path):
         explorer_data(*_tables(tmp_path), run="tiny", sample={**sample, "num_layers": 3})
 
 
+def _fig1_files(tmp_path, n=40, sep=10):
+    """Two shards' Fig 1 files of a 2 x 2 model, the second holding a segment of ``n`` tokens ([SEP] at ``sep``
+    and at the end) whose maps all attend to the next position (the last to itself)."""
+    import numpy as np
+
+    from bertlook.pipeline.sharding import save_partial
+    from bertlook.reporting.figures import FIG1_KIND, fig1_partial
+
+    tokens = ["[CLS]", *[f"t{i}" for i in range(1, n - 1)], "[SEP]"]
+    tokens[sep] = "[SEP]"
+    attn = np.zeros((2, 2, n, n), dtype=np.float16)
+    attn[..., np.arange(n), np.minimum(np.arange(n) + 1, n - 1)] = 1
+    paths = []
+    for k, record in enumerate((None, {"tokens": tokens})):
+        meta, arrays = fig1_partial(where="test", example_index=0, target=7, n_total=3, num_layers=2, num_heads=2,
+                                    special_tokens={"cls": "[CLS]", "sep": "[SEP]"}, record=record, attn=attn)
+        paths.append(save_partial(tmp_path / f"fig1-{k + 1}of2.npz", FIG1_KIND, meta, arrays))
+    return paths
+
+
+def test_segment_windows(tmp_path):
+    import base64
+
+    import numpy as np
+
+    sample = explorer_sample(_word_store(tmp_path), segment_examples=_fig1_files(tmp_path), words=(3, 5))
+    windows = [s for s in sample["sentences"] if s.get("kind") == "segment"]
+    # 40 tokens, [SEP] at 10: Fig 1's window is the first 30; the second is [CLS] and the last 29 (11..39)
+    assert [w["positions"] for w in windows] == [list(range(30)), [0, *range(11, 40)]]
+    assert windows[1]["tokens"][:2] == ["[CLS]", "t11"] and windows[1]["tokens"][-1] == "[SEP]"
+    assert windows[0]["id"] == "segment 7 window 1" and windows[0]["heads"] == [] and "norm" not in windows[0]
+    m = np.frombuffer(base64.b64decode(windows[1]["attention"]), dtype=np.uint8).reshape(2, 2, 30, 30)
+    assert m[1, 1, 1, 2] == 255 and m[1, 1, 0].sum() == 0  # t11 -> t12 kept; [CLS] -> t1 is outside the window
+    (tmp_path / "short").mkdir()
+    short = explorer_sample(_word_store(tmp_path), segment_examples=_fig1_files(tmp_path / "short", n=20), words=(3, 5))
+    assert [s["positions"] for s in short["sentences"] if s.get("kind")] == [list(range(20))]  # one window
+    with pytest.raises(BertlookError, match="0 of the Fig 1 example files hold the example"):
+        explorer_sample(_word_store(tmp_path), segment_examples=_fig1_files(tmp_path)[:1])
+
+
 def test_page_escapes_the_data(tmp_path):
     data = explorer_data(*_tables(tmp_path), run="a</script><b>")
     html = explorer_html(data)
@@ -177,6 +217,10 @@ window.addEventListener("load", function () {
     const view = document.getElementById("view"); view.value = "heatmap"; view.dispatchEvent(new Event("change"));
     out.canvas = d.querySelectorAll("canvas").length;
     out.kinds = Array.from(kind.options).map(function (o) { return o.value; });
+    view.value = "lines"; sent.selectedIndex = 3; sent.dispatchEvent(new Event("change"));  // window 2 of the segment
+    out.window_label = sent.options[3].textContent.slice(0, 47);
+    out.window_kinds = Array.from(kind.options).map(function (o) { return o.value; });
+    out.window_lines = Number(d.dataset.lines); out.window_gold = Number(d.dataset.gold);
   } catch (e) { out.error = String(e); }
   const pre = document.createElement("pre"); pre.id = "test-result"; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
@@ -188,7 +232,8 @@ window.addEventListener("load", function () {
 def test_the_page_in_a_headless_browser(tmp_path):
     browser = _chromium()
     page = tmp_path / "explorer.html"
-    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5))
+    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5),
+                             segment_examples=_fig1_files(tmp_path))
     data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
     page.write_text(explorer_html(data)
                     .replace("</body>", DRIVER + "</body>"), encoding="utf-8")
@@ -214,3 +259,7 @@ def test_the_page_in_a_headless_browser(tmp_path):
     # norm-based: half on the previous position, half on [CLS]; row 1's both halves land on [CLS]
     assert out["kind_after"] == "norm" and out["lines_norm"] == 2 * 7 - 2
     assert out["canvas"] == 1 and out["kinds"] == ["attention", "norm", "rollout"]
+    # the second window (positions 0, 11..39): every row on the next position inside the window but [CLS]'s
+    # (t1 is outside) and the last (itself): 28 + 1 lines, no gold arcs, attention only
+    assert out["window_label"] == "4: segment window, tokens 0, 11\u201339 of 40: [CLS]"
+    assert (out["window_kinds"], out["window_lines"], out["window_gold"]) == (["attention"], 29, 0)

@@ -1,13 +1,15 @@
 # Step `explorer` (beyond the paper): results/{run}/explorer.html, one self-contained page about every head
 # (a layer x head grid coloured by a chosen metric; a head's card, relations, nearest heads and its maps on
-# short dev sentences), from the run's tables. explorer_sample takes the maps of a few short dev sentences
-# from the word stores as soon as they exist (priority 10: the temporary stores are freed early).
+# short dev sentences and on windows of the Fig 1 segment), from the run's tables. explorer_sample takes the maps
+# of a few short dev sentences from the word stores as soon as they exist (priority 10: the temporary stores are
+# freed early) and the segment windows from the Fig 1 example files.
 
 
 rule explorer_sample:
     input:
         dev=run_path("attention", "words-dev"),
         norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
+        examples=every_shard(run_path("partials", "fig1-{shard}.npz")),
     output:
         sample=run_path("partials", "explorer_sample.json"),
     params:
@@ -15,6 +17,7 @@ rule explorer_sample:
             "explorer",
             dev_attention=IN.dev,
             norm_attention=IN.norm_dev if SWITCH["norms"] else None,
+            segment_example=IN.examples,
             sample_out=OUT.sample,
         ),
     log:

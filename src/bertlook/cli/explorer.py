@@ -35,6 +35,9 @@ Two steps: `--sample-out JSON` reads the first short dev sentences of the word s
 sample inputs (with --sample-out):
   --dev-attention DIR   the dev word store (attention/words-dev)
   --norm-attention DIR  optional: the norm-based dev word store (attention/normwords-dev)
+  --segment-example NPZ [NPZ ...]
+                        optional: every shard's Fig 1 example (partials/fig1-*.npz of extract-segments): windows
+                        of at most 30 tokens of that segment are drawn too
 page inputs:
   --sample JSON         optional: the sample (maps of short sentences, drawn as lines and heatmaps)
   --head-report CSV     head_report.csv (head-report)
@@ -57,6 +60,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
     p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
     p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")
+    p.add_argument("--segment-example", nargs="+", default=None, metavar="NPZ",
+                   help="input of the sample (optional): every shard's Fig 1 example file")
     p.add_argument("--sample", default=None, metavar="JSON", help="input (optional): the sample of maps")
     p.add_argument("--head-report", default=None, metavar="CSV", help="input: head_report.csv")
     p.add_argument("--head-accuracy", default=None, metavar="CSV", help="input: head_accuracy.csv")
@@ -79,9 +84,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.sample_out:
         if not args.dev_attention:
             raise BertlookError("explorer: --sample-out needs --dev-attention DIR")
-        sample = explorer_sample(args.dev_attention, args.norm_attention)
+        sample = explorer_sample(args.dev_attention, args.norm_attention, segment_examples=args.segment_example)
         write_json(args.sample_out, sample)
-        print(f"explorer: {len(sample['sentences'])} sentences' maps -> {args.sample_out}")
+        windows = sum(s.get("kind") == "segment" for s in sample["sentences"])
+        print(f"explorer: {len(sample['sentences']) - windows} sentences' and {windows} segment windows' maps "
+              f"-> {args.sample_out}")
         return 0
     missing = [f"--{n.replace('_', '-')}" for n in ("head_report", "head_accuracy", "clusters", "stats", "run", "out")
                if not getattr(args, n)]

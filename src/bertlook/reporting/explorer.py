@@ -199,11 +199,13 @@ def _quantised(a) -> str:
 
 
 def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.PathLike | None = None, *,
-                    n_sentences: int = SAMPLE_SENTENCES, words: tuple[int, int] = SAMPLE_WORDS) -> dict[str, Any]:
+                    segment_examples: list[str | os.PathLike] | None = None, n_sentences: int = SAMPLE_SENTENCES,
+                    words: tuple[int, int] = SAMPLE_WORDS) -> dict[str, Any]:
     """The explorer's maps: the first ``n_sentences`` dev sentences of ``words[0]..words[1]`` words of the word
     store, with their words and gold trees; per sentence the attention maps ``[L, H, W+2, W+2]``, the norm-based
     maps of the same sentence (``norm_attention``) and the rollout ``[L, W+2, W+2]``
-    (:func:`bertlook.analyses.rollout.rollout`), each quantised to 8 bits (:func:`_quantised`)."""
+    (:func:`bertlook.analyses.rollout.rollout`), each quantised to 8 bits (:func:`_quantised`); then the
+    :func:`segment_windows` of the Fig 1 example (``segment_examples``: every shard's Fig 1 file)."""
     from bertlook.analyses.rollout import rollout
     from bertlook.attention.store import open_store
 
@@ -224,8 +226,42 @@ def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.P
         out.append(item)
         if len(out) >= n_sentences:
             break
+    if segment_examples:
+        from bertlook.reporting.figures import load_fig1_example
+
+        meta, attn = load_fig1_example(list(segment_examples))
+        if (meta["num_layers"], meta["num_heads"]) != (store.num_layers, store.num_heads):
+            raise BertlookError(f"{segment_examples[0]}: a {meta['num_layers']} x {meta['num_heads']} model's Fig 1 "
+                                f"example, but the word store {dev_attention} is {store.num_layers} x {store.num_heads}")
+        out += segment_windows(meta, attn)
     return {"format": SAMPLE_FORMAT, "source": str(dev_attention), "num_layers": store.num_layers,
             "num_heads": store.num_heads, "sentences": out}
+
+
+SEGMENT_WINDOW = 30  # tokens of a segment window (the Fig 1 window's size)
+
+
+def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> list[dict[str, Any]]:
+    """Windows of at most ``size`` tokens of the Fig 1 example segment (``meta``, ``attn [L, H, n, n]`` of
+    :func:`bertlook.reporting.figures.load_fig1_example`): Fig 1's own window (:func:`~bertlook.reporting.figures.
+    fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for a longer segment, [CLS] with its last
+    ``size - 1`` tokens (the final [SEP]). A window's map is the block of its positions: rows keep only the
+    attention inside the window. No gold arcs, norm-based maps or rollout."""
+    from bertlook.reporting.figures import fig1_window
+
+    tokens = [str(t) for t in meta["tokens"]]
+    special = {"[CLS]", "[SEP]", *(str(v) for v in meta.get("special_tokens", {}).values() if v is not None)}
+    n = len(tokens)
+    windows = [fig1_window(tokens, special, size)]
+    if n > size:
+        windows.append([0, *range(n - (size - 1), n)])
+    out = []
+    for k, keep in enumerate(dict.fromkeys(tuple(w) for w in windows)):
+        block = attn[:, :, list(keep)][:, :, :, list(keep)]
+        out.append({"id": f"segment {meta['id']} window {k + 1}", "kind": "segment", "positions": list(keep),
+                    "length": n, "tokens": [tokens[i] for i in keep], "heads": [], "rels": [], "n": len(keep),
+                    "attention": _quantised(block)})
+    return out
 
 
 TEMPLATE = Path(__file__).with_name("explorer_template.html")  # the page: HTML, CSS and JavaScript, no library
