@@ -263,3 +263,30 @@ def test_the_page_in_a_headless_browser(tmp_path):
     # (t1 is outside) and the last (itself): 28 + 1 lines, no gold arcs, attention only
     assert out["window_label"] == "4: segment window, tokens 0, 11\u201339 of 40: [CLS]"
     assert (out["window_kinds"], out["window_lines"], out["window_gold"]) == (["attention"], 29, 0)
+
+
+@pytest.mark.integration
+def test_screenshot_of_the_page(tmp_path):
+    """A screenshot in headless Chromium: the page draws its grid (the behaviour colours of the hand-written
+    card's four heads) and its text, not a blank or error page."""
+    from PIL import Image
+
+    browser = _chromium()
+    page, png = tmp_path / "explorer.html", tmp_path / "explorer.png"
+    page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny")), encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+           "--hide-scrollbars", "--window-size=1000,700", "--virtual-time-budget=3000", f"--screenshot={png}",
+           page.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and png.exists(), proc.stderr[-3000:]
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1000, 700)
+    counts = {colour: n for n, colour in img.getcolors(maxcolors=1 << 20)}
+    # behaviours sorted: "[CLS]", "broad", "other", "previous token" -> the page's first four category colours;
+    # a cell is 34 x 28 px with a border: each colour fills at least 20 x 20 px
+    for hex_colour in ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2"):
+        rgb = tuple(int(hex_colour[k:k + 2], 16) for k in (1, 3, 5))
+        assert counts.get(rgb, 0) >= 400, (hex_colour, counts.get(rgb, 0))
+    dark = sum(n for colour, n in counts.items() if sum(colour) < 150)
+    assert dark > 2000  # the title, hint and axis text
