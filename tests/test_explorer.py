@@ -185,36 +185,37 @@ def _chromium():
 DRIVER = """<script>
 window.addEventListener("load", function () {
   const out = {};
+  const P = document.querySelector('.pane[data-pane="0"]'), $ = function (sel) { return P.querySelector(sel); };
   try {
     document.querySelector('.cell[data-head="1-2"]').click();
-    out.after_click = document.getElementById("card").dataset.head;
+    out.after_click = $(".card").dataset.head;
     document.activeElement.blur();
     document.querySelector('.cell[data-head="1-2"]').dispatchEvent(
       new KeyboardEvent("keydown", {key: "ArrowDown", bubbles: true}));
-    out.after_down = document.getElementById("card").dataset.head;
+    out.after_down = $(".card").dataset.head;
     document.activeElement.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowLeft", bubbles: true}));
-    out.after_left = document.getElementById("card").dataset.head;
+    out.after_left = $(".card").dataset.head;
     out.focused = document.activeElement.dataset.head;
-    out.card_rows = document.querySelectorAll("#card-table tr").length;
-    out.relations = document.querySelectorAll("#relations tr").length;
-    out.vs_baseline = Array.from(document.querySelectorAll("#relations tr[data-relation]")).map(
+    out.card_rows = P.querySelectorAll(".card-table tr").length;
+    out.relations = P.querySelectorAll(".relations tr").length;
+    out.vs_baseline = Array.from(P.querySelectorAll(".relations tr[data-relation]")).map(
       function (tr) { return tr.dataset.relation + ":" + (tr.dataset.vsBaseline || "") + ":" + tr.cells[4].textContent; });
-    document.querySelector("#neighbours button").click();
-    out.after_neighbour = document.getElementById("card").dataset.head;
-    const sel = document.getElementById("metric");
+    P.querySelector(".neighbours button").click();
+    out.after_neighbour = $(".card").dataset.head;
+    const sel = $(".metric");
     sel.value = "norm_ratio"; sel.dispatchEvent(new Event("change"));
-    out.legend = document.getElementById("legend").textContent;
+    out.legend = $(".legend").textContent;
     out.label = document.querySelector('.cell[data-head="2-2"]').getAttribute("aria-label");
     out.pressed = document.querySelectorAll('.cell[aria-pressed="true"]').length;
     explorer.show(0);  // head 1-1: a previous-word head on every sentence
-    const d = document.getElementById("drawing");
+    const d = $(".drawing");
     out.lines = Number(d.dataset.lines); out.gold = Number(d.dataset.gold); out.kind = d.dataset.kind;
     out.svg_lines = d.querySelectorAll("line.attn").length;
-    const sent = document.getElementById("sentence"); sent.selectedIndex = 1; sent.dispatchEvent(new Event("change"));
+    const sent = $(".sentence"); sent.selectedIndex = 1; sent.dispatchEvent(new Event("change"));
     out.lines_s1 = Number(d.dataset.lines); out.gold_s1 = Number(d.dataset.gold);
-    const kind = document.getElementById("kind"); kind.value = "norm"; kind.dispatchEvent(new Event("change"));
+    const kind = $(".kind"); kind.value = "norm"; kind.dispatchEvent(new Event("change"));
     out.kind_after = d.dataset.kind; out.lines_norm = Number(d.dataset.lines);
-    const view = document.getElementById("view"); view.value = "heatmap"; view.dispatchEvent(new Event("change"));
+    const view = $(".view"); view.value = "heatmap"; view.dispatchEvent(new Event("change"));
     out.canvas = d.querySelectorAll("canvas").length;
     out.kinds = Array.from(kind.options).map(function (o) { return o.value; });
     view.value = "lines"; sent.selectedIndex = 3; sent.dispatchEvent(new Event("change"));  // window 2 of the segment
@@ -290,3 +291,90 @@ def test_screenshot_of_the_page(tmp_path):
         assert counts.get(rgb, 0) >= 400, (hex_colour, counts.get(rgb, 0))
     dark = sum(n for colour, n in counts.items() if sum(colour) < 150)
     assert dark > 2000  # the title, hint and axis text
+
+
+SIDE_BY_SIDE_DRIVER = """<script>
+window.addEventListener("load", function () {
+  const out = {};
+  try {
+    const panes = document.querySelectorAll(".pane"), A = panes[0], B = panes[1];
+    out.panes = panes.length; out.title = document.getElementById("title").textContent;
+    out.runs = [A.dataset.run, B.dataset.run];
+    out.model_menu_shown = !B.querySelector(".model-row").hidden;
+    out.cells_b = B.querySelectorAll(".cell").length;
+    A.querySelector('.cell[data-head="1-2"]').click();
+    out.b_after_12 = B.querySelector(".card").dataset.head;
+    A.querySelector('.cell[data-head="2-2"]').click();  // B's model has one layer: no 2-2, B keeps 1-2
+    out.b_after_22 = B.querySelector(".card").dataset.head;
+    const sa = A.querySelector(".sentence"); sa.selectedIndex = 0; sa.dispatchEvent(new Event("change"));
+    const sb = B.querySelector(".sentence");
+    out.b_example = sb.options[sb.selectedIndex].textContent;  // the same sentence (s0), last in B's list
+    out.b_example_index = sb.selectedIndex;
+    document.getElementById("link").click();  // unlink
+    A.querySelector('.cell[data-head="1-1"]').click();
+    out.b_unlinked = B.querySelector(".card").dataset.head;
+    const mb = B.querySelector(".model"); mb.selectedIndex = 0; mb.dispatchEvent(new Event("change"));
+    out.b_run_after_menu = B.dataset.run; out.b_cells_after_menu = B.querySelectorAll(".cell").length;
+    out.b_head_after_menu = B.querySelector(".card").dataset.head;  // the selected head kept: 1-2
+  } catch (e) { out.error = String(e); }
+  const pre = document.createElement("pre"); pre.id = "test-result"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _run_page_in_chromium(tmp_path, html):
+    browser = _chromium()
+    page = tmp_path / "page.html"
+    page.write_text(html, encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+           "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [line for line in proc.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+    marker = '<pre id="test-result">'
+    out = json.loads(proc.stdout.split(marker, 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
+    assert "error" not in out, out
+    return out
+
+
+def _two_models(tmp_path):
+    """Two runs' data: the 2 x 2 "tiny" with three sentences, and "small", its first layer only, the same
+    sentences in the reverse order."""
+    import copy
+
+    sample = explorer_sample(_word_store(tmp_path), words=(2, 5))
+    first = explorer_data(*_tables(tmp_path), run="tiny", sample=sample)
+    second = copy.deepcopy(first)
+    second.update(run="small", num_layers=1, heads=[h for h in second["heads"] if h["layer"] == 1],
+                  sentences=second["sentences"][::-1])
+    return first, second
+
+
+def test_side_by_side_data(tmp_path):
+    from bertlook.reporting.explorer import side_by_side
+
+    first, second = _two_models(tmp_path)
+    data = side_by_side([first, second], title="fan-out")
+    assert [m["run"] for m in data["models"]] == ["tiny", "small"] and data["title"] == "fan-out"
+    with pytest.raises(BertlookError, match="at least two runs"):
+        side_by_side([first], title="x")
+    with pytest.raises(BertlookError, match="b.json: not a head explorer's data \\(missing heads\\)"):
+        side_by_side([first, {k: v for k, v in second.items() if k != "heads"}], title="x", where=["a.json", "b.json"])
+    with pytest.raises(BertlookError, match="a run appears twice side by side: tiny, tiny"):
+        side_by_side([first, first], title="x")
+
+
+@pytest.mark.integration
+def test_two_models_side_by_side_in_a_headless_browser(tmp_path):
+    from bertlook.reporting.explorer import side_by_side
+
+    html = explorer_html(side_by_side(list(_two_models(tmp_path)), title="fan-out"))
+    out = _run_page_in_chromium(tmp_path, html.replace("</body>", SIDE_BY_SIDE_DRIVER + "</body>"))
+    assert out["panes"] == 2 and out["title"] == "Head explorer: fan-out (2 models side by side)"
+    assert out["runs"] == ["tiny", "small"] and out["model_menu_shown"] and out["cells_b"] == 2
+    assert (out["b_after_12"], out["b_after_22"]) == ("1-2", "1-2")
+    assert out["b_example"] == "3: w0 w1 w2" and out["b_example_index"] == 2  # s0 found by its id, not position
+    assert out["b_unlinked"] == "1-2"
+    assert (out["b_run_after_menu"], out["b_cells_after_menu"], out["b_head_after_menu"]) == ("tiny", 4, "1-2")

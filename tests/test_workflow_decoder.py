@@ -42,6 +42,7 @@ def test_a_decoder_in_the_dag(tmp_path, tiny_bert_dir):
                  "tables/table2.csv", "manifest.json"):
         assert f"results/tiny-gpt2/{path}" in out, path
     assert out.count("rule models_summary:") == 1
+    assert out.count("rule explorer_models:") == 1 and "results/tiny-all-models/explorer.html" in out
 
 
 @pytest.mark.slow  # two whole tiny runs (~2.5 min here): make test-all, CI
@@ -65,3 +66,8 @@ def test_encoder_and_decoder_fan_out_with_one_cross_model_summary(tmp_path, tiny
     md = (tmp_path / "results" / "tiny-all-models" / "models_summary.md").read_text()
     assert "| model | family | encoder or decoder | encoder | decoder |" in md
     assert "| detectors | induction heads |" in md
+    page = (tmp_path / "results" / "tiny-all-models" / "explorer.html").read_text()
+    start = page.index('id="data">') + len('id="data">')
+    data = json.loads(page[start:page.index("</script>", start)].replace("<\\/", "</"))
+    assert [m["run"] for m in data["models"]] == ["tiny-rand", "tiny-gpt2"]
+    assert all(m["sentences"] and len(m["heads"]) == m["num_layers"] * m["num_heads"] for m in data["models"])

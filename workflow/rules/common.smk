@@ -602,6 +602,13 @@ def run_report_pages():
     return steps.run_pages(STEPS, SWITCH)
 
 
+def models_explorer_outputs():
+    """The fan-out's side-by-side head explorer (made by explorer_models), with two or more models and the
+    explorer on."""
+    on = SWITCH["explorer"] and len(MODEL_RUNS) > 1
+    return [os.path.join(SUMMARY_DIR, "explorer.html")] if on else []
+
+
 def summary_report_pages():
     """The report entries of the cross-model summary and, with `treebanks`, of each model's
     cross-language summary (full paths)."""
@@ -614,7 +621,9 @@ def summary_report_pages():
                    "Models side by side (figure)", "fig_models_summary.rst"),
         ReportPage(here("resources.md"), mine("resources.html"), "Resources",
                    "Measured resources per rule, all runs", "resources_summary.rst"),
-    ]
+    ] + [ReportPage(path, mine("explorer.html"), "Comparison across models",
+                    "Head explorer, models side by side (interactive)", "explorer_models.rst")
+         for path in models_explorer_outputs()]
     for label in (MODEL_LABELS if config["treebanks"] else []):
         src = lambda name: os.path.join(LANGUAGES_DIR, label, name)
         dst = lambda name: os.path.join(LANGUAGES_DIR, label, REPORT_DIR, name)
@@ -691,4 +700,5 @@ def all_outputs():
         [run_path(path) for path in steps.run_outputs(STEPS, SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
     ) + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)] + languages_outputs() + [
         os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
-                                                     "resources.csv", "resources.md")] + report_page_outputs()
+                                                     "resources.csv", "resources.md")] + models_explorer_outputs() + \
+        report_page_outputs()

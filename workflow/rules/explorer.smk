@@ -45,6 +45,7 @@ rule explorer:
         norm_stats=branch(SWITCH["norms"], then=run_path("tables", "attention_stats_norm.csv")),
     output:
         html=run_path("explorer.html"),
+        data=run_path("explorer.json"),
     params:
         cmd=bertlook_cmd(
             "explorer",
@@ -57,11 +58,35 @@ rule explorer:
             norm_stats=IN.norm_stats if SWITCH["norms"] else None,
             run=WC.run,
             out=OUT.html,
+            out_data=OUT.data,
         ),
     log:
         log_path("explorer"),
     benchmark:
         bench_path("explorer")
+    threads: 1
+    resources:
+        **step_resources("explorer"),
+    conda:
+        ENV_ANALYSIS
+    shell:
+        CMD
+
+
+# A fan-out's runs side by side (config `models` with two or more): results/{name}-all-models/explorer.html,
+# two panes, each with a model menu, from the runs' explorer.json.
+rule explorer_models:
+    input:
+        data=expand(run_path("explorer.json"), run=MODEL_RUNS),
+    output:
+        html=os.path.join(SUMMARY_DIR, "explorer.html"),
+    params:
+        cmd=bertlook_cmd("explorer", side_by_side=IN.data, title=f"{config['run_name']}: {', '.join(MODEL_LABELS)}",
+                         out=OUT.html),
+    log:
+        os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
+    benchmark:
+        os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
     threads: 1
     resources:
         **step_resources("explorer"),

@@ -14,9 +14,11 @@ COMMANDS = {
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
-    Step("explorer", ("explorer.html",), switch="explorer", beyond=True, sizing="figures", needs=("head_report",),
+    Step("explorer", ("explorer.html", "explorer.json"), switch="explorer", beyond=True, sizing="figures",
+         needs=("head_report",),
          pages=(Page("explorer.html", "explorer.html", BEYOND,
-                     "Head explorer: every head's card, relations and maps (interactive)", None, CARD_SUB),)),
+                     "Head explorer: every head's card, relations and maps (interactive)", "explorer.rst",
+                     CARD_SUB),)),
 )
 
 _DESCRIPTION = """\
@@ -48,6 +50,15 @@ page inputs:
   --norm-stats CSV      optional: attention_stats_norm.csv (the norm-based / attention ratio)
 output:
   --out HTML            explorer.html
+  --out-data JSON       optional: explorer.json, the page's data (tables and maps as JSON)
+
+side by side (a fan-out's runs, results/{name}-all-models/explorer.html):
+  --side-by-side JSON [JSON ...]
+                        the runs' explorer.json; the page has two panes, each with a model menu (the first
+                        and the second run at first), the same head and example selected in both unless
+                        unlinked
+  --title TEXT          the page's title
+  --out HTML            the page
 
 Definitions: docs/definitions.md#head-explorer.
 """
@@ -71,35 +82,76 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--norm-stats", default=None, metavar="CSV", help="input (optional): attention_stats_norm.csv")
     p.add_argument("--run", default=None, metavar="NAME", help="the run's name, in the page's title")
     p.add_argument("--out", default=None, metavar="HTML", help="output: explorer.html")
+    p.add_argument("--out-data", default=None, metavar="JSON",
+                   help="output (optional): the page's data (explorer.json: read by --side-by-side)")
+    p.add_argument("--side-by-side", nargs="+", default=None, metavar="JSON",
+                   help="several runs' explorer.json: one page with two panes, each showing any of them")
+    p.add_argument("--title", default=None, metavar="TEXT", help="the side-by-side page's title (the fan-out)")
     p.set_defaults(func=_run)
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json, write_text
-    from bertlook.reporting.compare import read_json_file
-    from bertlook.reporting.explorer import explorer_data, explorer_html, explorer_sample
-
     if args.sample_out:
-        if not args.dev_attention:
-            raise BertlookError("explorer: --sample-out needs --dev-attention DIR")
-        sample = explorer_sample(args.dev_attention, args.norm_attention, segment_examples=args.segment_example)
-        write_json(args.sample_out, sample)
-        windows = sum(s.get("kind") == "segment" for s in sample["sentences"])
-        print(f"explorer: {len(sample['sentences']) - windows} sentences' and {windows} segment windows' maps "
-              f"-> {args.sample_out}")
-        return 0
+        return _sample(args)
+    if args.side_by_side:
+        return _side_by_side(args)
+    return _page(args)
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from bertlook.errors import BertlookError
+    from bertlook.io_utils import write_json
+    from bertlook.reporting.explorer import explorer_sample
+
+    if not args.dev_attention:
+        raise BertlookError("explorer: --sample-out needs --dev-attention DIR")
+    sample = explorer_sample(args.dev_attention, args.norm_attention, segment_examples=args.segment_example)
+    write_json(args.sample_out, sample)
+    windows = sum(s.get("kind") == "segment" for s in sample["sentences"])
+    print(f"explorer: {len(sample['sentences']) - windows} sentences' and {windows} segment windows' maps "
+          f"-> {args.sample_out}")
+    return 0
+
+
+def _write_page(data, out: str, what: str) -> None:
+    from bertlook.io_utils import write_text
+    from bertlook.reporting.explorer import explorer_html
+
+    html = explorer_html(data)
+    write_text(out, html)
+    print(f"explorer: {what}, {len(html.encode('utf-8')) / 1024:.0f} KiB -> {out}")
+
+
+def _page(args: argparse.Namespace) -> int:
+    from bertlook.errors import BertlookError
+    from bertlook.io_utils import write_json
+    from bertlook.reporting.compare import read_json_file
+    from bertlook.reporting.explorer import explorer_data
+
     missing = [f"--{n.replace('_', '-')}" for n in ("head_report", "head_accuracy", "clusters", "stats", "run", "out")
                if not getattr(args, n)]
     if missing:
-        raise BertlookError(f"explorer: the page needs {', '.join(missing)} (or --sample-out for the sample)")
+        raise BertlookError(f"explorer: the page needs {', '.join(missing)} (or --sample-out for the sample, "
+                            "--side-by-side for several runs)")
     sample = read_json_file(args.sample, "explorer sample") if args.sample else None
     data = explorer_data(args.head_report, args.head_accuracy, args.clusters, args.stats, args.norm_stats,
                          run=args.run, sample=sample, table1=args.table1)
-    html = explorer_html(data)
-    write_text(args.out, html)
-    print(f"explorer: {len(data['heads'])} heads ({data['num_layers']} x {data['num_heads']}), "
-          f"{len(data['metrics'])} metrics, {len(data['sentences'])} sentences' maps, "
-          f"{len(html.encode('utf-8')) / 1024:.0f} KiB -> {args.out}")
+    if args.out_data:
+        write_json(args.out_data, data)
+    _write_page(data, args.out, f"{len(data['heads'])} heads ({data['num_layers']} x {data['num_heads']}), "
+                f"{len(data['metrics'])} metrics, {len(data['sentences'])} examples' maps")
+    return 0
+
+
+def _side_by_side(args: argparse.Namespace) -> int:
+    from bertlook.errors import BertlookError
+    from bertlook.reporting.compare import read_json_file
+    from bertlook.reporting.explorer import side_by_side
+
+    if not args.out or not args.title:
+        raise BertlookError("explorer: --side-by-side needs --title and --out")
+    models = [read_json_file(path, "head explorer data") for path in args.side_by_side]
+    data = side_by_side(models, title=args.title, where=list(args.side_by_side))
+    _write_page(data, args.out, f"{len(models)} runs side by side ({', '.join(m['run'] for m in models)})")
     return 0

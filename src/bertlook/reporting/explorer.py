@@ -267,8 +267,29 @@ def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> l
 TEMPLATE = Path(__file__).with_name("explorer_template.html")  # the page: HTML, CSS and JavaScript, no library
 
 
+DATA_KEYS = ("run", "num_layers", "num_heads", "metrics", "heads", "sentences")
+
+
+def side_by_side(models: list[dict[str, Any]], *, title: str, where: list[str] | None = None) -> dict[str, Any]:
+    """The data of a page with several runs' explorers side by side (two panes, each showing any of them):
+    ``models`` are :func:`explorer_data` objects (a fan-out's runs, e.g. read back from their explorer.json);
+    ``where`` names them in errors."""
+    where = where or [f"model {k + 1}" for k in range(len(models))]
+    if len(models) < 2:
+        raise BertlookError(f"explorer: side by side needs at least two runs' data, got {len(models)}")
+    for data, name in zip(models, where):
+        missing = [k for k in DATA_KEYS if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise BertlookError(f"{name}: not a head explorer's data (missing {', '.join(missing)})")
+    runs = [m["run"] for m in models]
+    if len(set(runs)) != len(runs):
+        raise BertlookError(f"explorer: a run appears twice side by side: {', '.join(runs)}")
+    return {"title": title, "models": models}
+
+
 def explorer_html(data: dict[str, Any]) -> str:
-    """The page: :data:`TEMPLATE` with ``data`` embedded as JSON (``</`` escaped: no early end of the script)."""
+    """The page: :data:`TEMPLATE` with ``data`` (one run's :func:`explorer_data`, or :func:`side_by_side`)
+    embedded as JSON (``</`` escaped: no early end of the script)."""
     payload = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
-    title = f"Head explorer: {data['run']}".replace("&", "&amp;").replace("<", "&lt;")
+    title = f"Head explorer: {data.get('title', data.get('run'))}".replace("&", "&amp;").replace("<", "&lt;")
     return TEMPLATE.read_text(encoding="utf-8").replace("__TITLE__", title).replace("__DATA__", payload)
