@@ -8,11 +8,14 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from bertlook.errors import BertlookError
 from bertlook.reporting.explorer import explorer_data, explorer_html, explorer_sample
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REPORT_HEADER = ("layer,head,importance,confidence,positional_offset,positional_fraction,positional,sink,sink_head,"
                  "entropy,behaviour,best_relation,best_direction,best_accuracy,coref_accuracy,prev_token,"
@@ -378,3 +381,24 @@ def test_two_models_side_by_side_in_a_headless_browser(tmp_path):
     assert out["b_example"] == "3: w0 w1 w2" and out["b_example_index"] == 2  # s0 found by its id, not position
     assert out["b_unlinked"] == "1-2"
     assert (out["b_run_after_menu"], out["b_cells_after_menu"], out["b_head_after_menu"]) == ("tiny", 4, "1-2")
+
+
+@pytest.mark.integration
+def test_the_readme_screenshot_script(tmp_path):
+    """scripts/explorer_screenshot.py (docs/img/explorer.png): a PNG of the window's size; a missing page: exit 2."""
+    import sys
+
+    from PIL import Image
+
+    _chromium()
+    page = tmp_path / "explorer.html"
+    sample = explorer_sample(_word_store(tmp_path), words=(3, 5))
+    page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny", sample=sample)), encoding="utf-8")
+    script = ROOT / "scripts" / "explorer_screenshot.py"
+    proc = subprocess.run([sys.executable, str(script), str(page), str(tmp_path / "shot.png"), "--head", "2-1",
+                           "--size", "900,800"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert Image.open(tmp_path / "shot.png").size == (900, 800) and "head 2-1" in proc.stdout
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "missing.html"), str(tmp_path / "x.png")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "missing.html: no such page" in proc.stderr
