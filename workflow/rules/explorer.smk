@@ -74,23 +74,29 @@ rule explorer:
 
 
 # A fan-out's runs side by side (config `models` with two or more): results/{name}-all-models/explorer.html,
-# two panes, each with a model menu, from the runs' explorer.json.
-rule explorer_models:
-    input:
-        data=expand(run_path("explorer.json"), run=MODEL_RUNS),
-    output:
-        html=os.path.join(SUMMARY_DIR, "explorer.html"),
-    params:
-        cmd=bertlook_cmd("explorer", side_by_side=IN.data, title=f"{config['run_name']}: {', '.join(MODEL_LABELS)}",
-                         out=OUT.html),
-    log:
-        os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
-    benchmark:
-        os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
-    threads: 1
-    resources:
-        **step_resources("explorer"),
-    conda:
-        ENV_ANALYSIS
-    shell:
-        CMD
+# two panes, each with a model menu, from the runs' explorer.json. Defined only for such a configuration.
+if models_explorer_outputs():
+
+    rule explorer_models:
+        input:
+            data=expand(run_path("explorer.json"), run=MODEL_RUNS),
+        output:
+            html=os.path.join(SUMMARY_DIR, "explorer.html"),
+        params:
+            cmd=bertlook_cmd(
+                "explorer",
+                side_by_side=IN.data,
+                title=f"{config['run_name']}: {', '.join(MODEL_LABELS)}",
+                out=OUT.html,
+            ),
+        log:
+            os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
+        benchmark:
+            os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
+        threads: 1
+        resources:
+            **step_resources("explorer"),
+        conda:
+            ENV_ANALYSIS
+        shell:
+            CMD
