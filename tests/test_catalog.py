@@ -1,0 +1,44 @@
+"""Catalog metadata (issue 28): one version everywhere (bertlook.__version__, pyproject, CITATION.cff, the
+changelog's newest release, a run's manifest), a citation of the paper, the workflow catalog's description."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import bertlook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_one_version_everywhere():
+    version = bertlook.__version__
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == version
+    assert str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"]) == version
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert releases and releases[0][0] == version, releases
+    from bertlook.reporting.manifest import package_versions
+
+    assert package_versions()["bertlook"] == version
+
+
+def test_citation_names_the_paper():
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "MIT" and cff["authors"]
+    paper = cff["preferred-citation"]
+    assert paper["title"] == "What Does BERT Look At? An Analysis of BERT's Attention" and paper["year"] == 2019
+    assert [a["family-names"] for a in paper["authors"]] == ["Clark", "Khandelwal", "Levy", "Manning"]
+    assert paper["doi"] == "10.18653/v1/W19-4828"
+
+
+def test_workflow_catalog_description():
+    catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
+    usage = catalog["usage"]
+    assert usage["software-stack-deployment"]["conda"] is True and usage["report"] is True
+    flags = usage["mandatory-flags"]["flags"]
+    config = flags.split("--configfile", 1)[1].split()[0]
+    assert (ROOT / config).is_file(), config  # the flag names a configuration that exists
+    assert (ROOT / "Snakefile").is_file() and (ROOT / "config" / "README.md").is_file()  # what the catalog reads
