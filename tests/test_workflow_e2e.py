@@ -513,3 +513,28 @@ def test_norm_outputs(finished_run):
     assert len(kob) == 3 and set(kob["status"]) <= {"not comparable", "not measured"}
     manifest = json.loads((run / "manifest.json").read_text())
     assert {"stats_norm", "heads_norm", "rollout", "head_report"} <= set(manifest["steps"])
+
+
+def test_the_example_notebook_on_the_tiny_run(finished_run, tmp_path):
+    """docs/notebooks/explore_a_run.ipynb executed (nbclient, a real kernel) on the finished tiny run: no cell
+    fails, it prints the run's own best head of Table 1 and draws that head's map."""
+    import nbclient
+    import nbformat
+
+    _, run = finished_run
+    nb = nbformat.read(ROOT / "docs" / "notebooks" / "explore_a_run.ipynb", as_version=4)
+    os.environ["BERTLOOK_RUN"] = str(run)  # the kernel inherits it
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        del os.environ["BERTLOOK_RUN"]
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    best = pd.read_csv(run / "tables" / "table1.csv").iloc[0]
+    assert best["relation"] == "All"
+    assert f"best head for All: {best['best_head']} ({best['direction']}), accuracy {best['accuracy']:.3f}" in text
+    assert "model: " in text and "treebank: silver" in text
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1
+    assert "rows sum to" in text

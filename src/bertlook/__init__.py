@@ -1,3 +1,13 @@
 """bertlook: a reproducible re-run of "What Does BERT Look At?" (Clark et al., 2019)."""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``bertlook.open_run`` / ``bertlook.Run`` (the notebook API, :mod:`bertlook.reporting.api`), imported on first
+    use so that ``import bertlook`` (every CLI step) stays cheap."""
+    if name in ("open_run", "Run"):
+        from bertlook.reporting import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'bertlook' has no attribute {name!r}")
