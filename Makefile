@@ -76,7 +76,6 @@ test-slurm: install
 demo: install
 	@scripts/check_stale_lock.sh . $(OFFLINE_CONFIG)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(SNAKEMAKE) --configfile $(OFFLINE_CONFIG)
-	@echo "results: results/offline-minilm/  (report: make report CONFIG=$(OFFLINE_CONFIG))"
 
 reproduce: install
 	@scripts/check_stale_lock.sh . $(CONFIG)

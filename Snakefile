@@ -31,3 +31,9 @@ rule all:
     input:
         all_outputs(),
     default_target: True
+
+
+# A finished run speaks to a person: what it found beside the paper, where the results are, how long it took
+# (bertlook.reporting.run_summary; not after a dry run, --report or a job of a cluster run).
+onsuccess:
+    print_run_summary()

@@ -27,6 +27,7 @@ def finished_run(tmp_path_factory, tiny_bert_dir):
     (workdir / "config.yaml").write_text(yaml.safe_dump(tiny_config(workdir, tiny_bert_dir)))
     proc = snakemake(workdir)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)  # the end-of-run summary is checked below
     return workdir, workdir / "results" / RUN
 
 
@@ -538,3 +539,17 @@ def test_the_example_notebook_on_the_tiny_run(finished_run, tmp_path):
     assert "model: " in text and "treebank: silver" in text
     assert sum("image/png" in o.get("data", {}) for o in outputs) == 1
     assert "rows sum to" in text
+
+
+def test_the_run_ends_with_a_summary_for_a_person(finished_run):
+    """The Snakefile's onsuccess prints what the run found (its own Table 1 number beside the paper's), where the
+    results are and how long it took; Snakemake's job list is not the last word."""
+    workdir, run = finished_run
+    out = (workdir / "snakemake.out").read_text()
+    assert "bertlook: finished in " in out
+    summary = out[out.index("bertlook: finished in "):]
+    comparison = pd.read_csv(run / "comparison.csv")
+    all_row = comparison[(comparison["item"] == "All") & (comparison["metric"] == "best-head accuracy (%)")].iloc[0]
+    assert "Table 1: best head, all relations" in summary and f"{all_row['reproduced']:.1f}%" in summary
+    assert "paper   34.5%" in summary
+    assert f"head explorer: {run / 'explorer.html'}" in summary and "HTML report: make report CONFIG=" in summary

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 # The workflow uses the bertlook package of THIS checkout (src/), installed or not: its parse-time
@@ -702,3 +703,17 @@ def all_outputs():
         os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
                                                      "resources.csv", "resources.md")] + models_explorer_outputs() + \
         report_page_outputs()
+
+
+# ---- the end of a run (the Snakefile's onsuccess) -------------------------------------------------
+WORKFLOW_START = time.time()  # when Snakemake read the workflow: the wall time the summary reports
+
+
+def print_run_summary():
+    """Print what the run found beside the paper, where its results are and how long it took."""
+    from bertlook.reporting.run_summary import end_of_run_summary
+
+    text = end_of_run_summary([os.path.join(RESULTS, run) for run in MODEL_RUNS],
+                              elapsed_s=time.time() - WORKFLOW_START, summary_dir=SUMMARY_DIR,
+                              configfiles=[str(c) for c in workflow.configfiles])
+    print(f"\n{text}", flush=True)
