@@ -35,7 +35,7 @@ GOLDEN := tests/golden/offline-minilm.json
 TOLERANCES := tests/golden/tolerances.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test test-unit test-all test-slurm demo reproduce fetch resources report lint bench scale-check check golden clean unlock
+.PHONY: install test test-unit test-all test-slurm demo reproduce fetch resources report lint docs bench scale-check check golden clean unlock
 
 # A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
 # next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
@@ -109,6 +109,16 @@ unlock: install
 # `snakemake --configfile .test/config.yaml --cores 2` runs the whole DAG in a few minutes.
 lint: install
 	$(BIN)/snakemake --lint --configfile $(TINY_CONFIG)
+
+# the documentation site (mkdocs.yml) -> site/; --strict: a broken link, a missing page or a page outside the nav
+# fails. The CLI reference, the configuration reference, the changelog and the home page (README.md) are
+# generated at build time (scripts/mkdocs_hooks.py).
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[docs]"
+	touch $@
 
 bench: install
 	$(BIN)/python scripts/bench_extract.py

@@ -1,6 +1,6 @@
 """The package layout of issue 11: argparse glue only in bertlook.cli, computation elsewhere, and a
 parser that builds without the heavy libraries; the layout documentation (docs/DESIGN.md "Modules",
-README "Layout") against the modules, the rule files and the declared steps (issue 25).
+docs/development/layout.md) against the modules, the rule files and the declared steps (issue 25).
 
 The documentation must name every module outside ``analyses/`` and ``cli/`` and the rules of the paper's
 steps; every module or rule file it names must exist. A step beyond the paper (its module in
@@ -167,17 +167,17 @@ def test_design_module_map_names_every_module():
     assert not stale, f"docs/DESIGN.md '## Modules' names modules that do not exist: {', '.join(stale)}"
 
 
-def test_readme_layout_names_the_paper_steps_and_every_named_rule_file_exists():
+def test_layout_page_names_the_paper_steps_and_every_named_rule_file_exists():
     from bertlook.cli import declared_steps
     from bertlook.pipeline.steps import SUPPORT_RULES
 
-    layout = _section(ROOT / "README.md", "## Layout")
+    layout = _section(ROOT / "docs" / "development" / "layout.md", "# Layout")
     rules = sorted({s.rule_name for s in declared_steps() if not s.beyond} | set(SUPPORT_RULES))
     missing = [name for name in rules if not _named(layout, name)]
-    assert not missing, f"README '## Layout' does not name: {', '.join(missing)}"
+    assert not missing, f"docs/development/layout.md does not name: {', '.join(missing)}"
     smk = {p.stem for p in (ROOT / "workflow" / "rules").glob("*.smk")}
     stale = sorted(set(re.findall(r"\b(\w+)\.smk\b", layout)) - smk)
-    assert not stale, f"README '## Layout' names rule files that do not exist: {', '.join(stale)}"
+    assert not stale, f"docs/development/layout.md names rule files that do not exist: {', '.join(stale)}"
 
 
 def test_the_layout_checks_can_fail():

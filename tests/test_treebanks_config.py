@@ -136,7 +136,7 @@ def test_without_treebanks_no_syntax_runs_and_no_languages_summary(tmp_path, tin
 
 @pytest.mark.e2e  # snakemake -n
 def test_the_multilingual_configuration_is_valid_and_plans_three_treebanks(tmp_path):
-    """config/multilingual.yaml (README "Other languages"): mBERT, English main treebank, German and
+    """config/multilingual.yaml (docs/guide/languages.md): mBERT, English main treebank, German and
     Chinese UD treebanks; the DAG plans a UD download per treebank and one cross-language summary."""
     config = load_config(ROOT / "config" / "multilingual.yaml")
     assert [tb["label"] for tb in config["treebanks"]] == ["de", "zh"]

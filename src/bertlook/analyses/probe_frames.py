@@ -259,4 +259,4 @@ def random_init_note(random_dev_store) -> str:
     ratios = [r["ratio"] for r in row_entropy_by_layer(st, max_sentences=UNIFORMITY_SENTENCES)]
     lo, hi = f"{100 * min(ratios):.1f}", f"{100 * max(ratios):.1f}"
     span = f"{lo}% of ln n in every layer" if lo == hi else f"{lo}-{hi}% of ln n by layer"
-    return f"{reading}; its maps: mean row entropy {span} (100% = uniform; README, random-init baseline)"
+    return f"{reading}; its maps: mean row entropy {span} (100% = uniform; docs/guide/paper.md)"
