@@ -109,6 +109,7 @@ unlock: install
 # `snakemake --configfile .test/config.yaml --cores 2` runs the whole DAG in a few minutes.
 lint: install
 	$(BIN)/snakemake --lint --configfile $(TINY_CONFIG)
+	$(BIN)/snakefmt --check Snakefile workflow/
 
 # the documentation site (mkdocs.yml) -> site/; --strict: a broken link, a missing page or a page outside the nav
 # fails. The CLI reference, the configuration reference, the changelog and the home page (README.md) are

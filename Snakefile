@@ -13,7 +13,6 @@ if not config:
     configfile: "config.yaml"
 
 
-
 report: "workflow/report/workflow.rst"
 
 
@@ -28,9 +27,9 @@ for rule_file in step_rule_files():
 
 
 rule all:
+    default_target: True
     input:
         all_outputs(),
-    default_target: True
 
 
 # A finished run speaks to a person: what it found beside the paper, where the results are, how long it took

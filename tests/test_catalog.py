@@ -42,3 +42,16 @@ def test_workflow_catalog_description():
     config = flags.split("--configfile", 1)[1].split()[0]
     assert (ROOT / config).is_file(), config  # the flag names a configuration that exists
     assert (ROOT / "Snakefile").is_file() and (ROOT / "config" / "README.md").is_file()  # what the catalog reads
+
+
+def test_rule_files_are_snakefmt_clean():
+    """`snakefmt --check` (make lint) on the Snakefile and every rule file (line length 120, pyproject.toml)."""
+    import shutil
+    import subprocess
+    import sys
+
+    snakefmt = shutil.which("snakefmt", path=str(Path(sys.executable).parent)) or shutil.which("snakefmt")
+    assert snakefmt, "snakefmt is not installed (it is in the test extras: make install)"
+    proc = subprocess.run([snakefmt, "--check", "Snakefile", "workflow/"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -11,10 +11,25 @@ rule cluster_heads:
         partials=every_shard(run_path("partials", "js{maps}-{shard}.npz")),
         stats=run_path("tables", "attention_stats{maps}.csv"),
     output:
-        js=data_file(run_path("tables", "js_divergence{maps}.csv"), "maps_data_file.rst",
-                     maps_label("JS divergence between heads{maps} (CSV)")),
-        clusters=data_file(run_path("tables", "head_clusters{maps}.csv"), "maps_data_file.rst",
-                           maps_label("Head embedding and behaviour labels{maps} (CSV)")),
+        js=data_file(
+            run_path("tables", "js_divergence{maps}.csv"),
+            "maps_data_file.rst",
+            maps_label("JS divergence between heads{maps} (CSV)"),
+        ),
+        clusters=data_file(
+            run_path("tables", "head_clusters{maps}.csv"),
+            "maps_data_file.rst",
+            maps_label("Head embedding and behaviour labels{maps} (CSV)"),
+        ),
+    log:
+        log_path("cluster_heads{maps}"),
+    benchmark:
+        bench_path("cluster_heads{maps}")
+    conda:
+        ENV_TORCH
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("cluster_heads", config),
     params:
         cmd=bertlook_cmd(
             "cluster-heads",
@@ -28,14 +43,5 @@ rule cluster_heads:
             mds_max_iter=config["clustering"]["mds_max_iter"],
             mds_eps=config["clustering"]["mds_eps"],
         ),
-    log:
-        log_path("cluster_heads{maps}"),
-    benchmark:
-        bench_path("cluster_heads{maps}")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("cluster_heads", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD

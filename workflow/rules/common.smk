@@ -7,15 +7,22 @@ import sys
 import time
 from pathlib import Path
 
+# The checkout this file belongs to: two levels above workflow/rules/. Not workflow.basedir, which is the
+# directory of the *main* Snakefile: a user's own when bertlook is used as a module (`module bertlook:`,
+# snakedeploy; tests/test_workflow_module.py).
+BERTLOOK_ROOT = Path(str(workflow.current_basedir)).resolve().parents[1]
+
 # The workflow uses the bertlook package of THIS checkout (src/), installed or not: its parse-time
 # imports (config validation, command lines, sharding, rule resources) need only PyYAML and
 # jsonschema, which Snakemake itself depends on; the steps run `python -m bertlook` from src/ too.
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+sys.path.insert(0, str(BERTLOOK_ROOT / "src"))
 try:
     from bertlook.pipeline.config import load_yaml_strict, validate_config
 except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python running Snakemake
-    sys.exit(f"error: the workflow needs {Path(workflow.basedir) / 'src'} importable and its "
-             f"dependencies installed (make install, or pip install -e .): {_err}")
+    sys.exit(
+        f"error: the workflow needs {BERTLOOK_ROOT / 'src'} importable and its "
+        f"dependencies installed (make install, or pip install -e .): {_err}"
+    )
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
@@ -37,7 +44,7 @@ def step_rule_files():
     named as its CLI module; a rule may name an earlier file's rules as `rules.X`), then any other file
     (a new step's) in name order. The Snakefile includes them."""
     rank = {name: i for i, name in enumerate(CLI_ORDER)}
-    files = [p for p in Path(workflow.basedir, "workflow", "rules").glob("*.smk") if p.name != "common.smk"]
+    files = [p for p in (BERTLOOK_ROOT / "workflow" / "rules").glob("*.smk") if p.name != "common.smk"]
     return sorted(files, key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
 
 
@@ -119,7 +126,7 @@ ENV_ANALYSIS = "../../envs/analysis.yaml"  # download, stats, figures, manifest 
 # the command lines (rule params) are copied into the HTML report, which must not carry the
 # checkout's or the virtualenv's absolute paths. A command copied from a log by hand falls back to
 # `python` on PATH and `src` below the current directory (the checkout's root). Never from a config value.
-os.environ["BERTLOOK_SRC"] = str(Path(workflow.basedir) / "src")
+os.environ["BERTLOOK_SRC"] = str(BERTLOOK_ROOT / "src")
 os.environ["BERTLOOK_PYTHON"] = (
     "python" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else sys.executable
 )
@@ -260,8 +267,12 @@ def random_words_flags():
     """The extract-words flags of the random-init baseline run in the same job (probes.random_init)."""
     if not RUN_RANDOM_INIT:
         return {}
-    return dict(random_init_seed=config["seed"], random_init_keep=config["probes"]["random_init_keep"],
-                random_init_out=OUT.random, random_init_summary=OUT.random_summary)
+    return dict(
+        random_init_seed=config["seed"],
+        random_init_keep=config["probes"]["random_init_keep"],
+        random_init_out=OUT.random,
+        random_init_summary=OUT.random_summary,
+    )
 
 
 def word_summary(prefix):
@@ -435,15 +446,23 @@ def probes_extra_outputs():
     """table3_norm.* (norms.probes) and probe_ablations.* (probes.layer_ablations) of the probes job."""
     out = {}
     if RUN_NORM_PROBES:
-        out.update(norm_table=data_file(run_path("tables", "table3_norm.csv"), "table3_norm.rst",
-                                        "Table 3 on the norm-based maps (CSV)"),
-                   norm_markdown=run_path("tables", "table3_norm.md"),
-                   norm_summary=run_path("tables", "table3_norm.summary.json"))
+        out.update(
+            norm_table=data_file(
+                run_path("tables", "table3_norm.csv"), "table3_norm.rst", "Table 3 on the norm-based maps (CSV)"
+            ),
+            norm_markdown=run_path("tables", "table3_norm.md"),
+            norm_summary=run_path("tables", "table3_norm.summary.json"),
+        )
     if RUN_PROBE_ABLATIONS:
-        out.update(ablations_table=data_file(run_path("tables", "probe_ablations.csv"), "probe_ablations.rst",
-                                             "Per-layer ablations of the Attn + GloVe probe (CSV)"),
-                   ablations_markdown=run_path("tables", "probe_ablations.md"),
-                   ablations_summary=run_path("tables", "probe_ablations.summary.json"))
+        out.update(
+            ablations_table=data_file(
+                run_path("tables", "probe_ablations.csv"),
+                "probe_ablations.rst",
+                "Per-layer ablations of the Attn + GloVe probe (CSV)",
+            ),
+            ablations_markdown=run_path("tables", "probe_ablations.md"),
+            ablations_summary=run_path("tables", "probe_ablations.summary.json"),
+        )
     return out
 
 
@@ -452,11 +471,20 @@ def probes_extra_flags():
     if RUN_RANDOM_INIT:
         flags.update(random_train_attention=IN.random_train, random_dev_attention=IN.random_dev)
     if RUN_NORM_PROBES:
-        flags.update(norm_train_attention=IN.norm_train, norm_dev_attention=IN.norm_dev,
-                     out_norm_table=OUT.norm_table, out_norm_markdown=OUT.norm_markdown, norm_summary=OUT.norm_summary)
+        flags.update(
+            norm_train_attention=IN.norm_train,
+            norm_dev_attention=IN.norm_dev,
+            out_norm_table=OUT.norm_table,
+            out_norm_markdown=OUT.norm_markdown,
+            norm_summary=OUT.norm_summary,
+        )
     if RUN_PROBE_ABLATIONS:
-        flags.update(ablations=",".join(config["probes"]["layer_ablations"]), out_ablations_table=OUT.ablations_table,
-                     out_ablations_markdown=OUT.ablations_markdown, ablations_summary=OUT.ablations_summary)
+        flags.update(
+            ablations=",".join(config["probes"]["layer_ablations"]),
+            out_ablations_table=OUT.ablations_table,
+            out_ablations_markdown=OUT.ablations_markdown,
+            ablations_summary=OUT.ablations_summary,
+        )
     return flags
 
 
@@ -516,8 +544,13 @@ def data_file(path, caption, label, subcategory="{run}"):
     (or ``subcategory``), with its caption file (under workflow/report/; None: the generic one,
     steps.GENERIC_CAPTION) and one label (a string, or maps_label(...)). One label only: see
     report_page_outputs_of."""
-    return report(path, caption=f"../report/{caption or steps.GENERIC_CAPTION}", category="Data files (CSV)", subcategory=subcategory,
-                  labels=label if callable(label) else {"result": label})
+    return report(
+        path,
+        caption=f"../report/{caption or steps.GENERIC_CAPTION}",
+        category="Data files (CSV)",
+        subcategory=subcategory,
+        labels=label if callable(label) else {"result": label},
+    )
 
 
 TREE_HEADS_NOTE = lambda wildcards, input, output: (
@@ -542,8 +575,7 @@ SUMMARY_DIR = os.path.join(RESULTS, f"{config['run_name']}-all-models")
 # same heads track the same relations across treebanks (languages.smk).
 LANGUAGES_DIR = os.path.join(RESULTS, f"{config['run_name']}-languages")
 MODEL_LABELS = [m["label"] for m in config["models"]]
-LANGUAGE_OUTPUTS = ("best_heads.csv", "agreement.csv", "languages.md", "fig_languages.png",
-                    "languages.summary.json")
+LANGUAGE_OUTPUTS = ("best_heads.csv", "agreement.csv", "languages.md", "fig_languages.png", "languages.summary.json")
 
 
 def syntax_outputs(run):
@@ -561,15 +593,18 @@ def language_runs(model_label):
 
 
 def languages_inputs(wildcards):
-    return {"accuracy": [run_path("tables", "head_accuracy.csv").format(run=run)
-                         for run in language_runs(wildcards.model)]}
+    return {
+        "accuracy": [run_path("tables", "head_accuracy.csv").format(run=run) for run in language_runs(wildcards.model)]
+    }
 
 
 def languages_flags(wildcards, input, output):
     runs = language_runs(wildcards.model)
-    return {"head_accuracy": list(input.accuracy),
-            "label": [TREEBANK_LABEL_OF[run] for run in runs],
-            "language": [TREEBANK_OF[run]["language"] for run in runs]}
+    return {
+        "head_accuracy": list(input.accuracy),
+        "label": [TREEBANK_LABEL_OF[run] for run in runs],
+        "language": [TREEBANK_OF[run]["language"] for run in runs],
+    }
 
 
 def languages_outputs():
@@ -616,32 +651,66 @@ def summary_report_pages():
     here = lambda *parts: os.path.join(SUMMARY_DIR, *parts)
     mine = lambda name: here(REPORT_DIR, name)
     pages = [
-        ReportPage(here("models_summary.md"), mine("models_summary.html"), "Comparison across models",
-                   "Models side by side (table)", "models_summary.rst"),
-        ReportPage(here("fig_models_summary.png"), mine("fig_models_summary.png"), "Comparison across models",
-                   "Models side by side (figure)", "fig_models_summary.rst"),
-        ReportPage(here("resources.md"), mine("resources.html"), "Resources",
-                   "Measured resources per rule, all runs", "resources_summary.rst"),
-    ] + [ReportPage(path, mine("explorer.html"), "Comparison across models",
-                    "Head explorer, models side by side (interactive)", "explorer_models.rst")
-         for path in models_explorer_outputs()]
+        ReportPage(
+            here("models_summary.md"),
+            mine("models_summary.html"),
+            "Comparison across models",
+            "Models side by side (table)",
+            "models_summary.rst",
+        ),
+        ReportPage(
+            here("fig_models_summary.png"),
+            mine("fig_models_summary.png"),
+            "Comparison across models",
+            "Models side by side (figure)",
+            "fig_models_summary.rst",
+        ),
+        ReportPage(
+            here("resources.md"),
+            mine("resources.html"),
+            "Resources",
+            "Measured resources per rule, all runs",
+            "resources_summary.rst",
+        ),
+    ] + [
+        ReportPage(
+            path,
+            mine("explorer.html"),
+            "Comparison across models",
+            "Head explorer, models side by side (interactive)",
+            "explorer_models.rst",
+        )
+        for path in models_explorer_outputs()
+    ]
     for label in (MODEL_LABELS if config["treebanks"] else []):
         src = lambda name: os.path.join(LANGUAGES_DIR, label, name)
         dst = lambda name: os.path.join(LANGUAGES_DIR, label, REPORT_DIR, name)
         pages += [
-            ReportPage(src("languages.md"), dst("languages.html"), "Across languages",
-                       f"Best heads across treebanks, {label} (table)", "languages.rst"),
-            ReportPage(src("fig_languages.png"), dst("fig_languages.png"), "Across languages",
-                       f"Best heads across treebanks, {label} (figure)", "fig_languages.rst"),
+            ReportPage(
+                src("languages.md"),
+                dst("languages.html"),
+                "Across languages",
+                f"Best heads across treebanks, {label} (table)",
+                "languages.rst",
+            ),
+            ReportPage(
+                src("fig_languages.png"),
+                dst("fig_languages.png"),
+                "Across languages",
+                f"Best heads across treebanks, {label} (figure)",
+                "fig_languages.rst",
+            ),
         ]
     return pages
 
 
 def report_page_outputs():
     """Every page of the report (the report/ folders), for `all`."""
-    return ([run_path(REPORT_DIR, p.page).format(run=run) for run in MODEL_RUNS for p in run_report_pages()]
-            + [run_path(REPORT_DIR, p.page).format(run=run) for run in SYNTAX_RUNS for p in syntax_report_pages()]
-            + [p.page for p in summary_report_pages()])
+    return (
+        [run_path(REPORT_DIR, p.page).format(run=run) for run in MODEL_RUNS for p in run_report_pages()]
+        + [run_path(REPORT_DIR, p.page).format(run=run) for run in SYNTAX_RUNS for p in syntax_report_pages()]
+        + [p.page for p in summary_report_pages()]
+    )
 
 
 def is_report_page(path):
@@ -689,7 +758,7 @@ PAGE_FLAGS = dict(
 
 
 def summary_page_subcategory(page):
-    """"all models", or "model <label>" for a page of that model's cross-language summary."""
+    """ "all models", or "model <label>" for a page of that model's cross-language summary."""
     model = next((m for m in MODEL_LABELS if page.page.startswith(os.path.join(LANGUAGES_DIR, m) + os.sep)), None)
     return f"model {model}" if model else "all models"
 
@@ -697,12 +766,19 @@ def summary_page_subcategory(page):
 def all_outputs():
     """What `all` asks for: every model run's declared outputs (bertlook.pipeline.steps) and manifest, the
     syntax runs' outputs, the cross-language and cross-model summaries, and every report page."""
-    return expand(
-        [run_path(path) for path in steps.run_outputs(STEPS, SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
-    ) + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)] + languages_outputs() + [
-        os.path.join(SUMMARY_DIR, name) for name in ("models_summary.csv", "fig_models_summary.png",
-                                                     "resources.csv", "resources.md")] + models_explorer_outputs() + \
-        report_page_outputs()
+    return (
+        expand(
+            [run_path(path) for path in steps.run_outputs(STEPS, SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
+        )
+        + [path for run in SYNTAX_RUNS for path in syntax_outputs(run)]
+        + languages_outputs()
+        + [
+            os.path.join(SUMMARY_DIR, name)
+            for name in ("models_summary.csv", "fig_models_summary.png", "resources.csv", "resources.md")
+        ]
+        + models_explorer_outputs()
+        + report_page_outputs()
+    )
 
 
 # ---- the end of a run (the Snakefile's onsuccess) -------------------------------------------------
@@ -713,7 +789,10 @@ def print_run_summary():
     """Print what the run found beside the paper, where its results are and how long it took."""
     from bertlook.reporting.run_summary import end_of_run_summary
 
-    text = end_of_run_summary([os.path.join(RESULTS, run) for run in MODEL_RUNS],
-                              elapsed_s=time.time() - WORKFLOW_START, summary_dir=SUMMARY_DIR,
-                              configfiles=[str(c) for c in workflow.configfiles])
+    text = end_of_run_summary(
+        [os.path.join(RESULTS, run) for run in MODEL_RUNS],
+        elapsed_s=time.time() - WORKFLOW_START,
+        summary_dir=SUMMARY_DIR,
+        configfiles=[str(c) for c in workflow.configfiles],
+    )
     print(f"\n{text}", flush=True)

@@ -8,9 +8,7 @@ rule compare:
         stats=run_path("tables", "attention_stats.csv"),
         table1=run_path("tables", "table1.csv"),
         table2=rules.coref.output.table,
-        table3=lambda wildcards: (
-            [run_path("tables", "table3.csv").format(run=wildcards.run)] if RUN_PROBES else []
-        ),
+        table3=lambda wildcards: ([run_path("tables", "table3.csv").format(run=wildcards.run)] if RUN_PROBES else []),
         # the second reference (Kobayashi et al. 2020) reads the norm-based statistics
         norm_stats=lambda wildcards: (
             [run_path("tables", "attention_stats_norm.csv").format(run=wildcards.run)] if RUN_NORMS else []
@@ -18,6 +16,15 @@ rule compare:
     output:
         csv=data_file(run_path("comparison.csv"), "comparison.rst", "Comparison with the paper (CSV)"),
         markdown=run_path("comparison.md"),
+    log:
+        log_path("compare"),
+    benchmark:
+        bench_path("compare")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("compare", config),
     params:
         cmd=bertlook_cmd(
             "compare",
@@ -25,15 +32,6 @@ rule compare:
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,
         ),
-    log:
-        log_path("compare"),
-    benchmark:
-        bench_path("compare")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("compare", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD
 
@@ -55,6 +53,15 @@ rule models_summary:
         ),
         markdown=os.path.join(SUMMARY_DIR, "models_summary.md"),
         figure=os.path.join(SUMMARY_DIR, "fig_models_summary.png"),
+    log:
+        os.path.join(SUMMARY_DIR, "logs", "models_summary.log"),
+    benchmark:
+        os.path.join(SUMMARY_DIR, "benchmarks", "models_summary.tsv")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("models_summary", config),
     params:
         cmd=bertlook_cmd(
             "models-summary",
@@ -64,14 +71,5 @@ rule models_summary:
             out_markdown=OUT.markdown,
             out_figure=OUT.figure,
         ),
-    log:
-        os.path.join(SUMMARY_DIR, "logs", "models_summary.log"),
-    benchmark:
-        os.path.join(SUMMARY_DIR, "benchmarks", "models_summary.tsv")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("models_summary", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

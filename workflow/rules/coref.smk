@@ -9,6 +9,15 @@ if COREF_FILES:
         output:
             store=word_maps(directory(run_path("attention", "coref"))),  # temp() without extraction.keep_maps
             summary=run_path("attention", "coref.summary.json"),
+        log:
+            log_path("coref_extract"),
+        benchmark:
+            bench_path("coref_extract")
+        conda:
+            ENV_TORCH
+        threads: 8
+        resources:
+            **sizing.snakemake_resources("coref_extract", config),
         params:
             cmd=bertlook_cmd(
                 "coref-extract",
@@ -25,15 +34,6 @@ if COREF_FILES:
                 max_unk_rate=config["extraction"]["max_unk_rate"],
                 summary=OUT.summary,
             ),
-        log:
-            log_path("coref_extract"),
-        benchmark:
-            bench_path("coref_extract")
-        threads: 8
-        resources:
-            **sizing.snakemake_resources("coref_extract", config),
-        conda:
-            ENV_TORCH
         shell:
             CMD
 
@@ -46,6 +46,15 @@ rule coref:
         markdown=run_path("tables", "table2.md"),
         heads=run_path("tables", "coref_heads.csv"),
         summary=run_path("tables", "table2.summary.json"),
+    log:
+        log_path("coref"),
+    benchmark:
+        bench_path("coref")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("coref", config),
     params:
         cmd=bertlook_cmd(
             "coref",
@@ -59,14 +68,5 @@ rule coref:
             out_heads=OUT.heads,
             summary=OUT.summary,
         ),
-    log:
-        log_path("coref"),
-    benchmark:
-        bench_path("coref")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("coref", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

@@ -12,6 +12,16 @@ rule explorer_sample:
         examples=every_shard(run_path("partials", "fig1-{shard}.npz")),
     output:
         sample=run_path("partials", "explorer_sample.json"),
+    log:
+        log_path("explorer_sample"),
+    benchmark:
+        bench_path("explorer_sample")
+    priority: 10
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **step_resources("explorer"),
     params:
         cmd=bertlook_cmd(
             "explorer",
@@ -20,16 +30,6 @@ rule explorer_sample:
             segment_example=IN.examples,
             sample_out=OUT.sample,
         ),
-    log:
-        log_path("explorer_sample"),
-    benchmark:
-        bench_path("explorer_sample")
-    priority: 10
-    threads: 1
-    resources:
-        **step_resources("explorer"),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD
 
@@ -46,6 +46,15 @@ rule explorer:
     output:
         html=run_path("explorer.html"),
         data=run_path("explorer.json"),
+    log:
+        log_path("explorer"),
+    benchmark:
+        bench_path("explorer")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **step_resources("explorer"),
     params:
         cmd=bertlook_cmd(
             "explorer",
@@ -60,15 +69,6 @@ rule explorer:
             out=OUT.html,
             out_data=OUT.data,
         ),
-    log:
-        log_path("explorer"),
-    benchmark:
-        bench_path("explorer")
-    threads: 1
-    resources:
-        **step_resources("explorer"),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD
 
@@ -82,6 +82,15 @@ if models_explorer_outputs():
             data=expand(run_path("explorer.json"), run=MODEL_RUNS),
         output:
             html=os.path.join(SUMMARY_DIR, "explorer.html"),
+        log:
+            os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
+        benchmark:
+            os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
+        conda:
+            ENV_ANALYSIS
+        threads: 1
+        resources:
+            **step_resources("explorer"),
         params:
             cmd=bertlook_cmd(
                 "explorer",
@@ -89,14 +98,5 @@ if models_explorer_outputs():
                 title=f"{config['run_name']}: {', '.join(MODEL_LABELS)}",
                 out=OUT.html,
             ),
-        log:
-            os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
-        benchmark:
-            os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
-        threads: 1
-        resources:
-            **step_resources("explorer"),
-        conda:
-            ENV_ANALYSIS
         shell:
             CMD

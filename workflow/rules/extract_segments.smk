@@ -12,11 +12,20 @@ rule extract_segments:
     input:
         segments=rules.segments.output.segments,
     output:
+        **segment_pass_outputs(),
         summary=run_path("attention", "segments-{shard}.summary.json"),
         stats=run_path("partials", "stats-{shard}.npz"),
         js=run_path("partials", "js-{shard}.npz"),
         example=run_path("partials", "fig1-{shard}.npz"),
-        **segment_pass_outputs(),
+    log:
+        log_path("extract_segments-{shard}"),
+    benchmark:
+        bench_path("extract_segments-{shard}")
+    conda:
+        ENV_TORCH
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("extract_segments", config),
     params:
         cmd=bertlook_cmd(
             "extract-segments",
@@ -39,15 +48,6 @@ rule extract_segments:
             example_index=config["figures"]["example_index"],
             **segment_pass_flags(),
         ),
-    log:
-        log_path("extract_segments-{shard}"),
-    benchmark:
-        bench_path("extract_segments-{shard}")
-    threads: 8
-    resources:
-        **sizing.snakemake_resources("extract_segments", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD
 
@@ -60,16 +60,16 @@ rule gather_extraction:
     output:
         summary=run_path("attention", "segments.summary.json"),
         meta=run_path("attention", "segments.meta.json"),
-    params:
-        cmd=bertlook_cmd("gather-extraction", part_summary=IN.summaries, summary=OUT.summary, meta=OUT.meta),
     log:
         log_path("gather_extraction"),
     benchmark:
         bench_path("gather_extraction")
+    conda:
+        ENV_ANALYSIS
     threads: 1
     resources:
         **sizing.snakemake_resources("gather_extraction", config),
-    conda:
-        ENV_ANALYSIS
+    params:
+        cmd=bertlook_cmd("gather-extraction", part_summary=IN.summaries, summary=OUT.summary, meta=OUT.meta),
     shell:
         CMD

@@ -16,13 +16,22 @@ rule extract_words:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
-        store=word_store("words"),
-        summary=word_summary("words"),
-        # norm-based word maps (norms.enabled), written in the same forward pass
         **({"norms": word_store("normwords")} if RUN_NORMS else {}),
         # the probes' random-init baseline (probes.random_init): the run's model re-initialised in memory, run
         # on the same sentences in the same job (nothing saved)
         **({"random": word_store("randwords"), "random_summary": word_summary("randwords")} if RUN_RANDOM_INIT else {}),
+        store=word_store("words"),
+        summary=word_summary("words"),
+        # norm-based word maps (norms.enabled), written in the same forward pass
+    log:
+        log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
+    benchmark:
+        bench_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}")
+    conda:
+        ENV_TORCH
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("extract_words", config),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -43,15 +52,6 @@ rule extract_words:
             norms_out=OUT.norms if RUN_NORMS else None,
             **random_words_flags(),
         ),
-    log:
-        log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
-    benchmark:
-        bench_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}")
-    threads: 8
-    resources:
-        **sizing.snakemake_resources("extract_words", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD
 
@@ -66,23 +66,22 @@ if WORD_SHARDS > 1:
         output:
             store=word_maps(directory(run_path("attention", "words-{split}"))),
             summary=run_path("attention", "words-{split}.summary.json"),
-        params:
-            cmd=bertlook_cmd(
-                "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
-            ),
         log:
             log_path("merge_words-{split}"),
         benchmark:
             bench_path("merge_words-{split}")
         priority: 10  # frees the shard stores (hard links) and lets the consumers start
+        conda:
+            ENV_ANALYSIS
         threads: 1
         resources:
             **sizing.snakemake_resources("merge_words", config),
-        conda:
-            ENV_ANALYSIS
+        params:
+            cmd=bertlook_cmd(
+                "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
+            ),
         shell:
             CMD
-
 
     # merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
     # IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
@@ -102,7 +101,6 @@ if WORD_SHARDS > 1:
             resources:
                 **sizing.snakemake_resources("merge_words_random", config),
 
-
     # The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
     # the attention stores' summaries (merge_words), so no summary here.
     if RUN_NORMS:
@@ -112,11 +110,11 @@ if WORD_SHARDS > 1:
                 stores=every_word_shard(rules.extract_words.output.norms),
             output:
                 store=word_maps(directory(run_path("attention", "normwords-{split}"))),
-            params:
-                cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),
             log:
                 log_path("merge_words_norm-{split}"),
             benchmark:
                 bench_path("merge_words_norm-{split}")
             resources:
                 **sizing.snakemake_resources("merge_words_norm", config, kind="merge_words"),
+            params:
+                cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),

@@ -5,17 +5,32 @@
 
 rule figures:
     input:
+        **(
+            {
+                "norm_stats": run_path("tables", "attention_stats_norm.csv"),
+                "norm_summaries": every_shard(rules.extract_segments.output.summary),
+            }
+            if RUN_NORMS
+            else {}
+        ),
         examples=every_shard(rules.extract_segments.output.example),
         stats=run_path("tables", "attention_stats.csv"),
         stats_summary=run_path("tables", "attention_stats.summary.json"),
         clusters=run_path("tables", "head_clusters.csv"),
         # norms.enabled: the norm-based statistics and the extraction summaries (their ||f(x)|| sums)
-        **({"norm_stats": run_path("tables", "attention_stats_norm.csv"),
-            "norm_summaries": every_shard(rules.extract_segments.output.summary)} if RUN_NORMS else {}),
     output:
         # the report shows page-sized copies of them (report_pages.smk), not these full-resolution PNGs
         **{name.removesuffix(".png"): run_path("figures", name) for name in FIGURES},
         **({"fig_norms": run_path("figures", "fig_norms.png")} if RUN_NORMS else {}),
+    log:
+        log_path("figures"),
+    benchmark:
+        bench_path("figures")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("figures", config),
     params:
         cmd=bertlook_cmd(
             "figures",
@@ -26,17 +41,11 @@ rule figures:
             out_dir=lambda wildcards, input, output: os.path.dirname(output[0]),
             example_heads=example_heads_arg(),
             example_index=config["figures"]["example_index"],
-            **({"norm_stats": IN.norm_stats, "norm_summaries": IN.norm_summaries,
-                "out_fig_norms": OUT.fig_norms} if RUN_NORMS else {}),
+            **(
+                {"norm_stats": IN.norm_stats, "norm_summaries": IN.norm_summaries, "out_fig_norms": OUT.fig_norms}
+                if RUN_NORMS
+                else {}
+            ),
         ),
-    log:
-        log_path("figures"),
-    benchmark:
-        bench_path("figures")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("figures", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

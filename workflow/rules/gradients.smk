@@ -9,6 +9,15 @@ rule gradients_shard:
         segments=rules.segments.output.segments,
     output:
         partial=run_path("partials", "gradients-{shard}.npz"),
+    log:
+        log_path("gradients-{shard}"),
+    benchmark:
+        bench_path("gradients-{shard}")
+    conda:
+        ENV_TORCH
+    threads: 8
+    resources:
+        **sizing.snakemake_resources("gradients_shard", config),
     params:
         cmd=bertlook_cmd(
             "gradients",
@@ -25,15 +34,6 @@ rule gradients_shard:
             segment_ids=config["extraction"]["segment_ids"],
             device=config["extraction"]["device"],
         ),
-    log:
-        log_path("gradients-{shard}"),
-    benchmark:
-        bench_path("gradients-{shard}")
-    threads: 8
-    resources:
-        **sizing.snakemake_resources("gradients_shard", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD
 
@@ -51,6 +51,15 @@ rule gradients:
         summary=run_path("tables", "sep_gradients.summary.json"),
         # head importance (Michel et al. 2019) from the same gradients: the report card's `importance`
         importance=run_path("tables", "head_importance.csv"),
+    log:
+        log_path("gradients"),
+    benchmark:
+        bench_path("gradients")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("gradients", config),
     params:
         cmd=bertlook_cmd(
             "gradients",
@@ -60,14 +69,5 @@ rule gradients:
             summary=OUT.summary,
             out_importance=OUT.importance,
         ),
-    log:
-        log_path("gradients"),
-    benchmark:
-        bench_path("gradients")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("gradients", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

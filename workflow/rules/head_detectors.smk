@@ -9,6 +9,15 @@ rule head_detectors:
         table=data_file(run_path("tables", "head_detectors.csv"), None, "Head detectors (CSV)"),
         markdown=run_path("tables", "head_detectors.md"),
         summary=run_path("tables", "head_detectors.summary.json"),
+    log:
+        log_path("head_detectors"),
+    benchmark:
+        bench_path("head_detectors")
+    conda:
+        ENV_TORCH
+    threads: 2
+    resources:
+        **step_resources("head_detectors"),
     params:
         cmd=bertlook_cmd(
             "head-detectors",
@@ -25,14 +34,5 @@ rule head_detectors:
             device=config["extraction"]["device"],
             model_dtype=config["extraction"]["model_dtype"],
         ),
-    log:
-        log_path("head_detectors"),
-    benchmark:
-        bench_path("head_detectors")
-    threads: 2
-    resources:
-        **step_resources("head_detectors"),
-    conda:
-        ENV_TORCH
     shell:
         CMD

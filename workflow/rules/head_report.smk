@@ -21,6 +21,15 @@ rule head_report:
         ),
         figure=run_path("figures", "fig_head_report.png"),
         summary=run_path("tables", "head_report.summary.json"),
+    log:
+        log_path("head_report"),
+    benchmark:
+        bench_path("head_report")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **step_resources("head_report"),
     params:
         cmd=bertlook_cmd(
             "head-report",
@@ -35,14 +44,5 @@ rule head_report:
             out_figure=OUT.figure,
             min_count=config["head_report"]["min_count"] or config["heads"]["min_count"],
         ),
-    log:
-        log_path("head_report"),
-    benchmark:
-        bench_path("head_report")
-    threads: 1
-    resources:
-        **step_resources("head_report"),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

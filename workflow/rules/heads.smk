@@ -7,13 +7,27 @@ rule heads:
     input:
         unpack(heads_inputs),
     output:
-        accuracy=data_file(run_path("tables", "head_accuracy{maps}.csv"), "maps_data_file.rst",
-                           maps_label("Accuracy of every head per relation{maps} (CSV)")),
-        table=data_file(run_path("tables", "table1{maps}.csv"), "maps_data_file.rst",
-                        maps_label("Table 1 twin{maps} (CSV)")),
+        accuracy=data_file(
+            run_path("tables", "head_accuracy{maps}.csv"),
+            "maps_data_file.rst",
+            maps_label("Accuracy of every head per relation{maps} (CSV)"),
+        ),
+        table=data_file(
+            run_path("tables", "table1{maps}.csv"), "maps_data_file.rst", maps_label("Table 1 twin{maps} (CSV)")
+        ),
         markdown=run_path("tables", "table1{maps}.md"),
         figure=run_path("figures", "fig5_syntax_heads{maps}.png"),
         summary=run_path("tables", "head_accuracy{maps}.summary.json"),
+    log:
+        log_path("heads{maps}"),
+    benchmark:
+        bench_path("heads{maps}")
+    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; extract_words.smk)
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("heads", config),
     params:
         cmd=bertlook_cmd(
             "heads",
@@ -39,15 +53,5 @@ rule heads:
                 not wildcards.maps and paper_comparable(wildcards, input, output)
             ),
         ),
-    log:
-        log_path("heads{maps}"),
-    benchmark:
-        bench_path("heads{maps}")
-    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; extract_words.smk)
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("heads", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

@@ -6,8 +6,6 @@
 if config["treebanks"]:  # one treebank: nothing to compare
 
     rule languages:
-        wildcard_constraints:
-            model=runs_pattern(MODEL_LABELS),
         input:
             unpack(languages_inputs),
         output:
@@ -21,6 +19,17 @@ if config["treebanks"]:  # one treebank: nothing to compare
             markdown=os.path.join(LANGUAGES_DIR, "{model}", "languages.md"),
             figure=os.path.join(LANGUAGES_DIR, "{model}", "fig_languages.png"),
             summary=os.path.join(LANGUAGES_DIR, "{model}", "languages.summary.json"),
+        log:
+            os.path.join(LANGUAGES_DIR, "{model}", "logs", "languages.log"),
+        benchmark:
+            os.path.join(LANGUAGES_DIR, "{model}", "benchmarks", "languages.tsv")
+        wildcard_constraints:
+            model=runs_pattern(MODEL_LABELS),
+        conda:
+            ENV_ANALYSIS
+        threads: 1
+        resources:
+            **sizing.snakemake_resources("languages", config, kind="figures"),
         params:
             cmd=bertlook_cmd(
                 "languages",
@@ -33,14 +42,5 @@ if config["treebanks"]:  # one treebank: nothing to compare
                 out_figure=OUT.figure,
                 summary=OUT.summary,
             ),
-        log:
-            os.path.join(LANGUAGES_DIR, "{model}", "logs", "languages.log"),
-        benchmark:
-            os.path.join(LANGUAGES_DIR, "{model}", "benchmarks", "languages.tsv")
-        threads: 1
-        resources:
-            **sizing.snakemake_resources("languages", config, kind="figures"),
-        conda:
-            ENV_ANALYSIS
         shell:
             CMD

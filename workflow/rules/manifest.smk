@@ -19,6 +19,15 @@ rule manifest:
         beyond=lambda wildcards: [p.format(run=wildcards.run) for p in beyond_summaries()],
     output:
         run_path("manifest.json"),
+    log:
+        log_path("manifest"),
+    benchmark:
+        bench_path("manifest")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("manifest", config),
     params:
         cmd=bertlook_cmd(
             "manifest",
@@ -35,14 +44,5 @@ rule manifest:
             + [f"{name}={path}" for name, path in zip(beyond_summary_names(), input.beyond)],
             out=lambda wildcards, input, output: output[0],
         ),
-    log:
-        log_path("manifest"),
-    benchmark:
-        bench_path("manifest")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("manifest", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

@@ -3,10 +3,20 @@
 if not config["glove"].get("path"):
 
     rule download_glove:
-        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
         output:
             archive=GLOVE_FILE,
             summary=f"{GLOVE_FILE}.download.json",
+        log:
+            f"{RESOURCES}/logs/download_glove.log",
+        benchmark:
+            f"{RESOURCES}/benchmarks/download_glove.tsv"
+        retries: 2
+        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
+        conda:
+            ENV_ANALYSIS
+        threads: 1
+        resources:
+            **sizing.snakemake_resources("download_glove", config),
         params:
             cmd=bertlook_cmd(
                 "download",
@@ -15,16 +25,6 @@ if not config["glove"].get("path"):
                 sha256=config["glove"].get("sha256"),
                 summary=OUT.summary,
             ),
-        log:
-            f"{RESOURCES}/logs/download_glove.log",
-        benchmark:
-            f"{RESOURCES}/benchmarks/download_glove.tsv"
-        threads: 1
-        resources:
-            **sizing.snakemake_resources("download_glove", config),
-        retries: 2
-        conda:
-            ENV_ANALYSIS
         shell:
             CMD
 
@@ -38,10 +38,20 @@ rule probes:
     input:
         unpack(probes_inputs),
     output:
+        **probes_extra_outputs(),
         table=data_file(run_path("tables", "table3.csv"), "table3.rst", "Table 3 twin (CSV)"),
         markdown=run_path("tables", "table3.md"),
         summary=run_path("tables", "table3.summary.json"),
-        **probes_extra_outputs(),
+    log:
+        log_path("probes"),
+    benchmark:
+        bench_path("probes")
+    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false)
+    conda:
+        ENV_TORCH
+    threads: 2
+    resources:
+        **sizing.snakemake_resources("probes", config),
     params:
         cmd=bertlook_cmd(
             "probes",
@@ -54,15 +64,5 @@ rule probes:
             summary=OUT.summary,
             **probes_extra_flags(),
         ),
-    log:
-        log_path("probes"),
-    benchmark:
-        bench_path("probes")
-    priority: 10  # as soon as the word stores exist: frees them (keep_maps: false)
-    threads: 2
-    resources:
-        **sizing.snakemake_resources("probes", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD

@@ -5,25 +5,25 @@
 
 
 rule report_pages:
-    wildcard_constraints:
-        run=runs_pattern(MODEL_RUNS),
     input:
         sources=[run_path(p.source) for p in run_report_pages()],
     output:
         **report_page_outputs_of(run_report_pages()),
-    params:
-        cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
-        # read by the Fig 3 caption (workflow/report/fig3_sep_gradients.rst) when the report is built
-        gradients=gradients_shown,
     log:
         log_path("report_pages"),
     benchmark:
         bench_path("report_pages")
+    wildcard_constraints:
+        run=runs_pattern(MODEL_RUNS),
+    conda:
+        ENV_ANALYSIS
     threads: 1
     resources:
         **sizing.snakemake_resources("report_pages", config),
-    conda:
-        ENV_ANALYSIS
+    params:
+        cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
+        # read by the Fig 3 caption (workflow/report/fig3_sep_gradients.rst) when the report is built
+        gradients=gradients_shown,
     shell:
         CMD
 
@@ -32,23 +32,23 @@ rule report_pages:
 if SYNTAX_RUNS:
 
     rule report_pages_syntax:
-        wildcard_constraints:
-            run=runs_pattern(SYNTAX_RUNS),
         input:
             sources=[run_path(p.source) for p in syntax_report_pages()],
         output:
             **report_page_outputs_of(syntax_report_pages()),
-        params:
-            cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
         log:
             log_path("report_pages"),
         benchmark:
             bench_path("report_pages")
+        wildcard_constraints:
+            run=runs_pattern(SYNTAX_RUNS),
+        conda:
+            ENV_ANALYSIS
         threads: 1
         resources:
             **sizing.snakemake_resources("report_pages_syntax", config, kind="report_pages"),
-        conda:
-            ENV_ANALYSIS
+        params:
+            cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
         shell:
             CMD
 
@@ -58,16 +58,16 @@ rule report_pages_summary:
         sources=[p.source for p in summary_report_pages()],
     output:
         **report_page_outputs_of(summary_report_pages(), own_paths=True, subcategory=summary_page_subcategory),
-    params:
-        cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
     log:
         os.path.join(SUMMARY_DIR, "logs", "report_pages_summary.log"),
     benchmark:
         os.path.join(SUMMARY_DIR, "benchmarks", "report_pages_summary.tsv")
+    conda:
+        ENV_ANALYSIS
     threads: 1
     resources:
         **sizing.snakemake_resources("report_pages_summary", config, kind="report_pages"),
-    conda:
-        ENV_ANALYSIS
+    params:
+        cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
     shell:
         CMD

@@ -19,6 +19,15 @@ rule resources:
     output:
         csv=data_file(run_path("resources.csv"), "resources.rst", "Measured resources per job (CSV)"),
         markdown=run_path("resources.md"),
+    log:
+        log_path("resources"),
+    benchmark:
+        bench_path("resources")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("resources", config),
     params:
         cmd=bertlook_cmd(
             "resources",
@@ -27,15 +36,6 @@ rule resources:
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,
         ),
-    log:
-        log_path("resources"),
-    benchmark:
-        bench_path("resources")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("resources", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD
 
@@ -45,8 +45,7 @@ rule resources_summary:
         outputs=lambda wildcards: [
             path
             for path in all_outputs()
-            if path not in [os.path.join(SUMMARY_DIR, name) for name in RESOURCES_TABLES]
-            and not is_report_page(path)
+            if path not in [os.path.join(SUMMARY_DIR, name) for name in RESOURCES_TABLES] and not is_report_page(path)
         ],
     output:
         csv=data_file(
@@ -56,6 +55,15 @@ rule resources_summary:
             subcategory="all models",
         ),
         markdown=os.path.join(SUMMARY_DIR, "resources.md"),
+    log:
+        os.path.join(SUMMARY_DIR, "logs", "resources_summary.log"),
+    benchmark:
+        os.path.join(SUMMARY_DIR, "benchmarks", "resources_summary.tsv")
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("resources_summary", config),
     params:
         cmd=bertlook_cmd(
             "resources",
@@ -66,14 +74,5 @@ rule resources_summary:
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,
         ),
-    log:
-        os.path.join(SUMMARY_DIR, "logs", "resources_summary.log"),
-    benchmark:
-        os.path.join(SUMMARY_DIR, "benchmarks", "resources_summary.tsv")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("resources_summary", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

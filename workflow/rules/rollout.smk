@@ -16,17 +16,17 @@ rule rollout:
         ),
         figure=run_path("figures", "fig_rollout.png"),
         summary=run_path("tables", "rollout_stats.summary.json"),
-    params:
-        cmd=bertlook_cmd("rollout", partial=IN.partials, out=OUT.table, out_figure=OUT.figure, summary=OUT.summary),
     log:
         log_path("rollout"),
     benchmark:
         bench_path("rollout")
+    conda:
+        ENV_ANALYSIS
     threads: 1
     resources:
         **step_resources("rollout"),
-    conda:
-        ENV_ANALYSIS
+    params:
+        cmd=bertlook_cmd("rollout", partial=IN.partials, out=OUT.table, out_figure=OUT.figure, summary=OUT.summary),
     shell:
         CMD
 
@@ -43,6 +43,16 @@ rule rollout_words:
         markdown=run_path("tables", "table1_rollout.md"),
         accuracy=run_path("tables", "rollout_accuracy.csv"),
         summary=run_path("tables", "table1_rollout.summary.json"),
+    log:
+        log_path("rollout_words"),
+    benchmark:
+        bench_path("rollout_words")
+    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **step_resources("rollout_words"),
     params:
         cmd=bertlook_cmd(
             "rollout",
@@ -60,15 +70,5 @@ rule rollout_words:
             treebank_kind=TREEBANK_KIND_ARG,
             treebank_name=TREEBANK_NAME_ARG,
         ),
-    log:
-        log_path("rollout_words"),
-    benchmark:
-        bench_path("rollout_words")
-    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
-    threads: 1
-    resources:
-        **step_resources("rollout_words"),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

@@ -3,10 +3,20 @@
 if not config["wikipedia"].get("path") and not HF_DATASET:
 
     rule download_wikipedia:
-        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
         output:
             dump=WIKI_DUMP,
             summary=f"{WIKI_DUMP}.download.json",
+        log:
+            f"{RESOURCES}/logs/download_wikipedia.log",
+        benchmark:
+            f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
+        retries: 2
+        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
+        conda:
+            ENV_ANALYSIS
+        threads: 1
+        resources:
+            **sizing.snakemake_resources("download_wikipedia", config),
         params:
             cmd=bertlook_cmd(
                 "download",
@@ -16,16 +26,6 @@ if not config["wikipedia"].get("path") and not HF_DATASET:
                 sha1sums_url=config["wikipedia"].get("sha1sums_url"),
                 summary=OUT.summary,
             ),
-        log:
-            f"{RESOURCES}/logs/download_wikipedia.log",
-        benchmark:
-            f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
-        threads: 1
-        resources:
-            **sizing.snakemake_resources("download_wikipedia", config),
-        retries: 2
-        conda:
-            ENV_ANALYSIS
         shell:
             CMD
 
@@ -36,6 +36,15 @@ rule segments:
     output:
         segments=run_path("corpus", "segments.jsonl"),
         summary=run_path("corpus", "segments.summary.json"),
+    log:
+        log_path("segments"),
+    benchmark:
+        bench_path("segments")
+    conda:
+        ENV_TORCH
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("segments", config),
     params:
         cmd=bertlook_cmd(
             "segments",
@@ -51,14 +60,5 @@ rule segments:
             language=config["segments"]["language"],
             splitter=config["segments"]["splitter"],
         ),
-    log:
-        log_path("segments"),
-    benchmark:
-        bench_path("segments")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("segments", config),
-    conda:
-        ENV_TORCH
     shell:
         CMD

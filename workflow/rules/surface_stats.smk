@@ -8,19 +8,22 @@ rule surface_stats:
     input:
         partials=every_shard(run_path("partials", "stats{maps}-{shard}.npz")),
     output:
-        table=data_file(run_path("tables", "attention_stats{maps}.csv"), "maps_data_file.rst",
-                        maps_label("Surface statistics per head{maps} (CSV)")),
+        table=data_file(
+            run_path("tables", "attention_stats{maps}.csv"),
+            "maps_data_file.rst",
+            maps_label("Surface statistics per head{maps} (CSV)"),
+        ),
         summary=run_path("tables", "attention_stats{maps}.summary.json"),
-    params:
-        cmd=bertlook_cmd("surface-stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
     log:
         log_path("surface_stats{maps}"),
     benchmark:
         bench_path("surface_stats{maps}")
+    conda:
+        ENV_ANALYSIS
     threads: 1
     resources:
         **sizing.snakemake_resources("surface_stats", config),
-    conda:
-        ENV_ANALYSIS
+    params:
+        cmd=bertlook_cmd("surface-stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
     shell:
         CMD

@@ -21,6 +21,16 @@ rule tree_heads:
         # the report shows a page-sized copy (report_pages.smk), not this full-resolution PNG
         figure=run_path("figures", "fig_tree_heads.png"),
         summary=run_path("tables", "tree_heads.summary.json"),
+    log:
+        log_path("tree_heads"),
+    benchmark:
+        bench_path("tree_heads")
+    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
+    conda:
+        ENV_ANALYSIS
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("tree_heads", config),
     params:
         cmd=bertlook_cmd(
             "tree-heads",
@@ -33,15 +43,5 @@ rule tree_heads:
             summary=OUT.summary,
             note=TREE_HEADS_NOTE,
         ),
-    log:
-        log_path("tree_heads"),
-    benchmark:
-        bench_path("tree_heads")
-    priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("tree_heads", config),
-    conda:
-        ENV_ANALYSIS
     shell:
         CMD

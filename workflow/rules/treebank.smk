@@ -4,28 +4,26 @@
 
 
 rule treebank:
-    wildcard_constraints:
-        run=runs_pattern(BUILT_TREEBANK_RUNS),
     input:
         unpack(treebank_inputs),
     output:
         train=run_path("treebank", "train.conllu"),
         dev=run_path("treebank", "dev.conllu"),
         summary=run_path("treebank", "treebank.summary.json"),
-    params:
-        cmd=bertlook_cmd(
-            "treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary
-        ),
     log:
         log_path("treebank"),
     benchmark:
         bench_path("treebank")
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("treebank", config),
+    wildcard_constraints:
+        run=runs_pattern(BUILT_TREEBANK_RUNS),
     retries: 1
     conda:
         ENV_TORCH
+    threads: 1
+    resources:
+        **sizing.snakemake_resources("treebank", config),
+    params:
+        cmd=bertlook_cmd("treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary),
     shell:
         CMD
 
@@ -34,10 +32,10 @@ rule treebank:
 if UD_TREEBANK_RUNS:
 
     use rule treebank as treebank_ud with:
-        wildcard_constraints:
-            run=runs_pattern(UD_TREEBANK_RUNS),
-        localrule: True
         log:
             log_path("treebank_ud"),
         benchmark:
             bench_path("treebank_ud")
+        wildcard_constraints:
+            run=runs_pattern(UD_TREEBANK_RUNS),
+        localrule: True
