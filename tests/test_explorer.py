@@ -402,3 +402,18 @@ def test_the_readme_screenshot_script(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "missing.html"), str(tmp_path / "x.png")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "missing.html: no such page" in proc.stderr
+
+
+def test_list_flags_as_the_workflow_passes_them():
+    """The workflow passes a list as the flag once per item (pipeline.shellcmd.flag_tokens): every item arrives
+    (a 4-shard run's Fig 1 files, a fan-out's runs), as they do written after one flag."""
+    from bertlook.cli import build_parser
+    from bertlook.pipeline.shellcmd import flag_tokens
+
+    parser = build_parser("explorer")
+    shards = [f"fig1-{k}of4.npz" for k in range(1, 5)]
+    argv = ["explorer", *flag_tokens("segment_example", shards), *flag_tokens("side_by_side", ["a.json", "b.json"])]
+    args = parser.parse_args(argv)
+    assert args.segment_example == shards and args.side_by_side == ["a.json", "b.json"]
+    args = parser.parse_args(["explorer", "--segment-example", *shards])
+    assert args.segment_example == shards

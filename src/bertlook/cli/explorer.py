@@ -71,7 +71,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
     p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
     p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")
-    p.add_argument("--segment-example", nargs="+", default=None, metavar="NPZ",
+    # extend: the workflow passes a list as the flag once per item (pipeline.shellcmd.flag_tokens)
+    p.add_argument("--segment-example", action="extend", nargs="+", default=None, metavar="NPZ",
                    help="input of the sample (optional): every shard's Fig 1 example file")
     p.add_argument("--sample", default=None, metavar="JSON", help="input (optional): the sample of maps")
     p.add_argument("--head-report", default=None, metavar="CSV", help="input: head_report.csv")
@@ -84,7 +85,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="HTML", help="output: explorer.html")
     p.add_argument("--out-data", default=None, metavar="JSON",
                    help="output (optional): the page's data (explorer.json: read by --side-by-side)")
-    p.add_argument("--side-by-side", nargs="+", default=None, metavar="JSON",
+    p.add_argument("--side-by-side", action="extend", nargs="+", default=None, metavar="JSON",
                    help="several runs' explorer.json: one page with two panes, each showing any of them")
     p.add_argument("--title", default=None, metavar="TEXT", help="the side-by-side page's title (the fan-out)")
     p.set_defaults(func=_run)
