@@ -785,6 +785,12 @@ def all_outputs():
 WORKFLOW_START = time.time()  # when Snakemake read the workflow: the wall time the summary reports
 
 
+def shown_path(path):
+    """``path`` relative to the working directory when it lies below it (what a user typed), else as it is."""
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
+
+
 def print_run_summary():
     """Print what the run found beside the paper, where its results are and how long it took."""
     from bertlook.reporting.run_summary import end_of_run_summary
@@ -793,6 +799,6 @@ def print_run_summary():
         [os.path.join(RESULTS, run) for run in MODEL_RUNS],
         elapsed_s=time.time() - WORKFLOW_START,
         summary_dir=SUMMARY_DIR,
-        configfiles=[str(c) for c in workflow.configfiles],
+        configfiles=[shown_path(c) for c in workflow.configfiles],
     )
     print(f"\n{text}", flush=True)
