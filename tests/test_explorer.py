@@ -232,24 +232,34 @@ window.addEventListener("load", function () {
 </script>"""
 
 
-@pytest.mark.integration
-def test_the_page_in_a_headless_browser(tmp_path):
+#: headless Chromium without network, sync or a shared profile (the page must work offline)
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync")
+
+
+def _run_page_in_chromium(tmp_path, html):
+    """Open ``html`` in headless Chromium with a driver script that leaves ``<pre id="test-result">`` (JSON) in
+    the DOM; no uncaught script error; the driver's result."""
     browser = _chromium()
-    page = tmp_path / "explorer.html"
-    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5),
-                             segment_examples=_fig1_files(tmp_path))
-    data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
-    page.write_text(explorer_html(data)
-                    .replace("</body>", DRIVER + "</body>"), encoding="utf-8")
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-           "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
+    page = tmp_path / "page.html"
+    page.write_text(html, encoding="utf-8")
+    cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not [line for line in proc.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
     marker = '<pre id="test-result">'
     out = json.loads(proc.stdout.split(marker, 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
     assert "error" not in out, out
+    return out
+
+
+@pytest.mark.integration
+def test_the_page_in_a_headless_browser(tmp_path):
+    sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5),
+                             segment_examples=_fig1_files(tmp_path))
+    data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
+    out = _run_page_in_chromium(tmp_path, explorer_html(data).replace("</body>", DRIVER + "</body>"))
     assert (out["after_click"], out["after_down"], out["after_left"], out["focused"]) == ("1-2", "2-2", "2-1", "2-1")
     assert out["card_rows"] == 14 and out["relations"] == 4  # a header and three relations
     # All: 0.1 of 100 words, Wilson 0.055-0.174 > 0.05; det 0.4 of 20: 0.219-0.613 holds 0.5; nsubj: no baseline
@@ -278,10 +288,8 @@ def test_screenshot_of_the_page(tmp_path):
     browser = _chromium()
     page, png = tmp_path / "explorer.html", tmp_path / "explorer.png"
     page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny")), encoding="utf-8")
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-           "--hide-scrollbars", "--window-size=1000,700", "--virtual-time-budget=3000", f"--screenshot={png}",
-           page.as_uri()]
+    cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+           "--window-size=1000,700", "--virtual-time-budget=3000", f"--screenshot={png}", page.as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and png.exists(), proc.stderr[-3000:]
     img = Image.open(png).convert("RGB")
@@ -324,22 +332,6 @@ window.addEventListener("load", function () {
   document.body.appendChild(pre);
 });
 </script>"""
-
-
-def _run_page_in_chromium(tmp_path, html):
-    browser = _chromium()
-    page = tmp_path / "page.html"
-    page.write_text(html, encoding="utf-8")
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-           "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not [line for line in proc.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
-    marker = '<pre id="test-result">'
-    out = json.loads(proc.stdout.split(marker, 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
-    assert "error" not in out, out
-    return out
 
 
 def _two_models(tmp_path):

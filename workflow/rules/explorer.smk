@@ -9,7 +9,7 @@ rule explorer_sample:
     input:
         dev=run_path("attention", "words-dev"),
         norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
-        examples=every_shard(run_path("partials", "fig1-{shard}.npz")),
+        examples=every_shard(rules.extract_segments.output.example),
     output:
         sample=run_path("partials", "explorer_sample.json"),
     log:
@@ -81,7 +81,7 @@ if models_explorer_outputs():
         input:
             data=expand(run_path("explorer.json"), run=MODEL_RUNS),
         output:
-            html=os.path.join(SUMMARY_DIR, "explorer.html"),
+            html=models_explorer_outputs()[0],
         log:
             os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
         benchmark:

@@ -12,8 +12,6 @@ Definitions: docs/definitions.md#head-explorer (the maps) and the README of each
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +22,13 @@ from bertlook.errors import BertlookError
 KINDS = ("attention", "norm", "rollout")  # the map kinds explorer.json may hold per example
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise BertlookError(f"{path}: no {what} (is the run finished?)") from None
-    except ValueError as e:
-        raise BertlookError(f"{path}: not a valid {what}: {e}") from None
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    """A run's JSON object (:func:`bertlook.reporting.compare.read_json_file`), a missing one named as such."""
+    from bertlook.reporting.compare import read_json_file
+
+    if not path.is_file():
+        raise BertlookError(f"{path}: no {what} (is the run finished?)")
+    return read_json_file(path, what)
 
 
 @dataclass
@@ -125,7 +122,7 @@ class Run:
         """The ``n x n`` map of head ``layer-head`` on example ``example`` (rows attend to columns), a float32
         array with the explorer's 8-bit precision (multiples of 1/255); ``kind="rollout"`` is per layer
         (``head`` ignored)."""
-        import numpy as np
+        from bertlook.reporting.explorer import dequantised
 
         data = self._explorer_data()
         self.example(example)  # the position is checked there
@@ -134,12 +131,10 @@ class Run:
             kept = [m for m in KINDS if m in s]
             raise BertlookError(f"run {self.name}: example {example} has no {kind!r} maps (it has: {', '.join(kept)})")
         L, H, n = data["num_layers"], data["num_heads"], s["n"]
-        q = np.frombuffer(base64.b64decode(s[kind]), dtype=np.uint8)
-        q = q.reshape((L, n, n) if kind == "rollout" else (L, H, n, n))
         if not 1 <= int(layer) <= L or (kind != "rollout" and not (head is not None and 1 <= int(head) <= H)):
             raise BertlookError(f"run {self.name}: no head {layer}-{head} ({L} layers x {H} heads)")
-        block = q[int(layer) - 1] if kind == "rollout" else q[int(layer) - 1, int(head) - 1]
-        return block.astype(np.float32) / 255.0
+        maps = dequantised(s[kind], (L, n, n) if kind == "rollout" else (L, H, n, n))
+        return maps[int(layer) - 1] if kind == "rollout" else maps[int(layer) - 1, int(head) - 1]
 
     def _repr_html_(self) -> str:  # a notebook shows a run as a short summary
         import html

@@ -198,6 +198,15 @@ def _quantised(a) -> str:
     return base64.b64encode(q.tobytes()).decode("ascii")
 
 
+def dequantised(text: str, shape: tuple[int, ...]):
+    """The float32 array of a :func:`_quantised` map (multiples of 1/255), reshaped to ``shape``."""
+    import base64
+
+    import numpy as np
+
+    return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape).astype(np.float32) / 255.0
+
+
 def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.PathLike | None = None, *,
                     segment_examples: list[str | os.PathLike] | None = None, n_sentences: int = SAMPLE_SENTENCES,
                     words: tuple[int, int] = SAMPLE_WORDS) -> dict[str, Any]:
@@ -247,10 +256,10 @@ def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> l
     fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for a longer segment, [CLS] with its last
     ``size - 1`` tokens (the final [SEP]). A window's map is the block of its positions: rows keep only the
     attention inside the window. No gold arcs, norm-based maps or rollout."""
-    from bertlook.reporting.figures import fig1_window
+    from bertlook.reporting.figures import fig1_special, fig1_window
 
     tokens = [str(t) for t in meta["tokens"]]
-    special = {"[CLS]", "[SEP]", *(str(v) for v in meta.get("special_tokens", {}).values() if v is not None)}
+    special = fig1_special(meta.get("special_tokens", {}).values())
     n = len(tokens)
     windows = [fig1_window(tokens, special, size)]
     if n > size:

@@ -245,6 +245,12 @@ def fig1_example_heads(
 FIG1_WINDOW = 30  # tokens drawn per panel: a 128-token segment's lines are too dense to read
 
 
+def fig1_special(special_tokens: Iterable[Any]) -> set[str]:
+    """The tokens Fig 1 (and its windows) treat as special: [CLS], [SEP] and the model's own ``special_tokens``
+    (values of a store's ``meta["special_tokens"]``; None skipped: a decoder has no [CLS])."""
+    return {"[CLS]", "[SEP]", *(str(v) for v in special_tokens if v is not None)}
+
+
 def fig1_window(tokens: Sequence[str], special: set[str], size: int = FIG1_WINDOW) -> list[int]:
     """The token positions Fig 1 draws: all of a short example; of a longer one, its first token ([CLS]) and the
     ``size - 1`` tokens up to and including the first separator ([SEP]; without one, the tokens after the first),
@@ -281,8 +287,7 @@ def draw_fig1(
         raise BertlookError(f"fig1_example_heads: {len(shown)} shown flags for {len(heads)} heads")
     if not all(shown) and (labels is None or not all(lab for lab, ok in zip(labels, shown) if not ok)):
         raise BertlookError("fig1_example_heads: a panel that draws no head needs a label saying why")
-    special = {"[CLS]", "[SEP]"}
-    special.update(str(v) for v in special_tokens if v is not None)
+    special = fig1_special(special_tokens)
     keep = fig1_window(record_tokens, special, window) if window else list(range(len(record_tokens)))
     gap = len(keep) > 1 and keep[1] != 1  # positions 1 .. keep[1] - 1 are not drawn
     attn = np.asarray(attn)[:, :, keep][:, :, :, keep]  # [layer, head, window, window]
