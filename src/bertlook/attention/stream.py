@@ -248,10 +248,16 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
     """The consumers of batch t run in ``workers`` threads while batch t + 1 is computed in the calling thread;
     batch t + 1 goes to the consumers once every consumer is done with batch t (so each sees them in order).
     (One thread per consumer, each with its own queue, measured slower: the consumers' Python-level loops
-    then contend for the GIL with each other and with the forward pass.)"""
+    then contend for the GIL with each other and with the forward pass.) numpy's BLAS runs on one thread
+    meanwhile: the readers already fill the cores beside the forward pass, and OpenBLAS' own worker threads
+    spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s and the demo's extraction
+    job 132 -> 111 CPU-s, scripts/bench_one_pass.py; the same numbers, each product's sums keep their order)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consumer") as pool:
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"), \
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consumer") as pool:
         pending: list = []
         try:
             for batch in batches:
