@@ -158,8 +158,8 @@ def js_divergence_example(
     """JS divergence matrix ``[K, K]`` (float64) of one example ``attn[layers, heads, n, n]``.
 
     All pairs are computed at once from the identity in the module docstring. ``backend``:
-    ``numba`` (default): one fused pass per pair (:func:`bertlook.analyses.xlogx.mixture_xlx`, about 4x
-    torch and numpy on one AVX2 core; torch with a warning when numba cannot be imported); ``numpy``
+    ``numba`` (default): one fused pass per pair (:func:`bertlook.analyses.xlogx.mixture_xlx`, 2.8x numpy and
+    6x torch on one core, scripts/bench_js.py; torch with a warning when numba cannot be imported); ``numpy``
     or ``torch`` (references): one head ``i`` against a block of ``chunk`` heads ``j >= i`` per step
     (default: a block of about :data:`DEFAULT_CHUNK_BYTES`, so the scratch memory stays cache-sized
     whatever ``n`` is; numba does not use ``chunk``). ``dtype``: compute type (``float32`` or

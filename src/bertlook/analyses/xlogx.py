@@ -25,6 +25,13 @@ are added in float64. Measured on demo-shaped maps (n = 128) against a float64 r
 log's rounding alone) but runs 2x slower (the float32 -> float64 conversion breaks the vectorised
 reduction).
 
+Loads: the loops over entries index with unsigned integers. numba wraps a negative signed index around,
+so with a signed one LLVM cannot prove the addresses consecutive and vectorises the loads as gathers
+(``vgatherqps``); on Intel CPUs with the Gather Data Sampling mitigation a gather costs tens of cycles:
+2.58 -> 0.415 ns per pair-element on an Ice Lake Xeon (scripts/bench_js.py), the same sums bit for bit.
+The AMD EPYC this kernel was first measured on hid it (cheap gathers). tests/test_xlogx.py checks the
+compiled loops for gathers.
+
 Threads: :func:`mixture_xlx` runs ``num_threads`` workers (``nogil`` kernels) that take rows ``i`` of
 the triangle one at a time, longest first (row ``i`` has ``K - i`` pairs), so the work balances
 whatever else runs on the cores. Every entry is computed by the same code on the same data whatever
@@ -46,11 +53,6 @@ from numba.extending import intrinsic, overload
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 JIT = dict(nogil=True, cache=True, fastmath=FASTMATH)
 BLOCK = 512  # entries per float32 partial sum (module docstring: measured error)
-# Loops over entries index with unsigned integers: a signed index may be negative for numba (wraparound),
-# so LLVM vectorises the loads as gathers (vgatherqps); on Intel CPUs with the Gather Data Sampling
-# mitigation a gather costs tens of cycles: 2.58 -> 0.415 ns per pair-element on an Ice Lake Xeon, the
-# same sums bit for bit (scripts/bench_js.py; AMD EPYC gathers were cheaper, so the old loop hid it there).
-UNSIGNED_INDEX = True
 
 # Cephes logf: ln(1 + m) = m - m^2 / 2 + m^3 P(m), P's coefficients from the highest degree down
 LOGF_POLY = (
@@ -135,7 +137,7 @@ def pair_xlx(a, b):  # a, b: [query_pos * key_pos]
     total = 0.0
     for e0 in range(0, a.size, BLOCK):
         part = np.float32(0.0)  # numba unifies it with the products: float32 or float64 like the input
-        for e in range(np.uint64(e0), np.uint64(min(a.size, e0 + BLOCK))):  # unsigned: see UNSIGNED_INDEX
+        for e in range(np.uint64(e0), np.uint64(min(a.size, e0 + BLOCK))):  # unsigned: module docstring, Loads
             x = a[e] + b[e]
             part += x * _log(x)
         total += part
@@ -157,7 +159,7 @@ def _row_xlx(P, xlx, tot):  # P: [layer_head, query_pos * key_pos]; xlx, tot: [l
         row, s = P[k], 0.0
         for e0 in range(0, row.size, BLOCK):
             part = np.float32(0.0)
-            for e in range(np.uint64(e0), np.uint64(min(row.size, e0 + BLOCK))):  # unsigned: see UNSIGNED_INDEX
+            for e in range(np.uint64(e0), np.uint64(min(row.size, e0 + BLOCK))):  # unsigned: module docstring, Loads
                 part += row[e] * _log(row[e])
             s += part
         xlx[k] = s
