@@ -15,7 +15,10 @@ rule head_detectors:
         bench_path("head_detectors")
     conda:
         ENV_TORCH
-    threads: 2
+    # a few thousand tokens: the job is the model's start-up, on one core (with 2 it took the whole demo
+    # machine at 91% load; with 1 it runs beside the segments job). Its golden numbers hold across 1 / 2
+    # threads (tests/test_portability.py).
+    threads: 1
     resources:
         **step_resources("head_detectors"),
     params:
