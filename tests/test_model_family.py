@@ -91,6 +91,7 @@ def test_encoder_provenance_family(tiny_bert_dir):
     assert resolved.provenance(load_config(resolved))["family"] == "encoder"
 
 
+@pytest.mark.e2e  # runs `snakemake -n`
 def test_workflow_refuses_a_remote_code_model_before_any_job(tiny_gpt2, tiny_bert_dir, tmp_path):
     import subprocess
     import sys

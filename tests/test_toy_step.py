@@ -19,6 +19,9 @@ import yaml
 
 from workflow_helpers import ENV, ROOT, SNAKEMAKE, tiny_config
 
+# the real `snakemake` (DAG, lint) on a copy of the project: make test and CI, not make test-unit
+pytestmark = pytest.mark.e2e
+
 FIXTURE = ROOT / "tests" / "fixtures" / "toy_step"
 #: what the step adds or changes, relative to the project root
 FIVE = ("src/bertlook/analyses/layer_profile.py", "src/bertlook/cli/layer_profile.py",
