@@ -200,6 +200,9 @@ def test_compiled_code_is_cached():
     assert xlogx._mixture_rows.stats.cache_path  # numba's on-disk cache is on (cache=True)
 
 
+CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+
+
 def _compiled_asm(py_func, *arg_types) -> str:
     """x86 assembly of ``py_func`` compiled afresh (the cached dispatchers cannot be inspected)."""
     from numba import njit
@@ -220,7 +223,7 @@ def _signed_pair_xlx(a, b):  # the loop before: signed indices (numba wraps nega
     return total
 
 
-@pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or " avx2" not in Path("/proc/cpuinfo").read_text(),
+@pytest.mark.skipif(" avx2" not in CPUINFO,
                     reason="the gather instructions checked for are x86 AVX2 / AVX-512 ones")
 def test_kernels_load_entries_without_gathers():
     """The entry loops read their rows with plain vector loads: a gather (vgather*) per 8 entries made the JS
@@ -240,9 +243,7 @@ def test_the_gather_check_sees_gathers():
     (Intel CPUs with AVX-512, as the machine this was found on); elsewhere this control has nothing to see."""
     from numba import types
 
-    row = types.Array(types.float32, 1, "C")
-    signed = _compiled_asm(_signed_pair_xlx, row, row)
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if "GenuineIntel" not in flags or " avx512f" not in flags:
+    if "GenuineIntel" not in CPUINFO or " avx512f" not in CPUINFO:
         pytest.skip("gathers are chosen for Intel AVX-512 targets; this CPU's code may have none to find")
-    assert "vgather" in signed
+    row = types.Array(types.float32, 1, "C")
+    assert "vgather" in _compiled_asm(_signed_pair_xlx, row, row)

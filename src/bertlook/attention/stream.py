@@ -251,7 +251,7 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
     then contend for the GIL with each other and with the forward pass.) numpy's BLAS runs on one thread
     meanwhile: the readers already fill the cores beside the forward pass, and OpenBLAS' own worker threads
     spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s and the demo's extraction
-    job 132 -> 111 CPU-s, scripts/bench_one_pass.py; the same numbers, each product's sums keep their order)."""
+    job 132 -> 111 CPU-s in standalone runs of its extract-segments command; the same numbers, each product's sums keep their order)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_limits
