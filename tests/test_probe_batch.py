@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bertlook.analyses import probe_kernels
 from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam
 from bertlook.analyses.probe_batch import mst_correct
 from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
@@ -80,9 +81,13 @@ def test_initial_parameters_are_the_reference_modules():
                 assert torch.equal(got[k].reshape(ref[k].shape), ref[k]), (task, seed, k)
 
 
-def test_one_step_gradients_are_autograd_on_the_reference(stores):
+@pytest.mark.parametrize("exp_per_element", [False, True])
+def test_one_step_gradients_are_autograd_on_the_reference(stores, exp_per_element, monkeypatch):
     """The hand-written backward of every cohort: one sentence per seed, the gradient of the summed
-    cross-entropy of each model equals autograd's on the reference module (float32 rounding)."""
+    cross-entropy of each model equals autograd's on the reference module (float32 rounding); with
+    ``exp_per_element`` the fused loops take exp per element (probe_kernels' path for extreme weights)."""
+    if exp_per_element:
+        monkeypatch.setattr(probe_kernels, "FACTOR_LIMIT", 0.0)
     g = glove()
     sp = split(stores, "train", g, model="", random="r")
     engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from bertlook.analyses import probe_kernels
 from bertlook.analyses.probe_features import distance_features
 from bertlook.analyses.probe_models import make_model
 from bertlook.analyses.probe_split import Rows
@@ -250,7 +251,8 @@ class MLPCohort:
     """``attn_glove_mlp``, one sentence at a time: per-feature weights ``W2 h + c2`` with ``h = tanh(W1 [v_i ; v_j]
     + c1)``; the word scores ``sum_m x_m (W2 h + c2)_m`` are computed as ``h . (x W2) + x . c2``, so a step
     costs two ``[W*W, 2K] x [2K, 256]`` products (``z = x W2``, and ``x^T (G h)`` for ``W2``'s gradient).
-    ``h = 2 sigma - 1`` is used through ``sigma = sigmoid(2 pre)`` (see :func:`_sigmoid2`)."""
+    ``h = 2 sigma - 1`` is used through ``sigma = sigmoid(2 pre)`` (:func:`_sigma`, the fused loops of
+    :mod:`~bertlook.analyses.probe_kernels`)."""
 
     def __init__(self, maps: str, tasks: Sequence[ProbeTask], seeds: Sequence[int], K: int, d: int):
         self.maps, self.tasks, self.K, self.d = maps, list(tasks), K, d
@@ -280,14 +282,17 @@ class MLPCohort:
 
     def _forward(self, xt, root, dep, cand, ab, w1, c1, w2, c2):
         d, W = self.d, dep.shape[0]
-        sig = _sigmoid2(torch.addmm(c1, dep, w1[:, :d].T), cand @ w1[:, d:].T)  # [word, candidate, hidden]
-        z = (xt @ w2).view(W, W, -1)  # [word, word, hidden]: x_ij W2
+        sig = _sigma(torch.addmm(c1, dep, w1[:, :d].T), cand @ w1[:, d:].T)  # [word, candidate, hidden]
+        z = xt @ w2  # [word*word, hidden]: x_ij W2
+        part = torch.empty(W, W)  # sum_h sigma_ijh z_ijh (word candidates)
+        probe_kernels.mlp_scores(sig.numpy(), z.numpy(), part.numpy())
+        sig0 = sig[:, 0]  # [word, hidden]: the ROOT candidate
         c2h = c2 - w2.sum(1)  # [probe_feature]: with h = 2 sigma - 1, W2 h + c2 = 2 W2 sigma + c2h
-        s_words = (sig[:, 1:] * z).sum(-1).mul_(2.0) + torch.mv(xt, c2h).view(W, W)  # [word, word]
-        proj0 = torch.addmm(c2h, sig[:, 0], w2.T, alpha=2.0)  # [word, probe_feature]: the ROOT candidate's weights
+        s_words = part.mul_(2.0) + torch.mv(xt, c2h).view(W, W)  # [word, word]
+        proj0 = torch.addmm(c2h, sig0, w2.T, alpha=2.0)  # [word, probe_feature]: the ROOT candidate's weights
         ra, rb = (proj0 * root[..., 0]).sum(-1), (proj0 * root[..., 1]).sum(-1)  # [word]
         s = torch.cat([(ab[0] * ra + ab[1] * rb).unsqueeze(1), s_words], dim=1)  # [word, candidate]
-        return s, (xt, root, dep, cand, ab, w2, sig, z, ra, rb)
+        return s, (xt, root, dep, cand, ab, w2, sig, z, sig0, ra, rb)
 
     def backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor], acc: Grads) -> None:
         for r, (row_ctx, g) in enumerate(zip(ctx, grads)):
@@ -297,19 +302,19 @@ class MLPCohort:
     def _backward(self, ctx, G):
         """``G`` ``[word, candidate]``: ``dW2 = x^T (G h) + gr^T h0`` with ``gr_i = G_i0 xr_i``, ``dc2 = x^T G +
         sum_i gr_i``, ``dh_ij = G_ij z_ij``, ``dh_i0 = gr_i W2``, then through the tanh (``1 - h^2 = 4 sigma
-        (1 - sigma)``) to ``W1``, ``c1``."""
-        xt, root, dep, cand, ab, w2, sig, z, ra, rb = ctx
+        (1 - sigma)``) to ``W1``, ``c1`` (:func:`~bertlook.analyses.probe_kernels.mlp_backward`)."""
+        xt, root, dep, cand, ab, w2, sig, z, sig0, ra, rb = ctx
         W = dep.shape[0]
         Gw, G0 = G[:, 1:], G[:, 0]  # [word, word], [word]
         gr = (ab[0] * root[..., 0] + ab[1] * root[..., 1]) * G0[:, None]  # [word, probe_feature]: d loss / d proj0
         dc2 = torch.addmv(gr.sum(0), xt.T, Gw.reshape(-1))  # [probe_feature]
-        dw2 = torch.addmm(gr.T @ sig[:, 0], xt.T, (sig[:, 1:] * Gw[..., None]).reshape(W * W, -1), beta=2.0, alpha=2.0)
+        m, dA, dB = torch.empty(W * W, HIDDEN), torch.empty(W, HIDDEN), torch.empty(W + 1, HIDDEN)
+        # m = sigma G (word candidates); dA, dB: a quarter of d loss / d (a_i, b_j)
+        probe_kernels.mlp_backward(sig.numpy(), z.numpy(), G.contiguous().numpy(), (gr @ w2).numpy(), m.numpy(),
+                                   dA.numpy(), dB.numpy())
+        dw2 = torch.addmm(gr.T @ sig0, xt.T, m, beta=2.0, alpha=2.0)
         dw2.sub_(dc2[:, None])  # [probe_feature, hidden]: h = 2 sigma - 1
-        dh = torch.empty_like(sig)  # [word, candidate, hidden]
-        torch.mul(z, Gw[..., None], out=dh[:, 1:])
-        dh[:, 0] = gr @ w2
-        dpre = torch.ops.aten.sigmoid_backward(dh, sig)  # [word, candidate, hidden]: a quarter of d loss / d pre
-        dA, dB = dpre.sum(1).mul_(4.0), dpre.sum(0).mul_(4.0)  # [word, hidden], [candidate, hidden]
+        dA, dB = dA.mul_(4.0), dB.mul_(4.0)  # [word, hidden], [candidate, hidden]
         dw1 = torch.cat([dA.T @ dep, dB.T @ cand], dim=1)  # [hidden, 2d]
         dab = torch.stack([(G0 * ra).sum(), (G0 * rb).sum()])
         return dab, dw1, dA.sum(0), dw2, dc2
@@ -318,11 +323,6 @@ class MLPCohort:
         ab, w1, c1, w2, c2 = ts or self.params()
         return {"root_ab": ab[s, v], "hidden.weight": w1[s, v], "hidden.bias": c1[s, v], "proj.weight": w2[s, v],
                 "proj.bias": c2[s, v]}
-
-
-@functools.lru_cache(maxsize=256)
-def _distance_rows(W: int) -> torch.Tensor:
-    return torch.from_numpy(distance_features(W).copy()).reshape(W * (W + 1), N_DIST)  # [word*candidate, probe_feature]
 
 
 class HiddenCohort:
@@ -358,27 +358,31 @@ class HiddenCohort:
             dep, cand = rows.split.dep[n], rows.split.cand(n)  # [word, d_glove], [candidate, d_glove]
             A = torch.baddbmm(c.unsqueeze(1), dep.expand(V, -1, -1), w[:, :, N_DIST : N_DIST + d].transpose(1, 2))
             B = torch.matmul(cand, w[:, :, N_DIST + d :].transpose(1, 2))  # [variant, candidate, hidden]
-            dist = [w[v, :, :N_DIST] if has else None for v, has in enumerate(self.dist)]
-            sig = _sigmoid2(A, B, W, dist=dist)  # [variant, word*candidate, hidden]
-            out = torch.stack([torch.mv(sig[v], wo[v]) for v in range(V)])  # [variant, word*candidate]
-            scores.append(out.mul_(2.0).add_((bo - wo.sum(1))[:, None]).view(V, W, W + 1))  # [variant, word, candidate]
-            ctx.append((sig, dep, cand, W))
+            # [variant, offset, hidden]: H dist of each offset (glove_only: its distance weights are 0, so 0)
+            D = torch.matmul(_offset_tables(W)[0], w[:, :, :N_DIST].transpose(1, 2))
+            sigs, out = [_sigma(A[v], B[v], D[v]) for v in range(V)], torch.empty(V, W, W + 1)
+            for v, sig in enumerate(sigs):  # sum_h sigma_ijh wo_h
+                probe_kernels.hidden_scores(sig.numpy(), wo[v].numpy(), out[v].numpy())
+            scores.append(out.mul_(2.0).add_((bo - wo.sum(1))[:, None, None]))  # [variant, word, candidate]
+            ctx.append((sigs, dep, cand, W))
         return scores, ctx
 
     def backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor], acc: Grads) -> None:
-        """``dwo = h^T G``, ``dbo = sum G``, ``dpre = G wo (1 - h^2)``; ``dH = dpre^T [dist ; v_i ; v_j]``."""
+        """``dwo = h^T G``, ``dbo = sum G``, ``dpre = G wo (1 - h^2)``; ``dH = dpre^T [dist ; v_i ; v_j]``
+        (:func:`~bertlook.analyses.probe_kernels.hidden_backward`: ``dpre`` summed by word, candidate and offset)."""
         V = len(self.tasks)
-        for r, ((sig, dep, cand, W), G) in enumerate(zip(ctx, grads)):
+        for r, ((sigs, dep, cand, W), G) in enumerate(zip(ctx, grads)):
             wo = self.wo[rows.seed_index[r]]  # [variant, hidden]
-            Gf = G.reshape(V, W * (W + 1))  # [variant, word*candidate]
-            gsum = Gf.sum(1)  # [variant]
-            dwo = torch.stack([torch.mv(sig[v].T, Gf[v]) for v in range(V)]).mul_(2.0).sub_(gsum[:, None])
-            # [variant, word*candidate, hidden]: a quarter of d loss / d pre
-            dpre = torch.ops.aten.sigmoid_backward(Gf.unsqueeze(-1) * wo.unsqueeze(1), sig)
-            grid = dpre.view(V, W, W + 1, HIDDEN)
-            dA, dB = grid.sum(2).mul_(4.0), grid.sum(1).mul_(4.0)  # [variant, word | candidate, hidden]
-            dist = _distance_rows(W).T  # [8, word*candidate]
-            ddist = torch.stack([(dist @ dpre[v]).T.mul(4.0) if self.dist[v] else dpre.new_zeros(HIDDEN, N_DIST)
+            gsum = G.sum((1, 2))  # [variant]
+            dwo, dA = torch.empty(V, HIDDEN), torch.empty(V, W, HIDDEN)
+            dB, dD = torch.empty(V, W + 1, HIDDEN), torch.empty(V, 2 * W, HIDDEN)  # a quarter of d loss / d pre, summed
+            for v, sig in enumerate(sigs):
+                probe_kernels.hidden_backward(sig.numpy(), wo[v].numpy(), G[v].contiguous().numpy(), dwo[v].numpy(),
+                                              dA[v].numpy(), dB[v].numpy(), dD[v].numpy())
+            dwo.mul_(2.0).sub_(gsum[:, None])
+            dA, dB = dA.mul_(4.0), dB.mul_(4.0)  # [variant, word | candidate, hidden]
+            table = _offset_tables(W)[0]  # [offset, 8]
+            ddist = torch.stack([(dD[v].T @ table).mul_(4.0) if self.dist[v] else dD.new_zeros(HIDDEN, N_DIST)
                                  for v in range(V)])  # [variant, hidden, 8]
             dw = torch.cat([ddist, dA.transpose(1, 2) @ dep, dB.transpose(1, 2) @ cand], dim=2)  # [variant, H, feature]
             acc.add(rows.seed_index[r], [dw, dA.sum(1), dwo, gsum])
@@ -389,17 +393,17 @@ class HiddenCohort:
                 "out.bias": bo[s, v][None]}
 
 
-def _sigmoid2(A: torch.Tensor, B: torch.Tensor, W: int | None = None, dist=None) -> torch.Tensor:
-    """``sigma = sigmoid(2 (A_i + B_j [+ H dist_ij]))`` ``[..., word, candidate, hidden]`` (``[variant, word*candidate,
-    hidden]`` with ``dist``): ``tanh(pre) = 2 sigma - 1``, 2-3x faster than torch's correctly rounded tanh on CPU
-    (the same function; the factor 2 is exact and applied to the small ``A``, ``B``, ``H``)."""
-    pre = (A * 2.0).unsqueeze(-2) + (B * 2.0).unsqueeze(-3)  # [..., word, candidate, hidden]
-    if dist is not None:
-        pre = pre.view(len(dist), W * (W + 1), HIDDEN)  # [variant, word*candidate, hidden]
-        for v, h in enumerate(dist):
-            if h is not None:
-                pre[v].addmm_(_distance_rows(W), h.T, alpha=2.0)
-    return torch.sigmoid_(pre)
+def _sigma(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor | None = None) -> torch.Tensor:
+    """``sigma = sigmoid(2 (a_i + b_j [+ d_o]))`` ``[word, candidate, hidden]`` (``tanh(x) = 2 sigmoid(2x) - 1``; the
+    factor 2 is exact): :func:`~bertlook.analyses.probe_kernels.sigma_grid` of the doubled terms and their factors
+    ``exp(-2 t)``, or the terms alone where the factors' product could overflow (``direct``)."""
+    by_offset = d is not None
+    terms = [t.mul(2.0) for t in (a, b, d if by_offset else a.new_zeros(1, a.shape[1]))]
+    direct = not probe_kernels.factored(*(t.numpy() for t in terms[: 2 + by_offset]))
+    factors = terms if direct else [torch.exp(t.neg()) for t in terms]
+    sg = torch.empty(a.shape[0], b.shape[0], a.shape[1])
+    probe_kernels.sigma_grid(*(t.numpy() for t in factors), *(t.numpy() for t in terms), direct, by_offset, sg.numpy())
+    return sg
 
 
 @functools.lru_cache(maxsize=256)

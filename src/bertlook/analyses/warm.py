@@ -1,13 +1,13 @@
 """Compile the numba kernels once, into numba's on-disk cache, before any job needs them.
 
 The kernels (:mod:`~bertlook.analyses.xlogx`, :mod:`~bertlook.analyses.map_kernels`,
-:mod:`~bertlook.analyses.trees_numba`) are compiled with ``cache=True``: the first process that calls
+:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probe_kernels`) are compiled with ``cache=True``: the first process that calls
 one compiles it (~14 s for all of them on one core) and every later process loads it from the cache
 (``__pycache__`` next to the module, or ``NUMBA_CACHE_DIR``). Without this step, the first run of a
 fresh checkout pays that compile in several jobs at once (jobs that start together each compile).
 ``make install`` calls :func:`warm_kernels`; it calls the public functions, not the kernels, so that
 the compiled signatures are those the pipeline uses (float16 maps for the statistics and the rollout,
-float32 and float64 for the JS divergence, float64 scores for the tree decoder).
+float32 and float64 for the JS divergence, float64 scores for the tree decoder, float32 for the probes' loops).
 """
 
 from __future__ import annotations
@@ -34,12 +34,31 @@ def warm_kernels() -> dict[str, float]:
         "cluster_heads.js_divergence_example (float64)": lambda: js_divergence_example(maps16, dtype="float64"),
         "trees.chu_liu_edmonds_batch": lambda: chu_liu_edmonds_batch(rng.random((2, 5, 5))),
     }
+    calls.update(_probe_calls(rng))
     seconds = {}
     for name, call in calls.items():
         start = time.perf_counter()
         call()
         seconds[name] = time.perf_counter() - start
     return seconds
+
+
+def _probe_calls(rng) -> dict:
+    """The fused probe loops (float32, as the cohorts call them; ``direct`` is a value, not a type)."""
+    from bertlook.analyses import probe_kernels as pk
+
+    W, H = 2, pk.LANES
+    f = lambda *shape: rng.random(shape).astype(np.float32)  # noqa: E731
+    a, b, d, sg = f(W, H), f(W + 1, H), f(2 * W, H), f(W, W + 1, H)
+    return {
+        "probe_kernels.sigma_grid": lambda: pk.sigma_grid(a, b, d, a, b, d, False, True, sg),
+        "probe_kernels.mlp_scores, mlp_backward": lambda: (
+            pk.mlp_scores(sg, f(W * W, H), f(W, W)),
+            pk.mlp_backward(sg, f(W * W, H), f(W, W + 1), f(W, H), f(W * W, H), f(W, H), f(W + 1, H))),
+        "probe_kernels.hidden_scores, hidden_backward": lambda: (
+            pk.hidden_scores(sg, f(H), f(W, W + 1)),
+            pk.hidden_backward(sg, f(H), f(W, W + 1), f(H), f(W, H), f(W + 1, H), f(2 * W, H))),
+    }
 
 
 def main() -> None:

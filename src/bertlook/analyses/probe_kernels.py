@@ -1,0 +1,155 @@
+"""Fused loops of the probes' hidden layers (numba): the ``[word, candidate, hidden]`` work of the MLP and
+Distances+GloVe cohorts (:mod:`bertlook.analyses.probe_cohorts`) without torch's temporaries.
+
+Both cohorts evaluate ``sigma_ijh = sigmoid(pre_ijh)`` on every (dependent i, candidate j, hidden unit h) with a
+pre-activation that is a sum of per-word terms: ``pre = a_ih + b_jh`` (MLP) and ``a_ih + b_jh + d_oh`` (hidden
+layer; ``d`` of the pair's offset ``o = j - i``, :func:`offset_row`). So ``exp(-pre)`` is a product of
+``exp(-a) exp(-b) [exp(-d)]``, taken once per word (``ea``, ``eb``, ``ed``, torch's exp): :func:`sigma_grid` needs
+one product and one division per element, ``sigma = 1 / (1 + ea eb ed)``, which the compiler vectorises (numba
+has no vector exp here; a per-element exp would be scalar). Each factor is within 1 ulp and the product within
+3, the same size as the rounding of ``pre`` itself: the difference to torch's ``sigmoid(a + b)`` is float
+rounding of the kind another CPU code path gives (tests/test_probe_kernels.py). The product can overflow only
+when a term is large (|term| >= :data:`FACTOR_LIMIT` / number of factors); such a call takes ``exp(-pre)`` per
+element instead (``direct``: scalar, only for extreme weights).
+
+``sigma`` is written once per pair and read by the scores and by the backward (the division is the costly step,
+and two hyperthreads of one core share its unit). The sums over ``h`` fold a row in halves down to
+:data:`LANES` values, then add those in order: the order is written out, so the rounding is the same on every
+CPU (nothing is left to the compiler's reassociation) and every loop still vectorises. Loops over contiguous rows
+index with unsigned integers (see :mod:`bertlook.analyses.xlogx`, "Loads"); ``error_model="numpy"``: a float
+division needs no zero check (which would keep the loops scalar).
+
+Definitions: docs/definitions.md#attention-based-probes
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: ``exp`` of a sum of factors is taken as a product when every factor's |exponent| is below this over their
+#: number (the product stays below e^86, a normal float32, and so does 1 / (1 + product))
+FACTOR_LIMIT = 86.0
+#: the reductions over the hidden units fold down to this many partial sums (the hidden size: this times a power of 2)
+LANES = 16
+
+_ONE = np.float32(1.0)
+
+
+def factored(*terms: np.ndarray) -> bool:
+    """Whether ``exp(-sum(terms))`` may be taken as the product of the terms' exps (see :data:`FACTOR_LIMIT`)."""
+    limit = FACTOR_LIMIT / len(terms)
+    return all(t.size == 0 or float(np.abs(t).max()) < limit for t in terms)
+
+
+# ====================================================================================== sigma
+@njit(cache=True, nogil=True, error_model="numpy")
+def sigma_grid(ea, eb, ed, a, b, d, direct, by_offset, sg):  # pragma: no cover - compiled
+    """``sg[i, j, h] = 1 / (1 + exp(-(a[i, h] + b[j, h] + d[o, h])))`` for every dependent ``i``, candidate ``j``
+    (0 = ROOT): from the factors ``ea eb ed`` = ``exp(-a) exp(-b) exp(-d)``, or (``direct``) the terms. ``o``: the
+    pair's offset row (:func:`offset_row`) when ``by_offset``, else 0 (``ed`` = 1 and ``d`` = 0 then, exactly).
+
+    ``ea``, ``a`` ``[W, H]``; ``eb``, ``b`` ``[W + 1, H]``; ``ed``, ``d`` ``[2W | 1, H]``; out ``sg`` ``[W, W + 1, H]``."""
+    W, H = ea.shape
+    for i in range(W):
+        for j in range(W + 1):
+            o = offset_row(W, i, j) if by_offset else 0
+            if direct:
+                for h in range(np.uint64(H)):
+                    sg[i, j, h] = _ONE / (_ONE + np.exp(-(a[i, h] + b[j, h] + d[o, h])))
+            else:
+                for h in range(np.uint64(H)):
+                    sg[i, j, h] = _ONE / (_ONE + ea[i, h] * eb[j, h] * ed[o, h])
+
+
+# ======================================================================================== MLP
+@njit(cache=True, nogil=True, error_model="numpy")
+def mlp_scores(sg, z, s):  # pragma: no cover - compiled
+    """``s[i, j] = sum_h sg[i, j + 1, h] z[i W + j, h]`` (the word candidates); ``z`` ``[W * W, H]``."""
+    W, H = sg.shape[0], sg.shape[2]
+    row = np.empty(H, dtype=np.float32)
+    for i in range(W):
+        for j in range(W):
+            r = i * W + j
+            for h in range(np.uint64(H)):
+                row[h] = sg[i, j + 1, h] * z[r, h]
+            s[i, j] = _fold_sum(row)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def mlp_backward(sg, z, g, dh0, m, da, db):  # pragma: no cover - compiled
+    """Given ``g`` ``[W, W + 1]`` (d loss / d score of each candidate, ROOT first) and ``dh0`` ``[W, H]`` (d loss /
+    d sigma of the ROOT candidate): ``m[i W + j, h] = sigma_i(j+1)h g[i, j+1]``, and with ``q = dsigma sigma (1 -
+    sigma)`` (``dsigma = g z`` for words, ``dh0`` for ROOT) ``da[i] = sum_j q_ij``, ``db[j] = sum_i q_ij``."""
+    W, H = sg.shape[0], sg.shape[2]
+    db[:] = 0.0
+    for i in range(W):
+        for h in range(np.uint64(H)):
+            q = dh0[i, h] * (_ONE - sg[i, 0, h]) * sg[i, 0, h]
+            da[i, h] = q
+            db[0, h] += q
+        for j in range(W):
+            r, gij = i * W + j, g[i, j + 1]
+            for h in range(np.uint64(H)):
+                y = sg[i, j + 1, h]
+                m[r, h] = y * gij
+                q = gij * z[r, h] * (_ONE - y) * y
+                da[i, h] += q
+                db[j + 1, h] += q
+
+
+# ================================================================================ hidden layer
+@njit(cache=True, nogil=True, error_model="numpy")
+def hidden_scores(sg, wo, s):  # pragma: no cover - compiled
+    """``s[i, j] = sum_h sg[i, j, h] wo[h]`` over every candidate j (0 = ROOT)."""
+    W, H = sg.shape[0], sg.shape[2]
+    row = np.empty(H, dtype=np.float32)
+    for i in range(W):
+        for j in range(W + 1):
+            for h in range(np.uint64(H)):
+                row[h] = sg[i, j, h] * wo[h]
+            s[i, j] = _fold_sum(row)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def hidden_backward(sg, wo, g, dwo, da, db, dd):  # pragma: no cover - compiled
+    """Given ``g`` ``[W, W + 1]``: ``dwo[h] = sum_ij sigma_ijh g_ij`` and, with ``q = g_ij wo_h sigma (1 - sigma)``,
+    ``da[i] = sum_j q``, ``db[j] = sum_i q``, ``dd[o] = sum over the pairs of offset row o of q``."""
+    W, H = sg.shape[0], sg.shape[2]
+    dwo[:] = 0.0
+    db[:] = 0.0
+    dd[:] = 0.0
+    da[:] = 0.0
+    for i in range(W):
+        for j in range(W + 1):
+            o, gij = offset_row(W, i, j), g[i, j]
+            for h in range(np.uint64(H)):
+                y = sg[i, j, h]
+                dwo[h] += y * gij
+                q = gij * wo[h] * (_ONE - y) * y
+                da[i, h] += q
+                db[j, h] += q
+                dd[o, h] += q
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def offset_row(W, i, j):  # pragma: no cover - compiled
+    """The row of dependent ``i`` (0-based word) and candidate ``j`` (0 = ROOT) in the ``2W`` offset rows of
+    :func:`bertlook.analyses.probe_cohorts._offset_tables`: ``j - (i + 1) + W - 1``, ROOT ``2W - 1``."""
+    return 2 * W - 1 if j == 0 else j - i + W - 2
+
+
+# ===================================================================================== helpers
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _fold_sum(row):  # pragma: no cover - compiled
+    """``sum(row)`` in a fixed order (``row`` is overwritten): halves added until :data:`LANES` values remain, then
+    those in order. ``len(row)``: :data:`LANES` times a power of 2."""
+    n = row.shape[0]
+    while n > LANES:
+        n //= 2
+        for h in range(np.uint64(n)):
+            row[h] += row[h + n]
+    t = np.float32(0.0)
+    for k in range(LANES):
+        t += row[k]
+    return t

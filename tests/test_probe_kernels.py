@@ -1,0 +1,202 @@
+"""The fused probe loops (bertlook.analyses.probe_kernels): the MLP and hidden-layer cohorts' sigma, scores and
+gradients against torch's formulas, factored and per-element exp, the offset rows, the fixed summation order,
+vectorised code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("numba")
+
+from bertlook.analyses import probe_kernels as pk  # noqa: E402
+from bertlook.analyses.probe_cohorts import _offset_tables, _sigma  # noqa: E402
+
+H = 32  # LANES x 2: the fold runs once
+
+
+def terms(rng, *shapes, scale=1.5):
+    return [(rng.standard_normal(s) * scale).astype(np.float32) for s in shapes]
+
+
+def grid(direct: bool, a, b, d=None) -> np.ndarray:
+    """sigma_grid's ``[word, candidate, hidden]`` from the factors exp(-t), or (``direct``) the terms."""
+    by_offset = d is not None
+    ts = [a, b, d if by_offset else np.zeros((1, a.shape[1]), np.float32)]
+    factors = ts if direct else [np.exp(-t) for t in ts]
+    sg = np.empty((a.shape[0], b.shape[0], a.shape[1]), np.float32)
+    pk.sigma_grid(*factors, *ts, direct, by_offset, sg)
+    return sg
+
+
+def close(got, want, rtol=2e-6):
+    want = np.asarray(want)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
+
+
+# ============================================================================================ MLP
+@pytest.mark.parametrize("direct", [False, True])
+def test_mlp_kernels_are_torch_formulas(direct):
+    rng = np.random.default_rng(0)
+    W = 7
+    a, b = terms(rng, (W, H), (W + 1, H))
+    z, g, dh0 = terms(rng, (W * W, H), (W, W + 1), (W, H))
+    sg = grid(direct, a, b)
+    sig = torch.sigmoid(torch.from_numpy(a)[:, None] + torch.from_numpy(b)[None])  # [word, candidate, hidden]
+    close(sg, sig)
+    s = np.empty((W, W), np.float32)
+    pk.mlp_scores(sg, z, s)
+    zt = torch.from_numpy(z).view(W, W, H)
+    close(s, (sig[:, 1:] * zt).sum(-1))
+    m, da, db = np.empty((W * W, H), np.float32), np.empty((W, H), np.float32), np.empty((W + 1, H), np.float32)
+    pk.mlp_backward(sg, z, g, dh0, m, da, db)
+    gt = torch.from_numpy(g)
+    dsig = torch.cat([torch.from_numpy(dh0)[:, None], zt * gt[:, 1:, None]], dim=1)  # [word, candidate, hidden]
+    q = dsig * sig * (1 - sig)
+    close(m, (sig[:, 1:] * gt[:, 1:, None]).reshape(W * W, H))
+    close(da, q.sum(1))
+    close(db, q.sum(0))
+
+
+# =================================================================================== hidden layer
+@pytest.mark.parametrize("direct", [False, True])
+def test_hidden_kernels_are_torch_formulas(direct):
+    rng = np.random.default_rng(1)
+    W = 6
+    a, b, d = terms(rng, (W, H), (W + 1, H), (2 * W, H))
+    wo, g = terms(rng, (H,), (W, W + 1))
+    sg = grid(direct, a, b, d)
+    index = _offset_tables(W)[1]  # [word*candidate]: each pair's offset row
+    pre = (torch.from_numpy(a)[:, None] + torch.from_numpy(b)[None]).reshape(W * (W + 1), H)
+    pre += torch.from_numpy(d)[index]
+    sig = torch.sigmoid(pre)  # [word*candidate, hidden]
+    close(sg.reshape(-1, H), sig)
+    s = np.empty((W, W + 1), np.float32)
+    pk.hidden_scores(sg, wo, s)
+    close(s, (sig @ torch.from_numpy(wo)).view(W, W + 1))
+    dwo, da = np.empty(H, np.float32), np.empty((W, H), np.float32)
+    db, dd = np.empty((W + 1, H), np.float32), np.empty((2 * W, H), np.float32)
+    pk.hidden_backward(sg, wo, g, dwo, da, db, dd)
+    gt = torch.from_numpy(g).reshape(-1, 1)  # [word*candidate, 1]
+    q = gt * torch.from_numpy(wo) * sig * (1 - sig)  # [word*candidate, hidden]
+    close(dwo, (sig * gt).sum(0))
+    close(da, q.view(W, W + 1, H).sum(1))
+    close(db, q.view(W, W + 1, H).sum(0))
+    close(dd, torch.zeros(2 * W, H).index_add_(0, index, q))
+
+
+def test_offset_row_is_the_offset_tables_index():
+    for W in range(1, 9):
+        want = _offset_tables(W)[1].view(W, W + 1).numpy()
+        got = np.array([[pk.offset_row(W, i, j) for j in range(W + 1)] for i in range(W)])
+        assert (got == want).all(), W
+
+
+# ============================================================================= factored or not
+def test_large_terms_take_exp_per_element():
+    """A product of exps overflows float32 past e^88: a = -100, b = 99.5 (pre = -0.5) would give sigma = 0 from
+    the factors; the terms are seen as too large and the kernel takes exp(-pre) per element instead."""
+    W = 2
+    a = np.full((W, H), -100.0, np.float32)
+    b = np.full((W + 1, H), 99.5, np.float32)
+    assert pk.factored(a * 0.4, b * 0.4) and not pk.factored(a, b)
+    with np.errstate(over="ignore"):
+        wrong = 1.0 / (1.0 + np.exp(-a[0, 0]) * np.exp(-b[0, 0]))
+    assert wrong == 0.0  # the control: factors would be wrong here
+    sg = _sigma(torch.from_numpy(a / 2), torch.from_numpy(b / 2))  # _sigma doubles its terms (tanh via sigmoid)
+    want = float(torch.sigmoid(torch.tensor(-0.5)))
+    assert sg.numpy() == pytest.approx(want, rel=1e-6)
+
+
+def test_factored_limit_keeps_the_product_normal():
+    """Two factors below the limit (and three below their share) keep exp(+-sum) inside float32's normal range."""
+    for n in (2, 3):
+        t = np.nextafter(np.float32(pk.FACTOR_LIMIT / n), np.float32(0))
+        assert pk.factored(*[np.array([t])] * n) and not pk.factored(*[np.array([pk.FACTOR_LIMIT / n])] * n)
+        for sign in (1.0, -1.0):
+            product = np.prod([np.exp(np.float32(sign * t))] * n, dtype=np.float32)
+            assert np.isfinite(product) and abs(product) >= np.finfo(np.float32).tiny
+
+
+# ==================================================================================== summation
+def test_fold_sum_order_is_the_written_one():
+    """The sum over hidden units is the fold written in _fold_sum, bit for bit (not left to the compiler)."""
+    rng = np.random.default_rng(2)
+    for n in (16, 32, 256):
+        row = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+        want = row.copy()
+        while want.size > pk.LANES:
+            half = want.size // 2
+            want = want[:half] + want[half:]
+        total = np.float32(0.0)
+        for v in want:
+            total = np.float32(total + v)
+        assert pk._fold_sum(row.copy()) == total
+
+
+def test_threads_give_identical_numbers():
+    import concurrent.futures
+
+    rng = np.random.default_rng(3)
+    W = 9
+    a, b, d = terms(rng, (W, H), (W + 1, H), (2 * W, H))
+    wo = terms(rng, (H,))[0]
+
+    def run(_):
+        s = np.empty((W, W + 1), np.float32)
+        pk.hidden_scores(grid(False, a, b, d), wo, s)
+        return s
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(run, range(4)))
+    assert all((o == outs[0]).all() for o in outs)
+
+
+# =================================================================================== compiled code
+CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+
+
+def _asm(name: str, error_model: str = "numpy") -> str:
+    """x86 assembly of kernel ``name`` compiled afresh (the cached dispatchers cannot be inspected)."""
+    from numba import njit, types
+
+    m2, v1, flag = types.Array(types.float32, 2, "C"), types.Array(types.float32, 1, "C"), types.boolean
+    m3 = types.Array(types.float32, 3, "C")
+    sigs = {"sigma_grid": (m2, m2, m2, m2, m2, m2, flag, flag, m3),
+            "mlp_scores": (m3, m2, m2),
+            "mlp_backward": (m3, m2, m2, m2, m2, m2, m2),
+            "hidden_scores": (m3, v1, m2),
+            "hidden_backward": (m3, v1, m2, v1, m2, m2, m2)}
+    kernel = njit(nogil=True, error_model=error_model)(getattr(pk, name).py_func)
+    kernel.compile(sigs[name])
+    return kernel.inspect_asm(sigs[name])
+
+
+VECTOR_DIVIDE = re.compile(r"vdivps\s[^\n]*%[yz]mm")
+VECTOR_MULTIPLY = re.compile(r"(vmulps|vfn?madd\w*ps)\s[^\n]*%[yz]mm")
+
+
+@pytest.mark.skipif(" avx2" not in CPUINFO, reason="checks x86 AVX2 / AVX-512 vector instructions")
+@pytest.mark.parametrize("name", ["sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward"])
+def test_loops_are_vectorised_without_gathers(name):
+    """The loops over hidden units run 8 or 16 lanes at a time (sigma_grid: vdivps on ymm / zmm; the others:
+    vmulps / vfmadd on them) and load them without gathers (see xlogx, Loads)."""
+    asm = _asm(name)
+    assert "vgather" not in asm
+    wanted = VECTOR_DIVIDE if name == "sigma_grid" else VECTOR_MULTIPLY
+    assert wanted.search(asm), "the loop over hidden units is not vectorised"
+
+
+@pytest.mark.skipif(" avx2" not in CPUINFO, reason="checks x86 AVX2 / AVX-512 vector instructions")
+def test_the_vector_check_sees_scalar_code():
+    """The check above can fail: with numba's default error model (a zero check before each float division) the
+    same loop compiles to scalar divisions only."""
+    assert not VECTOR_DIVIDE.search(_asm("sigma_grid", error_model="python"))
+
+
+def test_compiled_code_is_cached():
+    assert pk.sigma_grid.stats.cache_path  # numba's on-disk cache is on (cache=True)
