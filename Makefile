@@ -127,6 +127,7 @@ bench: install
 	$(BIN)/python scripts/bench_js.py --threads 2
 	$(BIN)/python scripts/bench_heads.py
 	$(BIN)/python scripts/bench_probes.py
+	$(BIN)/python scripts/bench_probe_kernels.py
 	$(BIN)/python scripts/bench_tree_heads.py
 	$(BIN)/python -m pip install --quiet -c constraints.txt conllu networkx   # the [bench] extra
 	$(BIN)/python scripts/bench_handwritten.py

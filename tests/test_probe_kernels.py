@@ -200,3 +200,16 @@ def test_the_vector_check_sees_scalar_code():
 
 def test_compiled_code_is_cached():
     assert pk.sigma_grid.stats.cache_path  # numba's on-disk cache is on (cache=True)
+
+
+def test_benchmark_script_runs_small(capsys):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_probe_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_probe_kernels", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--words", "4", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    diff = float(out.rsplit(":", 1)[1])
+    assert "ns/element" in out and "of it" in out and diff < 1e-5  # the loops compute torch's numbers
