@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     per = lambda t: t / elements * 1e9  # noqa: E731
     print(f"MLP probe step on one sentence of {W} words x {H} hidden units ({elements:,} pair-units), one thread")
     print(f"  torch (broadcast sigmoid, products, sums): {t_torch * 1e6:8.1f} us  {per(t_torch):.3f} ns/element")
-    print(f"  fused loops (sigma_grid + mlp_scores + mlp_backward): {t_loop * 1e6:8.1f} us  {per(t_loop):.3f} ns/element"
-          f"  -> {t_torch / t_loop:.2f}x")
+    print(f"  fused loops (sigma_grid + mlp_scores + mlp_backward): {t_loop * 1e6:8.1f} us  "
+          f"{per(t_loop):.3f} ns/element  -> {t_torch / t_loop:.2f}x")
     print(f"  limit: one float32 division per element at numpy's vectorised rate, {div:.3f} ns"
           f" -> the loops at {per(t_loop) / div:.2f}x of it")
     print(f"  largest difference to torch, relative to each output's largest value: {err:.1e}")

@@ -49,7 +49,8 @@ def sigma_grid(ea, eb, ed, a, b, d, direct, by_offset, sg):  # pragma: no cover 
     (0 = ROOT): from the factors ``ea eb ed`` = ``exp(-a) exp(-b) exp(-d)``, or (``direct``) the terms. ``o``: the
     pair's offset row (:func:`offset_row`) when ``by_offset``, else 0 (``ed`` = 1 and ``d`` = 0 then, exactly).
 
-    ``ea``, ``a`` ``[W, H]``; ``eb``, ``b`` ``[W + 1, H]``; ``ed``, ``d`` ``[2W | 1, H]``; out ``sg`` ``[W, W + 1, H]``."""
+    ``ea``, ``a`` ``[W, H]``; ``eb``, ``b`` ``[W + 1, H]``; ``ed``, ``d`` ``[2W | 1, H]``; out ``sg``
+    ``[W, W + 1, H]``."""
     W, H = ea.shape
     for i in range(W):
         for j in range(W + 1):

@@ -1,13 +1,14 @@
 """Compile the numba kernels once, into numba's on-disk cache, before any job needs them.
 
 The kernels (:mod:`~bertlook.analyses.xlogx`, :mod:`~bertlook.analyses.map_kernels`,
-:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probe_kernels`) are compiled with ``cache=True``: the first process that calls
-one compiles it (~14 s for all of them on one core) and every later process loads it from the cache
-(``__pycache__`` next to the module, or ``NUMBA_CACHE_DIR``). Without this step, the first run of a
-fresh checkout pays that compile in several jobs at once (jobs that start together each compile).
-``make install`` calls :func:`warm_kernels`; it calls the public functions, not the kernels, so that
-the compiled signatures are those the pipeline uses (float16 maps for the statistics and the rollout,
-float32 and float64 for the JS divergence, float64 scores for the tree decoder, float32 for the probes' loops).
+:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probe_kernels`) are compiled with
+``cache=True``: the first process that calls one compiles it (~14 s for all of them on one core) and every
+later process loads it from the cache (``__pycache__`` next to the module, or ``NUMBA_CACHE_DIR``). Without
+this step, the first run of a fresh checkout pays that compile in several jobs at once (jobs that start
+together each compile). ``make install`` calls :func:`warm_kernels`; it calls the public functions, not the
+kernels, so that the compiled signatures are those the pipeline uses (float16 maps for the statistics and the
+rollout, float32 and float64 for the JS divergence, float64 scores for the tree decoder); the probes' loops,
+called by the cohorts with float32 arrays, are called directly with those types.
 """
 
 from __future__ import annotations
