@@ -124,18 +124,23 @@ def test_factored_limit_keeps_the_product_normal():
 
 # ==================================================================================== summation
 def test_fold_sum_order_is_the_written_one():
-    """The sum over hidden units is the fold written in _fold_sum, bit for bit (not left to the compiler)."""
+    """The sum over hidden units is the fold written in _fold_sum, bit for bit (not left to the compiler), for the
+    probes' 256 units and for lengths that do not halve evenly."""
     rng = np.random.default_rng(2)
-    for n in (16, 32, 256):
+    for n in (1, 5, 16, 17, 25, 32, 200, 256):
         row = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
         want = row.copy()
         while want.size > pk.LANES:
             half = want.size // 2
-            want = want[:half] + want[half:]
+            top = want.size - half
+            front = want[:top].copy()
+            front[:half] += want[top:]
+            want = front
         total = np.float32(0.0)
         for v in want:
             total = np.float32(total + v)
-        assert pk._fold_sum(row.copy()) == total
+        assert pk._fold_sum(row.copy()) == total, n
+        assert total == pytest.approx(float(row.astype(np.float64).sum()), rel=1e-4, abs=1e-3), n
 
 
 def test_threads_give_identical_numbers():

@@ -30,7 +30,7 @@ from numba import njit
 #: ``exp`` of a sum of factors is taken as a product when every factor's |exponent| is below this over their
 #: number (the product stays below e^86, a normal float32, and so does 1 / (1 + product))
 FACTOR_LIMIT = 86.0
-#: the reductions over the hidden units fold down to this many partial sums (the hidden size: this times a power of 2)
+#: the reductions over the hidden units fold down to this many partial sums
 LANES = 16
 
 _ONE = np.float32(1.0)
@@ -143,14 +143,16 @@ def offset_row(W, i, j):  # pragma: no cover - compiled
 # ===================================================================================== helpers
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _fold_sum(row):  # pragma: no cover - compiled
-    """``sum(row)`` in a fixed order (``row`` is overwritten): halves added until :data:`LANES` values remain, then
-    those in order. ``len(row)``: :data:`LANES` times a power of 2."""
+    """``sum(row)`` in a fixed order (``row`` is overwritten): the back half added onto the front half until at most
+    :data:`LANES` values remain (the middle value of an odd length stays), then those in order."""
     n = row.shape[0]
     while n > LANES:
-        n //= 2
-        for h in range(np.uint64(n)):
-            row[h] += row[h + n]
+        half = n // 2
+        top = n - half
+        for h in range(half):
+            row[h] += row[h + top]
+        n = top
     t = np.float32(0.0)
-    for k in range(LANES):
+    for k in range(n):
         t += row[k]
     return t
