@@ -15,6 +15,7 @@ pytest.importorskip("numba")
 
 from bertlook.analyses import probe_kernels as pk  # noqa: E402
 from bertlook.analyses.probe_cohorts import _offset_tables, _sigma  # noqa: E402
+from numba_asm import CPUINFO, compiled_asm  # noqa: E402
 
 H = 32  # LANES x 2: the fold runs once
 
@@ -162,12 +163,9 @@ def test_threads_give_identical_numbers():
 
 
 # =================================================================================== compiled code
-CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-
-
 def _asm(name: str, error_model: str = "numpy") -> str:
-    """x86 assembly of kernel ``name`` compiled afresh (the cached dispatchers cannot be inspected)."""
-    from numba import njit, types
+    """x86 assembly of kernel ``name`` compiled afresh."""
+    from numba import types
 
     m2, v1, flag = types.Array(types.float32, 2, "C"), types.Array(types.float32, 1, "C"), types.boolean
     m3 = types.Array(types.float32, 3, "C")
@@ -176,9 +174,7 @@ def _asm(name: str, error_model: str = "numpy") -> str:
             "mlp_backward": (m3, m2, m2, m2, m2, m2, m2),
             "hidden_scores": (m3, v1, m2),
             "hidden_backward": (m3, v1, m2, v1, m2, m2, m2)}
-    kernel = njit(nogil=True, error_model=error_model)(getattr(pk, name).py_func)
-    kernel.compile(sigs[name])
-    return kernel.inspect_asm(sigs[name])
+    return compiled_asm(getattr(pk, name).py_func, sigs[name], error_model=error_model)
 
 
 VECTOR_DIVIDE = re.compile(r"vdivps\s[^\n]*%[yz]mm")

@@ -12,6 +12,7 @@ pytest.importorskip("numba")
 
 from bertlook.analyses import xlogx  # noqa: E402
 from bertlook.analyses.cluster_heads import JS_SMOOTHING, js_divergence_example, js_pair_naive  # noqa: E402
+from numba_asm import CPUINFO, compiled_asm  # noqa: E402
 
 # exhaustive over every float32 in (1e-7, 2]: 1.0714 ulp (at 0.17809297); tests sample that domain
 MAX_ULP = 1.08
@@ -200,16 +201,8 @@ def test_compiled_code_is_cached():
     assert xlogx._mixture_rows.stats.cache_path  # numba's on-disk cache is on (cache=True)
 
 
-CPUINFO = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-
-
 def _compiled_asm(py_func, *arg_types) -> str:
-    """x86 assembly of ``py_func`` compiled afresh (the cached dispatchers cannot be inspected)."""
-    from numba import njit
-
-    kernel = njit(nogil=True, fastmath=xlogx.FASTMATH)(py_func)
-    kernel.compile(arg_types)
-    return kernel.inspect_asm(arg_types)
+    return compiled_asm(py_func, arg_types, fastmath=xlogx.FASTMATH)
 
 
 def _signed_pair_xlx(a, b):  # the loop before: signed indices (numba wraps negative ones around)
