@@ -149,8 +149,8 @@ def _fold_sum(row):  # pragma: no cover - compiled
     while n > LANES:
         half = n // 2
         top = n - half
-        for h in range(half):
-            row[h] += row[h + top]
+        for h in range(np.uint64(half)):
+            row[h] += row[h + np.uint64(top)]
         n = top
     t = np.float32(0.0)
     for k in range(n):
