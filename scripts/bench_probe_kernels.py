@@ -16,26 +16,25 @@ Prints ns per element for each, the speed-up and the loops' ratio to that limit.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from bertlook.analyses import probe_kernels as pk
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_tree_heads import best_of  # noqa: E402  (the scripts' timing helper)
+
 H = 256
 
 
-def best_of(fn, repeat: int) -> float:
-    """Seconds per call, the best of 5 rounds of ``repeat`` calls."""
+def per_call(fn, repeat: int) -> float:
+    """Seconds per call of ``fn``: the best of 5 rounds of ``repeat`` calls, after one call."""
     fn()
-    rounds = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        rounds.append((time.perf_counter() - t0) / repeat)
-    return min(rounds)
+    return best_of(5, lambda: [fn() for _ in range(repeat)])[0] / repeat
 
 
 def inputs(W: int, seed: int = 0):
@@ -73,7 +72,7 @@ def division_ns(repeat: int) -> float:
     """ns per float32 division, numpy's vectorised loop over 64 KiB (L2-resident)."""
     x = np.random.default_rng(1).random(16384, dtype=np.float32) + 1.0
     out = np.empty_like(x)
-    return best_of(lambda: np.divide(1.0, x, out=out), repeat * 4) / x.size * 1e9
+    return per_call(lambda: np.divide(1.0, x, out=out), repeat * 4) / x.size * 1e9
 
 
 def main(argv=None) -> int:
@@ -90,8 +89,8 @@ def main(argv=None) -> int:
     want, got = torch_step(ta, tb, tz, tg, tdh0), loop_step(a, b, z, g, dh0, ones, zeros, ea, eb)
     err = max(float(np.abs(x.numpy() - y).max() / max(np.abs(x.numpy()).max(), 1e-30)) for x, y in zip(want, got))
     elements = W * (W + 1) * H
-    t_torch = best_of(lambda: torch_step(ta, tb, tz, tg, tdh0), args.repeat)
-    t_loop = best_of(lambda: loop_step(a, b, z, g, dh0, ones, zeros, ea, eb), args.repeat)
+    t_torch = per_call(lambda: torch_step(ta, tb, tz, tg, tdh0), args.repeat)
+    t_loop = per_call(lambda: loop_step(a, b, z, g, dh0, ones, zeros, ea, eb), args.repeat)
     div = division_ns(args.repeat)
     per = lambda t: t / elements * 1e9  # noqa: E731
     print(f"MLP probe step on one sentence of {W} words x {H} hidden units ({elements:,} pair-units), one thread")
