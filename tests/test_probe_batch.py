@@ -330,20 +330,21 @@ def test_cli_checks_the_new_flags(stores, tmp_path, capsys):
 def test_rows_tensors_and_memory_layout(stores):
     g = glove()
     sp = split(stores, "train", g, model="")
-    rows = Rows(sp, [(0, 2), (1, 4)], 2)
-    X = rows.attention("model")  # [row, Wm, probe_feature, Wm + 2]
+    rows = Rows(sp, [(0, 2), (1, 4), (1, 2)], 2)
+    gt, rt = rows.maps("model", 0)  # [word, word, layer*head], [word, 2, probe_feature]
     data = sp.sources["model"]
     s = data.sentences[2]
-    W, Wm = s.n_words, rows.Wm
-    assert X.shape == (2, Wm, 2 * K, Wm + 2) and Wm == max(W, data.sentences[4].n_words)
+    W = s.n_words
+    assert gt.shape == (W, W, K) and rt.shape == (W, 2, 2 * K) and gt.dtype == rt.dtype == torch.float32
+    assert rows.Wm == max(W, data.sentences[4].n_words)
     A = torch.from_numpy(data.store.get(s.index).reshape(K, W + 2, W + 2)).float()
-    x = X[0]
-    assert torch.equal(x[:W, :K, :W], A[:, 1 : W + 1, 1 : W + 1].transpose(0, 1))  # A(i -> j)
-    assert torch.equal(x[:W, K:, :W], A[:, 1 : W + 1, 1 : W + 1].permute(2, 0, 1))  # A(j -> i)
-    assert torch.equal(x[:W, :K, Wm], A[:, 1 : W + 1, 0].T) and torch.equal(x[:W, K:, Wm + 1], A[:, W + 1, 1 : W + 1].T)
-    assert (x[W:] == 0).all() and (x[:, :, W:Wm] == 0).all()  # padding
-    u = rows.attention("uniform")[0]
-    assert (u[:W, :, :W] == np.float32(1.0) / np.float32(W + 2)).all() and (u[:W, :, W:Wm] == 0).all()
+    assert torch.equal(gt, A[:, 1 : W + 1, 1 : W + 1].permute(1, 2, 0))  # gt[i, j] = A(i -> j) over the heads
+    assert torch.equal(rt[:, 0], torch.cat([A[:, 1 : W + 1, 0].T, A[:, 0, 1 : W + 1].T], dim=1))  # [CLS]
+    assert torch.equal(rt[:, 1], torch.cat([A[:, 1 : W + 1, W + 1].T, A[:, W + 1, 1 : W + 1].T], dim=1))  # [SEP]
+    assert rows.maps("model", 2)[0] is gt  # another seed's row of the same sentence: converted once
+    assert rows.maps("model", 1)[0].shape[0] == data.sentences[4].n_words
+    with pytest.raises(BertlookError, match="'norm' attention was not read"):
+        rows.maps("norm", 0)
     assert torch.equal(sp.cand(2)[1:], sp.dep[2]) and torch.equal(sp.cand(2, released=True)[:-1], sp.dep[2])
     dep, cand = rows.glove(True)
     assert torch.equal(dep[0, :W], sp.dep[2]) and torch.equal(cand[0, 1, : W + 1], sp.cand(2, True))

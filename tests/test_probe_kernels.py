@@ -90,6 +90,80 @@ def test_hidden_kernels_are_torch_formulas(direct):
     close(dd, torch.zeros(2 * W, H).index_add_(0, index, q))
 
 
+# ============================================================================ attention features
+def attn_inputs(rng, W=7, K=5, V=3):
+    """A sentence's maps (``gt`` ``[i, j, head]`` = A(i->j), ROOT features ``rt`` ``[i, 2, 2K]``), the GloVe terms
+    ``P`` ``[i, v, 2K]``, ``Q`` ``[candidate, v, 2K]`` (two rows more than read: the cohorts pass padded rows), a, b
+    ``[v, 2]`` and d loss / d scores ``G`` ``[v, i, candidate]``."""
+    gt = rng.random((W, W, K), dtype=np.float32)
+    rt = rng.random((W, 2, 2 * K), dtype=np.float32)
+    P, Q = terms(rng, (W + 2, V, 2 * K), (W + 3, V, 2 * K))
+    ab, G = terms(rng, (V, 2), (V, W, W + 1))
+    return gt, rt, P, Q, ab, G
+
+
+def attn_reference(gt, rt, P, Q, ab, G):
+    """The Attn cohorts' scores and gradients in float64 torch, from the ``[i, j, 2K]`` pair features (as the
+    cohort built them before the loops) and autograd."""
+    W = gt.shape[0]
+    g = torch.from_numpy(gt).double()
+    X = torch.cat([g, g.transpose(0, 1)], dim=-1)  # [i, j, 2K]: x_ij = [A(i->j) ; A(j->i)]
+    r = torch.from_numpy(rt).double()
+    P, Q, ab = (torch.from_numpy(t[: W + 1]).double().requires_grad_() for t in (P, Q, ab))
+    s_words = torch.einsum("ijf,ivf->vij", X, P[:W]) + torch.einsum("ijf,jvf->vij", X, Q[1 : W + 1])
+    rr = torch.einsum("icf,ivf->ivc", r, P[:W] + Q[0])  # [i, v, 2]: ra, rb
+    s = torch.cat([(rr * ab).sum(-1).T.unsqueeze(-1), s_words], dim=-1)  # [v, i, candidate]
+    (s * torch.from_numpy(G).double()).sum().backward()
+    return s.detach(), rr.detach(), P.grad[:W], Q.grad, ab.grad
+
+
+def test_attn_kernels_are_the_pair_feature_formulas():
+    rng = np.random.default_rng(4)
+    gt, rt, P, Q, ab, G = attn_inputs(rng)
+    V, W = G.shape[:2]
+    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
+    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    dP, dQ, dab = np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)
+    pk.attn_backward(gt, rt, G, ab, rr, dP, dQ, dab)
+    want_s, want_rr, want_dP, want_dQ, want_dab = attn_reference(gt, rt, P, Q, ab, G)
+    close(s, want_s, rtol=1e-5)
+    close(rr, want_rr, rtol=1e-5)
+    close(dP[:W], want_dP, rtol=1e-5)
+    close(dQ[: W + 1], want_dQ, rtol=1e-5)
+    close(dab, want_dab, rtol=1e-5)
+    assert not dP[W:].any() and not dQ[W + 1 :].any()  # the padded rows are neither read nor written
+
+
+def test_attn_scores_sum_in_the_written_order():
+    """Each score is the fold of _fold_sum over its float32 feature terms, bit for bit (K = 20 heads: the fold
+    halves once; the ROOT sums over 2K = 40 twice)."""
+    rng = np.random.default_rng(6)
+    gt, rt, P, Q, ab, G = attn_inputs(rng, W=4, K=20, V=2)
+    V, W, K = G.shape[0], G.shape[1], gt.shape[2]
+    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
+    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    for v, i, j in ((0, 0, 1), (1, 3, 2), (1, 2, 2)):
+        row = gt[i, j] * (P[i, v, :K] + Q[j + 1, v, :K]) + gt[j, i] * (P[i, v, K:] + Q[j + 1, v, K:])
+        assert s[v, i, j + 1] == pk._fold_sum(row.copy())
+        assert rr[i, v, 1] == pk._fold_sum(rt[i, 1] * (P[i, v] + Q[0, v]))
+
+
+def test_attn_backward_adds_to_what_is_there():
+    """The cohort hands in zeros; the loop adds to them (a second call doubles every gradient, up to rounding)."""
+    rng = np.random.default_rng(5)
+    gt, rt, P, Q, ab, G = attn_inputs(rng)
+    V, W = G.shape[:2]
+    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
+    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    once = [np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)]
+    twice = [np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)]
+    pk.attn_backward(gt, rt, G, ab, rr, *once)
+    for _ in range(2):
+        pk.attn_backward(gt, rt, G, ab, rr, *twice)
+    for a, b in zip(once, twice):
+        close(b, 2 * a, rtol=1e-6)
+
+
 def test_offset_row_is_the_offset_tables_index():
     for W in range(1, 9):
         want = _offset_tables(W)[1].view(W, W + 1).numpy()
@@ -173,7 +247,9 @@ def _asm(name: str, error_model: str = "numpy") -> str:
             "mlp_scores": (m3, m2, m2),
             "mlp_backward": (m3, m2, m2, m2, m2, m2, m2),
             "hidden_scores": (m3, v1, m2),
-            "hidden_backward": (m3, v1, m2, v1, m2, m2, m2)}
+            "hidden_backward": (m3, v1, m2, v1, m2, m2, m2),
+            "attn_scores": (m3, m3, m3, m3, m2, m3, m3),
+            "attn_backward": (m3, m3, m3, m2, m3, m3, m3, m2)}
     return compiled_asm(getattr(pk, name).py_func, sigs[name], error_model=error_model)
 
 
@@ -182,7 +258,8 @@ VECTOR_MULTIPLY = re.compile(r"(vmulps|vfn?madd\w*ps)\s[^\n]*%[yz]mm")
 
 
 @pytest.mark.skipif(" avx2" not in CPUINFO, reason="checks x86 AVX2 / AVX-512 vector instructions")
-@pytest.mark.parametrize("name", ["sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward"])
+@pytest.mark.parametrize("name", ["sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward",
+                                  "attn_scores", "attn_backward"])
 def test_loops_are_vectorised_without_gathers(name):
     """The loops over hidden units run 8 or 16 lanes at a time (sigma_grid: vdivps on ymm / zmm; the others:
     vmulps / vfmadd on them) and load them without gathers (see xlogx, Loads)."""

@@ -23,7 +23,8 @@ def test_every_compiled_path_is_called(monkeypatch):
                             "cluster_heads.js_divergence_example (float32)",
                             "cluster_heads.js_divergence_example (float64)", "trees.chu_liu_edmonds_batch",
                             "probe_kernels.sigma_grid", "probe_kernels.mlp_scores, mlp_backward",
-                            "probe_kernels.hidden_scores, hidden_backward"}
+                            "probe_kernels.hidden_scores, hidden_backward",
+                            "probe_kernels.attn_scores, attn_backward"}
     assert called == [np.float64] and all(s >= 0 for s in seconds.values())
 
 
@@ -34,7 +35,8 @@ def test_every_probe_loop_is_compiled():
 
     warm.warm_kernels()
     kernels = {n: f for n, f in vars(probe_kernels).items() if isinstance(f, CPUDispatcher) and not n.startswith("_")}
-    assert {"sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward"} <= set(kernels)
+    assert {"sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward", "attn_scores",
+            "attn_backward"} <= set(kernels)
     assert all(f.signatures for n, f in kernels.items() if n != "offset_row"), "a probe loop is left to its first job"
 
 

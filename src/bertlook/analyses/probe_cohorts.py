@@ -91,11 +91,11 @@ class AttnCohort:
     (``W [v_i ; v_j] + c``). ``attn`` = no GloVe weight; an ablation = its excluded heads' rows held at 0
     (they start at 0 and their gradient is masked to exactly 0, so Adam never moves them).
 
-    With ``P_i = W_dep v_i + c`` and ``Q_j = W_cand v_j`` (``[word, variant, 2K]``), a word candidate scores
-    ``s_ij = x_ij . P_i + x_ij . Q_j``: the first term is a product batched over dependents i
-    (``[variant, 2K] x [2K, word]`` with ``X[i]``), the second, as ``x_ij = swap(x_ji)`` (its two halves
-    exchanged), ``swap(Q_j) . x_ji``, batched over candidates j with the same ``X``. ROOT scores
-    ``s_i0 = a ra_i + b rb_i``, ``ra_i = root[i, :, 0] . (P_i + Q_0)`` (``rb``: ``root[i, :, 1]``)."""
+    With ``P_i = W_dep v_i + c`` and ``Q_j = W_cand v_j`` (``[word, variant, 2K]``, batched products over the rows),
+    a word candidate scores ``s_ij = x_ij . (P_i + Q_j)`` and ROOT ``s_i0 = a ra_i + b rb_i``, ``ra_i = rt[i, 0] .
+    (P_i + Q_0)`` (``rb``: ``rt[i, 1]``); these and their gradients are read from each sentence's maps by the
+    fused loops :func:`~bertlook.analyses.probe_kernels.attn_scores` / ``attn_backward`` (no ``[word, 2K, word]``
+    features are built). Exactly uniform maps (``attn_glove_uniform``) are summed in closed form instead."""
 
     def __init__(self, maps: str, tasks: Sequence[ProbeTask], seeds: Sequence[int], K: int, d: int, **_):
         self.maps, self.tasks, self.K, self.d = maps, list(tasks), K, d
@@ -123,7 +123,7 @@ class AttnCohort:
     def cost(self) -> float:
         """Estimated ms per step on the demo's sentences, one thread (:meth:`BatchedProbes._groups`; measured
         2026-12-04 on an Ice Lake Xeon, each cohort alone over 300 steps)."""
-        return 0.6 + 0.3 * len(self.tasks) if self.maps == "uniform" else 2.2 + 0.4 * len(self.tasks)
+        return 0.5 + 0.3 * len(self.tasks) if self.maps == "uniform" else 0.6 + 0.43 * len(self.tasks)
 
     def forward(self, rows: Rows):
         """Each row's ``[variant, word, candidate]`` scores (the rows padded together), and the context of
@@ -133,21 +133,19 @@ class AttnCohort:
         if self.maps == "uniform":
             u = torch.tensor([float(np.float32(1.0) / np.float32(W + 2)) for W in rows.lengths])  # [row]
             ctx = self._forward_uniform(u, dep, cand, *params)
-        else:
-            ctx = self._forward(rows.attention(self.maps), dep, cand, *params)
-        return [ctx[0][r, :, :W, : W + 1] for r, W in enumerate(rows.lengths)], ctx
+            return [ctx[0][r, :, :W, : W + 1] for r, W in enumerate(rows.lengths)], ctx
+        return self._forward(rows, dep, cand, *params)
 
     def backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor], acc: Grads) -> None:
         """Add the loss's gradients to ``acc``, given ``grads`` (each row's d loss / d scores, ``[variant, word,
         candidate]``)."""
+        if self.maps != "uniform":
+            acc.add_rows(rows, self._backward(rows, ctx, grads))
+            return
         G = grads[0].new_zeros(rows.R, grads[0].shape[0], rows.Wm, rows.Wm + 1)  # [row, variant, word, candidate]
         for r, (g, W) in enumerate(zip(grads, rows.lengths)):
             G[r, :, :W, : W + 1] = g
-        acc.add_rows(rows, self._backward(ctx, G))
-
-    def _swap(self, t: torch.Tensor) -> torch.Tensor:
-        """The two halves of the last axis (``A(i->j)`` and ``A(j->i)`` features) exchanged."""
-        return torch.cat([t[..., self.K :], t[..., : self.K]], dim=-1)
+        acc.add_rows(rows, self._backward_uniform(ctx, G))
 
     def _pq(self, dep, cand, W, c):
         """``P`` ``[row, word, variant, 2K]`` and ``Q`` ``[row, candidate, variant, 2K]`` (the released variants'
@@ -160,19 +158,19 @@ class AttnCohort:
             Q[:, :, v] = torch.bmm(cand[:, 1], W[:, v, :, d:].transpose(1, 2))
         return P, Q
 
-    def _forward(self, X, dep, cand, ab, W, c):
-        """``X`` ``[row, word (i), probe_feature, word (j) + 2]`` (:meth:`SplitFeatures.attention`)."""
-        R, Wn, V, F = X.shape[0], X.shape[1], W.shape[1], 2 * self.K
+    def _forward(self, rows: Rows, dep, cand, ab, W, c):
+        """Each row's scores ``[variant, word, candidate]`` from its maps (:func:`~bertlook.analyses.probe_kernels.
+        attn_scores`), and the context of :meth:`_backward`: ``P``, ``Q`` and each row's ``ra``, ``rb``."""
         P, Q = self._pq(dep, cand, W, c)  # [row, word, variant, probe_feature], [row, candidate, variant, ..]
-        L = torch.cat([P, self._swap(Q[:, 1:])], dim=2)  # [row, word, 2 variant, probe_feature]
-        T = torch.bmm(L.view(R * Wn, 2 * V, F), X.reshape(R * Wn, F, Wn + 2)).view(R, Wn, 2 * V, Wn + 2)
-        # [row, variant, word, word]: x_ij . P_i + swap(Q_j) . x_ji
-        s_words = T[:, :, :V, :Wn].permute(0, 2, 1, 3) + T[:, :, V:, :Wn].permute(0, 2, 3, 1)
-        root = X[..., Wn:].transpose(2, 3).reshape(R, Wn * 2, F)  # [row, word*2, probe_feature]
-        q0 = torch.bmm(root, Q[:, 0].transpose(1, 2)).view(R, Wn, 2, V).transpose(2, 3)  # [row, word, variant, 2]
-        rr = T[:, :, :V, Wn:] + q0  # [row, word, variant, 2]: ra, rb
-        s_root = (rr * ab.unsqueeze(1)).sum(-1).transpose(1, 2)  # [row, variant, word]
-        return torch.cat([s_root.unsqueeze(-1), s_words], dim=-1), (X, root, dep, cand, ab, rr)
+        V, scores, rr = P.shape[2], [], []
+        for r, Wn in enumerate(rows.lengths):
+            gt, rt = rows.maps(self.maps, r)  # [word, word, layer*head], [word, 2, probe_feature]
+            s, rr_r = torch.empty(V, Wn, Wn + 1), torch.empty(Wn, V, 2)
+            probe_kernels.attn_scores(gt.numpy(), rt.numpy(), P[r].numpy(), Q[r].numpy(), ab[r].numpy(), s.numpy(),
+                                      rr_r.numpy())
+            scores.append(s)
+            rr.append(rr_r)
+        return scores, (P.shape, Q.shape, dep, cand, ab, rr)
 
     def _forward_uniform(self, u, dep, cand, ab, W, c):
         """Exactly uniform maps (every feature ``u = 1/(W+2)``): ``s_ij = u sum_f (P_if + Q_jf)``,
@@ -196,29 +194,19 @@ class AttnCohort:
         dab = (G0 * ra).sum(-1, keepdim=True).expand(*ra.shape[:2], 2)  # [row, variant, 2]
         return self._param_grads(dab, dP, dQ, dep, cand)
 
-    def _backward(self, ctx, G):
-        """d loss / d (ab, W, c) ``[row, variant, ...]`` from ``G`` = d loss / d scores ``[row, variant, word,
-        candidate]``: ``dP_i = sum_j G_ij x_ij + G_i0 xr_i``, ``dQ_j = sum_i G_ij x_ij``, ``dQ_0 = sum_i G_i0 xr_i``
-        (``xr_i = a root_i0 + b root_i1``), ``dW_dep = sum_i dP_i v_i^T``, ``dc = sum_i dP_i``,
-        ``dW_cand = sum_j dQ_j v_j^T``, ``da = sum_i G_i0 ra_i``, ``db = sum_i G_i0 rb_i``; the ``dP`` and ``dQ`` of
-        the word candidates (and ``G_i0 xr_i``, as the two ROOT columns of ``X``) in one batched product."""
-        if isinstance(ctx[1][0], str):  # uniform maps
-            return self._backward_uniform(ctx, G)
-        X, root, dep, cand, ab, rr = ctx[1]
-        R, Wn, V, F = X.shape[0], X.shape[1], G.shape[1], 2 * self.K
-        G0 = G[..., 0].transpose(1, 2)  # [row, word, variant]
-        Gs = torch.empty(R, Wn, 2 * V, Wn + 2)  # [row, word, 2 variant, word + 2]
-        Gs[:, :, :V, :Wn] = G[..., 1:].permute(0, 2, 1, 3)  # [row, word (i), variant, word (j)]
-        Gs[:, :, V:, :Wn] = G[..., 1:].permute(0, 3, 1, 2)  # [row, word (j), variant, word (i)]
-        torch.mul(G0.unsqueeze(-1), ab.unsqueeze(1), out=Gs[:, :, :V, Wn:])  # G_i0 a, G_i0 b
-        Gs[:, :, V:, Wn:] = 0.0
-        XbT = X.reshape(R * Wn, F, Wn + 2).transpose(1, 2)  # [row*word, word + 2, probe_feature]
-        D = torch.bmm(Gs.view(R * Wn, 2 * V, Wn + 2), XbT).view(R, Wn, 2 * V, F)  # [row, word, 2 variant, feature]
-        g0 = Gs[:, :, :V, Wn:].permute(0, 2, 1, 3).reshape(R, V, Wn * 2)  # [row, variant, word*2]: G_i0 (a, b)
-        # [row, candidate, variant, probe_feature]
-        dQ = torch.cat([torch.bmm(g0, root).unsqueeze(1), self._swap(D[:, :, V:])], dim=1)
-        dab = (rr * G0.unsqueeze(-1)).sum(1)  # [row, variant, 2]
-        return self._param_grads(dab, D[:, :, :V], dQ, dep, cand)
+    def _backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor]):
+        """d loss / d (ab, W, c) ``[row, variant, ...]`` from each row's d loss / d scores ``[variant, word, candidate]``:
+        ``dP_i = sum_j G_ij x_ij + G_i0 xr_i``, ``dQ_j = sum_i G_ij x_ij``, ``dQ_0 = sum_i G_i0 xr_i`` (``xr_i = a rt_i0
+        + b rt_i1``; :func:`~bertlook.analyses.probe_kernels.attn_backward`), ``dW_dep = sum_i dP_i v_i^T``, ``dc =
+        sum_i dP_i``, ``dW_cand = sum_j dQ_j v_j^T`` (:meth:`_param_grads`), ``da = sum_i G_i0 ra_i``, ``db = sum_i
+        G_i0 rb_i``."""
+        pshape, qshape, dep, cand, ab, rr = ctx
+        dP, dQ, dab = torch.zeros(pshape), torch.zeros(qshape), torch.zeros(ab.shape)  # [row, ...]
+        for r, g in enumerate(grads):
+            gt, rt = rows.maps(self.maps, r)
+            probe_kernels.attn_backward(gt.numpy(), rt.numpy(), g.contiguous().numpy(), ab[r].numpy(), rr[r].numpy(),
+                                        dP[r].numpy(), dQ[r].numpy(), dab[r].numpy())
+        return self._param_grads(dab, dP, dQ, dep, cand)
 
     def _param_grads(self, dab, dP, dQ, dep, cand):
         """(dab, dW, dc) from ``dP`` ``[row, word, variant, 2K]`` and ``dQ`` ``[row, candidate, variant, 2K]``."""
@@ -268,14 +256,15 @@ class MLPCohort:
         return [self.ab, self.w1, self.c1, self.w2, self.c2]
 
     def cost(self) -> float:
-        return 9.5 * len(self.tasks)
+        return 7.8 * len(self.tasks)
 
     def forward(self, rows: Rows):
         scores, ctx = [], []
         for r, n in enumerate(rows.sent):
-            X, W = rows.attention(self.maps)[r], rows.lengths[r]  # [Wm, probe_feature, Wm + 2]
-            xt = X[:W, :, :W].transpose(1, 2).reshape(W * W, -1)  # [word*word, probe_feature]: x_ij, (i, j) row-major
-            one = [self._forward(xt, X[:W, :, rows.Wm :], rows.split.dep[n], rows.split.cand(n),
+            (gt, rt), W = rows.maps(self.maps, r), rows.lengths[r]  # [word, word, layer*head], [word, 2, probe_feature]
+            # [word*word, probe_feature]: x_ij = [A(i->j) ; A(j->i)], (i, j) row-major
+            xt = torch.cat([gt.reshape(W * W, -1), gt.transpose(0, 1).reshape(W * W, -1)], dim=1)
+            one = [self._forward(xt, rt, rows.split.dep[n], rows.split.cand(n),
                                  *(p[rows.seed_index[r], v] for p in self.params())) for v in range(len(self.tasks))]
             scores.append(torch.stack([o[0] for o in one]))  # [variant, word, candidate]
             ctx.append([o[1] for o in one])
@@ -291,7 +280,7 @@ class MLPCohort:
         c2h = c2 - w2.sum(1)  # [probe_feature]: with h = 2 sigma - 1, W2 h + c2 = 2 W2 sigma + c2h
         s_words = part.mul_(2.0) + torch.mv(xt, c2h).view(W, W)  # [word, word]
         proj0 = torch.addmm(c2h, sig0, w2.T, alpha=2.0)  # [word, probe_feature]: the ROOT candidate's weights
-        ra, rb = (proj0 * root[..., 0]).sum(-1), (proj0 * root[..., 1]).sum(-1)  # [word]
+        ra, rb = (proj0 * root[:, 0]).sum(-1), (proj0 * root[:, 1]).sum(-1)  # [word]
         s = torch.cat([(ab[0] * ra + ab[1] * rb).unsqueeze(1), s_words], dim=1)  # [word, candidate]
         return s, (xt, root, dep, cand, ab, w2, sig, z, sig0, ra, rb)
 
@@ -307,7 +296,7 @@ class MLPCohort:
         xt, root, dep, cand, ab, w2, sig, z, sig0, ra, rb = ctx
         W = dep.shape[0]
         Gw, G0 = G[:, 1:], G[:, 0]  # [word, word], [word]
-        gr = (ab[0] * root[..., 0] + ab[1] * root[..., 1]) * G0[:, None]  # [word, probe_feature]: d loss / d proj0
+        gr = (ab[0] * root[:, 0] + ab[1] * root[:, 1]) * G0[:, None]  # [word, probe_feature]: d loss / d proj0
         dc2 = torch.addmv(gr.sum(0), xt.T, Gw.reshape(-1))  # [probe_feature]
         m, dA, dB = torch.empty(W * W, HIDDEN), torch.empty(W, HIDDEN), torch.empty(W + 1, HIDDEN)
         # m = sigma G (word candidates); dA, dB: a quarter of d loss / d (a_i, b_j)
@@ -348,7 +337,7 @@ class HiddenCohort:
         return [self.w, self.c, self.wo, self.bo]
 
     def cost(self) -> float:
-        return 3.2 * len(self.tasks)
+        return 3.0 * len(self.tasks)
 
     def forward(self, rows: Rows):
         scores, ctx = [], []
@@ -436,7 +425,7 @@ class OffsetCohort:
         return [self.w, self.c, self.wo, self.bo]
 
     def cost(self) -> float:
-        return 0.85
+        return 0.8
 
     def forward(self, rows: Rows):
         table = torch.zeros(rows.R, 2 * rows.Wm, N_DIST)  # [row, offset, probe_feature]

@@ -140,6 +140,64 @@ def offset_row(W, i, j):  # pragma: no cover - compiled
     return 2 * W - 1 if j == 0 else j - i + W - 2
 
 
+# ========================================================================== attention features
+@njit(cache=True, nogil=True, error_model="numpy")
+def attn_scores(gt, rt, P, Q, ab, s, rr):  # pragma: no cover - compiled
+    """The Attn cohorts' scores of one sentence, read from its maps (no ``[word, 2K, word]`` features built):
+    ``s[v, i, j + 1] = x_ij . (P[i, v] + Q[j + 1, v])`` with ``x_ij = [gt[i, j] ; gt[j, i]]`` (``A(i->j)`` and
+    ``A(j->i)`` over the heads), and for ROOT ``rr[i, v, c] = rt[i, c] . (P[i, v] + Q[0, v])``, ``s[v, i, 0] =
+    ab[v, 0] rr[i, v, 0] + ab[v, 1] rr[i, v, 1]``.
+
+    ``gt`` ``[W, W, K]`` (float32; ``gt[i, j, k]`` = head k's ``A(i->j)``); ``rt`` ``[W, 2, 2K]`` (ROOT features:
+    ``[A(i->[CLS]) ; A([CLS]->i)]``, ``[A(i->[SEP]) ; A([SEP]->i)]``); ``P`` ``[>= W, V, 2K]``, ``Q`` ``[>= W + 1, V,
+    2K]`` (rows past the sentence unread); ``ab`` ``[V, 2]``; out ``s`` ``[V, W, W + 1]``, ``rr`` ``[W, V, 2]``. Sums
+    over the features in a fixed order (:func:`_fold_sum`)."""
+    W, K, V = gt.shape[0], gt.shape[2], s.shape[0]
+    F = 2 * K
+    row, rowf = np.empty(K, dtype=np.float32), np.empty(F, dtype=np.float32)
+    for i in range(W):
+        for v in range(V):
+            for c in range(2):
+                for f in range(np.uint64(F)):
+                    rowf[f] = rt[i, c, f] * (P[i, v, f] + Q[0, v, f])
+                rr[i, v, c] = _fold_sum(rowf)
+            s[v, i, 0] = ab[v, 0] * rr[i, v, 0] + ab[v, 1] * rr[i, v, 1]
+            for j in range(W):
+                for k in range(np.uint64(K)):
+                    row[k] = (gt[i, j, k] * (P[i, v, k] + Q[j + 1, v, k])
+                              + gt[j, i, k] * (P[i, v, k + np.uint64(K)] + Q[j + 1, v, k + np.uint64(K)]))
+                s[v, i, j + 1] = _fold_sum(row)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def attn_backward(gt, rt, G, ab, rr, dP, dQ, dab):  # pragma: no cover - compiled
+    """Given ``G`` ``[V, W, W + 1]`` (d loss / d scores, ROOT first), adds to ``dP`` ``[>= W, V, 2K]``, ``dQ`` ``[>= W
+    + 1, V, 2K]`` and ``dab`` ``[V, 2]`` the gradients of :func:`attn_scores`: ``dP_i = sum_j G_ij x_ij + G_i0 xr_i``,
+    ``dQ_j = sum_i G_ij x_ij``, ``dQ_0 = sum_i G_i0 xr_i`` (``xr_i = ab_0 rt[i, 0] + ab_1 rt[i, 1]``), ``dab_c = sum_i
+    G_i0 rr_ic``; each sum in the loops' order (i, then j)."""
+    W, K, V = gt.shape[0], gt.shape[2], G.shape[0]
+    F = 2 * K
+    for i in range(W):
+        for v in range(V):
+            g0 = G[v, i, 0]
+            xa, xb = g0 * ab[v, 0], g0 * ab[v, 1]
+            for f in range(np.uint64(F)):
+                x = xa * rt[i, 0, f] + xb * rt[i, 1, f]
+                dP[i, v, f] += x
+                dQ[0, v, f] += x
+            dab[v, 0] += g0 * rr[i, v, 0]
+            dab[v, 1] += g0 * rr[i, v, 1]
+            for j in range(W):
+                g = G[v, i, j + 1]
+                for k in range(np.uint64(K)):
+                    a = gt[i, j, k] * g
+                    b = gt[j, i, k] * g
+                    dP[i, v, k] += a
+                    dP[i, v, k + np.uint64(K)] += b
+                    dQ[j + 1, v, k] += a
+                    dQ[j + 1, v, k + np.uint64(K)] += b
+
+
 # ===================================================================================== helpers
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _fold_sum(row):  # pragma: no cover - compiled

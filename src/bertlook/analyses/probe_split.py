@@ -57,8 +57,8 @@ class SplitFeatures:
         return torch.cat([dep, root] if released else [root, dep])  # [candidate, d_glove]
 
     def _read_attention(self, name: str) -> None:
-        """The float16 word-word blocks ``[word (i), layer*head, word (j)]`` and ROOT features ``[word, 2K, 2]`` of
-        every sentence, as views of two arrays allocated once (the maps read in between leave no holes)."""
+        """The float16 word-word blocks ``[word (i), word (j), layer*head]`` (``A(i->j)``) and ROOT features ``[word, 2,
+        2K]`` of every sentence, as views of two arrays allocated once (the maps read in between leave no holes)."""
         if name not in self.sources:
             raise BertlookError(f"no {name!r} attention store given")
         data, K = self.sources[name], self.num_heads_total
@@ -75,40 +75,31 @@ class SplitFeatures:
             if A.shape[-1] != W + 2:
                 raise BertlookError(f"{data.path}: sentence {s.id!r}: map of size {A.shape[-1]} for {W} words")
             A = A.reshape(K, W + 2, W + 2)  # [layer*head, query_word, key_word]
-            w = words_all[w_at : w_at + W * K * W].reshape(W, K, W)  # [word (i), layer*head, word (j)]
-            w[...] = A[:, 1 : W + 1, 1 : W + 1].transpose(1, 0, 2)
-            # [word, probe_feature, 2]: x_i0 = a rt[i, :, 0] + b rt[i, :, 1]
-            rt = root_all[r_at : r_at + W * 4 * K].reshape(W, 2 * K, 2)
-            rt[:, :K, 0], rt[:, K:, 0] = A[:, 1 : W + 1, 0].T, A[:, 0, 1 : W + 1].T  # A(i->[CLS]) ; A([CLS]->i)
-            rt[:, :K, 1], rt[:, K:, 1] = A[:, 1 : W + 1, W + 1].T, A[:, W + 1, 1 : W + 1].T  # A(i->[SEP]) ; A([SEP]->i)
+            w = words_all[w_at : w_at + W * W * K].reshape(W, W, K)  # [word (i), word (j), layer*head]
+            w[...] = A[:, 1 : W + 1, 1 : W + 1].transpose(1, 2, 0)
+            # [word, 2, probe_feature]: x_i0 = a rt[i, 0] + b rt[i, 1]
+            rt = root_all[r_at : r_at + W * 4 * K].reshape(W, 2, 2 * K)
+            rt[:, 0, :K], rt[:, 0, K:] = A[:, 1 : W + 1, 0].T, A[:, 0, 1 : W + 1].T  # A(i->[CLS]) ; A([CLS]->i)
+            rt[:, 1, :K], rt[:, 1, K:] = A[:, 1 : W + 1, W + 1].T, A[:, W + 1, 1 : W + 1].T  # A(i->[SEP]) ; A([SEP]->i)
             words.append(w)
             root.append(rt)
-            w_at, r_at = w_at + W * K * W, r_at + W * 4 * K
+            w_at, r_at = w_at + W * W * K, r_at + W * 4 * K
         self.words[name], self.root[name] = words, root
 
     def nbytes(self) -> int:
         """Bytes of the attention held."""
         return int(sum(a.nbytes for d in (self.words, self.root) for v in d.values() for a in v))  # views: their sizes
 
-    def attention(self, source: str, n: int, out: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Sentence ``n``'s features into ``out`` = (``[word, 2K, word]``, ``[word, 2K, 2]``) (float32): ``x_ij`` =
-        ``[A(i->j) ; A(j->i)]`` over the heads at ``out[0][i, :, j]`` (``x_ji`` is ``x_ij`` with its two halves
-        swapped), and the ROOT candidate's features ``x_i0 = a out[1][i, :, 0] + b out[1][i, :, 1]`` (``[..., 0]`` =
-        A(i->[CLS]) ; A([CLS]->i), ``[..., 1]`` = A(i->[SEP]) ; A([SEP]->i)); ``uniform``: every entry 1/(W+2)."""
-        words, root = out
-        if source == "uniform":  # every row of a uniform map over [CLS] w1..wW [SEP] is 1/(W+2)
-            u = float(np.float32(1.0) / np.float32(int(self.lengths[n]) + 2))
-            words.fill_(u)
-            root.fill_(u)
-            return
+    def maps(self, source: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentence ``n``'s attention as float32: ``gt`` ``[word (i), word (j), layer*head]`` = ``A(i->j)`` (so
+        ``x_ij = [gt[i, j] ; gt[j, i]]``, the probes' pair features) and the ROOT candidate's features ``rt`` ``[word,
+        2, 2K]`` (``x_i0 = a rt[i, 0] + b rt[i, 1]``: ``rt[i, 0]`` = A(i->[CLS]) ; A([CLS]->i), ``rt[i, 1]`` =
+        A(i->[SEP]) ; A([SEP]->i))."""
         try:
-            g1 = torch.from_numpy(self.words[source][n])  # [word (i), layer*head, word (j)]
+            gt, rt = self.words[source][n], self.root[source][n]
         except KeyError:
             raise BertlookError(f"the {source!r} attention was not read") from None
-        K = g1.shape[1]
-        words[:, :K] = g1
-        words[:, K:] = g1.permute(2, 1, 0)  # A(j -> i)
-        root.copy_(torch.from_numpy(self.root[source][n]))
+        return torch.from_numpy(gt).float(), torch.from_numpy(rt).float()
 
 
 class Rows:
@@ -128,15 +119,13 @@ class Rows:
         """``p[seed of each row]`` (``[seed, ...]`` -> ``[row, ...]``)."""
         return p if self.identity else p.index_select(0, self.seed_tensor)
 
-    def attention(self, source: str) -> torch.Tensor:
-        """``X`` of every row, ``[row, Wm, 2K, Wm + 2]`` (:meth:`SplitFeatures.attention`, zero padding between
-        each row's word columns and its two ROOT columns, which are the last two), built once per chunk."""
-        if source not in self._cache:
-            X = torch.zeros(self.R, self.Wm, 2 * self.split.num_heads_total, self.Wm + 2)
-            for r, (n, W) in enumerate(zip(self.sent, self.lengths)):
-                self.split.attention(source, n, out=(X[r, :W, :, :W], X[r, :W, :, self.Wm :]))
-            self._cache[source] = X
-        return self._cache[source]
+    def maps(self, source: str, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``r``'s :meth:`SplitFeatures.maps` (converted once per sentence and chunk, shared by the cohorts and by
+        the rows of one sentence)."""
+        key = ("maps", source, self.sent[r])
+        if key not in self._cache:
+            self._cache[key] = self.split.maps(source, self.sent[r])
+        return self._cache[key]
 
     def glove(self, released: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(dep ``[row, Wm, d]``, cand ``[row, 1 (+1 released), Wm + 1, d]``), zero padding."""

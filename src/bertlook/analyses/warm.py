@@ -59,6 +59,10 @@ def _probe_calls(rng) -> dict:
         "probe_kernels.hidden_scores, hidden_backward": lambda: (
             pk.hidden_scores(sg, f(H), f(W, W + 1)),
             pk.hidden_backward(sg, f(H), f(W, W + 1), f(H), f(W, H), f(W + 1, H), f(2 * W, H))),
+        "probe_kernels.attn_scores, attn_backward": lambda: (  # K = 2 heads, V = 3 variants
+            pk.attn_scores(f(W, W, 2), f(W, 2, 4), f(W, 3, 4), f(W + 1, 3, 4), f(3, 2), f(3, W, W + 1), f(W, 3, 2)),
+            pk.attn_backward(f(W, W, 2), f(W, 2, 4), f(3, W, W + 1), f(3, 2), f(W, 3, 2), f(W, 3, 4), f(W + 1, 3, 4),
+                             f(3, 2))),
     }
 
 
