@@ -195,7 +195,8 @@ class AttnCohort:
         return self._param_grads(dab, dP, dQ, dep, cand)
 
     def _backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor]):
-        """d loss / d (ab, W, c) ``[row, variant, ...]`` from each row's d loss / d scores ``[variant, word, candidate]``:
+        """d loss / d (ab, W, c) ``[row, variant, ...]`` from each row's d loss / d scores ``[variant, word,
+        candidate]``:
         ``dP_i = sum_j G_ij x_ij + G_i0 xr_i``, ``dQ_j = sum_i G_ij x_ij``, ``dQ_0 = sum_i G_i0 xr_i`` (``xr_i = a rt_i0
         + b rt_i1``; :func:`~bertlook.analyses.probe_kernels.attn_backward`), ``dW_dep = sum_i dP_i v_i^T``, ``dc =
         sum_i dP_i``, ``dW_cand = sum_j dQ_j v_j^T`` (:meth:`_param_grads`), ``da = sum_i G_i0 ra_i``, ``db = sum_i

@@ -2,9 +2,10 @@
 
 :class:`SplitFeatures` reads a split once: the sentences of one or more stores of the same corpus (checked with
 :func:`~bertlook.analyses.probes.corpus_signature`), their GloVe vectors and the attention of each
-source (float16, ``[word (i), layer*head, word (j)]`` blocks and the ROOT features). :class:`Rows` are the (seed,
-sentence) rows of one chunk of a training or evaluation step, their padded inputs built once and shared by the
-cohorts (:mod:`bertlook.analyses.probe_cohorts`).
+source (float16, ``[word (i), word (j), layer*head]`` blocks and the ROOT features ``[word, 2, 2K]``).
+:class:`Rows` are the (seed, sentence) rows of one chunk of a training or evaluation step: their padded GloVe
+inputs and each sentence's maps in float32, built once and shared by the cohorts
+(:mod:`bertlook.analyses.probe_cohorts`).
 
 Definitions: docs/definitions.md#attention-based-probes
 """
