@@ -102,6 +102,14 @@ def attn_inputs(rng, W=7, K=5, V=3):
     return gt, rt, P, Q, ab, G
 
 
+def attn_forward(gt, rt, P, Q, ab, V):
+    """:func:`attn_scores` into fresh arrays: the scores ``[v, i, candidate]`` and ``rr`` ``[i, v, 2]``."""
+    W = gt.shape[0]
+    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
+    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    return s, rr
+
+
 def attn_reference(gt, rt, P, Q, ab, G):
     """The Attn cohorts' scores and gradients in float64 torch, from the ``[i, j, 2K]`` pair features (as the
     cohort built them before the loops) and autograd."""
@@ -121,8 +129,7 @@ def test_attn_kernels_are_the_pair_feature_formulas():
     rng = np.random.default_rng(4)
     gt, rt, P, Q, ab, G = attn_inputs(rng)
     V, W = G.shape[:2]
-    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
-    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    s, rr = attn_forward(gt, rt, P, Q, ab, V)
     dP, dQ, dab = np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)
     pk.attn_backward(gt, rt, G, ab, rr, dP, dQ, dab)
     want_s, want_rr, want_dP, want_dQ, want_dab = attn_reference(gt, rt, P, Q, ab, G)
@@ -139,9 +146,8 @@ def test_attn_scores_sum_in_the_written_order():
     halves once; the ROOT sums over 2K = 40 twice)."""
     rng = np.random.default_rng(6)
     gt, rt, P, Q, ab, G = attn_inputs(rng, W=4, K=20, V=2)
-    V, W, K = G.shape[0], G.shape[1], gt.shape[2]
-    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
-    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    V, K = G.shape[0], gt.shape[2]
+    s, rr = attn_forward(gt, rt, P, Q, ab, V)
     for v, i, j in ((0, 0, 1), (1, 3, 2), (1, 2, 2)):
         row = gt[i, j] * (P[i, v, :K] + Q[j + 1, v, :K]) + gt[j, i] * (P[i, v, K:] + Q[j + 1, v, K:])
         assert s[v, i, j + 1] == pk._fold_sum(row.copy())
@@ -152,9 +158,7 @@ def test_attn_backward_adds_to_what_is_there():
     """The cohort hands in zeros; the loop adds to them (a second call doubles every gradient, up to rounding)."""
     rng = np.random.default_rng(5)
     gt, rt, P, Q, ab, G = attn_inputs(rng)
-    V, W = G.shape[:2]
-    s, rr = np.empty((V, W, W + 1), np.float32), np.empty((W, V, 2), np.float32)
-    pk.attn_scores(gt, rt, P, Q, ab, s, rr)
+    s, rr = attn_forward(gt, rt, P, Q, ab, G.shape[0])
     once = [np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)]
     twice = [np.zeros_like(P), np.zeros_like(Q), np.zeros_like(ab)]
     pk.attn_backward(gt, rt, G, ab, rr, *once)
