@@ -13,7 +13,8 @@ import pytest
 from bertlook import cli
 from bertlook.attention.extraction import encode_segment, extract_to_store, stream_maps
 from bertlook.attention.store import open_store
-from bertlook.attention.stream import ExampleSaver, MapConsumer, PerExample, StoreConsumer
+from bertlook.attention.stream import (ExampleSaver, MapBatch, MapConsumer, PerExample, StoreConsumer, StreamPlan,
+                                       run_consumers)
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import load_partial
 from bertlook.testing.tiny_models import make_segment
@@ -214,3 +215,85 @@ def test_extract_to_store_is_the_stream_with_a_writer(tmp_path, segments_file, t
     a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
     assert [r["id"] for r in a.records] == [r["id"] for r in b.records]
     assert all(np.array_equal(a.get(k), b.get(k)) for k in range(len(a)))
+
+
+class _Recorder(MapConsumer):
+    """Records which thread made each call and how many calls ran at once (``busy``, shared)."""
+
+    map_kind = None
+
+    def __init__(self, name, seconds, busy):
+        self.name, self.seconds, self.busy = name, seconds, busy
+        self.seen, self.threads = [], []
+
+    def add(self, batch) -> None:
+        import threading
+        import time
+
+        with self.busy["lock"]:
+            self.busy["now"] += 1
+            self.busy["max"] = max(self.busy["max"], self.busy["now"])
+        self.threads.append(threading.current_thread().name)
+        time.sleep(self.seconds)
+        self.seen.append(batch.start)
+        with self.busy["lock"]:
+            self.busy["now"] -= 1
+
+
+def _fake_batches(n, seconds, threads_seen):
+    import time
+
+    import torch
+
+    for k in range(n):
+        threads_seen.append(torch.get_num_threads())  # while this batch's "forward pass" runs
+        time.sleep(seconds)
+        yield MapBatch(start=k, records=[], lengths=[], maps=np.zeros((0, 1, 1, 1, 1), dtype=np.float16))
+
+
+def test_pipelined_rounds_keep_order_and_the_calling_thread_helps():
+    """workers = 2: one helper thread takes batch t's calls (heaviest consumer first) while batch t + 1 is
+    computed; then the calling thread makes the calls left. Each consumer sees the batches in order, at most
+    two calls run at once, and the first batch (nothing to overlap) gets one more model thread."""
+    import threading
+
+    import torch
+
+    busy = {"lock": threading.Lock(), "now": 0, "max": 0}
+    heavy = _Recorder("heavy", 0.12, busy)
+    light = [_Recorder(f"light{k}", 0.04, busy) for k in range(3)]
+    plan = StreamPlan(records=[], num_layers=1, num_heads=1, excluded={}, meta={}, norms=False)
+    threads_seen: list[int] = []
+    before = torch.get_num_threads()
+    run_consumers(_fake_batches(4, 0.05, threads_seen), [heavy, *light], plan, workers=2)
+    assert torch.get_num_threads() == before
+    assert threads_seen == [before + 1] + [before] * 3
+    for c in (heavy, *light):
+        assert c.seen == [0, 1, 2, 3], c.name
+    assert busy["max"] == 2
+    assert all(t.startswith("consumer") for t in heavy.threads[:3])  # the helper takes the heavy one first
+    made_by_caller = [t for c in light for t in c.threads if t == threading.main_thread().name]
+    assert made_by_caller  # the calling thread made calls once its batch was ready
+
+
+def test_pipelined_error_in_the_forward_pass_stops_the_helpers():
+    """An error while computing batch t + 1 leaves batch t's untaken calls unmade and is re-raised (after the
+    running calls end); every consumer is aborted."""
+    import threading
+
+    busy = {"lock": threading.Lock(), "now": 0, "max": 0}
+    slow = [_Recorder(f"c{k}", 0.05, busy) for k in range(4)]
+    aborted = []
+    for c in slow:
+        c.abort = lambda c=c: aborted.append(c.name)
+
+    def batches():
+        yield MapBatch(start=0, records=[], lengths=[], maps=np.zeros((0, 1, 1, 1, 1), dtype=np.float16))
+        raise BertlookError("forward failed")
+
+    plan = StreamPlan(records=[], num_layers=1, num_heads=1, excluded={}, meta={}, norms=False)
+    with pytest.raises(BertlookError, match="forward failed"):
+        run_consumers(batches(), slow, plan, workers=2)
+    assert sorted(aborted) == ["c0", "c1", "c2", "c3"]
+    assert sum(len(c.seen) for c in slow) < 4  # the helper had time for some calls, not all four
+    assert busy["now"] == 0  # no call still running when the error came back

@@ -22,7 +22,9 @@ Definitions: docs/definitions.md#token-level-extraction (the one-pass extraction
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -219,9 +221,10 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
     """Start every consumer, hand each batch to each in order, close them all; on any error abort every
     consumer (each removes what it began writing) and re-raise.
 
-    ``workers`` > 1: the consumers of a batch run in that many threads while the next batch is computed
-    (numpy, numba and torch release the GIL in their loops): the forward pass overlaps the readers. Every
-    consumer still sees the batches one at a time and in order, so the results do not depend on ``workers``.
+    ``workers`` > 1: the consumers of batch t run in ``workers - 1`` helper threads while the calling thread
+    computes batch t + 1, and the calling thread joins them once that batch is ready (:func:`_pipelined`):
+    besides the model's own threads, at most ``workers`` threads are busy. Every consumer still sees the
+    batches one at a time and in order, so the results do not depend on ``workers``.
     """
     started: list[MapConsumer] = []
     try:
@@ -230,7 +233,7 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
                 raise BertlookError(f"{type(c).__name__} reads norm-based maps, but the stream computes none")
             c.start(plan)
             started.append(c)
-        if workers > 1 and len(consumers) > 1:
+        if workers > 1 and consumers:
             _pipelined(batches, consumers, workers)
         else:
             for batch in batches:
@@ -244,31 +247,100 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
         raise
 
 
+class _Round:
+    """One batch's consumer calls, taken one at a time and in the consumers' order by whichever thread is free:
+    a helper thread, or the calling thread once it has computed the next batch."""
+
+    def __init__(self, batch: MapBatch, consumers: Sequence[MapConsumer]) -> None:
+        self.batch = batch
+        self.todo = list(reversed(consumers))  # pop() takes them in the given order
+        self.running = 0
+        self.errors: list[BaseException] = []
+        self.cond = threading.Condition()
+
+    def work(self) -> None:
+        """Make calls until none is left to take (or one has failed)."""
+        while True:
+            with self.cond:
+                if not self.todo or self.errors:
+                    return
+                consumer = self.todo.pop()
+                self.running += 1
+            try:
+                consumer.add(self.batch)
+            except BaseException as err:  # re-raised by finish() in the calling thread
+                with self.cond:
+                    self.errors.append(err)
+            finally:
+                with self.cond:
+                    self.running -= 1
+                    self.cond.notify_all()
+
+    def finish(self) -> None:
+        """Make the calls left, wait for those the helpers are making, re-raise the first error."""
+        self.work()
+        with self.cond:
+            while self.running:
+                self.cond.wait()
+        if self.errors:
+            raise self.errors[0]
+
+    def cancel(self) -> None:
+        """Leave the calls not yet taken (after an error elsewhere)."""
+        with self.cond:
+            self.todo.clear()
+
+
+@contextlib.contextmanager
+def _more_model_threads(extra: int):
+    """torch's intra-op threads raised by ``extra`` within the block (the first batch's forward pass: 1.1 s less
+    per BERT-base segment shard of 125 segments, docs/development/benchmarks.md)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + extra)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], workers: int) -> None:
-    """The consumers of batch t run in ``workers`` threads while batch t + 1 is computed in the calling thread;
-    batch t + 1 goes to the consumers once every consumer is done with batch t (so each sees them in order).
-    (One thread per consumer, each with its own queue, measured slower: the consumers' Python-level loops
-    then contend for the GIL with each other and with the forward pass.) numpy's BLAS runs on one thread
-    meanwhile: the readers already fill the cores beside the forward pass, and OpenBLAS' own worker threads
-    spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s and the demo's extraction
-    job 132 -> 111 CPU-s in standalone runs of its extract-segments command; the same numbers, each product's sums keep their order)."""
+    """Batch t's consumer calls (a :class:`_Round`) go to ``workers - 1`` helper threads while the calling thread
+    computes batch t + 1; then the calling thread makes the calls not yet taken, waits for the rest, and batch
+    t + 1's round begins (so each consumer sees the batches in order). The calling thread never waits idle
+    while calls are left: with the helpers alone (``workers`` of them, the calling thread waiting), the
+    readers and the forward pass were more threads than cores and a BERT-base segment shard took 27.8 s
+    instead of 24.6 s (docs/development/benchmarks.md). List the heaviest consumers first: the helpers take
+    them while the forward pass runs, the calling thread the light ones at the end. (One thread per consumer
+    with its own queue measured slower still: the consumers' Python-level loops contend for the GIL.)
+    numpy's BLAS runs on one thread meanwhile: the readers already fill the cores beside the forward pass, and
+    OpenBLAS' own worker threads spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s
+    and the demo's extraction job 132 -> 111 CPU-s in standalone runs of its extract-segments command; the
+    same numbers, each product's sums keep their order)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"), \
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consumer") as pool:
-        pending: list = []
+            ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="consumer") as pool:
+        current: _Round | None = None
+        batches = iter(batches)
         try:
-            for batch in batches:
-                for f in pending:
-                    f.result()
-                pending = [pool.submit(c.add, batch) for c in consumers]
-            for f in pending:
-                f.result()
+            with _more_model_threads(workers - 1):  # nothing to overlap yet: the helpers' cores go to the model
+                batch = next(batches, None)
+            while batch is not None:
+                if current is not None:
+                    current.finish()
+                current = _Round(batch, consumers)
+                for _ in range(workers - 1):
+                    pool.submit(current.work)
+                batch = next(batches, None)  # overlaps the helpers' work on the current round
+            if current is not None:
+                current.finish()
         finally:
-            for f in pending:
-                f.cancel()
+            if current is not None:
+                current.cancel()  # on an error: no more calls are taken; the pool waits for the running ones
 
 
 # --------------------------------------------------------------------------------------- consumers

@@ -143,24 +143,25 @@ def _special_tokens(plan) -> dict[str, Any]:
 
 
 def _partials(args, threads: int) -> list[_Partial]:
-    """The statistics asked for on the command line, as stream readers."""
+    """The statistics asked for on the command line, as stream readers, the heaviest first (the JS sums): the
+    stream's helper thread takes them while the next batch is computed (:mod:`bertlook.attention.stream`)."""
     from bertlook.analyses import cluster_heads, rollout, surface_stats
     from bertlook.attention.shards import first_segment_ids
 
     where = lambda kind: f"{args.segments} ({kind} maps of extract-segments)"  # noqa: E731
     ids = lambda n: None if n is None else first_segment_ids(args.segments, n)  # noqa: E731
     out: list[_Partial] = []
-    for path, kind in ((args.stats_partial, "attention"), (args.norm_stats_partial, "norm")):
-        if path:
-            make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
-                plan.num_layers, plan.num_heads, where=where(kind), **tok)
-            out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
     for path, kind in ((args.js_partial, "attention"), (args.norm_js_partial, "norm")):
         if path:
             make = lambda plan, tok, kind=kind: cluster_heads.JsAccumulator(  # noqa: E731
                 plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads)
             out.append(_Partial(f"js_{kind}", path, kind, make, cluster_heads.PARTIAL_KIND,
                                 ids=ids(args.js_max_examples), max_examples=args.js_max_examples))
+    for path, kind in ((args.stats_partial, "attention"), (args.norm_stats_partial, "norm")):
+        if path:
+            make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
+                plan.num_layers, plan.num_heads, where=where(kind), **tok)
+            out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
     if args.rollout_partial:
         make = lambda plan, tok: rollout.RolloutAccumulator(  # noqa: E731
             plan.num_layers, plan.num_heads, where=where("attention"), store_excluded=plan.excluded, **tok)
@@ -177,8 +178,8 @@ def _cmd_extract(args) -> int:
     from bertlook.io_utils import write_json
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
-    # every reader runs in a thread of its own beside the forward pass (each JS kernel on one thread): with
-    # readers, the model gets threads - 1 of the cores, the readers share the rest
+    # with readers, the model gets threads - 1 of the cores: the readers of a batch run in threads - 1 helper
+    # threads beside the next batch's forward pass, then in this thread too (each JS kernel on one thread)
     readers_on = any((args.stats_partial, args.norm_stats_partial, args.js_partial, args.norm_js_partial,
                       args.rollout_partial))
     torch.set_num_threads(max(1, threads - 1) if readers_on and threads > 1 else threads)
