@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlook.analyses import probe_kernels
+from bertlook.analyses import probe_kernels, probe_workers
 from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam
 from bertlook.analyses.probe_batch import mst_correct
 from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
@@ -349,3 +349,55 @@ def test_rows_tensors_and_memory_layout(stores):
     dep, cand = rows.glove(True)
     assert torch.equal(dep[0, :W], sp.dep[2]) and torch.equal(cand[0, 1, : W + 1], sp.cand(2, True))
     assert sp.nbytes() == sum(int(n) ** 2 * K * 2 + int(n) * 4 * K * 2 for n in sp.lengths)
+
+
+# ===================================================================== cohort groups in processes
+@pytest.mark.skipif(not probe_workers.AVAILABLE, reason="forked workers need Linux's fork")
+def test_forked_groups_equal_threaded_groups(stores):
+    """threads = 2: the second group of cohorts trains and evaluates in a forked child (probe_workers); its
+    parameters, last gradients, losses and log-probabilities are those of the same group in a thread, bit for bit."""
+    g = glove()
+    sp, dev = split(stores, "train", g, model="", random="r"), split(stores, "dev", g, model="", random="r")
+    runs = []
+    for processes in (False, True):
+        engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)
+        engine.processes = processes
+        assert len(engine._groups(2)) == 2
+        fit = engine.train(sp, epochs=1, batch_size=1, threads=2, progress=False)
+        runs.append((engine, fit, engine.log_probs(dev, threads=2)))
+    (a, fa, la), (b, fb, lb) = runs
+    assert np.array_equal(fa["loss_per_word"], fb["loss_per_word"])
+    assert all(np.array_equal(x, y) for x, y in zip(la, lb))
+    for task in TASKS:
+        for seed in SEEDS:
+            for grad in (False, True):
+                sa, sb = a.state(task, seed, grad=grad), b.state(task, seed, grad=grad)
+                assert set(sa) == set(sb) and all(torch.equal(sa[k], sb[k]) for k in sa), (task, seed, grad)
+
+
+@pytest.mark.skipif(not probe_workers.AVAILABLE, reason="forked workers need Linux's fork")
+@pytest.mark.parametrize("how", ["raises", "dies"])
+def test_a_failing_worker_process_is_an_error(stores, monkeypatch, how):
+    """An error in the child comes back as a BertlookError naming its cohorts; a child that ends without an
+    answer (here os._exit(3)) too, with its exit code."""
+    import os
+
+    g = glove()
+    sp = split(stores, "train", g, model="", random="r")
+    engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)
+    second = engine._groups(2)[1]
+    parent = os.getpid()
+    cohort = engine.cohorts[second[0]]
+    forward = cohort.forward
+
+    def failing(rows):
+        if os.getpid() != parent:  # only in the child
+            if how == "dies":
+                os._exit(3)
+            raise RuntimeError("cohort broke")
+        return forward(rows)
+
+    monkeypatch.setattr(cohort, "forward", failing)
+    match = "cohort broke" if how == "raises" else "exit code 3"
+    with pytest.raises(BertlookError, match=rf"cohorts \[{', '.join(map(str, second))}\].*{match}"):
+        engine.train(sp, epochs=1, batch_size=1, threads=2, progress=False)

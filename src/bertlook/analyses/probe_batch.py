@@ -9,8 +9,8 @@ under ``torch.manual_seed(seed)`` and copied in) and sees the reference's senten
 its own loss (written out by hand, no autograd) and one Adam (:class:`FusedAdam`) steps them all: Adam is
 elementwise, so that is each model's own Adam (same lr, betas, eps), up to float rounding. Attention is read
 once per store (:class:`~bertlook.analyses.probe_split.SplitFeatures`, float16). :class:`BatchedProbes` is the
-engine: the cohorts of a run, their training (in parallel threads by cohort groups) and evaluation (argmax and
-batched MST decoding). Only the torch environment's commands import this module.
+engine: the cohorts of a run, their training (groups of cohorts in parallel: forked processes on Linux,
+:mod:`~bertlook.analyses.probe_workers`, threads elsewhere) and evaluation (argmax and batched MST decoding). Only the torch environment's commands import this module.
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from bertlook.analyses import probe_workers
 from bertlook.analyses.probe_cohorts import COHORTS, Grads
 from bertlook.analyses.probe_features import epoch_batches, split_group
 from bertlook.analyses.probe_split import Rows, SplitFeatures
@@ -61,8 +62,8 @@ class BatchedProbes:
     ``columns``: the tasks in the order of the models' variant axis (cohort by cohort).
 
     The cohorts never interact (each model's loss reads only its own scores), so ``threads`` > 1 trains
-    groups of cohorts in parallel threads, each group with its own Adam over its own parameters and the
-    same sentence orders."""
+    groups of cohorts in parallel (forked processes, or threads: :meth:`_run`), each group with its own Adam
+    over its own parameters and the same sentence orders."""
 
     def __init__(self, tasks: Sequence[ProbeTask], seeds: Sequence[int], *, num_heads_total: int, glove_dim: int,
                  lr: float = 0.002):
@@ -86,6 +87,9 @@ class BatchedProbes:
         self.columns = [t for c in self.cohorts for t in c.tasks]
         self.maps = sorted({t.maps for t in self.columns if t.family in ("attn", "mlp")})
         self.n_parameters = int(sum(p.numel() for c in self.cohorts for p in c.params()))
+        #: cohort groups in forked processes rather than threads (:meth:`_run`; the same numbers either way)
+        self.processes = True
+        self.parallel = ""  # how the last train / evaluation ran: "2 processes", "2 threads", "1 thread"
 
     @property
     def n_models(self) -> int:
@@ -100,9 +104,10 @@ class BatchedProbes:
         return [sorted(g) for _, g in loads if g]
 
     def _run(self, threads: int, work, *args) -> list:
-        """``work(cohort indices, *args)`` for each group of :meth:`_groups`, in parallel threads, each with
-        ``threads // groups`` threads of torch's own (so a cohort's arithmetic is the same for every ``threads``
-        that gives one torch thread per group)."""
+        """``work(cohort indices, *args)`` for each group of :meth:`_groups`, in parallel, each with ``threads //
+        groups`` threads of torch's own (so a cohort's arithmetic is the same for every ``threads`` that gives one
+        torch thread per group): in forked processes (:mod:`~bertlook.analyses.probe_workers`: the trained
+        parameters come back) where :attr:`processes` and the platform allow, else in threads."""
         groups = self._groups(threads)
         before = torch.get_num_threads()
 
@@ -110,9 +115,15 @@ class BatchedProbes:
             torch.set_num_threads(max(1, int(threads) // len(groups)))  # per thread (OpenMP's setting is the caller's)
             return work(g, *args)
 
+        forked = len(groups) > 1 and self.processes and probe_workers.AVAILABLE
+        self.parallel = f"{len(groups)} {'processes' if forked else 'threads' if len(groups) > 1 else 'thread'}"
         try:
             if len(groups) == 1:
                 return [one(groups[0])]
+            if forked:
+                torch.set_num_threads(max(1, int(threads) // len(groups)))
+                return probe_workers.run_forked(groups, work, args,
+                                                lambda g: [p for k in g for p in self.cohorts[k].params()])
             with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:
                 return [f.result() for f in [pool.submit(one, g) for g in groups]]
         finally:
@@ -161,7 +172,7 @@ class BatchedProbes:
         seconds = time.perf_counter() - t0
         steps = int(epochs) * len(orders[0][0])
         return {"seconds": seconds, "steps": steps, "loss_per_word": losses, "threads": len(parts),
-                "steps_per_s": steps / seconds if seconds > 0 else float("inf")}
+                "parallel": self.parallel, "steps_per_s": steps / seconds if seconds > 0 else float("inf")}
 
     def _train_group(self, ks: list[int], split: SplitFeatures, orders, budget: int, progress: bool):
         from bertlook.attention.extraction import progress_bar

@@ -153,7 +153,8 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
     engine, seconds = result.engine, result.seconds
     if engine:
         print(f"probes: {engine['models']} models trained in one loop, {seconds:.1f} s in all ("
-              + "; ".join(f"{'+'.join(g['sources'])}: train {g['train_s']:.1f} s ({g['steps_per_s']:.0f} steps/s), "
+              + "; ".join(f"{'+'.join(g['sources'])}: train {g['train_s']:.1f} s ({g['steps_per_s']:.0f} steps/s, "
+                          f"{g.get('parallel') or '1 thread'}), "
                           f"evaluate {g['evaluate_s']:.1f} s" for g in engine["corpora"]) + ")")
     return 0
 
@@ -246,7 +247,8 @@ def add_common_arguments(p: argparse.ArgumentParser, *, trained: str = "probe") 
                    help="train on the first N training sentences only (default: all)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); the batched engine "
-                   "trains groups of probes in N threads; results do not depend on it beyond float rounding")
+                   "trains groups of probes in N forked processes on Linux (bertlook.analyses.probe_workers), N threads "
+                   "elsewhere; results do not depend on it beyond float rounding")
     p.add_argument("--engine", choices=ENGINES, default="batched",
                    help=f"batched (default): every {trained} x seed trained in one loop (bertlook.analyses.probe_batch); "
                    "reference: one model at a time (the same optimisation, minutes slower)")
@@ -269,7 +271,7 @@ def register_cli(subparsers) -> None:
             "model's stores); then two probe controls (issue 16, no paper number either): distances_only (the "
             "8 distance features of Distances+GloVe without the word vectors) and attn_glove_mlp (Attn+GloVe "
             "whose per-feature weights come from a one-hidden-layer tanh MLP of [v_i ; v_j]). "
-            "In the same run (one process, every model of every table trained in one loop): Table 3 on the "
+            "In the same run (one job, every model of every table trained in one loop): Table 3 on the "
             "norm-based maps (--norm-train-attention / --norm-dev-attention -> --out-norm-table, "
             "--out-norm-markdown, --norm-summary; the probes of --norm-probes) and the per-layer ablations of "
             "Attn+GloVe (--ablations keep,drop -> --out-ablations-table, --out-ablations-markdown, "
