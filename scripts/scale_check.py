@@ -20,9 +20,10 @@ Not a test (``make scale-check``; about 40 minutes on 2 cores). Steps:
 3. **Run.** The real ``snakemake`` (``--cores 2``; its own working directory ``RESULTS/scale/work``),
    from a clean state: earlier ``RESULTS/scale-*`` run directories are removed first. A background
    thread samples every ``--sample-s`` seconds the disk used by the run directories (``du``-like:
-   allocated blocks, hard links counted once) and the summed RSS of the snakemake process tree.
+   allocated blocks, hard links counted once) and the summed PSS of the snakemake process tree.
 4. **Report.** Every Snakemake benchmark file (``RESULTS/scale-*/benchmarks/*.tsv``: ``s``,
-   ``max_rss``, ``io_in``, ``io_out``, ``cpu_time``...) becomes one row: wall time, CPU time, max RSS,
+   ``max_rss``, ``max_pss``, ``io_in``, ``io_out``, ``cpu_time``...) becomes one row: wall time, CPU time, memory
+   (PSS: pages shared by a job's processes counted once, :func:`job_memory`; ``max_rss`` counts them per process),
    and for the model-running jobs the **FLOP-bound limit** = model FLOPs of the job / the fp32 matmul
    rate measured in this script with the job's thread count (best of a measurement before and one
    after the run, :func:`bench_extract.matmul_peak`), and wall / limit.
@@ -41,8 +42,8 @@ Model FLOPs (``bench_extract.model_flops``: per example of n real tokens, sum ov
   "forward + backward = 3x forward" would overstate the work by 1.5x.
 
 Whole DAG: the run's wall time vs the sum of the jobs' limits (and the serial sum of job wall times),
-peak RSS over the jobs, disk used at the end and the sampled peak. Targets (printed PASS/FAIL):
-the run completes; peak RSS over jobs <= 4 GiB; disk used by the run directories at the end and at
+peak memory (PSS) over the jobs, disk used at the end and the sampled peak. Targets (printed PASS/FAIL):
+the run completes; peak memory over jobs <= 4 GiB; disk used by the run directories at the end and at
 the sampled peak <= 1 GB (10^9 bytes; the model directory, an input, is reported separately).
 Results: ``RESULTS/scale/scale_check.md`` and ``.json``; the snakemake log ``RESULTS/scale/snakemake.log``.
 
@@ -350,7 +351,7 @@ def build_rows(jobs: Sequence[dict[str, Any]], rates: dict[int, float], dims: di
         row = {
             "job": Path(bench).stem, "rule": job["rule"], "run": run, "threads": threads,
             "wall_s": b.get("s") if b else None, "cpu_s": b.get("cpu_time") if b else None,
-            "max_rss_mib": b.get("max_rss") if b else None,
+            "max_rss_mib": b.get("max_rss") if b else None, "mem_mib": job_memory(b),
             "io_in_mib": b.get("io_in") if b else None, "io_out_mib": b.get("io_out") if b else None,
             "kind": work["kind"] if work else None, "tokens": work["tokens"] if work else None,
             "examples": work["examples"] if work else None, "n2": work["n2"] if work else None,
@@ -371,7 +372,7 @@ def build_rows(jobs: Sequence[dict[str, Any]], rates: dict[int, float], dims: di
         b = read_benchmark(bench)
         rows.append({"job": Path(bench).stem, "rule": "?", "run": None, "threads": None,
                      "wall_s": b.get("s") if b else None, "cpu_s": b.get("cpu_time") if b else None,
-                     "max_rss_mib": b.get("max_rss") if b else None,
+                     "max_rss_mib": b.get("max_rss") if b else None, "mem_mib": job_memory(b),
                      "io_in_mib": b.get("io_in") if b else None, "io_out_mib": b.get("io_out") if b else None,
                      "kind": None, "tokens": None, "examples": None, "n2": None, "gflop": None,
                      "rate_gflops": None, "limit_s": None, "wall_over_limit": None, "benchmark": str(bench),
@@ -379,14 +380,25 @@ def build_rows(jobs: Sequence[dict[str, Any]], rates: dict[int, float], dims: di
     return rows
 
 
+def job_memory(b: dict[str, Any] | None) -> float | None:
+    """A job's peak memory in MiB: Snakemake's ``max_pss`` (proportional set size summed over the job's processes:
+    a page shared by several, as the probes job's forked workers share its features, counts once in all), its
+    ``max_rss`` where no PSS was recorded (0 or missing; RSS sums count shared pages once per process)."""
+    if not b:
+        return None
+    pss = b.get("max_pss")
+    return pss if isinstance(pss, (int, float)) and pss > 0 else b.get("max_rss")
+
+
 def totals(rows: Sequence[dict[str, Any]], dag_wall_s: float | None) -> dict[str, Any]:
-    """Whole-DAG numbers: wall time vs the sum of limits, serial sums, peak RSS over jobs."""
+    """Whole-DAG numbers: wall time vs the sum of limits, serial sums, peak memory (:func:`job_memory`) over jobs."""
     walls = [r["wall_s"] for r in rows if r["wall_s"] is not None]
     limits = [r["limit_s"] for r in rows if r["limit_s"] is not None]
     model_walls = [r["wall_s"] for r in rows if r["limit_s"] is not None and r["wall_s"] is not None]
+    mem = [r["mem_mib"] for r in rows if r.get("mem_mib") is not None]
+    peak = max(mem) if mem else None
+    peak_job = next((r["job"] for r in rows if peak is not None and r.get("mem_mib") == peak), None)
     rss = [r["max_rss_mib"] for r in rows if r["max_rss_mib"] is not None]
-    peak = max(rss) if rss else None
-    peak_job = next((r["job"] for r in rows if peak is not None and r["max_rss_mib"] == peak), None)
     return {
         "jobs": len(rows),
         "dag_wall_s": dag_wall_s,
@@ -396,8 +408,9 @@ def totals(rows: Sequence[dict[str, Any]], dag_wall_s: float | None) -> dict[str
         "dag_wall_over_limits": ratio(dag_wall_s, sum(limits)) if limits else None,
         "model_wall_over_limits": ratio(sum(model_walls), sum(limits)) if limits else None,
         "gflop": sum(r["gflop"] for r in rows if r["gflop"] is not None),
-        "peak_rss_mib": peak,
+        "peak_rss_mib": peak,  # PSS where recorded (job_memory); the key keeps its name for the JSON's readers
         "peak_rss_job": peak_job,
+        "peak_max_rss_mib": max(rss) if rss else None,  # Snakemake's max_rss: shared pages once per process
     }
 
 
@@ -415,7 +428,7 @@ def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int |
     return [
         {"target": "DAG completed (snakemake exit 0)", "value": completed, "limit": True,
          "shown": "yes" if completed else "no", "limit_shown": "yes", "result": "PASS" if completed else "FAIL"},
-        target("peak RSS over jobs", None if rss is None else rss / 1024, RSS_TARGET_GIB,
+        target("peak memory over jobs (PSS)", None if rss is None else rss / 1024, RSS_TARGET_GIB,
                "not measured" if rss is None else f"{rss / 1024:.2f} GiB ({tot.get('peak_rss_job')})",
                f"<= {RSS_TARGET_GIB:g} GiB"),
         target(f"disk used at the end ({maps})", disk_end, DISK_TARGET_BYTES,
@@ -448,7 +461,7 @@ def _num(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-TABLE_COLUMNS = ("job", "threads", "wall s", "CPU s", "max RSS MiB", "tokens", "model GFLOP",
+TABLE_COLUMNS = ("job", "threads", "wall s", "CPU s", "max PSS MiB", "tokens", "model GFLOP",
                  "GFLOP/s (threads)", "FLOP limit s", "wall / limit")
 
 
@@ -457,7 +470,7 @@ def table_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     for r in rows:
         out.append([
             r["job"], _fmt(r["threads"], "d"), _fmt(r["wall_s"], ".1f", "missing"), _fmt(r["cpu_s"], ".1f"),
-            _fmt(r["max_rss_mib"], ".0f"), _fmt(r["tokens"], ",d"), _num(r["gflop"]),
+            _fmt(r.get("mem_mib"), ".0f"), _fmt(r["tokens"], ",d"), _num(r["gflop"]),
             _num(r["rate_gflops"]), _num(r["limit_s"]),
             _num(r["wall_over_limit"]) + ("x" if r["wall_over_limit"] is not None else ""),
         ])
@@ -488,8 +501,9 @@ def totals_lines(tot: dict[str, Any], disk_end: int | None, disk_peak: int | Non
         f"{q(tot['serial_wall_s'])} s); model jobs {q(tot['model_jobs_wall_s'])} s vs the sum of their FLOP "
         f"limits {q(tot['sum_limits_s'])} s ({q(tot['model_wall_over_limits'])}x); DAG wall / sum of limits "
         f"{q(tot['dag_wall_over_limits'])}x; {q(tot['gflop'])} model GFLOP",
-        f"peak RSS over jobs: {q(tot['peak_rss_mib'])} MiB ({tot['peak_rss_job'] or '?'}); sampled peak RSS of "
-        f"the whole snakemake process tree: {mib(tree_rss_peak)} MiB",
+        f"peak memory over jobs (PSS): {q(tot['peak_rss_mib'])} MiB ({tot['peak_rss_job'] or '?'}; largest max_rss "
+        f"{q(tot.get('peak_max_rss_mib'))} MiB); sampled peak of the whole snakemake process tree (PSS): "
+        f"{mib(tree_rss_peak)} MiB",
         f"disk of the run directories: {gb(disk_end)} GB at the end, sampled peak {gb(disk_peak)} GB; "
         f"model directory (input) {gb(model_bytes)} GB",
     ]
@@ -526,7 +540,8 @@ def disk_usage(paths: Iterable[str | os.PathLike]) -> int:
 
 
 def tree_rss(pid: int) -> int | None:
-    """Summed RSS of a process and its descendants (psutil), None when unavailable."""
+    """Summed PSS of a process and its descendants (psutil; RSS for a process whose PSS cannot be read), None when
+    unavailable (:func:`job_memory`: why PSS)."""
     try:
         import psutil
     except ImportError:  # pragma: no cover
@@ -539,9 +554,12 @@ def tree_rss(pid: int) -> int | None:
     total = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            continue
+            total += p.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
     return total
 
 

@@ -121,9 +121,10 @@ def test_parse_dry_run_and_job_stats(sc):
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
-def _bench(path: Path, s: float, rss: float, cpu: float = 1.0) -> Path:
+def _bench(path: Path, s: float, rss: float, cpu: float = 1.0, pss: float | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(BENCH_HEADER + f"{s}\t0:00:10\t{rss}\t900\t100\t110\t1.5\t20.0\t80\t{cpu}\n")
+    pss = rss if pss is None else pss
+    path.write_text(BENCH_HEADER + f"{s}\t0:00:10\t{rss}\t900\t100\t{pss}\t1.5\t20.0\t80\t{cpu}\n")
     return path
 
 
@@ -169,6 +170,15 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert "keep_maps false" in targets[2]["target"]
     missing = sc.evaluate_targets({"peak_rss_mib": None}, None, None, False, None)
     assert [t["result"] for t in missing] == ["FAIL"] * 4
+
+    # memory is PSS where recorded: a job whose forked processes share pages sums RSS above its PSS
+    forked = sc.build_rows([{**jobs[1], "benchmark": str(_bench(run / "benchmarks" / "probes.tsv", 3.0, 5000.0,
+                                                                 pss=3000.0))}], {1: 1.0}, dims, {"scale-x": run})
+    assert forked[0]["mem_mib"] == 3000.0 and forked[0]["max_rss_mib"] == 5000.0
+    tot2 = sc.totals(forked, dag_wall_s=3.0)
+    assert tot2["peak_rss_mib"] == 3000.0 and tot2["peak_max_rss_mib"] == 5000.0
+    assert sc.evaluate_targets(tot2, int(0.5e9), int(0.5e9), True, False)[1]["result"] == "PASS"
+    assert sc.job_memory({"max_rss": 700.0, "max_pss": 0}) == 700.0  # no PSS recorded: RSS
 
     body = sc.table_rows(rows)
     assert body[0][:3] == ["extract_segments-1of1", "2", "10.0"] and body[0][-1] == "10.0x"

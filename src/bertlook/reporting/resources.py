@@ -218,17 +218,20 @@ def table_markdown(table: list[dict[str, Any]], sources: list[str]) -> str:
              "From Snakemake's benchmark files (" + ", ".join(f"`{s}`" for s in sources) + "). "
              "Wall and CPU time in seconds, memory and I/O in MiB; load in CPU percent (100 = one core). "
              "Snakemake samples memory every 0.5 s for the first 30 s of a job, then every 30 s: "
-             "max RSS is a lower bound. TOTAL: wall and CPU time summed (the serial time), the largest RSS.",
+             "max RSS is a lower bound. RSS sums each process's resident pages, so pages the probes job's forked "
+             "workers share with it count once per process; PSS counts them once in all. "
+             "TOTAL: wall and CPU time summed (the serial time), the largest RSS and PSS.",
              ""]
     for run in dict.fromkeys(r["run"] for r in table):
         lines += [f"## {run}", "",
-                  "| rule | wildcards | jobs | wall | wall s | share | CPU s | load % | max RSS MiB | I/O in MiB | I/O out MiB | note |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| rule | wildcards | jobs | wall | wall s | share | CPU s | load % | max RSS MiB | max PSS MiB | I/O in MiB | "
+                  "I/O out MiB | note |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in table if r["run"] == run):
             share = f"{100 * r['wall_share']:.0f}%" if r["wall_share"] is not None else ""
             rule = f"**{r['rule']}**" if r["rule"] == "TOTAL" else r["rule"]
             lines.append(f"| {rule} | {r['wildcards']} | {r['jobs']} | {r['wall_hms']} | {_fmt(r['wall_s'])} | "
                          f"{share} | {_fmt(r['cpu_s'])} | {_fmt(r['mean_load_pct'], 0)} | {_fmt(r['max_rss_mb'], 0)} | "
-                         f"{_fmt(r['io_in_mb'])} | {_fmt(r['io_out_mb'])} | {r['note']} |")
+                         f"{_fmt(r['max_pss_mb'], 0)} | {_fmt(r['io_in_mb'])} | {_fmt(r['io_out_mb'])} | {r['note']} |")
         lines.append("")
     return "\n".join(lines)
