@@ -119,6 +119,7 @@ PROBE_S_PER_PAIR_FEATURE = 8e-11  # plus per (pair x attention feature) of every
 PROBE_HIDDEN = 256  # the hidden layer of the MLP probes (bertlook.analyses.probes.HIDDEN)
 TREE_S_PER_ENTRY = 1e-8  # tree_heads: CPU s per (tree x map entry x word) (offline MiniLM: 8.4e-9, 1.8e-8 loaded)
 BASE_PROBES_MB = 840.0  # BASE_TORCH_MB + 300: probes RSS 714 (MiniLM), 797 (BERT-base shape, 1 thread)
+PROBE_WORKER_MB = 300.0  # the forked worker's own pages (probe_workers; the demo's probes job PSS 1,412 -> 1,584 MiB)
 STARTUP_S = 20.0  # interpreter + imports + model load of a step
 WORDPIECES_PER_WORD = 1.3  # BERT WordPiece on English treebanks (offline silver trees: 1.11)
 SAFETY_MEM = 1.5
@@ -530,7 +531,8 @@ def _estimate_probes(job: Job) -> tuple[float, float, float]:
     """The one probes job (bertlook.analyses.probe_batch): every probe x seed steps together, one sentence per
     step; a step costs about PROBE_STEP_S plus PROBE_S_PER_PAIR_FEATURE per (dependent, candidate) pair and
     attention feature of every model reading attention (the per-pair work of the hidden-layer probes is
-    folded into the constant). Memory: the float16 features of every store read, once."""
+    folded into the constant). Memory: the float16 features of every store read, once (shared with the forked
+    worker of the second group of cohorts, which adds its own pages)."""
     cfg, dims = job.config, job.dims()
     train = _train_store(job, dims)
     K = dims.heads_total
@@ -546,7 +548,7 @@ def _estimate_probes(job: Job) -> tuple[float, float, float]:
     stores = 1 + int(norm) + int(random)
     glove_mb = 100.0 if str(cfg["glove"].get("path") or "").startswith("package:") else 600.0
     # float16 word-word blocks and ROOT parts of train + dev (a quarter of train): about 0.7 x (W+2)^2 per head
-    mem = BASE_PROBES_MB + glove_mb + stores * 1.25 * 0.7 * train.squares * K * 2 / MIB
+    mem = BASE_PROBES_MB + PROBE_WORKER_MB + glove_mb + stores * 1.25 * 0.7 * train.squares * K * 2 / MIB
     return mem, cpu, 30.0
 
 
