@@ -121,9 +121,14 @@ class AttnCohort:
         return [self.ab, self.weight, self.bias]
 
     def cost(self) -> float:
-        """Estimated ms per step on the demo's sentences, one thread (:meth:`BatchedProbes._groups`; measured
-        2026-12-04 on an Ice Lake Xeon, each cohort alone over 300 steps)."""
-        return 0.5 + 0.3 * len(self.tasks) if self.maps == "uniform" else 0.6 + 0.43 * len(self.tasks)
+        """Estimated ms per step, one thread (:meth:`BatchedProbes._groups`): each cohort alone over 300 steps on an
+        Ice Lake Xeon, on the demo's stores (72 heads; 2026-12-04: 15 variants 6.98 ms, 3 variants 1.96, 1 variant
+        1.07) and the scale check's (144 heads; 2026-12-05: 27 variants 16.8, 3 variants 2.67, 1 variant 1.41); a
+        part of each variant's work does not grow with the heads (the GloVe products)."""
+        if self.maps == "uniform":
+            return 0.5 + 0.3 * len(self.tasks)
+        k = self.K / 72
+        return 0.48 + 0.17 * k + (0.25 + 0.17 * k) * len(self.tasks)
 
     def forward(self, rows: Rows):
         """Each row's ``[variant, word, candidate]`` scores (the rows padded together), and the context of
@@ -257,7 +262,7 @@ class MLPCohort:
         return [self.ab, self.w1, self.c1, self.w2, self.c2]
 
     def cost(self) -> float:
-        return 7.8 * len(self.tasks)
+        return (6.4 + 1.4 * self.K / 72) * len(self.tasks)  # 7.8 ms at 72 heads, 9.2 at 144 (AttnCohort.cost)
 
     def forward(self, rows: Rows):
         scores, ctx = [], []
