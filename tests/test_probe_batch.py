@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -385,19 +387,59 @@ def test_a_failing_worker_process_is_an_error(stores, monkeypatch, how):
     g = glove()
     sp = split(stores, "train", g, model="", random="r")
     engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)
-    second = engine._groups(2)[1]
     parent = os.getpid()
-    cohort = engine.cohorts[second[0]]
-    forward = cohort.forward
 
-    def failing(rows):
-        if os.getpid() != parent:  # only in the child
-            if how == "dies":
-                os._exit(3)
-            raise RuntimeError("cohort broke")
-        return forward(rows)
+    def failing(forward):
+        def run(rows):
+            if os.getpid() != parent:  # only in the child (whichever cohorts the measured costs send there)
+                if how == "dies":
+                    os._exit(3)
+                raise RuntimeError("cohort broke")
+            return forward(rows)
+        return run
 
-    monkeypatch.setattr(cohort, "forward", failing)
-    match = "cohort broke" if how == "raises" else "exit code 3"
-    with pytest.raises(BertlookError, match=rf"cohorts \[{', '.join(map(str, second))}\].*{match}"):
+    for cohort in engine.cohorts:
+        monkeypatch.setattr(cohort, "forward", failing(cohort.forward))
+    with pytest.raises(BertlookError) as err:
         engine.train(sp, epochs=1, batch_size=1, threads=2, progress=False)
+    second = engine._groups(2)[1]  # the child's cohorts, by the costs measured in train
+    match = "cohort broke" if how == "raises" else "exit code 3"
+    assert re.search(rf"cohorts \[{', '.join(map(str, second))}\].*{match}", str(err.value)), str(err.value)
+
+
+def test_groups_are_split_by_measured_costs_and_the_numbers_do_not_depend_on_it(stores):
+    """train measures each cohort's step (forward; forward + backward) before it forks, on one torch thread, and
+    splits the cohorts into the two groups whose costs differ least; measuring trains nothing, and the grouping
+    (measured or estimated) does not change a number."""
+    g = glove()
+    sp = split(stores, "train", g, model="", random="r")
+    runs = []
+    for measure in (False, True):
+        engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)
+        engine.measure = measure
+        fit = engine.train(sp, epochs=1, batch_size=1, threads=2, progress=False)
+        assert ("measured" in fit["parallel"]) == measure and (engine.costs is not None) == measure
+        runs.append((engine, fit))
+    (a, fa), (b, fb) = runs
+    assert set(b.costs) == {"train", "evaluate"} and all(len(v) == len(b.cohorts) for v in b.costs.values())
+    assert all(t > f > 0 for t, f in zip(b.costs["train"], b.costs["evaluate"]))  # backward costs something
+    assert np.array_equal(fa["loss_per_word"], fb["loss_per_word"])
+    for task in TASKS:
+        for seed in SEEDS:
+            x, y = a.state(task, seed), b.state(task, seed)
+            assert all(torch.equal(x[k], y[k]) for k in x), task
+
+
+def test_two_groups_take_the_most_even_split():
+    """Costs 3, 3, 2, 2, 2: longest-first would give 7 / 5; every split is tried, so 6 / 6 (three groups still go
+    longest first onto the least loaded)."""
+    engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=5)
+    costs = [3.0, 3.0, 2.0, 2.0, 2.0] + [0.0] * (len(engine.cohorts) - 5)
+    engine.costs = {"train": costs}
+    loads = engine._loads(2, "train")
+    assert sorted(load for load, _ in loads) == [6.0, 6.0]
+    assert sorted(k for _, g in loads for k in g) == list(range(len(engine.cohorts)))
+    assert [load for load, _ in engine._loads(3, "train")] == [5.0, 3.0, 4.0]  # 3+2, 3, 2+2
+    estimated = [c.cost() for c in engine.cohorts]  # no measured costs for a phase: the estimates
+    assert sorted(load for load, _ in engine._loads(2, "evaluate")) == sorted(
+        sum(estimated[k] for k in g) for _, g in engine._loads(2, "evaluate"))

@@ -90,25 +90,81 @@ class BatchedProbes:
         #: cohort groups in forked processes rather than threads (:meth:`_run`; the same numbers either way)
         self.processes = True
         self.parallel = ""  # how the last train / evaluation ran: "2 processes", "2 threads", "1 thread"
+        #: group the cohorts by their step times measured on the split before training (:meth:`_measure`) rather
+        #: than by their estimates (``cost()``); either way the same numbers, only the balance differs
+        self.measure = True
+        self.costs: dict[str, list[float]] | None = None  # measured ms per step: {"train": .., "evaluate": ..}
 
     @property
     def n_models(self) -> int:
         return len(self.columns) * len(self.seeds)
 
-    def _groups(self, threads: int) -> list[list[int]]:
-        """The cohorts (indices) of each thread: longest first onto the least loaded (estimated time per step)."""
-        loads: list[tuple[float, list[int]]] = [(0.0, []) for _ in range(max(1, min(int(threads), len(self.cohorts))))]
-        for k in sorted(range(len(self.cohorts)), key=lambda k: -self.cohorts[k].cost()):
-            i = min(range(len(loads)), key=lambda i: loads[i][0])
-            loads[i] = (loads[i][0] + self.cohorts[k].cost(), loads[i][1] + [k])
-        return [sorted(g) for _, g in loads if g]
+    def _groups(self, threads: int, phase: str = "train") -> list[list[int]]:
+        """The cohorts (indices) of each thread (:meth:`_loads`), by the step times measured for ``phase``
+        (:attr:`costs`) where there are, else by the cohorts' estimates."""
+        return [g for _, g in self._loads(threads, phase)]
 
-    def _run(self, threads: int, work, *args) -> list:
+    def _loads(self, threads: int, phase: str) -> list[tuple[float, list[int]]]:
+        """:meth:`_groups` with each group's cost (ms per step): two groups split as evenly as the costs allow
+        (every split tried, up to 12 cohorts), more groups longest first onto the least loaded."""
+        cost = (self.costs or {}).get(phase) or [c.cost() for c in self.cohorts]
+        n = len(self.cohorts)
+        if min(int(threads), n) == 2 and n <= 12:
+            best = min(range(1, 2 ** (n - 1)),  # the last cohort always in the second group
+                       key=lambda m: (abs(sum(cost) - 2 * sum(c for k, c in enumerate(cost) if m >> k & 1)), m))
+            first = [k for k in range(n) if best >> k & 1]
+            second = [k for k in range(n) if not best >> k & 1]
+            return [(sum(cost[k] for k in g), g) for g in (first, second)]
+        loads: list[tuple[float, list[int]]] = [(0.0, []) for _ in range(max(1, min(int(threads), n)))]
+        for k in sorted(range(len(self.cohorts)), key=lambda k: -cost[k]):
+            i = min(range(len(loads)), key=lambda i: loads[i][0])
+            loads[i] = (loads[i][0] + cost[k], loads[i][1] + [k])
+        return [(load, sorted(g)) for load, g in loads if g]
+
+    def _measure(self, split: SplitFeatures, order: list, budget: int,
+                 samples: int = 16) -> dict[str, list[float]] | None:
+        """Each cohort's ms per step on one torch thread, forward (``evaluate``) and forward plus backward
+        (``train``), over ``samples`` steps spread over one epoch (``order`` ``[seed][step]``: every seed's rows of
+        those steps), after one step untimed; None for an epoch too short to measure (the estimates then). The estimates (``cost()``) were measured on one CPU; another CPU weighs
+        the cohorts differently (the demo's two groups: 17.0 / 20.0 s on an AMD EPYC by the estimates). Nothing is
+        trained: the gradients go to a scratch accumulator, and training starts with its own."""
+        S, lengths = len(self.seeds), split.lengths.tolist()
+        width = 4 * self.K * max(1, len(self.maps)) + HIDDEN
+        picks = sorted({int(x) for x in np.linspace(0, len(order[0]) - 1, samples + 1)})
+        if len(picks) < 2:
+            return None
+        fwd, both = np.zeros(len(self.cohorts)), np.zeros(len(self.cohorts))
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for i, step in enumerate(picks):
+                pairs = [(s, n) for s in range(S) for n in order[s][step]]
+                for chunk in _chunks(pairs, lengths, width, budget):
+                    rows = Rows(split, chunk, S)
+                    for m in self.maps:  # converted once per chunk in training too: not any one cohort's cost
+                        if m != "uniform":
+                            for r in range(rows.R):
+                                rows.maps(m, r)
+                    for k, c in enumerate(self.cohorts):
+                        t0 = time.perf_counter()
+                        ctx, _, grads = self._scores_grads(k, rows, [])
+                        t1 = time.perf_counter()
+                        c.backward(rows, ctx, grads, Grads(c.params()))
+                        if i:  # the first step warms up
+                            fwd[k] += t1 - t0
+                            both[k] += time.perf_counter() - t0
+        finally:
+            torch.set_num_threads(before)
+        n = len(picks) - 1
+        return {"train": (1e3 * both / n).tolist(), "evaluate": (1e3 * fwd / n).tolist()}
+
+    def _run(self, threads: int, work, *args, phase: str = "train") -> list:
         """``work(cohort indices, *args)`` for each group of :meth:`_groups`, in parallel, each with ``threads //
         groups`` threads of torch's own (so a cohort's arithmetic is the same for every ``threads`` that gives one
         torch thread per group): in forked processes (:mod:`~bertlook.analyses.probe_workers`: the trained
         parameters come back) where :attr:`processes` and the platform allow, else in threads."""
-        groups = self._groups(threads)
+        loads = self._loads(threads, phase)
+        groups = [g for _, g in loads]
         before = torch.get_num_threads()
 
         def one(g):
@@ -117,6 +173,9 @@ class BatchedProbes:
 
         forked = len(groups) > 1 and self.processes and probe_workers.AVAILABLE
         self.parallel = f"{len(groups)} {'processes' if forked else 'threads' if len(groups) > 1 else 'thread'}"
+        if len(groups) > 1:  # the balance: each group's ms per step, measured (or estimated)
+            how = "measured" if (self.costs or {}).get(phase) else "estimated"
+            self.parallel += f" of {' + '.join(f'{load:.1f}' for load, _ in loads)} ms per step, {how}"
         try:
             if len(groups) == 1:
                 return [one(groups[0])]
@@ -165,6 +224,8 @@ class BatchedProbes:
             raise BertlookError("the seeds' epochs have different numbers of batches (a bug)")
         t0 = time.perf_counter()
         threads = torch.get_num_threads() if threads is None else int(threads)
+        if self.measure and threads > 1 and len(self.cohorts) > 1:
+            self.costs = self._measure(split, orders[0], max_batch_elements)
         parts = self._run(threads, self._train_group, split, orders, max_batch_elements, progress)
         losses = np.zeros((int(epochs), len(self.seeds), len(self.columns)))  # [epoch, seed, column]
         for cols, part in parts:
@@ -237,7 +298,7 @@ class BatchedProbes:
         threads = torch.get_num_threads() if threads is None else int(threads)
         S, C = len(self.seeds), len(self.columns)
         logps = [np.empty((S, C, W, W + 1), dtype=np.float32) for W in split.lengths]
-        for cols, lps in self._run(threads, self._evaluate_group, split):
+        for cols, lps in self._run(threads, self._evaluate_group, split, phase="evaluate"):
             for n, lp in enumerate(lps):  # [seed, group column, word, candidate]
                 logps[n][:, cols] = lp
         return logps

@@ -121,7 +121,8 @@ class AttnCohort:
         return [self.ab, self.weight, self.bias]
 
     def cost(self) -> float:
-        """Estimated ms per step, one thread (:meth:`BatchedProbes._groups`): each cohort alone over 300 steps on an
+        """Estimated ms per step, one thread (:meth:`BatchedProbes._groups` where the costs are not measured on the
+        split, :attr:`BatchedProbes.measure`): each cohort alone over 300 steps on an
         Ice Lake Xeon, on the demo's stores (72 heads; 2026-12-04: 15 variants 6.98 ms, 3 variants 1.96, 1 variant
         1.07) and the scale check's (144 heads; 2026-12-05: 27 variants 16.8, 3 variants 2.67, 1 variant 1.41); a
         part of each variant's work does not grow with the heads (the GloVe products)."""
