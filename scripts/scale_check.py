@@ -44,7 +44,8 @@ Model FLOPs (``bench_extract.model_flops``: per example of n real tokens, sum ov
 Whole DAG: the run's wall time vs the sum of the jobs' limits (and the serial sum of job wall times),
 peak memory (PSS) over the jobs, disk used at the end and the sampled peak. Targets (printed PASS/FAIL):
 the run completes; peak memory over jobs <= 4 GiB; disk used by the run directories at the end and at
-the sampled peak <= 1 GB (10^9 bytes; the model directory, an input, is reported separately).
+the sampled peak <= 1 GB (10^9 bytes; the model directory, an input, is reported separately); the model
+jobs' summed wall <= 1.5x their summed FLOP limits; the DAG's wall <= 1.3x the sum of the limits.
 Results: ``RESULTS/scale/scale_check.md`` and ``.json``; the snakemake log ``RESULTS/scale/snakemake.log``.
 
     python scripts/scale_check.py                       # paper sizes (~40 min on 2 cores)
@@ -98,6 +99,8 @@ PAPER_SEGMENTS, PAPER_TRAIN, PAPER_DEV = 1000, 2000, 500
 
 RSS_TARGET_GIB = 4.0
 DISK_TARGET_BYTES = 1.0e9
+MODEL_RATIO_TARGET = 1.5  # the model jobs' summed wall over their summed FLOP limits (issue 24)
+DAG_RATIO_TARGET = 1.3  # the whole DAG's wall over the sum of every job's limit (issue 24)
 GRAD_FLOP_FACTOR = 2.0  # autograd.grad w.r.t. the attentions: activation gradients only (see docstring)
 
 # Jobs that run the model; how their FLOPs are counted.
@@ -424,6 +427,9 @@ def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int |
         return {"target": name, "value": value, "limit": limit, "shown": shown, "limit_shown": limit_shown,
                 "result": "PASS" if ok else "FAIL"}
 
+    def ratio_target(name, value, limit):
+        return target(name, value, limit, "not measured" if value is None else f"{value:.2f}x", f"<= {limit:g}x")
+
     rss = tot.get("peak_rss_mib")
     return [
         {"target": "DAG completed (snakemake exit 0)", "value": completed, "limit": True,
@@ -437,6 +443,8 @@ def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int |
         target(f"disk peak during the run ({maps})", disk_peak, DISK_TARGET_BYTES,
                "not measured" if disk_peak is None else f"{disk_peak / 1e9:.2f} GB",
                f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
+        ratio_target("model jobs' wall / their FLOP limits", tot.get("model_wall_over_limits"), MODEL_RATIO_TARGET),
+        ratio_target("whole DAG's wall / the sum of limits", tot.get("dag_wall_over_limits"), DAG_RATIO_TARGET),
     ]
 
 

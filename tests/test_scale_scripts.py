@@ -166,10 +166,16 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert tot["peak_rss_mib"] == 5000.0 and tot["peak_rss_job"] == "heads"
 
     targets = sc.evaluate_targets(tot, disk_end=int(0.5e9), disk_peak=int(1.5e9), completed=True, keep_maps=False)
-    assert [t["result"] for t in targets] == ["PASS", "FAIL", "PASS", "FAIL"]  # 5000 MiB > 4 GiB; 1.5 GB > 1 GB
+    # 5000 MiB > 4 GiB; 1.5 GB > 1 GB; model jobs 10x > 1.5x; DAG 20x > 1.3x
+    assert [t["result"] for t in targets] == ["PASS", "FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
     assert "keep_maps false" in targets[2]["target"]
+    assert [t["shown"] for t in targets[4:]] == ["10.00x", "20.00x"] and targets[4]["limit_shown"] == "<= 1.5x"
+    at_limits = {"peak_rss_mib": 100.0, "model_wall_over_limits": 1.5, "dag_wall_over_limits": 1.3}
+    assert [t["result"] for t in sc.evaluate_targets(at_limits, 1, 1, True, False)] == ["PASS"] * 6
+    over = {**at_limits, "model_wall_over_limits": 1.51, "dag_wall_over_limits": 1.31}
+    assert [t["result"] for t in sc.evaluate_targets(over, 1, 1, True, False)][4:] == ["FAIL", "FAIL"]
     missing = sc.evaluate_targets({"peak_rss_mib": None}, None, None, False, None)
-    assert [t["result"] for t in missing] == ["FAIL"] * 4
+    assert [t["result"] for t in missing] == ["FAIL"] * 6
 
     # memory is PSS where recorded: a job whose forked processes share pages sums RSS above its PSS
     forked = sc.build_rows([{**jobs[1], "benchmark": str(_bench(run / "benchmarks" / "probes.tsv", 3.0, 5000.0,
