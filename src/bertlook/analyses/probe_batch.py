@@ -10,7 +10,8 @@ its own loss (written out by hand, no autograd) and one Adam (:class:`FusedAdam`
 elementwise, so that is each model's own Adam (same lr, betas, eps), up to float rounding. Attention is read
 once per store (:class:`~bertlook.analyses.probe_split.SplitFeatures`, float16). :class:`BatchedProbes` is the
 engine: the cohorts of a run, their training (groups of cohorts in parallel: forked processes on Linux,
-:mod:`~bertlook.analyses.probe_workers`, threads elsewhere) and evaluation (argmax and batched MST decoding). Only the torch environment's commands import this module.
+:mod:`~bertlook.analyses.probe_workers`, threads elsewhere) and evaluation (argmax and batched MST decoding).
+Only the torch environment's commands import this module.
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -89,7 +90,7 @@ class BatchedProbes:
         self.n_parameters = int(sum(p.numel() for c in self.cohorts for p in c.params()))
         #: cohort groups in forked processes rather than threads (:meth:`_run`; the same numbers either way)
         self.processes = True
-        self.parallel = ""  # how the last train / evaluation ran: "2 processes", "2 threads", "1 thread"
+        self.parallel = ""  # how the last train / evaluation ran: "1 thread", "2 processes of 9.2 + 8.6 ms ..."
         #: group the cohorts by their step times measured on the split before training (:meth:`_measure`) rather
         #: than by their estimates (``cost()``); either way the same numbers, only the balance differs
         self.measure = True
@@ -108,15 +109,15 @@ class BatchedProbes:
         """:meth:`_groups` with each group's cost (ms per step): two groups split as evenly as the costs allow
         (every split tried, up to 12 cohorts), more groups longest first onto the least loaded."""
         cost = (self.costs or {}).get(phase) or [c.cost() for c in self.cohorts]
-        n = len(self.cohorts)
+        n, total = len(self.cohorts), sum(cost)
         if min(int(threads), n) == 2 and n <= 12:
             best = min(range(1, 2 ** (n - 1)),  # the last cohort always in the second group
-                       key=lambda m: (abs(sum(cost) - 2 * sum(c for k, c in enumerate(cost) if m >> k & 1)), m))
+                       key=lambda m: (abs(total - 2 * sum(c for k, c in enumerate(cost) if m >> k & 1)), m))
             first = [k for k in range(n) if best >> k & 1]
             second = [k for k in range(n) if not best >> k & 1]
             return [(sum(cost[k] for k in g), g) for g in (first, second)]
         loads: list[tuple[float, list[int]]] = [(0.0, []) for _ in range(max(1, min(int(threads), n)))]
-        for k in sorted(range(len(self.cohorts)), key=lambda k: -cost[k]):
+        for k in sorted(range(n), key=lambda k: -cost[k]):
             i = min(range(len(loads)), key=lambda i: loads[i][0])
             loads[i] = (loads[i][0] + cost[k], loads[i][1] + [k])
         return [(load, sorted(g)) for load, g in loads if g]
@@ -125,11 +126,10 @@ class BatchedProbes:
                  samples: int = 16) -> dict[str, list[float]] | None:
         """Each cohort's ms per step on one torch thread, forward (``evaluate``) and forward plus backward
         (``train``), over ``samples`` steps spread over one epoch (``order`` ``[seed][step]``: every seed's rows of
-        those steps), after one step untimed; None for an epoch too short to measure (the estimates then). The estimates (``cost()``) were measured on one CPU; another CPU weighs
-        the cohorts differently (the demo's two groups: 17.0 / 20.0 s on an AMD EPYC by the estimates). Nothing is
-        trained: the gradients go to a scratch accumulator, and training starts with its own."""
-        S, lengths = len(self.seeds), split.lengths.tolist()
-        width = 4 * self.K * max(1, len(self.maps)) + HIDDEN
+        those steps), after one step untimed; None for an epoch too short to measure (the estimates then). The
+        estimates (``cost()``) were measured on one CPU; another CPU weighs the cohorts differently (the demo's two
+        groups: 17.0 / 20.0 s on an AMD EPYC by the estimates). Nothing is trained: the gradients go to a scratch
+        accumulator, and training starts with its own."""
         picks = sorted({int(x) for x in np.linspace(0, len(order[0]) - 1, samples + 1)})
         if len(picks) < 2:
             return None
@@ -138,9 +138,7 @@ class BatchedProbes:
         torch.set_num_threads(1)
         try:
             for i, step in enumerate(picks):
-                pairs = [(s, n) for s in range(S) for n in order[s][step]]
-                for chunk in _chunks(pairs, lengths, width, budget):
-                    rows = Rows(split, chunk, S)
+                for rows in self._step_rows(split, order, step, budget):
                     for m in self.maps:  # converted once per chunk in training too: not any one cohort's cost
                         if m != "uniform":
                             for r in range(rows.R):
@@ -235,25 +233,31 @@ class BatchedProbes:
         return {"seconds": seconds, "steps": steps, "loss_per_word": losses, "threads": len(parts),
                 "parallel": self.parallel, "steps_per_s": steps / seconds if seconds > 0 else float("inf")}
 
+    def _step_rows(self, split: SplitFeatures, order: list, step: int, budget: int):
+        """The :class:`Rows` of one step: every seed's sentences of ``order[seed][step]``, cut into chunks of at
+        most ``budget`` feature values (:func:`_chunks`)."""
+        S = len(self.seeds)
+        pairs = [(s, n) for s in range(S) for n in order[s][step]]
+        width = 4 * self.K * max(1, len(self.maps)) + HIDDEN
+        for chunk in _chunks(pairs, split.lengths, width, budget):
+            yield Rows(split, chunk, S)
+
     def _train_group(self, ks: list[int], split: SplitFeatures, orders, budget: int, progress: bool):
         from bertlook.attention.extraction import progress_bar
 
-        S, lengths = len(self.seeds), split.lengths.tolist()
+        S = len(self.seeds)
         cohorts = [self.cohorts[k] for k in ks]
         accs = [Grads(c.params()) for c in cohorts]
         params = [p for c in cohorts for p in c.params()]
         opt = FusedAdam(params, self.lr)
         cols = [self.columns.index(t) for c in cohorts for t in c.tasks]
         losses = np.zeros((len(orders), S, len(cols)))  # [epoch, seed, column of the group]
-        width = 4 * self.K * max(1, len(self.maps)) + HIDDEN
         bar = progress_bar(total=split.n * len(orders), desc=f"probes: {self.n_models} models", unit="sent",
                            enabled=progress and 0 in ks)  # one bar: the thread of the first cohort
         for epoch, order in enumerate(orders):
             acc = torch.zeros(S, len(cols), dtype=torch.float64)  # [seed, column of the group]
             for step in range(len(order[0])):
-                pairs = [(s, n) for s in range(S) for n in order[s][step]]
-                for chunk in _chunks(pairs, lengths, width, budget):
-                    rows = Rows(split, chunk, S)
+                for rows in self._step_rows(split, order, step, budget):
                     per_cohort = []
                     for c, a, k in zip(cohorts, accs, ks):
                         ctx, loss, grads = self._scores_grads(k, rows, [])
@@ -374,7 +378,7 @@ def mst_correct(logps: list[np.ndarray], sentences, max_matrices: int = 4096) ->
 
 def _chunks(pairs: list[tuple[int, int]], lengths: Sequence[int], width: int, budget: int) -> list[list]:
     """One step's (seed, sentence) rows cut as :func:`~bertlook.analyses.probe_features.split_group` cuts a batch."""
-    cut = split_group(range(len(pairs)), [lengths[n] for _, n in pairs], width, budget)
+    cut = split_group(range(len(pairs)), [int(lengths[n]) for _, n in pairs], width, budget)
     return [[pairs[i] for i in chunk] for chunk in cut]
 
 
