@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Paper-scale check: the whole DAG on a random BERT-base, per-rule time and memory vs FLOP limits.
 
-Not a test (``make scale-check``; about 40 minutes on 2 cores). Steps:
+Not a test (``make scale-check``; 11-15 minutes on 2 cores, 2026-12-05). Steps:
 
 1. **Model.** A random BERT-base-shaped masked LM (12 layers x 12 heads, hidden 768, intermediate
    3072, MLM head, ``torch.manual_seed(seed)``), built with :func:`bertlook.testing.tiny_models.make_tiny_bert`
@@ -48,7 +48,7 @@ the sampled peak <= 1 GB (10^9 bytes; the model directory, an input, is reported
 jobs' summed wall <= 1.5x their summed FLOP limits; the DAG's wall <= 1.3x the sum of the limits.
 Results: ``RESULTS/scale/scale_check.md`` and ``.json``; the snakemake log ``RESULTS/scale/snakemake.log``.
 
-    python scripts/scale_check.py                       # paper sizes (~40 min on 2 cores)
+    python scripts/scale_check.py                       # paper sizes (11-15 min on 2 cores)
     python scripts/scale_check.py --dry                 # build model + config, snakemake -n, planned jobs
     python scripts/scale_check.py --tiny --segments 16 --sentences 40 --results-dir /tmp/sc   # smoke
     python scripts/scale_check.py --keep                # keep run directories and the model

@@ -211,7 +211,8 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
         for c, task in enumerate(engine.columns):
             info[(task, seed)] = _run_info(engine, task, seed, fit, s, c, train_store=train[task.source].path,
                                            epochs=epochs, batch_size=batch_size, **corpus)
-    timing.update(models=engine.n_models, parameters=engine.n_parameters, threads=fit["threads"], parallel=fit["parallel"])
+    timing.update(models=engine.n_models, parameters=engine.n_parameters, threads=fit["threads"],
+                  parallel=fit["parallel"])
     return {"results": engine.results(ev), "info": info, "timing": timing}
 
 

@@ -247,8 +247,8 @@ def add_common_arguments(p: argparse.ArgumentParser, *, trained: str = "probe") 
                    help="train on the first N training sentences only (default: all)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); the batched engine "
-                   "trains groups of probes in N forked processes on Linux (bertlook.analyses.probe_workers), N threads "
-                   "elsewhere; results do not depend on it beyond float rounding")
+                   "trains groups of probes in N forked processes on Linux (bertlook.analyses.probe_workers), "
+                   "N threads elsewhere; results do not depend on it beyond float rounding")
     p.add_argument("--engine", choices=ENGINES, default="batched",
                    help=f"batched (default): every {trained} x seed trained in one loop (bertlook.analyses.probe_batch); "
                    "reference: one model at a time (the same optimisation, minutes slower)")
