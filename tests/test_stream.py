@@ -14,7 +14,7 @@ from bertlook import cli
 from bertlook.attention.extraction import encode_segment, extract_to_store, stream_maps
 from bertlook.attention.store import open_store
 from bertlook.attention.stream import (ExampleSaver, MapBatch, MapConsumer, PerExample, StoreConsumer, StreamPlan,
-                                       run_consumers)
+                                       choose_schedule, run_consumers, shares_cores)
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import load_partial
 from bertlook.testing.tiny_models import make_segment
@@ -136,16 +136,19 @@ class _Boom(MapConsumer):
             raise BertlookError("boom")
 
 
-def test_pipelined_readers_give_the_same_partials(tmp_path, one_pass, segments_file, tiny_bert_dir):
-    """--threads 2: the readers run in threads beside the next batch's forward pass (run_consumers(workers=2));
-    every partial is the same array for array as the sequential pass (--threads 1, the one_pass fixture)."""
+@pytest.mark.parametrize("schedule", ["overlap", "phased"])
+def test_pipelined_readers_give_the_same_partials(tmp_path, one_pass, segments_file, tiny_bert_dir, schedule):
+    """--threads 2: the readers run in threads beside the next batch's forward pass (overlap) or after each one
+    (phased; run_consumers(workers=2)); every partial is the same array for array as the sequential pass
+    (--threads 1, the one_pass fixture)."""
     seg, _ = segments_file
     argv = ["extract-segments", "--model", str(tiny_bert_dir), "--segments", str(seg), "--device", "cpu",
             "--batch-size", "2", "--stats-partial", str(tmp_path / "stats.npz"),
             "--norm-stats-partial", str(tmp_path / "nstats.npz"), "--js-partial", str(tmp_path / "js.npz"),
             "--norm-js-partial", str(tmp_path / "njs.npz"), "--rollout-partial", str(tmp_path / "rollout.npz"),
-            "--threads", "2"]
+            "--threads", "2", "--schedule", schedule, "--summary", str(tmp_path / "s.json")]
     assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["schedule"] == f"{schedule} (asked for)"
     for name in ("stats", "nstats", "js", "njs", "rollout"):
         with np.load(one_pass / f"{name}.npz") as a, np.load(tmp_path / f"{name}.npz") as b:
             keys = [k for k in a.files if k != "meta"]
@@ -297,3 +300,80 @@ def test_pipelined_error_in_the_forward_pass_stops_the_helpers():
     assert sorted(aborted) == ["c0", "c1", "c2", "c3"]
     assert sum(len(c.seen) for c in slow) < 4  # the helper had time for some calls, not all four
     assert busy["now"] == 0  # no call still running when the error came back
+
+
+def test_phased_rounds_follow_each_forward_pass_on_every_thread():
+    """schedule phased: every batch's forward pass gets the helpers' threads (not only the first), and its
+    calls are made (by the helper and the calling thread) before the next forward pass begins: no call
+    overlaps a forward pass; each consumer sees the batches in order."""
+    import threading
+    import time
+
+    import torch
+
+    busy = {"lock": threading.Lock(), "now": 0, "max": 0}
+    heavy = _Recorder("heavy", 0.06, busy)
+    light = [_Recorder(f"light{k}", 0.02, busy) for k in range(3)]
+    plan = StreamPlan(records=[], num_layers=1, num_heads=1, excluded={}, meta={}, norms=False)
+    threads_seen: list[int] = []
+    calls_during_forward = []
+
+    def batches():
+        for b in _fake_batches(4, 0.03, threads_seen):
+            yield b
+            calls_during_forward.append(busy["now"])  # the next forward pass starts when the generator resumes
+
+    before = torch.get_num_threads()
+    t0 = time.perf_counter()
+    run_consumers(batches(), [heavy, *light], plan, workers=2, schedule="phased")
+    assert torch.get_num_threads() == before
+    assert threads_seen == [before + 1] * 4
+    assert calls_during_forward == [0, 0, 0, 0]
+    for c in (heavy, *light):
+        assert c.seen == [0, 1, 2, 3], c.name
+    assert busy["max"] == 2  # the helper and the calling thread
+    made_by_caller = [t for c in (heavy, *light) for t in c.threads if t == threading.main_thread().name]
+    assert made_by_caller
+    assert time.perf_counter() - t0 >= 4 * (0.03 + 0.06)  # forward passes and rounds one after the other
+
+
+def _topology(tmp_path, siblings: dict[int, str]):
+    for cpu, text in siblings.items():
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(text + "\n")
+    return str(tmp_path)
+
+
+def test_schedule_by_device_and_cpu_topology(tmp_path):
+    """auto: phased on separate cores, overlap on two hyperthreads of one core, on an accelerator, and where the
+    topology cannot be read; an explicit schedule is kept; another name is an error."""
+    import torch
+
+    separate = _topology(tmp_path / "a", {0: "0", 1: "1", 2: "2-3", 3: "2-3"})
+    smt = _topology(tmp_path / "b", {0: "0,4", 4: "0,4"})
+    cpu = torch.device("cpu")
+    assert shares_cores({0, 1}, separate) is False
+    assert shares_cores({2, 3}, separate) is True
+    assert shares_cores({1, 2}, separate) is False  # cpu 2's sibling 3 is not ours
+    assert shares_cores({0, 4}, smt) is True
+    assert shares_cores({7}, separate) is None  # no such file
+    assert choose_schedule(cpu, "auto", {0, 1}, separate) == ("phased", "separate cores")
+    assert choose_schedule(cpu, "auto", {0, 4}, smt) == ("overlap", "hyperthreads of one core")
+    assert choose_schedule(cpu, "auto", {0}, str(tmp_path / "none")) == ("overlap", "CPU topology unknown")
+    assert choose_schedule(torch.device("cuda"), "auto", {0, 1}, separate) == ("overlap", "the model runs on cuda")
+    assert choose_schedule(cpu, "overlap", {0, 1}, separate) == ("overlap", "asked for")
+    with pytest.raises(BertlookError, match="unknown schedule"):
+        choose_schedule(cpu, "interleaved")
+
+
+def test_phased_error_in_a_consumer_aborts_every_consumer():
+    aborted = []
+    boom = _Boom(1)
+    ok = MapConsumer()
+    boom.abort = lambda: aborted.append("boom")
+    ok.abort = lambda: aborted.append("ok")
+    plan = StreamPlan(records=[], num_layers=1, num_heads=1, excluded={}, meta={}, norms=False)
+    with pytest.raises(BertlookError, match="boom"):
+        run_consumers(_fake_batches(3, 0.0, []), [boom, ok], plan, workers=2, schedule="phased")
+    assert sorted(aborted) == ["boom", "ok"]

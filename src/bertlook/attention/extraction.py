@@ -413,6 +413,7 @@ def stream_maps(
     check_disk: bool = True,
     step: str = "extract-segments",
     workers: int = 1,
+    schedule: str = "auto",
 ) -> dict[str, Any]:
     """Run ``model`` once over ``examples`` and hand every batch of maps to every consumer (one pass).
 
@@ -420,13 +421,15 @@ def stream_maps(
     They are checked and put in storage order by :func:`prepare_examples` (over-long examples excluded and
     counted); the model runs in batches of ``batch_size`` (:func:`bertlook.attention.stream.map_batches`)
     and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order (``workers`` > 1: in
-    that many threads, overlapping the next batch's forward pass: :func:`~bertlook.attention.stream.run_consumers`). ``norms``: the
-    batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms. Stores among the
+    that many threads, beside the next batch's forward pass or after each one by ``schedule``:
+    :func:`~bertlook.attention.stream.choose_schedule`, :func:`~bertlook.attention.stream.run_consumers`).
+    ``norms``: the batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms. Stores among the
     consumers are sized and their disk space checked before the first forward pass. On an error every
     consumer is aborted (nothing is left half-written).
 
     Returns the summary: n_examples, n_input, excluded_too_long, excluded_ids, tokens, padded_tokens,
-    seconds, tokens_per_second, device, device_warning, batch_size, dtype, max_seq_len, num_layers,
+    seconds, tokens_per_second, device, device_warning, schedule (the readers' schedule and why, with ``workers`` > 1
+    and consumers; else null), batch_size, dtype, max_seq_len, num_layers,
     num_heads, estimated_bytes / estimated_map_bytes (the stores written; 0 without one),
     map_bytes (float16 bytes of the stream's maps, stored or not), disk_free_bytes.
     """
@@ -434,7 +437,7 @@ def stream_maps(
     import torch
 
     from bertlook.attention.modeling import cuda_visibility_warning, model_dims
-    from bertlook.attention.stream import StoreConsumer, StreamPlan, map_batches, run_consumers
+    from bertlook.attention.stream import StoreConsumer, StreamPlan, choose_schedule, map_batches, run_consumers
 
     if batch_size < 1:
         raise BertlookError(f"batch size must be >= 1, got {batch_size}")
@@ -456,13 +459,14 @@ def stream_maps(
     sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
                                check_disk=check_disk, step=step)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
+    sched, why = choose_schedule(device, schedule) if workers > 1 and consumers else ("overlap", "")
     bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
     t0 = time.perf_counter()
     batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,
                           num_heads=num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
                           use_token_types=use_tt, on_batch=bar.update)
     try:
-        run_consumers(batches, consumers, plan, workers=workers)
+        run_consumers(batches, consumers, plan, workers=workers, schedule=sched)
     finally:
         # close the generator here, in this thread, on an error too: it left its torch.inference_mode() and
         # hooks at a yield, and closing it whenever it is garbage-collected would reset this thread's grad
@@ -486,6 +490,7 @@ def stream_maps(
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "device": str(device),
         "device_warning": device_warning,
+        "schedule": f"{sched} ({why})" if why else None,
         "batch_size": int(batch_size),
         "max_seq_len": int(max_seq_len),
         "dtype": STORE_DTYPE,
@@ -632,6 +637,7 @@ def extract_segments(
     consumers: Sequence[Any] = (),
     workers: int = 1,
     model_dtype: str = "float32",
+    schedule: str = "auto",
 ) -> dict[str, Any]:
     """Read ``segments.jsonl``, load the model (``model_dtype``: :func:`bertlook.attention.modeling.load_model`), run it once over the segments and hand the maps to the
     stores and the ``consumers`` (:mod:`bertlook.attention.stream`; the statistics of the one-pass step).
@@ -678,7 +684,7 @@ def extract_segments(
         stores.append(StoreConsumer(norms_out, kind="norm", meta=NORM_STORE_META, shard_mb=shard_mb, extra_meta=extra))
     summary = stream_maps(examples, model, [recorder, *stores, *([class_sums] if class_sums else []), *consumers],
                           batch_size=batch_size, max_seq_len=max_seq_len, device=dev, meta=meta, norms=norms,
-                          progress_every=progress_every, workers=workers)
+                          progress_every=progress_every, workers=workers, schedule=schedule)
     summary.update({"out_dir": None if out_dir is None else str(out_dir), "model": model_spec,
                     "revision": revision, "segments": str(segments_path), "segment_ids": segment_ids,
                     "n_segments": n_segments, "stores": [str(s.out_dir) for s in stores],

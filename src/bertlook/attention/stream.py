@@ -216,15 +216,67 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
             model.train()
 
 
+SCHEDULES = ("auto", "overlap", "phased")
+SYSFS_CPU = "/sys/devices/system/cpu"
+
+
+def shares_cores(cpus: Iterable[int] | None = None, sysfs: str = SYSFS_CPU) -> bool | None:
+    """Whether two of ``cpus`` (default: the CPUs this process may run on) are hyperthreads of one core (Linux
+    sysfs ``topology/thread_siblings_list``); None where that cannot be read (another OS, no sysfs)."""
+    import os
+
+    try:
+        cpus = set(cpus if cpus is not None else os.sched_getaffinity(0))
+        for c in cpus:
+            with open(f"{sysfs}/cpu{c}/topology/thread_siblings_list", encoding="ascii") as f:
+                if (_cpu_list(f.read()) & cpus) - {c}:
+                    return True
+    except (OSError, AttributeError, ValueError):
+        return None
+    return False
+
+
+def _cpu_list(text: str) -> set[int]:
+    """``0-1,4`` -> {0, 1, 4} (the kernel's CPU list format)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def choose_schedule(device, schedule: str = "auto", cpus: Iterable[int] | None = None,
+                    sysfs: str = SYSFS_CPU) -> tuple[str, str]:
+    """The readers' schedule beside the forward pass and why: ``overlap`` (:func:`_pipelined`: batch t's readers
+    beside batch t + 1's forward pass, which gets one thread less) or ``phased`` (each forward pass on every
+    thread, then its readers on every thread). ``auto``: overlap where the forward pass does not run on the CPU
+    (an accelerator leaves the cores to the readers) or where the cores are hyperthreads of one (the dense
+    forward gains 1.3x from a second hyperthread, the latency-bound JS kernel 2x, so each does best on its
+    own hyperthread); phased on separate cores (a BERT-base shard of 125 segments: 40.0 -> 31.3 s on 2 cores,
+    docs/development/benchmarks.md). Either way the readers see the same batches in the same order."""
+    if schedule not in SCHEDULES:
+        raise BertlookError(f"unknown schedule {schedule!r} (use one of {', '.join(SCHEDULES)})")
+    if schedule != "auto":
+        return schedule, "asked for"
+    if getattr(device, "type", str(device)) != "cpu":
+        return "overlap", f"the model runs on {device}"
+    smt = shares_cores(cpus, sysfs)
+    if smt is None:
+        return "overlap", "CPU topology unknown"
+    return ("overlap", "hyperthreads of one core") if smt else ("phased", "separate cores")
+
+
 def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], plan: StreamPlan, *,
-                  workers: int = 1) -> None:
+                  workers: int = 1, schedule: str = "overlap") -> None:
     """Start every consumer, hand each batch to each in order, close them all; on any error abort every
     consumer (each removes what it began writing) and re-raise.
 
-    ``workers`` > 1: the consumers of batch t run in ``workers - 1`` helper threads while the calling thread
-    computes batch t + 1, and the calling thread joins them once that batch is ready (:func:`_pipelined`):
-    besides the model's own threads, at most ``workers`` threads are busy. Every consumer still sees the
-    batches one at a time and in order, so the results do not depend on ``workers``.
+    ``workers`` > 1: the consumers of a batch run in ``workers - 1`` helper threads and the calling thread;
+    ``schedule`` (:func:`choose_schedule`) ``overlap``: while the calling thread computes batch t + 1, and it
+    joins them once that batch is ready (:func:`_pipelined`): besides the model's own threads, at most
+    ``workers`` threads are busy; ``phased``: after the batch's forward pass, which runs on ``workers - 1``
+    more threads than the model's own. Every consumer still sees the batches one at a time and in order, so
+    the results do not depend on ``workers`` or ``schedule``.
     """
     started: list[MapConsumer] = []
     try:
@@ -234,7 +286,7 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
             c.start(plan)
             started.append(c)
         if workers > 1 and consumers:
-            _pipelined(batches, consumers, workers)
+            _pipelined(batches, consumers, workers, overlap=schedule == "overlap")
         else:
             for batch in batches:
                 for c in consumers:
@@ -305,13 +357,17 @@ def _more_model_threads(extra: int):
         torch.set_num_threads(before)
 
 
-def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], workers: int) -> None:
+def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], workers: int, *,
+               overlap: bool = True) -> None:
     """Batch t's consumer calls (a :class:`_Round`) go to ``workers - 1`` helper threads while the calling thread
     computes batch t + 1; then the calling thread makes the calls not yet taken, waits for the rest, and batch
-    t + 1's round begins (so each consumer sees the batches in order). The calling thread never waits idle
-    while calls are left: with the helpers alone (``workers`` of them, the calling thread waiting), the
-    readers and the forward pass were more threads than cores and a BERT-base segment shard took 27.8 s
-    instead of 24.6 s (docs/development/benchmarks.md). List the heaviest consumers first: the helpers take
+    t + 1's round begins (so each consumer sees the batches in order). ``overlap=False`` (the ``phased``
+    schedule): every batch is computed with the helpers' threads given to the model, as the first one always is,
+    and its round is made by the helpers and the calling thread before the next forward pass.
+
+    The calling thread never waits idle while calls are left: with the helpers alone (``workers`` of them, the
+    calling thread waiting), the readers and the forward pass were more threads than cores and a BERT-base
+    segment shard took 27.8 s instead of 24.6 s (docs/development/benchmarks.md). List the heaviest consumers first: the helpers take
     them while the forward pass runs, the calling thread the light ones at the end. (One thread per consumer
     with its own queue measured slower still: the consumers' Python-level loops contend for the GIL.)
     numpy's BLAS runs on one thread meanwhile: the readers already fill the cores beside the forward pass, and
@@ -335,7 +391,12 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
                 current = _Round(batch, consumers)
                 for _ in range(workers - 1):
                     pool.submit(current.work)
-                batch = next(batches, None)  # overlaps the helpers' work on the current round
+                if overlap:
+                    batch = next(batches, None)  # overlaps the helpers' work on the current round
+                    continue
+                current.finish()
+                with _more_model_threads(workers - 1):
+                    batch = next(batches, None)
             if current is not None:
                 current.finish()
         finally:

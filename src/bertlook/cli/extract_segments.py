@@ -16,6 +16,7 @@ from typing import Any
 from pathlib import Path
 
 from bertlook.attention.extraction import SEGMENT_ID_MODES
+from bertlook.attention.stream import SCHEDULES
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 from bertlook.errors import BertlookError
 
@@ -82,6 +83,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="the Fig 1 example: position in the unsharded store's order (default 0)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads of the model and the JS kernel (default: $OMP_NUM_THREADS, else all cores)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="auto",
+                   help="the readers beside the next batch's forward pass (overlap) or after each one, every "
+                        "thread on each (phased); auto: phased on separate CPU cores, else overlap (default; "
+                        "the numbers are the same either way)")
     add_shard_argument(p, "segments")
     p.set_defaults(func=_cmd_extract)
     from bertlook.cli import sharding
@@ -199,7 +204,7 @@ def _cmd_extract(args) -> int:
         segment_ids=args.segment_ids, max_seq_len=args.max_seq_len, device=args.device, shard_mb=args.shard_mb,
         model_dtype=args.model_dtype,
         max_unk_rate=args.max_unk_rate, shard=args.shard, norms_out=args.norms_out, norms=norms, consumers=readers,
-        workers=threads,
+        workers=threads, schedule=args.schedule,
     )
     for p in partials:
         p.save()
@@ -218,6 +223,7 @@ def _cmd_extract(args) -> int:
         + (f"; Fig 1 example -> {args.fig1_example}" if saver else "")
         + f"; excluded {summary['excluded_too_long']} over {summary['max_seq_len']} wordpieces; "
         f"{summary['unk_tokens']} [UNK] tokens; {summary['tokens_per_second']} tokens/s on {summary['device']}"
+        + (f"; readers {summary['schedule']}" if summary.get("schedule") else "")
     )
     return 0
 
