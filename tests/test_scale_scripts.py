@@ -197,6 +197,28 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert rows2[0]["n2"] == "mean" and rows2[0]["gflop"] * 1e9 == pytest.approx(5520)
 
 
+def test_dag_floor_is_what_the_other_jobs_leave_the_model_jobs(sc):
+    """Hand-computed: limits 100 s (2-thread job) + 20 s (1-thread job, half the 2 cores); jobs without a limit
+    30 s on 2 threads and 20 s on 1 (10 s packed). Floor = 100 + 10 + 30 + 10 = 150 s over 120 s of limits =
+    1.25x; the 1.3x target leaves 1.3 x 120 - 40 = 116 s for the model jobs' 110 packed limit-seconds: 1.0545x."""
+    rows = [{"threads": 2, "limit_s": 100.0, "wall_s": 150.0}, {"threads": 1, "limit_s": 20.0, "wall_s": 30.0},
+            {"threads": 2, "limit_s": None, "wall_s": 30.0}, {"threads": 1, "limit_s": None, "wall_s": 20.0},
+            {"threads": 1, "limit_s": None, "wall_s": None}]
+    f = sc.dag_floor(rows, cores=2)
+    assert f["other_jobs_wall_s"] == 50.0 and f["other_jobs_packed_s"] == 40.0
+    assert f["floor_wall_s"] == pytest.approx(150.0) and f["floor_over_limits"] == pytest.approx(1.25)
+    assert f["model_ratio_for_dag_target"] == pytest.approx(116.0 / 110.0)
+    assert sc.dag_floor(rows[2:], cores=2)["floor_over_limits"] is None  # no limits: nothing to say
+    row = sc.dag_target({"dag_wall_over_limits": 1.65, **f})
+    assert row["result"] == "FAIL" and row["shown"] == "1.65x (floor 1.25x; needs the model jobs at <= 1.05x)"
+    assert sc.dag_target({"dag_wall_over_limits": 1.3, **f})["result"] == "PASS"
+    tot = {"dag_wall_s": 200.0, "jobs": 5, "serial_wall_s": 230.0, "model_jobs_wall_s": 180.0, "sum_limits_s": 120.0,
+           "model_wall_over_limits": 1.5, "dag_wall_over_limits": 1.67, "gflop": 1.0, "peak_rss_mib": 1.0,
+           "peak_rss_job": "x", **f}
+    lines = sc.totals_lines(tot, 1, 1, 1, 1)
+    assert "could not finish in under 150 s = 1.25x the sum of limits" in lines[1] and "<= 1.05x" in lines[1]
+
+
 def test_two_forward_passes_and_js_readers_enter_the_limit(sc, tmp_path):
     """extract_words with the random-init model: both summaries' FLOPs; extract_segments with JS readers: their
     pair-elements at the kernel's limit added to the model's limit (hand-computed)."""
