@@ -15,7 +15,7 @@
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
 #   make bench       benchmark scripts (extraction, one pass vs stores read back, JS divergence, head accuracy, probes,
 #                    hand-written parts): each prints its before/after ratio and its physical limit
-#   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~40 min)
+#   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~14 min)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -133,8 +133,10 @@ bench: install
 	$(BIN)/python scripts/bench_handwritten.py
 
 # Paper-scale check (README "### Paper-scale check"): results/scale/scale_check.{md,json}.
-# SCALE_ARGS (default: the measured paper-scale settings): e.g. --dry (plan only), --keep, --segments 100 --sentences 200.
-SCALE_ARGS ?= --shards 8 --word-shards 1 --gradient-shards 2
+# SCALE_ARGS (default: the measured paper-scale settings, one job per step as the offline config: 13 min 47 s against
+# 14 min 45 s with 8 segment and 2 gradient shards, docs/development/benchmarks.md): e.g. --dry (plan only), --keep,
+# --segments 100 --sentences 200, --shards 8 --gradient-shards 2.
+SCALE_ARGS ?= --shards 1 --word-shards 1 --gradient-shards 1
 scale-check: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python scripts/scale_check.py --cores 2 $(SCALE_ARGS)
 
