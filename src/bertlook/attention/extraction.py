@@ -421,17 +421,15 @@ def stream_maps(
     They are checked and put in storage order by :func:`prepare_examples` (over-long examples excluded and
     counted); the model runs in batches of ``batch_size`` (:func:`bertlook.attention.stream.map_batches`)
     and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order (``workers`` > 1: in
-    that many threads, beside the next batch's forward pass or after each one by ``schedule``:
-    :func:`~bertlook.attention.stream.choose_schedule`, :func:`~bertlook.attention.stream.run_consumers`).
-    ``norms``: the batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms. Stores among the
-    consumers are sized and their disk space checked before the first forward pass. On an error every
-    consumer is aborted (nothing is left half-written).
+    that many threads, beside the next batch's forward pass or after each one, by ``schedule``:
+    :func:`~bertlook.attention.stream.choose_schedule`). ``norms``: the batches also carry the norm-based maps
+    (Kobayashi et al. 2020) and value norms. Stores among the consumers are sized and their disk space checked
+    before the first forward pass. On an error every consumer is aborted (nothing is left half-written).
 
-    Returns the summary: n_examples, n_input, excluded_too_long, excluded_ids, tokens, padded_tokens,
-    seconds, tokens_per_second, device, device_warning, schedule (the readers' schedule and why, with ``workers`` > 1
-    and consumers; else null), batch_size, dtype, max_seq_len, num_layers,
-    num_heads, estimated_bytes / estimated_map_bytes (the stores written; 0 without one),
-    map_bytes (float16 bytes of the stream's maps, stored or not), disk_free_bytes.
+    Returns the summary: n_examples, n_input, excluded_too_long, excluded_ids, tokens, padded_tokens, seconds,
+    tokens_per_second, device, device_warning, schedule (the readers' schedule and why; null with one worker),
+    batch_size, dtype, max_seq_len, num_layers, num_heads, estimated_bytes / estimated_map_bytes (the stores
+    written; 0 without one), map_bytes (float16 bytes of the stream's maps, stored or not), disk_free_bytes.
     """
     # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
     import torch
