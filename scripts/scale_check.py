@@ -420,11 +420,11 @@ def totals(rows: Sequence[dict[str, Any]], dag_wall_s: float | None) -> dict[str
 def dag_floor(rows: Sequence[dict[str, Any]], cores: int, target: float = DAG_RATIO_TARGET) -> dict[str, Any]:
     """What the whole-DAG target asks of the model jobs, given the other jobs as measured. A job holds
     ``min(threads, cores)`` of the ``cores`` while it runs, so no schedule finishes before ``sum(wall x share)``
-    (``share = min(threads, cores) / cores``). With every model job exactly at its limit and the jobs without a limit (``other``) as
-    measured, that floor is ``sum(limit x share) + sum(other wall x share)``; ``floor_over_limits`` is it over the sum
-    of limits (the DAG ratio no schedule and no model speed-up can beat while the other jobs take what they take),
-    and ``model_ratio_for_dag_target`` the model jobs' wall / limit (share-weighted) at which even a perfect packing
-    just meets ``target``. Both None without limits."""
+    (``share = min(threads, cores) / cores``). With every model job exactly at its limit and the jobs without a
+    limit (``other``) as measured, that floor is ``sum(limit x share) + sum(other wall x share)``;
+    ``floor_over_limits`` is it over the sum of limits (the DAG ratio no schedule and no model speed-up can beat
+    while the other jobs take what they take), and ``model_ratio_for_dag_target`` the model jobs' wall / limit
+    (share-weighted) at which even a perfect packing just meets ``target``. Both None without limits."""
     share = lambda r: min(int(r.get("threads") or 1), int(cores)) / int(cores)  # noqa: E731
     limited = [r for r in rows if r.get("limit_s") is not None]
     other = [r for r in rows if r.get("limit_s") is None and r.get("wall_s") is not None]

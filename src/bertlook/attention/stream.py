@@ -367,9 +367,10 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
 
     The calling thread never waits idle while calls are left: with the helpers alone (``workers`` of them, the
     calling thread waiting), the readers and the forward pass were more threads than cores and a BERT-base
-    segment shard took 27.8 s instead of 24.6 s (docs/development/benchmarks.md). List the heaviest consumers first: the helpers take
-    them while the forward pass runs, the calling thread the light ones at the end. (One thread per consumer
-    with its own queue measured slower still: the consumers' Python-level loops contend for the GIL.)
+    segment shard took 27.8 s instead of 24.6 s (docs/development/benchmarks.md). List the heaviest consumers
+    first: the helpers take them while the forward pass runs, the calling thread the light ones at the end. (One
+    thread per consumer with its own queue measured slower still: the consumers' Python-level loops contend for
+    the GIL.)
     numpy's BLAS runs on one thread meanwhile: the readers already fill the cores beside the forward pass, and
     OpenBLAS' own worker threads spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s
     and the demo's extraction job 132 -> 111 CPU-s in standalone runs of its extract-segments command; the

@@ -184,7 +184,9 @@ def _cmd_extract(args) -> int:
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
     # with readers, the model gets threads - 1 of the cores: the readers of a batch run in threads - 1 helper
-    # threads beside the next batch's forward pass, then in this thread too (each JS kernel on one thread)
+    # threads beside the next batch's forward pass, then in this thread too (each JS kernel on one thread); the
+    # phased schedule (--schedule, auto on separate cores) gives the model the helpers' threads back for each
+    # forward pass, and the readers run after it
     readers_on = any((args.stats_partial, args.norm_stats_partial, args.js_partial, args.norm_js_partial,
                       args.rollout_partial))
     torch.set_num_threads(max(1, threads - 1) if readers_on and threads > 1 else threads)
