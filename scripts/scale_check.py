@@ -444,39 +444,39 @@ def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int |
                      keep_maps: bool | None) -> list[dict[str, Any]]:
     """PASS/FAIL of each target; a value that was not measured is a FAIL ("not measured")."""
     maps = {True: "keep_maps true", False: "keep_maps false", None: "keep_maps not settable"}[keep_maps]
-
-    def target(name, value, limit, shown, limit_shown):
-        ok = value is not None and limit is not None and value <= limit
-        return {"target": name, "value": value, "limit": limit, "shown": shown, "limit_shown": limit_shown,
-                "result": "PASS" if ok else "FAIL"}
-
-    def ratio_target(name, value, limit):
-        return target(name, value, limit, "not measured" if value is None else f"{value:.2f}x", f"<= {limit:g}x")
-
     rss = tot.get("peak_rss_mib")
     return [
         {"target": "DAG completed (snakemake exit 0)", "value": completed, "limit": True,
          "shown": "yes" if completed else "no", "limit_shown": "yes", "result": "PASS" if completed else "FAIL"},
-        target("peak memory over jobs (PSS)", None if rss is None else rss / 1024, RSS_TARGET_GIB,
-               "not measured" if rss is None else f"{rss / 1024:.2f} GiB ({tot.get('peak_rss_job')})",
-               f"<= {RSS_TARGET_GIB:g} GiB"),
-        target(f"disk used at the end ({maps})", disk_end, DISK_TARGET_BYTES,
-               "not measured" if disk_end is None else f"{disk_end / 1e9:.2f} GB",
-               f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
-        target(f"disk peak during the run ({maps})", disk_peak, DISK_TARGET_BYTES,
-               "not measured" if disk_peak is None else f"{disk_peak / 1e9:.2f} GB",
-               f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
-        ratio_target("model jobs' wall / their FLOP limits", tot.get("model_wall_over_limits"), MODEL_RATIO_TARGET),
+        _target("peak memory over jobs (PSS)", None if rss is None else rss / 1024, RSS_TARGET_GIB,
+                "not measured" if rss is None else f"{rss / 1024:.2f} GiB ({tot.get('peak_rss_job')})",
+                f"<= {RSS_TARGET_GIB:g} GiB"),
+        _target(f"disk used at the end ({maps})", disk_end, DISK_TARGET_BYTES,
+                "not measured" if disk_end is None else f"{disk_end / 1e9:.2f} GB",
+                f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
+        _target(f"disk peak during the run ({maps})", disk_peak, DISK_TARGET_BYTES,
+                "not measured" if disk_peak is None else f"{disk_peak / 1e9:.2f} GB",
+                f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
+        _ratio_target("model jobs' wall / their FLOP limits", tot.get("model_wall_over_limits"), MODEL_RATIO_TARGET),
         dag_target(tot),
     ]
+
+
+def _target(name, value, limit, shown, limit_shown) -> dict[str, Any]:
+    """One PASS/FAIL row: PASS when ``value`` was measured and is <= ``limit``."""
+    ok = value is not None and limit is not None and value <= limit
+    return {"target": name, "value": value, "limit": limit, "shown": shown, "limit_shown": limit_shown,
+            "result": "PASS" if ok else "FAIL"}
+
+
+def _ratio_target(name, value, limit) -> dict[str, Any]:
+    return _target(name, value, limit, "not measured" if value is None else f"{value:.2f}x", f"<= {limit:g}x")
 
 
 def dag_target(tot: dict[str, Any]) -> dict[str, Any]:
     """The whole-DAG ratio's PASS/FAIL row; its "measured" cell adds :func:`dag_floor`'s numbers where known."""
     value = tot.get("dag_wall_over_limits")
-    row = {"target": "whole DAG's wall / the sum of limits", "value": value, "limit": DAG_RATIO_TARGET,
-           "shown": "not measured" if value is None else f"{value:.2f}x", "limit_shown": f"<= {DAG_RATIO_TARGET:g}x",
-           "result": "PASS" if value is not None and value <= DAG_RATIO_TARGET else "FAIL"}
+    row = _ratio_target("whole DAG's wall / the sum of limits", value, DAG_RATIO_TARGET)
     floor, needed = tot.get("floor_over_limits"), tot.get("model_ratio_for_dag_target")
     if value is not None and floor is not None and needed is not None:
         row["shown"] += f" (floor {floor:.2f}x; needs the model jobs at <= {needed:.2f}x)"
