@@ -134,7 +134,7 @@ def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.table1 import HeadsOptions, run_heads
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1
-    from bertlook.reporting.figures import fig5_relations, fig5_syntax_heads
+    from bertlook.reporting.example_figures import fig5_relations, fig5_syntax_heads
     from bertlook.reporting.tables import table1_markdown, trees_note
 
     options = HeadsOptions(

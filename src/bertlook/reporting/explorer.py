@@ -236,7 +236,7 @@ def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.P
         if len(out) >= n_sentences:
             break
     if segment_examples:
-        from bertlook.reporting.figures import load_fig1_example
+        from bertlook.attention.fig1_example import load_fig1_example
 
         meta, attn = load_fig1_example(list(segment_examples))
         if (meta["num_layers"], meta["num_heads"]) != (store.num_layers, store.num_heads):
@@ -252,11 +252,11 @@ SEGMENT_WINDOW = 30  # tokens of a segment window (the Fig 1 window's size)
 
 def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> list[dict[str, Any]]:
     """Windows of at most ``size`` tokens of the Fig 1 example segment (``meta``, ``attn [L, H, n, n]`` of
-    :func:`bertlook.reporting.figures.load_fig1_example`): Fig 1's own window (:func:`~bertlook.reporting.figures.
+    :func:`bertlook.attention.fig1_example.load_fig1_example`): Fig 1's own window (:func:`~bertlook.reporting.example_figures.
     fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for a longer segment, [CLS] with its last
     ``size - 1`` tokens (the final [SEP]). A window's map is the block of its positions: rows keep only the
     attention inside the window. No gold arcs, norm-based maps or rollout."""
-    from bertlook.reporting.figures import fig1_special, fig1_window
+    from bertlook.reporting.example_figures import fig1_special, fig1_window
 
     tokens = [str(t) for t in meta["tokens"]]
     special = fig1_special(meta.get("special_tokens", {}).values())
