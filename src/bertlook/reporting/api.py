@@ -23,8 +23,8 @@ KINDS = ("attention", "norm", "rollout")  # the map kinds explorer.json may hold
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    """A run's JSON object (:func:`bertlook.reporting.compare.read_json_file`), a missing one named as such."""
-    from bertlook.reporting.compare import read_json_file
+    """A run's JSON object (:func:`bertlook.reporting.run_files.read_json_file`), a missing one named as such."""
+    from bertlook.reporting.run_files import read_json_file
 
     if not path.is_file():
         raise BertlookError(f"{path}: no {what} (is the run finished?)")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import GoldenTable
-from bertlook.reporting.compare import (
+from bertlook.reporting.run_files import (
     CLUSTERS_CSV, GRADIENTS_CSV, HEAD_ACCURACY_CSV, JS_CSV, MANIFEST, STATS_CSV, TABLE1_CSV, TABLE2_COLUMNS, TABLE2_CSV,
     TABLE3_CSV, parse_number, read_run_csv, read_json_file, read_run_stats, read_manifest,
 )

@@ -122,7 +122,7 @@ class RunFiles:
 
     def summary(self, rel: str) -> dict[str, Any]:
         if rel not in self._cache:
-            from bertlook.reporting.compare import read_json_file
+            from bertlook.reporting.run_files import read_json_file
 
             path = self.run_dir / rel
             self._cache[rel] = read_json_file(path, "step summary") if path.is_file() else {}

@@ -2,7 +2,7 @@
 probe UAS and a few surface facts of each run (:func:`models_summary`), as Markdown
 (:func:`models_summary_markdown`) and a two-panel figure (:func:`fig_models_summary`).
 
-Reads each run's tables through the readers of :mod:`bertlook.reporting.compare`.
+Reads each run's tables through the readers of :mod:`bertlook.reporting.run_files`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from bertlook.errors import BertlookError
-from bertlook.reporting.compare import TABLE1_CSV, TABLE3_CSV, head_text, parse_number, read_run_csv, read_run_stats
+from bertlook.reporting.compare import head_text
+from bertlook.reporting.run_files import TABLE1_CSV, TABLE3_CSV, parse_number, read_run_csv, read_run_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
