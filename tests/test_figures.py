@@ -355,7 +355,7 @@ def test_dollar_signs_in_notes_and_tokens_are_text_not_mathtext(tmp_path):
 
 
 def test_fig1_window_keeps_cls_and_the_tokens_up_to_sep():
-    from bertlook.reporting.example_figures import fig1_window
+    from bertlook.attention.fig1_example import fig1_window
 
     special = {"[CLS]", "[SEP]"}
     short = ["[CLS]", "a", "[SEP]", "b", "[SEP]"]

@@ -4,12 +4,13 @@ holds its map, and reading that file back (the drawing is :mod:`bertlook.reporti
 ``figures.example_index`` counts in the order of the unsharded store (length-sorted, longest first, ties by
 id, over-long segments excluded), which every shard, and the extraction stream, can work out from the
 segments file; the shard holding the example saves its map (``bertlook fig1-example``, ``extract-segments
---fig1-example``) and :func:`load_fig1_example` reads it back from the one file that has it.
+--fig1-example``) and :func:`load_fig1_example` reads it back from the one file that has it. Of a long example
+Fig 1 (and the head explorer) draws a window of tokens only (:func:`fig1_window`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -19,6 +20,25 @@ from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import load_partial
 
 FIG1_KIND = "fig1-example"
+FIG1_WINDOW = 30  # tokens drawn per panel: a 128-token segment's lines are too dense to read
+
+
+def fig1_special(special_tokens: Iterable[Any]) -> set[str]:
+    """The tokens Fig 1 (and its windows) treat as special: [CLS], [SEP] and the model's own ``special_tokens``
+    (values of a store's ``meta["special_tokens"]``; None skipped: a decoder has no [CLS])."""
+    return {"[CLS]", "[SEP]", *(str(v) for v in special_tokens if v is not None)}
+
+
+def fig1_window(tokens: Sequence[str], special: set[str], size: int = FIG1_WINDOW) -> list[int]:
+    """The token positions Fig 1 draws: all of a short example; of a longer one, its first token ([CLS]) and the
+    ``size - 1`` tokens up to and including the first separator ([SEP]; without one, the tokens after the first),
+    so that attention to [CLS], to [SEP], to the previous and the next token all show."""
+    n = len(tokens)
+    if n <= size:
+        return list(range(n))
+    sep = next((i for i, t in enumerate(tokens) if i > 0 and str(t) in special), None)
+    end = max(size - 1, sep if sep is not None else size - 1)
+    return [0, *range(end - (size - 2), end + 1)]
 
 
 def example_id_from_segments(segments_path, example_index: int, max_seq_len: int | None) -> tuple[Any, int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from matplotlib.collections import LineCollection
 
 from bertlook.analyses.behaviours import NEXT_THRESHOLD, PUNCT_THRESHOLD, SEP_THRESHOLD
 from bertlook.analyses.syntax_heads import syntax_head_panels
+from bertlook.attention.fig1_example import FIG1_WINDOW, fig1_special, fig1_window
 from bertlook.attention.store import open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label, parse_head_label
@@ -168,27 +169,6 @@ def fig1_example_heads(
     rec = store.records[int(example_index)]
     return draw_fig1(rec["tokens"], store.get(int(example_index)), heads, out_png, labels=labels, shown=shown,
                      special_tokens=(store.meta.get("special_tokens") or {}).values())
-
-
-FIG1_WINDOW = 30  # tokens drawn per panel: a 128-token segment's lines are too dense to read
-
-
-def fig1_special(special_tokens: Iterable[Any]) -> set[str]:
-    """The tokens Fig 1 (and its windows) treat as special: [CLS], [SEP] and the model's own ``special_tokens``
-    (values of a store's ``meta["special_tokens"]``; None skipped: a decoder has no [CLS])."""
-    return {"[CLS]", "[SEP]", *(str(v) for v in special_tokens if v is not None)}
-
-
-def fig1_window(tokens: Sequence[str], special: set[str], size: int = FIG1_WINDOW) -> list[int]:
-    """The token positions Fig 1 draws: all of a short example; of a longer one, its first token ([CLS]) and the
-    ``size - 1`` tokens up to and including the first separator ([SEP]; without one, the tokens after the first),
-    so that attention to [CLS], to [SEP], to the previous and the next token all show."""
-    n = len(tokens)
-    if n <= size:
-        return list(range(n))
-    sep = next((i for i, t in enumerate(tokens) if i > 0 and str(t) in special), None)
-    end = max(size - 1, sep if sep is not None else size - 1)
-    return [0, *range(end - (size - 2), end + 1)]
 
 
 def draw_fig1(
