@@ -1,4 +1,5 @@
-"""Tests for bertlook.reporting.figures and example_figures: PNG twins of the paper's Figs 1, 2, 4 and 6 (synthetic inputs)."""
+"""Tests for bertlook.reporting.figures and example_figures: PNG twins of the paper's Figs 1, 2, 4 and 6
+(synthetic inputs)."""
 
 from __future__ import annotations
 
@@ -189,7 +190,8 @@ def test_choose_example_heads_few_heads_and_missing_column():
     df = stats_frame().iloc[:2].copy()
     df.loc[:, "next"] = [0.1, 0.9]  # 1-1 the broadest, 1-2 a next-token head: no head left for [SEP], . ,
     df.loc[:, "entropy"] = [2.0, 1.0]
-    assert [(c.layer, c.head, c.shown) for c in example_figures.choose_example_heads(df)] == [(1, 1, True), (1, 2, True)]
+    chosen = example_figures.choose_example_heads(df)
+    assert [(c.layer, c.head, c.shown) for c in chosen] == [(1, 1, True), (1, 2, True)]
     df.loc[:, "next"] = [0.1, 0.2]  # no next-token head: 1-2 stays free, and is [SEP]'s and . ,'s best (absent)
     assert [(c.layer, c.head, c.shown) for c in example_figures.choose_example_heads(df)] == [
         (1, 1, True), (1, 2, False), (1, 2, False), (1, 2, False)]

@@ -131,7 +131,9 @@ def _cli_figures(args: argparse.Namespace) -> int:
     from bertlook.attention.store import open_store
     from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.attention.fig1_example import load_fig1_example
-    from bertlook.reporting.example_figures import EXAMPLE_BEHAVIOURS, choose_example_heads, draw_fig1, fig1_example_heads
+    from bertlook.reporting.example_figures import (
+        EXAMPLE_BEHAVIOURS, choose_example_heads, draw_fig1, fig1_example_heads,
+    )
     from bertlook.reporting.figures import FIGURE_FILES, fig2_special_tokens, fig4_entropy, fig6_head_clusters
     from bertlook.reporting.plotting import read_stats_columns
 

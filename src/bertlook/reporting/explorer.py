@@ -247,8 +247,8 @@ def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> l
     """Windows of at most ``size`` tokens of the Fig 1 example segment (``meta``, ``attn [L, H, n, n]`` of
     :func:`bertlook.attention.fig1_example.load_fig1_example`): Fig 1's own window
     (:func:`~bertlook.attention.fig1_example.fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for
-    a longer segment, [CLS] with its last ``size - 1`` tokens (the final [SEP]). A window's map is the block of its positions: rows keep only the
-    attention inside the window. No gold arcs, norm-based maps or rollout."""
+    a longer segment, [CLS] with its last ``size - 1`` tokens (the final [SEP]). A window's map is the block of
+    its positions: rows keep only the attention inside the window. No gold arcs, norm-based maps or rollout."""
     tokens = [str(t) for t in meta["tokens"]]
     special = fig1_special(meta.get("special_tokens", {}).values())
     n = len(tokens)

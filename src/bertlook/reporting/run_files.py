@@ -88,7 +88,7 @@ def parse_number(text: Any, where: str = "") -> float:
 
 def read_run_stats(run_dir: Path, name: str = STATS_CSV):
     """The run's per-head statistics table (``tables/attention_stats.csv``) with its columns typed."""
-    from bertlook.analyses.surface_stats import STAT_COLUMNS  # lazy: imports numpy/pandas, and compare is read at DAG build
+    from bertlook.analyses.surface_stats import STAT_COLUMNS  # lazy: numpy/pandas; compare is read at DAG build
 
     path = run_dir / name
     header = list(read_run_csv(path, required=("layer", "head"), what="attention statistics").columns)
