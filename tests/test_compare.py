@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook.reporting import compare
+from bertlook.reporting import compare, figure_facts, run_files
 from bertlook.reporting import models_summary
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
@@ -262,27 +262,27 @@ def test_figure_fact_failures_and_explicit_comparable(tmp_path):
 
 def test_fact_value_layers_clipped_and_missing():
     stats = _stats_frame(num_layers=6, num_heads=2)
-    v, note = compare.fact_value(stats, {"stat": "sep", "aggregate": "mean", "layers": [6, 10]})
+    v, note = figure_facts.fact_value(stats, {"stat": "sep", "aggregate": "mean", "layers": [6, 10]})
     assert v == pytest.approx(0.6) and "the model has 6 layers" in note
-    v, note = compare.fact_value(stats, {"stat": "sep", "aggregate": "mean", "layers": [7, 10]})
+    v, note = figure_facts.fact_value(stats, {"stat": "sep", "aggregate": "mean", "layers": [7, 10]})
     assert v is None and "6 layers" in note
-    v, _ = compare.fact_value(stats, {"stat": "cls_entropy", "aggregate": "mean", "layers": "last"})
+    v, _ = figure_facts.fact_value(stats, {"stat": "cls_entropy", "aggregate": "mean", "layers": "last"})
     assert v == pytest.approx(3.9)
-    v, note = compare.fact_value(stats.drop(columns="max_attention"),
+    v, note = figure_facts.fact_value(stats.drop(columns="max_attention"),
                                  {"stat": "max_attention", "aggregate": "mean", "layers": None})
     assert v is None and "max_attention" in note
     stats["max_attention"] = np.where(stats["entropy"] > 3.04, 0.05, 0.5)
-    v, note = compare.fact_value(stats, {"stat": "max_attention", "aggregate": "mean", "layers": None,
+    v, note = figure_facts.fact_value(stats, {"stat": "max_attention", "aggregate": "mean", "layers": None,
                                          "where": {"stat": "entropy", "op": ">", "value": 3.04}})
     assert v == pytest.approx(0.05) and "entropy > 3.04" in note
-    assert compare.fact_passes(0.49, ">", 0.5, 0.02) and not compare.fact_passes(0.47, ">", 0.5, 0.02)
-    assert compare.fact_passes(6, "==", 5, 1) and not compare.fact_passes(7, "==", 5, 1)
-    assert compare.fact_passes(0.11, "<=", 0.1, 0.02) and not compare.fact_passes(0.13, "<=", 0.1, 0.02)
+    assert figure_facts.fact_passes(0.49, ">", 0.5, 0.02) and not figure_facts.fact_passes(0.47, ">", 0.5, 0.02)
+    assert figure_facts.fact_passes(6, "==", 5, 1) and not figure_facts.fact_passes(7, "==", 5, 1)
+    assert figure_facts.fact_passes(0.11, "<=", 0.1, 0.02) and not figure_facts.fact_passes(0.13, "<=", 0.1, 0.02)
 
 
 def test_comparability_from_manifest(tmp_path):
     silver = make_run(tmp_path, kind="silver", name="silver")
-    comp = compare.comparability(compare.read_manifest(silver), silver)
+    comp = compare.comparability(run_files.read_manifest(silver), silver)
     assert not comp["table1"]["comparable"] and not comp["table3"]["comparable"]
     assert "silver" in comp["table1"]["reason"]
     assert comp["table2"]["comparable"] and comp["figure_facts"]["comparable"]
@@ -293,7 +293,7 @@ def test_comparability_from_manifest(tmp_path):
     assert not df.attrs["comparable"]["table2"]["comparable"]
     assert "\nNot run: no coreference corpus configured\n" in compare.comparison_markdown(df)
     # the treebank kind falls back to the configuration when the heads step recorded none
-    m = compare.read_manifest(silver)
+    m = run_files.read_manifest(silver)
     del m["steps"]["heads"]["treebank_kind"]
     assert compare.treebank_kind(m) == "silver"
     m["config"]["treebank"]["source"] = "local"

@@ -132,7 +132,7 @@ def _fig1_files(tmp_path, n=40, sep=10):
     import numpy as np
 
     from bertlook.pipeline.sharding import save_partial
-    from bertlook.reporting.figures import FIG1_KIND, fig1_partial
+    from bertlook.attention.fig1_example import FIG1_KIND, fig1_partial
 
     tokens = ["[CLS]", *[f"t{i}" for i in range(1, n - 1)], "[SEP]"]
     tokens[sep] = "[SEP]"

@@ -1,4 +1,5 @@
-"""Tests for bertlook.reporting.figures: PNG twins of the paper's Figs 1, 2, 4 and 6 (synthetic inputs)."""
+"""Tests for bertlook.reporting.figures and example_figures: PNG twins of the paper's Figs 1, 2, 4 and 6
+(synthetic inputs)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bertlook.cli import figures as figures_cli
-from bertlook.reporting import figures
+from bertlook.reporting import example_figures, figures
 from bertlook import naming
 from bertlook.attention.store import AttentionWriter
 from bertlook.errors import BertlookError
@@ -116,7 +117,7 @@ def test_choose_example_heads_picks_best_per_behaviour():
     put(2, 1, next=0.9)
     put(2, 3, sep=0.95)
     put(1, 3, punct=0.8)
-    assert figures.choose_example_heads(df) == [
+    assert example_figures.choose_example_heads(df) == [
         (1, 2, "broadest attention (entropy 3.00 nats)", True),
         (2, 1, "most attention to next token (mean 0.90)", True),
         (2, 3, "most attention to [SEP] (mean 0.95)", True),
@@ -132,7 +133,7 @@ def test_choose_example_heads_distinct_heads():
     df.loc[(df["layer"] == 1) & (df["head"] == 1), "next"] = 0.55
     df.loc[(df["layer"] == 1) & (df["head"] == 2), "sep"] = 0.65
     df.loc[(df["layer"] == 2) & (df["head"] == 1), "punct"] = 0.65
-    chosen = figures.choose_example_heads(df)
+    chosen = example_figures.choose_example_heads(df)
     assert [(c.layer, c.head) for c in chosen] == [(2, 2), (1, 1), (1, 2), (2, 1)]
     assert len({(c.layer, c.head) for c in chosen}) == 4 and all(c.shown for c in chosen)
 
@@ -154,7 +155,7 @@ def test_choose_example_heads_says_when_a_behaviour_is_absent():
     put(2, 1, sep=0.07, cls=0.6)  # the "least bad" [SEP] head
     put(2, 2, punct=0.6)  # exactly the threshold: not above it
     put(2, 3, punct=0.2, sep=0.05)
-    chosen = figures.choose_example_heads(df)
+    chosen = example_figures.choose_example_heads(df)
     assert chosen == [
         (1, 1, "broadest attention (entropy 4.00 nats)", True),
         (1, 2, "most attention to next token (mean 0.66)", True),
@@ -163,9 +164,9 @@ def test_choose_example_heads_says_when_a_behaviour_is_absent():
     ]
     # a next-token head at exactly 0.5 is not one either; at 0.51 it is
     put(1, 2, next=0.5)
-    assert figures.choose_example_heads(df)[1].shown is False
+    assert example_figures.choose_example_heads(df)[1].shown is False
     put(1, 2, next=0.51)
-    assert figures.choose_example_heads(df)[1] == (1, 2, "most attention to next token (mean 0.51)", True)
+    assert example_figures.choose_example_heads(df)[1] == (1, 2, "most attention to next token (mean 0.51)", True)
 
 
 def test_fig1_draws_a_statement_for_an_absent_behaviour(inputs, tmp_path):
@@ -175,26 +176,27 @@ def test_fig1_draws_a_statement_for_an_absent_behaviour(inputs, tmp_path):
 
     label = "no head attends mostly to [SEP] (best: 2-1, mean 0.07; needs > 0.60)"
     both = tmp_path / "both.png"
-    figures.fig1_example_heads(inputs["store"], [(1, 1), (2, 1)], both, labels=["broad", label],
+    example_figures.fig1_example_heads(inputs["store"], [(1, 1), (2, 1)], both, labels=["broad", label],
                                shown=[True, False])
     img = mpimg.imread(both)[..., :3]  # [y, x, rgb]
     half = img.shape[1] // 2
     ink = lambda part: float((part.mean(axis=2) < 0.9).mean())  # share of non-white pixels
     assert ink(img[:, :half]) > 2 * ink(img[:, half:]) > 0  # lines on the left, text only on the right
     with pytest.raises(BertlookError, match="label"):
-        figures.fig1_example_heads(inputs["store"], [(1, 1)], tmp_path / "x.png", shown=[False])
+        example_figures.fig1_example_heads(inputs["store"], [(1, 1)], tmp_path / "x.png", shown=[False])
 
 
 def test_choose_example_heads_few_heads_and_missing_column():
     df = stats_frame().iloc[:2].copy()
     df.loc[:, "next"] = [0.1, 0.9]  # 1-1 the broadest, 1-2 a next-token head: no head left for [SEP], . ,
     df.loc[:, "entropy"] = [2.0, 1.0]
-    assert [(c.layer, c.head, c.shown) for c in figures.choose_example_heads(df)] == [(1, 1, True), (1, 2, True)]
+    chosen = example_figures.choose_example_heads(df)
+    assert [(c.layer, c.head, c.shown) for c in chosen] == [(1, 1, True), (1, 2, True)]
     df.loc[:, "next"] = [0.1, 0.2]  # no next-token head: 1-2 stays free, and is [SEP]'s and . ,'s best (absent)
-    assert [(c.layer, c.head, c.shown) for c in figures.choose_example_heads(df)] == [
+    assert [(c.layer, c.head, c.shown) for c in example_figures.choose_example_heads(df)] == [
         (1, 1, True), (1, 2, False), (1, 2, False), (1, 2, False)]
     with pytest.raises(BertlookError, match="punct"):
-        figures.choose_example_heads(stats_frame().drop(columns=["punct"]))
+        example_figures.choose_example_heads(stats_frame().drop(columns=["punct"]))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -202,21 +204,21 @@ def test_choose_example_heads_few_heads_and_missing_column():
 
 def test_fig1_example_heads(inputs):
     out = inputs["dir"] / "figs" / "fig1.png"
-    figures.fig1_example_heads(inputs["store"], [(1, 1), (2, 3)], out, labels=["attends broadly", None])
+    example_figures.fig1_example_heads(inputs["store"], [(1, 1), (2, 3)], out, labels=["attends broadly", None])
     assert_png(out)
     out2 = inputs["dir"] / "figs" / "fig1b.png"
-    figures.fig1_example_heads(inputs["store"], [(2, 2)], out2, example_index=1)
+    example_figures.fig1_example_heads(inputs["store"], [(2, 2)], out2, example_index=1)
     assert_png(out2)
 
 
 def test_fig1_errors(inputs):
     out = inputs["dir"] / "fig1.png"
     with pytest.raises(BertlookError, match="'3-1'"):
-        figures.fig1_example_heads(inputs["store"], [(3, 1)], out)
+        example_figures.fig1_example_heads(inputs["store"], [(3, 1)], out)
     with pytest.raises(BertlookError, match="example index 5"):
-        figures.fig1_example_heads(inputs["store"], [(1, 1)], out, example_index=5)
+        example_figures.fig1_example_heads(inputs["store"], [(1, 1)], out, example_index=5)
     with pytest.raises(BertlookError, match="not an attention store"):
-        figures.fig1_example_heads(inputs["dir"] / "nope", [(1, 1)], out)
+        example_figures.fig1_example_heads(inputs["dir"] / "nope", [(1, 1)], out)
     assert not out.exists()
 
 
@@ -351,11 +353,11 @@ def test_dollar_signs_in_notes_and_tokens_are_text_not_mathtext(tmp_path):
     tokens = ["[CLS]", "$", "5", "'$(x)' \"$y", "$10$", "[SEP]"]
     n = len(tokens)
     attn = np.full((1, 1, n, n), 1.0 / n, dtype=np.float32)  # [layer, head, from, to]
-    assert_png(figures.draw_fig1(tokens, attn, [(1, 1)], tmp_path / "fig1.png"))
+    assert_png(example_figures.draw_fig1(tokens, attn, [(1, 1)], tmp_path / "fig1.png"))
 
 
 def test_fig1_window_keeps_cls_and_the_tokens_up_to_sep():
-    from bertlook.reporting.figures import fig1_window
+    from bertlook.attention.fig1_example import fig1_window
 
     special = {"[CLS]", "[SEP]"}
     short = ["[CLS]", "a", "[SEP]", "b", "[SEP]"]

@@ -1,5 +1,5 @@
 """Tests for bertlook.analyses.heads and .table1: per-head dependency accuracy, Table 1 twin; Fig 5 twin
-(bertlook.analyses.syntax_heads, bertlook.reporting.figures)."""
+(bertlook.analyses.syntax_heads, bertlook.reporting.example_figures)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import heads as heads_cli
 from bertlook.errors import BertlookError
 from bertlook.reporting.paper_join import TABLE1_PAPER_COLUMNS, join_table1
-from bertlook.reporting import figures
+from bertlook.reporting import example_figures
 from bertlook.reporting.tables import table1_markdown, trees_note
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -438,18 +438,18 @@ def fig_store(tmp_path: Path, with_pobj: bool) -> Path:
 
 def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     messages = []
-    orig = figures.message_panel
+    orig = example_figures.message_panel
 
     def spy(ax, title, text):
         messages.append((title, text))
         orig(ax, title, text)
 
-    monkeypatch.setattr(figures, "message_panel", spy)
+    monkeypatch.setattr(example_figures, "message_panel", spy)
     path = fig_store(tmp_path, with_pobj=False)
     sc = ha.score_heads(AttentionStore(path))
     df = ta.table1(sc, min_count=1, bootstrap=0)
     assert "pobj" not in df.relation.tolist()
-    out = figures.fig5_syntax_heads(path, df, tmp_path / "out" / "fig5.png")
+    out = example_figures.fig5_syntax_heads(path, df, tmp_path / "out" / "fig5.png")
     data = Path(out).read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 1000
     assert [m[0] for m in messages] == ["pobj"] and "does not occur" in messages[0][1]
@@ -458,13 +458,13 @@ def test_fig5_png_and_absent_relation_panel(tmp_path, monkeypatch):
     messages.clear()
     path2 = fig_store(tmp_path / "b", with_pobj=True)
     df2 = ta.table1(ha.score_heads(AttentionStore(path2)), min_count=1, bootstrap=0)
-    figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5b.png")
+    example_figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5b.png")
     assert messages == [] and (tmp_path / "fig5b.png").read_bytes()[:8] == PNG_MAGIC
     # a fixed example without the relation says so
-    figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5c.png", example_index=0)
+    example_figures.fig5_syntax_heads(path2, df2, tmp_path / "fig5c.png", example_index=0)
     assert [m[0] for m in messages] == ["pobj"] and "example 0" in messages[0][1]
     with pytest.raises(BertlookError, match="out of range"):
-        figures.fig5_syntax_heads(path2, df2, tmp_path / "x.png", example_index=5)
+        example_figures.fig5_syntax_heads(path2, df2, tmp_path / "x.png", example_index=5)
 
 
 # ------------------------------------------------------------------------------------------- run_heads

@@ -333,7 +333,7 @@ def test_sharded_extraction_gathers_into_the_unsharded_store_and_summary(tmp_pat
 
 def test_fig1_example_is_found_by_exactly_one_shard(tmp_path, tiny_mlm_dir, segments_file):
     from bertlook.attention.extraction import extract_segments
-    from bertlook.reporting.figures import fig1_example_partial, load_fig1_example
+    from bertlook.attention.fig1_example import fig1_example_partial, load_fig1_example
 
     common = dict(batch_size=2, device="cpu", progress_every=0)
     extract_segments(segments_file, str(tiny_mlm_dir), tmp_path / "whole", **common)

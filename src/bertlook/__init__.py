@@ -7,7 +7,7 @@ def __getattr__(name: str):
     """``bertlook.open_run`` / ``bertlook.Run`` (the notebook API, :mod:`bertlook.reporting.api`), imported on first
     use so that ``import bertlook`` (every CLI step) stays cheap."""
     if name in ("open_run", "Run"):
-        from bertlook.reporting import api
+        from bertlook.reporting import api  # lazy: pandas and the reporting modules, only for notebooks
 
         return getattr(api, name)
     raise AttributeError(f"module 'bertlook' has no attribute {name!r}")

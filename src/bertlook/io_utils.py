@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
@@ -13,14 +14,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from bertlook.errors import BertlookError
+
 # errno values meaning "the disk (or quota) is full"
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def write_error(path: str | os.PathLike, err: OSError, what: str = "output"):
     """A :class:`BertlookError` for an OSError while writing ``path`` (ENOSPC: "no space left on device")."""
-    from bertlook.errors import BertlookError
-
     reason = err.strerror or str(err) or type(err).__name__
     if err.errno in NO_SPACE_ERRNOS:
         return BertlookError(f"{path}: cannot write {what}: no space left on device ({reason}); "
@@ -118,8 +119,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in chunks."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(chunk), b""):
@@ -130,9 +129,7 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def read_csv_strings(path: str | os.PathLike, *, required=(), what: str = "file"):
     """A CSV as a DataFrame of strings (empty cells stay ``""``), header stripped; checks that the
     ``required`` columns exist. Errors (:class:`BertlookError`) name the file (and line 1 for the header)."""
-    import pandas as pd
-
-    from bertlook.errors import BertlookError
+    import pandas as pd  # lazy: io_utils is read at DAG build, pandas only for the tables
 
     path = Path(path)
     if not path.is_file():

@@ -1,6 +1,6 @@
 """The behaviour thresholds of the heads (the authors' released ones), in one light module: the labels of
 Fig 6 (:func:`bertlook.analyses.cluster_heads.behaviour_labels`) and the example heads of Fig 1
-(:func:`bertlook.reporting.figures.choose_example_heads`) read them from here. Definitions:
+(:func:`bertlook.reporting.example_figures.choose_example_heads`) read them from here. Definitions:
 docs/definitions.md, "Jensen-Shannon divergence between heads and MDS" and "Example heads of Fig 1"."""
 
 from __future__ import annotations

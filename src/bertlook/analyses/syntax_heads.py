@@ -2,7 +2,7 @@
 (the head's map, the relation's gold arcs in the head's direction, how many of them it predicts).
 
 :func:`syntax_head_panels` reads a word-level store and the Table 1 twin
-(:func:`bertlook.analyses.table1.table1`); :func:`bertlook.reporting.figures.fig5_syntax_heads` draws the
+(:func:`bertlook.analyses.table1.table1`); :func:`bertlook.reporting.example_figures.fig5_syntax_heads` draws the
 panels. Predictions as :func:`bertlook.analyses.heads.predict_heads`.
 """
 

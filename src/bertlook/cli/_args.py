@@ -1,5 +1,6 @@
-"""Argparse helpers shared by the model-running steps (``extract-segments``, ``extract-words``, ``coref-extract``,
-``gradients``): ``--model`` / ``--revision``, the batch flags, ``--max-unk-rate`` and ``--shard I/K``.
+"""Helpers shared by the CLI modules: the flags of the model-running steps (``--model`` / ``--revision`` of every
+step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and ``--shard I/K``), ``--offsets``
+of ``heads`` and ``rollout``, and their full-precision CSV writer.
 
 Light imports only: :mod:`bertlook.attention.extraction` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
@@ -8,16 +9,24 @@ the standard library alone at module level.
 from __future__ import annotations
 
 import argparse
+import os
+from typing import TYPE_CHECKING
 
 from bertlook.attention.extraction import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
 from bertlook.pipeline.sharding import parse_shard
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
-def add_model_arguments(p) -> None:
-    """--model / --revision, shared by every step that runs a model."""
-    p.add_argument("--model", required=True, metavar="SPEC",
-                   help="input: model spec: hub id, local model directory, or package:MODULE")
+MODEL_HELP = "input: model spec: hub id, local model directory, or package:MODULE"
+
+
+def add_model_arguments(p, *, required: bool = True, help: str = MODEL_HELP) -> None:
+    """--model / --revision, shared by every step that runs a model (or reads its tokenizer); ``required=False``:
+    ``--model`` defaults to None (a step that can read partial sums instead)."""
+    p.add_argument("--model", required=required, default=None, metavar="SPEC", help=help)
     p.add_argument("--revision", default=None, metavar="REV",
                    help="hub revision (branch, tag or commit) for a hub id")
 
@@ -66,3 +75,19 @@ def add_shard_argument(p, what: str) -> None:
     p.add_argument("--shard", type=shard_arg, default=None, metavar="I/K",
                    help=f"extract only shard I of K: the I-th of K contiguous ranges of the {what} by index "
                         "(the summary then holds what `gather-extraction` / `merge-stores` need)")
+
+
+def offsets_arg(text: str) -> tuple[int, ...]:
+    """argparse ``type`` of ``--offsets`` (``heads``, ``rollout``): comma-separated baseline offsets."""
+    from bertlook.analyses.heads import parse_offsets
+
+    try:
+        return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
+    except BertlookError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
+    """CSV at full float precision (shortest round-trip repr), written atomically."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)

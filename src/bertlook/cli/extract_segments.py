@@ -194,7 +194,7 @@ def _cmd_extract(args) -> int:
     partials = _partials(args, 1 if threads > 1 else threads)
     saver = fig1_target = None
     if args.fig1_example:
-        from bertlook.reporting.figures import example_id_from_segments
+        from bertlook.attention.fig1_example import example_id_from_segments
 
         fig1_target = example_id_from_segments(args.segments, args.example_index, args.max_seq_len)
         saver = ExampleSaver(fig1_target[0])
@@ -232,7 +232,7 @@ def _cmd_extract(args) -> int:
 
 def _save_fig1(args, saver, target, summary) -> None:
     from bertlook.pipeline.sharding import save_partial
-    from bertlook.reporting.figures import FIG1_KIND, fig1_partial
+    from bertlook.attention.fig1_example import FIG1_KIND, fig1_partial
 
     meta, arrays = fig1_partial(where=f"{args.segments} (extract-segments)", example_index=args.example_index,
                                 target=target[0], n_total=target[1], num_layers=summary["num_layers"],

@@ -114,7 +114,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _cli_fig1_example(args: argparse.Namespace) -> int:
     from bertlook.pipeline.sharding import save_partial
-    from bertlook.reporting.figures import FIG1_KIND, fig1_example_partial
+    from bertlook.attention.fig1_example import FIG1_KIND, fig1_example_partial
 
     meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
     save_partial(args.out, FIG1_KIND, meta, arrays)
@@ -130,10 +130,11 @@ def _cli_figures(args: argparse.Namespace) -> int:
         raise BertlookError("figures: --norm-stats, --norm-summaries and --out-fig-norms go together (all three or none)")
     from bertlook.attention.store import open_store
     from bertlook.naming import parse_head_label, parse_head_labels
-    from bertlook.reporting.figures import (
-        EXAMPLE_BEHAVIOURS, FIGURE_FILES, choose_example_heads, draw_fig1, fig1_example_heads,
-        fig2_special_tokens, fig4_entropy, fig6_head_clusters, load_fig1_example,
+    from bertlook.attention.fig1_example import load_fig1_example
+    from bertlook.reporting.example_figures import (
+        EXAMPLE_BEHAVIOURS, choose_example_heads, draw_fig1, fig1_example_heads,
     )
+    from bertlook.reporting.figures import FIGURE_FILES, fig2_special_tokens, fig4_entropy, fig6_head_clusters
     from bertlook.reporting.plotting import read_stats_columns
 
     if bool(args.attention) == bool(args.example):

@@ -58,7 +58,7 @@ Definitions (masking procedure, loss, averaging): docs/definitions.md#gradient-i
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``gradients`` subcommand to an ``argparse`` subparsers object."""
     from bertlook.analyses.gradients import GRAD_AVERAGES, MASK_MODES, SEGMENT_ID_MODES, TARGET_TOKEN_MODES
-    from bertlook.cli._args import shard_arg
+    from bertlook.cli._args import add_model_arguments, shard_arg
 
     p = subparsers.add_parser(
         "gradients",
@@ -67,8 +67,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--segments", default=None, metavar="JSONL", help="segments JSONL (input)")
-    p.add_argument("--model", default=None, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
-    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    add_model_arguments(p, required=False)
     p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")
     p.add_argument("--out-figure", default=None, metavar="PNG", help="fig3_sep_gradients.png (output)")
     p.add_argument("--summary", default=None, metavar="JSON", help="summary JSON (output)")

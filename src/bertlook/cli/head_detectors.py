@@ -41,12 +41,11 @@ Definitions: docs/definitions.md#head-detectors.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-detectors`` subcommand."""
-    from bertlook.cli._args import add_model_dtype_argument
+    from bertlook.cli._args import add_model_arguments, add_model_dtype_argument
 
     p = subparsers.add_parser("head-detectors", help=COMMANDS["head-detectors"], description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, metavar="SPEC", help="model spec: hub id, local dir, package:MODULE")
-    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    add_model_arguments(p)
     p.add_argument("--out", required=True, metavar="CSV", help="output: head_detectors.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: head_detectors.md")
     p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
@@ -37,10 +35,6 @@ STEPS = (
 )
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
-
 _HELP = """\
 Accuracy of every attention head at predicting dependency heads (twin of Table 1 of Clark et al.
 2019) and the Fig 5 twin (the best det / dobj / pobj heads on a sentence).
@@ -65,26 +59,10 @@ outputs:
 """
 
 
-def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
-    """CSV at full float precision (shortest round-trip repr), written atomically."""
-    from bertlook.io_utils import atomic_path
-
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
-def _offsets_arg(text: str) -> tuple[int, ...]:
-    from bertlook.analyses.heads import parse_offsets
-
-    try:
-        return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
-    except BertlookError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def register_cli(subparsers) -> None:
     """Add the ``heads`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
+    from bertlook.cli._args import offsets_arg
 
     p = subparsers.add_parser(
         "heads",
@@ -102,7 +80,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
     p.add_argument("--min-count", type=int, default=100,
                    help="relations with fewer words are not rows (except dobj, det, pobj; default 100)")
-    p.add_argument("--offsets", type=_offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+    p.add_argument("--offsets", type=offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
                    help="baseline offsets (default -3,-2,-1,1,2,3; released code: -3,-2,-1,1,2)")
     p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
                    help="score a poss word with the prediction made from the following 's (default: on, as "
@@ -132,9 +110,10 @@ def register_cli(subparsers) -> None:
 def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import FORCED_BY_SCHEME
     from bertlook.analyses.table1 import HeadsOptions, run_heads
+    from bertlook.cli._args import write_csv_full
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1
-    from bertlook.reporting.figures import fig5_relations, fig5_syntax_heads
+    from bertlook.reporting.example_figures import fig5_relations, fig5_syntax_heads
     from bertlook.reporting.tables import table1_markdown, trees_note
 
     options = HeadsOptions(
@@ -151,8 +130,8 @@ def _run_heads(args: argparse.Namespace) -> int:
     title = f"Head accuracy per dependency relation (Table 1 twin): {Path(args.dev_attention).name}"
     md = table1_markdown(table, title=title,
                          corpus_note=trees_note(kind, result.treebank_name, comparable=args.paper_comparable))
-    _write_csv_full(args.out_accuracy, result.accuracy)
-    _write_csv_full(args.out_table, table)
+    write_csv_full(args.out_accuracy, result.accuracy)
+    write_csv_full(args.out_table, table)
     write_text(args.out_markdown, md)
     fig5_syntax_heads(args.dev_attention, table, args.out_figure,
                       relations=fig5_relations(FORCED_BY_SCHEME[result.relation_scheme]))

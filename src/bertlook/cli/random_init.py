@@ -28,6 +28,8 @@ def _run_random_init(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     """Add the ``random-init`` subcommand."""
+    from bertlook.cli._args import add_model_arguments
+
     p = subparsers.add_parser(
         "random-init",
         help=COMMANDS["random-init"],
@@ -43,8 +45,7 @@ def register_cli(subparsers) -> None:
             "re-initialises in memory and gives bit-identical maps (what the workflow does)."
         ),
     )
-    p.add_argument("--model", required=True, metavar="SPEC", help="input: pretrained model spec")
-    p.add_argument("--revision", default=None, metavar="REV", help="hub revision (hub ids only)")
+    add_model_arguments(p, help="input: pretrained model spec")
     p.add_argument("--out", required=True, metavar="DIR", help="output: model directory")
     p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation (default 0)")
     p.add_argument("--keep", choices=KEEP_CHOICES, default=DEFAULT_KEEP,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, ROLLOUT_SUB, Step, figure, figure_page, table
@@ -32,10 +31,6 @@ STEPS = (
                      "table1_rollout.rst", ROLLOUT_SUB),), sizing="heads"),
 )
 
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
 _HELP = """\
 Attention rollout (Abnar & Zuidema 2020): per layer, A_hat = 0.5 mean_h(A) + 0.5 I (rows renormalised),
 R_1 = A_hat_1, R_l = A_hat_l R_{l-1}; computed from stored maps (no model run), float64.
@@ -58,23 +53,6 @@ Table 1 on rollout maps (word-level store with gold trees; "head" L-1 = the roll
 
 Definitions: docs/definitions.md#attention-rollout-abnar--zuidema-2020
 """
-
-
-def _write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
-    """CSV at full float precision (shortest round-trip repr), written atomically."""
-    from bertlook.io_utils import atomic_path
-
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
-def _offsets_arg(text: str) -> tuple[int, ...]:
-    from bertlook.analyses.heads import parse_offsets
-
-    try:
-        return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
-    except BertlookError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _table1_note(t: dict[str, Any]) -> str:
@@ -107,6 +85,7 @@ def _check_outputs(args: argparse.Namespace, stats_mode: bool, table_mode: bool)
 def _run_rollout(args: argparse.Namespace) -> int:
     from bertlook.analyses.rollout import PARTIAL_KIND, RolloutTable1Options, rollout_partial, run_rollout
     from bertlook.attention.store import open_store
+    from bertlook.cli._args import write_csv_full
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.pipeline.sharding import save_partial
 
@@ -150,8 +129,8 @@ def _run_rollout(args: argparse.Namespace) -> int:
 
             fig_rollout(args.out, args.out_figure)
     if result.table is not None:
-        _write_csv_full(args.out_accuracy, result.accuracy)
-        _write_csv_full(args.out_table, result.table)
+        write_csv_full(args.out_accuracy, result.accuracy)
+        write_csv_full(args.out_table, result.table)
         write_text(args.out_markdown, md)
     write_json(args.summary, summary)
     _print_lines(args, result)
@@ -187,6 +166,7 @@ def _print_lines(args: argparse.Namespace, result) -> None:
 def register_cli(subparsers) -> None:
     """Add the ``rollout`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
+    from bertlook.cli._args import offsets_arg
 
     p = subparsers.add_parser(
         "rollout",
@@ -214,7 +194,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--out-accuracy", default=None, metavar="CSV", help="output: accuracy of every layer's rollout")
     p.add_argument("--min-count", type=int, default=100,
                    help="relations with fewer words are not rows (except the scheme's forced rows; default 100)")
-    p.add_argument("--offsets", type=_offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+    p.add_argument("--offsets", type=offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
                    help="baseline offsets (default -3,-2,-1,1,2,3)")
     p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
                    help="score a poss word with the prediction made from the following 's (default: on, as heads)")

@@ -65,6 +65,8 @@ def _handler(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
+    from bertlook.cli._args import add_model_arguments
+
     p = subparsers.add_parser(
         "segments",
         help=COMMANDS["segments"],
@@ -86,9 +88,7 @@ def register_cli(subparsers) -> None:
                      help='Hugging Face dataset spec, e.g. \'{"path": "parquet", "data_files": "a.parquet"}\' or '
                           '\'{"path": "wikimedia/wikipedia", "name": "20231101.en", "streaming": true}\'; '
                           "its description (revision, fingerprint, sha256) goes into the summary under corpus")
-    p.add_argument("--model", required=True, metavar="SPEC",
-                   help="model whose tokenizer is used (hub id, local dir, package:MODULE)")
-    p.add_argument("--revision", default=None, metavar="REV", help="hub revision of --model")
+    add_model_arguments(p, help="input: model whose tokenizer is used (hub id, local dir, package:MODULE)")
     p.add_argument("--out", required=True, metavar="segments.jsonl", help="output segments JSONL")
     p.add_argument("--summary", required=True, metavar="summary.json", help="output summary JSON")
     p.add_argument("--n-segments", type=int, default=1000, help="segments to keep (default 1000)")

@@ -12,20 +12,23 @@ Definitions: docs/definitions.md#head-explorer (the maps) and the README of each
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from bertlook.errors import BertlookError
+from bertlook.reporting.explorer import dequantised
+from bertlook.reporting.run_files import read_json_file
 
 KINDS = ("attention", "norm", "rollout")  # the map kinds explorer.json may hold per example
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    """A run's JSON object (:func:`bertlook.reporting.compare.read_json_file`), a missing one named as such."""
-    from bertlook.reporting.compare import read_json_file
-
+    """A run's JSON object (:func:`bertlook.reporting.run_files.read_json_file`), a missing one named as such."""
     if not path.is_file():
         raise BertlookError(f"{path}: no {what} (is the run finished?)")
     return read_json_file(path, what)
@@ -61,8 +64,6 @@ class Run:
 
     def table(self, name: str):
         """The table ``tables/<name>.csv`` as a pandas DataFrame (e.g. ``"table1"``, ``"head_report"``)."""
-        import pandas as pd
-
         path = self.path / "tables" / f"{name.removesuffix('.csv')}.csv"
         if not path.is_file():
             raise BertlookError(f"{path}: no such table in run {self.name}; it has: {', '.join(self.tables())}")
@@ -74,8 +75,6 @@ class Run:
 
     def comparison(self):
         """The run's numbers beside the paper's (``comparison.csv``), as a DataFrame."""
-        import pandas as pd
-
         path = self.path / "comparison.csv"
         if not path.is_file():
             raise BertlookError(f"{path}: no comparison with the paper in run {self.name}")
@@ -102,8 +101,6 @@ class Run:
     def examples(self):
         """The examples whose maps the run keeps (explorer.json): position, id, kind (sentence or segment
         window), length in tokens with [CLS]/[SEP], text, and the map kinds kept."""
-        import pandas as pd
-
         rows = [{"example": k, "id": s["id"], "kind": s.get("kind", "sentence"), "n": s["n"],
                  "text": " ".join(s["tokens"]), "maps": ",".join(m for m in KINDS if m in s)}
                 for k, s in enumerate(self._explorer_data()["sentences"])]
@@ -122,8 +119,6 @@ class Run:
         """The ``n x n`` map of head ``layer-head`` on example ``example`` (rows attend to columns), a float32
         array with the explorer's 8-bit precision (multiples of 1/255); ``kind="rollout"`` is per layer
         (``head`` ignored)."""
-        from bertlook.reporting.explorer import dequantised
-
         data = self._explorer_data()
         self.example(example)  # the position is checked there
         s = data["sentences"][int(example)]
@@ -137,7 +132,6 @@ class Run:
         return maps[int(layer) - 1] if kind == "rollout" else maps[int(layer) - 1, int(head) - 1]
 
     def _repr_html_(self) -> str:  # a notebook shows a run as a short summary
-        import html
 
         m = self.model
         rows = [("run", self.name), ("model", f"{m['config'].get('name_or_path')} @ {m['config'].get('revision')}"),

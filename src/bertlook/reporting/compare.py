@@ -1,4 +1,5 @@
-"""A run's numbers against the paper's, and the regression check against the paper; the readers of a run's files.
+"""A run's numbers against the paper's, and the regression check against the paper (the run's files are read by
+:mod:`bertlook.reporting.run_files`).
 
 **Comparison with the paper** (:func:`build_comparison`, CLI ``compare``). One row per checked number
 (columns :data:`COLUMNS`) in four sections:
@@ -10,7 +11,7 @@
 - ``Table 2``: ``tables/table2.csv`` (coreference; "not run" when the stage did not run);
 - ``Table 3``: ``uas_mean`` of ``tables/table3.csv`` per probe (probes; "not run" when absent);
 - ``Figure facts``: the checks of ``paper_reference.figure_facts`` computed from
-  ``tables/attention_stats.csv`` (:func:`fact_value`).
+  ``tables/attention_stats.csv`` (:func:`bertlook.reporting.figure_facts.fact_value`).
 
 Table sections are in percent (as the paper prints them); figure facts in their own units (fractions,
 head counts, nats). ``difference`` = reproduced - paper. ``status``: ``PASS`` / ``FAIL`` (the number is
@@ -28,19 +29,26 @@ the one definition; the workflow's ``heads --paper-comparable`` comes from it to
 **Regression checks** (CLI ``check-regression RUN_DIR --against paper|FILE``). ``paper``: exit 1 when
 a comparable row FAILs (:func:`check_against_paper`). ``FILE``: a golden JSON: :mod:`bertlook.reporting.golden`.
 
-Several runs side by side (CLI ``models-summary``) are :mod:`bertlook.reporting.models_summary`, which reads
-the run tables through this module's readers.
+Several runs side by side (CLI ``models-summary``) are :mod:`bertlook.reporting.models_summary`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_text
+from bertlook.reporting.figure_facts import fact_passes, fact_value, passes_when
+from bertlook.reporting.paper_reference import (
+    figure_facts, kobayashi_facts, table1_reference, table2_reference, table3_reference,
+)
+from bertlook.reporting.run_files import (
+    NORM_STATS_CSV, TABLE1_CSV, TABLE2_COLUMNS, TABLE2_CSV, TABLE3_CSV, check_run_dir, parse_number, read_manifest,
+    read_run_csv, read_run_stats,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -54,16 +62,6 @@ SECTIONS = {"table1": "Table 1", "table2": "Table 2", "table3": "Table 3", "figu
             "kobayashi2020": "Norms (Kobayashi et al. 2020)"}
 NOTHING_COMPARABLE = "nothing comparable to the paper in this run"
 
-MANIFEST = "manifest.json"
-STATS_CSV = "tables/attention_stats.csv"
-NORM_STATS_CSV = "tables/attention_stats_norm.csv"
-TABLE1_CSV = "tables/table1.csv"
-TABLE2_CSV = "tables/table2.csv"
-TABLE3_CSV = "tables/table3.csv"
-HEAD_ACCURACY_CSV = "tables/head_accuracy.csv"
-CLUSTERS_CSV = "tables/head_clusters.csv"
-JS_CSV = "tables/js_divergence.csv"
-GRADIENTS_CSV = "tables/sep_gradients.csv"
 
 TREES = {
     "ptb_sd": ("gold", "Penn Treebank WSJ, Stanford Dependencies"),
@@ -71,77 +69,6 @@ TREES = {
     "silver": ("silver", "parser output, not gold"),
 }
 DIRECTION_SHORT = {"dep2head": "d→h", "head2dep": "h→d"}
-TABLE2_COLUMNS = ("all", "pronoun", "proper", "nominal")
-
-
-# ==================================================================================== reading inputs
-def read_json_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
-    """A JSON object file of a run (``what`` names it in errors: missing, unreadable, not an object)."""
-    path = Path(path)
-    if not path.is_file():
-        raise BertlookError(f"{path}: {what} not found")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as err:
-        raise BertlookError(f"{path}:{err.lineno}: {what} is not valid JSON: {err.msg}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise BertlookError(f"{path}: cannot read {what}: {err}") from None
-    if not isinstance(doc, dict):
-        raise BertlookError(f"{path}: {what} must be a JSON object")
-    return doc
-
-
-def _check_run_dir(run_dir: str | os.PathLike) -> Path:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise BertlookError(f"{run_dir}: run directory not found")
-    if not (run_dir / MANIFEST).is_file():
-        runs = sorted(p.name for p in run_dir.iterdir() if (p / MANIFEST).is_file()) if run_dir.is_dir() else []
-        hint = f" (run directories inside: {', '.join(runs)}; give one of them)" if runs else ""
-        raise BertlookError(f"{run_dir / MANIFEST}: manifest not found{hint}")
-    return run_dir
-
-
-def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """``RUN_DIR/manifest.json`` as a dict (:class:`BertlookError` naming the file when missing/invalid)."""
-    return read_json_file(_check_run_dir(run_dir) / MANIFEST, "run manifest")
-
-
-def read_run_csv(path: str | os.PathLike, *, required: Sequence[str] = (), what: str = "table"):
-    """A CSV as strings (empty cells stay ``""``); errors name the file."""
-    from bertlook.io_utils import read_csv_strings
-
-    return read_csv_strings(path, required=required, what=what)
-
-
-def parse_number(text: Any, where: str = "") -> float:
-    """A CSV cell as float; empty / NaN -> nan; garbage -> BertlookError naming ``where``."""
-    if text is None:
-        return math.nan
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    s = str(text).strip()
-    if s.lower() in ("", "nan", "na", "<na>", "none"):
-        return math.nan
-    try:
-        return float(s)
-    except ValueError:
-        raise BertlookError(f"{where}: expected a number, got {s!r}") from None
-
-
-def read_run_stats(run_dir: Path, name: str = STATS_CSV):
-    """The run's per-head statistics table (``tables/attention_stats.csv``) with its columns typed."""
-    from bertlook.reporting.plotting import read_figure_table
-    from bertlook.analyses.surface_stats import STAT_COLUMNS
-
-    path = run_dir / name
-    header = list(read_run_csv(path, required=("layer", "head"), what="attention statistics").columns)
-    floats = [c for c in header if c not in ("layer", "head")]
-    missing = [c for c in STAT_COLUMNS if c not in header]
-    if missing:
-        raise BertlookError(f"{path}:1: missing column(s) {', '.join(missing)}")
-    return read_figure_table(path, int_cols=("layer", "head"), float_cols=floats)
 
 
 # ===================================================================================== comparability
@@ -277,8 +204,7 @@ def head_text(head: str, direction: str) -> str:
 
 # ---- Table 1
 def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    from bertlook.analyses.heads import TREEBANK_KINDS
-    from bertlook.reporting.paper_reference import table1_reference
+    from bertlook.analyses.heads import TREEBANK_KINDS  # lazy: imports numpy/pandas; compare is read at DAG build
 
     path = run_dir / TABLE1_CSV
     df = read_run_csv(path, required=("relation", "best_head", "direction", "accuracy", "baseline_offset",
@@ -333,8 +259,6 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
 
 # ---- Table 2
 def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.reporting.paper_reference import table2_reference
-
     ref = table2_reference()
     path = run_dir / TABLE2_CSV
     not_run = None
@@ -387,8 +311,6 @@ def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
 
 # ---- Table 3
 def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.reporting.paper_reference import table3_reference
-
     ref = table3_reference()
     path = run_dir / TABLE3_CSV
     df = None
@@ -433,84 +355,7 @@ def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
 
 
 # ---- figure facts
-def _layer_selection(layers: Any, num_layers: int) -> tuple[list[int] | None, str]:
-    if layers is None:
-        return list(range(1, num_layers + 1)), f"all {num_layers} layers"
-    if layers == "last":
-        return [num_layers], f"layer {num_layers} (the last)"
-    lo, hi = int(layers[0]), int(layers[1])
-    if lo > num_layers:
-        return None, f"the model has {num_layers} layers; the paper's fact is about layers {lo}-{hi}"
-    top = min(hi, num_layers)
-    desc = f"layers {lo}-{top}" if lo != top else f"layer {lo}"
-    if top < hi:
-        desc += f" (the paper's {lo}-{hi}; the model has {num_layers} layers)"
-    return list(range(lo, top + 1)), desc
-
-
-_FILTER = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
-
-
-def fact_value(stats: "pd.DataFrame", metric: dict[str, Any], *, layers: Any = "metric") -> tuple[float | None, str]:
-    """The run's number for a figure fact's ``metric`` from the per-head statistics, and a note.
-
-    ``(None, reason)`` when it cannot be measured (column absent, no layer or head selected).
-    ``layers`` overrides ``metric["layers"]`` (used for ``reference_layers``).
-    """
-    stat = str(metric["stat"])
-    if stat not in stats.columns:
-        return None, (f"{STATS_CSV} has no `{stat}` column: the pipeline does not measure it "
-                      "(not invented here)")
-    num_layers = int(stats["layer"].max())
-    sel, desc = _layer_selection(metric.get("layers") if layers == "metric" else layers, num_layers)
-    if sel is None:
-        return None, desc
-    df = stats[stats["layer"].isin(sel)]
-    flt = metric.get("where")
-    if flt:
-        if flt["stat"] not in stats.columns:
-            return None, f"{STATS_CSV} has no `{flt['stat']}` column"
-        df = df[_FILTER[flt["op"]](df[flt["stat"]], float(flt["value"]))]
-        desc += f", heads with {flt['stat']} {flt['op']} {flt['value']}"
-    values = df[stat].dropna()
-    agg = metric["aggregate"]
-    if agg == "count_above":
-        thr = float(metric["threshold"])
-        above = df[df[stat] > thr]
-        heads = ", ".join(f"{int(a.layer)}-{int(a.head)} ({getattr(a, stat):.2f})" for a in above.itertuples())
-        return float(len(above)), f"heads with {stat} > {thr:g} in {desc}: {heads or 'none'}"
-    if values.empty:
-        return None, f"no head selected ({desc})"
-    value = float({"mean": values.mean, "max": values.max, "min": values.min}[agg]())
-    return value, f"{agg} of {stat} over {len(values)} heads of {desc}"
-
-
-def fact_passes(x: float, op: str, value: float, tolerance: float) -> bool:
-    """Whether the run's number ``x`` satisfies ``op value``, relaxed by ``tolerance`` (see paper_reference)."""
-    t = float(tolerance) + 1e-12
-    if op == ">":
-        return x > value - t
-    if op == ">=":
-        return x >= value - t
-    if op == "<":
-        return x < value + t
-    if op == "<=":
-        return x <= value + t
-    if op == "==":
-        return abs(x - value) <= t
-    raise BertlookError(f"unknown comparison {op!r}")
-
-
-def _relaxed(op: str, value: float, tol: float) -> str:
-    if op == "==":
-        return f"x in [{value - tol:g}, {value + tol:g}]"
-    bound = value - tol if op.startswith(">") else value + tol
-    return f"x {op} {bound:g}"
-
-
 def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
-    from bertlook.reporting.paper_reference import figure_facts
-
     rows = []
     for fact in figure_facts():
         m = fact["metric"]
@@ -521,7 +366,7 @@ def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
         if value is None:
             rows.append(_row("figure_facts", fact["id"], metric, fact["value"], None, fact["tolerance"], NOT_MEASURED, note))
             continue
-        note += f"; passes when {_relaxed(fact['op'], fact['value'], fact['tolerance'])}"
+        note += f"; passes when {passes_when(fact['op'], fact['value'], fact['tolerance'])}"
         if m.get("reference_layers"):
             ref_value, ref_note = fact_value(stats, m, layers=m["reference_layers"])
             if ref_value is not None:
@@ -535,8 +380,6 @@ def _fact_rows(stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
 def _kobayashi_rows(run_dir: Path, stats: "pd.DataFrame", comparable: bool) -> list[dict[str, Any]]:
     """The second reference (Kobayashi et al. 2020): per fact, the run's norm-based share over its
     attention share (same heads, same layers), judged against the fact's reading of the claim."""
-    from bertlook.reporting.paper_reference import kobayashi_facts
-
     facts = kobayashi_facts()
     norm = read_run_stats(run_dir, NORM_STATS_CSV) if (run_dir / NORM_STATS_CSV).is_file() else None
     rows = []
@@ -557,7 +400,7 @@ def _kobayashi_rows(run_dir: Path, stats: "pd.DataFrame", comparable: bool) -> l
             continue
         ratio = v_norm / v_attn
         note += f"; norm share {v_norm:.3g} vs attention share {v_attn:.3g} ({attn_note})"
-        note += f"; passes when {_relaxed(fact['op'], fact['value'], fact['tolerance'])}"
+        note += f"; passes when {passes_when(fact['op'], fact['value'], fact['tolerance'])}"
         ok = fact_passes(ratio, fact["op"], float(fact["value"]), float(fact["tolerance"]))
         status = _judge(comparable, ok) if fact.get("comparable", True) else NOT_COMPARABLE
         if not fact.get("comparable", True):
@@ -574,9 +417,9 @@ def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] |
     comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparable_from_manifest`).
     ``df.attrs``: ``run``, ``comparable`` and ``context`` (model, corpus, trees) for the markdown.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: compare is read at DAG build (paper_comparable)
 
-    run_dir = _check_run_dir(run_dir)
+    run_dir = check_run_dir(run_dir)
     manifest = read_manifest(run_dir)
     comp = comparability(manifest, run_dir)
     if comparable is None:
@@ -705,8 +548,6 @@ def comparison_markdown(df: "pd.DataFrame") -> str:
 def write_comparison(run_dir: str | os.PathLike, out_csv: str | os.PathLike, out_markdown: str | os.PathLike,
                      *, comparable: dict[str, Any] | None = None) -> "pd.DataFrame":
     """Write :func:`build_comparison` as CSV and :func:`comparison_markdown` as Markdown; return the frame."""
-    from bertlook.io_utils import write_csv, write_text
-
     df = build_comparison(run_dir, comparable=comparable)
     write_csv(out_csv, df)
     write_text(out_markdown, comparison_markdown(df))

@@ -14,12 +14,18 @@ Definitions: docs/definitions.md#head-explorer
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from bertlook.analyses.rollout import rollout
+from bertlook.attention.fig1_example import fig1_special, fig1_window, load_fig1_example
+from bertlook.attention.store import open_store
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
 
@@ -190,20 +196,12 @@ SAMPLE_WORDS = (4, 18)  # of this many words (fewer lines: readable)
 
 def _quantised(a) -> str:
     """A map's values in [0, 1] as base64 of uint8 ``round(255 a)`` (row-major)."""
-    import base64
-
-    import numpy as np
-
     q = np.clip(np.rint(np.asarray(a, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
     return base64.b64encode(q.tobytes()).decode("ascii")
 
 
 def dequantised(text: str, shape: tuple[int, ...]):
     """The float32 array of a :func:`_quantised` map (multiples of 1/255), reshaped to ``shape``."""
-    import base64
-
-    import numpy as np
-
     return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape).astype(np.float32) / 255.0
 
 
@@ -215,9 +213,6 @@ def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.P
     maps of the same sentence (``norm_attention``) and the rollout ``[L, W+2, W+2]``
     (:func:`bertlook.analyses.rollout.rollout`), each quantised to 8 bits (:func:`_quantised`); then the
     :func:`segment_windows` of the Fig 1 example (``segment_examples``: every shard's Fig 1 file)."""
-    from bertlook.analyses.rollout import rollout
-    from bertlook.attention.store import open_store
-
     store = open_store(dev_attention, level="word", what="word-level attention store")
     norm = open_store(norm_attention, level="word", what="norm-based word store") if norm_attention else None
     norm_index = {r.get("id"): k for k, r in enumerate(norm.records)} if norm is not None else {}
@@ -236,8 +231,6 @@ def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.P
         if len(out) >= n_sentences:
             break
     if segment_examples:
-        from bertlook.reporting.figures import load_fig1_example
-
         meta, attn = load_fig1_example(list(segment_examples))
         if (meta["num_layers"], meta["num_heads"]) != (store.num_layers, store.num_heads):
             raise BertlookError(f"{segment_examples[0]}: a {meta['num_layers']} x {meta['num_heads']} model's Fig 1 "
@@ -252,12 +245,10 @@ SEGMENT_WINDOW = 30  # tokens of a segment window (the Fig 1 window's size)
 
 def segment_windows(meta: dict[str, Any], attn, size: int = SEGMENT_WINDOW) -> list[dict[str, Any]]:
     """Windows of at most ``size`` tokens of the Fig 1 example segment (``meta``, ``attn [L, H, n, n]`` of
-    :func:`bertlook.reporting.figures.load_fig1_example`): Fig 1's own window (:func:`~bertlook.reporting.figures.
-    fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for a longer segment, [CLS] with its last
-    ``size - 1`` tokens (the final [SEP]). A window's map is the block of its positions: rows keep only the
-    attention inside the window. No gold arcs, norm-based maps or rollout."""
-    from bertlook.reporting.figures import fig1_special, fig1_window
-
+    :func:`bertlook.attention.fig1_example.load_fig1_example`): Fig 1's own window
+    (:func:`~bertlook.attention.fig1_example.fig1_window`: [CLS] and the tokens up to the first [SEP]) and, for
+    a longer segment, [CLS] with its last ``size - 1`` tokens (the final [SEP]). A window's map is the block of
+    its positions: rows keep only the attention inside the window. No gold arcs, norm-based maps or rollout."""
     tokens = [str(t) for t in meta["tokens"]]
     special = fig1_special(meta.get("special_tokens", {}).values())
     n = len(tokens)

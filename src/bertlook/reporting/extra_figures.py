@@ -3,7 +3,7 @@ Zuidema 2020), single-head trees (Htut et al. 2019), the per-head report card an
 
 Every function reads the tables (or frames) written by its analysis step and writes one PNG atomically
 through :func:`bertlook.reporting.plotting.save_png`. The paper's own figures are
-:mod:`bertlook.reporting.figures`. Heavy imports (matplotlib, seaborn, pandas) happen inside the functions.
+:mod:`bertlook.reporting.figures` and :mod:`bertlook.reporting.example_figures`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,21 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.lines import Line2D
+
+from bertlook.analyses.heads import DIRECTION_ARROWS, DIRECTIONS
+from bertlook.analyses.rollout import STAT_COLUMNS
+from bertlook.attention.norms import TOKEN_CLASSES, reduce_norm_summaries
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
 from bertlook.reporting.plotting import (
     from_zero, layer_ticks, message_panel, new_figure, plot_style, read_figure_table, read_stats_columns, save_png,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 # ---- norm-based attention (Kobayashi et al. 2020; numbers: bertlook.attention.norms, surface-stats on the norm store)
@@ -50,10 +55,6 @@ def fig_norms(stats_csv: str | os.PathLike, norm_stats_csv: str | os.PathLike,
     ``|| f(x) ||`` (averaged over heads) of tokens of each class, per layer. Mismatched inputs (other
     heads, other layer counts) are an error naming the files.
     """
-    import seaborn as sns
-
-    from bertlook.attention.norms import TOKEN_CLASSES, reduce_norm_summaries
-
     att_df, att = _layer_shares(stats_csv)
     norm_df, nrm = _layer_shares(norm_stats_csv)
     att_heads = set(zip(att_df["layer"], att_df["head"]))
@@ -122,11 +123,6 @@ def fig_rollout(rollout_csv: str | os.PathLike, out_png: str | os.PathLike) -> P
     Left: share of rollout to [CLS], [SEP], ". ," and other tokens per layer; right: rollout entropy
     per layer, dashed: the entropy of uniform attention (mean ln n, column ``uniform_entropy``).
     """
-    import seaborn as sns
-    from matplotlib.lines import Line2D
-
-    from bertlook.analyses.rollout import STAT_COLUMNS
-
     df = read_figure_table(rollout_csv, int_cols=("layer",), float_cols=(*STAT_COLUMNS, "uniform_entropy"))
     dup = df.duplicated(subset=["layer"])
     if dup.any():
@@ -171,9 +167,6 @@ def fig_tree_heads(per_head_csv: str | os.PathLike, best_csv: str | os.PathLike,
     (undirected maximum spanning tree), dashed: the baselines (right-branching UAS, adjacent-chain
     UUAS). Middle and right: every head's UAS (the better direction) and UUAS, layer x head heatmaps.
     """
-    import numpy as np
-    import seaborn as sns
-
     df = read_figure_table(per_head_csv, int_cols=("layer", "head"),
                            float_cols=("uas_dep2head", "uas_head2dep", "uuas"))
     best = read_figure_table(best_csv, float_cols=("uas", "uuas"), str_cols=("row",)).set_index("row")
@@ -252,8 +245,6 @@ def fig_head_report(csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
     16 x 16 heads (the best relation's name in the ``best_accuracy`` panel). A column without any value
     (optional input not run or not given) gets a panel saying so.
     """
-    import numpy as np
-
     cols = [c for c, _, _ in HEAD_REPORT_PANELS]
     df = read_figure_table(csv, int_cols=("layer", "head"), float_cols=cols)
     relations = read_csv_strings(csv, required=("best_relation",))["best_relation"].str.strip()
@@ -318,10 +309,6 @@ def fig_languages(best: "pd.DataFrame", agreement: "pd.DataFrame", out_png: str 
     says whether every treebank with the relation has the same best head ("same"), how many distinct
     best heads they have ("k heads"), or nothing when only one treebank has the relation.
     """
-    import numpy as np
-
-    from bertlook.analyses.heads import DIRECTION_ARROWS, DIRECTIONS
-
     if best.empty:
         raise BertlookError(f"{out_png}: no best heads to draw (no relation reaches the minimum count)")
     relations = list(dict.fromkeys(str(r) for r in best["relation"]))

@@ -28,9 +28,16 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
+from bertlook import __version__
+from bertlook.analyses.table1 import CROSSFIT_COLUMNS, NOPUNCT_COLUMNS, PAIRED_COLUMNS
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_text
 from bertlook.pipeline.steps import GoldenTable
-from bertlook.reporting.compare import (
+from bertlook.reporting.golden_ranges import poisson_k
+from bertlook.reporting.golden_rules import add_ranges
+from bertlook.reporting.run_files import (
     CLUSTERS_CSV, GRADIENTS_CSV, HEAD_ACCURACY_CSV, JS_CSV, MANIFEST, STATS_CSV, TABLE1_CSV, TABLE2_COLUMNS, TABLE2_CSV,
     TABLE3_CSV, parse_number, read_run_csv, read_json_file, read_run_stats, read_manifest,
 )
@@ -91,8 +98,6 @@ class Tolerances:
     why: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def k_argmax(self, fragile: int) -> int:
-        from bertlook.reporting.golden_ranges import poisson_k
-
         return poisson_k(max(0, int(fragile)) * self.argmax_lambda, self.risk)
 
     def k_tree(self, fragile: int) -> int:
@@ -230,8 +235,6 @@ def _g_table1(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
 def _g_table1_stats(run_dir: Path, name: str = TABLE1_CSV) -> dict[str, Any]:
     """The columns of a Table 1 twin beyond the paper (cross-fitted choice, paired tests, punctuation
     candidates; docs/definitions.md#paired-tests-of-table-1): ``absent`` when the table lacks them."""
-    from bertlook.analyses.table1 import CROSSFIT_COLUMNS, NOPUNCT_COLUMNS, PAIRED_COLUMNS
-
     path = run_dir / name
     if not path.is_file():
         return _group(name + " (beyond the paper)", STATS_TOL, {"status": "absent"})
@@ -352,8 +355,6 @@ def _g_numeric_table(name: str, keys: tuple[str, ...], tol: dict[str, float]) ->
 
 
 def _g_js(run_dir: Path) -> dict[str, Any]:
-    import numpy as np
-
     path = run_dir / JS_CSV
     df = read_run_csv(path, what="JS divergence matrix")
     if df.shape[1] < 2 or df.shape[0] != df.shape[1] - 1:
@@ -445,9 +446,6 @@ def make_golden(run_dir: str | os.PathLike, tolerances: Tolerances | None = None
     (behaviour labels), ``js_divergence`` (the matrix sum and its 5 largest head-pair values), ``counts``
     (every integer of the step summaries but :data:`NOT_COUNTS`), and the twins beyond the paper.
     """
-    from bertlook import __version__
-    from bertlook.reporting.golden_rules import add_ranges
-
     run_dir = Path(run_dir)
     groups = run_values(run_dir, tables)
     tolerances = tolerances or Tolerances()
@@ -572,6 +570,4 @@ def check_against_golden(run_dir: str | os.PathLike, golden_path: str | os.PathL
 
 
 def write_golden(doc: dict[str, Any], out: str | os.PathLike) -> Path:
-    from bertlook.io_utils import write_text
-
     return write_text(out, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")

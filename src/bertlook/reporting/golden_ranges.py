@@ -35,6 +35,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
+from scipy.stats import binom
+
+from bertlook.reporting.run_files import read_json_file
 
 FAMILY_RISK = 1e-6
 #: a bootstrap replicate's words are at least this share of the relation's words (for the CI ranges)
@@ -73,8 +77,6 @@ def mcnemar_range(b: int, c: int, k: int) -> tuple[float, float]:
     """(lowest, highest) exact McNemar p-value (:func:`bertlook.analyses.table1.mcnemar_exact`:
     ``min(1, 2 BinomCDF(min(b, c); b + c, 1/2))``) over every ``(b', c') >= 0`` with ``|b' - b| + |c' - c| <= k``
     (vectorised; the ends widened by 1e-9 relative for the rounding of another CDF routine)."""
-    from scipy.stats import binom
-
     db = np.array([d for d in range(-k, k + 1) for _ in range(-(k - abs(d)), k - abs(d) + 1)])  # [pair]
     dc = np.array([e for d in range(-k, k + 1) for e in range(-(k - abs(d)), k - abs(d) + 1)])  # [pair]
     bb, cc = b + db, c + dc  # [pair]
@@ -122,16 +124,12 @@ class RunFiles:
 
     def summary(self, rel: str) -> dict[str, Any]:
         if rel not in self._cache:
-            from bertlook.reporting.compare import read_json_file
-
             path = self.run_dir / rel
             self._cache[rel] = read_json_file(path, "step summary") if path.is_file() else {}
         return self._cache[rel]
 
     def table(self, rel: str):
         if rel not in self._cache:
-            import pandas as pd
-
             path = self.run_dir / rel
             self._cache[rel] = pd.read_csv(path) if path.is_file() else None
         return self._cache[rel]

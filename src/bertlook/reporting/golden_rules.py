@@ -14,6 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from bertlook.analyses.cluster_heads import LABEL_COLUMNS, behaviour_labels
+from bertlook.analyses.head_report import POSITIONAL_THRESHOLD, SINK_THRESHOLD
+from bertlook.analyses.heads import SKIP_RELATIONS
+from bertlook.analyses.table1 import holm
 from bertlook.errors import BertlookError
 from bertlook.reporting.golden_ranges import (
     MIN_REPLICATE_SHARE, RANGERS, RunFiles, any_of, between, bootstrap_weight_bound, choice, eval_range, mcnemar_range,
@@ -144,8 +148,6 @@ def _paired(values, rel: str, fam: str, k: int, n: int, summary) -> None:
 
 
 def _holm(values, rows: list[str], fam: str, alpha: float) -> None:
-    from bertlook.analyses.table1 import holm
-
     keys = [f"{r}/{fam}_p" for r in rows if num_or_none(_plain(values.get(f"{r}/{fam}_p"))) is not None]
     if not keys:
         return
@@ -293,8 +295,6 @@ def stats_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, group
 
 def _label_options(stats, rtol: float = ROUNDING) -> list[set[str]]:
     """Per head, the behaviour labels its statistics give when one of them moves by ``rtol`` either way."""
-    from bertlook.analyses.cluster_heads import LABEL_COLUMNS, behaviour_labels
-
     options = [{lab} for lab in behaviour_labels(stats)]
     for col in LABEL_COLUMNS:
         for sign in (-1.0, 1.0):
@@ -319,8 +319,6 @@ def labels_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, grou
 
 @ranger("head_report")
 def head_report_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, groups) -> str:
-    from bertlook.analyses.head_report import POSITIONAL_THRESHOLD, SINK_THRESHOLD
-
     k_rows, rows, cand = _k_rows(files, "tables/attention_stats.summary.json", tol)
     stats = files.table("tables/attention_stats.csv")
     labels = dict(zip(stats["layer"].astype(str) + "-" + stats["head"].astype(str), _label_options(stats))) \
@@ -354,7 +352,6 @@ def _best_relations(files: RunFiles, tol) -> dict[str, tuple[list[str], list[str
     min_count = int((report.get("thresholds") or {}).get("min_count") or 0)
     if acc is None:
         return {}
-    from bertlook.analyses.heads import SKIP_RELATIONS
 
     cand = acc[(acc["relation"] != "All") & ~acc["relation"].isin(SKIP_RELATIONS) & (acc["count"] >= min_count)]
     frag = cand["fragile"] if "fragile" in cand.columns else np.zeros(len(cand), dtype=np.int64)

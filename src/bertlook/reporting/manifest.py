@@ -17,6 +17,7 @@ from typing import Any
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
+from bertlook.pipeline.config import model_for_run
 
 PACKAGES = [
     "bertlook", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "scikit-learn",
@@ -57,8 +58,6 @@ def build_manifest(
     step_summaries: dict[str, str],
 ) -> dict[str, Any]:
     """Assemble the manifest dict (see module docstring)."""
-    from bertlook.pipeline.config import model_for_run
-
     # a store directory, or its meta.json alone (a sharded run's gathered meta: no maps needed)
     meta_path = Path(attention_dir) if Path(attention_dir).is_file() else Path(attention_dir) / "meta.json"
     attention_meta = _read_json(str(meta_path), "attention store meta")

@@ -2,21 +2,26 @@
 probe UAS and a few surface facts of each run (:func:`models_summary`), as Markdown
 (:func:`models_summary_markdown`) and a two-panel figure (:func:`fig_models_summary`).
 
-Reads each run's tables through the readers of :mod:`bertlook.reporting.compare`.
+Reads each run's tables through the readers of :mod:`bertlook.reporting.run_files`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from bertlook.analyses.probes import PROBE_LABELS
 from bertlook.errors import BertlookError
-from bertlook.reporting.compare import TABLE1_CSV, TABLE3_CSV, head_text, parse_number, read_run_csv, read_run_stats
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
+from bertlook.reporting.compare import head_text
+from bertlook.reporting.plotting import new_figure, plot_style, save_png
+from bertlook.reporting.run_files import TABLE1_CSV, TABLE3_CSV, parse_number, read_run_csv, read_run_stats
 
 SUMMARY_COLUMNS = ["model", "section", "item", "metric", "value", "detail"]
 
@@ -31,8 +36,6 @@ def models_summary(run_dirs: Sequence[str | os.PathLike], labels: Sequence[str] 
     """One row per (model, metric): best-head accuracy per Table 1 relation present in every run,
     probe UAS (``uas_mean``) per probe, and surface facts (mean ``sep`` over the middle third of the
     layers, largest ``prev`` and ``next``). Values are fractions (accuracy, UAS, attention)."""
-    import pandas as pd
-
     if not run_dirs:
         raise BertlookError("models-summary: give at least one --run-dir")
     dirs = [Path(d) for d in run_dirs]
@@ -110,8 +113,6 @@ _PROVENANCE_SUMMARIES = (DETECTORS_SUMMARY, Path("tables") / "sep_gradients.summ
 
 def run_family(run_dir: Path) -> str:
     """The model family (``encoder`` | ``decoder``) of a run, from a summary that records it; ``unknown``."""
-    import json
-
     for rel in _PROVENANCE_SUMMARIES:
         try:
             doc = json.loads((run_dir / rel).read_text(encoding="utf-8"))
@@ -126,8 +127,6 @@ def run_family(run_dir: Path) -> str:
 def _detector_rows(labels: Sequence[str], dirs: Sequence[Path]) -> list[dict[str, Any]]:
     """Per run with head detectors: the heads above the threshold per detector, the best induction score and
     the sink share of the last layer."""
-    import json
-
     rows: list[dict[str, Any]] = []
     for label, d in zip(labels, dirs):
         try:
@@ -186,12 +185,6 @@ def models_summary_markdown(df: "pd.DataFrame") -> str:
 
 def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
     """Two panels of grouped bars: best-head accuracy per relation per model; probe UAS per probe per model."""
-    import numpy as np
-    import seaborn as sns
-
-    from bertlook.reporting.plotting import new_figure, plot_style, save_png
-    from bertlook.analyses.probes import PROBE_LABELS
-
     labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
     colors = sns.color_palette("colorblind", max(3, len(labels)))
     panels = (("Table 1", "Best-head accuracy per relation", "Accuracy (%)"),

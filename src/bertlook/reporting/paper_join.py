@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.table1 import HELDOUT_COLUMNS, TABLE1_COLUMNS
 from bertlook.reporting.paper_reference import table1_reference, table2_reference, table3_reference
 
 #: Table 1 columns added after the run's own paper-twin columns (``TABLE1_COLUMNS`` and the held-out
@@ -45,8 +46,6 @@ def join_table1(table: pd.DataFrame, scheme: str = "sd", *, comparable: bool = F
     held-out ones when present), so the columns beyond the paper stay last; rows the paper does not
     have get empty / NaN cells. ``diff_accuracy`` (ours - paper, fraction) is filled only when the run
     is ``comparable``."""
-    from bertlook.analyses.table1 import HELDOUT_COLUMNS, TABLE1_COLUMNS
-
     paper = table1_reference(scheme)
     cols: dict[str, list[Any]] = {c: [] for c in TABLE1_PAPER_COLUMNS}
     for rel, acc in zip(table["relation"], table["accuracy"]):

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.resources
 from typing import Any, Sequence
+
+import yaml
 
 from bertlook.errors import BertlookError
 
@@ -42,10 +45,6 @@ FILTER_OPS = (">", ">=", "<", "<=")
 
 @functools.lru_cache(maxsize=1)
 def _load_cached() -> dict[str, Any]:
-    import importlib.resources
-
-    import yaml
-
     try:
         text = importlib.resources.files("bertlook.reporting").joinpath(RESOURCE).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError) as err:

@@ -2,12 +2,14 @@
 reading of the tables they draw, and a few axis helpers.
 
 Used by :mod:`bertlook.reporting.figures` (the paper's figures), :mod:`bertlook.reporting.extra_figures`
-(figures beyond the paper) and :mod:`bertlook.reporting.models_summary`. Heavy imports (matplotlib,
-seaborn, pandas) happen inside the functions.
+(figures beyond the paper) and :mod:`bertlook.reporting.models_summary`. Light at the top (matplotlib,
+seaborn and pandas imported inside the functions): :mod:`bertlook.reporting.run_files` reads tables with
+:func:`read_figure_table`, and the workflow imports that when it builds the DAG.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Sequence
@@ -20,16 +22,14 @@ DPI = 150
 
 
 def _agg() -> None:
-    import matplotlib
+    import matplotlib  # lazy: not needed at DAG build (see the module docstring)
 
     matplotlib.use("Agg")
 
 
 def plot_style():
     """A seaborn style + context applied only inside a ``with`` block (no global rcParams change)."""
-    import contextlib
-
-    import seaborn as sns
+    import seaborn as sns  # lazy: not needed at DAG build
 
     stack = contextlib.ExitStack()
     stack.enter_context(sns.axes_style("whitegrid"))
@@ -40,7 +40,7 @@ def plot_style():
 def new_figure(**kwargs):
     """A pyplot-free Figure (no global figure registry; nothing to close)."""
     _agg()
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: not needed at DAG build
 
     kwargs.setdefault("layout", "constrained")
     return Figure(**kwargs)
@@ -89,7 +89,7 @@ def read_figure_table(
     str_cols: Sequence[str] = (),
 ):
     """Read a CSV, check the named columns exist and parse; errors name the file and line."""
-    import pandas as pd
+    import pandas as pd  # lazy: not needed at DAG build
 
     path = Path(path)
     raw = read_csv_strings(path, required=[*int_cols, *float_cols, *str_cols])

@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from markdown_it import MarkdownIt
+from PIL import Image, UnidentifiedImageError
+
+from bertlook.analyses.heads import DIRECTION_ARROWS
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, read_csv_strings
 from bertlook.reporting.formatting import MISSING, pct
@@ -76,8 +80,6 @@ def _write(out: str | os.PathLike, text: str) -> Path:
 
 def markdown_html(text: str) -> str:
     """HTML of bertlook's Markdown (CommonMark + pipe tables; raw HTML in the source is escaped)."""
-    from markdown_it import MarkdownIt
-
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
 
 
@@ -149,8 +151,6 @@ def fmt_bool(value: str) -> str:
 
 
 def fmt_direction(value: str) -> str:
-    from bertlook.analyses.heads import DIRECTION_ARROWS
-
     return DIRECTION_ARROWS.get(value, value) if value else MISSING
 
 
@@ -338,8 +338,6 @@ def figure_copy(png: str | os.PathLike, out_png: str | os.PathLike, *, max_width
                 colours: int = PALETTE_COLOURS) -> tuple[tuple[int, int], tuple[int, int]]:
     """A copy of ``png`` at most ``max_width`` pixels wide (aspect kept, never enlarged), white behind
     any transparency, with an adaptive palette of ``colours``; returns the (width, height) before and after."""
-    from PIL import Image, UnidentifiedImageError
-
     path = Path(png)
     try:
         with Image.open(path) as img:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
 
 BENCHMARK_COLUMNS = ["s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in", "io_out",
                      "mean_load", "cpu_time"]
@@ -203,8 +204,6 @@ def _csv_value(value: Any) -> str:
 
 
 def write_table_csv(path: str | os.PathLike, table: list[dict[str, Any]]) -> None:
-    from bertlook.io_utils import atomic_path
-
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, lineterminator="\n")

@@ -6,11 +6,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
+from bertlook.analyses.coref import COLUMNS as COREF_COLUMNS
+from bertlook.analyses.heads import DIRECTION_ARROWS, TREEBANK_KINDS
+from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
+from bertlook.analyses.tree_heads import BASELINE_LABELS, BASELINES
 from bertlook.reporting.formatting import MISSING, pct
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
     from bertlook.attention.store import AttentionStore
 
 
@@ -32,17 +36,49 @@ def _offset(k: Any) -> str:
 
 
 def _has(df: "pd.DataFrame", col: str) -> bool:
-    import pandas as pd
-
     return col in df.columns and bool(df[col].map(lambda v: not (pd.isna(v) or v == "")).any())
+
+
+def _table1_cells(row, *, below: bool, heldout: bool, crossfit: bool, paper: bool, diff: bool,
+                  notes: list[str]) -> list[str]:
+    """One relation's cells of :func:`table1_markdown` (the optional column groups as flagged); a note on the
+    paper's number goes to ``notes``."""
+    rel = str(row.relation) + (" \\*" if below else "")
+    cells = [
+        rel,
+        f"{int(row.count):,}",
+        f"{row.best_head} {DIRECTION_ARROWS.get(row.direction, row.direction)}",
+        f"{pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
+        f"{pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
+    ]
+    if heldout:
+        hh = str(row.heldout_head or "")
+        cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
+                  pct(row.heldout_accuracy)]
+    if crossfit:
+        ha_, hb = str(row.crossfit_head_a or ""), str(row.crossfit_head_b or "")
+        cells += [f"{ha_} {DIRECTION_ARROWS.get(row.crossfit_direction_a, '')} / "
+                  f"{hb} {DIRECTION_ARROWS.get(row.crossfit_direction_b, '')}" if ha_ and hb else "",
+                  pct(row.crossfit_accuracy)]
+    if paper:
+        ph = str(row.paper_head or "")
+        pr = str(getattr(row, "paper_relation", "") or "")
+        tag = f" ({pr})" if pr and pr != str(row.relation) else ""
+        cells += [f"{ph} {DIRECTION_ARROWS.get(row.paper_direction, '')}{tag}".strip() if ph else "",
+                  pct(row.paper_accuracy),
+                  f"{pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
+                  if not pd.isna(row.paper_baseline) else ""]
+        note = str(getattr(row, "paper_note", "") or "")
+        if note:
+            notes.append(f"- {row.relation}: {note}")
+    if diff:
+        v = row.diff_accuracy
+        cells.append("" if pd.isna(v) else f"{100 * float(v):+.1f}")
+    return cells
 
 
 def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
     """Markdown twin of the paper's Table 1: percents with one decimal, 95% bootstrap CI in brackets."""
-    import pandas as pd
-
-    from bertlook.analyses.heads import DIRECTION_ARROWS
-
     heldout = _has(df, "heldout_head")
     crossfit = "crossfit_accuracy" in df.columns
     paper = _has(df, "paper_head")
@@ -61,40 +97,10 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
     notes: list[str] = []
     any_below = False
     for row in df.itertuples(index=False):
-        rel = str(row.relation)
-        if bool(getattr(row, "below_min_count", False)):
-            rel += " \\*"
-            any_below = True
-        cells = [
-            rel,
-            f"{int(row.count):,}",
-            f"{row.best_head} {DIRECTION_ARROWS.get(row.direction, row.direction)}",
-            f"{pct(row.accuracy)}{_ci(row.ci_low, row.ci_high)}",
-            f"{pct(row.baseline_accuracy)} ({_offset(row.baseline_offset)}){_ci(row.baseline_ci_low, row.baseline_ci_high)}",
-        ]
-        if heldout:
-            hh = str(row.heldout_head or "")
-            cells += [f"{hh} {DIRECTION_ARROWS.get(row.heldout_direction, '')}".strip() if hh else "",
-                      pct(row.heldout_accuracy)]
-        if crossfit:
-            ha_, hb = str(row.crossfit_head_a or ""), str(row.crossfit_head_b or "")
-            cells += [f"{ha_} {DIRECTION_ARROWS.get(row.crossfit_direction_a, '')} / "
-                      f"{hb} {DIRECTION_ARROWS.get(row.crossfit_direction_b, '')}" if ha_ and hb else "",
-                      pct(row.crossfit_accuracy)]
-        if paper:
-            ph = str(row.paper_head or "")
-            pr = str(getattr(row, "paper_relation", "") or "")
-            tag = f" ({pr})" if pr and pr != str(row.relation) else ""
-            cells += [f"{ph} {DIRECTION_ARROWS.get(row.paper_direction, '')}{tag}".strip() if ph else "",
-                      pct(row.paper_accuracy),
-                      f"{pct(row.paper_baseline)} ({_offset(row.paper_baseline_offset)})"
-                      if not pd.isna(row.paper_baseline) else ""]
-            note = str(getattr(row, "paper_note", "") or "")
-            if note:
-                notes.append(f"- {row.relation}: {note}")
-        if diff:
-            v = row.diff_accuracy
-            cells.append("" if pd.isna(v) else f"{100 * float(v):+.1f}")
+        below = bool(getattr(row, "below_min_count", False))
+        any_below = any_below or below
+        cells = _table1_cells(row, below=below, heldout=heldout, crossfit=crossfit, paper=paper, diff=diff,
+                              notes=notes)
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -128,8 +134,6 @@ def table1_markdown(df: "pd.DataFrame", *, title: str, corpus_note: str) -> str:
 
 
 def _pval(p: Any) -> str:
-    import pandas as pd
-
     if p is None or pd.isna(p):
         return MISSING
     p = float(p)
@@ -137,8 +141,6 @@ def _pval(p: Any) -> str:
 
 
 def _points(d: Any, lo: Any = None, hi: Any = None) -> str:
-    import pandas as pd
-
     if d is None or pd.isna(d):
         return MISSING
     text = f"{100 * float(d):+.1f}"
@@ -149,10 +151,6 @@ def _points(d: Any, lo: Any = None, hi: Any = None) -> str:
 
 def _paired_markdown(df: "pd.DataFrame") -> list[str]:
     """The paired-test table under Table 1 (columns ``vs_baseline_*``, ``runner_up_*``, ``vs_runner_up_*``)."""
-    import pandas as pd
-
-    from bertlook.analyses.heads import DIRECTION_ARROWS
-
     def sig(v: Any) -> str:
         return MISSING if v is None or pd.isna(v) else ("yes" if bool(v) else "no")
 
@@ -193,8 +191,6 @@ def _paired_markdown(df: "pd.DataFrame") -> list[str]:
 
 def _nopunct_markdown(df: "pd.DataFrame") -> list[str]:
     """The candidate-set table under Table 1: the best head with punctuation excluded as a candidate."""
-    from bertlook.analyses.heads import DIRECTION_ARROWS
-
     header = ["Relation", "n", "Accuracy, every word a candidate", "Head, no punctuation candidate",
               "Accuracy, no punctuation candidate", "Change (points)", "Words headed by punctuation"]
     lines = ["## Candidate sets: punctuation excluded as a candidate head", "",
@@ -235,8 +231,6 @@ def _paper_pct(x: Any) -> str:
 
 def table2_markdown(df: "pd.DataFrame", *, title: str, note: str = "") -> str:
     """Markdown twin of Table 2: our accuracy (percent, 1 decimal) and the paper's (as printed)."""
-    from bertlook.analyses.coref import COLUMNS
-
     header = ["System", "All", "Pronoun", "Proper", "Nominal", "Paper: All", "Pronoun", "Proper", "Nominal"]
     lines = [f"# {title}", ""]
     if note:
@@ -248,13 +242,13 @@ def table2_markdown(df: "pd.DataFrame", *, title: str, note: str = "") -> str:
             label = f"Best head {row.head}" if row.head else "Best head (no mention to score)"
             if row.paper_head:
                 label += f" (paper: {row.paper_head})"
-        cells = [label, *(pct(getattr(row, c)) for c in COLUMNS),
-                 *(_paper_pct(getattr(row, f"paper_{c}")) for c in COLUMNS)]
+        cells = [label, *(pct(getattr(row, c)) for c in COREF_COLUMNS),
+                 *(_paper_pct(getattr(row, f"paper_{c}")) for c in COREF_COLUMNS)]
         lines.append("| " + " | ".join(cells) + " |")
     counts = df[df.system == "nearest"].iloc[0] if (df.system == "nearest").any() else None
     if counts is not None:
         lines.append("| Mentions scored (n) | " + " | ".join(
-            f"{int(counts[f'n_{c}']):,}" for c in COLUMNS) + " | | | | |")
+            f"{int(counts[f'n_{c}']):,}" for c in COREF_COLUMNS) + " | | | | |")
     lines += [
         "",
         "Antecedent selection accuracy: % of mentions with an antecedent (an earlier mention of the same "
@@ -290,8 +284,6 @@ def table2_note(store: "AttentionStore", candidates: str) -> str:
 
 def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
-    from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
-
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
@@ -322,8 +314,6 @@ def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
 def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
     """The best single-head trees per layer (:func:`bertlook.analyses.tree_heads.best_heads`) next to
     the baselines, in percent."""
-    from bertlook.analyses.tree_heads import BASELINE_LABELS, BASELINES
-
     lines = ["| Layer | best UAS head | direction | UAS | best UUAS head | UUAS |",
              "|---|---|---|---:|---|---:|"]
     for r in best.itertuples(index=False):
@@ -347,8 +337,6 @@ def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
 
 def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probe_reference.run_layer_ablations`) in percent."""
-    from bertlook.analyses.probes import is_missing
-
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Attention features", "heads", "UAS", "sd", "Δ UAS", "seeds"] + (
         ["UAS (MST)", "sd (MST)", "Δ (MST)"] if has_mst else [])
@@ -378,8 +366,6 @@ def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
 # ---- Table 1 caption
 def trees_note(kind: str | None, name: str | None = None, *, comparable: bool = False) -> str:
     """One or two sentences on the trees used and whether the numbers are comparable to the paper."""
-    from bertlook.analyses.heads import TREEBANK_KINDS
-
     if kind not in TREEBANK_KINDS:
         trees = "trees of unrecorded origin"
     else:
@@ -407,10 +393,6 @@ def languages_markdown(best: "pd.DataFrame", agreement: "pd.DataFrame", labels: 
     """Markdown of the cross-language summary (:mod:`bertlook.analyses.languages`): one row per relation
     and direction, the best head and its accuracy (percent, one decimal) in each treebank (``labels``,
     with ``languages`` in the same order), then whether the treebanks agree."""
-    import pandas as pd
-
-    from bertlook.analyses.heads import DIRECTION_ARROWS
-
     header = ["Relation", "Dir.", *(f"{lab} ({lang})" if lang and lang != lab else str(lab)
                                      for lab, lang in zip(labels, languages)),
               "Same head", "Distinct", "Spearman", "Transfer"]
