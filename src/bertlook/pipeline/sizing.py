@@ -39,13 +39,10 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.model_spec import DECODER, cached_file, model_family, resolve_model
-
-if TYPE_CHECKING:
-    from bertlook.pipeline.costs import Cost
 
 MIB = 1 << 20
 # inputs of gather jobs (partial sums, tables, summaries): a job with only these reads no maps
@@ -408,8 +405,8 @@ def sum_flops(dims: ModelDims, ex: Examples) -> float:
     return dims.layers * (2.0 * dims.matmul_params_per_layer * ex.tokens + 4.0 * dims.hidden * ex.squares)
 
 
-def declared_cost(rule: str, costs: Mapping[str, Cost]) -> Cost:
-    """The cost ``costs`` declares for ``rule``; a rule without one is an error naming it."""
+def declared_cost(rule: str, costs: Mapping[str, Any]) -> Any:
+    """The cost ``costs`` (``{rule: bertlook.pipeline.costs.Cost}``) declares for ``rule``; a rule without one is an error naming it."""
     if rule not in costs:
         raise BertlookError(f"sizing: no estimate for rule {rule!r}: declare its cost (cost= in its step, or the "
                             f"COSTS table of its CLI module; docs/ADDING_A_STEP.md; declared: {', '.join(sorted(costs))})")
@@ -417,7 +414,7 @@ def declared_cost(rule: str, costs: Mapping[str, Cost]) -> Cost:
 
 
 def rule_resources(rule: str, config: Mapping[str, Any], input_paths: Iterable[Any] = (), *,
-                   costs: Mapping[str, Cost], wildcards: Mapping[str, Any] | None = None, attempt: int = 1,
+                   costs: Mapping[str, Any], wildcards: Mapping[str, Any] | None = None, attempt: int = 1,
                    dims_of: Callable[[str, str | None], ModelDims] | None = None) -> dict[str, int]:
     """``{"mem_mb", "runtime" (minutes), "disk_mb"}`` of a job of ``rule``, from the cost ``costs`` declares
     for it (:func:`bertlook.cli.declared_costs`). ``input_paths``: the job's input files (Snakemake's
@@ -435,7 +432,7 @@ def rule_resources(rule: str, config: Mapping[str, Any], input_paths: Iterable[A
     }
 
 
-def snakemake_resources(rule: str, config: Mapping[str, Any], costs: Mapping[str, Cost]) -> dict[str, Callable]:
+def snakemake_resources(rule: str, config: Mapping[str, Any], costs: Mapping[str, Any]) -> dict[str, Callable]:
     """``mem_mb``, ``runtime``, ``disk_mb`` as Snakemake resource callables of one rule (``resources:
     **sizing.snakemake_resources("extract_segments", config, declared_costs())``); a rule without a
     declared cost fails here, when the workflow is parsed."""
