@@ -97,9 +97,8 @@ def segments(job: Job) -> tuple[Examples, Examples]:
     return ex, ex
 
 
-def treebank_words(job: Job) -> tuple[Examples, Examples]:
-    """The words (+ [CLS]/[SEP]) and wordpieces of the job's treebank split (its shard)."""
-    return treebank_input(job)
+#: the words (+ [CLS]/[SEP]) and wordpieces of the job's treebank split (its shard)
+treebank_words = treebank_input
 
 
 def coref_documents(job: Job) -> tuple[Examples, Examples]:

@@ -223,9 +223,10 @@ def shard_slice(items: list, shard: tuple[int, int] | None) -> list:
     return items[(i - 1) * n // k: i * n // k]
 
 
-def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = None) -> Examples | None:
-    """Token counts of a segments file (JSON Lines with ``tokens``), or of one shard of it; None when
-    the file is not there."""
+def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = None,
+                      limit: int | None = None) -> Examples | None:
+    """Token counts of a segments file (JSON Lines with ``tokens``; of its first ``limit`` segments), or of one
+    shard of them; None when the file is not there."""
     p = Path(path)
     if not p.is_file():
         return None
@@ -238,7 +239,7 @@ def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = N
                 except (ValueError, AttributeError):
                     continue
     ex = Examples()
-    for n in shard_slice(lengths, shard):
+    for n in shard_slice(lengths[:limit] if limit else lengths, shard):
         ex.add(n)
     return ex
 
@@ -340,24 +341,9 @@ def segments_input(job: Job, limit: int | None = None) -> Examples:
     """Token counts of the job's segments: its shard of the segments file (of its first ``limit``
     segments), else the configuration's upper bound ``n_segments x max_seq_len``."""
     for p in job.input_like(".jsonl"):
-        if limit:
-            ex = segments_examples(p)
-            if ex is not None and ex.count:
-                lengths = []
-                with open(p, encoding="utf-8") as fh:
-                    for line in fh:
-                        if line.strip() and len(lengths) < limit:
-                            try:
-                                lengths.append(len(json.loads(line).get("tokens") or ()))
-                            except (ValueError, AttributeError):
-                                continue
-                got = Examples()
-                for n in shard_slice(lengths, job.shard):
-                    got.add(n)
-                return got
-        ex = segments_examples(p, job.shard)
+        ex = segments_examples(p, None if limit else job.shard)  # with a limit: the shard of the first segments
         if ex is not None and ex.count:
-            return ex
+            return segments_examples(p, job.shard, limit) if limit else ex
     count = int(job.config["segments"]["n_segments"])
     return _uniform_shard(min(count, limit) if limit else count, job.max_len, job.shard)
 
@@ -406,10 +392,11 @@ def sum_flops(dims: ModelDims, ex: Examples) -> float:
 
 
 def declared_cost(rule: str, costs: Mapping[str, Any]) -> Any:
-    """The cost ``costs`` (``{rule: bertlook.pipeline.costs.Cost}``) declares for ``rule``; a rule without one is an error naming it."""
+    """The cost ``costs`` (``{rule: bertlook.pipeline.costs.Cost}``) declares for ``rule``; a rule without one
+    is an error naming it."""
     if rule not in costs:
-        raise BertlookError(f"sizing: no estimate for rule {rule!r}: declare its cost (cost= in its step, or the "
-                            f"COSTS table of its CLI module; docs/ADDING_A_STEP.md; declared: {', '.join(sorted(costs))})")
+        raise BertlookError(f"sizing: no estimate for rule {rule!r}: declare its cost (cost= in its step, or the COSTS "
+                            f"table of its CLI module: docs/ADDING_A_STEP.md); declared: {', '.join(sorted(costs))}")
     return costs[rule]
 
 
