@@ -26,7 +26,7 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
-from bertlook.cli import ORDER as CLI_ORDER, declared_steps
+from bertlook.cli import ORDER as CLI_ORDER, declared_costs, declared_steps
 from bertlook.pipeline import model_spec, sizing, steps
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
@@ -34,9 +34,8 @@ from bertlook.reporting import compare as _compare
 
 # The steps of a run, each declared once in its CLI module (bertlook.cli.<step>.STEPS, gathered by
 # bertlook.cli.declared_steps): what `all` asks for, the manifest's summaries, the report pages, the
-# sizing kinds (docs/ADDING_A_STEP.md).
+# rules' costs (docs/ADDING_A_STEP.md).
 STEPS = declared_steps()
-from bertlook.cli import declared_costs
 RULE_COSTS = declared_costs()  # what the jobs of every rule cost (bertlook.pipeline.costs), read by step_resources
 
 
