@@ -7,7 +7,7 @@ a rule without a step of its own (segments, gathers, merges, downloads, summarie
 the CLI module of the command it runs; :func:`bertlook.cli.declared_costs` gathers them and
 :func:`bertlook.pipeline.sizing.rule_resources` reads them (no rule name is known here). A cost names one of
 the estimators below and the parameters it reads: a model-running step usually :func:`forward_pass` with the
-examples it runs the model on (:func:`segments`, :func:`treebank_words`, :func:`coref_documents`,
+examples it runs the model on (:func:`segments`, :data:`treebank_words`, :func:`coref_documents`,
 :func:`detector_sequences`), its batch size, its forward passes and the attention stores it writes.
 
 Model of each quantity (``K = layers * heads``; ``n`` tokens of an example; ``W`` weights in MiB):
