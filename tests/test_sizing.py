@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bertlook.pipeline import sizing
+from bertlook.cli import declared_costs, declared_steps
+from bertlook.pipeline import costs, sizing, steps
 from bertlook.pipeline.config import validate_config
 from bertlook.errors import BertlookError
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+COSTS = declared_costs()
 
 # BERT-base dimensions with weights of exactly 420 MiB (so the arithmetic below stays readable)
 BASE = sizing.ModelDims(layers=12, heads=12, hidden=768, intermediate=3072, vocab=30522,
@@ -33,7 +36,12 @@ def _config(**edits) -> dict:
 
 def _req(rule, config, inputs=(), dims=BASE, **kw):
     return sizing.rule_resources(rule, config, inputs, wildcards={"run": "offline-minilm", **kw.pop("wc", {})},
-                                 dims_of=lambda spec, rev: dims, **kw)
+                                 dims_of=lambda spec, rev: dims, costs=kw.pop("costs", COSTS), **kw)
+
+
+def _estimate(rule, job):
+    """(RSS MiB, CPU s, output MiB) of ``job`` from ``rule``'s declared cost, before safety factors and floors."""
+    return COSTS[rule].estimate(job, COSTS[rule])
 
 
 def test_bert_base_parameter_count_and_store_size():
@@ -74,8 +82,9 @@ def test_extract_segments_by_hand():
     assert _req("extract_segments", _config(**{"norms.enabled": False, "extraction.keep_maps": True}))["disk_mb"] == 4997
     # a retried job asks for attempt x the memory and time
     assert _req("extract_segments", config, attempt=2) == {"mem_mb": 4606, "runtime": 64, "disk_mb": 100}
-    # a shard of the same work: kind= names the rule it behaves like
-    assert _req("extract_segments_shard", config, kind="extract_segments") == _req("extract_segments", config)
+    # a rule declared with the same cost gets the same request
+    shard = {"extract_segments_shard": COSTS["extract_segments"]}
+    assert _req("extract_segments_shard", config, costs=shard) == _req("extract_segments", config)
 
 
 def test_segments_file_drives_the_estimate_and_floors_apply(tmp_path):
@@ -167,9 +176,9 @@ def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
     # the random-init twin (probes.random_init) runs in the same job: a second forward pass and a third store
     # (with the norm-based one)
     def estimate(config):
-        return sizing._estimate(sizing.Job(rule="extract_words", config=config, inputs=[str(conllu)],
-                                           wildcards={"run": "offline-minilm", "split": "train"},
-                                           dims_of=lambda s, r: BASE))
+        return _estimate("extract_words", sizing.Job(rule="extract_words", config=config, inputs=[str(conllu)],
+                                                     wildcards={"run": "offline-minilm", "split": "train"},
+                                                     dims_of=lambda s, r: BASE))
     (mem, cpu, disk), (mem1, cpu1, disk1) = estimate(_config()), estimate(_config(**{"probes.random_init": False}))
     assert mem == mem1 and cpu - 20 == pytest.approx(2 * (cpu1 - 20)) and disk == pytest.approx(1.5 * disk1)
     # a model directory among the inputs gives the dimensions, not the run's model
@@ -194,29 +203,45 @@ def test_calibration_points_are_reproduced():
     # max_rss of extract_segments in the demo (offline MiniLM, one pass with norms, 2 threads: 2026-12-03), MiB
     for dims, measured in ((minilm, 1130.45),):
         job = sizing.Job(rule="extract_segments", config=_config(), inputs=[], wildcards={}, dims_of=lambda s, r: dims)
-        rss, _, _ = sizing._estimate(job)
+        rss, _, _ = _estimate("extract_segments", job)
         assert 0.95 * measured <= rss <= 1.1 * measured
         assert _req("extract_segments", _config(), dims=dims)["mem_mb"] >= 1.4 * measured * 1.048576
 
 
 def test_every_rule_has_an_estimate_and_unknown_rules_are_refused():
     config = _config()
-    for rule in sizing.KNOWN_RULES:
+    for rule in COSTS:
         got = _req(rule, config, wc={"split": "train", "maps": "words"})
         assert got["mem_mb"] >= 1000 and got["runtime"] >= 5 and got["disk_mb"] >= 100, rule
     with pytest.raises(BertlookError, match="no estimate for rule 'typo'"):
         _req("typo", config)
+    with pytest.raises(BertlookError, match="no estimate for rule 'typo'"):  # when the workflow is parsed
+        sizing.snakemake_resources("typo", config, COSTS)
+
+
+def test_every_rule_of_the_workflow_declares_its_cost():
+    """Each rule of workflow/rules/*.smk (``rule x:``, ``use rule ... as x``) has a declared cost, declared
+    once; sizing names no rule."""
+    rules = set()
+    for path in (ROOT / "workflow" / "rules").glob("*.smk"):
+        text = path.read_text()
+        rules |= set(re.findall(r"^\s*rule (\w+):", text, re.M)) | set(re.findall(r"use rule \w+ as (\w+)", text))
+    assert rules and rules <= set(COSTS), sorted(rules - set(COSTS))
+    for module in ("sizing.py", "costs.py"):
+        assert not re.search(r"rule (==|in) ", (ROOT / "src" / "bertlook" / "pipeline" / module).read_text())
+    with pytest.raises(ValueError, match="rule 'probes': its cost is declared twice"):
+        steps.rule_costs(declared_steps(), [{"probes": costs.SMALL}])
 
 
 def test_snakemake_callables():
     class Wildcards(dict):  # Snakemake's Wildcards: .items() and attribute access
         pass
 
-    res = sizing.snakemake_resources("extract_segments", _config())
+    res = sizing.snakemake_resources("extract_segments", _config(), COSTS)
     assert set(res) == {"mem_mb", "runtime", "disk_mb"}
     wc = Wildcards(run="offline-minilm")
     values = {key: get(wc, [], 1) for key, get in res.items()}
-    direct = sizing.rule_resources("extract_segments", _config(), [], wildcards=wc)
+    direct = sizing.rule_resources("extract_segments", _config(), [], wildcards=wc, costs=COSTS)
     assert values == direct
 
 
@@ -237,7 +262,7 @@ def test_sharded_jobs_get_their_share_and_gathers_are_small(tmp_path):
     # gradients: the first max_examples (4: 1..4 tokens), then the shard: 2 of 2 = segments 3 and 4
     job = sizing.Job(rule="gradients_shard", config=_config(**{"gradients.max_examples": 4}), inputs=[str(seg)],
                      wildcards={"shard": "2of2"}, dims_of=lambda s, r: BASE)
-    ex = sizing._segments(job, 4)
+    ex = sizing.segments_input(job, 4)
     assert (ex.count, ex.tokens, ex.squares) == (2, 7, 25)
     # gathers read only partial sums: small whatever the model
     for rule, inputs in (("surface_stats", ["p/stats-1of2.npz", "p/stats-2of2.npz"]),
@@ -255,7 +280,7 @@ def test_sharded_jobs_get_their_share_and_gathers_are_small(tmp_path):
 def test_snakemake_callables_see_inputs_that_appear_later(tmp_path):
     """Evaluated once at DAG time (no segments yet: the config's upper bound) and again when the job
     is ready: the second call uses the file."""
-    res = sizing.snakemake_resources("extract_segments", _config())
+    res = sizing.snakemake_resources("extract_segments", _config(), COSTS)
     seg = tmp_path / "segments.jsonl"
     wc = {"run": "offline-minilm"}
     before = res["runtime"](wc, [str(seg)], 1)
@@ -293,3 +318,47 @@ def test_tree_heads_and_the_ablations_by_hand(tmp_path):
         fh.truncate(144 * 2 * 10000 * 900 - len(meta))
     keep = _config(**{"probes.layer_ablations": ["keep"]})
     assert _req("probes", keep, [str(train), str(dev)])["runtime"] == 14
+
+
+def _cases(tmp: Path):
+    """(name, inputs, wildcards) of the recorded requests: no inputs yet (the configuration's upper bounds),
+    a segments file and its shards, a treebank file and its shards, word stores, partial sums."""
+    seg = tmp / "segments.jsonl"
+    seg.write_text("".join(json.dumps({"tokens": ["t"] * (5 + 7 * i % 120)}) + "\n" for i in range(300)))
+    conllu = tmp / "train.conllu"
+    conllu.write_text("".join("".join(f"{i}\tw\n" for i in range(1, n + 1)) + "\n" for n in range(3, 40)))
+    stores = []
+    for name, n, size in (("words-train", 5000, 144 * 2 * 5000 * 900), ("words-dev", 800, 144 * 2 * 800 * 700),
+                          ("segments", 300, 10**9)):
+        (tmp / name).mkdir()
+        (tmp / name / "meta.json").write_text(json.dumps({"n_examples": n}))
+        with open(tmp / name / "shard-00000.bin", "wb") as fh:
+            fh.truncate(size)
+        stores.append(str(tmp / name))
+    yield "none", [], {}
+    yield "segments", [str(seg)], {}
+    yield "segments-2of4", [str(seg)], {"shard": "2of4"}
+    yield "conllu-train", [str(conllu)], {"split": "train", "maps": ""}
+    yield "conllu-dev-2of3", [str(conllu)], {"split": "dev", "shard": "2of3", "maps": "_norm"}
+    yield "stores", stores, {"split": "dev"}
+    yield "partials", [str(tmp / "p" / "stats-1of2.npz"), str(tmp / "t" / "x.csv")], {}
+
+
+def test_requests_match_the_recorded_ones(tmp_path):
+    """Every rule's requests, on the offline and the big configuration, BERT-base and MiniLM shapes, every case of
+    :func:`_cases` and a retry, are those recorded before the costs were declarations (the rule-name chain of
+    cd08eb8; tests/fixtures/sizing_requests.json)."""
+    minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
+    configs = {"offline": _config(), "big": _config(**{"segments.n_segments": 200000, "extraction.keep_maps": True,
+                                                        "treebank.silver.train_sentences": 90000})}
+    recorded = json.loads((ROOT / "tests" / "fixtures" / "sizing_requests.json").read_text())
+    got = {}
+    for case, inputs, wc in _cases(tmp_path):
+        for cname, config in configs.items():
+            for dname, dims in (("base", BASE), ("minilm", minilm)):
+                for rule in sorted(recorded["rules"]):
+                    for attempt in (1, 2):
+                        r = _req(rule, config, inputs, dims=dims, wc=wc, attempt=attempt)
+                        got.setdefault(f"{rule}|{cname}|{dname}", []).append([r["mem_mb"], r["runtime"], r["disk_mb"]])
+    assert set(recorded["rules"]) <= set(COSTS)
+    assert got == recorded["requests"]

@@ -106,8 +106,11 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
     assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "tree_heads", "tree_heads_best",
                                                              "probe_ablations", "head_detectors", "rollout_stats",
                                                              "head_report"]
-    assert steps.sizing_kinds(STEPS) == {"rollout": "surface_stats", "rollout_words": "heads",
-                                         "head_report": "figures", "explorer": "figures"}
+    # a cost per rule, declared by one of the steps that share it (bertlook.pipeline.costs)
+    costs = steps.rule_costs(STEPS)
+    assert sorted(costs) == sorted({s.rule_name for s in STEPS})
+    assert costs["rollout"] is costs["surface_stats"] and costs["rollout_words"] is costs["heads"]
+    assert costs["head_report"] is costs["explorer"] is costs["figures"]
 
 
 def test_syntax_runs_have_the_syntax_steps_only():
@@ -125,3 +128,13 @@ def test_a_step_is_off_when_a_step_it_needs_is(offline_config):
     on = steps.switches(config, has_train_split=True, declared=STEPS)
     assert on["explorer"] is False and on["head_report"] is False
     assert "explorer.html" not in steps.run_outputs(STEPS, on)
+
+
+def test_the_optional_fields_are_keywords():
+    """A declaration names what it sets beyond a page's source, file, category and label, and beyond a step's
+    name and outputs."""
+    with pytest.raises(TypeError):
+        steps.Page("tables/x.md", "x.html", "Tables", "X", "x.rst")
+    with pytest.raises(TypeError):
+        steps.Step("toy", ("tables/toy.csv",), ())
+    assert steps.figure_page("x.png", "Figures", "X", caption="x.rst").caption_file == "x.rst"

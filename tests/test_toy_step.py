@@ -1,7 +1,9 @@
-"""A new analysis in five files (docs/ADDING_A_STEP.md): the toy step of tests/fixtures/toy_step (mean
-surface statistics per layer) is added to a copy of the project, and nothing else is changed. The copy's
-CLI registers its command, its declaration is gathered, the real `snakemake` puts its rule in the DAG,
-`all` asks for its outputs, the report gets its page, the regression gate its golden group, and the
+"""A new analysis in five files (docs/ADDING_A_STEP.md): the toy steps of tests/fixtures/toy_step (mean
+surface statistics per layer; and a model-running one, the mean hidden-state norm per layer, whose
+declaration gives its cost) are added to a copy of the project, and nothing else is changed. The copy's
+CLI registers their commands, their declarations are gathered, the real `snakemake` puts their rules in
+the DAG (the model step with the resources its declared cost gives), `all` asks for their outputs, the
+report gets their pages, the manifest their summaries, the regression gate the golden group, and the
 documentation checks (config keys, lint) still pass."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,21 +29,25 @@ FIXTURE = ROOT / "tests" / "fixtures" / "toy_step"
 #: what the step adds or changes, relative to the project root
 FIVE = ("src/bertlook/analyses/layer_profile.py", "src/bertlook/cli/layer_profile.py",
         "workflow/rules/layer_profile.smk", "src/bertlook/pipeline/config.schema.yaml", "docs/definitions.md")
+#: what the model-running toy step adds or changes (the schema and the definitions are the same two files)
+MODEL_FIVE = ("src/bertlook/analyses/hidden_norms.py", "src/bertlook/cli/hidden_norms.py",
+              "workflow/rules/hidden_norms.smk", FIVE[3], FIVE[4])
 COPIED = ("Snakefile", "README.md", "src", "workflow", "envs", "config", "docs", ".test")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-def add_toy_step(root: Path) -> None:
-    """The five files of the toy step, written into the project at ``root``."""
-    shutil.copy(FIXTURE / "layer_profile.py", root / FIVE[0])
-    shutil.copy(FIXTURE / "cli_layer_profile.py", root / FIVE[1])
-    shutil.copy(FIXTURE / "layer_profile.smk", root / FIVE[2])
-    schema_path = root / FIVE[3]
+def add_toy_step(root: Path, files=FIVE, name: str = "layer_profile", suffix: str = "") -> None:
+    """The five ``files`` of a toy step (``name``: its module, CLI module and rule file; ``suffix``: of its
+    schema and definition fixtures), written into the project at ``root``."""
+    shutil.copy(FIXTURE / f"{name}.py", root / files[0])
+    shutil.copy(FIXTURE / f"cli_{name}.py", root / files[1])
+    shutil.copy(FIXTURE / f"{name}.smk", root / files[2])
+    schema_path = root / files[3]
     schema = yaml.safe_load(schema_path.read_text())
-    schema["properties"].update(yaml.safe_load((FIXTURE / "schema.yaml").read_text()))
+    schema["properties"].update(yaml.safe_load((FIXTURE / f"schema{suffix}.yaml").read_text()))
     schema_path.write_text(yaml.safe_dump(schema, sort_keys=False))
-    definitions = root / FIVE[4]
-    definitions.write_text(definitions.read_text() + "\n" + (FIXTURE / "definition.md").read_text())
+    definitions = root / files[4]
+    definitions.write_text(definitions.read_text() + "\n" + (FIXTURE / f"definition{suffix}.md").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +61,7 @@ def project(tmp_path_factory) -> Path:
         else:
             shutil.copy(src, root / name)
     add_toy_step(root)
+    add_toy_step(root, MODEL_FIVE, "hidden_norms", "_hidden_norms")
     return root
 
 
@@ -80,8 +88,8 @@ def _python(root: Path, code: str) -> str:
     return proc.stdout
 
 
-def test_the_toy_step_touches_five_files(project):
-    assert _changed(project) == sorted(FIVE)
+def test_the_toy_steps_touch_five_files_each(project):
+    assert _changed(project) == sorted(set(FIVE) | set(MODEL_FIVE))  # no sixth file for either step
 
 
 def test_the_copy_finds_its_command_and_declaration(project):
@@ -90,8 +98,8 @@ def test_the_copy_finds_its_command_and_declaration(project):
         "s = cli.declared_steps(); "
         "print(json.dumps({'commands': list(cli.COMMANDS), 'steps': [x.name for x in s], "
         "'golden': [t.group for t in steps.golden_tables(s)], 'help': cli.build_parser().format_help()}))")))
-    assert out["commands"][-1] == "layer-profile"  # a module outside cli.ORDER comes last
-    assert out["steps"][-1] == "layer_profile"  # beyond the paper: after the paper's steps
+    assert out["commands"][-2:] == ["hidden-norms", "layer-profile"]  # modules outside cli.ORDER come last
+    assert out["steps"][-2:] == ["hidden_norms", "layer_profile"]  # beyond the paper: after the paper's steps
     assert "layer_profile" in out["golden"]
     assert "layer-profile" in out["help"] and "mean surface statistics per layer" in out["help"]
 
@@ -108,6 +116,7 @@ def _dry_run(project: Path, workdir: Path, *args: str) -> str:
 def _write_config(workdir: Path, model_dir: Path, enabled: bool) -> None:
     config = tiny_config(workdir, model_dir)
     config["layer_profile"] = {"enabled": enabled}
+    config["hidden_norms"] = {"enabled": enabled, "max_examples": 4}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
 
 
@@ -125,9 +134,28 @@ def test_the_dag_and_the_report_have_the_toy_step(project, tmp_path, tiny_bert_d
     manifest_job = out[out.index("rule manifest:"):].split("\n\n", 1)[0]
     assert str(run_dir / "tables" / "layer_profile.summary.json") in manifest_job
 
+    # the model-running step: in the DAG, in the report and the manifest, and planned with the resources its
+    # declared cost gives (a forward pass of the run's model over its segments: above the interpreter alone)
+    job = out[out.index("rule hidden_norms:"):].split("\n\n", 1)[0]
+    assert "bertlook hidden-norms --model" in job and "--max-examples 4" in job
+    assert str(run_dir / "report" / "hidden_norms.html") in report_job
+    assert str(run_dir / "tables" / "hidden_norms.summary.json") in manifest_job
+    planned = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", job).group(1).split(", "))
+    sized = json.loads(_python(project, (
+        "import json, yaml; from bertlook import cli; from bertlook.pipeline import costs, sizing; "
+        "from bertlook.pipeline.config import validate_config; "
+        f"config = validate_config(yaml.safe_load(open({str(tmp_path / 'config.yaml')!r}))); "
+        "cost = cli.declared_costs()['hidden_norms']; "
+        "job = sizing.Job('hidden_norms', config, [], {'run': 'tiny-rand'}, sizing.model_dims); "
+        "print(json.dumps({**sizing.rule_resources('hidden_norms', config, [], wildcards={'run': 'tiny-rand'}, "
+        "costs=cli.declared_costs()), 'rss': cost.estimate(job, cost)[0], 'base': costs.BASE_TORCH_MB}))")))
+    assert (int(planned["mem_mb"]), int(planned["runtime"])) == (sized["mem_mb"], sized["runtime"])
+    assert sized["rss"] > sized["base"]
+
     _write_config(tmp_path, tiny_bert_dir, enabled=False)
     off = _dry_run(project, tmp_path, "-n", "--forceall")
     assert "rule layer_profile:" not in off and "layer_profile.html" not in off
+    assert "rule hidden_norms:" not in off and "hidden_norms.html" not in off
 
 
 def test_the_copy_is_lint_clean(project, tmp_path, tiny_bert_dir):
@@ -135,7 +163,8 @@ def test_the_copy_is_lint_clean(project, tmp_path, tiny_bert_dir):
     proc = subprocess.run([SNAKEMAKE, "--snakefile", str(project / "Snakefile"), "--directory", str(tmp_path),
                            "--configfile", str(tmp_path / "config.yaml"), "--lint"],
                           capture_output=True, text=True, env=_env(project), timeout=600)
-    assert proc.returncode == 0 and "layer_profile" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    lint = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "layer_profile" not in lint and "hidden_norms" not in lint, proc.stdout[-3000:]
 
 
 def test_the_command_runs_and_the_golden_group_reads_its_table(project, tmp_path):
@@ -171,3 +200,21 @@ def test_the_documentation_checks_pass_on_the_copy(project):
                           capture_output=True, text=True, timeout=300,
                           env=dict(_env(project), BERTLOOK_DOCS_ROOT=str(project)), cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_the_model_step_runs_the_model(project, tmp_path, tiny_bert_dir):
+    segments = tmp_path / "segments.jsonl"
+    segments.write_text("".join(json.dumps({"id": i, "doc": "d", "text_a": "a b", "text_b": "c", "truncated": False,
+                                            "tokens": ["[CLS]", "a", "b", "[SEP]", "c", "[SEP]"][:6 - i],
+                                            "segment_ids": [0] * (6 - i)}) + "\n" for i in range(3)))
+    tables = tmp_path / "tables"
+    proc = subprocess.run([sys.executable, "-m", "bertlook", "hidden-norms", "--model", str(tiny_bert_dir),
+                           "--segments", str(segments), "--max-examples", "2", "--device", "cpu",
+                           "--out", str(tables / "hidden_norms.csv"), "--out-markdown", str(tables / "hidden_norms.md"),
+                           "--summary", str(tables / "hidden_norms.summary.json")],
+                          capture_output=True, text=True, env=_env(project), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tables / "hidden_norms.summary.json").read_text())
+    assert (summary["n_examples"], summary["n_tokens"], summary["n_layers"]) == (2, 11, 2)
+    rows = (tables / "hidden_norms.csv").read_text().splitlines()
+    assert rows[0] == "layer,mean_norm" and len(rows) == 4 and all(float(r.split(",")[1]) > 0 for r in rows[1:])

@@ -29,7 +29,7 @@ rule cluster_heads:
         ENV_TORCH
     threads: 1
     resources:
-        **sizing.snakemake_resources("cluster_heads", config),
+        **step_resources("cluster_heads"),
     params:
         cmd=bertlook_cmd(
             "cluster-heads",

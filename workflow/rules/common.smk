@@ -26,7 +26,7 @@ except ImportError as _err:  # e.g. PyYAML / jsonschema missing from the Python 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
 from bertlook.pipeline.config import resolve_data_path, treebank_label
-from bertlook.cli import ORDER as CLI_ORDER, declared_steps
+from bertlook.cli import ORDER as CLI_ORDER, declared_costs, declared_steps
 from bertlook.pipeline import model_spec, sizing, steps
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.shellcmd import command
@@ -34,9 +34,9 @@ from bertlook.reporting import compare as _compare
 
 # The steps of a run, each declared once in its CLI module (bertlook.cli.<step>.STEPS, gathered by
 # bertlook.cli.declared_steps): what `all` asks for, the manifest's summaries, the report pages, the
-# sizing kinds (docs/ADDING_A_STEP.md).
+# rules' costs (docs/ADDING_A_STEP.md).
 STEPS = declared_steps()
-SIZING_KIND = steps.sizing_kinds(STEPS)
+RULE_COSTS = declared_costs()  # what the jobs of every rule cost (bertlook.pipeline.costs), read by step_resources
 
 
 def step_rule_files():
@@ -49,9 +49,9 @@ def step_rule_files():
 
 
 def step_resources(rule):
-    """mem_mb / runtime / disk_mb of a rule: its own estimate (bertlook.pipeline.sizing), or that of the
-    rule its step's declaration names in `sizing` (a new step behaves like a known one)."""
-    return sizing.snakemake_resources(rule, config, kind=SIZING_KIND.get(rule))
+    """mem_mb / runtime / disk_mb of a rule (bertlook.pipeline.sizing) from the cost its declaration gives (its
+    step's `cost`, or the COSTS table of its CLI module); an undeclared rule is an error naming it."""
+    return sizing.snakemake_resources(rule, config, RULE_COSTS)
 
 
 # The config is validated (and normalised: 30.0 -> 30 where the schema says integer; defaults
@@ -656,21 +656,21 @@ def summary_report_pages():
             mine("models_summary.html"),
             "Comparison across models",
             "Models side by side (table)",
-            "models_summary.rst",
+            caption="models_summary.rst",
         ),
         ReportPage(
             here("fig_models_summary.png"),
             mine("fig_models_summary.png"),
             "Comparison across models",
             "Models side by side (figure)",
-            "fig_models_summary.rst",
+            caption="fig_models_summary.rst",
         ),
         ReportPage(
             here("resources.md"),
             mine("resources.html"),
             "Resources",
             "Measured resources per rule, all runs",
-            "resources_summary.rst",
+            caption="resources_summary.rst",
         ),
     ] + [
         ReportPage(
@@ -678,7 +678,7 @@ def summary_report_pages():
             mine("explorer.html"),
             "Comparison across models",
             "Head explorer, models side by side (interactive)",
-            "explorer_models.rst",
+            caption="explorer_models.rst",
         )
         for path in models_explorer_outputs()
     ]
@@ -691,14 +691,14 @@ def summary_report_pages():
                 dst("languages.html"),
                 "Across languages",
                 f"Best heads across treebanks, {label} (table)",
-                "languages.rst",
+                caption="languages.rst",
             ),
             ReportPage(
                 src("fig_languages.png"),
                 dst("fig_languages.png"),
                 "Across languages",
                 f"Best heads across treebanks, {label} (figure)",
-                "fig_languages.rst",
+                caption="fig_languages.rst",
             ),
         ]
     return pages

@@ -24,7 +24,7 @@ rule compare:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("compare", config),
+        **step_resources("compare"),
     params:
         cmd=bertlook_cmd(
             "compare",
@@ -61,7 +61,7 @@ rule models_summary:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("models_summary", config),
+        **step_resources("models_summary"),
     params:
         cmd=bertlook_cmd(
             "models-summary",

@@ -17,7 +17,7 @@ if COREF_FILES:
             ENV_TORCH
         threads: 8
         resources:
-            **sizing.snakemake_resources("coref_extract", config),
+            **step_resources("coref_extract"),
         params:
             cmd=bertlook_cmd(
                 "coref-extract",
@@ -54,7 +54,7 @@ rule coref:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("coref", config),
+        **step_resources("coref"),
     params:
         cmd=bertlook_cmd(
             "coref",

@@ -25,7 +25,7 @@ rule extract_segments:
         ENV_TORCH
     threads: 8
     resources:
-        **sizing.snakemake_resources("extract_segments", config),
+        **step_resources("extract_segments"),
     params:
         cmd=bertlook_cmd(
             "extract-segments",
@@ -68,7 +68,7 @@ rule gather_extraction:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("gather_extraction", config),
+        **step_resources("gather_extraction"),
     params:
         cmd=bertlook_cmd("gather-extraction", part_summary=IN.summaries, summary=OUT.summary, meta=OUT.meta),
     shell:

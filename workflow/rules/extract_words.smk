@@ -31,7 +31,7 @@ rule extract_words:
         ENV_TORCH
     threads: 8
     resources:
-        **sizing.snakemake_resources("extract_words", config),
+        **step_resources("extract_words"),
     params:
         cmd=bertlook_cmd(
             "extract-words",
@@ -75,7 +75,7 @@ if WORD_SHARDS > 1:
             ENV_ANALYSIS
         threads: 1
         resources:
-            **sizing.snakemake_resources("merge_words", config),
+            **step_resources("merge_words"),
         params:
             cmd=bertlook_cmd(
                 "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
@@ -99,7 +99,7 @@ if WORD_SHARDS > 1:
             benchmark:
                 bench_path("merge_words_random-{split}")
             resources:
-                **sizing.snakemake_resources("merge_words_random", config),
+                **step_resources("merge_words_random"),
 
     # The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
     # the attention stores' summaries (merge_words), so no summary here.
@@ -115,6 +115,6 @@ if WORD_SHARDS > 1:
             benchmark:
                 bench_path("merge_words_norm-{split}")
             resources:
-                **sizing.snakemake_resources("merge_words_norm", config, kind="merge_words"),
+                **step_resources("merge_words_norm"),
             params:
                 cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),

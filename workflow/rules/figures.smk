@@ -30,7 +30,7 @@ rule figures:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("figures", config),
+        **step_resources("figures"),
     params:
         cmd=bertlook_cmd(
             "figures",

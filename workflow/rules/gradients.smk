@@ -17,7 +17,7 @@ rule gradients_shard:
         ENV_TORCH
     threads: 8
     resources:
-        **sizing.snakemake_resources("gradients_shard", config),
+        **step_resources("gradients_shard"),
     params:
         cmd=bertlook_cmd(
             "gradients",
@@ -59,7 +59,7 @@ rule gradients:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("gradients", config),
+        **step_resources("gradients"),
     params:
         cmd=bertlook_cmd(
             "gradients",

@@ -27,7 +27,7 @@ rule heads:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("heads", config),
+        **step_resources("heads"),
     params:
         cmd=bertlook_cmd(
             "heads",

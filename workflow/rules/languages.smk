@@ -29,7 +29,7 @@ if config["treebanks"]:  # one treebank: nothing to compare
             ENV_ANALYSIS
         threads: 1
         resources:
-            **sizing.snakemake_resources("languages", config, kind="figures"),
+            **step_resources("languages"),
         params:
             cmd=bertlook_cmd(
                 "languages",

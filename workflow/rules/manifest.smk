@@ -27,7 +27,7 @@ rule manifest:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("manifest", config),
+        **step_resources("manifest"),
     params:
         cmd=bertlook_cmd(
             "manifest",

@@ -16,7 +16,7 @@ if not config["glove"].get("path"):
             ENV_ANALYSIS
         threads: 1
         resources:
-            **sizing.snakemake_resources("download_glove", config),
+            **step_resources("download_glove"),
         params:
             cmd=bertlook_cmd(
                 "download",
@@ -51,7 +51,7 @@ rule probes:
         ENV_TORCH
     threads: 2
     resources:
-        **sizing.snakemake_resources("probes", config),
+        **step_resources("probes"),
     params:
         cmd=bertlook_cmd(
             "probes",

@@ -19,7 +19,7 @@ rule report_pages:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("report_pages", config),
+        **step_resources("report_pages"),
     params:
         cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
         # read by the Fig 3 caption (workflow/report/fig3_sep_gradients.rst) when the report is built
@@ -46,7 +46,7 @@ if SYNTAX_RUNS:
             ENV_ANALYSIS
         threads: 1
         resources:
-            **sizing.snakemake_resources("report_pages_syntax", config, kind="report_pages"),
+            **step_resources("report_pages_syntax"),
         params:
             cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
         shell:
@@ -66,7 +66,7 @@ rule report_pages_summary:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("report_pages_summary", config, kind="report_pages"),
+        **step_resources("report_pages_summary"),
     params:
         cmd=bertlook_cmd("report-pages", **PAGE_FLAGS),
     shell:

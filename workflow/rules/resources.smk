@@ -27,7 +27,7 @@ rule resources:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("resources", config),
+        **step_resources("resources"),
     params:
         cmd=bertlook_cmd(
             "resources",
@@ -63,7 +63,7 @@ rule resources_summary:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("resources_summary", config),
+        **step_resources("resources_summary"),
     params:
         cmd=bertlook_cmd(
             "resources",

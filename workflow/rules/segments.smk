@@ -16,7 +16,7 @@ if not config["wikipedia"].get("path") and not HF_DATASET:
             ENV_ANALYSIS
         threads: 1
         resources:
-            **sizing.snakemake_resources("download_wikipedia", config),
+            **step_resources("download_wikipedia"),
         params:
             cmd=bertlook_cmd(
                 "download",
@@ -44,7 +44,7 @@ rule segments:
         ENV_TORCH
     threads: 1
     resources:
-        **sizing.snakemake_resources("segments", config),
+        **step_resources("segments"),
     params:
         cmd=bertlook_cmd(
             "segments",

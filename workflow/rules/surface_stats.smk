@@ -22,7 +22,7 @@ rule surface_stats:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("surface_stats", config),
+        **step_resources("surface_stats"),
     params:
         cmd=bertlook_cmd("surface-stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
     shell:

@@ -30,7 +30,7 @@ rule tree_heads:
         ENV_ANALYSIS
     threads: 1
     resources:
-        **sizing.snakemake_resources("tree_heads", config),
+        **step_resources("tree_heads"),
     params:
         cmd=bertlook_cmd(
             "tree-heads",

@@ -21,7 +21,7 @@ rule treebank:
         ENV_TORCH
     threads: 1
     resources:
-        **sizing.snakemake_resources("treebank", config),
+        **step_resources("treebank"),
     params:
         cmd=bertlook_cmd("treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary),
     shell:

@@ -18,10 +18,14 @@ import importlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bertlook import __version__
 from bertlook.errors import BertlookError
-from bertlook.pipeline.steps import Step, check_steps
+from bertlook.pipeline.steps import Step, check_steps, rule_costs
+
+if TYPE_CHECKING:
+    from bertlook.pipeline.costs import Cost
 
 #: The CLI modules in pipeline order (the order of ``bertlook --help`` and of :func:`declared_steps`); a
 #: module of this package not named here (a new step's) comes after them, in name order.
@@ -85,6 +89,16 @@ def declared_steps() -> tuple[Step, ...]:
         if _literal_assignment(ast.parse(path.read_text(encoding="utf-8")), "STEPS") is not None:
             found.extend(importlib.import_module(f"{__name__}.{path.stem}").STEPS)
     return check_steps([s for s in found if not s.beyond] + [s for s in found if s.beyond])
+
+
+@functools.lru_cache(maxsize=None)
+def declared_costs() -> dict[str, Cost]:
+    """``{rule: its cost}`` (:class:`bertlook.pipeline.costs.Cost`) of every rule of the workflow: the costs of the
+    :func:`declared_steps` and the ``COSTS`` tables of the CLI modules (the rules without a step of their own),
+    read by :mod:`bertlook.pipeline.sizing`; a rule declared twice is an error."""
+    tables = [importlib.import_module(f"{__name__}.{p.stem}").COSTS for p in _module_paths()
+              if _literal_assignment(ast.parse(p.read_text(encoding="utf-8")), "COSTS") is not None]
+    return rule_costs(declared_steps(), tables)
 
 
 def requested_step(argv: list[str] | None) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -17,13 +18,16 @@ COMMANDS = {
 STEPS = (
     Step("cluster_heads", (table("js_divergence.csv"), table("head_clusters.csv")), maps=("attention",), env="torch",
          pages=(Page(table("js_divergence.csv"), "js_divergence.html", "Tables",
-                     "JS divergence between heads (Figure 6)", "js_divergence.rst", RUN_TABLES),
+                     "JS divergence between heads (Figure 6)", caption="js_divergence.rst", subcategory=RUN_TABLES),
                 Page(table("head_clusters.csv"), "head_clusters.html", "Tables",
-                     "Head embedding and behaviour labels (Figure 6)", "head_clusters.rst", RUN_TABLES))),
+                     "Head embedding and behaviour labels (Figure 6)", caption="head_clusters.rst",
+                     subcategory=RUN_TABLES)),
+         cost=costs.STATS_GATHER),
     Step("cluster_heads_norm", (table("head_clusters_norm.csv"),), rule="cluster_heads", switch="norms",
          maps=("norm",), env="torch", beyond=True,
          pages=(Page(table("head_clusters_norm.csv"), "head_clusters_norm.html", BEYOND,
-                     "Head embedding and behaviour labels, norm-based maps", "head_clusters_norm.rst", NORMS_SUB),)),
+                     "Head embedding and behaviour labels, norm-based maps", caption="head_clusters_norm.rst",
+                     subcategory=NORMS_SUB),)),
 )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step
 
 
@@ -26,8 +27,11 @@ COMMANDS = {
 STEPS = (
     Step("compare", ("comparison.csv", "comparison.md"),
          pages=(Page("comparison.md", "comparison.html", "Comparison with the paper", "Comparison with the paper",
-                     "comparison.rst"),)),
+                     caption="comparison.rst"),), cost=costs.SMALL),
 )
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"models_summary": costs.SMALL}
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

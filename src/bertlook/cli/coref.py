@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step, TWIN_TABLES, table
 
 
@@ -24,9 +25,12 @@ COMMANDS = {
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
     Step("coref", (table("table2.csv"), table("table2.md"), table("coref_heads.csv")),
-         pages=(Page(table("table2.md"), "table2.html", "Tables", "Table 2 twin: coreference", "table2.rst",
-                     TWIN_TABLES),)),
+         pages=(Page(table("table2.md"), "table2.html", "Tables", "Table 2 twin: coreference", caption="table2.rst",
+                     subcategory=TWIN_TABLES),), cost=costs.SMALL),
 )
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"coref_extract": costs.Cost(estimate=costs.forward_pass, examples=costs.coref_documents)}
 
 
 _EXTRACT_HELP = """\

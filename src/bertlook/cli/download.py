@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.pipeline import costs
+
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
     "download": "download a file (e.g. the Wikipedia dump) with retries and checksum verification",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"download_wikipedia": costs.DOWNLOAD, "download_glove": costs.DOWNLOAD}
 
 
 def _handler(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, Page, Step
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -14,12 +15,15 @@ COMMANDS = {
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
-    Step("explorer", ("explorer.html", "explorer.json"), switch="explorer", beyond=True, sizing="figures",
+    Step("explorer", ("explorer.html", "explorer.json"), switch="explorer", beyond=True, cost=costs.PLOT_GATHER,
          needs=("head_report",),
          pages=(Page("explorer.html", "explorer.html", BEYOND,
-                     "Head explorer: every head's card, relations and maps (interactive)", "explorer.rst",
-                     CARD_SUB),)),
+                     "Head explorer: every head's card, relations and maps (interactive)", caption="explorer.rst",
+                     subcategory=CARD_SUB),)),
 )
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"explorer_sample": costs.PLOT_GATHER, "explorer_models": costs.PLOT_GATHER}
 
 _DESCRIPTION = """\
 The head explorer: results/{run}/explorer.html, one page that opens from disk (no server, no network, no

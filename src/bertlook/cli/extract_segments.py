@@ -15,10 +15,8 @@ import time
 from typing import Any
 from pathlib import Path
 
-from bertlook.attention.extraction import SEGMENT_ID_MODES
-from bertlook.attention.stream import SCHEDULES
-from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -27,6 +25,9 @@ COMMANDS = {
     "merge-stores": "gather the shard stores of a sharded extraction into one attention store",
     "gather-extraction": "gather the summaries of a sharded segment extraction (no maps needed)",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"extract_segments": costs.Cost(estimate=costs.segment_pass)}
 
 
 DESCRIPTION = """\
@@ -53,6 +54,11 @@ norm-based maps, the seconds each reader took.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-segments`` subcommand."""
+    # lazy: numpy (bertlook.attention.store), which the DAG build reading COSTS does not need
+    from bertlook.attention.extraction import SEGMENT_ID_MODES
+    from bertlook.attention.stream import SCHEDULES
+    from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+
     p = subparsers.add_parser(
         "extract-segments",
         help=COMMANDS["extract-segments"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+from bertlook.pipeline import costs
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -14,11 +14,17 @@ COMMANDS = {
     "extract-words": "extract word-level attention maps of treebank sentences into an attention store",
 }
 
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"extract_words": costs.Cost(estimate=costs.forward_pass, examples=costs.treebank_words,
+                                  passes=costs.with_random_init, stores=costs.word_stores)}
+
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
+    # lazy: numpy (bertlook.attention.store), which the DAG build reading COSTS does not need
     from bertlook.attention.extract_words import FROM_SPLIT_MODES, TEXT_MODES
     from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
+    from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 
     p = subparsers.add_parser(
         "extract-words",

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Step, figure, figure_page
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -22,16 +23,18 @@ STEPS = (
     Step("figures", tuple(figure(n) for n in ("fig1_example_heads.png", "fig2_special_tokens.png", "fig4_entropy.png",
                                           "fig6_head_clusters.png")),
          pages=(figure_page("fig1_example_heads.png", "Figures", "Figure 1 twin: example heads",
-                            "fig1_example_heads.rst"),
+                            caption="fig1_example_heads.rst"),
                 figure_page("fig2_special_tokens.png", "Figures",
-                            "Figure 2 twin: attention to [CLS], [SEP], . and ,", "fig2_special_tokens.rst"),
-                figure_page("fig4_entropy.png", "Figures", "Figure 4 twin: attention entropy", "fig4_entropy.rst"),
+                            "Figure 2 twin: attention to [CLS], [SEP], . and ,", caption="fig2_special_tokens.rst"),
+                figure_page("fig4_entropy.png", "Figures", "Figure 4 twin: attention entropy",
+                            caption="fig4_entropy.rst"),
                 figure_page("fig6_head_clusters.png", "Figures", "Figure 6 twin: head clusters",
-                            "fig6_head_clusters.rst"))),
+                            caption="fig6_head_clusters.rst")),
+         cost=costs.PLOT_GATHER),
     Step("fig_norms", (figure("fig_norms.png"),), rule="figures", switch="norms", maps=("attention", "norm"),
          beyond=True,
-         pages=(figure_page("fig_norms.png", BEYOND, "Figure: attention vs norm-based maps", "fig_norms.rst",
-                            NORMS_SUB),)),
+         pages=(figure_page("fig_norms.png", BEYOND, "Figure: attention vs norm-based maps", caption="fig_norms.rst",
+                            subcategory=NORMS_SUB),)),
 )
 
 

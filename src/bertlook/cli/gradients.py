@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import GoldenTable, Page, RUN_TABLES, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -19,11 +20,16 @@ COMMANDS = {
 STEPS = (
     Step("gradients", (table("sep_gradients.csv"), figure("fig3_sep_gradients.png")),
          pages=(Page(table("sep_gradients.csv"), "sep_gradients.html", "Tables",
-                     "Gradients of attention to [SEP] per layer (Figure 3)", "sep_gradients.rst", RUN_TABLES),
+                     "Gradients of attention to [SEP] per layer (Figure 3)", caption="sep_gradients.rst",
+                     subcategory=RUN_TABLES),
                 figure_page("fig3_sep_gradients.png", "Figures", "Figure 3 twin: gradients of attention to [SEP]",
-                            "fig3_sep_gradients.rst")),
-         golden=(GoldenTable("head_importance", table("head_importance.csv"), ("layer", "head")),)),
+                            caption="fig3_sep_gradients.rst")),
+         golden=(GoldenTable("head_importance", table("head_importance.csv"), ("layer", "head")),),
+         cost=costs.Cost(estimate=costs.gradients)),
 )
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"gradients_shard": STEPS[0].cost}
 
 
 _HELP = """\

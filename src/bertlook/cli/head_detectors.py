@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -17,8 +18,11 @@ STEPS = (
     Step("head_detectors", (table("head_detectors.csv"), table("head_detectors.md")), switch="head_detectors",
          env="torch", beyond=True, summary=table("head_detectors.summary.json"),
          pages=(Page(table("head_detectors.md"), "head_detectors.html", BEYOND,
-                     "Head detectors: previous-token, duplicate-token, induction heads", None, CARD_SUB),),
-         golden=(GoldenTable("head_detectors", table("head_detectors.csv"), ("layer", "head")),)),
+                     "Head detectors: previous-token, duplicate-token, induction heads", subcategory=CARD_SUB),),
+         golden=(GoldenTable("head_detectors", table("head_detectors.csv"), ("layer", "head")),),
+         # one forward pass over the detectors' sequences; no store
+         cost=costs.Cost(estimate=costs.forward_pass, examples=costs.detector_sequences, batch=costs.detector_batch,
+                         stores=costs.no_store, disk_mb=1.0)),
 )
 
 _DESCRIPTION = """\

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -18,10 +19,10 @@ STEPS = (
     Step("head_report", (table("head_report.csv"), figure("fig_head_report.png")), switch="head_report", beyond=True,
          summary=table("head_report.summary.json"),
          pages=(Page(table("head_report.csv"), "head_report.html", BEYOND, "Per-head report card (table)",
-                     "head_report.rst", CARD_SUB),
-                figure_page("fig_head_report.png", BEYOND, "Per-head report card (figure)", "fig_head_report.rst",
-                            CARD_SUB)),
-         sizing="figures",
+                     caption="head_report.rst", subcategory=CARD_SUB),
+                figure_page("fig_head_report.png", BEYOND, "Per-head report card (figure)",
+                            caption="fig_head_report.rst", subcategory=CARD_SUB)),
+         cost=costs.PLOT_GATHER,
          golden=(GoldenTable("head_report", table("head_report.csv"), ("layer", "head")),)),
 )
 

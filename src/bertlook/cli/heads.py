@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -21,17 +22,19 @@ STEPS = (
                    figure("fig5_syntax_heads.png")),
          maps=("attention",), syntax=True,
          pages=(Page(table("table1.md"), "table1.html", "Tables", "Table 1 twin: single heads vs dependency relations",
-                     "table1.rst", TWIN_TABLES),
+                     caption="table1.rst", subcategory=TWIN_TABLES),
                 Page(table("head_accuracy.csv"), "head_accuracy.html", "Tables",
-                     "Accuracy of every head per relation (Table 1, Figure 5)", "head_accuracy.rst", RUN_TABLES),
+                     "Accuracy of every head per relation (Table 1, Figure 5)", caption="head_accuracy.rst",
+                     subcategory=RUN_TABLES),
                 figure_page("fig5_syntax_heads.png", "Figures", "Figure 5 twin: heads for dependency relations",
-                            "fig5_syntax_heads.rst"))),
+                            caption="fig5_syntax_heads.rst")),
+         cost=costs.STORE_READER),
     Step("heads_norm", (table("table1_norm.csv"), table("table1_norm.md")), rule="heads", switch="norms",
          maps=("norm",), beyond=True, summary=table("head_accuracy_norm.summary.json"),
          pages=(Page(table("table1_norm.md"), "table1_norm.html", BEYOND, "Table 1 on the norm-based maps",
-                     "table1_norm.rst", NORMS_SUB),
+                     caption="table1_norm.rst", subcategory=NORMS_SUB),
                 figure_page("fig5_syntax_heads_norm.png", BEYOND, "Figure 5 twin on the norm-based maps",
-                            "fig5_syntax_heads_norm.rst", NORMS_SUB))),
+                            caption="fig5_syntax_heads_norm.rst", subcategory=NORMS_SUB))),
 )
 
 

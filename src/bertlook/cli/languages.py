@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.pipeline import costs
+
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
     "languages": "cross-language summary: each relation's best head per treebank and whether the treebanks share them",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"languages": costs.PLOT_GATHER}
 
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -14,6 +15,9 @@ from bertlook.errors import BertlookError
 COMMANDS = {
     "manifest": "write the provenance record manifest.json of a run",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"manifest": costs.SMALL}
 
 
 def _cli(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ STEPS = (
          switch="probe_ablations", maps=("attention",), env="torch", beyond=True,
          summary=table("probe_ablations.summary.json"),
          pages=(Page(table("probe_ablations.md"), "probe_ablations.html", BEYOND,
-                     "Per-layer ablations of the Attn + GloVe probe", "probe_ablations.rst", ABLATIONS_SUB),),
+                     "Per-layer ablations of the Attn + GloVe probe", caption="probe_ablations.rst",
+                     subcategory=ABLATIONS_SUB),),
          golden=(GoldenTable("probe_ablations", table("probe_ablations.csv"), ("ablation", "layer")),)),
 )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, Step, TWIN_TABLES, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -20,12 +21,13 @@ COMMANDS = {
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
     Step("probes", (table("table3.csv"), table("table3.md")), switch="probes", maps=("attention",), env="torch",
-         pages=(Page(table("table3.md"), "table3.html", "Tables", "Table 3 twin: attention-based probes", "table3.rst",
-                     TWIN_TABLES),)),
+         pages=(Page(table("table3.md"), "table3.html", "Tables", "Table 3 twin: attention-based probes",
+                     caption="table3.rst", subcategory=TWIN_TABLES),),
+         cost=costs.Cost(estimate=costs.probe_batch)),
     Step("probes_norm", (table("table3_norm.csv"), table("table3_norm.md")), rule="probes", switch="norm_probes",
          maps=("norm",), env="torch", beyond=True, summary=table("table3_norm.summary.json"),
          pages=(Page(table("table3_norm.md"), "table3_norm.html", BEYOND, "Table 3 on the norm-based maps",
-                     "table3_norm.rst", NORMS_SUB),)),
+                     caption="table3_norm.rst", subcategory=NORMS_SUB),)),
 )
 
 

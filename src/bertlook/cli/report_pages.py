@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
     "report-pages": "the HTML report's pages: tables as HTML (percents), figures as page-sized PNGs",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = dict.fromkeys(("report_pages", "report_pages_syntax", "report_pages_summary"), costs.SMALL)
 
 
 _HELP = """\

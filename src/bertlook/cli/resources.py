@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step
 
 
@@ -21,8 +22,11 @@ COMMANDS = {
 STEPS = (
     Step("resources", ("resources.csv", "resources.md"),
          pages=(Page("resources.md", "resources.html", "Resources", "Measured resources per job",
-                     "resources.rst"),)),
+                     caption="resources.rst"),), cost=costs.SMALL),
 )
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"resources_summary": costs.SMALL}
 
 
 def _handler(args: argparse.Namespace) -> int:

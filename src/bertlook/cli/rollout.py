@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, ROLLOUT_SUB, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -21,14 +22,14 @@ STEPS = (
     Step("rollout", (table("rollout_stats.csv"), figure("fig_rollout.png")), switch="rollout", maps=("rollout",),
          beyond=True, summary=table("rollout_stats.summary.json"),
          pages=(Page(table("rollout_stats.csv"), "rollout_stats.html", BEYOND, "Rollout statistics per layer",
-                     "rollout_stats.rst", ROLLOUT_SUB),
-                figure_page("fig_rollout.png", BEYOND, "Figure: attention rollout by layer", "fig_rollout.rst",
-                            ROLLOUT_SUB)),
-         golden=(GoldenTable("rollout_stats", table("rollout_stats.csv"), ("layer",)),), sizing="surface_stats"),
+                     caption="rollout_stats.rst", subcategory=ROLLOUT_SUB),
+                figure_page("fig_rollout.png", BEYOND, "Figure: attention rollout by layer", caption="fig_rollout.rst",
+                            subcategory=ROLLOUT_SUB)),
+         golden=(GoldenTable("rollout_stats", table("rollout_stats.csv"), ("layer",)),), cost=costs.STATS_GATHER),
     Step("rollout_table1", (table("table1_rollout.csv"), table("table1_rollout.md")), rule="rollout_words",
          switch="rollout", maps=("rollout",), beyond=True, summary=table("table1_rollout.summary.json"),
          pages=(Page(table("table1_rollout.md"), "table1_rollout.html", BEYOND, "Table 1 on the rollout maps",
-                     "table1_rollout.rst", ROLLOUT_SUB),), sizing="heads"),
+                     caption="table1_rollout.rst", subcategory=ROLLOUT_SUB),), cost=costs.STORE_READER),
 )
 
 _HELP = """\

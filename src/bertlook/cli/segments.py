@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from bertlook.data.sentences import SPLITTERS
+from bertlook.pipeline import costs
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -17,6 +18,9 @@ from bertlook.data.sentences import SPLITTERS
 COMMANDS = {
     "segments": "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"segments": costs.Cost(estimate=costs.segmenter)}
 
 
 def _handler(args: argparse.Namespace) -> int:

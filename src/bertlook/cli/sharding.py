@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = {"gather_extraction": costs.SMALL,
+         **dict.fromkeys(("merge_words", "merge_words_random", "merge_words_norm"), costs.SMALL)}
 
 
 def _cmd_merge_stores(args) -> int:

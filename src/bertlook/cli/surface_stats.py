@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
 
 
@@ -18,11 +19,13 @@ COMMANDS = {
 STEPS = (
     Step("surface_stats", (table("attention_stats.csv"),), maps=("attention",),
          pages=(Page(table("attention_stats.csv"), "attention_stats.html", "Tables",
-                     "Surface statistics per head (Figures 2 and 4)", "attention_stats.rst", RUN_TABLES),)),
+                     "Surface statistics per head (Figures 2 and 4)", caption="attention_stats.rst",
+                     subcategory=RUN_TABLES),), cost=costs.STATS_GATHER),
     Step("stats_norm", (table("attention_stats_norm.csv"),), rule="surface_stats", switch="norms",
          maps=("norm",), beyond=True, summary=table("attention_stats_norm.summary.json"),
          pages=(Page(table("attention_stats_norm.csv"), "attention_stats_norm.html", BEYOND,
-                     "Surface statistics per head, norm-based maps", "attention_stats_norm.rst", NORMS_SUB),)),
+                     "Surface statistics per head, norm-based maps", caption="attention_stats_norm.rst",
+                     subcategory=NORMS_SUB),)),
 )
 
 

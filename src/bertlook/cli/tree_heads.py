@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, TREES_SUB, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -19,11 +20,12 @@ STEPS = (
                         figure("fig_tree_heads.png")),
          switch="tree_heads", maps=("attention",), beyond=True, summary=table("tree_heads.summary.json"),
          pages=(Page(table("tree_heads.md"), "tree_heads.html", BEYOND, "Single-head trees: best head per layer",
-                     "tree_heads_best.rst", TREES_SUB),
+                     caption="tree_heads_best.rst", subcategory=TREES_SUB),
                 Page(table("tree_heads.csv"), "tree_heads_all.html", BEYOND, "Single-head trees: every head",
-                     "tree_heads.rst", TREES_SUB),
-                figure_page("fig_tree_heads.png", BEYOND, "Figure: single-head trees by layer", "fig_tree_heads.rst",
-                            TREES_SUB)),
+                     caption="tree_heads.rst", subcategory=TREES_SUB),
+                figure_page("fig_tree_heads.png", BEYOND, "Figure: single-head trees by layer",
+                            caption="fig_tree_heads.rst", subcategory=TREES_SUB)),
+         cost=costs.Cost(estimate=costs.tree_decoder),
          golden=(GoldenTable("tree_heads", table("tree_heads.csv"), ("layer", "head")),
                  GoldenTable("tree_heads_best", table("tree_heads_best.csv"), ("row",)))),
 )

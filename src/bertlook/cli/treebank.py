@@ -18,6 +18,7 @@ from bertlook.data.treebank import (
 )
 from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
+from bertlook.pipeline import costs
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -25,6 +26,9 @@ from bertlook.errors import BertlookError
 COMMANDS = {
     "treebank": "dependency trees (local PTB-SD/UD files, a UD release, or silver spaCy parses) -> train/dev CoNLL-U",
 }
+
+#: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
+COSTS = dict.fromkeys(("treebank", "treebank_ud"), costs.Cost(estimate=costs.treebank_builder))
 
 
 def _need(args: argparse.Namespace, source: str, *flags: str) -> None:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from bertlook.errors import BertlookError
@@ -102,8 +103,6 @@ def normalise_integers(schema: dict[str, Any], data: Any) -> Any:
             return int(data)
     for key in ("oneOf", "anyOf"):
         if key in schema:
-            import jsonschema
-
             for sub in schema[key]:
                 if jsonschema.Draft202012Validator(sub).is_valid(data):
                     data = normalise_integers(sub, data)
@@ -238,8 +237,6 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     30; see :func:`normalise_integers`), so use it, not ``config``.
     Raises BertlookError listing every bad key by its dotted name.
     """
-    import jsonschema
-
     schema = copy.deepcopy(_schema(str(schema_path())))  # a copy: defaults are filled from it by reference
     if not isinstance(config, dict):
         raise BertlookError(f"{source}: a configuration must be a mapping, got {type(config).__name__}")

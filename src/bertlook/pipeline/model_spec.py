@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import json
 import os
 import re
 from pathlib import Path
@@ -185,8 +186,6 @@ def family_problem(config: Any, spec: str) -> str | None:
 def local_config(resolved: "ResolvedModel") -> dict[str, Any] | None:
     """The ``config.json`` of a local or package model as a dict (None for a hub id); a file that is not
     a JSON object is a BertlookError naming it."""
-    import json
-
     if resolved.is_hub:
         return None
     path = Path(resolved.path_or_id) / "config.json"
@@ -203,8 +202,6 @@ def known_config(spec: str, revision: str | None = None) -> dict[str, Any] | Non
     """The ``config.json`` of a model spec when it can be read without loading anything: a local or package
     model's, or a hub model's in the Hugging Face cache; None otherwise (not cached, unresolvable spec: the
     steps and ``bertlook preflight`` say why)."""
-    import json
-
     try:
         resolved = resolve_model(spec, revision)
         if not resolved.is_hub:

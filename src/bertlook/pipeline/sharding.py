@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
 
 PARTIAL_FORMAT = "bertlook-partial/1"
 _META_KEY = "__meta__"
@@ -84,9 +86,7 @@ def shard_info(n: int, i: int, k: int) -> dict[str, Any]:
 
 def save_partial(path, kind: str, meta: dict[str, Any], arrays: dict[str, Any]) -> Path:
     """Write a partial-sum file: numeric ``arrays`` plus ``meta`` (JSON in a unicode array), atomically."""
-    import numpy as np
-
-    from bertlook.io_utils import atomic_path
+    import numpy as np  # lazy: numpy, not needed at DAG build (the Snakefile imports this module)
 
     out = {}
     for name, value in arrays.items():
@@ -106,9 +106,7 @@ def save_partial(path, kind: str, meta: dict[str, Any], arrays: dict[str, Any]) 
 
 def load_partial(path, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(meta, arrays)`` of a partial file written by :func:`save_partial` for ``kind`` (no pickle)."""
-    import zipfile
-
-    import numpy as np
+    import numpy as np  # lazy: numpy, not needed at DAG build (the Snakefile imports this module)
 
     path = Path(path)
     if not path.is_file():

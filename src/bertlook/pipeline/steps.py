@@ -3,10 +3,11 @@ report shows it and which of its numbers the regression gate checks.
 
 A :class:`Step` names the rule that makes it, its config switch, the maps it reads, the outputs a run
 asks for (paths under ``results/{run}/``), its summary for the manifest, its report pages
-(:class:`Page`) and its golden tables (:class:`GoldenTable`). Each step is declared next to its command,
+(:class:`Page`), its golden tables (:class:`GoldenTable`) and what its rule's jobs cost
+(:class:`bertlook.pipeline.costs.Cost`). Each step is declared next to its command,
 in the ``STEPS`` tuple of its CLI module (``bertlook.cli.<step>``); :func:`bertlook.cli.declared_steps`
 gathers them. ``workflow/rules/common.smk`` builds the target list (``all``), the manifest's summaries and
-the report pages of every run from them, ``bertlook make-golden`` / ``check-regression`` their golden
+the report pages and the resources of every rule from them, ``bertlook make-golden`` / ``check-regression`` their golden
 groups; tests check the declarations against the rules, the captions and the documentation. The functions
 here take the declarations as an argument. No Snakemake, torch or numpy here: the Snakefile imports it
 while the DAG is built.
@@ -16,8 +17,11 @@ Adding an analysis: docs/ADDING_A_STEP.md walks through one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # the declarations' costs: bertlook --help imports this module, not the sizing model
+    from bertlook.pipeline.costs import Cost
 
 #: report subcategories
 TWIN_TABLES, RUN_TABLES = "Twins of the paper's tables", "Per-head and per-layer tables"
@@ -43,12 +47,14 @@ ENVS = ("torch", "analysis")
 class Page:
     """One entry of the HTML report: a table or figure ``source`` (a path under results/{run}/), its
     ``page`` (file name under the report/ folder beside it), where the report lists it (``category``,
-    ``subcategory``), its ``label`` and its caption file (under workflow/report/)."""
+    ``subcategory``), its ``label`` and its caption file (under workflow/report/); the optional fields are
+    keywords."""
 
     source: str
     page: str
     category: str
     label: str
+    _: KW_ONLY
     caption: str | None = None
     subcategory: str | None = None
 
@@ -58,10 +64,10 @@ class Page:
         return self.caption or GENERIC_CAPTION
 
 
-def figure_page(name: str, category: str, label: str, caption: str | None = None,
+def figure_page(name: str, category: str, label: str, *, caption: str | None = None,
                 subcategory: str | None = None) -> Page:
     """A figure's page: ``figures/<name>`` shown as ``report/<name>`` (page-sized)."""
-    return Page(f"figures/{name}", name, category, label, caption, subcategory)
+    return Page(f"figures/{name}", name, category, label, caption=caption, subcategory=subcategory)
 
 
 @dataclass(frozen=True)
@@ -86,13 +92,15 @@ class Step:
     ``beyond``); ``pages``: its report pages; ``golden``: the tables the regression gate checks cell by
     cell (the paper's tables have hand-written groups in :mod:`bertlook.reporting.golden`); ``syntax``: it
     also runs for every `treebanks` entry (the syntax runs); ``env``: its conda environment (:data:`ENVS`);
-    ``beyond``: an analysis beyond the paper; ``sizing``: the rule whose resource estimate its jobs take
-    (:mod:`bertlook.pipeline.sizing`; default: its own rule's); ``needs``: the switches of other steps its
-    inputs come from (it is off when one of them is).
+    ``beyond``: an analysis beyond the paper; ``cost``: what its rule's jobs cost (:mod:`bertlook.pipeline.costs`,
+    read by :mod:`bertlook.pipeline.sizing`; declared once per rule: a step sharing another step's rule leaves it
+    None); ``needs``: the switches of other steps its inputs come from (it is off when one of them is). Every
+    field after ``outputs`` is a keyword.
     """
 
     name: str
     outputs: tuple[str, ...]
+    _: KW_ONLY
     pages: tuple[Page, ...] = ()
     summary: str | None = None
     switch: str | None = None
@@ -102,7 +110,7 @@ class Step:
     env: str = "analysis"
     beyond: bool = False
     golden: tuple[GoldenTable, ...] = ()
-    sizing: str | None = None
+    cost: Cost | None = None
     needs: tuple[str, ...] = ()
 
     @property
@@ -212,11 +220,17 @@ def golden_tables(declared: Sequence[Step]) -> list[GoldenTable]:
     return [table for step in declared for table in step.golden]
 
 
-def sizing_kinds(declared: Sequence[Step]) -> dict[str, str]:
-    """``{rule: the rule whose resource estimate it takes}`` of the steps declared with ``sizing``."""
-    return {s.rule_name: s.sizing for s in declared if s.sizing}
+def rule_costs(declared: Sequence[Step], tables: Sequence[Mapping[str, Cost]] = ()) -> dict[str, Cost]:
+    """``{rule: its cost}`` from the costs of the ``declared`` steps and the ``tables`` of rules without a step
+    (the ``COSTS`` of the CLI modules); a rule whose cost is declared twice is an error naming it."""
+    found: dict[str, Cost] = {}
+    for rule, cost in [(s.rule_name, s.cost) for s in declared if s.cost] + [kv for t in tables for kv in t.items()]:
+        if rule in found:
+            raise ValueError(f"rule {rule!r}: its cost is declared twice")
+        found[rule] = cost
+    return found
 
 
 __all__ = ["BEYOND", "COMPOSITE_SWITCHES", "ENVS", "GENERIC_CAPTION", "GoldenTable", "MAPS", "Page", "SUPPORT_RULES",
            "Step", "beyond_summaries", "check_steps", "enabled_steps", "figure", "figure_page", "golden_tables",
-           "run_outputs", "run_pages", "sizing_kinds", "switches", "syntax_pages", "syntax_steps", "table"]
+           "rule_costs", "run_outputs", "run_pages", "switches", "syntax_pages", "syntax_steps", "table"]
