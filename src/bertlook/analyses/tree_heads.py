@@ -15,7 +15,7 @@ tree of each dev sentence:
 
 next to the same scores of two trees that use no attention: right-branching (gold root kept) and the
 adjacent chain ``w1 - w2 - ... - wW``. Scored words: the words of Table 3 (punctuation excluded, by
-relation or PTB tag as :class:`bertlook.analyses.probes.ProbeData` decides) minus the gold root
+relation or PTB tag as :class:`bertlook.analyses.probes.data.ProbeData` decides) minus the gold root
 word(s), whose head is given. Sentences are read one at a time (memory bounded by one map).
 
 :func:`run_tree_heads` is the ``tree-heads`` step without the command line: the per-head table, the best
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from bertlook.analyses.heads import decision_blocks, predict_from_decision, fragile_decisions
-from bertlook.analyses.probes import ProbeData
+from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
 from bertlook.io_utils import json_safe

@@ -190,7 +190,7 @@ def fig_models_summary(df: "pd.DataFrame", out_png: str | os.PathLike) -> Path:
     import seaborn as sns
 
     from bertlook.reporting.plotting import new_figure, plot_style, save_png
-    from bertlook.analyses.probes import PROBE_LABELS
+    from bertlook.analyses.probes.catalogue import PROBE_LABELS
 
     labels = df.attrs.get("labels") or list(dict.fromkeys(df["model"]))
     colors = sns.color_palette("colorblind", max(3, len(labels)))

@@ -290,7 +290,7 @@ def table2_note(store: "AttentionStore", candidates: str) -> str:
 
 def table3_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
     """Table 3 as Markdown: UAS in percent, mean ± sample sd over seeds, the paper's number."""
-    from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
+    from bertlook.analyses.probes.catalogue import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
 
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Probe", "UAS", "sd", "seeds"] + (["UAS (MST)", "sd (MST)"] if has_mst else []) + ["paper", "note"]
@@ -346,8 +346,8 @@ def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
 
 
 def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
-    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probe_reference.run_layer_ablations`) in percent."""
-    from bertlook.analyses.probes import is_missing
+    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probes.reference.run_layer_ablations`) in percent."""
+    from bertlook.analyses.probes.catalogue import is_missing
 
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Attention features", "heads", "UAS", "sd", "Δ UAS", "seeds"] + (

@@ -1,8 +1,8 @@
 """Every probe table in one loop (issue 24): Table 3, Table 3 on the norm maps and the per-layer ablations
-of Attn+GloVe, every probe x seed trained together by the batched engine (:mod:`bertlook.analyses.probe_batch`,
+of Attn+GloVe, every probe x seed trained together by the batched engine (:mod:`bertlook.analyses.probes.batch`,
 torch, imported when the probes train); the rows are assembled by the same functions as
-:func:`bertlook.analyses.probe_reference.run_probes` / :func:`~bertlook.analyses.probe_reference.run_layer_ablations`
-(:mod:`bertlook.analyses.probe_frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
+:func:`bertlook.analyses.probes.reference.run_probes` / :func:`~bertlook.analyses.probes.reference.run_layer_ablations`
+(:mod:`bertlook.analyses.probes.frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
 
 :func:`run_probe_step` is the whole ``bertlook probes`` step without the command line: it loads GloVe, trains
 with either engine, adds the rows of other runs (``--add-rows``) and builds the summaries of the three tables
@@ -20,7 +20,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from bertlook.analyses.probe_frames import (
+from bertlook.analyses.probes.frames import (
     ablation_frame,
     ablation_plan,
     open_ablation_stores,
@@ -28,19 +28,18 @@ from bertlook.analyses.probe_frames import (
     table3_frame,
     table3_trainable,
 )
-from bertlook.analyses.probe_rows import add_probe_rows
-from bertlook.analyses.probes import (
+from bertlook.analyses.probes.rows import add_probe_rows
+from bertlook.analyses.probes.catalogue import (
     DEFAULT_SEEDS,
     GLOVE_PROBES,
     NO_ATTENTION_PROBES,
     PROBES,
-    ProbeData,
     ProbeTask,
     base_kind,
     check_probes,
     check_seeds,
-    corpus_signature,
 )
+from bertlook.analyses.probes.data import ProbeData, corpus_signature
 from bertlook.errors import BertlookError
 
 if TYPE_CHECKING:
@@ -59,8 +58,8 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     and the per-layer ablations of Attn+GloVe (``ablation_modes``), every model trained in one loop per corpus.
 
     Returns ``{"table3", "table3_norm", "ablations"}`` (the frames of
-    :func:`bertlook.analyses.probe_reference.run_probes` /
-    :func:`~bertlook.analyses.probe_reference.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
+    :func:`bertlook.analyses.probes.reference.run_probes` /
+    :func:`~bertlook.analyses.probes.reference.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
     models, which norm rows reuse Table 3's models). A probe that reads no attention is trained once when the
     norm stores hold the same sentences as the model's (its rows are then the same in both tables); the
     ablations' reference row is Table 3's Attn+GloVe."""
@@ -68,7 +67,7 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     check_probes(probes)
     check_probes(norm_probes)
     seeds = check_seeds(seeds)
-    from bertlook.analyses.probe_batch import tune_malloc  # torch: imported when the probes train
+    from bertlook.analyses.probes.batch import tune_malloc  # torch: imported when the probes train
 
     t_start = time.perf_counter()
     tune_malloc()
@@ -179,11 +178,11 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
                        seeds: Sequence[int], epochs: int, batch_size: int, lr: float, mst: bool,
                        threads: int | None = None, log=None) -> dict[str, Any]:
     """Train ``tasks`` x ``seeds`` on ``train`` (source name -> store, one corpus) in one loop and evaluate them on
-    ``dev`` with the batched engine (:mod:`bertlook.analyses.probe_batch`): ``results`` and ``info`` ((task, seed) ->
-    the dict of :func:`~bertlook.analyses.probe_reference.evaluate_probe` /
-    :func:`~bertlook.analyses.probe_reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
-    from bertlook.analyses.probe_batch import BatchedProbes, tune_malloc  # torch: as above
-    from bertlook.analyses.probe_split import SplitFeatures
+    ``dev`` with the batched engine (:mod:`bertlook.analyses.probes.batch`): ``results`` and ``info`` ((task, seed) ->
+    the dict of :func:`~bertlook.analyses.probes.reference.evaluate_probe` /
+    :func:`~bertlook.analyses.probes.reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
+    from bertlook.analyses.probes.batch import BatchedProbes, tune_malloc  # torch: as above
+    from bertlook.analyses.probes.split import SplitFeatures
 
     say = log or (lambda msg: None)
     timing: dict[str, Any] = {}
@@ -218,7 +217,7 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
 
 def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, train_store, n_sentences,
               n_words, oov, epochs, batch_size) -> dict[str, Any]:
-    """The per-model dict of :func:`~bertlook.analyses.probe_reference.train_probe` (the same keys), plus
+    """The per-model dict of :func:`~bertlook.analyses.probes.reference.train_probe` (the same keys), plus
     ``engine``."""
     family, released = base_kind(task.probe)
     info = {"probe": task.probe, "seed": int(seed), "epochs": int(epochs), "batch_size": int(batch_size),
@@ -238,7 +237,7 @@ def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, 
 
 # ==================================================================================== the probes step
 #: how the models are trained: every model in one loop (:func:`run_probe_tables`) or one at a time
-#: (:mod:`bertlook.analyses.probe_reference`)
+#: (:mod:`bertlook.analyses.probes.reference`)
 PROBE_ENGINES = ("batched", "reference")
 
 
@@ -267,7 +266,7 @@ class ProbeOptions:
             raise BertlookError(f"threads must be >= 1, got {self.threads}")
 
     def settings(self) -> dict[str, Any]:
-        """The settings a rows file records (:data:`bertlook.analyses.probe_rows.ROWS_SETTINGS`): rows added
+        """The settings a rows file records (:data:`bertlook.analyses.probes.rows.ROWS_SETTINGS`): rows added
         with ``--add-rows`` must have been computed with the same ones."""
         return {"seeds": list(self.seeds), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "mst": bool(self.mst), "max_train_sentences": self.max_train_sentences, "glove_spec": self.glove}
@@ -278,7 +277,7 @@ class ProbeStepResult:
     """What :func:`run_probe_step` computed; a table not asked for (and its summary) is None.
 
     ``table3``: Table 3 (the rows computed here and the added ones, in the order of
-    :data:`~bertlook.analyses.probes.PROBES`; ``paper_join`` applied), ``summary`` its summary JSON (the
+    :data:`~bertlook.analyses.probes.catalogue.PROBES`; ``paper_join`` applied), ``summary`` its summary JSON (the
     ``--summary`` of ``bertlook probes``); ``table3_norm`` / ``norm_summary``: Table 3 on the norm maps;
     ``ablations`` / ``ablations_summary``: the per-layer ablations. ``rows``: the Table 3 rows computed here only
     (no added rows, no paper numbers: what ``--rows-out`` writes, with ``rows_inputs``, their stores);
@@ -310,7 +309,7 @@ def run_probe_step(train_attention=None, dev_attention=None, *, random_train_att
     ablations of Attn+GloVe (``ablation_modes``), trained with ``options.engine``, and their summaries.
 
     GloVe: ``glove`` (loaded vectors), else loaded from ``options.glove`` when a probe or the ablations need it.
-    ``added``: rows files of other runs (:func:`bertlook.analyses.probe_rows.read_probe_rows`, read with
+    ``added``: rows files of other runs (:func:`bertlook.analyses.probes.rows.read_probe_rows`, read with
     ``options.settings()``), put into Table 3. ``paper_join``: applied to Table 3 and its norm twin before their
     summaries (``bertlook probes`` passes :func:`bertlook.reporting.paper_join.join_table3`; without it the tables
     hold the run's own numbers only). ``log``: progress messages (e.g. ``print``)."""
@@ -371,7 +370,7 @@ def _step_frames(options: ProbeOptions, glove, stores: tuple, *, probes, norm_pr
         return run_probe_tables(train, dev, random_train_store=rtrain, random_dev_store=rdev, norm_train_store=ntrain,
                                 norm_dev_store=ndev, probes=probes, norm_probes=norm_probes, ablation_modes=modes,
                                 **common)
-    from bertlook.analyses.probe_reference import run_layer_ablations, run_probes  # torch
+    from bertlook.analyses.probes.reference import run_layer_ablations, run_probes  # torch
 
     out: dict[str, Any] = {"table3": None, "table3_norm": None, "ablations": None}
     if probes:
