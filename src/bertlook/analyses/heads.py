@@ -133,27 +133,26 @@ class HeadScores:
         except ValueError:
             return None
 
-    def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
-        """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
+    def _of(self, arr: "np.ndarray", relation: str) -> "np.ndarray":
+        """``arr``'s entry of ``relation`` (first axis: relations), summed over them for ``"All"``; KeyError
+        for a relation not in the scored store."""
         if relation == ALL:
-            # [layer, head, direction], int, [offset]
-            return self.correct.sum(axis=0), self.n_words, self.baseline_correct.sum(axis=0)
+            return arr.sum(axis=0)
         r = self.relation_index(relation)
         if r is None:
             raise KeyError(relation)
-        # [layer, head, direction], int, [offset]
-        return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
+        return arr[r]
+
+    def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
+        """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
+        count = self.n_words if relation == ALL else int(self._of(self.word_counts, relation))
+        return self._of(self.correct, relation), count, self._of(self.baseline_correct, relation)
 
     def visible_for(self, relation: str) -> tuple["np.ndarray", "np.ndarray"]:
         """``(visible[2], baseline_visible_correct[K])`` of a relation or of ``"All"`` (causal scores only)."""
         if self.visible is None:
             raise BertlookError("visible words are counted for causal (decoder) maps only")
-        if relation == ALL:
-            return self.visible.sum(axis=0), self.baseline_visible_correct.sum(axis=0)  # [direction], [offset]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return self.visible[r], self.baseline_visible_correct[r]  # [direction], [offset]
+        return self._of(self.visible, relation), self._of(self.baseline_visible_correct, relation)
 
     def fragile_for(self, relation: str, fold: int | None = None) -> "np.ndarray":
         """``fragile[L, H, 2]`` of a relation (or "All"), on one cross-fitting fold with ``fold``; zeros when
@@ -161,38 +160,19 @@ class HeadScores:
         arr = self.fragile if fold is None else (None if self.fold_fragile is None else self.fold_fragile[fold])
         if arr is None:
             return np.zeros((self.num_layers, self.num_heads, 2), dtype=np.int64)
-        if relation == ALL:
-            return arr.sum(axis=0)  # [layer, head, direction]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return arr[r]  # [layer, head, direction]
+        return self._of(arr, relation)  # [layer, head, direction]
 
     def candidate_counts(self, relation: str, exclude_punct: bool) -> "np.ndarray | None":
         """``correct[L, H, 2]`` of a relation (or "All") with punctuation candidates excluded or not;
         None when that candidate set was not counted."""
         arr = self.correct if exclude_punct == self.exclude_punct_candidates else self.correct_alt
-        if arr is None:
-            return None
-        if relation == ALL:
-            return arr.sum(axis=0)  # [layer, head, direction]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return arr[r]  # [layer, head, direction]
+        return None if arr is None else self._of(arr, relation)  # [layer, head, direction]
 
     def fold_counts_for(self, relation: str, fold: int) -> tuple["np.ndarray", int]:
         """``(correct[L, H, 2], count)`` of a relation (or "All") on one cross-fitting fold."""
         if self.fold_correct is None or self.fold_word_counts is None:
             raise BertlookError("scores were computed without cross-fitting folds (crossfit_seed)")
-        if relation == ALL:
-            # [layer, head, direction], int
-            return self.fold_correct[fold].sum(axis=0), int(self.fold_word_counts[fold].sum())
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        # [layer, head, direction], int
-        return self.fold_correct[fold, r], int(self.fold_word_counts[fold, r])
+        return self._of(self.fold_correct[fold], relation), int(self._of(self.fold_word_counts[fold], relation))
 
 
 @dataclass

@@ -73,7 +73,7 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
     a = np.asarray(attn)
     n = a.shape[-1]
     if a.dtype == np.float16:
-        from bertlook.analyses.map_kernels import table_row_sums  # numba: compiled once, loaded from its cache
+        from bertlook.analyses.map_kernels import table_row_sums  # lazy: numba, compiled once, loaded from its cache
 
         return -table_row_sums(xlogx_table(n, smoothing), a.view(np.uint16))  # [..., query_pos]
     a = np.asarray(a, dtype=np.float64)
@@ -85,7 +85,7 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
 def xlogx_table(n: int, smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
     """``p ln p`` with ``p = (1 - smoothing) a + smoothing / n`` for every float16 bit pattern ``a`` (float64,
     ``[65536]``; NaN for the patterns no attention value has: negative, infinite, NaN)."""
-    from bertlook.analyses.map_kernels import float16_values  # the one table of float16 values (numba, as row_entropy)
+    from bertlook.analyses.map_kernels import float16_values  # lazy: numba, as in row_entropy (the float16 values)
 
     a = float16_values()  # [float16 bits]
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -425,7 +425,7 @@ def _paired_rows(out: list[dict[str, Any]], selections: list, runners: list, com
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value of ``b`` and ``c`` discordant pairs:
     ``min(1, 2 * BinomCDF(min(b, c); b + c, 1/2))`` (``scipy.stats.binomtest``); 1 when ``b + c == 0``."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # lazy: scipy.stats (~0.5 s), only the paired tests need it
 
     b, c = int(b), int(c)
     if b < 0 or c < 0:

@@ -37,7 +37,7 @@ from bertlook.analyses.heads import DIRECTIONS, decision_blocks, fragile_decisio
 from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
-from bertlook.io_utils import json_safe, read_csv_strings
+from bertlook.io_utils import json_safe
 from bertlook.naming import head_label
 
 #: the per-head table (tables/tree_heads.csv)
@@ -252,20 +252,6 @@ def best_heads(per_head: pd.DataFrame, baselines: dict[str, dict[str, Any]]) -> 
     out = pd.DataFrame(rows, columns=BEST_COLUMNS)
     for c in ("uas", "uuas"):
         out[c] = out[c].astype("float64")
-    return out
-
-
-def read_tree_heads(path) -> pd.DataFrame:
-    """tables/tree_heads.csv, checked (the columns, one row per head)."""
-    raw = read_csv_strings(path, required=HEAD_COLUMNS, what="tree-heads table")
-    out = pd.DataFrame(index=raw.index)
-    for c in HEAD_COLUMNS:
-        vals = pd.to_numeric(raw[c].str.strip(), errors="coerce")
-        bad = vals.isna() & ~raw[c].str.strip().str.lower().isin(["", "nan"])
-        if bad.any() or (c in ("layer", "head", "n_words") and vals.isna().any()):
-            i = int((bad | vals.isna()).to_numpy().nonzero()[0][0])
-            raise BertlookError(f"{path}:{i + 2}: column {c!r}: expected a number, got {raw[c].iloc[i]!r}")
-        out[c] = vals.astype("int64") if c in ("layer", "head", "n_words") else vals.astype("float64")
     return out
 
 

@@ -17,14 +17,15 @@ import time
 
 import numpy as np
 
+from bertlook.analyses import trees
+from bertlook.analyses.cluster_heads import js_divergence_example
+from bertlook.analyses.probes import kernels as pk
+from bertlook.analyses.rollout import rollout
+from bertlook.analyses.surface_stats import row_entropy
+
 
 def warm_kernels() -> dict[str, float]:
     """Call each compiled path once on tiny inputs; seconds per path (compile or cache load)."""
-    from bertlook.analyses.cluster_heads import js_divergence_example
-    from bertlook.analyses.rollout import rollout
-    from bertlook.analyses.surface_stats import row_entropy
-    from bertlook.analyses.trees import chu_liu_edmonds_batch
-
     rng = np.random.default_rng(0)
     maps = rng.random((2, 2, 6, 6))  # [layer, head, query_pos, key_pos]
     maps16 = (maps / maps.sum(axis=-1, keepdims=True)).astype(np.float16)
@@ -33,7 +34,7 @@ def warm_kernels() -> dict[str, float]:
         "rollout.rollout (float16)": lambda: rollout(maps16),
         "cluster_heads.js_divergence_example (float32)": lambda: js_divergence_example(maps16),
         "cluster_heads.js_divergence_example (float64)": lambda: js_divergence_example(maps16, dtype="float64"),
-        "trees.chu_liu_edmonds_batch": lambda: chu_liu_edmonds_batch(rng.random((2, 5, 5))),
+        "trees.chu_liu_edmonds_batch": lambda: trees.chu_liu_edmonds_batch(rng.random((2, 5, 5))),
     }
     calls.update(_probe_calls(rng))
     seconds = {}
@@ -46,8 +47,6 @@ def warm_kernels() -> dict[str, float]:
 
 def _probe_calls(rng) -> dict:
     """The fused probe loops (float32, as the cohorts call them; ``direct`` is a value, not a type)."""
-    from bertlook.analyses.probes import kernels as pk
-
     W, H = 2, pk.LANES
     f = lambda *shape: rng.random(shape).astype(np.float32)  # noqa: E731
     a, b, d, sg = f(W, H), f(W + 1, H), f(2 * W, H), f(W, W + 1, H)

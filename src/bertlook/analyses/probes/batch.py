@@ -28,12 +28,13 @@ import numpy as np
 import torch
 
 from bertlook.analyses.probes import workers
+from bertlook.analyses.probes.catalogue import HIDDEN, MAX_BATCH_ELEMENTS, ProbeTask
 from bertlook.analyses.probes.cohorts import COHORTS, Grads
 from bertlook.analyses.probes.features import epoch_batches, split_group
 from bertlook.analyses.probes.split import Rows, SplitFeatures
 from bertlook.analyses.probes.uas import uas_dict
-from bertlook.analyses.probes.catalogue import HIDDEN, MAX_BATCH_ELEMENTS, ProbeTask
 from bertlook.analyses.trees import chu_liu_edmonds_batch
+from bertlook.attention.extraction import progress_bar
 from bertlook.errors import BertlookError
 
 
@@ -243,8 +244,6 @@ class BatchedProbes:
             yield Rows(split, chunk, S)
 
     def _train_group(self, ks: list[int], split: SplitFeatures, orders, budget: int, progress: bool):
-        from bertlook.attention.extraction import progress_bar
-
         S = len(self.seeds)
         cohorts = [self.cohorts[k] for k in ks]
         accs = [Grads(c.params()) for c in cohorts]

@@ -65,7 +65,7 @@ SD_ONLY_RELS = frozenset({
     "partmod", "infmod", "tmod", "npadvmod", "pcomp", "predet", "preconj", "quantmod", "number",
     "abbrev", "purpcl", "attr", "complm", "rel", "prt",
 })
-N_DIST = 8  # the positional features of a (dependent, candidate) pair (probe_features.distance_features)
+N_DIST = 8  # the positional features of a (dependent, candidate) pair (features.distance_features)
 BUCKET_POOL_BATCHES = 50  # training batches are cut from length-sorted pools of 50 batches
 MAX_BATCH_ELEMENTS = 2**24  # largest padded [B, K, Wm, Wm+1] (or [B, Wm, Wm+1, 256]) tensor run at once
 HIDDEN = 256  # the tanh hidden layer of Distances+GloVe, GloVe only, Distances only and the MLP weights

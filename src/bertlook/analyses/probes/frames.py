@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.probes.rows import table_frame
-from bertlook.analyses.probes.uas import right_branching_uas
 from bertlook.analyses.probes.catalogue import (
     ABLATION_MODES,
     GLOVE_PROBES,
@@ -32,11 +30,12 @@ from bertlook.analyses.probes.catalogue import (
     check_probes,
 )
 from bertlook.analyses.probes.data import ProbeData, as_probe_data
+from bertlook.analyses.probes.rows import table_frame
+from bertlook.analyses.probes.uas import right_branching_uas
+from bertlook.analyses.uniformity import row_entropy_by_layer
 from bertlook.attention.store import open_store
+from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    from bertlook.data.glove import GloveVectors
 
 
 # ======================================================================================== Table 3
@@ -247,8 +246,6 @@ def random_init_note(random_dev_store) -> str:
     """Table 3's note on the random-init row (issue 14): which reading of the re-initialisation made the
     maps (the store meta's ``random_init.keep``) and how uniform they are (mean row entropy / ln n, the
     range over layers, first :data:`UNIFORMITY_SENTENCES` sentences)."""
-    from bertlook.analyses.uniformity import row_entropy_by_layer
-
     st = open_store(random_dev_store, level="word", what="random-init dev attention store")
     keep = (st.meta.get("random_init") or {}).get("keep", "embeddings")
     reading = ("every weight re-initialised except the word and position embeddings (the paper's reading, "

@@ -15,21 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import pandas as pd
 import torch
 
-from bertlook.analyses.probes.diagnostics import FeatureStats, LossCurve
-from bertlook.analyses.probes.features import Batch, epoch_batches, make_batch, split_group
-from bertlook.analyses.probes.frames import (
-    ablation_frame,
-    ablation_plan,
-    open_ablation_stores,
-    open_probe_stores,
-    table3_frame,
-)
-from bertlook.analyses.probes.models import gold_log_probs, make_model, masked_log_softmax, probe_loss
-from bertlook.analyses.probes.uas import mst_heads, right_branching_uas, uas_dict
 from bertlook.analyses.probes.catalogue import (
     ABLATION_MODES,
     DEFAULT_SEEDS,
@@ -41,12 +31,20 @@ from bertlook.analyses.probes.catalogue import (
     check_seeds,
 )
 from bertlook.analyses.probes.data import ProbeData, as_probe_data
+from bertlook.analyses.probes.diagnostics import FeatureStats, LossCurve
+from bertlook.analyses.probes.features import Batch, epoch_batches, make_batch, split_group
+from bertlook.analyses.probes.frames import (
+    ablation_frame,
+    ablation_plan,
+    open_ablation_stores,
+    open_probe_stores,
+    table3_frame,
+)
+from bertlook.analyses.probes.models import gold_log_probs, make_model, masked_log_softmax, probe_loss
+from bertlook.analyses.probes.uas import mst_heads, right_branching_uas, uas_dict
+from bertlook.attention.extraction import progress_bar
+from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from bertlook.data.glove import GloveVectors
 
 
 # ========================================================================================= batches
@@ -211,8 +209,6 @@ def _train_epochs(model, optimizer, data: ProbeData, opts: TrainingOptions, *, d
                   curve: LossCurve | None, stats: FeatureStats | None) -> dict[str, Any]:
     """Every epoch of :func:`train_probe` (the sentence order drawn with the seed's own generator); returns
     ``steps``, ``seconds``, ``epoch_losses`` (per word) and ``dev_uas`` (the evaluations of ``eval_epochs``)."""
-    from bertlook.attention.extraction import progress_bar
-
     gen = torch.Generator().manual_seed(opts.seed)
     lengths = [st.n_words for st in data.sentences]
     steps = 0

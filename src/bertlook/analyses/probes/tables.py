@@ -9,8 +9,8 @@ with either engine, adds the rows of other runs (``--add-rows``) and builds the 
 (:class:`ProbeStepResult`); settings in :class:`ProbeOptions`. :func:`ablations_summary` is the summary of an
 ablations frame (also ``bertlook probe-ablations``).
 
-This module sits above both: ``probe_tables`` -> ``probe_batch`` / ``probe_frames`` -> ``probes``; it imports no
-torch itself (``probe_batch`` and ``probe_split`` are imported when the probes train).
+This module sits above both: ``tables`` -> ``batch`` / ``frames`` -> ``catalogue``, ``data``; it imports no
+torch itself (``batch`` and ``split`` are imported when the probes train).
 """
 
 from __future__ import annotations
@@ -18,17 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from bertlook.analyses.probes.frames import (
-    ablation_frame,
-    ablation_plan,
-    open_ablation_stores,
-    open_probe_stores,
-    table3_frame,
-    table3_trainable,
-)
-from bertlook.analyses.probes.rows import add_probe_rows
+import pandas as pd
+
 from bertlook.analyses.probes.catalogue import (
     DEFAULT_SEEDS,
     GLOVE_PROBES,
@@ -40,12 +33,17 @@ from bertlook.analyses.probes.catalogue import (
     check_seeds,
 )
 from bertlook.analyses.probes.data import ProbeData, corpus_signature
+from bertlook.analyses.probes.frames import (
+    ablation_frame,
+    ablation_plan,
+    open_ablation_stores,
+    open_probe_stores,
+    table3_frame,
+    table3_trainable,
+)
+from bertlook.analyses.probes.rows import add_probe_rows
+from bertlook.data.glove import GloveVectors, load_glove
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from bertlook.data.glove import GloveVectors
 
 
 def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=None, random_dev_store=None,
@@ -67,7 +65,7 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     check_probes(probes)
     check_probes(norm_probes)
     seeds = check_seeds(seeds)
-    from bertlook.analyses.probes.batch import tune_malloc  # torch: imported when the probes train
+    from bertlook.analyses.probes.batch import tune_malloc  # lazy: torch, imported when the probes train
 
     t_start = time.perf_counter()
     tune_malloc()
@@ -181,8 +179,8 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
     ``dev`` with the batched engine (:mod:`bertlook.analyses.probes.batch`): ``results`` and ``info`` ((task, seed) ->
     the dict of :func:`~bertlook.analyses.probes.reference.evaluate_probe` /
     :func:`~bertlook.analyses.probes.reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
-    from bertlook.analyses.probes.batch import BatchedProbes, tune_malloc  # torch: as above
-    from bertlook.analyses.probes.split import SplitFeatures
+    from bertlook.analyses.probes.batch import BatchedProbes, tune_malloc  # lazy: torch, as above
+    from bertlook.analyses.probes.split import SplitFeatures  # lazy: torch, as above
 
     say = log or (lambda msg: None)
     timing: dict[str, Any] = {}
@@ -314,13 +312,11 @@ def run_probe_step(train_attention=None, dev_attention=None, *, random_train_att
     summaries (``bertlook probes`` passes :func:`bertlook.reporting.paper_join.join_table3`; without it the tables
     hold the run's own numbers only). ``log``: progress messages (e.g. ``print``)."""
     if options.threads is not None:
-        import torch  # the probes train with torch anyway
+        import torch  # lazy: torch (the probes train with it anyway; this module imports none)
 
         torch.set_num_threads(options.threads)
     t0 = time.perf_counter()
     if glove is None and options.glove and (ablation_modes or any(p in GLOVE_PROBES for p in [*probes, *norm_probes])):
-        from bertlook.data.glove import load_glove
-
         glove = load_glove(options.glove, options.glove_member)
     frames = _step_frames(options, glove, (train_attention, dev_attention, random_train_attention, random_dev_attention,
                                            norm_train_attention, norm_dev_attention),
@@ -370,7 +366,7 @@ def _step_frames(options: ProbeOptions, glove, stores: tuple, *, probes, norm_pr
         return run_probe_tables(train, dev, random_train_store=rtrain, random_dev_store=rdev, norm_train_store=ntrain,
                                 norm_dev_store=ndev, probes=probes, norm_probes=norm_probes, ablation_modes=modes,
                                 **common)
-    from bertlook.analyses.probes.reference import run_layer_ablations, run_probes  # torch
+    from bertlook.analyses.probes.reference import run_layer_ablations, run_probes  # lazy: torch, as above
 
     out: dict[str, Any] = {"table3": None, "table3_norm": None, "ablations": None}
     if probes:
