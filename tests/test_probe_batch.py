@@ -255,9 +255,9 @@ def test_cli_one_process_for_every_table(stores, tmp_path, capsys, monkeypatch):
     """`bertlook probes` with the norm stores and --ablations: the three tables of the three old jobs; the same
     numbers with --engine reference (within 2 words)."""
     from bertlook import cli
-    from bertlook.data import glove as glove_mod
+    from bertlook.analyses.probes import tables as probe_tables
 
-    monkeypatch.setattr(glove_mod, "load_glove", lambda spec, member=None: glove())
+    monkeypatch.setattr(probe_tables, "load_glove", lambda spec, member=None: glove())
 
     def run(engine):
         d = tmp_path / engine

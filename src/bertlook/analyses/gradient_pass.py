@@ -4,7 +4,8 @@ per-batch sums (procedure: docs/definitions.md#gradient-importance-of-attention-
 :func:`mask_segments` masks the segments as in BERT pre-training (one seeded generator), :func:`next_token_examples`
 gives a decoder's examples; :func:`attention_gradients` differentiates the loss with respect to every attention
 probability; :func:`batch_statistics` sums ``|dL/dA|``, the attention mass and ``|dL/dxi_h|`` per example, layer
-and target ([SEP], ". ,", other), on the device. :mod:`bertlook.analyses.gradients` runs and reduces them.
+and target ([SEP], ". ,", other), on the device. :mod:`bertlook.analyses.gradients` runs and reduces them
+(torch is imported inside the functions that run the model: the reduction runs in the analysis env, no torch).
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from bertlook.attention.extraction import accepts_token_type_ids, encode_segment
 from bertlook.attention.mlm import mlm_head_module
 from bertlook.errors import BertlookError
 from bertlook.pipeline.model_spec import DECODER, model_family
-
-# torch is imported inside the functions that run the model: the gradients step's reduction imports this module
-# (through bertlook.analyses.gradients) in the analysis env, which has no torch.
 
 PUNCT_TOKENS = (".", ",")
 MASK_MODES = ("bert", "mask_only")
