@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark (not a test): the probes' fused hidden-layer loops (``bertlook.analyses.probe_kernels``) against
+"""Benchmark (not a test): the probes' fused hidden-layer loops (``bertlook.analyses.probes.kernels``) against
 the torch formulation they replaced, and against the machine's division throughput.
 
 One MLP probe step's ``[word, candidate, hidden]`` work on one sentence (W words, 256 hidden units): sigma of
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertlook.analyses import probe_kernels as pk
+from bertlook.analyses.probes import kernels as pk
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,7 @@ Stores: ``--stores DIR`` with ``words-{train,dev}``, ``normwords-{train,dev}``, 
 demo's word-level stores), else synthetic stores of the demo's size (2000 train / 500 dev sentences, 6 x 12
 heads, 8-42 words; the norm and random-init ones hold the same sentences with other maps).
 
-1. The batched engine (``bertlook.analyses.probe_tables.run_probe_tables``): seconds per phase, its batched products'
+1. The batched engine (``bertlook.analyses.probes.tables.run_probe_tables``): seconds per phase, its batched products'
    FLOPs (counted from the sentence orders: every matrix product of the forward and the hand-written backward;
    elementwise work not counted) and their rate against this machine's float32 GEMM rate (measured here on
    shapes like the engine's).
@@ -30,11 +30,12 @@ import time
 
 import numpy as np
 
-from bertlook.analyses.probe_features import epoch_batches
-from bertlook.analyses.probe_frames import ablation_heads
-from bertlook.analyses.probe_reference import evaluate_probe, train_probe
-from bertlook.analyses.probes import ABLATION_MODES, DEFAULT_SEEDS, PROBES, ProbeData, ProbeTask
-from bertlook.analyses.probe_tables import run_probe_tables
+from bertlook.analyses.probes.features import epoch_batches
+from bertlook.analyses.probes.frames import ablation_heads
+from bertlook.analyses.probes.reference import evaluate_probe, train_probe
+from bertlook.analyses.probes.catalogue import ABLATION_MODES, DEFAULT_SEEDS, PROBES, ProbeTask
+from bertlook.analyses.probes.data import ProbeData
+from bertlook.analyses.probes.tables import run_probe_tables
 from bertlook.analyses.trees import chu_liu_edmonds, chu_liu_edmonds_batch
 from bertlook.data.glove import GloveVectors, load_glove
 from bertlook.testing.synthetic_stores import write_synthetic_word_store
@@ -135,8 +136,8 @@ def reference_runs(stores: str, glove, tasks: list[ProbeTask], seeds: list[int],
 
 def compare_decoders(stores: str, glove, say) -> dict:
     """The two MST decoders on the batched engine's dev log-probabilities (Table 3's models, seeds 0-2)."""
-    from bertlook.analyses.probe_batch import BatchedProbes
-    from bertlook.analyses.probe_split import SplitFeatures
+    from bertlook.analyses.probes.batch import BatchedProbes
+    from bertlook.analyses.probes.split import SplitFeatures
 
     tasks = [ProbeTask(p) for p in PROBES if p not in ("right_branching", "random_init_attn_glove")]
     data = {"model": ProbeData(f"{stores}/words-train", glove=glove)}

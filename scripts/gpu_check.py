@@ -12,7 +12,7 @@ loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step:
     into two temporary stores; every map (float16 in the stores) compared: max |CUDA - CPU|, PASS
     when <= 2e-3 (two float16 roundings of a probability: one ulp below 1 is 4.9e-4); tokens/s on
     each device (after a warm-up extraction of a few examples).
-(b) gradients of the MLM loss w.r.t. attention: ``bertlook.analyses.gradients.mask_segments`` (seeded), then
+(b) gradients of the MLM loss w.r.t. attention: ``bertlook.analyses.gradient_pass.mask_segments`` (seeded), then
     ``batch_statistics`` on both devices, reduced with ``aggregate``; max relative difference of the
     per-layer statistics (``mean_abs_grad`` and ``attention_mass`` of [SEP], ". ," and other), PASS
     when <= 1e-3; also ``attention_gradients`` of the first batch: max |dL/dA difference| / max |dL/dA|
@@ -296,7 +296,8 @@ def check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device: str, n_exampl
                     seed: int) -> dict[str, Any]:
     import numpy as np
 
-    from bertlook.analyses.gradients import aggregate, attention_gradients, batch_statistics, mask_segments
+    from bertlook.analyses.gradient_pass import attention_gradients, batch_statistics, mask_segments
+    from bertlook.analyses.gradients import aggregate
 
     segments = [{"id": rec["id"], "tokens": rec["tokens"]} for rec, _, _ in examples[:n_examples]]
     masked = mask_segments(segments, tokenizer, seed=seed, rate=0.15, mask_mode="bert", segment_ids="zeros")

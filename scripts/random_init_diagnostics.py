@@ -97,9 +97,9 @@ def chance_uas(data) -> float:
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from bertlook.analyses.probe_reference import train_probe
-    from bertlook.analyses.probe_uas import right_branching_uas
-    from bertlook.analyses.probes import ProbeData
+    from bertlook.analyses.probes.reference import train_probe
+    from bertlook.analyses.probes.uas import right_branching_uas
+    from bertlook.analyses.probes.data import ProbeData
     from bertlook.analyses.uniformity import row_entropy_by_layer
     from bertlook.data.glove import load_glove
 

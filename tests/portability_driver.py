@@ -43,7 +43,7 @@ def tree_numbers(dev_store) -> dict:
 
 def probe_numbers(train_store, dev_store, glove_spec: str, seeds: list[int]) -> dict:
     """Per probe and seed, the dev words a probe trained by the batched engine gets right (argmax decoding)."""
-    from bertlook.analyses.probe_tables import run_probe_tables
+    from bertlook.analyses.probes.tables import run_probe_tables
     from bertlook.data.glove import load_glove
 
     glove = load_glove(glove_spec)

@@ -35,7 +35,7 @@ def decoder_run(tmp_path_factory, fixtures_dir):
 def test_next_token_examples_by_hand(decoder_run):
     from transformers import AutoTokenizer
 
-    from bertlook.analyses.gradients import IGNORE_INDEX, next_token_examples
+    from bertlook.analyses.gradient_pass import IGNORE_INDEX, next_token_examples
 
     tok = AutoTokenizer.from_pretrained(decoder_run["lm"])
     seg = {"id": 7, "tokens": ["The", "Ġcat", "Ġsat"], "segment_ids": [0, 0, 1]}
@@ -48,7 +48,7 @@ def test_next_token_examples_by_hand(decoder_run):
 def test_next_token_loss_is_the_models_own(decoder_run):
     import torch
 
-    from bertlook.analyses.gradients import attention_gradients, next_token_examples
+    from bertlook.analyses.gradient_pass import attention_gradients, next_token_examples
     from bertlook.attention.mlm import load_mlm_checked
     from bertlook.attention.modeling import load_tokenizer, resolve_model
 
@@ -100,7 +100,7 @@ def test_fig3_of_a_decoder(decoder_run, tmp_path):
 def test_causal_statistics_count_only_visible_entries(decoder_run):
     """Fig 3's mean |dL/dA| of a decoder averages over the entries a row sees: recomputed here from the raw
     gradients (lower triangle only) for one segment."""
-    from bertlook.analyses.gradients import attention_gradients, batch_statistics, next_token_examples
+    from bertlook.analyses.gradient_pass import attention_gradients, batch_statistics, next_token_examples
     from bertlook.attention.mlm import load_mlm_checked
     from bertlook.attention.modeling import load_tokenizer, resolve_model
 

@@ -38,7 +38,7 @@ def test_wrap_tokens(decoders, tokenizer):
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_decoder_word_store_is_causal_and_scored(decoders, tmp_path, arch):
-    from bertlook.analyses.table1 import HeadsOptions, run_heads
+    from bertlook.analyses.heads_step import HeadsOptions, run_heads
     from bertlook.attention.extract_words import extract_word_attention
     from bertlook.attention.store import open_store
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertlook.analyses import gradients
+from bertlook.analyses import gradient_pass, gradients
 from bertlook.attention import mlm
 from bertlook.cli import gradients as gradients_cli
 from bertlook.errors import BertlookError
@@ -86,7 +86,7 @@ def assert_png(path: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _reference_gradients(model, ex: gradients.MaskedSegment, monkeypatch):
+def _reference_gradients(model, ex: gradient_pass.MaskedSegment, monkeypatch):
     """Independent ``dL/dA``: every layer's softmax output is swapped for a leaf with the same values."""
     import torch
     import torch.nn.functional as F
@@ -119,12 +119,12 @@ def _reference_gradients(model, ex: gradients.MaskedSegment, monkeypatch):
 
 @pytest.mark.parametrize("head_gather", [True, False], ids=["head-on-masked-positions", "head-on-all-positions"])
 def test_gradients_match_autograd_on_leaf_probabilities(mlm_model, tokenizer, segments, monkeypatch, head_gather):
-    ex = gradients.mask_segments(segments[2:3], tokenizer, seed=3)[0]
+    ex = gradient_pass.mask_segments(segments[2:3], tokenizer, seed=3)[0]
     assert ex.masked_positions
     if not head_gather:  # no known head module: logits of every position, then the masked ones
         monkeypatch.setattr(mlm, "HEAD_NAMES", ())
     assert (mlm.mlm_head_module(mlm_model) is not None) == head_gather
-    got = gradients.attention_gradients(mlm_model, [ex])[0]
+    got = gradient_pass.attention_gradients(mlm_model, [ex])[0]
     loss, attn_ref, grad_ref = _reference_gradients(mlm_model, ex, monkeypatch)
     L, H = mlm_model.config.num_hidden_layers, mlm_model.config.num_attention_heads
     assert got["grad"].shape == (L, H, ex.n, ex.n) == grad_ref.shape
@@ -137,11 +137,11 @@ def test_gradients_match_autograd_on_leaf_probabilities(mlm_model, tokenizer, se
 
 
 def test_batch_gives_batch1_gradients(mlm_model, tokenizer, segments):
-    masked = gradients.mask_segments([segments[i] for i in (0, 2, 3)], tokenizer, seed=0)
+    masked = gradient_pass.mask_segments([segments[i] for i in (0, 2, 3)], tokenizer, seed=0)
     assert len({m.n for m in masked}) == 3  # different lengths -> padding in the batch
-    batched = gradients.attention_gradients(mlm_model, masked)
+    batched = gradient_pass.attention_gradients(mlm_model, masked)
     for ex, res in zip(masked, batched):
-        alone = gradients.attention_gradients(mlm_model, [ex])[0]
+        alone = gradient_pass.attention_gradients(mlm_model, [ex])[0]
         assert res["id"] == ex.id
         assert res["grad"].shape[-1] == ex.n
         assert res["loss"] == pytest.approx(alone["loss"], abs=1e-6)
@@ -151,10 +151,10 @@ def test_batch_gives_batch1_gradients(mlm_model, tokenizer, segments):
 
 
 def test_batch_statistics_match_numpy_definitions(mlm_model, tokenizer, segments):
-    masked = gradients.mask_segments(segments, tokenizer, seed=1)
-    per_ex = gradients.attention_gradients(mlm_model, masked)
-    stats = gradients.batch_statistics(mlm_model, masked[:2], sep_token="[SEP]")
-    more = gradients.batch_statistics(mlm_model, masked[2:], sep_token="[SEP]")
+    masked = gradient_pass.mask_segments(segments, tokenizer, seed=1)
+    per_ex = gradient_pass.attention_gradients(mlm_model, masked)
+    stats = gradient_pass.batch_statistics(mlm_model, masked[:2], sep_token="[SEP]")
+    more = gradient_pass.batch_statistics(mlm_model, masked[2:], sep_token="[SEP]")
     stats = {k: np.concatenate([stats[k], more[k]]) for k in ("grad_sum", "count", "mass", "loss", "n", "n_masked")}
     frame, extra = gradients.aggregate(stats, grad_average="pooled")
     seg_frame, _ = gradients.aggregate(stats, grad_average="segment")
@@ -202,9 +202,9 @@ def _random_segments(tokenizer, n_segments: int, seed: int = 0):
 
 def test_masking_deterministic_never_special_and_rate(tokenizer):
     segs = _random_segments(tokenizer, 300)
-    m1 = gradients.mask_segments(segs, tokenizer, seed=7)
-    m2 = gradients.mask_segments(segs, tokenizer, seed=7)
-    m3 = gradients.mask_segments(segs, tokenizer, seed=8)
+    m1 = gradient_pass.mask_segments(segs, tokenizer, seed=7)
+    m2 = gradient_pass.mask_segments(segs, tokenizer, seed=7)
+    m3 = gradient_pass.mask_segments(segs, tokenizer, seed=8)
     assert [(m.input_ids, m.labels) for m in m1] == [(m.input_ids, m.labels) for m in m2]
     assert [m.input_ids for m in m1] != [m.input_ids for m in m3]
     special_ids = set(tokenizer.all_special_ids)
@@ -241,16 +241,16 @@ def test_masking_deterministic_never_special_and_rate(tokenizer):
 
 
 def test_mask_only_mode_and_bad_arguments(tokenizer, segments):
-    m = gradients.mask_segments(segments, tokenizer, seed=0, mask_mode="mask_only")
+    m = gradient_pass.mask_segments(segments, tokenizer, seed=0, mask_mode="mask_only")
     assert all(set(x.actions) == {"mask"} for x in m)
     assert all(x.input_tokens[p] == "[MASK]" for x in m for p in x.masked_positions)
     short = {"id": 9, "doc": "T", "text_a": "", "text_b": "", "tokens": ["[CLS]", "[SEP]", "[SEP]"],
              "segment_ids": [0, 0, 1], "truncated": False}
-    assert gradients.mask_segments([short], tokenizer, seed=0)[0].masked_positions == []
+    assert gradient_pass.mask_segments([short], tokenizer, seed=0)[0].masked_positions == []
     with pytest.raises(BertlookError, match="mask mode"):
-        gradients.mask_segments(segments, tokenizer, seed=0, mask_mode="everything")
+        gradient_pass.mask_segments(segments, tokenizer, seed=0, mask_mode="everything")
     with pytest.raises(BertlookError, match="mask rate"):
-        gradients.mask_segments(segments, tokenizer, seed=0, rate=0.0)
+        gradient_pass.mask_segments(segments, tokenizer, seed=0, rate=0.0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def mlm_model64(tiny_mlm_dir):
     return load_model(resolve_model(str(tiny_mlm_dir)), "cpu", mlm=True).double()
 
 
-def _gated_loss(model, ex: gradients.MaskedSegment, layer: int, head: int, xi: float) -> float:
+def _gated_loss(model, ex: gradient_pass.MaskedSegment, layer: int, head: int, xi: float) -> float:
     """The segment's masked-LM loss with head (layer, head)'s slice of the self-attention output times xi."""
     import torch
     import torch.nn.functional as F
@@ -414,9 +414,9 @@ def _gated_loss(model, ex: gradients.MaskedSegment, layer: int, head: int, xi: f
 
 def test_head_importance_equals_finite_difference_of_a_gated_head(mlm_model64, tokenizer, segments):
     """Independent check: (L(1+eps) - L(1-eps)) / 2 eps of an explicit gate = sum_ij dL/dA * A."""
-    masked = gradients.mask_segments(segments, tokenizer, seed=4)
-    stats = gradients.batch_statistics(mlm_model64, masked[:3], sep_token="[SEP]")  # one padded batch
-    per_ex = gradients.attention_gradients(mlm_model64, masked[:3])
+    masked = gradient_pass.mask_segments(segments, tokenizer, seed=4)
+    stats = gradient_pass.batch_statistics(mlm_model64, masked[:3], sep_token="[SEP]")  # one padded batch
+    per_ex = gradient_pass.attention_gradients(mlm_model64, masked[:3])
     L, H = mlm_model64.config.num_hidden_layers, mlm_model64.config.num_attention_heads
     assert stats["importance"].shape == (3, L, H)
     eps = 1e-4

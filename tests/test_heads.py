@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 
 from bertlook.analyses import heads as ha
+from bertlook.analyses import heads_step as hs
+from bertlook.analyses import second_pass as sp
 from bertlook.analyses import table1 as ta
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.cli import heads as heads_cli
@@ -377,14 +379,14 @@ def test_sentence_correct_sums_to_totals(tmp_path):
     store = random_store(tmp_path / "r", n_sent=20, seed=4)
     sc = ha.score_heads(store)
     sel = [("All", 1, 2, 1), (sc.relations[1], 0, 1, 0), ("poss", 1, 0, 0)]
-    per = ha.sentence_correct(store, sc, sel)
+    per = sp.sentence_correct(store, sc, sel)
     assert per.shape == (20, 3)
     assert per[:, 0].sum() == sc.correct.sum(axis=0)[1, 2, 1]
     assert per[:, 1].sum() == sc.correct[1, 0, 1, 0]
     assert per[:, 2].sum() == sc.correct[sc.relations.index("poss"), 1, 0, 0]
     other = random_store(tmp_path / "o", n_sent=20, seed=4, id_prefix="t")
     with pytest.raises(BertlookError, match="does not match"):
-        ha.sentence_correct(other, sc, sel)
+        sp.sentence_correct(other, sc, sel)
 
 
 def test_bootstrap_ci_function_matches_direct_resampling():
@@ -473,10 +475,10 @@ def test_run_heads_without_the_cli(tmp_path):
     the CLI writes."""
     dev = random_store(tmp_path / "dev", n_sent=12, seed=5)
     random_store(tmp_path / "train", n_sent=10, seed=6)
-    options = ta.HeadsOptions(min_count=5, offsets=(-1, 1), bootstrap=20, treebank_kind="silver",
+    options = hs.HeadsOptions(min_count=5, offsets=(-1, 1), bootstrap=20, treebank_kind="silver",
                               treebank_name="parser X", paper_comparable=True)
     logged: list[str] = []
-    res = ta.run_heads(dev, tmp_path / "train", options, outputs={"table": tmp_path / "t.csv"}, log=logged.append)
+    res = hs.run_heads(dev, tmp_path / "train", options, outputs={"table": tmp_path / "t.csv"}, log=logged.append)
     assert logged == ["heads: warning: --paper-comparable with silver trees; the paper used gold PTB SD trees"]
     s = res.summary
     assert list(s)[:3] == ["dev_attention", "train_attention", "treebank_kind"] and list(s)[-1] == "outputs"
@@ -496,11 +498,11 @@ def test_run_heads_without_the_cli(tmp_path):
     assert not list(tmp_path.glob("*.csv"))
     # without a log the warning is a Python warning; no train store, no outputs; a bad alpha is refused
     with pytest.warns(UserWarning, match="paper-comparable"):
-        res2 = ta.run_heads(str(dev.path), options=options)
+        res2 = hs.run_heads(str(dev.path), options=options)
     assert res2.train is None and res2.summary["train"] is None and res2.summary["train_attention"] is None
     assert res2.summary["outputs"] == {}
     with pytest.raises(BertlookError, match="alpha"):
-        ta.run_heads(dev, options=ta.HeadsOptions(treebank_kind="silver", alpha=1.5))
+        hs.run_heads(dev, options=hs.HeadsOptions(treebank_kind="silver", alpha=1.5))
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -686,7 +688,7 @@ def test_paired_counts_hand_built(tmp_path):
     sc = ha.score_heads(store, offsets=(-1, 1))
     assert sc.counts_for("det")[0][0].tolist() == [[3, 2], [1, 3]]  # [head, direction]
     assert sc.counts_for("dobj")[0][0].tolist() == [[2, 0], [3, 0]]
-    b, c = ha.paired_counts(store, sc, [
+    b, c = sp.paired_counts(store, sc, [
         ("det", ("head", 0, 0, 0), ("offset", 1)),  # 1-1 d->h vs +1
         ("All", ("head", 0, 0, 0), ("offset", 0)),  # 1-1 d->h vs -1
         ("All", ("head", 0, 0, 0), ("head", 0, 1, 0)),  # 1-1 d->h vs 1-2 d->h
@@ -697,7 +699,7 @@ def test_paired_counts_hand_built(tmp_path):
     assert c.sum(axis=0).tolist() == [1, 2, 1, 0]
     assert b[:, 1].tolist() == [1, 1, 1, 0] and c[:, 1].tolist() == [0, 0, 1, 1]  # per sentence
     with pytest.raises(BertlookError, match="bad predictor"):
-        ha.paired_counts(store, sc, [("det", ("head", 0, 0, 0), ("offset", 5))])
+        sp.paired_counts(store, sc, [("det", ("head", 0, 0, 0), ("offset", 5))])
 
 
 def test_table1_paired_columns_hand_built(tmp_path):
@@ -739,7 +741,7 @@ def test_paired_bootstrap_of_difference(tmp_path):
     sel = [(r, *ha.head_index_of_label(h), ha.DIRECTIONS.index(d))
            for r, h, d in zip(df.relation, df.best_head, df.direction)]
     k = [sc.offsets.index(o) for o in df.baseline_offset]
-    b, c = ha.paired_counts(store, sc, [(r, ("head", l, h, d), ("offset", kk)) for (r, l, h, d), kk in zip(sel, k)])
+    b, c = sp.paired_counts(store, sc, [(r, ("head", l, h, d), ("offset", kk)) for (r, l, h, d), kk in zip(sel, k)])
     den = np.stack([sc.sentence_counts.sum(axis=1) if r == "All" else sc.sentence_counts[:, sc.relations.index(r)]
                     for r in df.relation], axis=1)  # [sentence, row]
     low, high = ta.bootstrap_ci(b - c, den, replicates=300, seed=7)

@@ -157,7 +157,7 @@ def test_table3_numbers_as_printed():
     assert ref["structural_probe"]["comparable"] is False and ref["structural_probe"]["metric"] == "UUAS"
     assert all(r["comparable"] is True for k, r in ref.items() if k != "structural_probe")
     # the probes module's ids are the reference's ids
-    from bertlook.analyses.probes import OWN_PROBES, PROBES
+    from bertlook.analyses.probes.catalogue import OWN_PROBES, PROBES
 
     paper_probes = [p for p in PROBES if p not in OWN_PROBES]  # the controls are bertlook's (issues 14, 16)
     assert set(paper_probes) <= set(ref) and not set(OWN_PROBES) & set(ref)

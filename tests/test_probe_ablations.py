@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlook.analyses.probe_features import make_batch
-from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
-from bertlook.analyses.probe_models import make_model
-from bertlook.analyses.probe_reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches
-from bertlook.analyses.probes import GLOVE_PROBES, PROBE_LABELS, ProbeData
+from bertlook.analyses.probes.features import make_batch
+from bertlook.analyses.probes.frames import ABLATION_COLUMNS, ablation_heads
+from bertlook.analyses.probes.models import make_model
+from bertlook.analyses.probes.reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
+from bertlook.analyses.probes.reference import model_batches
+from bertlook.analyses.probes.catalogue import GLOVE_PROBES, PROBE_LABELS
+from bertlook.analyses.probes.data import ProbeData
 from bertlook.errors import BertlookError
 from bertlook.testing.synthetic_stores import write_synthetic_word_store
 from test_probe_controls import K, VOCAB, records, tiny_glove, write_store

@@ -11,17 +11,18 @@ import pandas as pd
 import pytest
 import torch
 
-from bertlook.analyses import probe_kernels, probe_workers
-from bertlook.analyses.probe_batch import BatchedProbes, FusedAdam
-from bertlook.analyses.probe_batch import mst_correct
-from bertlook.analyses.probe_frames import ABLATION_COLUMNS, ablation_heads
-from bertlook.analyses.probe_models import make_model, probe_loss
-from bertlook.analyses.probe_reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches
-from bertlook.analyses.probe_split import Rows, SplitFeatures
-from bertlook.analyses.probe_uas import mst_heads
-from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, TRAINED_PROBES, ProbeData, ProbeTask
-from bertlook.analyses.probe_tables import run_probe_tables
+from bertlook.analyses.probes import kernels, workers
+from bertlook.analyses.probes.batch import BatchedProbes, FusedAdam
+from bertlook.analyses.probes.batch import mst_correct
+from bertlook.analyses.probes.frames import ABLATION_COLUMNS, ablation_heads
+from bertlook.analyses.probes.models import make_model, probe_loss
+from bertlook.analyses.probes.reference import evaluate_probe, run_layer_ablations, run_probes, train_probe
+from bertlook.analyses.probes.reference import model_batches
+from bertlook.analyses.probes.split import Rows, SplitFeatures
+from bertlook.analyses.probes.uas import mst_heads
+from bertlook.analyses.probes.catalogue import PROBES, TABLE_COLUMNS, TRAINED_PROBES, ProbeTask
+from bertlook.analyses.probes.data import ProbeData
+from bertlook.analyses.probes.tables import run_probe_tables
 from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
 from bertlook.testing.synthetic_stores import write_synthetic_word_store
@@ -86,9 +87,9 @@ def test_initial_parameters_are_the_reference_modules():
 def test_one_step_gradients_are_autograd_on_the_reference(stores, exp_per_element, monkeypatch):
     """The hand-written backward of every cohort: one sentence per seed, the gradient of the summed
     cross-entropy of each model equals autograd's on the reference module (float32 rounding); with
-    ``exp_per_element`` the fused loops take exp per element (probe_kernels' path for extreme weights)."""
+    ``exp_per_element`` the fused loops take exp per element (probes.kernels' path for extreme weights)."""
     if exp_per_element:
-        monkeypatch.setattr(probe_kernels, "FACTOR_LIMIT", 0.0)
+        monkeypatch.setattr(kernels, "FACTOR_LIMIT", 0.0)
     g = glove()
     sp = split(stores, "train", g, model="", random="r")
     engine = BatchedProbes(TASKS, SEEDS, num_heads_total=K, glove_dim=g.dim)
@@ -254,9 +255,9 @@ def test_cli_one_process_for_every_table(stores, tmp_path, capsys, monkeypatch):
     """`bertlook probes` with the norm stores and --ablations: the three tables of the three old jobs; the same
     numbers with --engine reference (within 2 words)."""
     from bertlook import cli
-    from bertlook.data import glove as glove_mod
+    from bertlook.analyses.probes import tables as probe_tables
 
-    monkeypatch.setattr(glove_mod, "load_glove", lambda spec, member=None: glove())
+    monkeypatch.setattr(probe_tables, "load_glove", lambda spec, member=None: glove())
 
     def run(engine):
         d = tmp_path / engine
@@ -294,7 +295,7 @@ def test_cli_one_process_for_every_table(stores, tmp_path, capsys, monkeypatch):
 
 def test_probe_step_summaries_of_the_norm_table_and_the_ablations(stores):
     """run_probe_step with the norm stores and the ablations: their summaries, as `bertlook probes` writes them."""
-    from bertlook.analyses.probe_tables import ProbeOptions, run_probe_step
+    from bertlook.analyses.probes.tables import ProbeOptions, run_probe_step
 
     g = glove()
     result = run_probe_step(norm_train_attention=stores["ntrain"].path, norm_dev_attention=stores["ndev"].path,
@@ -353,9 +354,9 @@ def test_rows_tensors_and_memory_layout(stores):
 
 
 # ===================================================================== cohort groups in processes
-@pytest.mark.skipif(not probe_workers.AVAILABLE, reason="forked workers need Linux's fork")
+@pytest.mark.skipif(not workers.AVAILABLE, reason="forked workers need Linux's fork")
 def test_forked_groups_equal_threaded_groups(stores):
-    """threads = 2: the second group of cohorts trains and evaluates in a forked child (probe_workers); its
+    """threads = 2: the second group of cohorts trains and evaluates in a forked child (probes.workers); its
     parameters, last gradients, losses and log-probabilities are those of the same group in a thread, bit for bit."""
     g = glove()
     sp, dev = split(stores, "train", g, model="", random="r"), split(stores, "dev", g, model="", random="r")
@@ -376,7 +377,7 @@ def test_forked_groups_equal_threaded_groups(stores):
                 assert set(sa) == set(sb) and all(torch.equal(sa[k], sb[k]) for k in sa), (task, seed, grad)
 
 
-@pytest.mark.skipif(not probe_workers.AVAILABLE, reason="forked workers need Linux's fork")
+@pytest.mark.skipif(not workers.AVAILABLE, reason="forked workers need Linux's fork")
 @pytest.mark.parametrize("how", ["raises", "dies"])
 def test_a_failing_worker_process_is_an_error(stores, monkeypatch, how):
     """An error in the child comes back as a BertlookError naming its cohorts; a child that ends without an

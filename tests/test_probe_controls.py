@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from bertlook.analyses.probe_features import make_batch
-from bertlook.analyses.probe_models import make_model
-from bertlook.analyses.probe_reference import evaluate_probe, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches
-from bertlook.analyses.probes import (
+from bertlook.analyses.probes.features import make_batch
+from bertlook.analyses.probes.models import make_model
+from bertlook.analyses.probes.reference import evaluate_probe, run_probes, train_probe
+from bertlook.analyses.probes.reference import model_batches
+from bertlook.analyses.probes.catalogue import (
     CONTROL_PROBES,
     GLOVE_PROBES,
     PROBE_LABELS,
     PROBES,
     VARIANT_PROBES,
-    ProbeData,
 )
+from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.uniformity import row_entropies, row_entropy_by_layer
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.data.glove import GloveVectors
@@ -319,7 +319,7 @@ def test_row_entropy_by_layer_by_hand(tmp_path):
 
 def test_random_init_note_names_the_reading_and_the_uniformity(tmp_path):
     """Table 3's random-init note (issue 14): the reading from the store meta, the entropy ratio range."""
-    from bertlook.analyses.probe_frames import random_init_note
+    from bertlook.analyses.probes.frames import random_init_note
 
     recs = records(2, seed=0, lengths=[1, 2])
     a1 = np.empty((2, 1, 3, 3))

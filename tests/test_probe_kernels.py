@@ -1,4 +1,4 @@
-"""The fused probe loops (bertlook.analyses.probe_kernels): the MLP and hidden-layer cohorts' sigma, scores and
+"""The fused probe loops (bertlook.analyses.probes.kernels): the MLP and hidden-layer cohorts' sigma, scores and
 gradients against torch's formulas, factored and per-element exp, the offset rows, the fixed summation order,
 vectorised code."""
 
@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("numba")
 
-from bertlook.analyses import probe_kernels as pk  # noqa: E402
-from bertlook.analyses.probe_cohorts import _offset_tables, _sigma  # noqa: E402
+from bertlook.analyses.probes import kernels as pk  # noqa: E402
+from bertlook.analyses.probes.cohorts import _offset_tables, _sigma  # noqa: E402
 from numba_asm import CPUINFO, compiled_asm  # noqa: E402
 
 H = 32  # LANES x 2: the fold runs once

@@ -14,24 +14,25 @@ import torch
 from bertlook.attention.store import AttentionStore, AttentionWriter
 from bertlook.errors import BertlookError
 from bertlook.data.glove import GloveVectors
-from bertlook.analyses.probe_features import (
+from bertlook.analyses.probes.features import (
     build_features,
     candidate_vectors,
     distance_features,
     epoch_batches,
     make_batch,
 )
-from bertlook.analyses.probe_models import (
+from bertlook.analyses.probes.models import (
     attn_glove_scores,
     attn_glove_scores_fast,
     attn_scores_fast,
     make_model,
     probe_loss,
 )
-from bertlook.analyses.probe_reference import evaluate_probe, run_probes, train_probe
-from bertlook.analyses.probe_reference import model_batches as _batches
-from bertlook.analyses.probe_uas import mst_heads, right_branching_heads, right_branching_uas
-from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, ProbeData
+from bertlook.analyses.probes.reference import evaluate_probe, run_probes, train_probe
+from bertlook.analyses.probes.reference import model_batches as _batches
+from bertlook.analyses.probes.uas import mst_heads, right_branching_heads, right_branching_uas
+from bertlook.analyses.probes.catalogue import PROBES, TABLE_COLUMNS
+from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds
 from bertlook.testing.synthetic_stores import random_tree, write_synthetic_word_store
 from bertlook.cli.probes import register_cli
@@ -450,7 +451,7 @@ def test_cli_writes_table(stores, tmp_path):
 def test_probe_step_without_the_cli(stores):
     """run_probe_step: Table 3 and the summary JSON of `bertlook probes --summary`, without the command line;
     the paper's numbers only with ``paper_join``."""
-    from bertlook.analyses.probe_tables import ProbeOptions, run_probe_step
+    from bertlook.analyses.probes.tables import ProbeOptions, run_probe_step
 
     glove = tiny_glove()
     options = ProbeOptions(seeds=(0, 1), batch_size=16, mst=True)

@@ -129,7 +129,7 @@ def test_the_statistics_steps_read_partial_sums_only(tmp_path):
 
 
 def test_probes_by_hand():
-    """The one probes job: every probe x seed steps together (analyses/probe_batch.py)."""
+    """The one probes job: every probe x seed steps together (analyses/probes/batch.py)."""
     minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 * MIB)
     config = _config(**{"treebank.silver.train_sentences": 20000})  # 3 seeds x 1 epoch, keep + drop ablations
     # no stores yet: 20000 train sentences of 30 words (+ [CLS], [SEP]): (W+2)^2 = 1024 per sentence.

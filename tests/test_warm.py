@@ -22,19 +22,19 @@ def test_every_compiled_path_is_called(monkeypatch):
     assert set(seconds) == {"surface_stats.row_entropy (float16)", "rollout.rollout (float16)",
                             "cluster_heads.js_divergence_example (float32)",
                             "cluster_heads.js_divergence_example (float64)", "trees.chu_liu_edmonds_batch",
-                            "probe_kernels.sigma_grid", "probe_kernels.mlp_scores, mlp_backward",
-                            "probe_kernels.hidden_scores, hidden_backward",
-                            "probe_kernels.attn_scores, attn_backward"}
+                            "probes.kernels.sigma_grid", "probes.kernels.mlp_scores, mlp_backward",
+                            "probes.kernels.hidden_scores, hidden_backward",
+                            "probes.kernels.attn_scores, attn_backward"}
     assert called == [np.float64] and all(s >= 0 for s in seconds.values())
 
 
 def test_every_probe_loop_is_compiled():
     from numba.core.registry import CPUDispatcher
 
-    from bertlook.analyses import probe_kernels
+    from bertlook.analyses.probes import kernels as pk
 
     warm.warm_kernels()
-    kernels = {n: f for n, f in vars(probe_kernels).items() if isinstance(f, CPUDispatcher) and not n.startswith("_")}
+    kernels = {n: f for n, f in vars(pk).items() if isinstance(f, CPUDispatcher) and not n.startswith("_")}
     assert {"sigma_grid", "mlp_scores", "mlp_backward", "hidden_scores", "hidden_backward", "attn_scores",
             "attn_backward"} <= set(kernels)
     assert all(f.signatures for n, f in kernels.items() if n != "offset_row"), "a probe loop is left to its first job"

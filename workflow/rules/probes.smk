@@ -29,7 +29,7 @@ if not config["glove"].get("path"):
             CMD
 
 
-# One job trains every probe of the run at once (bertlook.analyses.probe_batch: every variant x seed steps
+# One job trains every probe of the run at once (bertlook.analyses.probes.batch: every variant x seed steps
 # together, one sentence per Adam step as the paper): Table 3 and its controls on the model's word stores,
 # the random-init probe on the random-init model's stores (probes.random_init), Table 3 on the norm-based
 # stores (norms.enabled and norms.probes: table3_norm.*) and the per-layer ablations of Attn+GloVe

@@ -126,7 +126,7 @@ _FALLBACK_WARNED = []  # the numba -> torch fallback warns once per process
 def _numba_kernels():
     """:mod:`bertlook.analyses.xlogx`, or ``None`` (one line on stderr) when numba cannot be imported."""
     try:
-        from bertlook.analyses import xlogx
+        from bertlook.analyses import xlogx  # lazy: numba is optional (ImportError: the numpy form)
     except ImportError as err:
         if not _FALLBACK_WARNED:
             _FALLBACK_WARNED.append(True)

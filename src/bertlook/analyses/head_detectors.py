@@ -29,6 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from bertlook.attention.repeated_tokens import make_repeated_tokens, repeated_token_batches
 from bertlook.errors import BertlookError
 
 DETECTORS = ("prev_token", "duplicate_token", "induction", "sink")
@@ -157,8 +158,7 @@ def run_head_detectors(model_spec: str, options: DetectorOptions = DetectorOptio
                        revision: str | None = None) -> DetectorResult:
     """``bertlook head-detectors`` without the command line: load the model, make the sequences, score."""
     from bertlook.attention.modeling import (DECODER, check_model_family, load_model, load_tokenizer, model_dims,
-                                             model_family, pick_device, resolve_model)
-    from bertlook.attention.repeated_tokens import make_repeated_tokens, repeated_token_batches
+                                             model_family, pick_device, resolve_model)  # lazy: torch, transformers
 
     t0 = time.perf_counter()
     resolved = resolve_model(model_spec, revision)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.heads import SKIP_RELATIONS
+from bertlook.analyses.heads import ALL, DIRECTIONS, SKIP_RELATIONS
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
 from bertlook.naming import head_label
@@ -34,14 +34,9 @@ REPORT_COLUMNS = [
 ]
 #: the columns of head_detectors.csv (``head-detectors``) the report takes over
 DETECTOR_COLUMNS = ["prev_token", "duplicate_token", "induction"]
-#: numeric columns of the report (one heatmap each in the figure)
-NUMERIC_COLUMNS = ["importance", "confidence", "positional_offset", "positional_fraction", "sink", "entropy",
-                   "best_accuracy", "coref_accuracy", *DETECTOR_COLUMNS]
 POSITIONAL_THRESHOLD = 0.9  # positional: at least 90% of the rows' argmax at the head's usual offset
 SINK_THRESHOLD = 0.3  # sink head: mean attention to the first token above epsilon = 0.3 (Gu et al. 2025)
 DEFAULT_MIN_COUNT = 100  # best relation: among relations with >= this many words (Table 1's rows)
-DIRECTIONS = ("dep2head", "head2dep")
-ALL_RELATION = "All"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -179,7 +174,7 @@ def best_relations(path, grid: set[tuple[int, int]], stats_path, *, min_count: i
                             f"{heads[i][0]}-{heads[i][1]} appears more than once")
     _check_heads(heads, grid, path, Path(stats_path), unique=False)  # one row per relation and direction
     skipped = sorted(set(frame["relation"]) & set(SKIP_RELATIONS))
-    words = frame[(frame["relation"] != ALL_RELATION) & ~frame["relation"].isin(SKIP_RELATIONS)
+    words = frame[(frame["relation"] != ALL) & ~frame["relation"].isin(SKIP_RELATIONS)
                   ].groupby("relation", sort=True)["count"].max()
     kept = sorted(r for r, c in words.items() if c >= min_count)
     below = {r: int(c) for r, c in words.items() if c < min_count}

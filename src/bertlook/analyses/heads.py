@@ -2,13 +2,12 @@
 
 Scores every head's ``dep2head`` / ``head2dep`` argmax predictions on a word-level store against gold
 trees, with fixed-offset baselines: :func:`predict_heads`, :func:`score_heads` (one pass, counts per
-relation: :class:`HeadScores`), :func:`head_accuracy_table`, and the second passes over the same store
-that evaluate a few heads per sentence (:func:`sentence_correct`, :func:`paired_counts`,
-:func:`second_pass`). Punctuation may be excluded from the candidate heads (:func:`punctuation_mask`),
-the 2-fold cross-fitting folds are :func:`crossfit_folds`, and near-tied decisions are counted
-(:func:`fragile_decisions`). Table 1 is assembled from these counts by :mod:`bertlook.analyses.table1`
-(the whole step: :func:`bertlook.analyses.table1.run_heads`); the Fig 5 twin's numbers are
-:mod:`bertlook.analyses.syntax_heads`. The tree source of a store: :func:`resolve_tree_source`; how a
+relation: :class:`HeadScores`), :func:`head_accuracy_table`; the second passes that evaluate a few heads
+per sentence are :mod:`bertlook.analyses.second_pass`. Punctuation may be excluded from the candidate heads
+(:func:`punctuation_mask`), the 2-fold cross-fitting folds are :func:`crossfit_folds`, and near-tied
+decisions are counted (:func:`fragile_decisions`). Table 1 is assembled from these counts by
+:mod:`bertlook.analyses.table1` (the whole step: :func:`bertlook.analyses.heads_step.run_heads`); the Fig 5
+twin's numbers are :mod:`bertlook.analyses.syntax_heads`. The tree source of a store: :func:`resolve_tree_source`; how a
 summary names a store: :func:`store_where`.
 
 Definitions: docs/definitions.md#head-accuracy
@@ -134,27 +133,26 @@ class HeadScores:
         except ValueError:
             return None
 
-    def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
-        """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
+    def _of(self, arr: "np.ndarray", relation: str) -> "np.ndarray":
+        """``arr``'s entry of ``relation`` (first axis: relations), summed over them for ``"All"``; KeyError
+        for a relation not in the scored store."""
         if relation == ALL:
-            # [layer, head, direction], int, [offset]
-            return self.correct.sum(axis=0), self.n_words, self.baseline_correct.sum(axis=0)
+            return arr.sum(axis=0)
         r = self.relation_index(relation)
         if r is None:
             raise KeyError(relation)
-        # [layer, head, direction], int, [offset]
-        return self.correct[r], int(self.word_counts[r]), self.baseline_correct[r]
+        return arr[r]
+
+    def counts_for(self, relation: str) -> tuple["np.ndarray", int, "np.ndarray"]:
+        """``(correct[L, H, 2], count, baseline_correct[K])`` of a relation or of ``"All"``."""
+        count = self.n_words if relation == ALL else int(self._of(self.word_counts, relation))
+        return self._of(self.correct, relation), count, self._of(self.baseline_correct, relation)
 
     def visible_for(self, relation: str) -> tuple["np.ndarray", "np.ndarray"]:
         """``(visible[2], baseline_visible_correct[K])`` of a relation or of ``"All"`` (causal scores only)."""
         if self.visible is None:
             raise BertlookError("visible words are counted for causal (decoder) maps only")
-        if relation == ALL:
-            return self.visible.sum(axis=0), self.baseline_visible_correct.sum(axis=0)  # [direction], [offset]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return self.visible[r], self.baseline_visible_correct[r]  # [direction], [offset]
+        return self._of(self.visible, relation), self._of(self.baseline_visible_correct, relation)
 
     def fragile_for(self, relation: str, fold: int | None = None) -> "np.ndarray":
         """``fragile[L, H, 2]`` of a relation (or "All"), on one cross-fitting fold with ``fold``; zeros when
@@ -162,38 +160,19 @@ class HeadScores:
         arr = self.fragile if fold is None else (None if self.fold_fragile is None else self.fold_fragile[fold])
         if arr is None:
             return np.zeros((self.num_layers, self.num_heads, 2), dtype=np.int64)
-        if relation == ALL:
-            return arr.sum(axis=0)  # [layer, head, direction]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return arr[r]  # [layer, head, direction]
+        return self._of(arr, relation)  # [layer, head, direction]
 
     def candidate_counts(self, relation: str, exclude_punct: bool) -> "np.ndarray | None":
         """``correct[L, H, 2]`` of a relation (or "All") with punctuation candidates excluded or not;
         None when that candidate set was not counted."""
         arr = self.correct if exclude_punct == self.exclude_punct_candidates else self.correct_alt
-        if arr is None:
-            return None
-        if relation == ALL:
-            return arr.sum(axis=0)  # [layer, head, direction]
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        return arr[r]  # [layer, head, direction]
+        return None if arr is None else self._of(arr, relation)  # [layer, head, direction]
 
     def fold_counts_for(self, relation: str, fold: int) -> tuple["np.ndarray", int]:
         """``(correct[L, H, 2], count)`` of a relation (or "All") on one cross-fitting fold."""
         if self.fold_correct is None or self.fold_word_counts is None:
             raise BertlookError("scores were computed without cross-fitting folds (crossfit_seed)")
-        if relation == ALL:
-            # [layer, head, direction], int
-            return self.fold_correct[fold].sum(axis=0), int(self.fold_word_counts[fold].sum())
-        r = self.relation_index(relation)
-        if r is None:
-            raise KeyError(relation)
-        # [layer, head, direction], int
-        return self.fold_correct[fold, r], int(self.fold_word_counts[fold, r])
+        return self._of(self.fold_correct[fold], relation), int(self._of(self.fold_word_counts[fold], relation))
 
 
 @dataclass
@@ -207,7 +186,8 @@ class _Sentence:
     punct: "np.ndarray"  # [word]; bool, punctuation (punctuation_mask)
 
 
-def _where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
+def record_where(store: "AttentionStore", rec: dict[str, Any], k: int) -> str:
+    """How a message names record ``k`` of ``store``: the store's path, the sentence id and the index."""
     return f"{store.path}: sentence {rec.get('id', k)!r} (example {k})"
 
 
@@ -220,10 +200,11 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _parse_sentence(
+def parse_sentence(
     store: "AttentionStore", rec: dict[str, Any], k: int, rel_index: dict[str, int], poss_switch: bool
 ) -> _Sentence:
-    where = _where(store, rec, k)
+    """Record ``k`` checked and parsed: gold heads, relation indices, the poss switch's sources, punctuation."""
+    where = record_where(store, rec, k)
     n = int(rec.get("n", len(rec.get("tokens", []))))
     W = n - 2
     if W < 1:
@@ -381,7 +362,8 @@ def fragile_decisions(decision: tuple, pred: "np.ndarray", gold: "np.ndarray") -
     return close & (gold > 0) & (pred > 0)
 
 
-def _baseline_predictions(W: int, offsets: Sequence[int]) -> "np.ndarray":
+def baseline_predictions(W: int, offsets: Sequence[int]) -> "np.ndarray":
+    """``[offset, word]``: the 1-based head each fixed-offset baseline predicts (clipped to the sentence)."""
     pos = np.arange(1, W + 1, dtype=np.int64)  # [word]
     return np.clip(pos[None, :] + np.asarray(offsets, dtype=np.int64)[:, None], 1, W)  # [offset, word]
 
@@ -391,7 +373,7 @@ def _relation_vocabulary(store: "AttentionStore", records: list[dict[str, Any]])
     for k, rec in enumerate(records):
         rels = rec.get("rels")
         if not isinstance(rels, list):
-            raise BertlookError(f"{_where(store, rec, k)}: record lacks the gold tree (`heads` and `rels` lists)")
+            raise BertlookError(f"{record_where(store, rec, k)}: record lacks the gold tree (`heads` and `rels` lists)")
         counts.update(str(r) if isinstance(r, str) else repr(r) for r in rels)
     return sorted(counts, key=lambda r: (-counts[r], r))
 
@@ -454,7 +436,7 @@ class _Tally:
 
     def add(self, k: int, sent: _Sentence, attn: "np.ndarray", where: str, offsets: tuple[int, ...],
             exclude_punct_candidates: bool) -> None:
-        """Count sentence ``k`` (:func:`_parse_sentence`; ``attn [layer, head, query_word, key_word]``)."""
+        """Count sentence ``k`` (:func:`parse_sentence`; ``attn [layer, head, query_word, key_word]``)."""
         W, gold, rel, src = sent.n_words, sent.gold, sent.rel, sent.src
         R = len(self.word_counts)
         LH2 = self.correct.shape[1]
@@ -485,7 +467,7 @@ class _Tally:
         self.punct_words += np.bincount(rel[sent.punct], minlength=R)  # [relation]
         head_is_punct = (gold > 0) & sent.punct[np.maximum(gold - 1, 0)]  # [word]
         self.punct_gold_head += np.bincount(rel[head_is_punct], minlength=R)  # [relation]
-        base_ok = (_baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [offset, word]
+        base_ok = (baseline_predictions(W, offsets)[:, src] == gold) & (gold > 0)  # [offset, word]
         row_base = (base_ok.astype(np.float32) @ onehot).T.astype(np.int64)  # [relation, offset]
         self.base_correct += row_base
         row_counts = np.bincount(rel, minlength=R)  # [relation]
@@ -539,8 +521,8 @@ def score_heads(
     if is_causal(store.meta):
         tally.visible, tally.base_visible = np.zeros((R, 2), dtype=np.int64), np.zeros((R, K), dtype=np.int64)
     for k, rec in enumerate(records):
-        sent = _parse_sentence(store, rec, k, rel_index, poss_from_possessive)
-        tally.add(k, sent, store.get(k), _where(store, rec, k), offsets, exclude_punct_candidates)
+        sent = parse_sentence(store, rec, k, rel_index, poss_from_possessive)
+        tally.add(k, sent, store.get(k), record_where(store, rec, k), offsets, exclude_punct_candidates)
     return HeadScores(
         relations=relations,
         num_layers=L,
@@ -582,109 +564,6 @@ def crossfit_folds(n_sentences: int, seed: int) -> "np.ndarray":
     fold = np.ones(int(n_sentences), dtype=np.int8)  # [sentence]
     fold[order[: (int(n_sentences) + 1) // 2]] = 0
     return fold
-
-
-def sentence_correct(
-    store: "AttentionStore", scores: HeadScores, selections: Sequence[tuple[str, int, int, int]]
-) -> "np.ndarray":
-    """Per-sentence correct counts ``[S, len(selections)]`` (int64) for a few heads.
-
-    ``selections``: ``(relation or "All", layer, head, direction)``, 0-indexed layer/head, direction
-    0 = dep2head, 1 = head2dep. Second pass over the same store (and options) ``scores`` came from;
-    only the selected heads are evaluated.
-    """
-    return second_pass(store, scores, selections, [])[0]
-
-
-def paired_counts(
-    store: "AttentionStore", scores: HeadScores, comparisons: Sequence[tuple[str, tuple, tuple]]
-) -> tuple["np.ndarray", "np.ndarray"]:
-    """Discordant word counts per sentence of paired predictors: ``(b [S, P], c [S, P])`` int64.
-
-    ``comparisons``: ``(relation or "All", A, B)`` with A and B each ``("head", layer, head,
-    direction)`` (0-indexed) or ``("offset", k)`` (index into ``scores.offsets``). On the words of the
-    relation, ``b`` counts the words A predicts correctly and B does not, ``c`` the reverse. Second pass
-    over the same store (and options, candidate set included) ``scores`` came from.
-    """
-    _, b, c = second_pass(store, scores, [], comparisons)
-    return b, c
-
-
-def second_pass(
-    store: "AttentionStore",
-    scores: HeadScores,
-    selections: Sequence[tuple[str, int, int, int]],
-    comparisons: Sequence[tuple[str, tuple, tuple]],
-) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-    """One second pass over the scored store for :func:`sentence_correct` (``[S, len(selections)]``) and
-    :func:`paired_counts` (``b``, ``c``: ``[S, len(comparisons)]``) at once, evaluating only the heads they
-    name: ``(correct [S, selection], b [S, comparison], c [S, comparison])`` (arguments as theirs)."""
-    check_word_store(store)
-    if (store.num_layers, store.num_heads) != (scores.num_layers, scores.num_heads) or len(store) < scores.n_sentences:
-        raise BertlookError(f"{store.path}: does not match the scored store ({scores.store_path})")
-    rel_index = {r: i for i, r in enumerate(scores.relations)}
-    K = len(scores.offsets)
-
-    def rel_code(r: str) -> int:
-        return -1 if r == ALL else rel_index.get(r, -2)
-
-    # every predictor as a row of one [predictor, word] table: heads (unique layer-head x direction)
-    # first, then the K offsets
-    heads_lh = sorted({(l, h) for _, l, h, _ in selections}
-                      | {(p[1], p[2]) for _, *pair in comparisons for p in pair if p[0] == "head"})
-    pos = {lh: u for u, lh in enumerate(heads_lh)}
-    U = len(heads_lh)
-
-    def row(p: tuple) -> int:
-        if p[0] == "head":
-            return 2 * pos[(p[1], p[2])] + int(p[3])
-        if p[0] == "offset" and 0 <= int(p[1]) < K:
-            return 2 * U + int(p[1])
-        raise BertlookError(f"paired_counts: bad predictor {p!r}")
-
-    sel_row = np.array([2 * pos[(l, h)] + d for _, l, h, d in selections], dtype=np.int64)  # [selection]
-    sel_r = np.array([rel_code(r) for r, *_ in selections], dtype=np.int64)  # [selection]
-    cmp_a = np.array([row(a) for _, a, _ in comparisons], dtype=np.int64)  # [comparison]
-    cmp_b = np.array([row(b) for _, _, b in comparisons], dtype=np.int64)  # [comparison]
-    cmp_r = np.array([rel_code(r) for r, *_ in comparisons], dtype=np.int64)  # [comparison]
-    li = np.array([l for l, _ in heads_lh], dtype=np.int64)  # [unique_head]: layer
-    hi = np.array([h for _, h in heads_lh], dtype=np.int64)  # [unique_head]: head
-    S = scores.n_sentences
-    out = np.zeros((S, len(selections)), dtype=np.int64)  # [sentence, selection]
-    b_out = np.zeros((S, len(comparisons)), dtype=np.int64)  # [sentence, comparison]
-    c_out = np.zeros((S, len(comparisons)), dtype=np.int64)  # [sentence, comparison]
-    if not selections and not comparisons:
-        return out, b_out, c_out
-    for k in range(S):
-        rec = store.records[k]
-        if rec.get("id", k) != scores.sentence_ids[k]:
-            raise BertlookError(
-                f"{_where(store, rec, k)}: does not match the scored store (expected sentence "
-                f"{scores.sentence_ids[k]!r})"
-            )
-        try:
-            sent = _parse_sentence(store, rec, k, rel_index, scores.poss_from_possessive)
-        except KeyError as err:
-            raise BertlookError(f"{_where(store, rec, k)}: relation {err} was not in the scored store") from None
-        W = sent.n_words
-        ok_all = np.zeros((2 * U + K, W), dtype=bool)  # [predictor, word]
-        if U:
-            attn = store.get(k)  # [layer, head, query_word, key_word]
-            cand = ~sent.punct if scores.exclude_punct_candidates else None  # [word]
-            # [unique_head, direction, word]
-            pred = predict_heads(attn[li, hi], W, where=_where(store, rec, k), candidates=cand)[..., sent.src]
-            ok_all[: 2 * U] = ((pred == sent.gold) & (sent.gold > 0)).reshape(2 * U, W)  # [unique_head*dir, word]
-        # [offset, word]
-        ok_all[2 * U :] = (_baseline_predictions(W, scores.offsets)[:, sent.src] == sent.gold) & (sent.gold > 0)
-        if len(selections):
-            in_rel = (sel_r[:, None] == -1) | (sent.rel[None, :] == sel_r[:, None])  # [selection, word]
-            out[k] = (ok_all[sel_row] & in_rel).sum(axis=1)  # [selection]
-        if len(comparisons):
-            in_rel = (cmp_r[:, None] == -1) | (sent.rel[None, :] == cmp_r[:, None])  # [comparison, word]
-            a_ok, b_ok = ok_all[cmp_a], ok_all[cmp_b]  # [comparison, word] each
-            b_out[k] = (a_ok & ~b_ok & in_rel).sum(axis=1)  # [comparison]
-            c_out[k] = (~a_ok & b_ok & in_rel).sum(axis=1)  # [comparison]
-    return out, b_out, c_out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def rollout(maps: "np.ndarray") -> "np.ndarray":
     if a.ndim != 4 or a.shape[-1] != a.shape[-2] or a.shape[0] < 1 or a.shape[1] < 1 or a.shape[-1] < 1:
         raise BertlookError(f"rollout: expected maps of shape [layer, head, n, n], got {list(a.shape)}")
     if a.dtype == np.float16:  # the stores' and the stream's maps: the same mean, without a float64 copy
-        from bertlook.analyses.map_kernels import head_mean
+        from bertlook.analyses.map_kernels import head_mean  # lazy: numba, only for float16 maps
 
         mean, finite = head_mean(a)  # [layer, query_pos, key_pos]
     else:

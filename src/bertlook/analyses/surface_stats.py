@@ -73,7 +73,7 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
     a = np.asarray(attn)
     n = a.shape[-1]
     if a.dtype == np.float16:
-        from bertlook.analyses.map_kernels import table_row_sums  # numba: compiled once, loaded from its cache
+        from bertlook.analyses.map_kernels import table_row_sums  # lazy: numba, compiled once, loaded from its cache
 
         return -table_row_sums(xlogx_table(n, smoothing), a.view(np.uint16))  # [..., query_pos]
     a = np.asarray(a, dtype=np.float64)
@@ -85,7 +85,7 @@ def row_entropy(attn: "np.ndarray", smoothing: float = ENTROPY_SMOOTHING) -> "np
 def xlogx_table(n: int, smoothing: float = ENTROPY_SMOOTHING) -> "np.ndarray":
     """``p ln p`` with ``p = (1 - smoothing) a + smoothing / n`` for every float16 bit pattern ``a`` (float64,
     ``[65536]``; NaN for the patterns no attention value has: negative, infinite, NaN)."""
-    from bertlook.analyses.map_kernels import float16_values  # the one table of float16 values (numba, as row_entropy)
+    from bertlook.analyses.map_kernels import float16_values  # lazy: numba, as in row_entropy (the float16 values)
 
     a = float16_values()  # [float16 bits]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -316,27 +316,9 @@ def surface_stats_partial(
     return acc.partial(n_examples_in_store=len(store), max_examples=max_examples)
 
 
-def reduce_surface_stats(
-    partials: "list[tuple[dict[str, Any], dict[str, np.ndarray]]]", *, where: "list[Any] | None" = None
-) -> tuple["pd.DataFrame", dict[str, Any]]:
-    """Add partial sums (:func:`surface_stats_partial`, in shard order) and divide once -> ``(frame, summary)``.
-
-    One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
-    """
-    if not partials:
-        raise BertlookError("no partial statistics to reduce")
-    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
-    metas = [m for m, _ in partials]
-    for m, w in zip(metas, where):
-        if m.get("partial_version") != PARTIAL_VERSION:
-            raise BertlookError(f"{w}: surface-stats partial version {m.get('partial_version')!r}, expected "
-                                f"{PARTIAL_VERSION} (written by another bertlook version: rerun surface-stats --out-partial)")
-    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
-    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
-    tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
-    cls_token, sep_token = tokens["cls"], tokens["sep"]
-    causal = same_value([bool(m.get("causal", False)) for m in metas], "causal (decoder) maps", where)
-    max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
+def _add_partials(partials, where: list[Any], L: int, H: int) -> tuple:
+    """The partials' sums added up, each checked: ``(sums [stat, layer, head], counts per stat, offset_counts
+    [layer, head, 2*max_n-1], examples, sum of ln n, rows)``."""
     stacked = np.zeros((len(STAT_COLUMNS), L, H))  # [stat, layer, head]
     counts = {c: 0 for c in STAT_COLUMNS}
     offset_counts = np.zeros((L, H, 1), dtype=np.int64)  # [layer, head, 2*max_n-1]
@@ -362,6 +344,31 @@ def reduce_surface_stats(
         n_examples += int(meta["n_examples"])
         sum_log_n += float(arrays["sum_log_n"])
         sum_n += int(meta["sum_n"])
+    return stacked, counts, offset_counts, n_examples, sum_log_n, sum_n
+
+
+def reduce_surface_stats(
+    partials: "list[tuple[dict[str, Any], dict[str, np.ndarray]]]", *, where: "list[Any] | None" = None
+) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """Add partial sums (:func:`surface_stats_partial`, in shard order) and divide once -> ``(frame, summary)``.
+
+    One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
+    """
+    if not partials:
+        raise BertlookError("no partial statistics to reduce")
+    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
+    metas = [m for m, _ in partials]
+    for m, w in zip(metas, where):
+        if m.get("partial_version") != PARTIAL_VERSION:
+            raise BertlookError(f"{w}: surface-stats partial version {m.get('partial_version')!r}, expected "
+                                f"{PARTIAL_VERSION} (written by another bertlook version: rerun surface-stats --out-partial)")
+    L = same_value([m["num_layers"] for m in metas], "num_layers", where)
+    H = same_value([m["num_heads"] for m in metas], "num_heads", where)
+    tokens = same_value([m["special_tokens"] for m in metas], "special tokens", where)
+    cls_token, sep_token = tokens["cls"], tokens["sep"]
+    causal = same_value([bool(m.get("causal", False)) for m in metas], "causal (decoder) maps", where)
+    max_examples = same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    stacked, counts, offset_counts, n_examples, sum_log_n, sum_n = _add_partials(partials, where, L, H)
     sums = {c: stacked[i] for i, c in enumerate(STAT_COLUMNS)}
     if n_examples == 0:
         where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))

@@ -8,9 +8,7 @@ choice, paired tests of the best head against the best offset baseline and the r
 close each choice was (:func:`selection_candidates`, for the regression gate) and the summary entries
 on the rows (:func:`relation_rows_summary`, :func:`statistics_summary`).
 
-The whole ``heads`` step without the command line: :func:`run_heads` (settings :class:`HeadsOptions`)
-scores the stores, builds Table 1 and the head accuracy table and returns them with the step's summary
-(:class:`HeadsResult`); the CLI joins the paper's numbers, writes the files and draws Fig 5.
+The whole ``heads`` step without the command line: :mod:`bertlook.analyses.heads_step`.
 
 Definitions: docs/definitions.md#head-accuracy
 """
@@ -20,15 +18,14 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.heads import (
-    ALL, DEFAULT_OFFSETS, DIRECTIONS, FORCED_BY_SCHEME, FORCED_RELATIONS, PUNCT_RELATIONS, PUNCT_UPOS, SKIP_RELATIONS,
-    HeadScores, head_accuracy_table, resolve_tree_source, score_heads, second_pass, store_where,
-)
+from bertlook.analyses.heads import (ALL, DIRECTIONS, FORCED_RELATIONS, PUNCT_RELATIONS, PUNCT_UPOS, SKIP_RELATIONS,
+                                     HeadScores)
+from bertlook.analyses.second_pass import second_pass
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
@@ -258,7 +255,7 @@ def _runners_up(scores: HeadScores, selections: list[tuple]) -> list[tuple[int, 
 
 
 def _comparisons(selections: list[tuple], runners: list) -> list[tuple[str, tuple, tuple]]:
-    """The paired comparisons of every row (:func:`bertlook.analyses.heads.paired_counts`): the best head
+    """The paired comparisons of every row (:func:`bertlook.analyses.second_pass.paired_counts`): the best head
     vs the best offset baseline, then vs the runner-up head when there is one."""
     comparisons: list[tuple[str, tuple, tuple]] = []
     for (rel, l, h, d, k), ru in zip(selections, runners):
@@ -271,7 +268,7 @@ def _comparisons(selections: list[tuple], runners: list) -> list[tuple[str, tupl
 def _second_pass_counts(scores: HeadScores, store_ref: Any, selections: list[tuple],
                         comparisons: list[tuple[str, tuple, tuple]], opts: Table1Options) -> tuple:
     """``(head_nums [S, selection], b [S, comparison], c [S, comparison])`` of one second pass over the
-    dev store (:func:`bertlook.analyses.heads.second_pass`): the rows' heads only with a bootstrap;
+    dev store (:func:`bertlook.analyses.second_pass.second_pass`): the rows' heads only with a bootstrap;
     ``(None, None, None)`` when neither intervals nor paired tests are asked for, or without a store."""
     if (opts.bootstrap > 0 or opts.paired) and store_ref is not None:
         return second_pass(open_store(store_ref, level="word"), scores,
@@ -384,8 +381,8 @@ def _paired_rows(out: list[dict[str, Any]], selections: list, runners: list, com
                  b_s: "np.ndarray", c_s: "np.ndarray", den: "np.ndarray", scores: HeadScores,
                  opts: Table1Options) -> None:
     """Fill :data:`PAIRED_COLUMNS` of the Table 1 rows ``out`` (in place) from the discordant counts
-    of :func:`bertlook.analyses.heads.paired_counts` (``b_s``, ``c_s``: ``[sentence, comparison]``, in the order of
-    ``comparisons``) and the per-sentence word counts ``den [sentence, row]``."""
+    of :func:`bertlook.analyses.second_pass.paired_counts` (``b_s``, ``c_s``: ``[sentence, comparison]``, in the
+    order of ``comparisons``) and the per-sentence word counts ``den [sentence, row]``."""
     idx = {(cmp[0], cmp[1], cmp[2]): j for j, cmp in enumerate(comparisons)}
     diff_num = b_s - c_s  # [sentence, comparison]
     rows_of_rel = {sel[0]: i for i, sel in enumerate(selections)}
@@ -428,7 +425,7 @@ def _paired_rows(out: list[dict[str, Any]], selections: list, runners: list, com
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value of ``b`` and ``c`` discordant pairs:
     ``min(1, 2 * BinomCDF(min(b, c); b + c, 1/2))`` (``scipy.stats.binomtest``); 1 when ``b + c == 0``."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # lazy: scipy.stats (~0.5 s), only the paired tests need it
 
     b, c = int(b), int(c)
     if b < 0 or c < 0:
@@ -568,128 +565,3 @@ def statistics_summary(scores: HeadScores, table: "pd.DataFrame") -> dict[str, A
             "max_abs_delta": float(np.abs(delta).max()) if len(delta) else 0.0,
         }
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# the heads step
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HeadsOptions:
-    """The settings of :func:`run_heads`, with the defaults of the ``bertlook heads`` flags of the same
-    names: Table 1 rows (``min_count``), ``offsets`` of the baselines, the poss switch, bootstrap
-    intervals (``bootstrap`` replicates, ``confidence``, ``seed``, also the cross-fitting seed), the
-    paired tests' ``alpha``, the candidate set (``exclude_punct_candidates``), the first ``max_examples``
-    sentences of each store, the tree source (``treebank_kind`` / ``treebank_name``, default the dev
-    store's meta) and whether the run is ``paper_comparable``."""
-
-    min_count: int = 100
-    offsets: Sequence[int] = DEFAULT_OFFSETS
-    poss_from_possessive: bool = True
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
-    alpha: float = DEFAULT_ALPHA
-    exclude_punct_candidates: bool = False
-    max_examples: int | None = None
-    treebank_kind: str | None = None
-    treebank_name: str | None = None
-    paper_comparable: bool = False
-
-
-@dataclass(frozen=True)
-class HeadsResult:
-    """What :func:`run_heads` computed: ``table`` (Table 1 twin, the run's own numbers: no paper columns;
-    :func:`bertlook.reporting.paper_join.join_table1` adds them), ``accuracy`` (every head x relation x
-    direction, :func:`bertlook.analyses.heads.head_accuracy_table`), the ``dev`` / ``train`` scores, the tree
-    source (``treebank_kind``, ``treebank_name``, ``relation_scheme``) and ``summary``, the step's
-    summary JSON (``tables/head_accuracy.summary.json``)."""
-
-    table: pd.DataFrame
-    accuracy: pd.DataFrame
-    dev: HeadScores
-    train: HeadScores | None
-    treebank_kind: str
-    treebank_name: str | None
-    relation_scheme: str
-    summary: dict[str, Any]
-
-
-def run_heads(
-    dev_attention: "AttentionStore | str | os.PathLike",
-    train_attention: "AttentionStore | str | os.PathLike | None" = None,
-    options: HeadsOptions | None = None,
-    *,
-    outputs: Mapping[str, Any] | None = None,
-    log: Callable[[str], None] | None = None,
-) -> HeadsResult:
-    """The ``heads`` step (definitions: docs/definitions.md#head-accuracy): score every head on the
-    word-level ``dev_attention`` store (path or open store; with the cross-fitting folds and both
-    candidate sets), and on ``train_attention`` when given (the held-out choice), then Table 1 with
-    intervals and paired tests, the head accuracy table and the summary.
-
-    ``outputs``: the files the caller writes, recorded under the summary's ``"outputs"`` (the CLI:
-    ``accuracy``, ``table``, ``markdown``, ``figure``); ``log`` gets the warning that a
-    ``paper_comparable`` run does not use PTB SD trees (default: :func:`warnings.warn`)."""
-    opts = options if options is not None else HeadsOptions()
-    dev_store = open_store(dev_attention, level="word")
-    kind, name, scheme = resolve_tree_source(dev_store, opts.treebank_kind, opts.treebank_name,
-                                             store_where(dev_attention))
-    if opts.paper_comparable and kind != "ptb_sd":
-        message = f"heads: warning: --paper-comparable with {kind} trees; the paper used gold PTB SD trees"
-        if log is not None:
-            log(message)
-        else:
-            warnings.warn(message, stacklevel=2)
-    if not 0 < opts.alpha < 1:
-        raise BertlookError(f"--alpha must be in (0, 1), got {opts.alpha}")
-    dev = score_heads(dev_store, offsets=opts.offsets, poss_from_possessive=opts.poss_from_possessive,
-                      max_examples=opts.max_examples, exclude_punct_candidates=opts.exclude_punct_candidates,
-                      compare_punct_candidates=True, crossfit_seed=opts.seed)
-    train = None
-    has_train = isinstance(train_attention, AttentionStore) or bool(train_attention)
-    if has_train:
-        train = score_heads(open_store(train_attention, level="word"), offsets=opts.offsets,
-                            poss_from_possessive=opts.poss_from_possessive, max_examples=opts.max_examples,
-                            keep_sentences=False, exclude_punct_candidates=opts.exclude_punct_candidates)
-    table = table1(dev, min_count=opts.min_count, train_scores=train, dev_store=dev_store,
-                   bootstrap=opts.bootstrap, confidence=opts.confidence, seed=opts.seed,
-                   forced_relations=FORCED_BY_SCHEME[scheme], paired=True, alpha=opts.alpha)
-    acc = head_accuracy_table(dev)
-    all_row = table.iloc[0]
-    summary = {
-        "dev_attention": store_where(dev_attention),
-        "train_attention": store_where(train_attention) if has_train else None,
-        "treebank_kind": kind,
-        "treebank_name": name,
-        "relation_scheme": scheme,
-        "paper_comparable": bool(opts.paper_comparable),
-        "n_sentences": dev.n_sentences,
-        "n_sentences_in_store": len(dev_store),
-        "n_words": dev.n_words,
-        "num_layers": dev.num_layers,
-        "num_heads": dev.num_heads,
-        **relation_rows_summary(dev, table),
-        "min_count": opts.min_count,
-        "offsets": list(dev.offsets),
-        "poss_from_possessive": dev.poss_from_possessive,
-        "n_poss_words": dev.n_poss,
-        "n_poss_switched": dev.n_poss_affected,
-        "bootstrap": opts.bootstrap,
-        "confidence": opts.confidence,
-        "seed": opts.seed,
-        "store_excluded": dev_store.meta.get("excluded") or {},
-        "alpha": opts.alpha,
-        "exclude_punct_candidates": dev.exclude_punct_candidates,
-        **statistics_summary(dev, table),
-        "all": {"best_head": all_row["best_head"], "direction": all_row["direction"],
-                "accuracy": float(all_row["accuracy"]), "baseline_offset": int(all_row["baseline_offset"]),
-                "baseline_accuracy": float(all_row["baseline_accuracy"])},
-        "train": None if train is None else {"n_sentences": train.n_sentences, "n_words": train.n_words,
-                                             "n_poss_switched": train.n_poss_affected},
-        "selections": selection_candidates(table, dev, train),
-        "outputs": {k: str(v) for k, v in (outputs or {}).items()},
-    }
-    return HeadsResult(table=table, accuracy=acc, dev=dev, train=train, treebank_kind=kind, treebank_name=name,
-                       relation_scheme=scheme, summary=summary)

@@ -15,7 +15,7 @@ tree of each dev sentence:
 
 next to the same scores of two trees that use no attention: right-branching (gold root kept) and the
 adjacent chain ``w1 - w2 - ... - wW``. Scored words: the words of Table 3 (punctuation excluded, by
-relation or PTB tag as :class:`bertlook.analyses.probes.ProbeData` decides) minus the gold root
+relation or PTB tag as :class:`bertlook.analyses.probes.data.ProbeData` decides) minus the gold root
 word(s), whose head is given. Sentences are read one at a time (memory bounded by one map).
 
 :func:`run_tree_heads` is the ``tree-heads`` step without the command line: the per-head table, the best
@@ -33,13 +33,13 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.heads import decision_blocks, predict_from_decision, fragile_decisions
-from bertlook.analyses.probes import ProbeData
+from bertlook.analyses.heads import DIRECTIONS, decision_blocks, fragile_decisions, predict_from_decision
+from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
 from bertlook.errors import BertlookError
 from bertlook.io_utils import json_safe
+from bertlook.naming import head_label
 
-DIRECTIONS = ("dep2head", "head2dep")
 #: the per-head table (tables/tree_heads.csv)
 HEAD_COLUMNS = ["layer", "head", "uas_dep2head", "uas_head2dep", "uuas", "n_words", "fragile_dep2head",
                 "fragile_head2dep"]
@@ -129,6 +129,27 @@ def baseline_counts(heads: np.ndarray, scored: np.ndarray) -> dict[str, int]:
     }
 
 
+def _fraction(x, n: int):
+    """``x / n`` in float64 (NaN when no word was scored)."""
+    return np.asarray(x, dtype=np.float64) / n if n else np.full(np.shape(x), np.nan)
+
+
+def _per_head_frame(correct: np.ndarray, hits: np.ndarray, fragile: np.ndarray, n_scored: int, H: int) -> pd.DataFrame:
+    """:data:`HEAD_COLUMNS` from the counts ``[direction, layer*head]`` / ``[layer*head]`` (fractions)."""
+    K = hits.shape[0]
+    layer, head = np.divmod(np.arange(K), H)  # [layer*head] each, 0-based
+    return pd.DataFrame({
+        "layer": layer + 1,
+        "head": head + 1,
+        "uas_dep2head": _fraction(correct[0], n_scored),
+        "uas_head2dep": _fraction(correct[1], n_scored),
+        "uuas": _fraction(hits, n_scored),
+        "n_words": np.full(K, n_scored, dtype=np.int64),
+        "fragile_dep2head": fragile[0],
+        "fragile_head2dep": fragile[1],
+    }, columns=HEAD_COLUMNS)
+
+
 def tree_heads(dev_store, *, max_sentences: int | None = None,
                log: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Decode a tree from every head of every sentence of the word-level store ``dev_store``.
@@ -172,26 +193,12 @@ def tree_heads(dev_store, *, max_sentences: int | None = None,
         if log and done % 100 == 0:
             log(f"tree-heads: {done}/{len(data.sentences)} sentences")
     seconds = time.perf_counter() - t0
-
-    def frac(x):
-        return np.asarray(x, dtype=np.float64) / n_scored if n_scored else np.full(np.shape(x), np.nan)
-
-    layer, head = np.divmod(np.arange(K), H)  # [layer*head] each, 0-based
-    per_head = pd.DataFrame({
-        "layer": layer + 1,
-        "head": head + 1,
-        "uas_dep2head": frac(correct[0]),
-        "uas_head2dep": frac(correct[1]),
-        "uuas": frac(hits),
-        "n_words": np.full(K, n_scored, dtype=np.int64),
-        "fragile_dep2head": fragile[0],
-        "fragile_head2dep": fragile[1],
-    }, columns=HEAD_COLUMNS)
+    per_head = _per_head_frame(correct, hits, fragile, n_scored, H)
     info = {
         "baselines": {
-            "right_branching": {"uas": float(frac(base["right_branching_correct"])),
-                                "uuas": float(frac(base["right_branching_uuas_hits"]))},
-            "adjacent_chain": {"uas": None, "uuas": float(frac(base["adjacent_chain_uuas_hits"]))},
+            "right_branching": {"uas": float(_fraction(base["right_branching_correct"], n_scored)),
+                                "uuas": float(_fraction(base["right_branching_uuas_hits"], n_scored))},
+            "adjacent_chain": {"uas": None, "uuas": float(_fraction(base["adjacent_chain_uuas_hits"], n_scored))},
         },
         "counts": {
             "n_sentences": len(data.sentences),
@@ -223,8 +230,6 @@ def best_heads(per_head: pd.DataFrame, baselines: dict[str, dict[str, Any]]) -> 
     ``adjacent_chain``; heads as "L-H" labels; ties: the first head in layer-head order, ``dep2head``
     before ``head2dep``.
     """
-    from bertlook.naming import head_label
-
     def pick(df: pd.DataFrame, row: str) -> dict[str, Any]:
         uas = np.stack([df["uas_dep2head"].to_numpy(), df["uas_head2dep"].to_numpy()])  # [direction, head]
         flat = np.where(np.isnan(uas), -np.inf, uas).T.ravel()  # [head*direction]
@@ -247,22 +252,6 @@ def best_heads(per_head: pd.DataFrame, baselines: dict[str, dict[str, Any]]) -> 
     out = pd.DataFrame(rows, columns=BEST_COLUMNS)
     for c in ("uas", "uuas"):
         out[c] = out[c].astype("float64")
-    return out
-
-
-def read_tree_heads(path) -> pd.DataFrame:
-    """tables/tree_heads.csv, checked (the columns, one row per head)."""
-    from bertlook.io_utils import read_csv_strings
-
-    raw = read_csv_strings(path, required=HEAD_COLUMNS, what="tree-heads table")
-    out = pd.DataFrame(index=raw.index)
-    for c in HEAD_COLUMNS:
-        vals = pd.to_numeric(raw[c].str.strip(), errors="coerce")
-        bad = vals.isna() & ~raw[c].str.strip().str.lower().isin(["", "nan"])
-        if bad.any() or (c in ("layer", "head", "n_words") and vals.isna().any()):
-            i = int((bad | vals.isna()).to_numpy().nonzero()[0][0])
-            raise BertlookError(f"{path}:{i + 2}: column {c!r}: expected a number, got {raw[c].iloc[i]!r}")
-        out[c] = vals.astype("int64") if c in ("layer", "head", "n_words") else vals.astype("float64")
     return out
 
 

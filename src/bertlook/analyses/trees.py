@@ -164,7 +164,7 @@ def chu_liu_edmonds_batch(scores: np.ndarray, *, compiled: bool = True) -> np.nd
 def _compiled():
     """:mod:`bertlook.analyses.trees_numba`, or None without numba (the numpy form then runs, same trees)."""
     try:
-        from bertlook.analyses import trees_numba
+        from bertlook.analyses import trees_numba  # lazy: numba is optional (ImportError: the numpy form)
     except ImportError:
         return None
     return trees_numba

@@ -1,7 +1,7 @@
 """Compile the numba kernels once, into numba's on-disk cache, before any job needs them.
 
 The kernels (:mod:`~bertlook.analyses.xlogx`, :mod:`~bertlook.analyses.map_kernels`,
-:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probe_kernels`) are compiled with
+:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probes.kernels`) are compiled with
 ``cache=True``: the first process that calls one compiles it (~14 s for all of them on one core) and every
 later process loads it from the cache (``__pycache__`` next to the module, or ``NUMBA_CACHE_DIR``). Without
 this step, the first run of a fresh checkout pays that compile in several jobs at once (jobs that start
@@ -17,14 +17,15 @@ import time
 
 import numpy as np
 
+from bertlook.analyses import trees
+from bertlook.analyses.cluster_heads import js_divergence_example
+from bertlook.analyses.probes import kernels as pk
+from bertlook.analyses.rollout import rollout
+from bertlook.analyses.surface_stats import row_entropy
+
 
 def warm_kernels() -> dict[str, float]:
     """Call each compiled path once on tiny inputs; seconds per path (compile or cache load)."""
-    from bertlook.analyses.cluster_heads import js_divergence_example
-    from bertlook.analyses.rollout import rollout
-    from bertlook.analyses.surface_stats import row_entropy
-    from bertlook.analyses.trees import chu_liu_edmonds_batch
-
     rng = np.random.default_rng(0)
     maps = rng.random((2, 2, 6, 6))  # [layer, head, query_pos, key_pos]
     maps16 = (maps / maps.sum(axis=-1, keepdims=True)).astype(np.float16)
@@ -33,7 +34,7 @@ def warm_kernels() -> dict[str, float]:
         "rollout.rollout (float16)": lambda: rollout(maps16),
         "cluster_heads.js_divergence_example (float32)": lambda: js_divergence_example(maps16),
         "cluster_heads.js_divergence_example (float64)": lambda: js_divergence_example(maps16, dtype="float64"),
-        "trees.chu_liu_edmonds_batch": lambda: chu_liu_edmonds_batch(rng.random((2, 5, 5))),
+        "trees.chu_liu_edmonds_batch": lambda: trees.chu_liu_edmonds_batch(rng.random((2, 5, 5))),
     }
     calls.update(_probe_calls(rng))
     seconds = {}
@@ -46,20 +47,18 @@ def warm_kernels() -> dict[str, float]:
 
 def _probe_calls(rng) -> dict:
     """The fused probe loops (float32, as the cohorts call them; ``direct`` is a value, not a type)."""
-    from bertlook.analyses import probe_kernels as pk
-
     W, H = 2, pk.LANES
     f = lambda *shape: rng.random(shape).astype(np.float32)  # noqa: E731
     a, b, d, sg = f(W, H), f(W + 1, H), f(2 * W, H), f(W, W + 1, H)
     return {
-        "probe_kernels.sigma_grid": lambda: pk.sigma_grid(a, b, d, a, b, d, False, True, sg),
-        "probe_kernels.mlp_scores, mlp_backward": lambda: (
+        "probes.kernels.sigma_grid": lambda: pk.sigma_grid(a, b, d, a, b, d, False, True, sg),
+        "probes.kernels.mlp_scores, mlp_backward": lambda: (
             pk.mlp_scores(sg, f(W * W, H), f(W, W)),
             pk.mlp_backward(sg, f(W * W, H), f(W, W + 1), f(W, H), f(W * W, H), f(W, H), f(W + 1, H))),
-        "probe_kernels.hidden_scores, hidden_backward": lambda: (
+        "probes.kernels.hidden_scores, hidden_backward": lambda: (
             pk.hidden_scores(sg, f(H), f(W, W + 1)),
             pk.hidden_backward(sg, f(H), f(W, W + 1), f(H), f(W, H), f(W + 1, H), f(2 * W, H))),
-        "probe_kernels.attn_scores, attn_backward": lambda: (  # K = 2 heads, V = 3 variants
+        "probes.kernels.attn_scores, attn_backward": lambda: (  # K = 2 heads, V = 3 variants
             pk.attn_scores(f(W, W, 2), f(W, 2, 4), f(W, 3, 4), f(W + 1, 3, 4), f(3, 2), f(3, W, W + 1), f(W, 3, 2)),
             pk.attn_backward(f(W, W, 2), f(W, 2, 4), f(3, W, W + 1), f(3, 2), f(W, 3, 2), f(W, 3, 4), f(W + 1, 3, 4),
                              f(3, 2))),

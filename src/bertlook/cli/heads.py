@@ -1,4 +1,4 @@
-"""``bertlook heads``: argparse glue, files and printing of :func:`bertlook.analyses.table1.run_heads`."""
+"""``bertlook heads``: argparse glue, files and printing of :func:`bertlook.analyses.heads_step.run_heads`."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def register_cli(subparsers) -> None:
 
 def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import FORCED_BY_SCHEME
-    from bertlook.analyses.table1 import HeadsOptions, run_heads
+    from bertlook.analyses.heads_step import HeadsOptions, run_heads
     from bertlook.cli._args import write_csv_full
     from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1

@@ -1,6 +1,6 @@
 """``bertlook probe-ablations``: argparse glue, summary and printing of the per-layer ablations of Attn+GloVe
-(the batched engine, :func:`bertlook.analyses.probe_tables.run_probe_tables`; ``--engine reference``:
-:func:`bertlook.analyses.probe_reference.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
+(the batched engine, :func:`bertlook.analyses.probes.tables.run_probe_tables`; ``--engine reference``:
+:func:`bertlook.analyses.probes.reference.run_layer_ablations`). ``bertlook probes --ablations`` writes the same outputs."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ Definitions: docs/definitions.md#probe-controls-and-per-layer-ablations.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``probe-ablations`` subcommand."""
-    from bertlook.analyses.probes import ABLATION_MODES
+    from bertlook.analyses.probes.catalogue import ABLATION_MODES
     from bertlook.cli.probes import add_common_arguments
 
     p = subparsers.add_parser("probe-ablations", help=COMMANDS["probe-ablations"], description=_DESCRIPTION,
@@ -96,12 +96,12 @@ def _run(args: argparse.Namespace) -> int:
                   max_train_sentences=args.max_train_sentences, log=print)
     engine = None
     if args.engine == "batched":
-        from bertlook.analyses.probe_tables import run_probe_tables
+        from bertlook.analyses.probes.tables import run_probe_tables
 
         out = run_probe_tables(args.train_attention, args.dev_attention, probes=(), ablation_modes=modes, **common)
         df, engine = out["ablations"], out["engine"]
     else:
-        from bertlook.analyses.probe_reference import run_layer_ablations
+        from bertlook.analyses.probes.reference import run_layer_ablations
 
         df = run_layer_ablations(args.train_attention, args.dev_attention, modes=modes, **common)
     write_ablation_outputs(df, args, table=args.out_table, markdown=args.out_markdown, summary=args.summary,

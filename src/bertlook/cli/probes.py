@@ -1,6 +1,6 @@
 """``bertlook probes``: argparse glue, writing and printing of
-:func:`bertlook.analyses.probe_tables.run_probe_step` (the tables and their summaries; the batched engine,
-:mod:`bertlook.analyses.probe_batch`, or the one-model-at-a-time reference, :mod:`bertlook.analyses.probe_reference`,
+:func:`bertlook.analyses.probes.tables.run_probe_step` (the tables and their summaries; the batched engine,
+:mod:`bertlook.analyses.probes.batch`, or the one-model-at-a-time reference, :mod:`bertlook.analyses.probes.reference`,
 with ``--engine reference``); the Markdown and the paper's numbers come from :mod:`bertlook.reporting`."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _parse_probes(text: str | None, flag: str = "--probes") -> list[str]:
-    from bertlook.analyses.probes import PROBES
+    from bertlook.analyses.probes.catalogue import PROBES
 
     if not text:
         return list(PROBES)
@@ -61,7 +61,7 @@ def _parse_probes(text: str | None, flag: str = "--probes") -> list[str]:
 
 def parse_modes(text: str | None, flag: str) -> list[str]:
     """``flag`` (``--ablations``, ``--modes``): a comma-separated subset of the ablation modes."""
-    from bertlook.analyses.probes import ABLATION_MODES
+    from bertlook.analyses.probes.catalogue import ABLATION_MODES
 
     modes = [m.strip() for m in str(text or "").split(",") if m.strip()]
     bad = [m for m in modes if m not in ABLATION_MODES]
@@ -99,8 +99,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def probe_options(args: argparse.Namespace, seeds: list[int]):
-    """The :class:`~bertlook.analyses.probe_tables.ProbeOptions` of ``bertlook probes`` / ``probe-ablations``."""
-    from bertlook.analyses.probe_tables import ProbeOptions
+    """The :class:`~bertlook.analyses.probes.tables.ProbeOptions` of ``bertlook probes`` / ``probe-ablations``."""
+    from bertlook.analyses.probes.tables import ProbeOptions
 
     return ProbeOptions(seeds=tuple(seeds), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                         mst=bool(args.mst), max_train_sentences=args.max_train_sentences, glove=args.glove,
@@ -108,9 +108,9 @@ def probe_options(args: argparse.Namespace, seeds: list[int]):
 
 
 def _run_probes_cli(args: argparse.Namespace) -> int:
-    from bertlook.analyses.probe_rows import read_probe_rows
-    from bertlook.analyses.probe_tables import run_probe_step
-    from bertlook.analyses.probes import PROBES
+    from bertlook.analyses.probes.rows import read_probe_rows
+    from bertlook.analyses.probes.tables import run_probe_step
+    from bertlook.analyses.probes.catalogue import PROBES
     from bertlook.reporting.paper_join import join_table3
 
     seeds = parse_seeds(args.seeds)
@@ -163,7 +163,7 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
 
 def _write_table3(result, args, *, probes, options) -> None:
     """--rows-out (the rows computed here) and Table 3 (with the added rows): files and lines."""
-    from bertlook.analyses.probe_rows import write_probe_rows
+    from bertlook.analyses.probes.rows import write_probe_rows
     from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.tables import table3_markdown
 
@@ -206,8 +206,8 @@ def _write_norm(result, args) -> None:
 def write_ablation_outputs(df, args: argparse.Namespace, *, table, markdown, summary, glove, seeds, modes, seconds,
                            engine_timing=None) -> None:
     """probe_ablations.csv / .md / .summary.json of an ablations frame (``bertlook probe-ablations``; the summary:
-    :func:`bertlook.analyses.probe_tables.ablations_summary`)."""
-    from bertlook.analyses.probe_tables import ablations_summary
+    :func:`bertlook.analyses.probes.tables.ablations_summary`)."""
+    from bertlook.analyses.probes.tables import ablations_summary
 
     doc = None
     if summary:
@@ -249,17 +249,17 @@ def add_common_arguments(p: argparse.ArgumentParser, *, trained: str = "probe") 
                    help="train on the first N training sentences only (default: all)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads (default: torch's, i.e. $OMP_NUM_THREADS or all cores); the batched engine "
-                   "trains groups of probes in N forked processes on Linux (bertlook.analyses.probe_workers), "
+                   "trains groups of probes in N forked processes on Linux (bertlook.analyses.probes.workers), "
                    "N threads elsewhere; results do not depend on it beyond float rounding")
     p.add_argument("--engine", choices=ENGINES, default="batched",
-                   help=f"batched (default): every {trained} x seed trained in one loop (bertlook.analyses.probe_batch); "
+                   help=f"batched (default): every {trained} x seed trained in one loop (bertlook.analyses.probes.batch); "
                    "reference: one model at a time (the same optimisation, minutes slower)")
     p.add_argument("--note", default="", help="text put under the Markdown table(s)")
 
 
 def register_cli(subparsers) -> None:
     """Add the ``probes`` subcommand."""
-    from bertlook.analyses.probes import ABLATION_MODES, PROBES
+    from bertlook.analyses.probes.catalogue import ABLATION_MODES, PROBES
 
     p = subparsers.add_parser(
         "probes",

@@ -150,7 +150,7 @@ def _load_package(spec: str) -> GloveVectors:
     except (OSError, ValueError) as err:
         raise BertlookError(f"{npy}: cannot read the GloVe matrix: {err}") from None
     try:
-        import pyarrow.parquet as pq  # lazy: analyses.probes imports this module at CLI parse time
+        import pyarrow.parquet as pq  # lazy: analyses.probes.data imports this module at CLI parse time
 
         table = pq.read_table(parquet)
     except Exception as err:  # pyarrow raises its own error types

@@ -57,7 +57,7 @@ STATS_NS_PER_ENTRY = 10.0  # CPU ns per map entry of one per-example reader of e
 IO_MB_S = 50.0  # MB/s reading a store (measured 55, 86 on a loaded machine)
 PROBE_STEP_S = 20e-3  # CPU s per training step of the batched probes, every model (offline: 30 ms per step)
 PROBE_S_PER_PAIR_FEATURE = 8e-11  # plus per (pair x attention feature) of every model of every seed
-PROBE_HIDDEN = 256  # the hidden layer of the MLP probes (bertlook.analyses.probes.HIDDEN)
+PROBE_HIDDEN = 256  # the hidden layer of the MLP probes (bertlook.analyses.probes.catalogue.HIDDEN)
 TREE_S_PER_ENTRY = 1e-8  # tree_heads: CPU s per (tree x map entry x word) (offline MiniLM: 8.4e-9, 1.8e-8 loaded)
 BASE_PROBES_MB = 840.0  # BASE_TORCH_MB + 300: probes RSS 714 (MiniLM), 797 (BERT-base shape, 1 thread)
 PROBE_WORKER_MB = 300.0  # the forked worker's own pages (probe_workers; the demo's probes job PSS 1,412 -> 1,584 MiB)
@@ -242,7 +242,7 @@ def tree_decoder(job: Job, cost: Cost) -> Estimate:
 
 
 def probe_batch(job: Job, cost: Cost) -> Estimate:
-    """The one probes job (bertlook.analyses.probe_batch): every probe x seed steps together, one sentence per
+    """The one probes job (bertlook.analyses.probes.batch): every probe x seed steps together, one sentence per
     step; a step costs about PROBE_STEP_S plus PROBE_S_PER_PAIR_FEATURE per (dependent, candidate) pair and
     attention feature of every model reading attention (the per-pair work of the hidden-layer probes is
     folded into the constant). Memory: the float16 features of every store read, once (shared with the forked

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from bertlook.analyses.probes import PROBE_LABELS
+from bertlook.analyses.probes.catalogue import PROBE_LABELS
 from bertlook.errors import BertlookError
 from bertlook.reporting.compare import head_text
 from bertlook.reporting.plotting import new_figure, plot_style, save_png

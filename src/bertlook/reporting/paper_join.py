@@ -1,7 +1,7 @@
 """The one place where the paper's printed numbers are joined into the twin tables.
 
 The analyses return frames of the run's own numbers only (:func:`bertlook.analyses.table1.table1`,
-:func:`bertlook.analyses.coref.table2_frame`, :func:`bertlook.analyses.probe_reference.run_probes`); the CLI of
+:func:`bertlook.analyses.coref.table2_frame`, :func:`bertlook.analyses.probes.reference.run_probes`); the CLI of
 each step passes them through the matching ``join_table*`` here before writing the CSV and the
 Markdown. The numbers come from :mod:`bertlook.reporting.paper_reference` (``paper_reference.yaml``,
 percents as printed) and are stored as fractions, like the run's numbers. The PASS/FAIL judgement of a

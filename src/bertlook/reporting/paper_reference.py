@@ -264,7 +264,7 @@ def table2_reference() -> dict[str, dict[str, Any]]:
 
 
 def table3_reference() -> dict[str, dict[str, Any]]:
-    """Paper Table 3 rows keyed by probe id (:data:`bertlook.analyses.probes.PROBES` plus ``structural_probe``).
+    """Paper Table 3 rows keyed by probe id (:data:`bertlook.analyses.probes.catalogue.PROBES` plus ``structural_probe``).
 
     Each row: ``probe, label, uas`` (percent, as printed), ``tolerance`` (points), ``source``; plus
     ``printed_by_code`` (``attn_glove``: 78.0, what the authors' run printed), ``comparable: false``

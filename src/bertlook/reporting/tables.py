@@ -10,7 +10,7 @@ import pandas as pd
 
 from bertlook.analyses.coref import COLUMNS as COREF_COLUMNS
 from bertlook.analyses.heads import DIRECTION_ARROWS, TREEBANK_KINDS
-from bertlook.analyses.probes import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
+from bertlook.analyses.probes.catalogue import PROBE_LABELS, STRUCTURAL_PROBE_NOTE, is_missing
 from bertlook.analyses.tree_heads import BASELINE_LABELS, BASELINES
 from bertlook.reporting.formatting import MISSING, pct
 
@@ -336,7 +336,7 @@ def tree_heads_markdown(best: "pd.DataFrame", *, note: str = "") -> str:
 
 
 def probe_ablations_markdown(df: "pd.DataFrame", *, note: str = "") -> str:
-    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probe_reference.run_layer_ablations`) in percent."""
+    """The per-layer ablations of Attn+GloVe (:func:`bertlook.analyses.probes.reference.run_layer_ablations`) in percent."""
     has_mst = df["uas_mst_mean"].notna().any()
     head = ["Attention features", "heads", "UAS", "sd", "Δ UAS", "seeds"] + (
         ["UAS (MST)", "sd (MST)", "Δ (MST)"] if has_mst else [])

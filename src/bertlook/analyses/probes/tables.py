@@ -1,16 +1,16 @@
 """Every probe table in one loop (issue 24): Table 3, Table 3 on the norm maps and the per-layer ablations
-of Attn+GloVe, every probe x seed trained together by the batched engine (:mod:`bertlook.analyses.probe_batch`,
+of Attn+GloVe, every probe x seed trained together by the batched engine (:mod:`bertlook.analyses.probes.batch`,
 torch, imported when the probes train); the rows are assembled by the same functions as
-:func:`bertlook.analyses.probe_reference.run_probes` / :func:`~bertlook.analyses.probe_reference.run_layer_ablations`
-(:mod:`bertlook.analyses.probe_frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
+:func:`bertlook.analyses.probes.reference.run_probes` / :func:`~bertlook.analyses.probes.reference.run_layer_ablations`
+(:mod:`bertlook.analyses.probes.frames`: ``table3_frame``, ``ablation_frame``), so the tables have the same format.
 
 :func:`run_probe_step` is the whole ``bertlook probes`` step without the command line: it loads GloVe, trains
 with either engine, adds the rows of other runs (``--add-rows``) and builds the summaries of the three tables
 (:class:`ProbeStepResult`); settings in :class:`ProbeOptions`. :func:`ablations_summary` is the summary of an
 ablations frame (also ``bertlook probe-ablations``).
 
-This module sits above both: ``probe_tables`` -> ``probe_batch`` / ``probe_frames`` -> ``probes``; it imports no
-torch itself (``probe_batch`` and ``probe_split`` are imported when the probes train).
+This module sits above both: ``tables`` -> ``batch`` / ``frames`` -> ``catalogue``, ``data``; it imports no
+torch itself (``batch`` and ``split`` are imported when the probes train).
 """
 
 from __future__ import annotations
@@ -18,9 +18,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from bertlook.analyses.probe_frames import (
+import pandas as pd
+
+from bertlook.analyses.probes.catalogue import (
+    DEFAULT_SEEDS,
+    GLOVE_PROBES,
+    NO_ATTENTION_PROBES,
+    PROBES,
+    ProbeTask,
+    base_kind,
+    check_probes,
+    check_seeds,
+)
+from bertlook.analyses.probes.data import ProbeData, corpus_signature
+from bertlook.analyses.probes.frames import (
     ablation_frame,
     ablation_plan,
     open_ablation_stores,
@@ -28,25 +41,9 @@ from bertlook.analyses.probe_frames import (
     table3_frame,
     table3_trainable,
 )
-from bertlook.analyses.probe_rows import add_probe_rows
-from bertlook.analyses.probes import (
-    DEFAULT_SEEDS,
-    GLOVE_PROBES,
-    NO_ATTENTION_PROBES,
-    PROBES,
-    ProbeData,
-    ProbeTask,
-    base_kind,
-    check_probes,
-    check_seeds,
-    corpus_signature,
-)
+from bertlook.analyses.probes.rows import add_probe_rows
+from bertlook.data.glove import GloveVectors, load_glove
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from bertlook.data.glove import GloveVectors
 
 
 def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=None, random_dev_store=None,
@@ -59,8 +56,8 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     and the per-layer ablations of Attn+GloVe (``ablation_modes``), every model trained in one loop per corpus.
 
     Returns ``{"table3", "table3_norm", "ablations"}`` (the frames of
-    :func:`bertlook.analyses.probe_reference.run_probes` /
-    :func:`~bertlook.analyses.probe_reference.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
+    :func:`bertlook.analyses.probes.reference.run_probes` /
+    :func:`~bertlook.analyses.probes.reference.run_layer_ablations`, None when not asked for) and ``"engine"`` (timing,
     models, which norm rows reuse Table 3's models). A probe that reads no attention is trained once when the
     norm stores hold the same sentences as the model's (its rows are then the same in both tables); the
     ablations' reference row is Table 3's Attn+GloVe."""
@@ -68,7 +65,7 @@ def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=Non
     check_probes(probes)
     check_probes(norm_probes)
     seeds = check_seeds(seeds)
-    from bertlook.analyses.probe_batch import tune_malloc  # torch: imported when the probes train
+    from bertlook.analyses.probes.batch import tune_malloc  # lazy: torch, imported when the probes train
 
     t_start = time.perf_counter()
     tune_malloc()
@@ -179,11 +176,11 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
                        seeds: Sequence[int], epochs: int, batch_size: int, lr: float, mst: bool,
                        threads: int | None = None, log=None) -> dict[str, Any]:
     """Train ``tasks`` x ``seeds`` on ``train`` (source name -> store, one corpus) in one loop and evaluate them on
-    ``dev`` with the batched engine (:mod:`bertlook.analyses.probe_batch`): ``results`` and ``info`` ((task, seed) ->
-    the dict of :func:`~bertlook.analyses.probe_reference.evaluate_probe` /
-    :func:`~bertlook.analyses.probe_reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
-    from bertlook.analyses.probe_batch import BatchedProbes, tune_malloc  # torch: as above
-    from bertlook.analyses.probe_split import SplitFeatures
+    ``dev`` with the batched engine (:mod:`bertlook.analyses.probes.batch`): ``results`` and ``info`` ((task, seed) ->
+    the dict of :func:`~bertlook.analyses.probes.reference.evaluate_probe` /
+    :func:`~bertlook.analyses.probes.reference.train_probe`) and ``timing`` (seconds per phase, steps/s, models)."""
+    from bertlook.analyses.probes.batch import BatchedProbes, tune_malloc  # lazy: torch, as above
+    from bertlook.analyses.probes.split import SplitFeatures  # lazy: torch, as above
 
     say = log or (lambda msg: None)
     timing: dict[str, Any] = {}
@@ -218,7 +215,7 @@ def train_and_evaluate(tasks: Sequence[ProbeTask], train: dict[str, ProbeData], 
 
 def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, train_store, n_sentences,
               n_words, oov, epochs, batch_size) -> dict[str, Any]:
-    """The per-model dict of :func:`~bertlook.analyses.probe_reference.train_probe` (the same keys), plus
+    """The per-model dict of :func:`~bertlook.analyses.probes.reference.train_probe` (the same keys), plus
     ``engine``."""
     family, released = base_kind(task.probe)
     info = {"probe": task.probe, "seed": int(seed), "epochs": int(epochs), "batch_size": int(batch_size),
@@ -238,7 +235,7 @@ def _run_info(engine, task: ProbeTask, seed: int, fit: dict, s: int, c: int, *, 
 
 # ==================================================================================== the probes step
 #: how the models are trained: every model in one loop (:func:`run_probe_tables`) or one at a time
-#: (:mod:`bertlook.analyses.probe_reference`)
+#: (:mod:`bertlook.analyses.probes.reference`)
 PROBE_ENGINES = ("batched", "reference")
 
 
@@ -267,7 +264,7 @@ class ProbeOptions:
             raise BertlookError(f"threads must be >= 1, got {self.threads}")
 
     def settings(self) -> dict[str, Any]:
-        """The settings a rows file records (:data:`bertlook.analyses.probe_rows.ROWS_SETTINGS`): rows added
+        """The settings a rows file records (:data:`bertlook.analyses.probes.rows.ROWS_SETTINGS`): rows added
         with ``--add-rows`` must have been computed with the same ones."""
         return {"seeds": list(self.seeds), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "mst": bool(self.mst), "max_train_sentences": self.max_train_sentences, "glove_spec": self.glove}
@@ -278,7 +275,7 @@ class ProbeStepResult:
     """What :func:`run_probe_step` computed; a table not asked for (and its summary) is None.
 
     ``table3``: Table 3 (the rows computed here and the added ones, in the order of
-    :data:`~bertlook.analyses.probes.PROBES`; ``paper_join`` applied), ``summary`` its summary JSON (the
+    :data:`~bertlook.analyses.probes.catalogue.PROBES`; ``paper_join`` applied), ``summary`` its summary JSON (the
     ``--summary`` of ``bertlook probes``); ``table3_norm`` / ``norm_summary``: Table 3 on the norm maps;
     ``ablations`` / ``ablations_summary``: the per-layer ablations. ``rows``: the Table 3 rows computed here only
     (no added rows, no paper numbers: what ``--rows-out`` writes, with ``rows_inputs``, their stores);
@@ -310,18 +307,16 @@ def run_probe_step(train_attention=None, dev_attention=None, *, random_train_att
     ablations of Attn+GloVe (``ablation_modes``), trained with ``options.engine``, and their summaries.
 
     GloVe: ``glove`` (loaded vectors), else loaded from ``options.glove`` when a probe or the ablations need it.
-    ``added``: rows files of other runs (:func:`bertlook.analyses.probe_rows.read_probe_rows`, read with
+    ``added``: rows files of other runs (:func:`bertlook.analyses.probes.rows.read_probe_rows`, read with
     ``options.settings()``), put into Table 3. ``paper_join``: applied to Table 3 and its norm twin before their
     summaries (``bertlook probes`` passes :func:`bertlook.reporting.paper_join.join_table3`; without it the tables
     hold the run's own numbers only). ``log``: progress messages (e.g. ``print``)."""
     if options.threads is not None:
-        import torch  # the probes train with torch anyway
+        import torch  # lazy: torch (the probes train with it anyway; this module imports none)
 
         torch.set_num_threads(options.threads)
     t0 = time.perf_counter()
     if glove is None and options.glove and (ablation_modes or any(p in GLOVE_PROBES for p in [*probes, *norm_probes])):
-        from bertlook.data.glove import load_glove
-
         glove = load_glove(options.glove, options.glove_member)
     frames = _step_frames(options, glove, (train_attention, dev_attention, random_train_attention, random_dev_attention,
                                            norm_train_attention, norm_dev_attention),
@@ -371,7 +366,7 @@ def _step_frames(options: ProbeOptions, glove, stores: tuple, *, probes, norm_pr
         return run_probe_tables(train, dev, random_train_store=rtrain, random_dev_store=rdev, norm_train_store=ntrain,
                                 norm_dev_store=ndev, probes=probes, norm_probes=norm_probes, ablation_modes=modes,
                                 **common)
-    from bertlook.analyses.probe_reference import run_layer_ablations, run_probes  # torch
+    from bertlook.analyses.probes.reference import run_layer_ablations, run_probes  # lazy: torch, as above
 
     out: dict[str, Any] = {"table3": None, "table3_norm": None, "ablations": None}
     if probes:

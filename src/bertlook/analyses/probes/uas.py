@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bertlook.analyses.probes import as_probe_data
+from bertlook.analyses.probes.data import as_probe_data
 from bertlook.analyses.trees import chu_liu_edmonds  # the MST decoder (shared with tree-heads)
 
 

@@ -1,16 +1,16 @@
 """Vectorised training and evaluation of the Table 3 probes (issue 24): every probe variant x seed of a run
 (Table 3, Table 3 on the norm maps, the random-init probe, the per-layer ablations) trained in one loop.
 
-The reference, :func:`bertlook.analyses.probe_reference.train_probe`, trains one model at a time. Here each
-cohort of probes (:mod:`bertlook.analyses.probe_cohorts`) holds its parameters as ``[seed, variant, ...]``
+The reference, :func:`bertlook.analyses.probes.reference.train_probe`, trains one model at a time. Here each
+cohort of probes (:mod:`bertlook.analyses.probes.cohorts`) holds its parameters as ``[seed, variant, ...]``
 tensors: every (variant, seed) model starts from the reference's parameters (its module is built the old way
 under ``torch.manual_seed(seed)`` and copied in) and sees the reference's sentence order (one
-:func:`~bertlook.analyses.probe_features.epoch_batches` generator per seed); each model's gradient is that of
+:func:`~bertlook.analyses.probes.features.epoch_batches` generator per seed); each model's gradient is that of
 its own loss (written out by hand, no autograd) and one Adam (:class:`FusedAdam`) steps them all: Adam is
 elementwise, so that is each model's own Adam (same lr, betas, eps), up to float rounding. Attention is read
-once per store (:class:`~bertlook.analyses.probe_split.SplitFeatures`, float16). :class:`BatchedProbes` is the
+once per store (:class:`~bertlook.analyses.probes.split.SplitFeatures`, float16). :class:`BatchedProbes` is the
 engine: the cohorts of a run, their training (groups of cohorts in parallel: forked processes on Linux,
-:mod:`~bertlook.analyses.probe_workers`, threads elsewhere) and evaluation (argmax and batched MST decoding).
+:mod:`~bertlook.analyses.probes.workers`, threads elsewhere) and evaluation (argmax and batched MST decoding).
 Only the torch environment's commands import this module.
 
 Definitions: docs/definitions.md#attention-based-probes
@@ -27,13 +27,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from bertlook.analyses import probe_workers
-from bertlook.analyses.probe_cohorts import COHORTS, Grads
-from bertlook.analyses.probe_features import epoch_batches, split_group
-from bertlook.analyses.probe_split import Rows, SplitFeatures
-from bertlook.analyses.probe_uas import uas_dict
-from bertlook.analyses.probes import HIDDEN, MAX_BATCH_ELEMENTS, ProbeTask
+from bertlook.analyses.probes import workers
+from bertlook.analyses.probes.catalogue import HIDDEN, MAX_BATCH_ELEMENTS, ProbeTask
+from bertlook.analyses.probes.cohorts import COHORTS, Grads
+from bertlook.analyses.probes.features import epoch_batches, split_group
+from bertlook.analyses.probes.split import Rows, SplitFeatures
+from bertlook.analyses.probes.uas import uas_dict
 from bertlook.analyses.trees import chu_liu_edmonds_batch
+from bertlook.attention.extraction import progress_bar
 from bertlook.errors import BertlookError
 
 
@@ -159,7 +160,7 @@ class BatchedProbes:
     def _run(self, threads: int, work, *args, phase: str = "train") -> list:
         """``work(cohort indices, *args)`` for each group of :meth:`_groups`, in parallel, each with ``threads //
         groups`` threads of torch's own (so a cohort's arithmetic is the same for every ``threads`` that gives one
-        torch thread per group): in forked processes (:mod:`~bertlook.analyses.probe_workers`: the trained
+        torch thread per group): in forked processes (:mod:`~bertlook.analyses.probes.workers`: the trained
         parameters come back) where :attr:`processes` and the platform allow, else in threads."""
         loads = self._loads(threads, phase)
         groups = [g for _, g in loads]
@@ -169,7 +170,7 @@ class BatchedProbes:
             torch.set_num_threads(max(1, int(threads) // len(groups)))  # per thread (OpenMP's setting is the caller's)
             return work(g, *args)
 
-        forked = len(groups) > 1 and self.processes and probe_workers.AVAILABLE
+        forked = len(groups) > 1 and self.processes and workers.AVAILABLE
         self.parallel = f"{len(groups)} {'processes' if forked else 'threads' if len(groups) > 1 else 'thread'}"
         if len(groups) > 1:  # the balance: each group's ms per step, measured (or estimated)
             how = "measured" if (self.costs or {}).get(phase) else "estimated"
@@ -179,7 +180,7 @@ class BatchedProbes:
                 return [one(groups[0])]
             if forked:
                 torch.set_num_threads(max(1, int(threads) // len(groups)))
-                return probe_workers.run_forked(groups, work, args,
+                return workers.run_forked(groups, work, args,
                                                 lambda g: [p for k in g for p in self.cohorts[k].params()])
             with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:
                 return [f.result() for f in [pool.submit(one, g) for g in groups]]
@@ -243,8 +244,6 @@ class BatchedProbes:
             yield Rows(split, chunk, S)
 
     def _train_group(self, ks: list[int], split: SplitFeatures, orders, budget: int, progress: bool):
-        from bertlook.attention.extraction import progress_bar
-
         S = len(self.seeds)
         cohorts = [self.cohorts[k] for k in ks]
         accs = [Grads(c.params()) for c in cohorts]
@@ -325,7 +324,7 @@ class BatchedProbes:
 
     def results(self, ev: dict[str, Any]) -> dict[tuple[ProbeTask, int], dict[str, Any]]:
         """``(task, seed)`` -> ``dict(uas, uas_mst, n_words, n_sentences)`` as
-        :func:`~bertlook.analyses.probe_reference.evaluate_probe` returns."""
+        :func:`~bertlook.analyses.probes.reference.evaluate_probe` returns."""
         out = {}
         for s, seed in enumerate(self.seeds):
             for c, task in enumerate(self.columns):
@@ -377,7 +376,7 @@ def mst_correct(logps: list[np.ndarray], sentences, max_matrices: int = 4096) ->
 
 
 def _chunks(pairs: list[tuple[int, int]], lengths: Sequence[int], width: int, budget: int) -> list[list]:
-    """One step's (seed, sentence) rows cut as :func:`~bertlook.analyses.probe_features.split_group` cuts a batch."""
+    """One step's (seed, sentence) rows cut as :func:`~bertlook.analyses.probes.features.split_group` cuts a batch."""
     cut = split_group(range(len(pairs)), [int(lengths[n]) for _, n in pairs], width, budget)
     return [[pairs[i] for i in chunk] for chunk in cut]
 

@@ -1,5 +1,5 @@
 """Fused loops of the probes (numba): the ``[word, candidate, hidden]`` work of the MLP and Distances+GloVe
-cohorts and the Attn cohorts' pair scores (:mod:`bertlook.analyses.probe_cohorts`) without torch's temporaries.
+cohorts and the Attn cohorts' pair scores (:mod:`bertlook.analyses.probes.cohorts`) without torch's temporaries.
 
 The Attn cohorts (:func:`attn_scores`, :func:`attn_backward`) read a sentence's maps ``gt[i, j]`` (``A(i->j)`` over
 the heads) and score ``x_ij . (P_i + Q_j)`` with ``x_ij = [gt[i, j] ; gt[j, i]]``: the pair features ``[word, 2K,
@@ -143,7 +143,7 @@ def hidden_backward(sg, wo, g, dwo, da, db, dd):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, error_model="numpy")
 def offset_row(W, i, j):  # pragma: no cover - compiled
     """The row of dependent ``i`` (0-based word) and candidate ``j`` (0 = ROOT) in the ``2W`` offset rows of
-    :func:`bertlook.analyses.probe_cohorts._offset_tables`: ``j - (i + 1) + W - 1``, ROOT ``2W - 1``."""
+    :func:`bertlook.analyses.probes.cohorts._offset_tables`: ``j - (i + 1) + W - 1``, ROOT ``2W - 1``."""
     return 2 * W - 1 if j == 0 else j - i + W - 2
 
 

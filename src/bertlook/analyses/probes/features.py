@@ -5,7 +5,7 @@ vectors of a sentence's head candidates, also with the released code's off-by-on
 (the attention features ``x_ij`` in reference form), :class:`Batch` / :func:`make_batch` (sentences padded to
 the longest, their maps read from the store), and which sentences make each batch: :func:`epoch_batches` (one
 training epoch, drawn with a seed's generator) and :func:`split_group` (a batch cut to a memory budget). The
-batched engine (:mod:`bertlook.analyses.probe_batch`) uses the same schedule, so its models see the
+batched engine (:mod:`bertlook.analyses.probes.batch`) uses the same schedule, so its models see the
 reference's sentence order.
 
 Definitions: docs/definitions.md#attention-based-probes
@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from bertlook.analyses.probes import BUCKET_POOL_BATCHES, FEATURE_SCALES, N_DIST, ProbeData, SentenceMeta
+from bertlook.analyses.probes.catalogue import BUCKET_POOL_BATCHES, FEATURE_SCALES, N_DIST
+from bertlook.analyses.probes.data import ProbeData, SentenceMeta
 from bertlook.errors import BertlookError
 
 

@@ -1,10 +1,10 @@
 """Table 3's rows (no torch): the frame of rows, plain rows, and the rows file of ``--rows-out`` / ``--add-rows``.
 
-:func:`table_frame` builds the Table 3 frame (:data:`~bertlook.analyses.probes.TABLE_COLUMNS`, per-seed runs and
+:func:`table_frame` builds the Table 3 frame (:data:`TABLE_COLUMNS`, per-seed runs and
 store summaries in ``attrs``); :func:`table_rows` turns it back into plain values. ``bertlook probes --rows-out
 JSON`` writes the rows it computed (:func:`write_probe_rows`, e.g. only random_init_attn_glove, on the
 random-init stores), ``--add-rows JSON`` reads them (:func:`read_probe_rows`, validated) and puts them into the
-table of another run in the order of :data:`~bertlook.analyses.probes.PROBES` (:func:`add_probe_rows`): the
+table of another run in the order of :data:`~bertlook.analyses.probes.catalogue.PROBES` (:func:`add_probe_rows`): the
 workflow's probes_random / probes rules, so that the model's word stores and the random-init ones never need
 to be on disk together. Plain JSON (no NaN: missing numbers are null).
 """
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from bertlook.analyses.probes import PROBES, TABLE_COLUMNS, is_missing
+from bertlook.analyses.probes.catalogue import PROBES, TABLE_COLUMNS, is_missing
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path, json_safe
 
@@ -30,7 +30,7 @@ ROWS_SETTINGS = ("seeds", "epochs", "batch_size", "lr", "mst", "max_train_senten
 
 
 def table_frame(rows: list[dict[str, Any]], runs: list[dict[str, Any]], data: dict[str, Any]) -> "pd.DataFrame":
-    """The Table 3 frame of ``rows`` (dicts of :data:`~bertlook.analyses.probes.TABLE_COLUMNS`), per-seed ``runs``
+    """The Table 3 frame of ``rows`` (dicts of :data:`TABLE_COLUMNS`), per-seed ``runs``
     and store summaries ``data`` in ``attrs``."""
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for col in ROWS_NUMBERS:
@@ -156,7 +156,7 @@ def _load_json(path) -> Any:
 
 
 def _check_table(table: Any, probes: list[str], bad) -> None:
-    """The ``table`` of a rows file: one row of :data:`~bertlook.analyses.probes.TABLE_COLUMNS` per probe of
+    """The ``table`` of a rows file: one row of :data:`~bertlook.analyses.probes.catalogue.TABLE_COLUMNS` per probe of
     ``probes``, in order."""
     if not isinstance(table, list) or len(table) != len(probes):
         raise bad(f"'table' must be a list of {len(probes)} row(s), one per probe")
@@ -178,7 +178,7 @@ def _check_table(table: Any, probes: list[str], bad) -> None:
 
 def add_probe_rows(df: "pd.DataFrame", added: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     """``df`` with the rows (and per-seed runs, store summaries) of :func:`read_probe_rows` documents
-    added, rows and runs in the order of :data:`~bertlook.analyses.probes.PROBES` (a probe must not be in two of
+    added, rows and runs in the order of :data:`PROBES` (a probe must not be in two of
     them)."""
     rows = table_rows(df)
     runs = list(df.attrs.get("runs", []))

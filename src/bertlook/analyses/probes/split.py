@@ -1,11 +1,11 @@
 """The batched engine's inputs (torch): one split's features held in memory and the padded rows of a step.
 
 :class:`SplitFeatures` reads a split once: the sentences of one or more stores of the same corpus (checked with
-:func:`~bertlook.analyses.probes.corpus_signature`), their GloVe vectors and the attention of each
+:func:`~bertlook.analyses.probes.data.corpus_signature`), their GloVe vectors and the attention of each
 source (float16, ``[word (i), word (j), layer*head]`` blocks and the ROOT features ``[word, 2, 2K]``).
 :class:`Rows` are the (seed, sentence) rows of one chunk of a training or evaluation step: their padded GloVe
 inputs and each sentence's maps in float32, built once and shared by the cohorts
-(:mod:`bertlook.analyses.probe_cohorts`).
+(:mod:`bertlook.analyses.probes.cohorts`).
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from bertlook.analyses.probes import ProbeData, corpus_signature
+from bertlook.analyses.probes.data import ProbeData, corpus_signature
 from bertlook.errors import BertlookError
 
 
@@ -58,7 +58,7 @@ class SplitFeatures:
 
     def cand(self, n: int, released: bool = False) -> torch.Tensor:
         """The candidate vectors ``[candidate, d_glove]`` of sentence ``n`` (0 = ROOT, a zero vector), as
-        :func:`bertlook.analyses.probe_features.candidate_vectors` (``released``: the released code's off-by-one)."""
+        :func:`bertlook.analyses.probes.features.candidate_vectors` (``released``: the released code's off-by-one)."""
         if not self.glove_dim:
             return torch.zeros(int(self.lengths[n]) + 1, 0)
         dep = self.dep[n]  # [word, d_glove]

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from bertlook.analyses.probe_features import Batch
+from bertlook.analyses.probes.features import Batch
 
 
 class LossCurve:
-    """``info["loss_curve"]`` of :func:`~bertlook.analyses.probe_reference.train_probe`: the mean training loss
+    """``info["loss_curve"]`` of :func:`~bertlook.analyses.probes.reference.train_probe`: the mean training loss
     per word over consecutive windows of ``every`` sentences of each epoch (in training order;
     ``ceil(n_sentences / every)`` windows per epoch)."""
 

@@ -1,5 +1,5 @@
 """Cohort groups of the batched probes in forked worker processes (:meth:`BatchedProbes._run
-<bertlook.analyses.probe_batch.BatchedProbes._run>`).
+<bertlook.analyses.probes.batch.BatchedProbes._run>`).
 
 The probes' per-step work is many small torch operations driven from Python, so two threads of one process
 spend much of their time waiting for each other's GIL: on the demo's probes (two groups of cohorts, 2,000 steps)

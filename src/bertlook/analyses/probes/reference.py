@@ -1,11 +1,11 @@
 """The one-model-at-a-time reference (torch): train one probe, evaluate it, and the Table 3 / ablation runs.
 
 :func:`train_probe` trains one (probe, seed) model with Adam on batches of the reference schedule
-(:func:`~bertlook.analyses.probe_features.epoch_batches`; optional diagnostics: loss curve, dev UAS per epoch,
+(:func:`~bertlook.analyses.probes.features.epoch_batches`; optional diagnostics: loss curve, dev UAS per epoch,
 feature scale), :func:`evaluate_probe` scores it on a dev store (argmax per word and, with ``mst``, MST
 decoding), :func:`run_probes` (Table 3) and :func:`run_layer_ablations` (per-layer ablations of Attn+GloVe)
-train every probe x seed this way and assemble the frames with :mod:`bertlook.analyses.probe_frames`. The
-batched engine (:mod:`bertlook.analyses.probe_batch`) trains the same models in one loop; this module is
+train every probe x seed this way and assemble the frames with :mod:`bertlook.analyses.probes.frames`. The
+batched engine (:mod:`bertlook.analyses.probes.batch`) trains the same models in one loop; this module is
 its reference (``bertlook probes --engine reference``).
 
 Definitions: docs/definitions.md#attention-based-probes
@@ -15,44 +15,41 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+import pandas as pd
 import torch
 
-from bertlook.analyses.probe_diagnostics import FeatureStats, LossCurve
-from bertlook.analyses.probe_features import Batch, epoch_batches, make_batch, split_group
-from bertlook.analyses.probe_frames import (
+from bertlook.analyses.probes.catalogue import (
+    ABLATION_MODES,
+    DEFAULT_SEEDS,
+    HIDDEN,
+    MAX_BATCH_ELEMENTS,
+    PROBES,
+    base_kind,
+    check_probes,
+    check_seeds,
+)
+from bertlook.analyses.probes.data import ProbeData, as_probe_data
+from bertlook.analyses.probes.diagnostics import FeatureStats, LossCurve
+from bertlook.analyses.probes.features import Batch, epoch_batches, make_batch, split_group
+from bertlook.analyses.probes.frames import (
     ablation_frame,
     ablation_plan,
     open_ablation_stores,
     open_probe_stores,
     table3_frame,
 )
-from bertlook.analyses.probe_models import gold_log_probs, make_model, masked_log_softmax, probe_loss
-from bertlook.analyses.probe_uas import mst_heads, right_branching_uas, uas_dict
-from bertlook.analyses.probes import (
-    ABLATION_MODES,
-    DEFAULT_SEEDS,
-    HIDDEN,
-    MAX_BATCH_ELEMENTS,
-    PROBES,
-    ProbeData,
-    as_probe_data,
-    base_kind,
-    check_probes,
-    check_seeds,
-)
+from bertlook.analyses.probes.models import gold_log_probs, make_model, masked_log_softmax, probe_loss
+from bertlook.analyses.probes.uas import mst_heads, right_branching_uas, uas_dict
+from bertlook.attention.extraction import progress_bar
+from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from bertlook.data.glove import GloveVectors
 
 
 # ========================================================================================= batches
 def model_batches(data: ProbeData, groups: Iterable[Sequence[int]], model) -> Iterable[Batch]:
-    """One :class:`~bertlook.analyses.probe_features.Batch` per group of sentence positions (``data.sentences``
+    """One :class:`~bertlook.analyses.probes.features.Batch` per group of sentence positions (``data.sentences``
     indices), with the inputs ``model`` reads."""
     for group in groups:
         sents = [data.sentences[i] for i in group]
@@ -130,7 +127,7 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     """Train one probe; returns ``(model, info)``.
 
     ``train_store``: a word-level store (path, ``AttentionStore`` or
-    :class:`~bertlook.analyses.probes.ProbeData`). ``kind``: ``attn``, ``attn_glove``, ``attn_glove_released``,
+    :class:`~bertlook.analyses.probes.data.ProbeData`). ``kind``: ``attn``, ``attn_glove``, ``attn_glove_released``,
     ``distances_glove``, ``glove_only``, ``attn_glove_uniform`` (Attn+GloVe on exactly uniform maps of the store),
     ``distances_only``, ``attn_glove_mlp`` or ``random_init_attn_glove`` (= ``attn_glove``; pass the random-init
     store).
@@ -143,14 +140,14 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
     Options beyond the paper (the defaults train exactly as without them):
 
     * ``feature_scale="n"``: attention features times the sentence's map size ``W+2``
-      (:func:`~bertlook.analyses.probe_features.make_batch`),
+      (:func:`~bertlook.analyses.probes.features.make_batch`),
       in training and in every evaluation of the returned model.
     * ``loss_every=N``: ``info["loss_curve"]``, the mean training loss per word over consecutive windows
       of N sentences of each epoch (in training order; ``ceil(n_sentences / N)`` windows per epoch).
     * ``eval_store`` and ``eval_epochs``: ``info["dev_uas_by_epoch"]``, the UAS on ``eval_store`` after
       each listed epoch (1-based, at most ``epochs``); evaluation does not change the training.
     * ``feature_stats``: ``info["feature_stats"]``, the scale of the attention features of the first
-      epoch's batches (see :func:`~bertlook.analyses.probe_diagnostics.batch_feature_stats`; probes with
+      epoch's batches (see :func:`~bertlook.analyses.probes.diagnostics.batch_feature_stats`; probes with
       attention only).
     """
     opts = _training_options(kind, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
@@ -212,8 +209,6 @@ def _train_epochs(model, optimizer, data: ProbeData, opts: TrainingOptions, *, d
                   curve: LossCurve | None, stats: FeatureStats | None) -> dict[str, Any]:
     """Every epoch of :func:`train_probe` (the sentence order drawn with the seed's own generator); returns
     ``steps``, ``seconds``, ``epoch_losses`` (per word) and ``dev_uas`` (the evaluations of ``eval_epochs``)."""
-    from bertlook.attention.extraction import progress_bar
-
     gen = torch.Generator().manual_seed(opts.seed)
     lengths = [st.n_words for st in data.sentences]
     steps = 0
@@ -259,7 +254,7 @@ def _train_epoch(model, optimizer, data: ProbeData, groups: list[list[int]], len
 
 
 def _batch_loss(model, batch: Batch, curve: LossCurve | None) -> "torch.Tensor":
-    """The summed cross-entropy of ``batch`` (:func:`~bertlook.analyses.probe_models.probe_loss`); each
+    """The summed cross-entropy of ``batch`` (:func:`~bertlook.analyses.probes.models.probe_loss`); each
     sentence's share goes to ``curve``."""
     if curve is None:
         return probe_loss(model(batch), batch.heads, batch.dep_mask, batch.cand_mask)
@@ -348,9 +343,9 @@ def run_probes(train_store, dev_store, *, random_train_store=None, random_dev_st
                probes: Sequence[str] = PROBES, max_train_sentences: int | None = None,
                log=None) -> "pd.DataFrame":
     """Train and evaluate every probe in ``probes`` with every seed, one model at a time (the reference of
-    :mod:`bertlook.analyses.probe_batch`); one row per probe (Table 3).
+    :mod:`bertlook.analyses.probes.batch`); one row per probe (Table 3).
 
-    Columns :data:`~bertlook.analyses.probes.TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
+    Columns :data:`~bertlook.analyses.probes.catalogue.TABLE_COLUMNS` (UAS as fractions). Per-seed results are in
     ``df.attrs["runs"]``, per-store summaries in ``df.attrs["data"]``.
     """
     check_probes(probes)
@@ -371,10 +366,10 @@ def run_layer_ablations(train_store, dev_store, *, glove: "GloveVectors", seeds:
                         modes: Sequence[str] = ABLATION_MODES, max_train_sentences: int | None = None,
                         log=None) -> "pd.DataFrame":
     """Attn+GloVe trained on the attention features of some layers only, every seed (which layers carry
-    the probe's accuracy), one model at a time (the reference of :mod:`bertlook.analyses.probe_batch`): first
+    the probe's accuracy), one model at a time (the reference of :mod:`bertlook.analyses.probes.batch`): first
     the reference (every layer: Table 3's Attn+GloVe, the same seeds and training), then for each mode of
     ``modes`` and each layer l, ``keep`` (only layer l's heads) and ``drop`` (every layer but l). One row per
-    ablation, :data:`~bertlook.analyses.probe_frames.ABLATION_COLUMNS` (fractions; ``delta_*``: the row's mean
+    ablation, :data:`~bertlook.analyses.probes.frames.ABLATION_COLUMNS` (fractions; ``delta_*``: the row's mean
     minus the reference's). Per-seed results in ``df.attrs["runs"]``.
     """
     modes = list(dict.fromkeys(modes))

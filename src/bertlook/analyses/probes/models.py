@@ -1,7 +1,7 @@
 """The reference probes as torch modules: score functions, the loss, one ``nn.Module`` per family, make_model.
 
 Score functions in reference form (:func:`attn_glove_scores` on
-:func:`~bertlook.analyses.probe_features.build_features`) and the equivalent fast forms the modules use
+:func:`~bertlook.analyses.probes.features.build_features`) and the equivalent fast forms the modules use
 (:func:`attn_scores_fast`, :func:`attn_glove_scores_fast`), the cross-entropy over each word's head candidates
 (:func:`probe_loss`, :func:`gold_log_probs`, :func:`masked_log_softmax`), the modules (:class:`AttnProbe`,
 :class:`AttnGloveProbe`, :class:`DistancesGloveProbe`, :class:`GloveOnlyProbe`, :class:`DistancesOnlyProbe`,
@@ -18,8 +18,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from bertlook.analyses.probe_features import Batch, build_features
-from bertlook.analyses.probes import FEATURE_SCALES, HIDDEN, N_DIST, base_kind
+from bertlook.analyses.probes.features import Batch, build_features
+from bertlook.analyses.probes.catalogue import FEATURE_SCALES, HIDDEN, N_DIST, base_kind
 from bertlook.errors import BertlookError
 
 
@@ -28,7 +28,7 @@ def attn_glove_scores(x: "torch.Tensor", dep_vecs: "torch.Tensor", cand_vecs: "t
                       weight: "torch.Tensor", bias: "torch.Tensor") -> "torch.Tensor":
     """Reference form: ``score_ij = sum_m (weight [v_i ; v_j] + bias)_m x_ij[m]`` -> ``[B, Wm, Wm+1]``.
 
-    ``x`` from :func:`~bertlook.analyses.probe_features.build_features`, ``cand_vecs`` ``[B, Wm+1, d]`` in candidate
+    ``x`` from :func:`~bertlook.analyses.probes.features.build_features`, ``cand_vecs`` ``[B, Wm+1, d]`` in candidate
     order (0 = ROOT).
     The probes use the equivalent :func:`attn_glove_scores_fast`.
     """
@@ -56,7 +56,7 @@ def attn_scores_fast(words, root, a, b, w) -> "torch.Tensor":
 
 def attn_glove_scores_fast(words, root, a, b, dep_vecs, cand_vecs, weight, bias) -> "torch.Tensor":
     """Attn+GloVe scores (``[B, Wm, Wm+1]``) equal to :func:`attn_glove_scores` on
-    :func:`~bertlook.analyses.probe_features.build_features`.
+    :func:`~bertlook.analyses.probes.features.build_features`.
 
     With ``weight [v_i ; v_j] + bias = P_i + Q_j`` (``P`` from the dependent's vector plus the bias,
     ``Q`` from the candidate's; halves 1 and 2 of the 2K features) and ``F = words``
@@ -256,7 +256,7 @@ def make_model(kind: str, *, num_heads_total: int | None, glove_dim: int | None,
 
     The module carries what its batches need: ``needs``, ``released_offbyone``, ``uniform_maps``
     (``attn_glove_uniform``: the store's maps replaced by exactly uniform rows), ``feature_scale``
-    (see :func:`~bertlook.analyses.probe_features.make_batch`; only for the probes that read attention) and
+    (see :func:`~bertlook.analyses.probes.features.make_batch`; only for the probes that read attention) and
     ``head_subset`` (``heads``: the flattened indices of the heads whose features it reads, None = all; the
     module is built for ``len(heads)`` heads).
     """

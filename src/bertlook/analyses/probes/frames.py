@@ -3,9 +3,9 @@
 :func:`open_probe_stores` / :func:`open_ablation_stores` open and check the stores a run reads;
 :func:`table3_frame` and :func:`ablation_frame` assemble the rows from a ``fit`` callback that returns each
 (probe or ablation, seed)'s training info and dev result: the reference's
-(:func:`bertlook.analyses.probe_reference.run_probes`,
-:func:`~bertlook.analyses.probe_reference.run_layer_ablations`) trains one model per call, the batched engine's
-(:func:`bertlook.analyses.probe_tables.run_probe_tables`) looks the models up, so both give tables of the
+(:func:`bertlook.analyses.probes.reference.run_probes`,
+:func:`~bertlook.analyses.probes.reference.run_layer_ablations`) trains one model per call, the batched engine's
+(:func:`bertlook.analyses.probes.tables.run_probe_tables`) looks the models up, so both give tables of the
 same format. Also the ablations' head sets (:func:`ablation_heads`, :func:`ablation_plan`) and the note on the
 random-init row (:func:`random_init_note`).
 
@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.probe_rows import table_frame
-from bertlook.analyses.probe_uas import right_branching_uas
-from bertlook.analyses.probes import (
+from bertlook.analyses.probes.catalogue import (
     ABLATION_MODES,
     GLOVE_PROBES,
     PROBES,
     TABLE_COLUMNS,
     TRAINED_PROBES,
-    ProbeData,
-    as_probe_data,
     check_probes,
 )
+from bertlook.analyses.probes.data import ProbeData, as_probe_data
+from bertlook.analyses.probes.rows import table_frame
+from bertlook.analyses.probes.uas import right_branching_uas
+from bertlook.analyses.uniformity import row_entropy_by_layer
 from bertlook.attention.store import open_store
+from bertlook.data.glove import GloveVectors
 from bertlook.errors import BertlookError
-
-if TYPE_CHECKING:
-    from bertlook.data.glove import GloveVectors
 
 
 # ======================================================================================== Table 3
@@ -80,7 +78,7 @@ def open_probe_stores(train_store, dev_store, *, random_train_store=None, random
                       glove: "GloveVectors | None" = None, probes: Sequence[str] = PROBES,
                       max_train_sentences: int | None = None) -> ProbeStores:
     """Open the stores that the Table 3 rows of ``probes`` read (the checks of
-    :func:`~bertlook.analyses.probe_reference.run_probes`)."""
+    :func:`~bertlook.analyses.probes.reference.run_probes`)."""
     check_probes(probes)
     gl = glove if any(p in GLOVE_PROBES for p in probes) else None
     # the model's stores only for the probes that read them (random_init_attn_glove reads the random-init ones)
@@ -122,8 +120,8 @@ def table3_trainable(stores: ProbeStores, glove: "GloveVectors | None") -> list[
 def table3_frame(stores: ProbeStores, *, glove: "GloveVectors | None", seeds: Sequence[int], mst: bool, fit,
                  log=None) -> "pd.DataFrame":
     """Table 3's frame: one row per probe of ``stores``, the trained ones from ``fit(probe, seed, train, dev)``
-    -> ``(info, dev result)`` (the reference: :func:`~bertlook.analyses.probe_reference.train_probe` then
-    :func:`~bertlook.analyses.probe_reference.evaluate_probe`)."""
+    -> ``(info, dev result)`` (the reference: :func:`~bertlook.analyses.probes.reference.train_probe` then
+    :func:`~bertlook.analyses.probes.reference.evaluate_probe`)."""
     say = log or (lambda msg: None)
     rows, runs = [], []
     for probe in stores.probes:
@@ -182,7 +180,7 @@ def ablation_heads(mode: str, layer: int, num_layers: int, num_heads: int) -> li
 def ablation_plan(train: ProbeData, dev: ProbeData,
                   modes: Sequence[str]) -> list[tuple[str, int | None, list[int] | None]]:
     """``(ablation, layer, heads)`` of every row of the ablations
-    (:func:`~bertlook.analyses.probe_reference.run_layer_ablations`): first ``("all", None, None)``."""
+    (:func:`~bertlook.analyses.probes.reference.run_layer_ablations`): first ``("all", None, None)``."""
     modes = list(dict.fromkeys(modes))
     bad = [m for m in modes if m not in ABLATION_MODES]
     if bad:
@@ -231,7 +229,7 @@ def ablation_frame(plan, train: ProbeData, dev: ProbeData, *, seeds: Sequence[in
 def open_ablation_stores(train_store, dev_store, *, glove: "GloveVectors", max_train_sentences: int | None = None
                          ) -> tuple[ProbeData, ProbeData]:
     """The training and dev stores of the per-layer ablations, GloVe attached (the checks of
-    :func:`~bertlook.analyses.probe_reference.run_layer_ablations`)."""
+    :func:`~bertlook.analyses.probes.reference.run_layer_ablations`)."""
     if glove is None:
         raise BertlookError("the per-layer ablations of Attn+GloVe need GloVe vectors (--glove)")
     train = as_probe_data(train_store, glove=glove, max_sentences=max_train_sentences, what="training attention store")
@@ -248,8 +246,6 @@ def random_init_note(random_dev_store) -> str:
     """Table 3's note on the random-init row (issue 14): which reading of the re-initialisation made the
     maps (the store meta's ``random_init.keep``) and how uniform they are (mean row entropy / ln n, the
     range over layers, first :data:`UNIFORMITY_SENTENCES` sentences)."""
-    from bertlook.analyses.uniformity import row_entropy_by_layer
-
     st = open_store(random_dev_store, level="word", what="random-init dev attention store")
     keep = (st.meta.get("random_init") or {}).get("keep", "embeddings")
     reading = ("every weight re-initialised except the word and position embeddings (the paper's reading, "

@@ -1,7 +1,7 @@
 """The batched engine's cohorts (torch): stacked models of one probe family, with hand-written gradients.
 
 A cohort holds the parameters of its models as ``[seed, variant, ...]`` tensors, each (variant, seed) model
-starting from the reference's module (:func:`~bertlook.analyses.probe_models.make_model` under
+starting from the reference's module (:func:`~bertlook.analyses.probes.models.make_model` under
 ``torch.manual_seed(seed)``, copied in). It computes its models' scores without autograd (``forward``, returning a
 context) and, given the gradient of the summed loss with respect to those scores, adds its parameters' gradients
 (``backward``) to a :class:`Grads`: the derivatives are written out next to each forward (tests/test_probe_batch.py
@@ -9,7 +9,7 @@ checks them against autograd on the reference modules). :class:`AttnCohort` (Att
 the ablations: Attn+GloVe over every head with fixed 0/1 masks on the weights; one per attention source),
 :class:`MLPCohort` (Attn+GloVe with MLP weights), :class:`HiddenCohort` (Distances+GloVe, GloVe only),
 :class:`OffsetCohort` (Distances only); :data:`COHORTS` by family
-(:attr:`bertlook.analyses.probes.ProbeTask.family`).
+(:attr:`bertlook.analyses.probes.catalogue.ProbeTask.family`).
 
 Definitions: docs/definitions.md#attention-based-probes
 """
@@ -22,17 +22,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from bertlook.analyses import probe_kernels
-from bertlook.analyses.probe_features import distance_features
-from bertlook.analyses.probe_models import make_model
-from bertlook.analyses.probe_split import Rows
-from bertlook.analyses.probes import HIDDEN, N_DIST, ProbeTask, base_kind
+from bertlook.analyses.probes import kernels
+from bertlook.analyses.probes.features import distance_features
+from bertlook.analyses.probes.models import make_model
+from bertlook.analyses.probes.split import Rows
+from bertlook.analyses.probes.catalogue import HIDDEN, N_DIST, ProbeTask, base_kind
 
 
 # ================================================================================= shared by all
 def _reference_modules(tasks: Sequence[ProbeTask], seeds: Sequence[int], K: int, d: int) -> list[list]:
     """``[variant][seed]``: the untrained module of each task and seed, drawn exactly as
-    :func:`bertlook.analyses.probe_reference.train_probe` draws it (``torch.manual_seed(seed)``, then
+    :func:`bertlook.analyses.probes.reference.train_probe` draws it (``torch.manual_seed(seed)``, then
     ``make_model``)."""
     out = []
     for t in tasks:
@@ -94,7 +94,7 @@ class AttnCohort:
     With ``P_i = W_dep v_i + c`` and ``Q_j = W_cand v_j`` (``[word, variant, 2K]``, batched products over the rows),
     a word candidate scores ``s_ij = x_ij . (P_i + Q_j)`` and ROOT ``s_i0 = a ra_i + b rb_i``, ``ra_i = rt[i, 0] .
     (P_i + Q_0)`` (``rb``: ``rt[i, 1]``); these and their gradients are read from each sentence's maps by the
-    fused loops :func:`~bertlook.analyses.probe_kernels.attn_scores` / ``attn_backward`` (no ``[word, 2K, word]``
+    fused loops :func:`~bertlook.analyses.probes.kernels.attn_scores` / ``attn_backward`` (no ``[word, 2K, word]``
     features are built). Exactly uniform maps (``attn_glove_uniform``) are summed in closed form instead."""
 
     def __init__(self, maps: str, tasks: Sequence[ProbeTask], seeds: Sequence[int], K: int, d: int, **_):
@@ -165,14 +165,14 @@ class AttnCohort:
         return P, Q
 
     def _forward(self, rows: Rows, dep, cand, ab, W, c):
-        """Each row's scores ``[variant, word, candidate]`` from its maps (:func:`~bertlook.analyses.probe_kernels.
+        """Each row's scores ``[variant, word, candidate]`` from its maps (:func:`~bertlook.analyses.probes.kernels.
         attn_scores`), and the context of :meth:`_backward`: ``P``, ``Q`` and each row's ``ra``, ``rb``."""
         P, Q = self._pq(dep, cand, W, c)  # [row, word, variant, probe_feature], [row, candidate, variant, ..]
         V, scores, rr = P.shape[2], [], []
         for r, Wn in enumerate(rows.lengths):
             gt, rt = rows.maps(self.maps, r)  # [word, word, layer*head], [word, 2, probe_feature]
             s, rr_r = torch.empty(V, Wn, Wn + 1), torch.empty(Wn, V, 2)
-            probe_kernels.attn_scores(gt.numpy(), rt.numpy(), P[r].numpy(), Q[r].numpy(), ab[r].numpy(), s.numpy(),
+            kernels.attn_scores(gt.numpy(), rt.numpy(), P[r].numpy(), Q[r].numpy(), ab[r].numpy(), s.numpy(),
                                       rr_r.numpy())
             scores.append(s)
             rr.append(rr_r)
@@ -204,14 +204,14 @@ class AttnCohort:
         """d loss / d (ab, W, c) ``[row, variant, ...]`` from each row's d loss / d scores ``[variant, word,
         candidate]``:
         ``dP_i = sum_j G_ij x_ij + G_i0 xr_i``, ``dQ_j = sum_i G_ij x_ij``, ``dQ_0 = sum_i G_i0 xr_i`` (``xr_i = a rt_i0
-        + b rt_i1``; :func:`~bertlook.analyses.probe_kernels.attn_backward`), ``dW_dep = sum_i dP_i v_i^T``, ``dc =
+        + b rt_i1``; :func:`~bertlook.analyses.probes.kernels.attn_backward`), ``dW_dep = sum_i dP_i v_i^T``, ``dc =
         sum_i dP_i``, ``dW_cand = sum_j dQ_j v_j^T`` (:meth:`_param_grads`), ``da = sum_i G_i0 ra_i``, ``db = sum_i
         G_i0 rb_i``."""
         pshape, qshape, dep, cand, ab, rr = ctx
         dP, dQ, dab = torch.zeros(pshape), torch.zeros(qshape), torch.zeros(ab.shape)  # [row, ...]
         for r, g in enumerate(grads):
             gt, rt = rows.maps(self.maps, r)
-            probe_kernels.attn_backward(gt.numpy(), rt.numpy(), g.contiguous().numpy(), ab[r].numpy(), rr[r].numpy(),
+            kernels.attn_backward(gt.numpy(), rt.numpy(), g.contiguous().numpy(), ab[r].numpy(), rr[r].numpy(),
                                         dP[r].numpy(), dQ[r].numpy(), dab[r].numpy())
         return self._param_grads(dab, dP, dQ, dep, cand)
 
@@ -248,7 +248,7 @@ class MLPCohort:
     + c1)``; the word scores ``sum_m x_m (W2 h + c2)_m`` are computed as ``h . (x W2) + x . c2``, so a step
     costs two ``[W*W, 2K] x [2K, 256]`` products (``z = x W2``, and ``x^T (G h)`` for ``W2``'s gradient).
     ``h = 2 sigma - 1`` is used through ``sigma = sigmoid(2 pre)`` (:func:`_sigma`, the fused loops of
-    :mod:`~bertlook.analyses.probe_kernels`)."""
+    :mod:`~bertlook.analyses.probes.kernels`)."""
 
     def __init__(self, maps: str, tasks: Sequence[ProbeTask], seeds: Sequence[int], K: int, d: int):
         self.maps, self.tasks, self.K, self.d = maps, list(tasks), K, d
@@ -282,7 +282,7 @@ class MLPCohort:
         sig = _sigma(torch.addmm(c1, dep, w1[:, :d].T), cand @ w1[:, d:].T)  # [word, candidate, hidden]
         z = xt @ w2  # [word*word, hidden]: x_ij W2
         part = torch.empty(W, W)  # sum_h sigma_ijh z_ijh (word candidates)
-        probe_kernels.mlp_scores(sig.numpy(), z.numpy(), part.numpy())
+        kernels.mlp_scores(sig.numpy(), z.numpy(), part.numpy())
         sig0 = sig[:, 0]  # [word, hidden]: the ROOT candidate
         c2h = c2 - w2.sum(1)  # [probe_feature]: with h = 2 sigma - 1, W2 h + c2 = 2 W2 sigma + c2h
         s_words = part.mul_(2.0) + torch.mv(xt, c2h).view(W, W)  # [word, word]
@@ -299,7 +299,7 @@ class MLPCohort:
     def _backward(self, ctx, G):
         """``G`` ``[word, candidate]``: ``dW2 = x^T (G h) + gr^T h0`` with ``gr_i = G_i0 xr_i``, ``dc2 = x^T G +
         sum_i gr_i``, ``dh_ij = G_ij z_ij``, ``dh_i0 = gr_i W2``, then through the tanh (``1 - h^2 = 4 sigma
-        (1 - sigma)``) to ``W1``, ``c1`` (:func:`~bertlook.analyses.probe_kernels.mlp_backward`)."""
+        (1 - sigma)``) to ``W1``, ``c1`` (:func:`~bertlook.analyses.probes.kernels.mlp_backward`)."""
         xt, root, dep, cand, ab, w2, sig, z, sig0, ra, rb = ctx
         W = dep.shape[0]
         Gw, G0 = G[:, 1:], G[:, 0]  # [word, word], [word]
@@ -307,7 +307,7 @@ class MLPCohort:
         dc2 = torch.addmv(gr.sum(0), xt.T, Gw.reshape(-1))  # [probe_feature]
         m, dA, dB = torch.empty(W * W, HIDDEN), torch.empty(W, HIDDEN), torch.empty(W + 1, HIDDEN)
         # m = sigma G (word candidates); dA, dB: a quarter of d loss / d (a_i, b_j)
-        probe_kernels.mlp_backward(sig.numpy(), z.numpy(), G.contiguous().numpy(), (gr @ w2).numpy(), m.numpy(),
+        kernels.mlp_backward(sig.numpy(), z.numpy(), G.contiguous().numpy(), (gr @ w2).numpy(), m.numpy(),
                                    dA.numpy(), dB.numpy())
         dw2 = torch.addmm(gr.T @ sig0, xt.T, m, beta=2.0, alpha=2.0)
         dw2.sub_(dc2[:, None])  # [probe_feature, hidden]: h = 2 sigma - 1
@@ -359,14 +359,14 @@ class HiddenCohort:
             D = torch.matmul(_offset_tables(W)[0], w[:, :, :N_DIST].transpose(1, 2))
             sigs, out = [_sigma(A[v], B[v], D[v]) for v in range(V)], torch.empty(V, W, W + 1)
             for v, sig in enumerate(sigs):  # sum_h sigma_ijh wo_h
-                probe_kernels.hidden_scores(sig.numpy(), wo[v].numpy(), out[v].numpy())
+                kernels.hidden_scores(sig.numpy(), wo[v].numpy(), out[v].numpy())
             scores.append(out.mul_(2.0).add_((bo - wo.sum(1))[:, None, None]))  # [variant, word, candidate]
             ctx.append((sigs, dep, cand, W))
         return scores, ctx
 
     def backward(self, rows: Rows, ctx, grads: Sequence[torch.Tensor], acc: Grads) -> None:
         """``dwo = h^T G``, ``dbo = sum G``, ``dpre = G wo (1 - h^2)``; ``dH = dpre^T [dist ; v_i ; v_j]``
-        (:func:`~bertlook.analyses.probe_kernels.hidden_backward`: ``dpre`` summed by word, candidate and offset)."""
+        (:func:`~bertlook.analyses.probes.kernels.hidden_backward`: ``dpre`` summed by word, candidate and offset)."""
         V = len(self.tasks)
         for r, ((sigs, dep, cand, W), G) in enumerate(zip(ctx, grads)):
             wo = self.wo[rows.seed_index[r]]  # [variant, hidden]
@@ -374,7 +374,7 @@ class HiddenCohort:
             dwo, dA = torch.empty(V, HIDDEN), torch.empty(V, W, HIDDEN)
             dB, dD = torch.empty(V, W + 1, HIDDEN), torch.empty(V, 2 * W, HIDDEN)  # a quarter of d loss / d pre, summed
             for v, sig in enumerate(sigs):
-                probe_kernels.hidden_backward(sig.numpy(), wo[v].numpy(), G[v].contiguous().numpy(), dwo[v].numpy(),
+                kernels.hidden_backward(sig.numpy(), wo[v].numpy(), G[v].contiguous().numpy(), dwo[v].numpy(),
                                               dA[v].numpy(), dB[v].numpy(), dD[v].numpy())
             dwo.mul_(2.0).sub_(gsum[:, None])
             dA, dB = dA.mul_(4.0), dB.mul_(4.0)  # [variant, word | candidate, hidden]
@@ -392,14 +392,14 @@ class HiddenCohort:
 
 def _sigma(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor | None = None) -> torch.Tensor:
     """``sigma = sigmoid(2 (a_i + b_j [+ d_o]))`` ``[word, candidate, hidden]`` (``tanh(x) = 2 sigmoid(2x) - 1``; the
-    factor 2 is exact): :func:`~bertlook.analyses.probe_kernels.sigma_grid` of the doubled terms and their factors
+    factor 2 is exact): :func:`~bertlook.analyses.probes.kernels.sigma_grid` of the doubled terms and their factors
     ``exp(-2 t)``, or the terms alone where the factors' product could overflow (``direct``)."""
     by_offset = d is not None
     terms = [t.mul(2.0) for t in (a, b, d if by_offset else a.new_zeros(1, a.shape[1]))]
-    direct = not probe_kernels.factored(*(t.numpy() for t in terms[: 2 + by_offset]))
+    direct = not kernels.factored(*(t.numpy() for t in terms[: 2 + by_offset]))
     factors = terms if direct else [torch.exp(t.neg()) for t in terms]
     sg = torch.empty(a.shape[0], b.shape[0], a.shape[1])
-    probe_kernels.sigma_grid(*(t.numpy() for t in factors), *(t.numpy() for t in terms), direct, by_offset, sg.numpy())
+    kernels.sigma_grid(*(t.numpy() for t in factors), *(t.numpy() for t in terms), direct, by_offset, sg.numpy())
     return sg
 
 
@@ -461,5 +461,5 @@ class OffsetCohort:
                 "out.bias": bo[s, v][None]}
 
 
-#: the cohort class of each family (:attr:`bertlook.analyses.probes.ProbeTask.family`)
+#: the cohort class of each family (:attr:`bertlook.analyses.probes.catalogue.ProbeTask.family`)
 COHORTS = {"attn": AttnCohort, "mlp": MLPCohort, "hidden": HiddenCohort, "offset": OffsetCohort}
