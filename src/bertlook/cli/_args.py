@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertlook.attention.extraction import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
+from bertlook.attention.guards import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import parse_shard
 

@@ -17,7 +17,8 @@ COMMANDS = {
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
-    from bertlook.attention.extract_words import FROM_SPLIT_MODES, TEXT_MODES
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import TEXT_MODES
     from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
 
     p = subparsers.add_parser(
