@@ -19,8 +19,8 @@ A spec (a dict; ``bertlook segments --hf-dataset JSON``) names a dataset the way
 
 Documents (:func:`iter_hf_documents`) are the rows in dataset order: the text is plain (no wiki markup),
 so of the dump path's cleaning only the plain-text steps apply
-(:func:`bertlook.data.segments.plain_text_paragraphs`: whitespace collapsed, lines that do not end like
-prose dropped), then the same sentence step (:func:`bertlook.data.segments.make_document`). A corpus
+(:func:`bertlook.data.documents.plain_text_paragraphs`: whitespace collapsed, lines that do not end like
+prose dropped), then the same sentence step (:func:`bertlook.data.documents.make_document`). A corpus
 whose text is the dump's cleaned articles (``"\\n".join(clean_wiki_text(...))``) therefore gives the
 same documents, hence the same segments, as the dump. ``datasets`` and ``huggingface_hub`` are imported
 inside the functions: this module imports without them.
@@ -34,8 +34,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, Document, init_counts, make_document,
-                                    plain_text_paragraphs)
+from bertlook.data.documents import (DOCUMENT_COUNT_KEYS, Document, init_counts, make_document,
+                                     plain_text_paragraphs)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
 
@@ -293,11 +293,11 @@ def iter_hf_documents(
 ) -> Iterator[Document]:
     """Yield the documents of a Hugging Face dataset (rows in dataset order), lazily.
 
-    Each row's ``text_field`` goes through :func:`bertlook.data.segments.plain_text_paragraphs` and
-    :func:`bertlook.data.segments.make_document` (the dump path's steps after the markup is gone;
-    ``language`` and ``splitter`` as in :func:`bertlook.data.segments.iter_documents`);
+    Each row's ``text_field`` goes through :func:`bertlook.data.documents.plain_text_paragraphs` and
+    :func:`bertlook.data.documents.make_document` (the dump path's steps after the markup is gone;
+    ``language`` and ``splitter`` as in :func:`bertlook.data.documents.iter_documents`);
     its ``title_field`` is the title (the row number when ``title_field`` is null). Counts use the keys
-    :data:`bertlook.data.segments.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
+    :data:`bertlook.data.documents.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
     namespace and redirect counts stay 0; a row whose text is null is skipped and counted in
     ``null_text_rows_skipped`` (the run stops only when no usable document is left).
     ``max_articles`` stops after that many kept documents (with streaming, nothing beyond is

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from bertlook.data.segments import iter_documents, read_segments
+from bertlook.data.documents import iter_documents
+from bertlook.data.segments import read_segments
 from bertlook.data.treebank import Sentence, split_summary, write_conllu
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
@@ -316,7 +317,7 @@ def prepare_silver(
 
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
-       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.segments.iter_documents`,
+       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.documents.iter_documents`,
        at most ``max_articles`` kept articles when given) are candidates, with their sentences
        (split with ``language`` / ``splitter``, which must be those the segments were made with).
     2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
