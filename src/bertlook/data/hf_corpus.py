@@ -38,6 +38,7 @@ from bertlook.data.documents import (DOCUMENT_COUNT_KEYS, Document, init_counts,
                                      plain_text_paragraphs)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
+from bertlook.pipeline.config import resolve_data_path
 
 HF_SPEC_KEYS = ("path", "name", "split", "data_files", "streaming", "revision", "text_field", "title_field")
 PACKAGED_BUILDERS = frozenset({"parquet", "json", "csv", "text", "arrow", "pandas", "webdataset"})
@@ -61,8 +62,6 @@ def is_hub_dataset(spec: dict[str, Any]) -> bool:
 
 def _resolve_file(entry: str) -> str:
     if entry.startswith("package:"):
-        from bertlook.pipeline.config import resolve_data_path
-
         return str(resolve_data_path(entry))
     return os.path.expanduser(entry)
 
@@ -170,7 +169,7 @@ def _local_files(spec: dict[str, Any]) -> list[Path]:
 
 
 def _hub_offline() -> bool:
-    import huggingface_hub
+    import huggingface_hub  # lazy: see the module docstring
 
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return True
@@ -196,8 +195,8 @@ def resolve_hub_revision(repo_id: str, revision: str | None) -> str:
     if _hub_offline():
         raise BertlookError(f"{what}: offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and it is "
                             f"not a local path; {HUB_ADVICE}")
-    import huggingface_hub
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    import huggingface_hub  # lazy: see the module docstring
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError  # lazy: idem
 
     try:
         info = huggingface_hub.HfApi().dataset_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
@@ -230,7 +229,7 @@ def _why(err: BaseException) -> str:
 
 def _load(spec: dict[str, Any]):
     """``datasets`` object of a normalised spec: (dataset, resolved revision or None)."""
-    import datasets
+    import datasets  # lazy: see the module docstring
 
     hub = is_hub_dataset(spec)
     revision = resolve_hub_revision(spec["path"], spec["revision"]) if hub else None
