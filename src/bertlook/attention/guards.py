@@ -20,6 +20,8 @@ from bertlook.errors import BertlookError
 STORE_DTYPE = "float16"
 DEFAULT_MAX_UNK_RATE = 0.05
 UNK_EXAMPLES_SHOWN = 5
+#: the fields of :func:`unk_statistics` that go into a step's summary (:func:`unk_summary`)
+UNK_SUMMARY_KEYS = ("unk_token", "unk_tokens", "non_special_tokens", "unk_rate", "examples_with_unk", "unk_examples")
 DISK_MARGIN_FRACTION = 0.05
 DISK_MARGIN_MIN_BYTES = 100 * 2**20
 
@@ -151,16 +153,8 @@ def check_unk_rate(stats: dict[str, Any], max_rate: float, model_spec: str, *, w
 
 
 def unk_summary(stats: dict[str, Any], max_unk_rate: float) -> dict[str, Any]:
-    """The summary fields of :func:`unk_statistics` (``unk_tokens``, ``unk_rate``, ... ``max_unk_rate``)."""
-    return {
-        "unk_token": stats["unk_token"],
-        "unk_tokens": stats["unk_tokens"],
-        "non_special_tokens": stats["non_special_tokens"],
-        "unk_rate": stats["unk_rate"],
-        "examples_with_unk": stats["examples_with_unk"],
-        "unk_examples": stats["unk_examples"],
-        "max_unk_rate": float(max_unk_rate),
-    }
+    """The summary fields of :func:`unk_statistics` (:data:`UNK_SUMMARY_KEYS`) and ``max_unk_rate``."""
+    return {**{key: stats[key] for key in UNK_SUMMARY_KEYS}, "max_unk_rate": float(max_unk_rate)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,11 +50,6 @@ TOKEN_CLASSES = ("cls", "sep", "punct", "other")
 PUNCT_TOKENS = (".", ",")
 
 
-def store_map_kind(meta: dict[str, Any]) -> str:
-    """The kind of maps a store holds: ``meta["map"]``, ``"attention"`` when the key is absent."""
-    return str(meta.get("map", "attention"))
-
-
 # --------------------------------------------------------------------------------------------
 # modules and hooks
 

@@ -133,29 +133,21 @@ def clean_wiki_text(raw: str, counts: dict[str, int] | None = None, language: st
     """
     from gensim.corpora.wikicorpus import filter_wiki  # lazy: not in envs/analysis.yaml, whose steps import this module
 
-    prose_end = prose_end_pattern(language)
     text, skipped = _remove_tables(_remove_file_links(raw))
-    text = filter_wiki(text)
-    paragraphs: list[str] = []
-    for line in text.splitlines():
+    cleaned: list[str] = []  # one line each (whitespace collapsed), not yet checked for a prose ending
+    for line in filter_wiki(text).splitlines():
         line = line.strip()
         if not line:
             continue
-        if (_HEADING.match(line) or line.startswith(_MARKUP_START) or _FILE_LINE.match(line)
-                or "|" in line):
-            skipped += 1
-            continue
-        line = _clean_line(line)
+        markup = _HEADING.match(line) or line.startswith(_MARKUP_START) or _FILE_LINE.match(line) or "|" in line
+        line = "" if markup else _clean_line(line)
         if not line:
             skipped += 1
             continue
-        if not prose_end.search(line):
-            skipped += 1
-            continue
-        paragraphs.append(line)
+        cleaned.append(line)
     if counts is not None:
         counts["non_prose_lines_skipped"] = counts.get("non_prose_lines_skipped", 0) + skipped
-    return paragraphs
+    return plain_text_paragraphs("\n".join(cleaned), counts, language)  # the prose check
 
 
 # ---------------------------------------------------------------------------------- reading dumps
