@@ -1,7 +1,7 @@
 """Argparse helpers shared by the model-running steps (``extract-segments``, ``extract-words``, ``coref-extract``,
 ``gradients``): ``--model`` / ``--revision``, the batch flags, ``--max-unk-rate`` and ``--shard I/K``.
 
-Light imports only: :mod:`bertlook.attention.extraction` and :mod:`bertlook.pipeline.sharding` import
+Light imports only: :mod:`bertlook.attention.guards` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
 """
 
