@@ -441,7 +441,7 @@ def test_tolerance_bound_holds_for_float16_rounding():
 
 def test_word_level_rows_all_modes_pass(tmp_path):
     """Word-level maps (first / mean / renormalised max rows) are row-stochastic: no special case."""
-    from bertlook.attention.extract_words import Alignment, token_to_word_attention
+    from bertlook.attention.alignment import Alignment, token_to_word_attention
 
     rng = np.random.default_rng(2)
     n = 9

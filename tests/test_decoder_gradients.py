@@ -16,7 +16,8 @@ def decoder_run(tmp_path_factory, fixtures_dir):
 
     from transformers import AutoTokenizer
 
-    from bertlook.data.segments import build_segments, iter_documents, write_segments
+    from bertlook.data.documents import iter_documents
+    from bertlook.data.segments import build_segments, write_segments
     from bertlook.testing.tiny_models import make_tiny_decoder
 
     tmp = tmp_path_factory.mktemp("dec_grad")

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from bertlook.data.segments import build_segments, iter_documents, read_segments, segment_template, write_segments
+from bertlook.data.documents import iter_documents
+from bertlook.data.segments import build_segments, read_segments, segment_template, write_segments
 from bertlook.errors import BertlookError
 
 TEXTS = ["The cat sat on the mat. A dog ran far away.", "Paris is a city in France. London is big and old.",

@@ -90,7 +90,8 @@ def llama_run(tmp_path_factory, fixtures_dir):
     import bz2
 
     from bertlook.cli import main
-    from bertlook.data.segments import build_segments, iter_documents, write_segments
+    from bertlook.data.documents import iter_documents
+    from bertlook.data.segments import build_segments, write_segments
     from bertlook.testing.tiny_models import make_tiny_decoder
     from transformers import AutoTokenizer
 

@@ -24,7 +24,7 @@ def decoders(tmp_path_factory):
 def test_wrap_tokens(decoders, tokenizer):
     from transformers import AutoTokenizer
 
-    from bertlook.attention.extract_words import align_words, word_wrap_tokens
+    from bertlook.attention.alignment import align_words, word_wrap_tokens
 
     assert word_wrap_tokens(tokenizer) is None  # an encoder keeps its own [CLS] ... [SEP]
     gpt2, llama = (AutoTokenizer.from_pretrained(decoders[a]) for a in ("gpt2", "llama"))

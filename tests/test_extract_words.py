@@ -10,14 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertlook.attention.alignment import Alignment, align_words, token_to_word_attention
 from bertlook.attention.extract_words import (
-    Alignment,
     WordExtractionOptions,
-    align_words,
     extract_word_attention,
     extract_word_attention_from_sentences,
     prepare_word_examples,
-    token_to_word_attention,
 )
 from bertlook.cli.extract_words import register_cli
 from bertlook.attention.store import AttentionStore

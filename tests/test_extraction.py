@@ -254,7 +254,7 @@ def _unk_segments(tokenizer):
 
 
 def test_unk_statistics(tokenizer):
-    from bertlook.attention.extraction import segment_unk_words, unk_statistics
+    from bertlook.attention.guards import segment_unk_words, unk_statistics
 
     segs = _unk_segments(tokenizer)
     stats = unk_statistics(_examples(segs, tokenizer), tokenizer, words_of=segment_unk_words(tokenizer))
@@ -308,7 +308,7 @@ def test_extract_counts_unk_and_stops_above_the_rate_before_loading(tokenizer, t
 
 
 def test_check_max_unk_rate():
-    from bertlook.attention.extraction import check_max_unk_rate
+    from bertlook.attention.guards import check_max_unk_rate
 
     assert check_max_unk_rate(0) == 0.0 and check_max_unk_rate("0.05") == 0.05 and check_max_unk_rate(1) == 1.0
     for bad in (-0.01, 1.01, float("nan"), "x", None):

@@ -30,7 +30,7 @@ from bertlook.pipeline.config import resolve_data_path, validate_config
 from bertlook.data.download import present_as_recorded
 from bertlook.errors import BertlookError
 from bertlook.pipeline.preflight import glove_download_target, ud_download_dir, wikipedia_target
-from bertlook.data.treebank import prepare_ud
+from bertlook.data.gold_treebank import prepare_ud
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMP_NAME = "enwiki-20990101-pages-articles1.xml-p1p30302.bz2"

@@ -15,8 +15,8 @@ import pytest
 from bertlook.cli import main
 from bertlook.data import silver_treebank as tb
 from bertlook.data.hf_corpus import describe_hf_dataset, iter_hf_documents
-from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, build_segments, iter_documents, iter_dump_articles,
-                                    read_segments, write_segments)
+from bertlook.data.documents import DOCUMENT_COUNT_KEYS, iter_documents, iter_dump_articles
+from bertlook.data.segments import build_segments, read_segments, write_segments
 from bertlook.errors import BertlookError
 
 # no network for datasets, its cache in the test's tmp dir (conftest.hf_offline_cache)

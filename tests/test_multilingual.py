@@ -16,12 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlook.attention.extract_words import (
-    ALIGNMENT_ERROR_REASONS,
-    AlignmentError,
-    align_words,
-    prepare_word_examples,
-)
+from bertlook.attention.alignment import ALIGNMENT_ERROR_REASONS, AlignmentError, align_words
+from bertlook.attention.extract_words import prepare_word_examples
 from bertlook.attention.store import AttentionStore
 from bertlook.cli import main
 from bertlook.data.treebank import Sentence, normalise_ud_relation, read_conllu, write_conllu

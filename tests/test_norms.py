@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 
 from bertlook.attention import norms
-from bertlook.attention.extract_words import (
-    WordExtractionOptions,
-    align_words,
-    extract_word_attention,
-    token_to_word_attention,
-)
+from bertlook.attention.alignment import align_words, token_to_word_attention
+from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
 from bertlook.attention.extraction import encode_segment, extract_segments, extract_to_store
 from bertlook.attention.store import AttentionWriter, open_store
 from bertlook.errors import BertlookError

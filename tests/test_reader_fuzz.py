@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bertlook.attention.coref_maps import coref_record
 from bertlook.data.conll2012 import read_conll_files
 from bertlook.data.coref_mentions import HEAD_RULES, mention_heads
-from bertlook.data.segments import iter_documents
+from bertlook.data.documents import iter_documents
 from bertlook.errors import BertlookError
 from bertlook.data.treebank import read_conllu, read_conllx, write_conllu
 

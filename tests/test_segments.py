@@ -13,7 +13,9 @@ import pytest
 
 from bertlook.cli import segments as corpora_cli
 from bertlook.data import segments as corpora
-from bertlook.data.segments import Document, build_segments, iter_documents, read_segments, write_segments
+from bertlook.data import documents
+from bertlook.data.documents import Document, iter_documents
+from bertlook.data.segments import build_segments, read_segments, write_segments
 from bertlook.errors import BertlookError
 
 CAT_SENTENCES = [
@@ -63,7 +65,7 @@ def test_iter_documents_bz2_and_plain_agree(wiki_xml, wiki_bz2):
     for key, value in EXPECTED_COUNTS.items():
         assert counts_bz2[key] == value, key
     assert counts_bz2["non_prose_lines_skipped"] > 0
-    assert set(counts_bz2) == set(corpora.DOCUMENT_COUNT_KEYS)
+    assert set(counts_bz2) == set(documents.DOCUMENT_COUNT_KEYS)
 
 
 def test_cleaning_removes_markup(wiki_bz2):
@@ -81,7 +83,7 @@ def test_clean_wiki_text_unit():
            "* a list line.\n: an indented line.\n{| class=x\n| cell.\n|}\n"
            "Some  text {{lang|fr|mot}} with ( ) empty parens and a&amp;nbsp;space.\n"
            "[[File:X.png|thumb|A caption with a [[link]].]]\nA caption without a full stop")
-    paragraphs = corpora.clean_wiki_text(raw, counts)
+    paragraphs = documents.clean_wiki_text(raw, counts)
     assert paragraphs == ["Bold and italic text is here.", "Some text with empty parens and a space."]
     assert counts["non_prose_lines_skipped"] >= 5
 
@@ -97,9 +99,9 @@ def test_split_sentences_deterministic_and_per_paragraph():
 
 
 def test_is_usable_sentence():
-    assert corpora.is_usable_sentence("The cat sat.")
-    assert not corpora.is_usable_sentence("Yes.")
-    assert not corpora.is_usable_sentence("1 2 3 4 .")
+    assert documents.is_usable_sentence("The cat sat.")
+    assert not documents.is_usable_sentence("Yes.")
+    assert not documents.is_usable_sentence("1 2 3 4 .")
 
 
 def test_max_articles_stops_early(wiki_bz2):

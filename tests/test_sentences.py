@@ -17,7 +17,7 @@ import yaml
 
 from bertlook.cli import main
 from bertlook.data import segments as seg_module
-from bertlook.data.segments import iter_documents, iter_dump_articles, make_document, plain_text_paragraphs
+from bertlook.data.documents import iter_documents, iter_dump_articles, make_document, plain_text_paragraphs
 from bertlook.data.sentences import (NO_SPACE_LANGUAGES, SPACY_LANGUAGES, is_usable_sentence, resolve_splitter,
                                      split_sentences, split_sentences_rules)
 from bertlook.errors import BertlookError

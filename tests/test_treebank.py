@@ -16,6 +16,7 @@ from local_http import local_http_server
 
 from bertlook.cli import treebank as treebank_cli
 from bertlook.data import treebank as tb
+from bertlook.data.gold_treebank import prepare_local, prepare_ud
 from bertlook.data.segments import write_segments
 from bertlook.data.silver_treebank import prepare_silver
 from bertlook.errors import BertlookError
@@ -253,7 +254,7 @@ def test_write_rejects_bad_sentence_and_leaves_nothing(tmp_path):
 def test_prepare_local_conllx(fixtures_dir, tmp_path):
     out_train, out_dev = tmp_path / "tb" / "train.conllu", tmp_path / "tb" / "dev.conllu"
     summary_path = tmp_path / "tb" / "summary.json"
-    result = tb.prepare_local(fixtures_dir / "tiny_sd.conllx", fixtures_dir / "tiny_sd.conllx", "auto",
+    result = prepare_local(fixtures_dir / "tiny_sd.conllx", fixtures_dir / "tiny_sd.conllx", "auto",
                               out_train, out_dev, summary=summary_path)
     assert tb.read_conllu(out_dev) == tb.read_conllx(fixtures_dir / "tiny_sd.conllx")
     assert json.loads(summary_path.read_text()) == result
@@ -266,7 +267,7 @@ def test_prepare_local_conllx(fixtures_dir, tmp_path):
 
 def test_prepare_local_without_train(fixtures_dir, tmp_path):
     out_train, out_dev = tmp_path / "train.conllu", tmp_path / "dev.conllu"
-    result = tb.prepare_local(None, fixtures_dir / "tiny.conllu", "conllu", out_train, out_dev,
+    result = prepare_local(None, fixtures_dir / "tiny.conllu", "conllu", out_train, out_dev,
                               strip_subtypes=True)
     assert result["train"] is None and result["train_output_empty"] == str(out_train)
     assert tb.read_conllu(out_train, allow_empty=True) == []
@@ -280,7 +281,7 @@ def test_prepare_local_validates_before_writing(fixtures_dir, tmp_path):
     bad = tmp_path / "bad.conllu"
     bad.write_text(_conllu_word(1, "a", 2, "root") + "\n")
     with pytest.raises(BertlookError, match=re.escape(f"{bad}:1:")):
-        tb.prepare_local(bad, fixtures_dir / "tiny.conllu", "auto", tmp_path / "o" / "train.conllu",
+        prepare_local(bad, fixtures_dir / "tiny.conllu", "auto", tmp_path / "o" / "train.conllu",
                          tmp_path / "o" / "dev.conllu")
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
 
@@ -352,7 +353,7 @@ UD_ARGS = dict(train_file="xx_tiny-ud-train.conllu", dev_file="xx_tiny-ud-dev.co
 def test_prepare_ud_download_with_sha256(ud_server, fixtures_dir, tmp_path):
     sha = hashlib.sha256((fixtures_dir / "tiny.conllu").read_bytes()).hexdigest()
     cache = tmp_path / "cache"
-    result = tb.prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "train.conllu", tmp_path / "dev.conllu",
+    result = prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "train.conllu", tmp_path / "dev.conllu",
                            download_dir=cache, base_url=ud_server.template, train_sha256=sha,
                            dev_sha256=sha, summary=tmp_path / "s.json", **UD_ARGS)
     assert (cache / "xx_tiny-ud-dev.conllu").is_file()
@@ -362,7 +363,7 @@ def test_prepare_ud_download_with_sha256(ud_server, fixtures_dir, tmp_path):
     assert result["train"]["multiword_tokens_skipped"] == 1 and result["train"]["empty_nodes_skipped"] == 1
     assert json.loads((tmp_path / "s.json").read_text())["repo"] == "UD_Test-Tiny"
     # cached: a second run with the same sha256 does not download again
-    tb.prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "train.conllu", tmp_path / "dev.conllu",
+    prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "train.conllu", tmp_path / "dev.conllu",
                   download_dir=cache, base_url=ud_server.template, train_sha256=sha, dev_sha256=sha,
                   **UD_ARGS)
     assert set(ud_server.hits.values()) == {1}
@@ -371,7 +372,7 @@ def test_prepare_ud_download_with_sha256(ud_server, fixtures_dir, tmp_path):
 def test_prepare_ud_sha256_mismatch_writes_nothing(ud_server, tmp_path):
     wrong = "0" * 64
     with pytest.raises(BertlookError, match=f"checksum mismatch .*expected sha256 {wrong}"):
-        tb.prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "out" / "train.conllu",
+        prepare_ud("UD_Test-Tiny", "r9.9", tmp_path / "out" / "train.conllu",
                       tmp_path / "out" / "dev.conllu", download_dir=tmp_path / "cache",
                       base_url=ud_server.template, dev_sha256=wrong, **UD_ARGS)
     assert not (tmp_path / "out").exists()
@@ -380,10 +381,10 @@ def test_prepare_ud_sha256_mismatch_writes_nothing(ud_server, tmp_path):
 
 def test_prepare_ud_bad_template_and_missing_file(ud_server, tmp_path):
     with pytest.raises(BertlookError, match="bad UD URL template"):
-        tb.prepare_ud("R", "r1", tmp_path / "a", tmp_path / "b", download_dir=tmp_path,
+        prepare_ud("R", "r1", tmp_path / "a", tmp_path / "b", download_dir=tmp_path,
                       base_url="http://127.0.0.1:9/{bogus}", **UD_ARGS)
     with pytest.raises(BertlookError, match="HTTP 404"):
-        tb.prepare_ud("UD_Test-Tiny", "r0.0", tmp_path / "a", tmp_path / "b", download_dir=tmp_path,
+        prepare_ud("UD_Test-Tiny", "r0.0", tmp_path / "a", tmp_path / "b", download_dir=tmp_path,
                       base_url=ud_server.template, **UD_ARGS)
 
 

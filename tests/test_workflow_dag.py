@@ -261,7 +261,7 @@ def test_a_local_parquet_corpus_gives_the_dump_s_segments_and_silver_trees(tmp_p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bertlook.data.segments import iter_dump_articles
+    from bertlook.data.documents import iter_dump_articles
     from bertlook.pipeline.config import resolve_data_path
 
     targets = ["results/tiny-rand/corpus/segments.jsonl", "results/tiny-rand/treebank/train.conllu",

@@ -7,7 +7,7 @@ store with the gold mentions.
 mentions starting after it ("outside") are dropped and counted separately; nothing else is dropped.
 Words go to the model with PTB bracket escapes undone (``-LRB-`` -> ``(`` ...) and the ``/.``-style
 escapes of conversational OntoNotes text unescaped (:func:`model_word`). The maps are converted to
-word level exactly as for Table 1 (``bertlook.attention.extract_words``: TO a split word = sum, FROM = ``mean`` by
+word level exactly as for Table 1 (``bertlook.attention.alignment``: TO a split word = sum, FROM = ``mean`` by
 default) and streamed into a word-level attention store whose records carry ``id``
 (``<doc id>#<part>``), ``tokens`` (``[CLS], words.., [SEP]``), ``pos``, ``mentions``
 (``[start, end, cluster]``, 0-based inclusive word indices, sorted), ``mention_heads``, ``head_pos``,
@@ -23,6 +23,10 @@ import os
 import re
 from typing import Any, Sequence
 
+from bertlook.attention.alignment import FROM_SPLIT_MODES, align_words, token_to_word_attention
+from bertlook.attention.extraction import extract_to_store
+from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, check_max_unk_rate, check_unk_rate,
+                                       unk_statistics, unk_summary)
 from bertlook.data.conll2012 import (
     MAX_LISTED,
     Document,
@@ -123,9 +127,7 @@ def coref_record(doc: Document, n_words: int | None = None, *, head_rule: str = 
 
 
 def piece_counts(words: Sequence[str], tokenizer, *, sent_id: str) -> tuple[list[int], int]:
-    """Wordpieces per word and number of special tokens (via ``bertlook.attention.extract_words.align_words``)."""
-    from bertlook.attention.extract_words import align_words
-
+    """Wordpieces per word and number of special tokens (via ``bertlook.attention.alignment.align_words``)."""
     al = align_words(words, tokenizer, sent_id=sent_id)
     counts = [e - s for s, e in al.token_spans]
     return counts, al.n_tokens - sum(counts)
@@ -140,8 +142,6 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
     kept words. Parts whose words cannot be aligned, or whose first word alone does not fit, are left
     out and counted with their ids.
     """
-    from bertlook.attention.extract_words import align_words
-
     if head_rule not in HEAD_RULES:
         raise BertlookError(f"unknown head rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
     if max_seq_len < 3:
@@ -207,8 +207,6 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
 
 def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
     """``extract_to_store`` hook: wordpiece record + map -> word-level record + ``[L, H, W+2, W+2]`` map."""
-    from bertlook.attention.extract_words import token_to_word_attention
-
     def transform(record: dict[str, Any], attn):
         al = alignments[record["id"]]
         out = {k: v for k, v in record.items() if k != "words"}
@@ -216,6 +214,27 @@ def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
         return out, token_to_word_attention(attn, al, from_split=from_split)  # [layer, head, query_word, key_word]
 
     return transform
+
+
+def coref_store_meta(provenance: dict[str, Any], special: dict[str, Any], coref_meta: dict[str, Any],
+                     unk: dict[str, Any]) -> dict[str, Any]:
+    """The store meta of ``coref-extract``: the model ``provenance``, the ``special`` tokens, the run's
+    ``coref_meta`` (inputs, settings, reader and truncation counts), the unknown-token counts ``unk`` and the
+    parts excluded from the store (alignment, empty)."""
+    trunc = coref_meta["truncation"]
+    return {
+        "model": provenance,
+        "special_tokens": special,
+        "from_split": coref_meta["from_split"],
+        "token_type_ids": "zeros",
+        "kind": "coref",
+        "coref": coref_meta,
+        "unknown_tokens": unk,
+        "excluded": {
+            "alignment": trunc["parts_excluded_alignment"], "alignment_ids": trunc["parts_excluded_alignment_ids"],
+            "empty": trunc["parts_excluded_empty"], "empty_ids": trunc["parts_excluded_empty_ids"],
+        },
+    }
 
 
 def extract_coref_attention(
@@ -241,16 +260,7 @@ def extract_coref_attention(
     go into the store's ``meta.json`` under ``coref``. Stops before the model is loaded when more than
     ``max_unk_rate`` (default 0.05) of the tokens are the unknown token (summary: ``unk_tokens``, ...).
     """
-    from bertlook.attention.extract_words import FROM_SPLIT_MODES
-    from bertlook.attention.extraction import (
-        DEFAULT_MAX_UNK_RATE,
-        aligned_unk_words,
-        check_max_unk_rate,
-        check_unk_rate,
-        extract_to_store,
-        unk_statistics,
-        unk_summary,
-    )
+    # lazy: modeling imports torch, which the coref-extract parser does not need
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
     if from_split not in FROM_SPLIT_MODES:
@@ -276,19 +286,7 @@ def extract_coref_attention(
     coref_meta = {"inputs": inputs, "head_rule": head_rule, "from_split": from_split,
                   "max_seq_len": int(max_seq_len), "read": read_counts, "truncation": trunc}
     model = load_model(resolved, dev, model_dtype=model_dtype)
-    meta = {
-        "model": resolved.provenance(model.config),
-        "special_tokens": special,
-        "from_split": from_split,
-        "token_type_ids": "zeros",
-        "kind": "coref",
-        "coref": coref_meta,
-        "unknown_tokens": unk,
-        "excluded": {
-            "alignment": trunc["parts_excluded_alignment"], "alignment_ids": trunc["parts_excluded_alignment_ids"],
-            "empty": trunc["parts_excluded_empty"], "empty_ids": trunc["parts_excluded_empty_ids"],
-        },
-    }
+    meta = coref_store_meta(resolved.provenance(model.config), special, coref_meta, unk)
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_coref_transform(alignments, from_split),

@@ -2,9 +2,9 @@
 
 :func:`extract_segments` reads the segments, loads the model and tokenizer, encodes the wordpieces
 (:func:`encode_segment`) and calls :func:`extract_to_store`, which runs the model in length-sorted
-batches and streams float16 maps ``[layer, head, from, to]`` to disk. Guards shared by ``extract-segments``,
-``extract-words`` and ``coref-extract``: :func:`unk_statistics` / :func:`check_unk_rate`
-(``--max-unk-rate``) and :func:`bertlook.attention.store.estimate_store_bytes` / :func:`check_disk_space`.
+batches and streams float16 maps ``[layer, head, from, to]`` to disk (:func:`stream_maps`: one pass of the
+model handed to any consumers of :mod:`bertlook.attention.stream`). The guards checked before the pass
+(unknown-token rate, disk space) are in :mod:`bertlook.attention.guards`.
 
 Definitions and the differences from the released code (token type ids, over-long examples,
 padding): docs/definitions.md#token-level-extraction
@@ -14,26 +14,22 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, STORE_DTYPE, check_max_unk_rate, check_stores_space,
+                                       check_unk_rate, segment_unk_words, unk_statistics, unk_summary)
+from bertlook.attention.norms import NORM_STORE_META, NormClassSums, find_attention_modules
+from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
+from bertlook.attention.stream import StoreConsumer, StreamMeta, StreamPlan, choose_schedule, map_batches, run_consumers
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
-from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
-STORE_DTYPE = "float16"
-DEFAULT_MAX_UNK_RATE = 0.05
-UNK_EXAMPLES_SHOWN = 5
-DISK_MARGIN_FRACTION = 0.05
-DISK_MARGIN_MIN_BYTES = 100 * 2**20
-
 
 # --------------------------------------------------------------------------------------------
 # progress
@@ -101,185 +97,12 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
     return ids, [int(s) for s in seg_ids]
 
 
-# --------------------------------------------------------------------------------------------
-# unknown tokens
-
-def check_max_unk_rate(value: Any) -> float:
-    """``value`` as a float in [0, 1] (the ``--max-unk-rate`` / ``extraction.max_unk_rate`` setting)."""
-    try:
-        rate = float(value)
-    except (TypeError, ValueError):
-        raise BertlookError(f"max unknown-token rate must be a number in [0, 1], got {value!r}") from None
-    if not (0.0 <= rate <= 1.0) or math.isnan(rate):
-        raise BertlookError(f"max unknown-token rate must be in [0, 1], got {value!r}")
-    return rate
-
-
-def segment_unk_words(tokenizer) -> Callable[[dict[str, Any], list[int]], list[str]]:
-    """``words_of`` for segments: the words of ``text_a``/``text_b`` the tokenizer maps to its unknown token.
-
-    Without texts, each unknown token is shown with its neighbouring tokens.
-    """
-    unk_id = getattr(tokenizer, "unk_token_id", None)
-
-    def words_of(record: dict[str, Any], positions: list[int]) -> list[str]:
-        out: list[str] = []
-        for key in ("text_a", "text_b"):
-            text = record.get(key)
-            if not isinstance(text, str) or not text:
-                continue
-            try:
-                enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False,
-                                verbose=False)
-            except Exception:  # pragma: no cover - a tokenizer without offsets
-                continue
-            out += [text[s:e] for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]) if i == unk_id]
-        if out:
-            return out
-        toks = record.get("tokens") or []
-        return [" ".join(toks[max(0, p - 1):p + 2]) for p in positions]
-
-    return words_of
-
-
-def aligned_unk_words(alignments: dict[Any, Any]) -> Callable[[dict[str, Any], list[int]], list[str]]:
-    """``words_of`` for word-level examples: the record's ``words`` that hold an unknown token."""
-
-    def words_of(record: dict[str, Any], positions: list[int]) -> list[str]:
-        al = alignments.get(record.get("id"))
-        words = record.get("words") or []
-        if al is None:
-            return []
-        idx = sorted({al.word_of_token[p] for p in positions if 0 <= al.word_of_token[p] < len(words)})
-        return [str(words[w]) for w in idx]
-
-    return words_of
-
-
-def unk_statistics(examples: Iterable[Sequence[Any]], tokenizer, *,
-                   words_of: Callable[[dict[str, Any], list[int]], list[str]] | None = None) -> dict[str, Any]:
-    """Count the tokenizer's unknown token in ``examples`` (``(record, input_ids, ...)``, before any exclusion).
-
-    Returns ``unk_token``, ``unk_tokens``, ``non_special_tokens`` (tokens that are not [CLS], [SEP],
-    [PAD], [MASK] ...; [UNK] counts as non-special), ``unk_rate`` (= unk_tokens / non_special_tokens,
-    None without tokens), ``examples``, ``examples_with_unk`` and ``unk_examples``: the first
-    :data:`UNK_EXAMPLES_SHOWN` examples with an unknown token (``id``, ``unk_tokens``, ``words``:
-    the words that became the unknown token, from ``words_of(record, positions)``).
-    """
-    unk_id = getattr(tokenizer, "unk_token_id", None)
-    if unk_id is not None and unk_id in {getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)}:
-        # GPT-2 style: <|endoftext|> is UNK, BOS and EOS at once, and a byte-level BPE never emits an unknown
-        # token: every occurrence is the sequence marker (e.g. around a decoder's word-level sentence)
-        unk_id = None
-    special = set(getattr(tokenizer, "all_special_ids", None) or ()) - {unk_id}
-    n_unk = n_tokens = n_examples = 0
-    first: list[tuple[dict[str, Any], list[int]]] = []
-    n_with = 0
-    for ex in examples:
-        record, ids = ex[0], ex[1]
-        n_examples += 1
-        n_tokens += sum(1 for i in ids if i not in special)
-        if unk_id is None:
-            continue
-        positions = [k for k, i in enumerate(ids) if i == unk_id]
-        if positions:
-            n_unk += len(positions)
-            n_with += 1
-            if len(first) < UNK_EXAMPLES_SHOWN:
-                first.append((record, positions))
-    shown = []
-    for record, positions in first:
-        words = words_of(record, positions) if words_of is not None else []
-        shown.append({"id": record.get("id"), "unk_tokens": len(positions), "words": [str(w) for w in words[:5]]})
-    return {
-        "unk_token": getattr(tokenizer, "unk_token", None),
-        "unk_tokens": n_unk,
-        "non_special_tokens": n_tokens,
-        "unk_rate": (n_unk / n_tokens) if n_tokens else None,
-        "examples": n_examples,
-        "examples_with_unk": n_with,
-        "unk_examples": shown,
-    }
-
-
-def check_unk_rate(stats: dict[str, Any], max_rate: float, model_spec: str, *, what: str = "examples",
-                   step: str = "extract-segments") -> None:
-    """Log the unknown-token count; raise :class:`BertlookError` when ``unk_rate > max_rate``."""
-    max_rate = check_max_unk_rate(max_rate)
-    rate = stats.get("unk_rate")
-    unk = stats.get("unk_token") or "[UNK]"
-    shown_rate = "n/a" if rate is None else f"{100 * rate:.3f}%"
-    print(f"{step}: {stats['unk_tokens']} unknown tokens ({unk}) among {stats['non_special_tokens']} tokens "
-          f"({shown_rate}) in {stats['examples_with_unk']} of {stats['examples']} {what}; max {100 * max_rate:g}%",
-          file=sys.stderr, flush=True)
-    if rate is None or rate <= max_rate:
-        return
-    listed = "; ".join(
-        f"{e['id']!r}: " + (", ".join(repr(w) for w in e["words"]) or f"{e['unk_tokens']} x {unk}")
-        for e in stats["unk_examples"]
-    )
-    raise BertlookError(
-        f"model {model_spec!r}: {stats['unk_tokens']} of {stats['non_special_tokens']} tokens "
-        f"({100 * rate:.2f}%) are the unknown token {unk}, in {stats['examples_with_unk']} of {stats['examples']} "
-        f"{what}; more than the maximum {100 * max_rate:g}% (--max-unk-rate, extraction.max_unk_rate). The "
-        f"tokenizer does not fit this text (wrong vocabulary, or a lower-cased vocabulary on cased text?). "
-        f"First {what} with {unk} (id: words): {listed}"
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# disk space
-
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _existing_parent(path: Path) -> Path:
-    path = path.absolute()
-    for p in (path, *path.parents):
-        if p.exists():
-            return p
-    return Path(path.anchor or ".")  # pragma: no cover
-
-
-def check_disk_space(out_dir, needed: int, *, what: str = "attention store", advice: str = "") -> dict[str, Any]:
-    """Raise :class:`BertlookError` when the file system of ``out_dir`` lacks ``needed`` bytes plus a margin.
-
-    The store is built beside ``out_dir`` and renamed into place, so the free space of the nearest
-    existing parent of ``out_dir`` is checked (``shutil.disk_usage``); the margin is 5% of
-    ``needed``, at least 100 MiB. Returns ``{"disk_free_bytes", "disk_checked_path", "disk_margin_bytes"}``.
-    """
-    where = _existing_parent(Path(out_dir).parent)
-    margin = max(int(DISK_MARGIN_FRACTION * needed), DISK_MARGIN_MIN_BYTES)
-    try:
-        free = int(shutil.disk_usage(where).free)
-    except OSError as err:  # pragma: no cover - e.g. a vanished mount point
-        print(f"warning: cannot check the free space of {where} ({err})", file=sys.stderr)
-        return {"disk_free_bytes": None, "disk_checked_path": str(where), "disk_margin_bytes": margin}
-    if free < needed + margin:
-        raise BertlookError(
-            f"not enough disk space for the {what} {out_dir}: it needs about {_fmt_bytes(needed)} "
-            f"({needed} bytes) plus a margin of {_fmt_bytes(margin)}, but {where} has {_fmt_bytes(free)} free. "
-            f"Free some space, write to another disk, or shrink the run{': ' + advice if advice else ''}"
-        )
-    return {"disk_free_bytes": free, "disk_checked_path": str(where), "disk_margin_bytes": margin}
-
-
-SHRINK_ADVICE = (
-    "fewer examples (segments.n_segments, fewer treebank sentences or coreference parts) or a smaller "
-    "--max-seq-len (segments.max_seq_len; a map grows with the square of its length); the batch size "
-    "does not change the store's size"
-)
-
 
 # --------------------------------------------------------------------------------------------
 # extraction
 
 def _model_device(model):
-    import torch  # lazy: cli/_args imports this module when the parser is built
+    import torch  # lazy: not in envs/analysis.yaml, whose steps import this module (progress_bar)
 
     for p in model.parameters():
         return p.device
@@ -309,7 +132,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
         raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
-    from bertlook.pipeline.model_spec import DECODER, model_family
+    from bertlook.pipeline.model_spec import DECODER, model_family  # lazy: huggingface_hub (analysis env)
 
     decoder = model_family(model.config) == DECODER
     use_tt = accepts_token_type_ids(model) and not decoder  # GPT-2 would embed them as words: never for a decoder
@@ -359,44 +182,6 @@ def _check_vocabulary(kept, vocab_size) -> None:
             )
 
 
-def check_stores_space(stores: Sequence[Any], plan, *, check_disk: bool = True,
-                       step: str = "extract-segments") -> dict[str, Any]:
-    """Estimate the size of the stores the stream will write (:class:`bertlook.attention.stream.StoreConsumer`)
-    and check the free space of their file systems (stores on one file system together), before any forward
-    pass; log the estimate. Returns ``estimated_bytes``, ``estimated_map_bytes`` (0 without a store) and the
-    free space of the (first) checked file system."""
-    estimates = [s.estimate(plan) for s in stores]
-    total = sum(e["total_bytes"] for e in estimates)
-    disk = {"disk_free_bytes": None, "disk_checked_path": None}
-    if check_disk and stores:
-        by_fs: dict[Any, list[int]] = {}
-        for i, s in enumerate(stores):
-            by_fs.setdefault(_file_system(s.out_dir), []).append(i)
-        for idx in by_fs.values():
-            what = "attention store" if len(idx) == 1 else "attention and norm-based stores"
-            if len(idx) == 1 and stores[idx[0]].map_kind == "norm":
-                what = "norm-based store"
-            got = check_disk_space(stores[idx[0]].out_dir, sum(estimates[i]["total_bytes"] for i in idx),
-                                   advice=SHRINK_ADVICE, what=what)
-            if disk["disk_free_bytes"] is None:
-                disk = got
-    if stores:
-        L, H = plan.num_layers, plan.num_heads
-        print(f"{step}: estimated store size {_fmt_bytes(total)} ({total} bytes: {len(plan.records)} examples x "
-              f"{L} layers x {H} heads, {STORE_DTYPE}, {len(stores)} store(s)) -> "
-              + " and ".join(str(s.out_dir) for s in stores)
-              + (f"; {_fmt_bytes(disk['disk_free_bytes'])} free on {disk['disk_checked_path']}"
-                 if disk["disk_free_bytes"] is not None else ""), file=sys.stderr, flush=True)
-    return {"estimated_bytes": total, "estimated_map_bytes": sum(e["map_bytes"] for e in estimates),
-            "disk_free_bytes": disk["disk_free_bytes"]}
-
-
-def _file_system(path) -> Any:
-    try:
-        return os.stat(_existing_parent(Path(path).parent)).st_dev
-    except OSError:  # pragma: no cover
-        return None
-
 
 def stream_maps(
     examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]],
@@ -419,34 +204,58 @@ def stream_maps(
 
     ``examples``: ``(record, input_ids, token_type_ids)``; ``record`` holds ``id`` (unique) and ``tokens``.
     They are checked and put in storage order by :func:`prepare_examples` (over-long examples excluded and
-    counted); the model runs in batches of ``batch_size`` (:func:`bertlook.attention.stream.map_batches`)
-    and each batch goes to the ``consumers`` (:mod:`bertlook.attention.stream`) in order (``workers`` > 1: in
-    that many threads, beside the next batch's forward pass or after each one, by ``schedule``:
-    :func:`~bertlook.attention.stream.choose_schedule`). ``norms``: the batches also carry the norm-based maps
-    (Kobayashi et al. 2020) and value norms. Stores among the consumers are sized and their disk space checked
-    before the first forward pass. On an error every consumer is aborted (nothing is left half-written).
+    counted; :func:`plan_stream` makes the plan every consumer starts from); the model runs in batches of
+    ``batch_size`` (:func:`bertlook.attention.stream.map_batches`) and each batch goes to the ``consumers``
+    (:mod:`bertlook.attention.stream`) in order (``workers`` > 1: in that many threads, beside the next batch's
+    forward pass or after each one, by ``schedule``: :func:`~bertlook.attention.stream.choose_schedule`).
+    ``norms``: the batches also carry the norm-based maps (Kobayashi et al. 2020) and value norms
+    (``map_dtype``: the dtype the maps leave the device in; float32 where a consumer transforms them).
+    ``device``: where the model runs (None: where its parameters are). Stores among the consumers are sized and
+    their disk space checked before the first forward pass (:func:`bertlook.attention.guards.check_stores_space`;
+    ``check_disk``, ``step`` names the step in the log); ``progress_every`` (0: silent) switches the progress bar
+    and the closing rate line. On an error every consumer is aborted (nothing is left half-written).
 
-    Returns the summary: n_examples, n_input, excluded_too_long, excluded_ids, tokens, padded_tokens, seconds,
-    tokens_per_second, device, device_warning, schedule (the readers' schedule and why; null with one worker),
-    batch_size, dtype, max_seq_len, num_layers, num_heads, estimated_bytes / estimated_map_bytes (the stores
-    written; 0 without one), map_bytes (float16 bytes of the stream's maps, stored or not), disk_free_bytes.
+    Returns the summary (:func:`_stream_summary`): n_examples, n_input, excluded_too_long, excluded_ids, tokens,
+    padded_tokens, seconds, tokens_per_second, device, device_warning, schedule (the readers' schedule and why;
+    null with one worker), batch_size, dtype, max_seq_len, num_layers, num_heads, estimated_bytes /
+    estimated_map_bytes (the stores written; 0 without one), map_bytes (float16 bytes of the stream's maps,
+    stored or not), disk_free_bytes.
     """
-    # lazy: cli/_args imports this module when the parser is built (no torch, numpy there)
-    import torch
+    import torch  # lazy: not in envs/analysis.yaml, whose steps import this module (progress_bar)
 
-    from bertlook.attention.modeling import cuda_visibility_warning, model_dims
-    from bertlook.attention.stream import StoreConsumer, StreamPlan, choose_schedule, map_batches, run_consumers
+    from bertlook.attention.modeling import cuda_visibility_warning, model_dims  # lazy: imports torch
 
     if batch_size < 1:
         raise BertlookError(f"batch size must be >= 1, got {batch_size}")
-    num_layers, num_heads = model_dims(model)
-    kept, excluded_ids, use_tt = prepare_examples(examples, model, max_seq_len=max_seq_len)
-    norm_modules = None
-    if norms:
-        from bertlook.attention import norms as norms_mod  # lazy: only when norm maps are asked for
-
-        norm_modules = norms_mod.find_attention_modules(model, num_heads)
+    kept, use_tt, plan = plan_stream(examples, model, model_dims(model), batch_size=batch_size,
+                                     max_seq_len=max_seq_len, meta=meta, norms=norms)
+    norm_modules = find_attention_modules(model, plan.num_heads) if norms else None
     device = _model_device(model) if device is None else torch.device(device)
+    sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
+                               check_disk=check_disk, step=step)
+    device_warning = cuda_visibility_warning() if device.type == "cpu" else None
+    sched, why = choose_schedule(device, schedule) if workers > 1 and consumers else ("overlap", "")
+    seconds = _run_stream(kept, model, consumers, plan, batch_size=batch_size, device=device, map_dtype=map_dtype,
+                          norm_modules=norm_modules, use_tt=use_tt, workers=workers, schedule=sched,
+                          progress_every=progress_every, step=step)
+    summary = _stream_summary(kept, plan, seconds=seconds, batch_size=batch_size, max_seq_len=max_seq_len,
+                              norms=norms, device=device, device_warning=device_warning,
+                              schedule=f"{sched} ({why})" if why else None, sizes=sizes)
+    if progress_every:
+        print(f"{step}: {len(kept)} examples, {summary['tokens'] / max(seconds, 1e-9):.0f} tokens/s",
+              file=sys.stderr, flush=True)
+    return summary
+
+
+def plan_stream(examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model,
+                dims: tuple[int, int], *, batch_size: int, max_seq_len: int, meta: dict[str, Any] | None,
+                norms: bool) -> tuple[list[tuple[dict[str, Any], Sequence[int], Sequence[int]]], bool, StreamPlan]:
+    """``(kept, use_tt, plan)``: the examples checked and in storage order (:func:`prepare_examples`) and the
+    :class:`~bertlook.attention.stream.StreamPlan` every consumer starts from: the kept records, the model's
+    layers and heads (``dims``), the exclusions (``meta["excluded"]``, the caller's own, plus the over-long
+    examples) and the store meta (``meta`` with the run's ``max_seq_len``, ``batch_size``, order and map kind)."""
+    num_layers, num_heads = dims
+    kept, excluded_ids, use_tt = prepare_examples(examples, model, max_seq_len=max_seq_len)
     store_meta = dict(meta or {})
     store_meta.update({"max_seq_len": int(max_seq_len), "batch_size": int(batch_size), "order": "length-sorted",
                        "map": "attention"})
@@ -454,48 +263,54 @@ def stream_maps(
     excluded.update({"too_long": len(excluded_ids), "too_long_ids": excluded_ids, "max_seq_len": int(max_seq_len)})
     plan = StreamPlan(records=[ex[0] for ex in kept], num_layers=num_layers, num_heads=num_heads,
                       excluded=excluded, meta=store_meta, norms=norms)
-    sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
-                               check_disk=check_disk, step=step)
-    device_warning = cuda_visibility_warning() if device.type == "cpu" else None
-    sched, why = choose_schedule(device, schedule) if workers > 1 and consumers else ("overlap", "")
+    return kept, use_tt, plan
+
+
+def _run_stream(kept, model, consumers: Sequence[Any], plan: StreamPlan, *, batch_size: int, device, map_dtype: str,
+                norm_modules, use_tt: bool, workers: int, schedule: str, progress_every: int, step: str) -> float:
+    """The pass itself: the model's map batches (:func:`bertlook.attention.stream.map_batches`) handed to the
+    consumers (:func:`bertlook.attention.stream.run_consumers`) under a progress bar; returns its seconds."""
     bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
     t0 = time.perf_counter()
-    batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,
-                          num_heads=num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
+    batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=plan.num_layers,
+                          num_heads=plan.num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
                           use_token_types=use_tt, on_batch=bar.update)
     try:
-        run_consumers(batches, consumers, plan, workers=workers, schedule=sched)
+        run_consumers(batches, consumers, plan, workers=workers, schedule=schedule)
     finally:
         # close the generator here, in this thread, on an error too: it left its torch.inference_mode() and
         # hooks at a yield, and closing it whenever it is garbage-collected would reset this thread's grad
         # mode in the middle of whatever runs then (a later forward pass)
         batches.close()
         bar.close()
-    seconds = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def _stream_summary(kept, plan: StreamPlan, *, seconds: float, batch_size: int, max_seq_len: int, norms: bool,
+                    device, device_warning: str | None, schedule: str | None,
+                    sizes: dict[str, Any]) -> dict[str, Any]:
+    """The summary of a finished pass (:func:`stream_maps`): its counts, device, schedule and store sizes."""
+    excluded_ids = plan.excluded["too_long_ids"]
     n_tokens = sum(len(ex[1]) for ex in kept)
-    padded = sum(batch_size_tokens(kept, batch_size))
-    if progress_every:
-        print(f"{step}: {len(kept)} examples, {n_tokens / max(seconds, 1e-9):.0f} tokens/s",
-              file=sys.stderr, flush=True)
     return {
         "n_input": len(kept) + len(excluded_ids),
         "n_examples": len(kept),
         "excluded_too_long": len(excluded_ids),
         "excluded_ids": excluded_ids,
         "tokens": n_tokens,
-        "padded_tokens": padded,
+        "padded_tokens": sum(batch_size_tokens(kept, batch_size)),
         "seconds": round(seconds, 4),
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "device": str(device),
         "device_warning": device_warning,
-        "schedule": f"{sched} ({why})" if why else None,
+        "schedule": schedule,
         "batch_size": int(batch_size),
         "max_seq_len": int(max_seq_len),
         "dtype": STORE_DTYPE,
-        "num_layers": num_layers,
-        "num_heads": num_heads,
+        "num_layers": plan.num_layers,
+        "num_heads": plan.num_heads,
         **sizes,
-        "map_bytes": (2 if norms else 1) * sum(num_layers * num_heads * STORE_ITEMSIZE * len(ex[1]) ** 2
+        "map_bytes": (2 if norms else 1) * sum(plan.num_layers * plan.num_heads * STORE_ITEMSIZE * len(ex[1]) ** 2
                                                for ex in kept),
     }
 
@@ -546,8 +361,6 @@ def extract_to_store(
 
     Returns :func:`stream_maps`'s summary plus ``out_dir``.
     """
-    from bertlook.attention.stream import StoreConsumer
-
     if norms_out_dir is not None and Path(norms_out_dir).absolute() == Path(out_dir).absolute():
         raise BertlookError(f"{norms_out_dir}: the norm-based store must not be the attention store's path")
     common = dict(level=level, shard_mb=shard_mb, extra_meta=extra_meta, transform=transform,
@@ -555,8 +368,6 @@ def extract_to_store(
     consumers: list[Any] = [StoreConsumer(out_dir, **common)]
     class_sums = None
     if norms_out_dir is not None:
-        from bertlook.attention.norms import NORM_STORE_META, NormClassSums
-
         class_sums = NormClassSums()
         consumers += [StoreConsumer(norms_out_dir, kind="norm", meta=NORM_STORE_META, **common), class_sums]
     summary = stream_maps(examples, model, consumers, batch_size=batch_size, max_seq_len=max_seq_len,
@@ -572,7 +383,7 @@ def extract_to_store(
 def special_token_roles(tokenizer, model) -> dict[str, str | None]:
     """The store meta's ``special_tokens``: an encoder's CLS and SEP strings; a decoder's ``cls`` null (its first
     token plays [CLS]) and ``sep`` its EOS token (:mod:`bertlook.analyses.token_roles`)."""
-    from bertlook.pipeline.model_spec import DECODER, model_family
+    from bertlook.pipeline.model_spec import DECODER, model_family  # lazy: huggingface_hub (analysis env)
 
     if model_family(model.config) == DECODER:
         return {"cls": None, "sep": getattr(tokenizer, "eos_token", None)}
@@ -652,10 +463,8 @@ def extract_segments(
     add up over the shards); the summary holds ``shard`` and ``store_meta``, which ``bertlook
     gather-extraction`` turns into the unsharded summary and meta.
     """
-    # lazy: modeling imports torch; this module is imported when the CLI parser is built
+    # lazy: modeling imports torch, not in envs/analysis.yaml (whose steps import this module)
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
-    from bertlook.attention.norms import NORM_STORE_META, NormClassSums
-    from bertlook.attention.stream import StoreConsumer, StreamMeta
 
     resolved = resolve_model(model_spec, revision)
     dev = pick_device(device)
@@ -703,16 +512,3 @@ def add_shard_fields(summary: dict[str, Any], info: dict[str, Any], out_dir) -> 
         store_meta = json.load(fh)
     summary["shard"] = info
     summary["store_meta"] = store_meta
-
-
-def unk_summary(stats: dict[str, Any], max_unk_rate: float) -> dict[str, Any]:
-    """The summary fields of :func:`unk_statistics` (``unk_tokens``, ``unk_rate``, ... ``max_unk_rate``)."""
-    return {
-        "unk_token": stats["unk_token"],
-        "unk_tokens": stats["unk_tokens"],
-        "non_special_tokens": stats["non_special_tokens"],
-        "unk_rate": stats["unk_rate"],
-        "examples_with_unk": stats["examples_with_unk"],
-        "unk_examples": stats["unk_examples"],
-        "max_unk_rate": float(max_unk_rate),
-    }

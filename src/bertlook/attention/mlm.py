@@ -8,7 +8,8 @@ from typing import Sequence
 
 from bertlook.errors import BertlookError
 
-# torch / transformers are imported inside the functions: importing this module stays light.
+# torch / transformers are imported inside the functions: importing this module stays light (analyses/gradients
+# imports it, also in its reduce step's environment, envs/analysis.yaml: no torch, no huggingface_hub).
 
 #: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``); the head must map
 #: ``[..., hidden]`` to ``[..., vocab]`` position by position.
@@ -17,7 +18,7 @@ HEAD_NAMES = ("cls", "lm_head")
 
 def mlm_head_module(model):
     """The model's masked-LM head module when it is a known per-position head, else None."""
-    import torch
+    import torch  # lazy: see the note at the imports
 
     for name in HEAD_NAMES:
         mod = getattr(model, name, None)
@@ -58,10 +59,11 @@ def load_mlm_checked(resolved, device="cpu"):
     own log output is silenced (it would call a BertModel checkpoint "corrupted"; the summary JSON
     carries the keys instead).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
+    import torch  # lazy: see the note at the imports
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM  # lazy: see the note at the imports
+    from transformers.utils import logging as hf_logging  # lazy: see the note at the imports
 
+    # lazy: modeling imports torch, model_spec huggingface_hub (see the note at the imports)
     from bertlook.attention.modeling import DECODER, check_finite, check_model_family, load_config, load_pretrained
     from bertlook.pipeline.model_spec import model_family
 

@@ -31,6 +31,7 @@ envs/torch.yaml. Modules imported when the CLI parser is built (``bertlook.atten
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import re
@@ -341,8 +342,6 @@ def check_model_family(resolved: ResolvedModel) -> str:
 
 def _cached_hub_config(resolved: ResolvedModel) -> dict[str, Any] | None:
     """The cached ``config.json`` of a hub model as a dict (None when it is not cached or not readable)."""
-    import json
-
     hit = cached_file(resolved.path_or_id, "config.json", resolved.revision)
     if not hit:
         return None

@@ -32,6 +32,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from bertlook.errors import BertlookError
+from bertlook.pipeline.sharding import check_shards, read_json_object
 
 MAP_KINDS = ("attention", "norm")
 #: what a norm-based store adds to the stream's store meta (``map`` and the definition, ``norm``)
@@ -47,11 +48,6 @@ NORM_STORE_META = {
 TOKEN_CLASSES = ("cls", "sep", "punct", "other")
 #: the tokens of the "punct" class (as in bertlook.analyses.surface_stats)
 PUNCT_TOKENS = (".", ",")
-
-
-def store_map_kind(meta: dict[str, Any]) -> str:
-    """The kind of maps a store holds: ``meta["map"]``, ``"attention"`` when the key is absent."""
-    return str(meta.get("map", "attention"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,8 +385,6 @@ def reduce_norm_summaries(summaries: Sequence[Any]) -> dict[str, Any]:
     ``classes``, ``sums [layer, class]``, ``counts [class]``, ``means [layer, class]`` (sums / counts,
     NaN for a class without tokens) and ``num_layers``.
     """
-    from bertlook.pipeline.sharding import check_shards, read_json_object
-
     if not summaries:
         raise BertlookError("norm summaries: none given")
     paths = [s if not isinstance(s, dict) else f"summary {k + 1}" for k, s in enumerate(summaries)]

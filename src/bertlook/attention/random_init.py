@@ -63,6 +63,7 @@ from typing import Any
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
+from bertlook.pipeline.model_spec import DECODER, model_family
 
 # torch, transformers and bertlook.attention.modeling (which imports torch) are imported inside the
 # functions: cli/random_init and extract_words import this module when the CLI parser is built.
@@ -93,8 +94,6 @@ def _decoder_embeddings(model, params: dict[str, Any]) -> list[str] | None:
     """The kept parameters of a decoder-only model (None for an encoder): its input (word) embeddings and,
     where it learns them, its position embeddings (GPT-2 ``wpe``, OPT ``embed_positions``; rotary models such
     as Llama, Qwen2, GPT-NeoX have none), by identity with ``get_input_embeddings()``."""
-    from bertlook.pipeline.model_spec import DECODER, model_family
-
     if model_family(model.config) != DECODER:
         return None
     base = getattr(model, "base_model", model)
@@ -161,7 +160,7 @@ def random_init_provenance(model, source: dict[str, Any], seed: int, names: dict
     the store's ``meta.json`` and summary as ``random_init``): ``keep`` and the parameter names
     and element counts (``n_kept_elements``, ``n_reinitialized_elements``) of both groups."""
     import torch  # lazy: see the note at the imports
-    import transformers
+    import transformers  # lazy: see the note at the imports
 
     sizes = {n: p.numel() for n, p in model.named_parameters()}
     return {

@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from bertlook.attention.stream import map_batches
+from bertlook.data.token_template import special_template
 from bertlook.errors import BertlookError
 
 
@@ -46,8 +48,6 @@ def candidate_ids(tokenizer) -> np.ndarray:
 
 def make_repeated_tokens(tokenizer, *, n_sequences: int, length: int, seed: int) -> RepeatedTokens:
     """``n_sequences`` sequences of ``length`` distinct random tokens repeated once, in the tokenizer's template."""
-    from bertlook.data.token_template import special_template
-
     if n_sequences < 1 or length < 2:
         raise BertlookError(f"head detectors: need n_sequences >= 1 and length >= 2, got {n_sequences} and {length}")
     pool = candidate_ids(tokenizer)
@@ -66,8 +66,6 @@ def make_repeated_tokens(tokenizer, *, n_sequences: int, length: int, seed: int)
 def repeated_token_batches(model, seqs: RepeatedTokens, *, batch_size: int, device: Any, num_layers: int,
                            num_heads: int, use_token_types: bool) -> Iterator[np.ndarray]:
     """The model's float32 maps ``[batch, layer, head, T, T]`` on ``seqs``, one batch at a time."""
-    from bertlook.attention.stream import map_batches
-
     n_pos = seqs.n_positions
     kept = [({"id": i}, row.tolist(), [0] * n_pos) for i, row in enumerate(seqs.ids)]
     for batch in map_batches(kept, model, batch_size=batch_size, device=device, num_layers=num_layers,

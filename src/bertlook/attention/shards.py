@@ -7,14 +7,13 @@ The shard arithmetic, the partial files and the summaries' merge rules are in
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from bertlook.attention.store import id_sort_key, open_store
+from bertlook.attention.store import id_sort_key, open_store, publish_store
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
 from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
@@ -81,11 +80,28 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
     if not stores:
         raise BertlookError("merge-stores: give at least one --store")
     opened = [open_store(s) for s in stores]
-    first = opened[0]
     for key in ("level", "num_layers", "num_heads"):
         same_value([getattr(s, key) for s in opened], key, [s.path for s in opened])
     check_same_map_kind([str(s.meta.get("map", "attention")) for s in opened], [s.path for s in opened])
     order = same_value([s.meta.get("order") for s in opened], "store order", [s.path for s in opened])
+    entries, sources = _merged_index(opened)
+    if order == "length-sorted":
+        entries.sort(key=_order_key(opened[0].level))
+    meta = merge_store_meta([s.meta for s in opened], where=[s.path for s in opened])
+    meta["n_shards"] = max(1, len(sources))
+    meta["n_examples"] = len(entries)
+    layout = {k: meta[k] for k in ("format", "num_layers", "num_heads", "dtype", "level", "n_examples", "n_shards")}
+    meta = {**layout, "excluded": meta.get("excluded") or {}, **meta, **layout}
+    out = Path(out_dir)
+    how = _write_merged(out, sources, entries, meta, link=link)
+    merged = open_store(out)  # the layout of the result is validated like any store's
+    return {"out_dir": str(out), "n_examples": len(merged), "n_shard_files": len(sources),
+            "linked": how["link"], "copied": how["copy"], "inputs": [str(s.path) for s in opened]}
+
+
+def _merged_index(opened: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Path]]:
+    """``(entries, sources)``: the index entries of every store in input order, their shard ids renumbered to
+    positions in ``sources`` (the shard files holding examples); an id in two stores is an error."""
     seen: dict[Any, Path] = {}
     entries: list[dict[str, Any]] = []
     shard_map: dict[tuple[int, int], int] = {}
@@ -103,16 +119,13 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
             entry = dict(rec)
             entry["shard"] = shard_map[(p, rec["shard"])]
             entries.append(entry)
-    if order == "length-sorted":
-        entries.sort(key=_order_key(first.level))
-    meta = merge_store_meta([s.meta for s in opened], where=[s.path for s in opened])
-    empty = not sources
-    meta["n_shards"] = max(1, len(sources))
-    meta["n_examples"] = len(entries)
-    layout = {k: meta[k] for k in ("format", "num_layers", "num_heads", "dtype", "level", "n_examples", "n_shards")}
-    meta = {**layout, "excluded": meta.get("excluded") or {}, **meta, **layout}
+    return entries, sources
 
-    out = Path(out_dir)
+
+def _write_merged(out: Path, sources: Sequence[Path], entries: list[dict[str, Any]], meta: dict[str, Any], *,
+                  link: bool) -> dict[str, int]:
+    """Build the merged store under a temporary name beside ``out`` (shard files linked or copied, index, meta)
+    and swap it into place; returns how many shard files were linked and copied."""
     how: dict[str, int] = {"link": 0, "copy": 0}
     tmp = None
     try:
@@ -122,35 +135,16 @@ def merge_stores(stores: Sequence[Any], out_dir, *, link: bool = True) -> dict[s
         os.chmod(tmp, 0o777 & ~umask())
         for k, src in enumerate(sources):
             how[_link_or_copy(src, tmp / f"shard-{k:05d}.bin", link)] += 1
-        if empty:
+        if not sources:
             (tmp / "shard-00000.bin").write_bytes(b"")
-        with open(tmp / "index.jsonl", "w", encoding="utf-8") as fh:
-            for entry in entries:
-                fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
-        with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
-            json.dump(meta, fh, indent=2, ensure_ascii=False)
-        old = None
-        if out.exists() or out.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=temp_prefix(out, "tmp-") + "old", dir=out.parent))
-            os.replace(out, old / "store")
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            if old is not None:
-                os.replace(old / "store", out)
-                shutil.rmtree(old, ignore_errors=True)
-            raise
+        publish_store(tmp, out, entries, meta)
         tmp = None
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except OSError as err:
         raise write_error(out, err, what="attention store") from None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    merged = open_store(out)  # the layout of the result is validated like any store's
-    return {"out_dir": str(out), "n_examples": len(merged), "n_shard_files": len(sources),
-            "linked": how["link"], "copied": how["copy"], "inputs": [str(s.path) for s in opened]}
+    return how
 
 
 __all__ = ["first_segment_ids", "merge_stores", "select_examples"]

@@ -153,9 +153,6 @@ class AttentionWriter:
 
     def _finish(self, excluded: dict[str, Any] | None, extra_meta: dict[str, Any] | None) -> Path:
         self._shard_fh.close()
-        with open(self._tmp / "index.jsonl", "w", encoding="utf-8") as fh:
-            for entry in self._index:
-                fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
         layout = {
             "format": FORMAT,
             "num_layers": self.num_layers,
@@ -167,23 +164,8 @@ class AttentionWriter:
         }
         # extra meta never overrides the layout keys the reader validates
         meta = {**layout, "excluded": excluded or {}, **self.meta, **(extra_meta or {}), **layout}
-        with open(self._tmp / "meta.json", "w", encoding="utf-8") as fh:
-            json.dump(meta, fh, indent=2, ensure_ascii=False)
-        old = None
-        if self.out_dir.exists() or self.out_dir.is_symlink():
-            # move the previous store aside (a name remove_stale_temporaries knows), then swap
-            old = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out_dir, "tmp-") + "old", dir=self.out_dir.parent))
-            os.replace(self.out_dir, old / "store")
-        try:
-            os.replace(self._tmp, self.out_dir)
-        except OSError:
-            if old is not None:  # put the previous store back
-                os.replace(old / "store", self.out_dir)
-                shutil.rmtree(old, ignore_errors=True)
-            raise
+        publish_store(self._tmp, self.out_dir, self._index, meta)
         self._closed = True
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
         return self.out_dir
 
     def abort(self) -> None:
@@ -204,6 +186,30 @@ class AttentionWriter:
             self.abort()
         elif not self._closed:
             self.close()
+
+
+def publish_store(tmp: Path, out_dir: Path, entries: Sequence[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Write ``index.jsonl`` (``entries``) and ``meta.json`` into the store built in ``tmp``, then swap it into
+    ``out_dir`` atomically: a previous store there is moved aside first (a name remove_stale_temporaries
+    knows), put back when the swap fails, removed when it succeeds."""
+    with open(tmp / "index.jsonl", "w", encoding="utf-8") as fh:
+        for entry in entries:
+            fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=2, ensure_ascii=False)
+    old = None
+    if out_dir.exists() or out_dir.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=temp_prefix(out_dir, "tmp-") + "old", dir=out_dir.parent))
+        os.replace(out_dir, old / "store")
+    try:
+        os.replace(tmp, out_dir)
+    except OSError:
+        if old is not None:  # put the previous store back
+            os.replace(old / "store", out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 # keys every meta.json has, with the accepted JSON types (bool is never an int here)

@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from bertlook.attention import norms as norms_mod
+from bertlook.attention.layer_capture import capture_layers
+from bertlook.attention.store import FORMAT, AttentionWriter, estimate_store_bytes
 from bertlook.errors import BertlookError
 
 MAP_KINDS = ("attention", "norm")
@@ -90,7 +96,7 @@ class MapConsumer:
 
 # ---------------------------------------------------------------------------------------- producer
 def _batch_inputs(batch: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], pad_id: int):
-    import torch  # lazy: this module is imported when the CLI parser is built
+    import torch  # lazy: the extract-segments parser imports this module, and analysis steps do (no torch)
 
     lengths = [len(ex[1]) for ex in batch]
     B, T = len(batch), max(lengths)
@@ -125,7 +131,7 @@ class _LayerSink:
         self.seen, self.lengths, self.ids = 0, list(lengths), list(ids)
 
     def __call__(self, layer: int, a) -> None:
-        import torch
+        import torch  # lazy: see _batch_inputs
 
         B, H, T, _ = a.shape
         if self.maps is None:  # on the CPU; page-locked beside a GPU (device-to-host copies at full speed)
@@ -136,9 +142,7 @@ class _LayerSink:
         self.seen += 1
 
     def _norms(self, layer: int, a) -> None:
-        import torch
-
-        from bertlook.attention import norms as norms_mod
+        import torch  # lazy: see _batch_inputs
 
         values = self.captured[layer]
         if values is None:
@@ -170,12 +174,7 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     (:func:`bertlook.attention.norms.find_attention_modules`): also the row-normalised norm-based maps and
     the value norms of the same pass. ``on_batch(n)`` is called after each batch (progress).
     """
-    import contextlib
-
-    import torch
-
-    from bertlook.attention import norms as norms_mod
-    from bertlook.attention.layer_capture import capture_layers
+    import torch  # lazy: see _batch_inputs
 
     dtype = {"float16": torch.float16, "float32": torch.float32}[map_dtype]
     pad_id = getattr(model.config, "pad_token_id", None)
@@ -223,8 +222,6 @@ SYSFS_CPU = "/sys/devices/system/cpu"
 def shares_cores(cpus: Iterable[int] | None = None, sysfs: str = SYSFS_CPU) -> bool | None:
     """Whether two of ``cpus`` (default: the CPUs this process may run on) are hyperthreads of one core (Linux
     sysfs ``topology/thread_siblings_list``); None where that cannot be read (another OS, no sysfs)."""
-    import os
-
     try:
         cpus = set(cpus if cpus is not None else os.sched_getaffinity(0))
         for c in cpus:
@@ -347,7 +344,7 @@ class _Round:
 def _more_model_threads(extra: int):
     """torch's intra-op threads raised by ``extra`` within the block (the first batch's forward pass: 1.1 s less
     per BERT-base segment shard of 125 segments, docs/development/benchmarks.md)."""
-    import torch
+    import torch  # lazy: see _batch_inputs
 
     before = torch.get_num_threads()
     torch.set_num_threads(before + extra)
@@ -375,9 +372,7 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
     OpenBLAS' own worker threads spin-wait between calls (the rollout reader's 128 x 128 products: 12.1 -> 4.0 s
     and the demo's extraction job 132 -> 111 CPU-s in standalone runs of its extract-segments command; the
     same numbers, each product's sums keep their order)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # lazy: not in envs/analysis.yaml, whose steps import this module
 
     with threadpool_limits(limits=1, user_api="blas"), \
             ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="consumer") as pool:
@@ -428,16 +423,12 @@ class StoreConsumer(MapConsumer):
 
     def estimate(self, plan: StreamPlan) -> dict[str, int]:
         """Bytes of the store this consumer will write (:func:`bertlook.attention.store.estimate_store_bytes`)."""
-        from bertlook.attention.store import estimate_store_bytes
-
         sizes = [int(self.stored_size(r, len(r["tokens"]))) if self.stored_size else len(r["tokens"])
                  for r in plan.records]
         return estimate_store_bytes(plan.records, sizes, plan.num_layers, plan.num_heads,
                                     meta={**plan.meta, **self.meta, "excluded": plan.excluded})
 
     def start(self, plan: StreamPlan) -> None:
-        from bertlook.attention.store import AttentionWriter
-
         self.excluded = plan.excluded
         self.writer = AttentionWriter(self.out_dir, num_layers=plan.num_layers, num_heads=plan.num_heads,
                                       level=self.level, shard_bytes=int(self.shard_mb * 2**20),
@@ -456,8 +447,6 @@ class StoreConsumer(MapConsumer):
         self.published = True
 
     def abort(self) -> None:
-        import shutil
-
         if self.writer is not None:
             self.writer.abort()
         if self.published:  # published, then another consumer failed: nothing is left at the path
@@ -478,8 +467,6 @@ class StreamMeta(MapConsumer):
         self.plan = plan
 
     def meta(self) -> dict[str, Any]:
-        from bertlook.attention.store import FORMAT
-
         p = self.plan
         layout = {"format": FORMAT, "num_layers": p.num_layers, "num_heads": p.num_heads, "dtype": "float16",
                   "level": "token", "n_examples": len(p.records)}

@@ -2,7 +2,7 @@
 step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and ``--shard I/K``), ``--offsets``
 of ``heads`` and ``rollout``, and their full-precision CSV writer.
 
-Light imports only: :mod:`bertlook.attention.extraction` and :mod:`bertlook.pipeline.sharding` import
+Light imports only: :mod:`bertlook.attention.guards` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from bertlook.attention.extraction import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
+from bertlook.attention.guards import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
 from bertlook.errors import BertlookError
 from bertlook.io_utils import atomic_path
 from bertlook.pipeline.sharding import parse_shard

@@ -76,7 +76,7 @@ def register_cli(subparsers) -> None:
     from bertlook.cli._args import add_batch_arguments, add_model_arguments
     from bertlook.data.coref_mentions import HEAD_RULES
 
-    from bertlook.attention.extract_words import FROM_SPLIT_MODES
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
 
     p = subparsers.add_parser("coref-extract", help=COMMANDS["coref-extract"],
                               description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

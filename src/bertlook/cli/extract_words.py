@@ -22,7 +22,8 @@ COSTS = {"extract_words": costs.Cost(estimate=costs.forward_pass, examples=costs
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``extract-words`` subcommand."""
     # lazy: numpy (bertlook.attention.store), which the DAG build reading COSTS does not need
-    from bertlook.attention.extract_words import FROM_SPLIT_MODES, TEXT_MODES
+    from bertlook.attention.alignment import FROM_SPLIT_MODES
+    from bertlook.attention.extract_words import TEXT_MODES
     from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
     from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 

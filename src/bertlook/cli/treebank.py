@@ -1,6 +1,6 @@
 """``bertlook treebank``: dependency trees (local files, a UD release, silver parses) -> train/dev CoNLL-U.
 
-The computation lives in :mod:`bertlook.data.treebank`; this module holds the argparse glue and printing.
+The computation lives in :mod:`bertlook.data.gold_treebank` and :mod:`bertlook.data.silver_treebank`; this module holds the argparse glue and printing.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from bertlook.data.silver_treebank import DEFAULT_SPACY_MODEL
-from bertlook.data.treebank import (
+from bertlook.data.gold_treebank import (
     UD_DEFAULT_DEV_FILE,
     UD_DEFAULT_RELEASE,
     UD_DEFAULT_REPO,
@@ -39,7 +39,7 @@ def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
 
 def _handler(args: argparse.Namespace) -> int:
     from bertlook.data.silver_treebank import prepare_silver
-    from bertlook.data.treebank import prepare_local, prepare_ud
+    from bertlook.data.gold_treebank import prepare_local, prepare_ud
     from bertlook.pipeline.config import resolve_data_path
 
     if args.source == "local":

@@ -324,40 +324,15 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
         for lineno, raw in iter_text_lines(fh, p):
             line = raw.strip()
             if line.startswith("#begin"):
-                m = _BEGIN.match(line)
-                if not m:
-                    raise BertlookError(f"{p}:{lineno}: malformed line {line!r} "
-                                        "(expected '#begin document (<doc>); part <NNN>')")
-                if builder is not None:
-                    raise BertlookError(f"{p}:{lineno}: #begin document inside document {builder.doc_id!r} "
-                                        f"(begun at line {builder.line}; missing #end document)")
-                if m.group(2) is not None and not _INTEGER.match(m.group(2)):
-                    raise BertlookError(f"{p}:{lineno}: part {m.group(2)!r} is not an integer")
-                part = int(m.group(2)) if m.group(2) is not None else 0
-                builder = _PartBuilder(m.group(1), part, src, lineno)
+                builder = _begin_part(line, builder, p, lineno)
                 begun += 1
             elif line.startswith("#end document"):
                 if builder is None:
                     raise BertlookError(f"{p}:{lineno}: #end document without #begin document")
                 doc = builder.finish(src, lineno)
                 builder = None
-                c["parts"] += 1
-                c["sentences"] += len(doc.sentences)
-                c["words"] += len(doc.words)
-                if doc.tree_error is not None:
-                    c["parts_with_unusable_tree"] += 1
-                    c["unusable_tree_ids"].append(doc.id)
-                    if len(c["unusable_tree_errors"]) < MAX_LISTED:
-                        c["unusable_tree_errors"].append(doc.tree_error)
-                doc_ids[doc.doc_id] = doc_ids.get(doc.doc_id, False) or bool(doc.mentions)
-                if not doc.mentions:
-                    c["parts_without_mentions"] += 1
-                    c["parts_without_mentions_ids"].append(doc.id)
-                    if not keep_empty:
-                        continue
-                c["mentions"] += len(doc.mentions)
-                c["clusters"] += len(doc.clusters())
-                docs.append(doc)
+                if _count_part(doc, c, doc_ids, keep_empty):
+                    docs.append(doc)
             elif line.startswith("#"):
                 c["comment_lines"] += 1
             elif not line:
@@ -379,6 +354,43 @@ def read_conll(path, *, counts: dict[str, Any] | None = None, keep_empty: bool =
     c["documents"] += len(doc_ids)
     c["documents_without_mentions"] += sum(1 for has in doc_ids.values() if not has)
     return docs
+
+
+def _begin_part(line: str, builder: _PartBuilder | None, p: Path, lineno: int) -> _PartBuilder:
+    """The builder of the part a ``#begin document (<doc>); part <NNN>`` line opens (no part may be open)."""
+    m = _BEGIN.match(line)
+    if not m:
+        raise BertlookError(f"{p}:{lineno}: malformed line {line!r} "
+                            "(expected '#begin document (<doc>); part <NNN>')")
+    if builder is not None:
+        raise BertlookError(f"{p}:{lineno}: #begin document inside document {builder.doc_id!r} "
+                            f"(begun at line {builder.line}; missing #end document)")
+    if m.group(2) is not None and not _INTEGER.match(m.group(2)):
+        raise BertlookError(f"{p}:{lineno}: part {m.group(2)!r} is not an integer")
+    part = int(m.group(2)) if m.group(2) is not None else 0
+    return _PartBuilder(m.group(1), part, str(p), lineno)
+
+
+def _count_part(doc: Document, c: dict[str, Any], doc_ids: dict[str, bool], keep_empty: bool) -> bool:
+    """Count a finished part in ``c`` (``doc_ids``: doc id -> has any mention); whether the part is kept (it has
+    mentions, or ``keep_empty``)."""
+    c["parts"] += 1
+    c["sentences"] += len(doc.sentences)
+    c["words"] += len(doc.words)
+    if doc.tree_error is not None:
+        c["parts_with_unusable_tree"] += 1
+        c["unusable_tree_ids"].append(doc.id)
+        if len(c["unusable_tree_errors"]) < MAX_LISTED:
+            c["unusable_tree_errors"].append(doc.tree_error)
+    doc_ids[doc.doc_id] = doc_ids.get(doc.doc_id, False) or bool(doc.mentions)
+    if not doc.mentions:
+        c["parts_without_mentions"] += 1
+        c["parts_without_mentions_ids"].append(doc.id)
+        if not keep_empty:
+            return False
+    c["mentions"] += len(doc.mentions)
+    c["clusters"] += len(doc.clusters())
+    return True
 
 
 def expand_conll_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:

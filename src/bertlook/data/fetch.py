@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bertlook.data.download import file_digests, download, fetch_sha1_from_sums, present_as_recorded, summary_path
-from bertlook.data.treebank import ud_url
+from bertlook.data.gold_treebank import ud_url
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
 from bertlook.pipeline.config import resolve_data_path

@@ -19,8 +19,8 @@ A spec (a dict; ``bertlook segments --hf-dataset JSON``) names a dataset the way
 
 Documents (:func:`iter_hf_documents`) are the rows in dataset order: the text is plain (no wiki markup),
 so of the dump path's cleaning only the plain-text steps apply
-(:func:`bertlook.data.segments.plain_text_paragraphs`: whitespace collapsed, lines that do not end like
-prose dropped), then the same sentence step (:func:`bertlook.data.segments.make_document`). A corpus
+(:func:`bertlook.data.documents.plain_text_paragraphs`: whitespace collapsed, lines that do not end like
+prose dropped), then the same sentence step (:func:`bertlook.data.documents.make_document`). A corpus
 whose text is the dump's cleaned articles (``"\\n".join(clean_wiki_text(...))``) therefore gives the
 same documents, hence the same segments, as the dump. ``datasets`` and ``huggingface_hub`` are imported
 inside the functions: this module imports without them.
@@ -34,10 +34,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from bertlook.data.segments import (DOCUMENT_COUNT_KEYS, Document, init_counts, make_document,
-                                    plain_text_paragraphs)
+from bertlook.data.documents import (DOCUMENT_COUNT_KEYS, Document, init_counts, make_document,
+                                     plain_text_paragraphs)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import sha256_file
+from bertlook.pipeline.config import resolve_data_path
 
 HF_SPEC_KEYS = ("path", "name", "split", "data_files", "streaming", "revision", "text_field", "title_field")
 PACKAGED_BUILDERS = frozenset({"parquet", "json", "csv", "text", "arrow", "pandas", "webdataset"})
@@ -61,8 +62,6 @@ def is_hub_dataset(spec: dict[str, Any]) -> bool:
 
 def _resolve_file(entry: str) -> str:
     if entry.startswith("package:"):
-        from bertlook.pipeline.config import resolve_data_path
-
         return str(resolve_data_path(entry))
     return os.path.expanduser(entry)
 
@@ -170,7 +169,7 @@ def _local_files(spec: dict[str, Any]) -> list[Path]:
 
 
 def _hub_offline() -> bool:
-    import huggingface_hub
+    import huggingface_hub  # lazy: see the module docstring
 
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return True
@@ -196,8 +195,8 @@ def resolve_hub_revision(repo_id: str, revision: str | None) -> str:
     if _hub_offline():
         raise BertlookError(f"{what}: offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and it is "
                             f"not a local path; {HUB_ADVICE}")
-    import huggingface_hub
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    import huggingface_hub  # lazy: see the module docstring
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError  # lazy: idem
 
     try:
         info = huggingface_hub.HfApi().dataset_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
@@ -230,7 +229,7 @@ def _why(err: BaseException) -> str:
 
 def _load(spec: dict[str, Any]):
     """``datasets`` object of a normalised spec: (dataset, resolved revision or None)."""
-    import datasets
+    import datasets  # lazy: see the module docstring
 
     hub = is_hub_dataset(spec)
     revision = resolve_hub_revision(spec["path"], spec["revision"]) if hub else None
@@ -293,11 +292,11 @@ def iter_hf_documents(
 ) -> Iterator[Document]:
     """Yield the documents of a Hugging Face dataset (rows in dataset order), lazily.
 
-    Each row's ``text_field`` goes through :func:`bertlook.data.segments.plain_text_paragraphs` and
-    :func:`bertlook.data.segments.make_document` (the dump path's steps after the markup is gone;
-    ``language`` and ``splitter`` as in :func:`bertlook.data.segments.iter_documents`);
+    Each row's ``text_field`` goes through :func:`bertlook.data.documents.plain_text_paragraphs` and
+    :func:`bertlook.data.documents.make_document` (the dump path's steps after the markup is gone;
+    ``language`` and ``splitter`` as in :func:`bertlook.data.documents.iter_documents`);
     its ``title_field`` is the title (the row number when ``title_field`` is null). Counts use the keys
-    :data:`bertlook.data.segments.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
+    :data:`bertlook.data.documents.DOCUMENT_COUNT_KEYS`: ``pages_read`` is the rows read, the
     namespace and redirect counts stay 0; a row whose text is null is skipped and counted in
     ``null_text_rows_skipped`` (the run stops only when no usable document is left).
     ``max_articles`` stops after that many kept documents (with streaming, nothing beyond is

@@ -262,7 +262,7 @@ def is_usable_sentence(sentence: str, language: str = "en") -> bool:
 
 
 def prose_end_pattern(language: str) -> re.Pattern[str]:
-    """How a paragraph must end to count as prose (:func:`bertlook.data.segments.plain_text_paragraphs`).
+    """How a paragraph must end to count as prose (:func:`bertlook.data.documents.plain_text_paragraphs`).
 
     ``en``: ``. ! ? :`` optionally followed by a closing quote or bracket (the pattern English corpora
     have always been read with, unchanged). Every other language also accepts the

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from bertlook.data.segments import iter_documents, read_segments
+from bertlook.data.documents import iter_documents
+from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents
+from bertlook.data.segments import read_segments
 from bertlook.data.treebank import Sentence, split_summary, write_conllu
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
@@ -125,8 +127,6 @@ class SilverCorpus:
     def documents(self, counts: dict[str, int]):
         """The corpus's documents, lazily (a generator: close it when done); ``counts`` gets the reader's counts."""
         if self.hf_dataset is not None:
-            from bertlook.data.hf_corpus import iter_hf_documents
-
             return iter_hf_documents(self.hf_dataset, max_articles=self.max_articles, counts=counts,
                                      language=self.language, splitter=self.splitter)
         return iter_documents(self.dump_path, max_articles=self.max_articles, counts=counts,
@@ -139,8 +139,6 @@ def open_silver_corpus(dump_path: str | os.PathLike | None, hf_dataset: dict[str
     if (dump_path is None) == (hf_dataset is None):
         raise BertlookError("silver treebank: give exactly one corpus, a dump or an hf_dataset spec")
     if hf_dataset is not None:
-        from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset
-
         description = describe_hf_dataset(hf_dataset)
         return SilverCorpus(None, hf_dataset, max_articles, language, splitter,
                             name=dataset_label(hf_dataset), description=description)
@@ -288,6 +286,35 @@ def write_silver_splits(draw: SilverDraw, out_dev, out_train, *, source_comment:
 
 # ---------------------------------------------------------------------------------------- the step
 
+def _silver_summary(corpus: SilverCorpus, options: SilverOptions, segments_path: Path, parser: dict[str, str],
+                    draw: SilverDraw, splits: dict[str, Any], warnings: list[str], dump_counts: dict[str, int], *,
+                    n_docs: int, n_used: int, n_available: int) -> dict[str, Any]:
+    """The summary of :func:`prepare_silver`: the corpus, parser and settings, the documents (in the dump, used
+    by the segments, available), each split's summary, the skipped sentences and the warnings."""
+    return {
+        "source": "silver",
+        "dump": str(corpus.name) if corpus.hf_dataset is None else None,
+        **({"corpus": corpus.description} if corpus.hf_dataset is not None else {}),
+        "segments": str(segments_path),
+        "parser": parser,
+        "seed": options.seed,
+        "max_words": options.max_words,
+        "max_articles": corpus.max_articles,
+        "language": corpus.language,
+        "splitter": corpus.splitter,
+        "strip_subtypes": options.strip_subtypes,
+        "documents_in_dump": n_docs,
+        "documents_used_by_segments": n_used,
+        "documents_available": n_available,
+        "documents_parsed": draw.docs_parsed,
+        **splits,
+        "skipped": draw.skipped,
+        "sentences_cut": draw.sentences_cut,
+        "dump_counts": dump_counts,
+        "warnings": warnings,
+    }
+
+
 def prepare_silver(
     dump_path: str | os.PathLike | None,
     segments_path: str | os.PathLike,
@@ -316,7 +343,7 @@ def prepare_silver(
 
     1. The documents used by the segments (``doc_index`` of ``segments_path``) are excluded; their
        titles must match the dump's documents at those indices (else the segments come from another
-       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.segments.iter_documents`,
+       dump: error). All other documents of ``dump_path`` (:func:`bertlook.data.documents.iter_documents`,
        at most ``max_articles`` kept articles when given) are candidates, with their sentences
        (split with ``language`` / ``splitter``, which must be those the segments were made with).
     2. The candidate list (dump order) is shuffled with ``random.Random(seed)``; documents are taken
@@ -352,28 +379,8 @@ def prepare_silver(
     splits, warnings = write_silver_splits(
         draw, out_dev, out_train, source_comment=f"silver: spaCy {parser['name']} {parser['version']}",
         shortfall=f"{len(candidates)} documents of {corpus.name} not used by the segments ran out")
-    result: dict[str, Any] = {
-        "source": "silver",
-        "dump": str(corpus.name) if corpus.hf_dataset is None else None,
-        **({"corpus": corpus.description} if corpus.hf_dataset is not None else {}),
-        "segments": str(segments_path),
-        "parser": parser,
-        "seed": seed,
-        "max_words": max_words,
-        "max_articles": max_articles,
-        "language": language,
-        "splitter": splitter,
-        "strip_subtypes": strip_subtypes,
-        "documents_in_dump": n_docs,
-        "documents_used_by_segments": len(used),
-        "documents_available": len(candidates),
-        "documents_parsed": draw.docs_parsed,
-        **splits,
-        "skipped": draw.skipped,
-        "sentences_cut": draw.sentences_cut,
-        "dump_counts": dump_counts,
-        "warnings": warnings,
-    }
+    result = _silver_summary(corpus, options, segments_path, parser, draw, splits, warnings, dump_counts,
+                             n_docs=n_docs, n_used=len(used), n_available=len(candidates))
     for w in warnings:
         log.warning("%s", w)
     if summary is not None:

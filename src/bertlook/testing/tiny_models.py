@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Iterable
 
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizer, BertTokenizerFast
+import transformers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from transformers import (AutoModel, AutoModelForCausalLM, AutoTokenizer, BertConfig, BertForMaskedLM, BertModel,
+                          BertTokenizer, BertTokenizerFast, GPT2Tokenizer, RobertaConfig, RobertaForMaskedLM,
+                          RobertaModel, RobertaTokenizer, XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaModel,
+                          XLMRobertaTokenizer)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -179,8 +184,6 @@ def _train_backend(kind: str, texts: list[str], vocab_size: int, specials: list[
     :func:`_unigram_scores` for where the library's trainers are not). ``specials``: the special tokens of
     a byte-level BPE (default RoBERTa's).
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-
     def pre_tokenized(tok) -> collections.Counter:
         words: collections.Counter = collections.Counter()
         for text in texts:
@@ -235,19 +238,31 @@ def _wrap_backend(kind: str, backend, *, trim_offsets: bool):
     """
     model = json.loads(backend.to_str())["model"]
     if kind == "wordpiece":
-        from transformers import BertTokenizer
-
         return BertTokenizer(vocab=dict(model["vocab"]), do_lower_case=False, strip_accents=False,
                              tokenize_chinese_chars=True)
     if kind == "sentencepiece":
-        from transformers import XLMRobertaTokenizer
-
         return XLMRobertaTokenizer(vocab=[(str(p), float(s)) for p, s in model["vocab"]])
-    from transformers import RobertaTokenizer
-
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return RobertaTokenizer(vocab=dict(model["vocab"]), merges=merges, add_prefix_space=False,
+    return RobertaTokenizer(vocab=dict(model["vocab"]), merges=_merges(model), add_prefix_space=False,
                             trim_offsets=trim_offsets)
+
+
+def _merges(model: dict) -> list[tuple[str, ...]]:
+    """The merges of a trained BPE backend's ``model`` (strings ``"a b"`` or pairs) as tuples."""
+    return [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+
+
+def _save_checked(tokenizer, backend, texts: list[str], out: Path, what: str):
+    """Save ``tokenizer`` to ``out`` and reload it; ValueError unless the reloaded tokenizer encodes every text
+    exactly as the trained ``backend`` does. Returns the reloaded tokenizer."""
+    tokenizer.save_pretrained(out)
+    reloaded = AutoTokenizer.from_pretrained(out)
+    for text in texts:
+        want = backend.encode(text, add_special_tokens=False).ids
+        got = reloaded(text, add_special_tokens=False)["input_ids"]
+        if want != got:
+            raise ValueError(f"{what}: the saved tokenizer encodes {text[:40]!r} differently from the trained one "
+                             f"({got[:10]} vs {want[:10]})")
+    return reloaded
 
 
 def make_tiny_multilingual(
@@ -286,8 +301,6 @@ def make_tiny_multilingual(
     so that sequences of ``max_position_embeddings`` tokens fit. The tokenizer reloaded from
     ``out_dir`` is checked to encode every text exactly as the trained tokenizer does (ValueError if not).
     """
-    from transformers import AutoTokenizer
-
     if kind not in MULTILINGUAL_KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r} (use one of {', '.join(MULTILINGUAL_KINDS)})")
     texts = [str(t) for t in texts]
@@ -296,16 +309,8 @@ def make_tiny_multilingual(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     backend = _train_backend(kind, texts, vocab_size)
-    tokenizer = _wrap_backend(kind, backend, trim_offsets=trim_offsets)
-    tokenizer.save_pretrained(out)
-    reloaded = AutoTokenizer.from_pretrained(out)
-    for text in texts:
-        want = backend.encode(text, add_special_tokens=False).ids
-        got = reloaded(text, add_special_tokens=False)["input_ids"]
-        if want != got:
-            raise ValueError(f"make_tiny_multilingual({kind}): the saved tokenizer encodes {text[:40]!r} "
-                             f"differently from the trained one ({got[:10]} vs {want[:10]})")
-
+    reloaded = _save_checked(_wrap_backend(kind, backend, trim_offsets=trim_offsets), backend, texts, out,
+                             f"make_tiny_multilingual({kind})")
     n_vocab = len(reloaded)
     common = dict(vocab_size=n_vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                   intermediate_size=intermediate_size)
@@ -316,14 +321,8 @@ def make_tiny_multilingual(
     else:
         ids = dict(pad_token_id=reloaded.pad_token_id, bos_token_id=reloaded.bos_token_id,
                    eos_token_id=reloaded.eos_token_id)
-        if kind == "sentencepiece":
-            from transformers import XLMRobertaConfig as Config
-            from transformers import XLMRobertaForMaskedLM as MaskedLM
-            from transformers import XLMRobertaModel as Model
-        else:
-            from transformers import RobertaConfig as Config
-            from transformers import RobertaForMaskedLM as MaskedLM
-            from transformers import RobertaModel as Model
+        Config, MaskedLM, Model = ((XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaModel)
+                                   if kind == "sentencepiece" else (RobertaConfig, RobertaForMaskedLM, RobertaModel))
         config = Config(**common, **ids, max_position_embeddings=max_position_embeddings + 2, type_vocab_size=1)
         cls = MaskedLM if mlm_head else Model
     torch.manual_seed(seed)
@@ -344,8 +343,6 @@ DECODER_ARCHS = {
 
 def _decoder_config(arch: str, n_vocab: int, *, layers: int, heads: int, hidden: int, intermediate_size: int,
                     max_positions: int, bos: int, eos: int, kv_heads: int | None = None):
-    import transformers
-
     cls = getattr(transformers, DECODER_ARCHS[arch][0])
     if arch == "gpt2":
         return cls(vocab_size=n_vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_inner=intermediate_size,
@@ -370,8 +367,6 @@ def make_tiny_decoder(out_dir: str | os.PathLike, arch: str, texts: Iterable[str
     model; ``kv_heads``: grouped-query attention (Llama, Qwen2: fewer key/value heads than heads). The reloaded
     tokenizer is checked to encode every text as the trained one does (ValueError if not).
     """
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer
-
     if arch not in DECODER_ARCHS:
         raise ValueError(f"unknown decoder architecture {arch!r} (use one of {', '.join(DECODER_ARCHS)})")
     _, specials, add_bos = DECODER_ARCHS[arch]
@@ -380,19 +375,11 @@ def make_tiny_decoder(out_dir: str | os.PathLike, arch: str, texts: Iterable[str
     out.mkdir(parents=True, exist_ok=True)
     backend = _train_backend("bytebpe", texts, vocab_size, specials=specials)
     model = json.loads(backend.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     bos, eos = specials[0], specials[1] if len(specials) > 1 else specials[0]
     unk = specials[-1]
-    tokenizer = GPT2Tokenizer(vocab=dict(model["vocab"]), merges=merges, bos_token=bos, eos_token=eos,
+    tokenizer = GPT2Tokenizer(vocab=dict(model["vocab"]), merges=_merges(model), bos_token=bos, eos_token=eos,
                               unk_token=unk, add_prefix_space=False, add_bos_token=add_bos)
-    tokenizer.save_pretrained(out)
-    reloaded = AutoTokenizer.from_pretrained(out)
-    for text in texts:
-        want = backend.encode(text, add_special_tokens=False).ids
-        got = reloaded(text, add_special_tokens=False)["input_ids"]
-        if want != got:
-            raise ValueError(f"make_tiny_decoder({arch}): the saved tokenizer encodes {text[:40]!r} differently "
-                             f"from the trained one ({got[:10]} vs {want[:10]})")
+    reloaded = _save_checked(tokenizer, backend, texts, out, f"make_tiny_decoder({arch})")
     config = _decoder_config(arch, len(reloaded), layers=layers, heads=heads, hidden=hidden,
                              intermediate_size=intermediate_size, max_positions=max_positions,
                              bos=reloaded.convert_tokens_to_ids(bos), eos=reloaded.convert_tokens_to_ids(eos),
