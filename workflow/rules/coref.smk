@@ -1,9 +1,13 @@
 # Step `coref`: coreference antecedent selection per head (paper Table 2). The CoNLL-2012 corpus is
 # LDC licensed: with no files configured the stage writes tables that say "not run" (never fails).
 
+
+include: "functions/coref.smk"
+
+
 if COREF_FILES:
 
-    rule coref_extract:
+    use rule _torch_step as coref_extract with:
         input:
             coref_input_files,
         output:
@@ -13,11 +17,7 @@ if COREF_FILES:
             log_path("coref_extract"),
         benchmark:
             bench_path("coref_extract")
-        conda:
-            ENV_TORCH
         threads: 8
-        resources:
-            **sizing.snakemake_resources("coref_extract", config),
         params:
             cmd=bertlook_cmd(
                 "coref-extract",
@@ -30,19 +30,16 @@ if COREF_FILES:
                 head_rule=config["coref"]["head_rule"],
                 batch_size=config["extraction"]["batch_size"],
                 device=config["extraction"]["device"],
-                model_dtype=config["extraction"]["model_dtype"],
-                max_unk_rate=config["extraction"]["max_unk_rate"],
+                **settings("extraction", "model_dtype", "max_unk_rate"),
                 summary=OUT.summary,
             ),
-        shell:
-            CMD
 
 
-rule coref:
+use rule _analysis_step as coref with:
     input:
         store=[run_path("attention", "coref")] if COREF_FILES else [],
     output:
-        table=data_file(run_path("tables", "table2.csv"), "table2.rst", "Table 2 twin (CSV)"),
+        table=data_table("table2", "Table 2 twin (CSV)"),
         markdown=run_path("tables", "table2.md"),
         heads=run_path("tables", "coref_heads.csv"),
         summary=run_path("tables", "table2.summary.json"),
@@ -50,23 +47,12 @@ rule coref:
         log_path("coref"),
     benchmark:
         bench_path("coref")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **sizing.snakemake_resources("coref", config),
     params:
         cmd=bertlook_cmd(
             "coref",
-            lambda wildcards, input, output: (
-                {"attention": input.store[0], "candidates": config["coref"]["candidates"]}
-                if COREF_FILES
-                else {"not_run": "no coreference corpus configured (set coref.conll to CoNLL-2012 files)"}
-            ),
+            coref_flags,
             out_table=OUT.table,
             out_markdown=OUT.markdown,
             out_heads=OUT.heads,
             summary=OUT.summary,
         ),
-    shell:
-        CMD

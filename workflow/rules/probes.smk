@@ -1,32 +1,21 @@
 # Step `probes`: attention-based dependency probes (paper Table 3) and their baselines.
 
+
+include: "functions/probes.smk"
+
+
 if not config["glove"].get("path"):
 
-    rule download_glove:
+    use rule _download as download_glove with:
         output:
-            archive=GLOVE_FILE,
+            file=GLOVE_FILE,
             summary=f"{GLOVE_FILE}.download.json",
         log:
             f"{RESOURCES}/logs/download_glove.log",
         benchmark:
             f"{RESOURCES}/benchmarks/download_glove.tsv"
-        retries: 2
-        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **sizing.snakemake_resources("download_glove", config),
         params:
-            cmd=bertlook_cmd(
-                "download",
-                url=config["glove"]["url"],
-                out=OUT.archive,
-                sha256=config["glove"].get("sha256"),
-                summary=OUT.summary,
-            ),
-        shell:
-            CMD
+            cmd=download_cmd("glove"),
 
 
 # One job trains every probe of the run at once (bertlook.analyses.probe_batch: every variant x seed steps
@@ -34,12 +23,12 @@ if not config["glove"].get("path"):
 # the random-init probe on the random-init model's stores (probes.random_init), Table 3 on the norm-based
 # stores (norms.enabled and norms.probes: table3_norm.*) and the per-layer ablations of Attn+GloVe
 # (probes.layer_ablations: probe_ablations.*, the step `probe-ablations` run inside this job).
-rule probes:
+use rule _torch_step as probes with:
     input:
         unpack(probes_inputs),
     output:
         **probes_extra_outputs(),
-        table=data_file(run_path("tables", "table3.csv"), "table3.rst", "Table 3 twin (CSV)"),
+        table=data_table("table3", "Table 3 twin (CSV)"),
         markdown=run_path("tables", "table3.md"),
         summary=run_path("tables", "table3.summary.json"),
     log:
@@ -47,11 +36,7 @@ rule probes:
     benchmark:
         bench_path("probes")
     priority: 10  # as soon as the word stores exist: frees them (keep_maps: false)
-    conda:
-        ENV_TORCH
     threads: 2
-    resources:
-        **sizing.snakemake_resources("probes", config),
     params:
         cmd=bertlook_cmd(
             "probes",
@@ -64,5 +49,3 @@ rule probes:
             summary=OUT.summary,
             **probes_extra_flags(),
         ),
-    shell:
-        CMD

@@ -1,0 +1,15 @@
+# The functions and values of step `coref` (workflow/rules/coref.smk, which includes this file): kept
+# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+COREF_FILES = list(config["coref"]["conll"])
+
+
+def coref_input_files(wildcards):
+    """COREF_FILES as an input function: paths from the config stay out of the report's rule listing."""
+    return COREF_FILES
+
+
+def coref_flags(wildcards, input, output):
+    """The coref step's input: the coreference maps, or why it did not run."""
+    if COREF_FILES:
+        return {"attention": input.store[0], "candidates": config["coref"]["candidates"]}
+    return {"not_run": "no coreference corpus configured (set coref.conll to CoNLL-2012 files)"}
