@@ -208,6 +208,15 @@ def data_table(name, label):
     return data_file(run_path("tables", f"{name}.csv"), f"{name}.rst", label)
 
 
+def table_outputs(name, label):
+    """The three files of a table step: tables/NAME.csv (a data file), its Markdown twin and its summary."""
+    return dict(
+        table=data_table(name, label),
+        markdown=run_path("tables", f"{name}.md"),
+        summary=run_path("tables", f"{name}.summary.json"),
+    )
+
+
 def maps_table(name, label):
     """tables/NAME{maps}.csv of a {maps} step as a data file (``label`` with {maps}: maps_label)."""
     return data_file(run_path("tables", f"{name}{{maps}}.csv"), "maps_data_file.rst", maps_label(label))

@@ -7,7 +7,7 @@ include: "functions/coref.smk"
 
 if COREF_FILES:
 
-    use rule _torch_step as coref_extract with:
+    use rule _model_step as coref_extract with:
         input:
             coref_input_files,
         output:
@@ -17,12 +17,9 @@ if COREF_FILES:
             log_path("coref_extract"),
         benchmark:
             bench_path("coref_extract")
-        threads: 8
         params:
-            cmd=bertlook_cmd(
+            cmd=model_cmd(
                 "coref-extract",
-                model_flags,
-                omp_threads=True,
                 conll=lambda wildcards, input, output: list(input),
                 out=OUT.store,
                 max_seq_len=config["segments"]["max_seq_len"],
@@ -39,10 +36,8 @@ use rule _analysis_step as coref with:
     input:
         store=[run_path("attention", "coref")] if COREF_FILES else [],
     output:
-        table=data_table("table2", "Table 2 twin (CSV)"),
-        markdown=run_path("tables", "table2.md"),
+        **table_outputs("table2", "Table 2 twin (CSV)"),
         heads=run_path("tables", "coref_heads.csv"),
-        summary=run_path("tables", "table2.summary.json"),
     log:
         log_path("coref"),
     benchmark:

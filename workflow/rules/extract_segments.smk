@@ -11,7 +11,7 @@
 include: "functions/extract_segments.smk"
 
 
-use rule _torch_step as extract_segments with:
+use rule _model_step as extract_segments with:
     input:
         segments=rules.segments.output.segments,
     output:
@@ -24,12 +24,9 @@ use rule _torch_step as extract_segments with:
         log_path("extract_segments-{shard}"),
     benchmark:
         bench_path("extract_segments-{shard}")
-    threads: 8
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "extract-segments",
-            model_flags,
-            omp_threads=True,
             segments=IN.segments,
             **settings("extraction", "batch_size", "segment_ids"),
             max_seq_len=config["segments"]["max_seq_len"],

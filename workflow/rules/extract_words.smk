@@ -15,7 +15,7 @@
 include: "functions/extract_words.smk"
 
 
-use rule _torch_step as extract_words with:
+use rule _model_step as extract_words with:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
@@ -30,12 +30,9 @@ use rule _torch_step as extract_words with:
         log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
     benchmark:
         bench_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}")
-    threads: 8
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "extract-words",
-            model_flags,
-            omp_threads=True,
             treebank=IN.treebank,
             out=OUT.store,
             from_split=config["word_attention"]["from_split"],

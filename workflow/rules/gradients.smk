@@ -9,7 +9,7 @@
 GRADIENT_SHARD_LABELS = shard_labels(int(config["gradients"].get("shards") or SHARDS))
 
 
-use rule _torch_step as gradients_shard with:
+use rule _model_step as gradients_shard with:
     input:
         segments=rules.segments.output.segments,
     output:
@@ -18,12 +18,9 @@ use rule _torch_step as gradients_shard with:
         log_path("gradients-{shard}"),
     benchmark:
         bench_path("gradients-{shard}")
-    threads: 8
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "gradients",
-            model_flags,
-            omp_threads=True,
             segments=IN.segments,
             shard=WC.shard,
             out_partial=OUT.partial,

@@ -4,10 +4,7 @@
 # report card takes its scores as columns.
 
 
-# A few thousand tokens: the job is the model's start-up, on one core (with 2 it took the whole demo machine
-# at 91% load; with 1 it runs beside the segments job; the template's one thread). Its golden numbers hold
-# across 1 / 2 threads (tests/test_portability.py).
-use rule _torch_step as head_detectors with:
+use rule _model_step as head_detectors with:
     output:
         table=data_file(run_path("tables", "head_detectors.csv"), None, "Head detectors (CSV)"),
         markdown=run_path("tables", "head_detectors.md"),
@@ -16,11 +13,13 @@ use rule _torch_step as head_detectors with:
         log_path("head_detectors"),
     benchmark:
         bench_path("head_detectors")
+    # a few thousand tokens: the job is the model's start-up, on one core (with 2 it took the whole demo
+    # machine at 91% load; with 1 it runs beside the segments job). Its golden numbers hold across 1 / 2
+    # threads (tests/test_portability.py).
+    threads: 1
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "head-detectors",
-            model_flags,
-            omp_threads=True,
             out=OUT.table,
             out_markdown=OUT.markdown,
             summary=OUT.summary,

@@ -28,9 +28,7 @@ use rule _torch_step as probes with:
         unpack(probes_inputs),
     output:
         **probes_extra_outputs(),
-        table=data_table("table3", "Table 3 twin (CSV)"),
-        markdown=run_path("tables", "table3.md"),
-        summary=run_path("tables", "table3.summary.json"),
+        **table_outputs("table3", "Table 3 twin (CSV)"),
     log:
         log_path("probes"),
     benchmark:

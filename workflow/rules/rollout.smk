@@ -24,10 +24,8 @@ use rule _analysis_step as rollout_words with:
     input:
         dev=run_path("attention", "words-dev"),
     output:
-        table=data_table("table1_rollout", "Table 1 on the rollout maps (CSV)"),
-        markdown=run_path("tables", "table1_rollout.md"),
+        **table_outputs("table1_rollout", "Table 1 on the rollout maps (CSV)"),
         accuracy=run_path("tables", "rollout_accuracy.csv"),
-        summary=run_path("tables", "table1_rollout.summary.json"),
     log:
         log_path("rollout_words"),
     benchmark:

@@ -68,6 +68,11 @@ def bertlook_cmd(step, *flag_groups, omp_threads=False, **flags):
     return cmd
 
 
+def model_cmd(step, **flags):
+    """bertlook_cmd of a step that runs the run's model (--model/--revision, OMP_NUM_THREADS = threads)."""
+    return bertlook_cmd(step, model_flags, omp_threads=True, **flags)
+
+
 def settings(section, *keys):
     """Flags taken as they are from one config section: ``**settings("clustering", "mds_eps")`` is
     ``mds_eps=config["clustering"]["mds_eps"]``."""

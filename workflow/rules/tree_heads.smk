@@ -12,12 +12,10 @@ use rule _analysis_step as tree_heads with:
     input:
         dev=run_path("attention", "words-dev"),
     output:
-        table=data_table("tree_heads", "Single-head trees, every head (CSV)"),
+        **table_outputs("tree_heads", "Single-head trees, every head (CSV)"),
         best=data_table("tree_heads_best", "Single-head trees, best head per layer (CSV)"),
-        markdown=run_path("tables", "tree_heads.md"),
         # the report shows a page-sized copy (report_pages.smk), not this full-resolution PNG
         figure=run_path("figures", "fig_tree_heads.png"),
-        summary=run_path("tables", "tree_heads.summary.json"),
     log:
         log_path("tree_heads"),
     benchmark:
