@@ -14,6 +14,7 @@ if not config["glove"].get("path"):
             f"{RESOURCES}/logs/download_glove.log",
         benchmark:
             f"{RESOURCES}/benchmarks/download_glove.tsv"
+        localrule: True
         params:
             cmd=download_cmd("glove"),
 

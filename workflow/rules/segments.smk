@@ -10,6 +10,7 @@ if not config["wikipedia"].get("path") and not HF_DATASET:
             f"{RESOURCES}/logs/download_wikipedia.log",
         benchmark:
             f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
+        localrule: True
         params:
             cmd=download_cmd("wikipedia"),
 
