@@ -114,9 +114,9 @@ def rule_resource(key):
 
 @cache
 def _resources_of(rulename):
-    """step_resources of the rule Snakemake calls ``rulename``: under its name in this workflow (``rules.NAME``),
-    also when bertlook runs as a module whose rules are renamed (`use rule * from bertlook as bertlook_*`:
-    the name in this workflow is the part of ``rulename`` whose rule is that one)."""
+    """step_resources of the rule Snakemake calls ``rulename``, by its name in this workflow (``rules.NAME``),
+    also when bertlook runs as a module whose rules are renamed (`use rule * from bertlook as bertlook_*`);
+    the name in this workflow is then the part of ``rulename`` whose rule is that one."""
     names = (rulename[i:j] for n in range(len(rulename), 0, -1) for i in range(len(rulename) - n + 1) for j in [i + n])
     own = next((name for name in names if rules.has(name) and getattr(rules, name).rule.name == rulename), rulename)
     return step_resources(own)
