@@ -1,6 +1,6 @@
 """The conda envs (envs/*.yaml, `snakemake --sdm conda`) hold what each rule's step imports.
 
-Every rule runs one step, `python -m bertlook STEP ...` (workflow/rules/common.smk: bertlook_cmd), in
+Every rule runs one step, `python -m bertlook STEP ...` (workflow/rules/rule_helpers.smk: bertlook_cmd), in
 the env of its `conda:` directive (ENV_TORCH or ENV_ANALYSIS). The env's Python finds bertlook itself
 through PYTHONPATH (the checkout's src/), so the env must provide bertlook's third-party imports, and
 only those the step reaches matter: bertlook imports its heavy libraries inside functions.

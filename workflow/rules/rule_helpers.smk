@@ -1,6 +1,6 @@
 # What every rule is made of -- its command line (bertlook_cmd, CMD), log and benchmark paths, resources
 # (step_resources, rule_resource) -- and put together by the rule templates of the Snakefile
-# (_analysis_step, _torch_step, _download). Included by the Snakefile after common.smk.
+# (_analysis_step, _torch_step, _model_step, _download). Included by the Snakefile after common.smk.
 from functools import cache
 
 from bertlook.pipeline.shellcmd import command
