@@ -1,5 +1,5 @@
-# The functions and values of step `coref` (workflow/rules/coref.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `coref`: its own functions and values, included by workflow/rules/coref.smk (Snakemake's
+# linter wants rules and functions in separate files).
 COREF_FILES = list(config["coref"]["conll"])
 
 

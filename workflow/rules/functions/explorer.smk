@@ -1,5 +1,5 @@
-# The functions and values of step `explorer` (workflow/rules/explorer.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `explorer`: its own functions and values, included by workflow/rules/explorer.smk (Snakemake's
+# linter wants rules and functions in separate files).
 def models_explorer_outputs():
     """The fan-out's side-by-side head explorer (made by explorer_models), with two or more models and the
     explorer on."""

@@ -1,5 +1,5 @@
-# The functions and values of step `extract_segments` (workflow/rules/extract_segments.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `extract_segments`: its own functions and values, included by workflow/rules/extract_segments.smk (Snakemake's
+# linter wants rules and functions in separate files).
 def segment_pass_outputs():
     """The outputs of extract_segments (the one pass over the segment maps) besides its summary and the
     paper's partial sums: the norm-based twins (norms.enabled), the rollout partial (rollout.enabled) and the

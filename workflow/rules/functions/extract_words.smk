@@ -1,5 +1,5 @@
-# The functions and values of step `extract_words` (workflow/rules/extract_words.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `extract_words`: its own functions and values, included by workflow/rules/extract_words.smk (Snakemake's
+# linter wants rules and functions in separate files).
 WORD_TEXT_ARG = lambda wildcards, input, output: TREEBANK_OF[wildcards.run]["text"]
 # One word shard (the default): each extraction job writes its split's store itself, no merge job.
 WORD_SHARD_SUFFIX = "-{shard}" if WORD_SHARDS > 1 else ""

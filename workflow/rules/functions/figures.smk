@@ -1,5 +1,5 @@
-# The functions and values of step `figures` (workflow/rules/figures.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `figures`: its own functions and values, included by workflow/rules/figures.smk (Snakemake's
+# linter wants rules and functions in separate files).
 # The figures of the paper's `figures` step (declared in bertlook.cli.figures).
 FIGURES = [os.path.basename(path) for step in STEPS if step.name == "figures" for path in step.outputs]
 

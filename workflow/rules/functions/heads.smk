@@ -1,5 +1,5 @@
-# The functions and values of step `heads` (workflow/rules/heads.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `heads`: its own functions and values, included by workflow/rules/heads.smk (Snakemake's
+# linter wants rules and functions in separate files).
 def heads_inputs(wildcards):
     """The word stores Table 1 reads: the model's attention maps (``{maps}`` empty) or the norm-based maps
     (``_norm``); the train split when the run's treebank has one."""

@@ -1,5 +1,5 @@
-# The functions and values of step `languages` (workflow/rules/languages.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `languages`: its own functions and values, included by workflow/rules/languages.smk (Snakemake's
+# linter wants rules and functions in separate files).
 LANGUAGES_DIR = os.path.join(RESULTS, f"{config['run_name']}-languages")
 LANGUAGE_OUTPUTS = ("best_heads.csv", "agreement.csv", "languages.md", "fig_languages.png", "languages.summary.json")
 

@@ -1,5 +1,5 @@
-# The functions and values of step `manifest` (workflow/rules/manifest.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `manifest`: its own functions and values, included by workflow/rules/manifest.smk (Snakemake's
+# linter wants rules and functions in separate files).
 def beyond_summaries():
     """The summaries of the steps beyond the paper that run, for the manifest (bertlook.pipeline.steps order)."""
     return [run_path(path) for path in steps.beyond_summaries(STEPS, SWITCH).values()]

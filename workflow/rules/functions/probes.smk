@@ -1,5 +1,5 @@
-# The functions and values of step `probes` (workflow/rules/probes.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `probes`: its own functions and values, included by workflow/rules/probes.smk (Snakemake's
+# linter wants rules and functions in separate files).
 from bertlook.pipeline.preflight import glove_download_target
 
 GLOVE = config["glove"]

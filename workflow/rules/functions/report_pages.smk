@@ -1,5 +1,5 @@
-# The functions and values of step `report_pages` (workflow/rules/report_pages.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `report_pages`: its own functions and values, included by workflow/rules/report_pages.smk (Snakemake's
+# linter wants rules and functions in separate files).
 REPORT_DIR = "report"
 ReportPage = steps.Page  # the declarations' page type; the summaries' pages below use full paths
 

@@ -1,5 +1,5 @@
-# The functions and values of step `treebank` (workflow/rules/treebank.smk, which includes this file): kept
-# apart from its rules, as Snakemake's linter asks (no rules and functions in one file).
+# Step `treebank`: its own functions and values, included by workflow/rules/treebank.smk (Snakemake's
+# linter wants rules and functions in separate files).
 from bertlook.pipeline.preflight import ud_download_dir
 from bertlook.reporting import compare as _compare
 
