@@ -7,6 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 import bertlook
@@ -42,6 +43,42 @@ def test_workflow_catalog_description():
     config = flags.split("--configfile", 1)[1].split()[0]
     assert (ROOT / config).is_file(), config  # the flag names a configuration that exists
     assert (ROOT / "Snakefile").is_file() and (ROOT / "config" / "README.md").is_file()  # what the catalog reads
+
+
+def test_catalog_layout_without_copies():
+    """The catalog's standardized usage reads workflow/Snakefile and config/config.yaml; the top-level
+    Snakefile and config.yaml stay the entry points users know. Each is one file under two names."""
+    assert (ROOT / "workflow" / "Snakefile").is_file() and not (ROOT / "workflow" / "Snakefile").is_symlink()
+    assert (ROOT / "Snakefile").resolve() == (ROOT / "workflow" / "Snakefile").resolve()
+    assert (ROOT / "config.yaml").is_file() and not (ROOT / "config.yaml").is_symlink()
+    assert (ROOT / "config" / "config.yaml").resolve() == (ROOT / "config.yaml").resolve()
+    assert (ROOT / "config" / "config.yaml").read_text() == (ROOT / "config.yaml").read_text()
+
+
+@pytest.mark.e2e  # the real snakemake on the tiny configuration
+def test_rule_graph_from_either_snakefile():
+    """`snakemake --rulegraph` on .test/config.yaml, as the catalog renders it: from workflow/Snakefile, from
+    the top-level Snakefile and from the one Snakemake finds by itself, the same graph of the steps' rules
+    (the rule templates, which make no job, are not in it)."""
+    import subprocess
+
+    from workflow_helpers import ENV, SNAKEMAKE
+
+    graphs = []
+    for snakefile in (["--snakefile", "workflow/Snakefile"], ["--snakefile", "Snakefile"], []):
+        proc = subprocess.run([SNAKEMAKE, *snakefile, "--rulegraph", "--configfile", ".test/config.yaml"], cwd=ROOT,
+                              capture_output=True, text=True, env=ENV, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        graph = proc.stdout[proc.stdout.index("digraph"):]
+        names = dict(re.findall(r'^\s*(\d+)\[label = "(\w+)"', graph, flags=re.M))
+        edges = {(names[a], names[b]) for a, b in re.findall(r"^\s*(\d+) -> (\d+)", graph, flags=re.M)}
+        graphs.append((set(names.values()), edges))
+    assert graphs[0] == graphs[1] == graphs[2]  # the same rules, the same edges (in any order)
+    labels, edges = graphs[0]
+    assert ("extract_segments", "surface_stats") in edges and ("manifest", "compare") in edges
+    assert {"all", "segments", "extract_segments", "treebank", "extract_words", "heads", "probes", "coref",
+            "gradients", "figures", "manifest", "compare", "report_pages"} <= labels
+    assert not {label for label in labels if label.startswith("_")}
 
 
 def test_rule_files_are_snakefmt_clean():

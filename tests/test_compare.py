@@ -333,7 +333,7 @@ def test_paper_comparable_truth_table():
 @pytest.mark.e2e  # parses the Snakefile with Snakemake's API (make test-unit runs no Snakemake)
 @pytest.mark.parametrize("treebank,kind", TREEBANK_CASES, ids=["silver", "ud", "local-ptb_sd", "local-ud"])
 def test_workflow_helper_and_comparison_agree(tmp_path, monkeypatch, treebank, kind):
-    """The workflow's paper_comparable (common.smk: heads --paper-comparable) and the comparison's
+    """The workflow's paper_comparable (functions/heads.smk: heads --paper-comparable) and the comparison's
     Table 1 / Table 3 verdict (compare.comparability of the manifest) agree for every
     compare_with_paper x treebank kind: both come from compare.section_comparability."""
     import yaml

@@ -1,6 +1,6 @@
 """The conda envs (envs/*.yaml, `snakemake --sdm conda`) hold what each rule's step imports.
 
-Every rule runs one step, `python -m bertlook STEP ...` (workflow/rules/common.smk: bertlook_cmd), in
+Every rule runs one step, `python -m bertlook STEP ...` (workflow/rules/rule_helpers.smk: bertlook_cmd), in
 the env of its `conda:` directive (ENV_TORCH or ENV_ANALYSIS). The env's Python finds bertlook itself
 through PYTHONPATH (the checkout's src/), so the env must provide bertlook's third-party imports, and
 only those the step reaches matter: bertlook imports its heavy libraries inside functions.
@@ -81,18 +81,37 @@ def _call_text(text: str, start: int) -> str:
     raise AssertionError(f"unbalanced bertlook_cmd( at {start}")
 
 
+def _command(block: str, where: str) -> tuple[str, ast.Call] | None:
+    """(step, call) of a rule's command: ``bertlook_cmd(STEP, ...)``, or ``model_cmd`` / ``download_cmd``
+    (workflow/rules/rule_helpers.smk) written out as the ``bertlook_cmd`` call they make; None without one."""
+    m = re.search(r"\b(bertlook_cmd|model_cmd|download_cmd)\(", block)
+    if not m:
+        return None
+    call = ast.parse(_call_text(block, m.start(1)), mode="eval").body
+    if m.group(1) == "model_cmd":  # bertlook_cmd(step, model_flags, omp_threads=True, **flags)
+        call = ast.Call(ast.Name("bertlook_cmd"), [call.args[0], ast.Name("model_flags"), *call.args[1:]],
+                        [ast.keyword("omp_threads", ast.Constant(True)), *call.keywords])
+    elif m.group(1) == "download_cmd":
+        helpers = (RULES_DIR / "rule_helpers.smk").read_text()
+        call = ast.parse(_call_text(helpers, helpers.index("bertlook_cmd(", helpers.index("def download_cmd"))),
+                         mode="eval").body
+    assert isinstance(call.args[0], ast.Constant), f"{where}: the step is not a constant"
+    return call.args[0].value, call
+
+
 @lru_cache(maxsize=None)
 def workflow_rules() -> tuple[Rule, ...]:
     """Every rule of workflow/rules/*.smk (also those defined only for some configurations).
 
     ``use rule A as B [with: ...]`` makes B a copy of A: A's env, step and flags, except where the
-    ``with:`` block sets its own ``conda:`` or ``params: cmd=bertlook_cmd(...)``."""
+    ``with:`` block sets its own ``conda:`` or ``params: cmd=...``. The templates of workflow/Snakefile
+    (``_analysis_step`` ...: an env, no command) are bases only, not listed."""
     common = (RULES_DIR / "common.smk").read_text()
     envs = dict(re.findall(r'^(ENV_\w+) = "([^"]+)"', common, flags=re.M))
     assert envs, "no ENV_* constants in common.smk"
-    rules: dict[str, Rule] = {}
+    rules: dict[str, Rule | None] = {}
     uses = []  # (where, base, name, block)
-    for smk in sorted(RULES_DIR.glob("*.smk")):
+    for smk in [ROOT / "workflow" / "Snakefile", *sorted(RULES_DIR.glob("*.smk"))]:
         text = smk.read_text()
         starts = list(re.finditer(r"^[ \t]*(?:rule (\w+):|use rule (\w+) as (\w+)\b[^\n]*)", text, flags=re.M))
         for i, m in enumerate(starts):
@@ -103,14 +122,14 @@ def workflow_rules() -> tuple[Rule, ...]:
             if m.group(2):
                 uses.append((where, m.group(2), name, block))
                 continue
+            if name == "all":
+                continue
             conda = re.search(r"^\s*conda:\s*\n\s*(ENV_\w+)\s*$", block, flags=re.M)
             assert conda and conda.group(1) in envs, f"{where}: no conda: ENV_* directive"
-            at = block.find("bertlook_cmd(")
-            assert at >= 0, f"{where}: no bertlook_cmd(...) parameter"
-            call = ast.parse(_call_text(block, at), mode="eval").body
-            assert isinstance(call.args[0], ast.Constant), f"{where}: the step is not a constant"
+            command = _command(block, where)
+            assert command or name.startswith("_"), f"{where}: no bertlook_cmd(...) parameter"
             env = (RULES_DIR / envs[conda.group(1)]).resolve()
-            rules[name] = Rule(name, env, call.args[0].value, call)
+            rules[name] = Rule(name, env, *command) if command else Rule(name, env, None, None)
     while uses:  # a use rule may copy another use rule, in any file order
         ready = [u for u in uses if u[1] in rules]
         assert ready, "use rule of an unknown rule: " + ", ".join(f"{w} (from {b})" for w, b, _, _ in uses)
@@ -122,13 +141,12 @@ def workflow_rules() -> tuple[Rule, ...]:
             if conda:
                 assert conda.group(1) in envs, f"{where}: conda: {conda.group(1)} is not an ENV_* constant"
                 env = (RULES_DIR / envs[conda.group(1)]).resolve()
-            at = block.find("bertlook_cmd(")
-            if at >= 0:
-                call = ast.parse(_call_text(block, at), mode="eval").body
-                assert isinstance(call.args[0], ast.Constant), f"{where}: the step is not a constant"
-                step = call.args[0].value
+            command = _command(block, where)
+            if command:
+                step, call = command
+            assert step or name.startswith("_"), f"{where}: no bertlook_cmd(...) parameter"
             rules[name] = Rule(name, env, step, call)
-    return tuple(rules.values())
+    return tuple(rule for name, rule in rules.items() if not name.startswith("_"))
 
 
 # ---- envs ---------------------------------------------------------------------------------------

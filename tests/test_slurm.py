@@ -27,8 +27,9 @@ from workflow_helpers import ENV, ROOT, RUN, SNAKEMAKE, tiny_config
 
 PROFILES = ROOT / "profiles"
 SLURM_PROFILES = ["slurm", "slurm-cpu"]
-# Rules that run the model (extraction and gradients): a GPU each in profiles/slurm.
-MODEL_RULE_MARK = 'device=config["extraction"]["device"]'
+# Rules that run the model (extraction, gradients, head detectors), made from the workflow's _model_step
+# template: a GPU each in profiles/slurm.
+MODEL_RULE_MARK = "use rule _model_step as"
 
 
 def load_profile(name: str, monkeypatch, **env: str) -> dict:
@@ -44,11 +45,15 @@ def load_profile(name: str, monkeypatch, **env: str) -> dict:
 
 
 def rules_in_smk() -> dict[str, str]:
-    """rule name -> its text, for every rule in workflow/rules/*.smk."""
+    """rule name -> its text from its `rule NAME:` or `use rule BASE as NAME` line on, for every rule in
+    workflow/rules/*.smk."""
     rules = {}
     for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        parts = re.split(r"^\s*rule (\w+):\s*$", smk.read_text(), flags=re.M)
-        rules.update(dict(zip(parts[1::2], parts[2::2])))
+        text = smk.read_text()
+        starts = list(re.finditer(r"^[ \t]*(?:rule (\w+):|use rule \w+ as (\w+)\b)", text, flags=re.M))
+        for i, m in enumerate(starts):
+            end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+            rules[m.group(1) or m.group(2)] = text[m.start():end]
     return rules
 
 

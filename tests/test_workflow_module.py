@@ -31,7 +31,8 @@ use rule * from bertlook as bertlook_*
 def _deployment(tmp_path, tiny_bert_dir):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))
-    (tmp_path / "Snakefile").write_text(USER_SNAKEFILE.format(snakefile=ROOT / "Snakefile"))
+    # the workflow's own file, where the catalog and snakedeploy look (the top-level Snakefile links to it)
+    (tmp_path / "Snakefile").write_text(USER_SNAKEFILE.format(snakefile=ROOT / "workflow" / "Snakefile"))
     return tmp_path
 
 

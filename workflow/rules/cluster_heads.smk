@@ -6,30 +6,17 @@
 # labels of its own surface statistics.
 
 
-rule cluster_heads:
+use rule _torch_step as cluster_heads with:
     input:
         partials=every_shard(run_path("partials", "js{maps}-{shard}.npz")),
         stats=run_path("tables", "attention_stats{maps}.csv"),
     output:
-        js=data_file(
-            run_path("tables", "js_divergence{maps}.csv"),
-            "maps_data_file.rst",
-            maps_label("JS divergence between heads{maps} (CSV)"),
-        ),
-        clusters=data_file(
-            run_path("tables", "head_clusters{maps}.csv"),
-            "maps_data_file.rst",
-            maps_label("Head embedding and behaviour labels{maps} (CSV)"),
-        ),
+        js=maps_table("js_divergence", "JS divergence between heads{maps} (CSV)"),
+        clusters=maps_table("head_clusters", "Head embedding and behaviour labels{maps} (CSV)"),
     log:
         log_path("cluster_heads{maps}"),
     benchmark:
         bench_path("cluster_heads{maps}")
-    conda:
-        ENV_TORCH
-    threads: 1
-    resources:
-        **step_resources("cluster_heads"),
     params:
         cmd=bertlook_cmd(
             "cluster-heads",
@@ -39,9 +26,5 @@ rule cluster_heads:
             out_js=OUT.js,
             out_clusters=OUT.clusters,
             seed=config["seed"],
-            mds_n_init=config["clustering"]["mds_n_init"],
-            mds_max_iter=config["clustering"]["mds_max_iter"],
-            mds_eps=config["clustering"]["mds_eps"],
+            **settings("clustering", "mds_n_init", "mds_max_iter", "mds_eps"),
         ),
-    shell:
-        CMD

@@ -2,7 +2,10 @@
 # when the config lists several models, a cross-model summary.
 
 
-rule compare:
+RUN_DIR = lambda wildcards, input, output: run_path().format(run=wildcards.run)  # --run-dir of the job's run
+
+
+use rule _analysis_step as compare with:
     input:
         manifest=rules.manifest.output[0],
         stats=run_path("tables", "attention_stats.csv"),
@@ -20,23 +23,11 @@ rule compare:
         log_path("compare"),
     benchmark:
         bench_path("compare")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("compare"),
     params:
-        cmd=bertlook_cmd(
-            "compare",
-            run_dir=lambda wildcards, input, output: run_path().format(run=wildcards.run),
-            out_csv=OUT.csv,
-            out_markdown=OUT.markdown,
-        ),
-    shell:
-        CMD
+        cmd=bertlook_cmd("compare", run_dir=RUN_DIR, out_csv=OUT.csv, out_markdown=OUT.markdown),
 
 
-rule models_summary:
+use rule _analysis_step as models_summary with:
     input:
         comparisons=expand(run_path("comparison.csv"), run=MODEL_RUNS),
         # each run's head detectors and model family (head_detectors.enabled)
@@ -57,11 +48,6 @@ rule models_summary:
         os.path.join(SUMMARY_DIR, "logs", "models_summary.log"),
     benchmark:
         os.path.join(SUMMARY_DIR, "benchmarks", "models_summary.tsv")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("models_summary"),
     params:
         cmd=bertlook_cmd(
             "models-summary",
@@ -71,5 +57,3 @@ rule models_summary:
             out_markdown=OUT.markdown,
             out_figure=OUT.figure,
         ),
-    shell:
-        CMD

@@ -1,9 +1,13 @@
 # Step `coref`: coreference antecedent selection per head (paper Table 2). The CoNLL-2012 corpus is
 # LDC licensed: with no files configured the stage writes tables that say "not run" (never fails).
 
+
+include: "functions/coref.smk"
+
+
 if COREF_FILES:
 
-    rule coref_extract:
+    use rule _model_step as coref_extract with:
         input:
             coref_input_files,
         output:
@@ -13,16 +17,9 @@ if COREF_FILES:
             log_path("coref_extract"),
         benchmark:
             bench_path("coref_extract")
-        conda:
-            ENV_TORCH
-        threads: 8
-        resources:
-            **step_resources("coref_extract"),
         params:
-            cmd=bertlook_cmd(
+            cmd=model_cmd(
                 "coref-extract",
-                model_flags,
-                omp_threads=True,
                 conll=lambda wildcards, input, output: list(input),
                 out=OUT.store,
                 max_seq_len=config["segments"]["max_seq_len"],
@@ -30,43 +27,27 @@ if COREF_FILES:
                 head_rule=config["coref"]["head_rule"],
                 batch_size=config["extraction"]["batch_size"],
                 device=config["extraction"]["device"],
-                model_dtype=config["extraction"]["model_dtype"],
-                max_unk_rate=config["extraction"]["max_unk_rate"],
+                **settings("extraction", "model_dtype", "max_unk_rate"),
                 summary=OUT.summary,
             ),
-        shell:
-            CMD
 
 
-rule coref:
+use rule _analysis_step as coref with:
     input:
         store=[run_path("attention", "coref")] if COREF_FILES else [],
     output:
-        table=data_file(run_path("tables", "table2.csv"), "table2.rst", "Table 2 twin (CSV)"),
-        markdown=run_path("tables", "table2.md"),
+        **table_outputs("table2", "Table 2 twin (CSV)"),
         heads=run_path("tables", "coref_heads.csv"),
-        summary=run_path("tables", "table2.summary.json"),
     log:
         log_path("coref"),
     benchmark:
         bench_path("coref")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("coref"),
     params:
         cmd=bertlook_cmd(
             "coref",
-            lambda wildcards, input, output: (
-                {"attention": input.store[0], "candidates": config["coref"]["candidates"]}
-                if COREF_FILES
-                else {"not_run": "no coreference corpus configured (set coref.conll to CoNLL-2012 files)"}
-            ),
+            coref_flags,
             out_table=OUT.table,
             out_markdown=OUT.markdown,
             out_heads=OUT.heads,
             summary=OUT.summary,
         ),
-    shell:
-        CMD

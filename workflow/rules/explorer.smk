@@ -5,7 +5,10 @@
 # freed early) and the segment windows from the Fig 1 example files.
 
 
-rule explorer_sample:
+include: "functions/explorer.smk"
+
+
+use rule _analysis_step as explorer_sample with:
     input:
         dev=run_path("attention", "words-dev"),
         norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
@@ -17,11 +20,6 @@ rule explorer_sample:
     benchmark:
         bench_path("explorer_sample")
     priority: 10
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("explorer"),
     params:
         cmd=bertlook_cmd(
             "explorer",
@@ -30,11 +28,9 @@ rule explorer_sample:
             segment_example=IN.examples,
             sample_out=OUT.sample,
         ),
-    shell:
-        CMD
 
 
-rule explorer:
+use rule _analysis_step as explorer with:
     input:
         sample=rules.explorer_sample.output.sample,
         report=run_path("tables", "head_report.csv"),
@@ -50,11 +46,6 @@ rule explorer:
         log_path("explorer"),
     benchmark:
         bench_path("explorer")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("explorer"),
     params:
         cmd=bertlook_cmd(
             "explorer",
@@ -69,15 +60,13 @@ rule explorer:
             out=OUT.html,
             out_data=OUT.data,
         ),
-    shell:
-        CMD
 
 
 # A fan-out's runs side by side (config `models` with two or more): results/{name}-all-models/explorer.html,
 # two panes, each with a model menu, from the runs' explorer.json. Defined only for such a configuration.
 if models_explorer_outputs():
 
-    rule explorer_models:
+    use rule _analysis_step as explorer_models with:
         input:
             data=expand(run_path("explorer.json"), run=MODEL_RUNS),
         output:
@@ -86,11 +75,6 @@ if models_explorer_outputs():
             os.path.join(SUMMARY_DIR, "logs", "explorer_models.log"),
         benchmark:
             os.path.join(SUMMARY_DIR, "benchmarks", "explorer_models.tsv")
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **step_resources("explorer"),
         params:
             cmd=bertlook_cmd(
                 "explorer",
@@ -98,5 +82,3 @@ if models_explorer_outputs():
                 title=f"{config['run_name']}: {', '.join(MODEL_LABELS)}",
                 out=OUT.html,
             ),
-        shell:
-            CMD

@@ -8,7 +8,10 @@
 # On SLURM (profiles/slurm) extract_segments asks for a GPU.
 
 
-rule extract_segments:
+include: "functions/extract_segments.smk"
+
+
+use rule _model_step as extract_segments with:
     input:
         segments=rules.segments.output.segments,
     output:
@@ -21,24 +24,14 @@ rule extract_segments:
         log_path("extract_segments-{shard}"),
     benchmark:
         bench_path("extract_segments-{shard}")
-    conda:
-        ENV_TORCH
-    threads: 8
-    resources:
-        **step_resources("extract_segments"),
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "extract-segments",
-            model_flags,
-            omp_threads=True,
             segments=IN.segments,
-            batch_size=config["extraction"]["batch_size"],
-            segment_ids=config["extraction"]["segment_ids"],
+            **settings("extraction", "batch_size", "segment_ids"),
             max_seq_len=config["segments"]["max_seq_len"],
             device=config["extraction"]["device"],
-            model_dtype=config["extraction"]["model_dtype"],
-            shard_mb=config["extraction"]["shard_mb"],
-            max_unk_rate=config["extraction"]["max_unk_rate"],
+            **settings("extraction", "model_dtype", "shard_mb", "max_unk_rate"),
             shard=WC.shard,
             summary=OUT.summary,
             stats_partial=OUT.stats,
@@ -48,13 +41,11 @@ rule extract_segments:
             example_index=config["figures"]["example_index"],
             **segment_pass_flags(),
         ),
-    shell:
-        CMD
 
 
 # The shards' summaries -> the summary and store meta.json of the whole extraction (no maps read:
 # the manifest takes the model provenance from segments.meta.json).
-rule gather_extraction:
+use rule _analysis_step as gather_extraction with:
     input:
         summaries=every_shard(rules.extract_segments.output.summary),
     output:
@@ -64,12 +55,5 @@ rule gather_extraction:
         log_path("gather_extraction"),
     benchmark:
         bench_path("gather_extraction")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("gather_extraction"),
     params:
         cmd=bertlook_cmd("gather-extraction", part_summary=IN.summaries, summary=OUT.summary, meta=OUT.meta),
-    shell:
-        CMD

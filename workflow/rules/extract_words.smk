@@ -12,7 +12,10 @@
 # norm-based and the random-init stores together (about 0.9 GB in the offline configuration).
 
 
-rule extract_words:
+include: "functions/extract_words.smk"
+
+
+use rule _model_step as extract_words with:
     input:
         treebank=run_path("treebank", "{split}.conllu"),
     output:
@@ -27,16 +30,9 @@ rule extract_words:
         log_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}"),
     benchmark:
         bench_path(f"extract_words-{{split}}{WORD_SHARD_SUFFIX}")
-    conda:
-        ENV_TORCH
-    threads: 8
-    resources:
-        **step_resources("extract_words"),
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "extract-words",
-            model_flags,
-            omp_threads=True,
             treebank=IN.treebank,
             out=OUT.store,
             from_split=config["word_attention"]["from_split"],
@@ -44,22 +40,18 @@ rule extract_words:
             batch_size=config["extraction"]["batch_size"],
             max_seq_len=config["segments"]["max_seq_len"],
             device=config["extraction"]["device"],
-            model_dtype=config["extraction"]["model_dtype"],
-            shard_mb=config["extraction"]["shard_mb"],
-            max_unk_rate=config["extraction"]["max_unk_rate"],
+            **settings("extraction", "model_dtype", "shard_mb", "max_unk_rate"),
             shard=WORD_SHARD_FLAG,
             summary=OUT.summary,
             norms_out=OUT.norms if RUN_NORMS else None,
             **random_words_flags(),
         ),
-    shell:
-        CMD
 
 
 # The shards' stores -> one store per split (extraction.word_shards > 1 only).
 if WORD_SHARDS > 1:
 
-    rule merge_words:
+    use rule _analysis_step as merge_words with:
         input:
             stores=every_word_shard(rules.extract_words.output.store),
             summaries=every_word_shard(rules.extract_words.output.summary),
@@ -71,20 +63,13 @@ if WORD_SHARDS > 1:
         benchmark:
             bench_path("merge_words-{split}")
         priority: 10  # frees the shard stores (hard links) and lets the consumers start
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **step_resources("merge_words"),
         params:
             cmd=bertlook_cmd(
                 "merge-stores", store=IN.stores, part_summary=IN.summaries, out=OUT.store, summary=OUT.summary
             ),
-        shell:
-            CMD
 
     # merge_words on the random-init baseline's shard stores: same command (inputs and outputs through
-    # IN / OUT), priority, threads and env; only the paths, log, benchmark and sizing name differ.
+    # IN / OUT), priority, threads and env; only the paths, log and benchmark differ.
     if RUN_RANDOM_INIT:
 
         use rule merge_words as merge_words_random with:
@@ -98,8 +83,6 @@ if WORD_SHARDS > 1:
                 log_path("merge_words_random-{split}"),
             benchmark:
                 bench_path("merge_words_random-{split}")
-            resources:
-                **step_resources("merge_words_random"),
 
     # The norm-based word stores of the shards (norms.enabled) -> one store per split; their counts are in
     # the attention stores' summaries (merge_words), so no summary here.
@@ -114,7 +97,5 @@ if WORD_SHARDS > 1:
                 log_path("merge_words_norm-{split}"),
             benchmark:
                 bench_path("merge_words_norm-{split}")
-            resources:
-                **step_resources("merge_words_norm"),
             params:
                 cmd=bertlook_cmd("merge-stores", store=IN.stores, out=OUT.store),

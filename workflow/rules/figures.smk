@@ -3,7 +3,10 @@
 # shard that holds it (extract_segments: partials/fig1-{shard}.npz), so the figures need no maps.
 
 
-rule figures:
+include: "functions/figures.smk"
+
+
+use rule _analysis_step as figures with:
     input:
         **(
             {
@@ -26,11 +29,6 @@ rule figures:
         log_path("figures"),
     benchmark:
         bench_path("figures")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("figures"),
     params:
         cmd=bertlook_cmd(
             "figures",
@@ -47,5 +45,3 @@ rule figures:
                 else {}
             ),
         ),
-    shell:
-        CMD

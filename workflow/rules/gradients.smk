@@ -4,7 +4,12 @@
 # of segments; masks are drawn as in one run) writes sums and counts (partials/gradients-{shard}.npz); `gradients` adds them up.
 
 
-rule gradients_shard:
+# gradients.shards: the gradient step writes sums only (no maps), so its job count is its own (null:
+# extraction.shards).
+GRADIENT_SHARD_LABELS = shard_labels(int(config["gradients"].get("shards") or SHARDS))
+
+
+use rule _model_step as gradients_shard with:
     input:
         segments=rules.segments.output.segments,
     output:
@@ -13,40 +18,24 @@ rule gradients_shard:
         log_path("gradients-{shard}"),
     benchmark:
         bench_path("gradients-{shard}")
-    conda:
-        ENV_TORCH
-    threads: 8
-    resources:
-        **step_resources("gradients_shard"),
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "gradients",
-            model_flags,
-            omp_threads=True,
             segments=IN.segments,
             shard=WC.shard,
             out_partial=OUT.partial,
             seed=config["seed"],
-            batch_size=config["gradients"]["batch_size"],
-            max_examples=config["gradients"].get("max_examples"),
-            mask_rate=config["gradients"]["mask_rate"],
-            mask_mode=config["gradients"]["mask_mode"],
+            **settings("gradients", "batch_size", "max_examples", "mask_rate", "mask_mode"),
             segment_ids=config["extraction"]["segment_ids"],
             device=config["extraction"]["device"],
         ),
-    shell:
-        CMD
 
 
-rule gradients:
+use rule _analysis_step as gradients with:
     input:
         partials=every_shard(rules.gradients_shard.output.partial, GRADIENT_SHARD_LABELS),
     output:
-        table=data_file(
-            run_path("tables", "sep_gradients.csv"),
-            "sep_gradients.rst",
-            "Gradients of attention to [SEP] per layer (CSV)",
-        ),
+        table=data_table("sep_gradients", "Gradients of attention to [SEP] per layer (CSV)"),
         figure=run_path("figures", "fig3_sep_gradients.png"),
         summary=run_path("tables", "sep_gradients.summary.json"),
         # head importance (Michel et al. 2019) from the same gradients: the report card's `importance`
@@ -55,11 +44,6 @@ rule gradients:
         log_path("gradients"),
     benchmark:
         bench_path("gradients")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("gradients"),
     params:
         cmd=bertlook_cmd(
             "gradients",
@@ -69,5 +53,3 @@ rule gradients:
             summary=OUT.summary,
             out_importance=OUT.importance,
         ),
-    shell:
-        CMD

@@ -4,7 +4,7 @@
 # report card takes its scores as columns.
 
 
-rule head_detectors:
+use rule _model_step as head_detectors with:
     output:
         table=data_file(run_path("tables", "head_detectors.csv"), None, "Head detectors (CSV)"),
         markdown=run_path("tables", "head_detectors.md"),
@@ -13,29 +13,19 @@ rule head_detectors:
         log_path("head_detectors"),
     benchmark:
         bench_path("head_detectors")
-    conda:
-        ENV_TORCH
     # a few thousand tokens: the job is the model's start-up, on one core (with 2 it took the whole demo
     # machine at 91% load; with 1 it runs beside the segments job). Its golden numbers hold across 1 / 2
     # threads (tests/test_portability.py).
     threads: 1
-    resources:
-        **step_resources("head_detectors"),
     params:
-        cmd=bertlook_cmd(
+        cmd=model_cmd(
             "head-detectors",
-            model_flags,
-            omp_threads=True,
             out=OUT.table,
             out_markdown=OUT.markdown,
             summary=OUT.summary,
-            n_sequences=config["head_detectors"]["n_sequences"],
-            length=config["head_detectors"]["length"],
+            **settings("head_detectors", "n_sequences", "length"),
             seed=config["seed"],
-            batch_size=config["head_detectors"]["batch_size"],
-            threshold=config["head_detectors"]["threshold"],
+            **settings("head_detectors", "batch_size", "threshold"),
             device=config["extraction"]["device"],
             model_dtype=config["extraction"]["model_dtype"],
         ),
-    shell:
-        CMD

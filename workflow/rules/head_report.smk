@@ -4,7 +4,7 @@
 # coreference accuracy, the head detectors' scores), plus one heatmap per metric. Nothing is recomputed.
 
 
-rule head_report:
+use rule _analysis_step as head_report with:
     input:
         stats=run_path("tables", "attention_stats.csv"),
         clusters=run_path("tables", "head_clusters.csv"),
@@ -14,22 +14,13 @@ rule head_report:
         # prev-token / duplicate-token / induction columns (head_detectors.enabled)
         detectors=branch(SWITCH["head_detectors"], then=run_path("tables", "head_detectors.csv")),
     output:
-        table=data_file(
-            run_path("tables", "head_report.csv"),
-            "head_report.rst",
-            "Per-head report card (CSV)",
-        ),
+        table=data_table("head_report", "Per-head report card (CSV)"),
         figure=run_path("figures", "fig_head_report.png"),
         summary=run_path("tables", "head_report.summary.json"),
     log:
         log_path("head_report"),
     benchmark:
         bench_path("head_report")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("head_report"),
     params:
         cmd=bertlook_cmd(
             "head-report",
@@ -44,5 +35,3 @@ rule head_report:
             out_figure=OUT.figure,
             min_count=config["head_report"]["min_count"] or config["heads"]["min_count"],
         ),
-    shell:
-        CMD

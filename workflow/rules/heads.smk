@@ -3,18 +3,15 @@
 # the paper's numbers joined for orientation only (the paper scored attention maps: never judged against them).
 
 
-rule heads:
+include: "functions/heads.smk"
+
+
+use rule _analysis_step as heads with:
     input:
         unpack(heads_inputs),
     output:
-        accuracy=data_file(
-            run_path("tables", "head_accuracy{maps}.csv"),
-            "maps_data_file.rst",
-            maps_label("Accuracy of every head per relation{maps} (CSV)"),
-        ),
-        table=data_file(
-            run_path("tables", "table1{maps}.csv"), "maps_data_file.rst", maps_label("Table 1 twin{maps} (CSV)")
-        ),
+        accuracy=maps_table("head_accuracy", "Accuracy of every head per relation{maps} (CSV)"),
+        table=maps_table("table1", "Table 1 twin{maps} (CSV)"),
         markdown=run_path("tables", "table1{maps}.md"),
         figure=run_path("figures", "fig5_syntax_heads{maps}.png"),
         summary=run_path("tables", "head_accuracy{maps}.summary.json"),
@@ -23,11 +20,6 @@ rule heads:
     benchmark:
         bench_path("heads{maps}")
     priority: 10  # as soon as the word stores exist: frees them (keep_maps: false; extract_words.smk)
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("heads"),
     params:
         cmd=bertlook_cmd(
             "heads",
@@ -38,13 +30,8 @@ rule heads:
             out_markdown=OUT.markdown,
             out_figure=OUT.figure,
             summary=OUT.summary,
-            min_count=config["heads"]["min_count"],
-            offsets=",".join(str(k) for k in config["heads"]["offsets"]),
-            poss_from_possessive=config["heads"]["poss_from_possessive"],
-            no_poss_from_possessive=not config["heads"]["poss_from_possessive"],
-            bootstrap=config["heads"]["bootstrap"],
-            alpha=config["heads"]["alpha"],
-            exclude_punct_candidates=config["heads"]["exclude_punct_candidates"],
+            **head_scoring(),
+            **settings("heads", "alpha", "exclude_punct_candidates"),
             seed=config["seed"],
             treebank_kind=TREEBANK_KIND_ARG,
             treebank_name=TREEBANK_NAME_ARG,
@@ -53,5 +40,3 @@ rule heads:
                 not wildcards.maps and paper_comparable(wildcards, input, output)
             ),
         ),
-    shell:
-        CMD

@@ -1,11 +1,15 @@
 # Step `languages` (issue 13, `treebanks`): for one model on several treebanks (languages), each relation's
 # best head per treebank and whether the same heads track the same relations across them (Ravishankar et
 # al. 2021). Joins the runs' Table 1 per-head accuracies; nothing is recomputed.
+# Its outputs: results/{run_name}-languages/{model label}/.
+
+
+include: "functions/languages.smk"
 
 
 if config["treebanks"]:  # one treebank: nothing to compare
 
-    rule languages:
+    use rule _analysis_step as languages with:
         input:
             unpack(languages_inputs),
         output:
@@ -25,11 +29,6 @@ if config["treebanks"]:  # one treebank: nothing to compare
             os.path.join(LANGUAGES_DIR, "{model}", "benchmarks", "languages.tsv")
         wildcard_constraints:
             model=runs_pattern(MODEL_LABELS),
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **step_resources("languages"),
         params:
             cmd=bertlook_cmd(
                 "languages",
@@ -42,5 +41,3 @@ if config["treebanks"]:  # one treebank: nothing to compare
                 out_figure=OUT.figure,
                 summary=OUT.summary,
             ),
-        shell:
-            CMD

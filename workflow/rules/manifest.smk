@@ -1,7 +1,10 @@
 # Step `manifest`: provenance of a run (model, corpus checksum, config, versions, device).
 
 
-rule manifest:
+include: "functions/manifest.smk"
+
+
+use rule _analysis_step as manifest with:
     input:
         unpack(corpus_input_files),
         attention_meta=rules.gather_extraction.output.meta,  # not the maps: they may be temp()
@@ -23,11 +26,6 @@ rule manifest:
         log_path("manifest"),
     benchmark:
         bench_path("manifest")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("manifest"),
     params:
         cmd=bertlook_cmd(
             "manifest",
@@ -35,14 +33,6 @@ rule manifest:
             config_json=json.dumps(config, sort_keys=True),
             corpus=None if HF_DATASET else IN.dump,
             attention=IN.attention_meta,
-            summary=lambda wildcards, input, output: [
-                f"{name}={input[name]}"
-                for name in ("segments", "extraction", "stats", "treebank", "words_dev", "heads")
-            ]
-            + [f"probes={path}" for path in input.probes]
-            + [f"{name}={input[name]}" for name in ("coref", "gradients")]
-            + [f"{name}={path}" for name, path in zip(beyond_summary_names(), input.beyond)],
+            summary=manifest_summaries,
             out=lambda wildcards, input, output: output[0],
         ),
-    shell:
-        CMD

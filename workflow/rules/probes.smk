@@ -1,32 +1,22 @@
 # Step `probes`: attention-based dependency probes (paper Table 3) and their baselines.
 
+
+include: "functions/probes.smk"
+
+
 if not config["glove"].get("path"):
 
-    rule download_glove:
+    use rule _download as download_glove with:
         output:
-            archive=GLOVE_FILE,
+            file=GLOVE_FILE,
             summary=f"{GLOVE_FILE}.download.json",
         log:
             f"{RESOURCES}/logs/download_glove.log",
         benchmark:
             f"{RESOURCES}/benchmarks/download_glove.tsv"
-        retries: 2
-        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **step_resources("download_glove"),
+        localrule: True
         params:
-            cmd=bertlook_cmd(
-                "download",
-                url=config["glove"]["url"],
-                out=OUT.archive,
-                sha256=config["glove"].get("sha256"),
-                summary=OUT.summary,
-            ),
-        shell:
-            CMD
+            cmd=download_cmd("glove"),
 
 
 # One job trains every probe of the run at once (bertlook.analyses.probes.batch: every variant x seed steps
@@ -34,24 +24,18 @@ if not config["glove"].get("path"):
 # the random-init probe on the random-init model's stores (probes.random_init), Table 3 on the norm-based
 # stores (norms.enabled and norms.probes: table3_norm.*) and the per-layer ablations of Attn+GloVe
 # (probes.layer_ablations: probe_ablations.*, the step `probe-ablations` run inside this job).
-rule probes:
+use rule _torch_step as probes with:
     input:
         unpack(probes_inputs),
     output:
         **probes_extra_outputs(),
-        table=data_file(run_path("tables", "table3.csv"), "table3.rst", "Table 3 twin (CSV)"),
-        markdown=run_path("tables", "table3.md"),
-        summary=run_path("tables", "table3.summary.json"),
+        **table_outputs("table3", "Table 3 twin (CSV)"),
     log:
         log_path("probes"),
     benchmark:
         bench_path("probes")
     priority: 10  # as soon as the word stores exist: frees them (keep_maps: false)
-    conda:
-        ENV_TORCH
     threads: 2
-    resources:
-        **step_resources("probes"),
     params:
         cmd=bertlook_cmd(
             "probes",
@@ -64,5 +48,3 @@ rule probes:
             summary=OUT.summary,
             **probes_extra_flags(),
         ),
-    shell:
-        CMD

@@ -7,7 +7,7 @@
 RESOURCES_TABLES = ("resources.csv", "resources.md")
 
 
-rule resources:
+use rule _analysis_step as resources with:
     input:
         outputs=lambda wildcards: [
             path
@@ -23,24 +23,11 @@ rule resources:
         log_path("resources"),
     benchmark:
         bench_path("resources")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("resources"),
     params:
-        cmd=bertlook_cmd(
-            "resources",
-            run_dir=lambda wildcards, input, output: run_path().format(run=wildcards.run),
-            exclude="resources",
-            out_csv=OUT.csv,
-            out_markdown=OUT.markdown,
-        ),
-    shell:
-        CMD
+        cmd=bertlook_cmd("resources", run_dir=RUN_DIR, exclude="resources", out_csv=OUT.csv, out_markdown=OUT.markdown),
 
 
-rule resources_summary:
+use rule _analysis_step as resources_summary with:
     input:
         outputs=lambda wildcards: [
             path
@@ -59,11 +46,6 @@ rule resources_summary:
         os.path.join(SUMMARY_DIR, "logs", "resources_summary.log"),
     benchmark:
         os.path.join(SUMMARY_DIR, "benchmarks", "resources_summary.tsv")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("resources_summary"),
     params:
         cmd=bertlook_cmd(
             "resources",
@@ -74,5 +56,3 @@ rule resources_summary:
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,
         ),
-    shell:
-        CMD

@@ -2,35 +2,20 @@
 
 if not config["wikipedia"].get("path") and not HF_DATASET:
 
-    rule download_wikipedia:
+    use rule _download as download_wikipedia with:
         output:
-            dump=WIKI_DUMP,
+            file=WIKI_DUMP,
             summary=f"{WIKI_DUMP}.download.json",
         log:
             f"{RESOURCES}/logs/download_wikipedia.log",
         benchmark:
             f"{RESOURCES}/benchmarks/download_wikipedia.tsv"
-        retries: 2
-        localrule: True  # network: runs where snakemake runs (login node), never as a cluster job
-        conda:
-            ENV_ANALYSIS
-        threads: 1
-        resources:
-            **step_resources("download_wikipedia"),
+        localrule: True
         params:
-            cmd=bertlook_cmd(
-                "download",
-                url=config["wikipedia"]["url"],
-                out=OUT.dump,
-                sha256=config["wikipedia"].get("sha256"),
-                sha1sums_url=config["wikipedia"].get("sha1sums_url"),
-                summary=OUT.summary,
-            ),
-        shell:
-            CMD
+            cmd=download_cmd("wikipedia"),
 
 
-rule segments:
+use rule _torch_step as segments with:
     input:
         unpack(corpus_input_files),
     output:
@@ -40,11 +25,6 @@ rule segments:
         log_path("segments"),
     benchmark:
         bench_path("segments")
-    conda:
-        ENV_TORCH
-    threads: 1
-    resources:
-        **step_resources("segments"),
     params:
         cmd=bertlook_cmd(
             "segments",
@@ -53,12 +33,8 @@ rule segments:
             hf_dataset=HF_DATASET_JSON,
             out=OUT.segments,
             summary=OUT.summary,
-            n_segments=config["segments"]["n_segments"],
-            max_seq_len=config["segments"]["max_seq_len"],
+            **settings("segments", "n_segments", "max_seq_len"),
             seed=config["seed"],
             max_articles=config["wikipedia"].get("max_articles"),
-            language=config["segments"]["language"],
-            splitter=config["segments"]["splitter"],
+            **settings("segments", "language", "splitter"),
         ),
-    shell:
-        CMD

@@ -4,26 +4,15 @@
 # Kobayashi et al. 2020): attention_stats_norm.csv has exactly the columns of attention_stats.csv.
 
 
-rule surface_stats:
+use rule _analysis_step as surface_stats with:
     input:
         partials=every_shard(run_path("partials", "stats{maps}-{shard}.npz")),
     output:
-        table=data_file(
-            run_path("tables", "attention_stats{maps}.csv"),
-            "maps_data_file.rst",
-            maps_label("Surface statistics per head{maps} (CSV)"),
-        ),
+        table=maps_table("attention_stats", "Surface statistics per head{maps} (CSV)"),
         summary=run_path("tables", "attention_stats{maps}.summary.json"),
     log:
         log_path("surface_stats{maps}"),
     benchmark:
         bench_path("surface_stats{maps}")
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("surface_stats"),
     params:
         cmd=bertlook_cmd("surface-stats", partial=IN.partials, out=OUT.table, summary=OUT.summary),
-    shell:
-        CMD

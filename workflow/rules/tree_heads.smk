@@ -3,34 +3,24 @@
 # against right-branching and the adjacent chain; the best heads per layer in a table and a figure.
 
 
-rule tree_heads:
+TREE_HEADS_NOTE = lambda wildcards, input, output: (
+    f"Model {MODELS[wildcards.run]['name_or_path']}; trees: {treebank_name(wildcards.run)}."
+)
+
+
+use rule _analysis_step as tree_heads with:
     input:
         dev=run_path("attention", "words-dev"),
     output:
-        table=data_file(
-            run_path("tables", "tree_heads.csv"),
-            "tree_heads.rst",
-            "Single-head trees, every head (CSV)",
-        ),
-        best=data_file(
-            run_path("tables", "tree_heads_best.csv"),
-            "tree_heads_best.rst",
-            "Single-head trees, best head per layer (CSV)",
-        ),
-        markdown=run_path("tables", "tree_heads.md"),
+        **table_outputs("tree_heads", "Single-head trees, every head (CSV)"),
+        best=data_table("tree_heads_best", "Single-head trees, best head per layer (CSV)"),
         # the report shows a page-sized copy (report_pages.smk), not this full-resolution PNG
         figure=run_path("figures", "fig_tree_heads.png"),
-        summary=run_path("tables", "tree_heads.summary.json"),
     log:
         log_path("tree_heads"),
     benchmark:
         bench_path("tree_heads")
     priority: 10  # beside heads: the dev word store is freed once its readers ran (keep_maps: false)
-    conda:
-        ENV_ANALYSIS
-    threads: 1
-    resources:
-        **step_resources("tree_heads"),
     params:
         cmd=bertlook_cmd(
             "tree-heads",
@@ -43,5 +33,3 @@ rule tree_heads:
             summary=OUT.summary,
             note=TREE_HEADS_NOTE,
         ),
-    shell:
-        CMD

@@ -3,7 +3,10 @@
 # on the main `treebank`, the syntax runs on their `treebanks` entry (TREEBANK_OF, common.smk).
 
 
-rule treebank:
+include: "functions/treebank.smk"
+
+
+use rule _torch_step as treebank with:
     input:
         unpack(treebank_inputs),
     output:
@@ -17,15 +20,8 @@ rule treebank:
     wildcard_constraints:
         run=runs_pattern(BUILT_TREEBANK_RUNS),
     retries: 1
-    conda:
-        ENV_TORCH
-    threads: 1
-    resources:
-        **step_resources("treebank"),
     params:
         cmd=bertlook_cmd("treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary),
-    shell:
-        CMD
 
 
 # A UD release is downloaded: on the login node, not as a cluster job (compute nodes are often offline).
