@@ -158,11 +158,6 @@ def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = 
     return section_comparability(model, treebank_kind(manifest), coref_ran(manifest, run_dir))
 
 
-def comparable_from_manifest(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, bool]:
-    """``{section key: bool}`` for :func:`build_comparison` (see :func:`comparability`)."""
-    return {k: v["comparable"] for k, v in comparability(manifest, run_dir).items()}
-
-
 def _comparable_lookup(comparable: dict[str, Any]) -> dict[str, bool]:
     out = {}
     titles = {v.lower(): k for k, v in SECTIONS.items()}
@@ -414,7 +409,7 @@ def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] |
 
     ``comparable``: section key (``table1``, ``table2``, ``table3``, ``figure_facts``; titles such as
     ``"Table 1"`` work too) -> bool (or a :func:`comparability` entry); a section not named is not
-    comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparable_from_manifest`).
+    comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparability`).
     ``df.attrs``: ``run``, ``comparable`` and ``context`` (model, corpus, trees) for the markdown.
     """
     import pandas as pd  # lazy: compare is read at DAG build (paper_comparable)
