@@ -27,7 +27,7 @@ from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import load_partial, same_value
+from bertlook.pipeline.sharding import load_partial, partial_metas, same_value
 
 STAT_COLUMNS = [
     "cls", "sep", "punct", "self", "prev", "next",
@@ -354,10 +354,7 @@ def reduce_surface_stats(
 
     One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
     """
-    if not partials:
-        raise BertlookError("no partial statistics to reduce")
-    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "statistics")
     for m, w in zip(metas, where):
         if m.get("partial_version") != PARTIAL_VERSION:
             raise BertlookError(f"{w}: surface-stats partial version {m.get('partial_version')!r}, expected "
