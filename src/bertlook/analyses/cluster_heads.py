@@ -222,8 +222,6 @@ def js_divergence_sum(
     already refuses a map with a non-finite or negative value or a row that does not sum to 1, and
     the store's index refuses an example without tokens (``n >= 1``).
     """
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     acc = JsAccumulator(store.num_layers, store.num_heads, where=store.path, chunk=chunk, dtype=dtype,
                         backend=backend, num_threads=num_threads)
     for k in progress_bar(select_examples(store, max_examples, segments), desc="js", unit="ex", enabled=progress):

@@ -172,8 +172,6 @@ def rollout_partial(
     (:class:`RolloutAccumulator`).
     """
     store = open_store(store, level="token")
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                              causal=is_causal(store.meta), map_kind=_map_kind(store), where=store.path)

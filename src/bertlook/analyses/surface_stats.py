@@ -306,8 +306,6 @@ def surface_stats_partial(
     ``counts`` per column, ``sum_n``, ``n_examples_in_store``. Reduce with :func:`reduce_surface_stats`.
     The extraction stream computes the same partial without a store (:class:`SurfaceStatsAccumulator`).
     """
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = SurfaceStatsAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                                   causal=is_causal(store.meta), where=store.path)
