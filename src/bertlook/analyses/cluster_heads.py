@@ -37,7 +37,7 @@ from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import same_value
+from bertlook.pipeline.sharding import partial_metas, same_value
 
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
 DEFAULT_CHUNK_BYTES = 2**20  # one block of pairwise mixtures (x2 buffers): about L2-sized
@@ -222,8 +222,6 @@ def js_divergence_sum(
     already refuses a map with a non-finite or negative value or a row that does not sum to 1, and
     the store's index refuses an example without tokens (``n >= 1``).
     """
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     acc = JsAccumulator(store.num_layers, store.num_heads, where=store.path, chunk=chunk, dtype=dtype,
                         backend=backend, num_threads=num_threads)
     for k in progress_bar(select_examples(store, max_examples, segments), desc="js", unit="ex", enabled=progress):
@@ -270,10 +268,7 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     One partial gives its matrix exactly (added to zeros). ``info``: ``num_layers``, ``num_heads``,
     ``n_examples`` (used), ``n_examples_in_store``. No example at all is an error.
     """
-    if not partials:
-        raise BertlookError("no partial JS divergences to reduce")
-    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "JS divergences")
     L = same_value([m["num_layers"] for m in metas], "num_layers", where)
     H = same_value([m["num_heads"] for m in metas], "num_heads", where)
     same_value([m.get("max_examples") for m in metas], "max_examples", where)

@@ -34,7 +34,7 @@ from bertlook.attention.mlm import load_mlm_checked
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError
 from bertlook.pipeline.model_spec import DECODER, model_family
-from bertlook.pipeline.sharding import same_value, shard_info
+from bertlook.pipeline.sharding import partial_metas, same_value, shard_info
 
 # torch / transformers come with the model (gradient_pass, attention.modeling, imported when a run starts): the
 # reduction of the per-shard sums (`bertlook gradients --partial`) runs in the analysis env, which has no torch.
@@ -381,10 +381,7 @@ def reduce_gradients(partials, *, where=None):
     means / their number; ``attention_mass`` = summed masses / segments; every count is summed. One
     partial gives exactly the numbers of an unsharded run. All partials "not run" -> the not-run table.
     """
-    if not partials:
-        raise BertlookError("no partial gradient statistics to reduce")
-    where = list(where) if where is not None else [f"partial {k + 1}" for k in range(len(partials))]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "gradient statistics", by_store=False)
     settings = same_value([m["settings"] for m in metas], "gradient settings", where)
     status = same_value([m["status"] for m in metas], "status", where)
     first = metas[0]
@@ -435,10 +432,7 @@ def reduce_head_importance(partials, *, where=None) -> tuple["pd.DataFrame", dic
     (NaN for a layer whose heads are all 0). Rows ``layer, head`` (1-indexed). All partials "not run"
     -> :func:`importance_not_run_frame`. Numbers only, no torch (the reduction runs in the analysis env).
     """
-    if not partials:
-        raise BertlookError("no partial gradient statistics to reduce")
-    where = list(where) if where is not None else [f"partial {k + 1}" for k in range(len(partials))]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "gradient statistics", by_store=False)
     status = same_value([m["status"] for m in metas], "status", where)
     if status != "ok":
         return importance_not_run_frame(metas[0]["reason"]), {"status": "not run", "reason": metas[0]["reason"]}

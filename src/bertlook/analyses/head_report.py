@@ -44,7 +44,8 @@ DEFAULT_MIN_COUNT = 100  # best relation: among relations with >= this many word
 # --------------------------------------------------------------------------------------------------
 
 
-def _ints(df: "pd.DataFrame", col: str, path: Path, *, minimum: int = 1) -> "np.ndarray":
+def int_column(df: "pd.DataFrame", col: str, path: Path, *, minimum: int = 1) -> "np.ndarray":
+    """Column ``col`` of a CSV read as strings, as integers >= ``minimum``; an error names the file and line."""
     text = df[col].astype(str).str.strip()
     vals = pd.to_numeric(text, errors="coerce")
     bad = vals.isna() | (vals.fillna(0) != vals.fillna(0).round()) | (vals.fillna(minimum) < minimum)
@@ -66,7 +67,7 @@ def _floats(df: "pd.DataFrame", col: str, path: Path, *, allow_empty: bool = Fal
 
 
 def _head_rows(df: "pd.DataFrame", path: Path) -> list[tuple[int, int]]:
-    return list(zip(_ints(df, "layer", path).tolist(), _ints(df, "head", path).tolist()))
+    return list(zip(int_column(df, "layer", path).tolist(), int_column(df, "head", path).tolist()))
 
 
 def _check_heads(heads: list[tuple[int, int]], grid: set[tuple[int, int]], path: Path, stats_path: Path,
@@ -159,7 +160,7 @@ def best_relations(path, grid: set[tuple[int, int]], stats_path, *, min_count: i
         i = int(bad.to_numpy().nonzero()[0][0])
         raise BertlookError(f"{path}:{i + 2}: expected a relation and a direction in {', '.join(DIRECTIONS)}, "
                             f"got {rel.iloc[i]!r}, {direction.iloc[i]!r}")
-    count = _ints(raw, "count", path, minimum=0)  # [row]
+    count = int_column(raw, "count", path, minimum=0)  # [row]
     acc = _floats(raw, "accuracy", path, allow_empty=True)  # [row]
     bad = (count > 0) & ~((acc >= 0) & (acc <= 1))  # [row]
     if bad.any():

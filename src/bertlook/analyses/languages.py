@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.head_report import int_column
 from bertlook.analyses.heads import ACCURACY_COLUMNS, ALL, DIRECTIONS, SKIP_RELATIONS
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
@@ -68,16 +69,8 @@ def load_head_accuracy(path: str | os.PathLike) -> "pd.DataFrame":
     i = _bad_line(~direction.isin(DIRECTIONS))
     if i is not None:
         raise BertlookError(f"{path}:{i + 2}: direction {direction.iloc[i]!r} is not one of {', '.join(DIRECTIONS)}")
-    ints = {}
-    for col, minimum in (("layer", 1), ("head", 1), ("count", 0)):
-        text = raw[col].astype(str).str.strip()
-        vals = pd.to_numeric(text, errors="coerce")
-        bad = vals.isna() | (vals.fillna(0) != vals.fillna(0).round()) | (vals.fillna(minimum) < minimum)
-        i = _bad_line(bad)
-        if i is not None:
-            raise BertlookError(f"{path}:{i + 2}: column {col!r}: expected an integer >= {minimum}, "
-                                f"got {text.iloc[i]!r}")
-        ints[col] = vals.to_numpy().astype(np.int64)  # [row]
+    ints = {col: int_column(raw, col, path, minimum=minimum)  # [row] each
+            for col, minimum in (("layer", 1), ("head", 1), ("count", 0))}
     text = raw["accuracy"].astype(str).str.strip()
     acc = pd.to_numeric(text, errors="coerce").to_numpy().astype(np.float64)  # [row]
     empty = text.str.lower().isin(["", "nan", "na"]).to_numpy()  # [row]

@@ -34,7 +34,7 @@ from bertlook.analyses.table1 import relation_rows_summary, selection_candidates
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import load_partial, same_value
+from bertlook.pipeline.sharding import load_partial, partial_metas, same_value
 
 COLUMNS = ["layer", "cls", "sep", "punct", "other", "entropy", "uniform_entropy"]
 #: per-example statistics (one value per layer), summed by the partials in this order
@@ -172,8 +172,6 @@ def rollout_partial(
     (:class:`RolloutAccumulator`).
     """
     store = open_store(store, level="token")
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                              causal=is_causal(store.meta), map_kind=_map_kind(store), where=store.path)
@@ -191,10 +189,7 @@ def reduce_rollout(
     ``frame``: one row per layer, columns :data:`COLUMNS` (``layer`` 1-indexed; ``uniform_entropy`` =
     mean ln n, the same on every row). One partial gives exactly :func:`compute_rollout_stats`.
     """
-    if not partials:
-        raise BertlookError("no partial rollout statistics to reduce")
-    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "rollout statistics")
     L = same_value([m["num_layers"] for m in metas], "num_layers", where)
     H = same_value([m["num_heads"] for m in metas], "num_heads", where)
     kind = same_value([m.get("map", "attention") for m in metas], "map kind", where)

@@ -8,7 +8,7 @@
 Sharded runs: :func:`surface_stats_partial` writes sums and counts (``surface-stats --out-partial``),
 :func:`reduce_surface_stats` adds them and divides once (``surface-stats --partial``).
 :func:`run_surface_stats_step` is the step without the command line: the table and the summary JSON of a store
-or of partial files (:class:`SurfaceStatsStepResult`; the summary: :func:`surface_stats_summary`).
+or of partial files (:class:`SurfaceStatsStepResult`, which describes both).
 
 Definitions: docs/definitions.md#surface-statistics (sharding: docs/definitions.md#sharded-reductions)
 """
@@ -27,7 +27,7 @@ from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
-from bertlook.pipeline.sharding import load_partial, same_value
+from bertlook.pipeline.sharding import load_partial, partial_metas, same_value
 
 STAT_COLUMNS = [
     "cls", "sep", "punct", "self", "prev", "next",
@@ -306,8 +306,6 @@ def surface_stats_partial(
     ``counts`` per column, ``sum_n``, ``n_examples_in_store``. Reduce with :func:`reduce_surface_stats`.
     The extraction stream computes the same partial without a store (:class:`SurfaceStatsAccumulator`).
     """
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
     cls_token, sep_token = special_tokens(store)
     acc = SurfaceStatsAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                                   causal=is_causal(store.meta), where=store.path)
@@ -354,10 +352,7 @@ def reduce_surface_stats(
 
     One partial gives exactly :func:`compute_surface_stats` of its store (sums added to zeros).
     """
-    if not partials:
-        raise BertlookError("no partial statistics to reduce")
-    where = list(where) if where is not None else [m.get("attention") for m, _ in partials]
-    metas = [m for m, _ in partials]
+    where, metas = partial_metas(partials, where, "statistics")
     for m, w in zip(metas, where):
         if m.get("partial_version") != PARTIAL_VERSION:
             raise BertlookError(f"{w}: surface-stats partial version {m.get('partial_version')!r}, expected "
@@ -421,17 +416,12 @@ def compute_surface_stats(
 
 
 class SurfaceStatsStepResult(NamedTuple):
-    """The table (one row per head, :data:`COLUMNS`) and the summary JSON of ``bertlook surface-stats``."""
+    """The table (one row per head, :data:`COLUMNS`) and the summary JSON of ``bertlook surface-stats``:
+    ``attention`` (the store's path, or the list of the shards' store paths) first, then the ``summary`` of
+    :func:`compute_surface_stats` / :func:`reduce_surface_stats`."""
 
     frame: "pd.DataFrame"
     summary: dict[str, Any]
-
-
-def surface_stats_summary(summary: dict[str, Any], attention: "Any") -> dict[str, Any]:
-    """The summary JSON of ``bertlook surface-stats``: ``attention`` (the store's path, or the list of the
-    shards' store paths) first, then the ``summary`` of :func:`compute_surface_stats` /
-    :func:`reduce_surface_stats`."""
-    return {"attention": attention, **summary}
 
 
 def run_surface_stats_step(attention=None, *, partials: "Sequence[Any] | None" = None,
@@ -446,8 +436,8 @@ def run_surface_stats_step(attention=None, *, partials: "Sequence[Any] | None" =
         loaded = [load_partial(p, PARTIAL_KIND) for p in partials]
         frame, summary = reduce_surface_stats(loaded, where=list(partials))
         stores = [m["attention"] for m, _ in loaded]
-        return SurfaceStatsStepResult(frame, surface_stats_summary(summary, stores[0] if len(stores) == 1 else stores))
+        return SurfaceStatsStepResult(frame, {"attention": stores[0] if len(stores) == 1 else stores, **summary})
     store = open_store(attention)
     frame, summary = compute_surface_stats(store, max_examples=max_examples, segments=segments)
     path = attention.path if isinstance(attention, AttentionStore) else attention
-    return SurfaceStatsStepResult(frame, surface_stats_summary(summary, str(path)))
+    return SurfaceStatsStepResult(frame, {"attention": str(path), **summary})

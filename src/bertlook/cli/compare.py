@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Iterable
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs
@@ -160,19 +158,3 @@ def register_cli(subparsers) -> None:
     m.add_argument("--out-markdown", required=True, metavar="MD", help="output: models_summary.md")
     m.add_argument("--out-figure", default=None, metavar="PNG", help="output: fig_models_summary.png")
     m.set_defaults(func=_cmd_models_summary)
-
-
-def main(argv: Iterable[str] | None = None) -> int:  # pragma: no cover - `python -m bertlook.cli.compare`
-    parser = argparse.ArgumentParser(prog="bertlook-compare")
-    register_cli(parser.add_subparsers(dest="step"))
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        return int(args.func(args) or 0)
-    except BertlookError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-

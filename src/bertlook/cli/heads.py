@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertlook.errors import BertlookError
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
 

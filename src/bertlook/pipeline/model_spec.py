@@ -121,7 +121,6 @@ def config_dims(config: Any) -> tuple[int, int]:
 # model families
 
 ENCODER, DECODER = "encoder", "decoder"
-FAMILIES = (ENCODER, DECODER)
 
 #: ``model_type`` values of decoder-only (causal) language models whose transformers classes have an eager
 #: attention path that returns the weights (GPT-2, GPT-NeoX/Pythia, Llama, Qwen2, Mistral and kin); any other

@@ -128,6 +128,17 @@ def load_partial(path, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return meta, arrays
 
 
+def partial_metas(partials: Sequence[Any], where: Sequence[Any] | None, what: str,
+                  *, by_store: bool = True) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``(where, metas)`` of the ``(meta, arrays)`` partials a reducer adds: ``where`` as given, else each
+    partial's store (``meta["attention"]``; ``by_store=False``: ``partial k``); none at all is an error."""
+    if not partials:
+        raise BertlookError(f"no partial {what} to reduce")
+    if where is None:
+        where = [m.get("attention") if by_store else f"partial {k + 1}" for k, (m, _) in enumerate(partials)]
+    return list(where), [m for m, _ in partials]
+
+
 def same_value(values: Sequence[Any], what: str, where: Sequence[Any]) -> Any:
     """The common value of ``values``; an error naming both files when two differ."""
     for v, w in zip(values[1:], where[1:]):

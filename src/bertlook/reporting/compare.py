@@ -158,11 +158,6 @@ def comparability(manifest: dict[str, Any], run_dir: str | os.PathLike | None = 
     return section_comparability(model, treebank_kind(manifest), coref_ran(manifest, run_dir))
 
 
-def comparable_from_manifest(manifest: dict[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, bool]:
-    """``{section key: bool}`` for :func:`build_comparison` (see :func:`comparability`)."""
-    return {k: v["comparable"] for k, v in comparability(manifest, run_dir).items()}
-
-
 def _comparable_lookup(comparable: dict[str, Any]) -> dict[str, bool]:
     out = {}
     titles = {v.lower(): k for k, v in SECTIONS.items()}
@@ -257,20 +252,21 @@ def _table1_rows(run_dir: Path, comparable: bool, manifest: dict[str, Any]) -> l
     return rows
 
 
-# ---- Table 2
+# ---- Tables 2 and 3
+def _read_twin(run_dir: Path, name: str, required: tuple[str, ...], what: str, stage: str):
+    """``(path, table, None)`` of a twin table of the run, or ``(path, None, note)`` when its stage did not run."""
+    path = run_dir / name
+    if not path.is_file():
+        return path, None, f"{name} not found: the {stage} stage did not run"
+    return path, read_run_csv(path, required=required, what=what), None
+
+
 def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
     ref = table2_reference()
-    path = run_dir / TABLE2_CSV
-    not_run = None
-    df = None
-    if not path.is_file():
-        not_run = f"{TABLE2_CSV} not found: the coreference stage did not run"
-    else:
-        df = read_run_csv(path, required=("system", *TABLE2_COLUMNS), what="Table 2 twin")
-        systems = df["system"].str.strip()
-        if (systems == "not run").all():
-            notes = [n for n in df.get("note", []) if str(n).strip()]
-            not_run = str(notes[0]).strip() if notes else "the coreference stage did not run"
+    path, df, not_run = _read_twin(run_dir, TABLE2_CSV, ("system", *TABLE2_COLUMNS), "Table 2 twin", "coreference")
+    if df is not None and (df["system"].str.strip() == "not run").all():
+        notes = [n for n in df.get("note", []) if str(n).strip()]
+        not_run = str(notes[0]).strip() if notes else "the coreference stage did not run"
     rows = []
     for system, pref in ref.items():
         label = str(pref.get("label", system))
@@ -309,16 +305,9 @@ def _table2_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
     return rows
 
 
-# ---- Table 3
 def _table3_rows(run_dir: Path, comparable: bool) -> list[dict[str, Any]]:
     ref = table3_reference()
-    path = run_dir / TABLE3_CSV
-    df = None
-    missing = None
-    if not path.is_file():
-        missing = f"{TABLE3_CSV} not found: the probes stage did not run"
-    else:
-        df = read_run_csv(path, required=("probe", "uas_mean"), what="Table 3 twin")
+    path, df, missing = _read_twin(run_dir, TABLE3_CSV, ("probe", "uas_mean"), "Table 3 twin", "probes")
     rows = []
     for probe, pref in ref.items():
         label = str(pref.get("label", probe))
@@ -414,7 +403,7 @@ def build_comparison(run_dir: str | os.PathLike, *, comparable: dict[str, Any] |
 
     ``comparable``: section key (``table1``, ``table2``, ``table3``, ``figure_facts``; titles such as
     ``"Table 1"`` work too) -> bool (or a :func:`comparability` entry); a section not named is not
-    comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparable_from_manifest`).
+    comparable. ``None`` reads it from ``RUN_DIR/manifest.json`` (:func:`comparability`).
     ``df.attrs``: ``run``, ``comparable`` and ``context`` (model, corpus, trees) for the markdown.
     """
     import pandas as pd  # lazy: compare is read at DAG build (paper_comparable)

@@ -8,7 +8,6 @@ Light at the top (the workflow reads :mod:`bertlook.reporting.compare` when it b
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
+from bertlook.pipeline.sharding import read_json_object
 from bertlook.reporting.plotting import read_figure_table
 
 MANIFEST = "manifest.json"
@@ -36,16 +36,7 @@ def read_json_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise BertlookError(f"{path}: {what} not found")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as err:
-        raise BertlookError(f"{path}:{err.lineno}: {what} is not valid JSON: {err.msg}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise BertlookError(f"{path}: cannot read {what}: {err}") from None
-    if not isinstance(doc, dict):
-        raise BertlookError(f"{path}: {what} must be a JSON object")
-    return doc
+    return read_json_object(path, what)
 
 
 def check_run_dir(run_dir: str | os.PathLike) -> Path:

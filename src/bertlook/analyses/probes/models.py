@@ -125,11 +125,6 @@ class AttnProbe(nn.Module):
         # [batch, word, candidate]
         return attn_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1], self.w)
 
-    def forward_reference(self, batch: Batch) -> torch.Tensor:
-        # [batch, word, candidate, probe_feature]
-        x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
-        return torch.matmul(x, self.w)  # [batch, word, candidate]
-
 class AttnGloveProbe(nn.Module):
     """Attn+GloVe: per-feature weights ``W [v_i ; v_j] + c``."""
 
@@ -148,12 +143,6 @@ class AttnGloveProbe(nn.Module):
         # [batch, word, candidate]
         return attn_glove_scores_fast(batch.words, batch.root, self.root_ab[0], self.root_ab[1],
                                       batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
-
-    def forward_reference(self, batch: Batch) -> torch.Tensor:
-        # [batch, word, candidate, probe_feature]
-        x = build_features(batch.words, batch.root, self.root_ab[0], self.root_ab[1])
-        # [batch, word, candidate]
-        return attn_glove_scores(x, batch.dep_vecs, batch.cand_vecs, self.proj.weight, self.proj.bias)
 
 class DistancesGloveProbe(nn.Module):
     """Distances+GloVe: ``tanh(H [dist_ij ; v_i ; v_j] + c)`` -> linear score."""
