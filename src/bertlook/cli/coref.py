@@ -9,7 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bertlook.cli._args import add_batch_arguments, add_model_arguments
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step, TWIN_TABLES, table
 
@@ -73,7 +75,6 @@ writes tables that say "not run: REASON" (exit 0).
 def register_cli(subparsers) -> None:
     """Add the ``coref-extract`` and ``coref`` subcommands."""
     from bertlook.analyses.coref import CANDIDATES
-    from bertlook.cli._args import add_batch_arguments, add_model_arguments
     from bertlook.data.coref_mentions import HEAD_RULES
 
     from bertlook.attention.alignment import FROM_SPLIT_MODES
@@ -110,7 +111,6 @@ def register_cli(subparsers) -> None:
 
 def _cmd_coref_extract(args) -> int:
     from bertlook.attention.coref_maps import extract_coref_attention
-    from bertlook.io_utils import write_json
 
     s = extract_coref_attention(args.conll, args.model, args.out, revision=args.revision,
                                 max_seq_len=args.max_seq_len, from_split=args.from_split, head_rule=args.head_rule,
@@ -137,7 +137,6 @@ def _cmd_coref(args) -> int:
         write_frame_csv,
         write_not_run,
     )
-    from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.formatting import pct
     from bertlook.reporting.paper_join import join_table2
     from bertlook.reporting.tables import table2_markdown, table2_note

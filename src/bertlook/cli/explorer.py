@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, Page, Step
 
@@ -105,8 +107,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
     from bertlook.reporting.explorer import explorer_sample
 
     if not args.dev_attention:
@@ -120,7 +120,6 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _write_page(data, out: str, what: str) -> None:
-    from bertlook.io_utils import write_text
     from bertlook.reporting.explorer import explorer_html
 
     html = explorer_html(data)
@@ -129,8 +128,6 @@ def _write_page(data, out: str, what: str) -> None:
 
 
 def _page(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
     from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import explorer_data
 
@@ -150,7 +147,6 @@ def _page(args: argparse.Namespace) -> int:
 
 
 def _side_by_side(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
     from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import side_by_side
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
 
 
@@ -25,7 +28,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.attention.alignment import FROM_SPLIT_MODES
     from bertlook.attention.extract_words import TEXT_MODES
     from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
-    from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 
     p = subparsers.add_parser(
         "extract-words",
@@ -90,8 +92,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 def _cmd_extract_words(args) -> int:
     from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
     from bertlook.attention.random_init import DEFAULT_KEEP
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
 
     if args.random_init_keep is not None and args.random_init_seed is None:
         raise BertlookError("--random-init-keep needs --random-init-seed (it chooses the random-init model's reading)")

@@ -7,7 +7,9 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.naming import parse_head_label, parse_head_labels
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import save_partial
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Step, figure, figure_page
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -116,7 +118,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _cli_fig1_example(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.sharding import save_partial
     from bertlook.attention.fig1_example import FIG1_KIND, fig1_example_partial
 
     meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
@@ -132,7 +133,6 @@ def _cli_figures(args: argparse.Namespace) -> int:
     if any(norm_flags) and not all(norm_flags):
         raise BertlookError("figures: --norm-stats, --norm-summaries and --out-fig-norms go together (all three or none)")
     from bertlook.attention.store import open_store
-    from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.attention.fig1_example import load_fig1_example
     from bertlook.reporting.example_figures import (
         EXAMPLE_BEHAVIOURS, choose_example_heads, draw_fig1, fig1_example_heads,

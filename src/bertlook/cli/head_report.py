@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, figure, figure_page, table
 
@@ -76,7 +77,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.head_report import build_head_report
-    from bertlook.io_utils import write_csv, write_json
     from bertlook.reporting.extra_figures import fig_head_report
 
     frame, summary = build_head_report(args.stats, args.clusters, args.head_accuracy,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import offsets_arg, write_csv_full
+from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
 
@@ -64,7 +66,6 @@ outputs:
 def register_cli(subparsers) -> None:
     """Add the ``heads`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
-    from bertlook.cli._args import offsets_arg
 
     p = subparsers.add_parser(
         "heads",
@@ -112,8 +113,6 @@ def register_cli(subparsers) -> None:
 def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import FORCED_BY_SCHEME
     from bertlook.analyses.heads_step import HeadsOptions, run_heads
-    from bertlook.cli._args import write_csv_full
-    from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1
     from bertlook.reporting.example_figures import fig5_relations, fig5_syntax_heads
     from bertlook.reporting.tables import table1_markdown, trees_note

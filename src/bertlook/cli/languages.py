@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -68,8 +70,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _check_repeats(args: argparse.Namespace) -> None:
-    from bertlook.errors import BertlookError
-
     n = {"--head-accuracy": len(args.head_accuracy), "--label": len(args.label), "--language": len(args.language)}
     if len(set(n.values())) != 1:
         raise BertlookError("--head-accuracy, --label and --language must be given the same number of times "
@@ -89,7 +89,6 @@ def _check_repeats(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.languages import (agreement, base_relations, base_relations_info, best_heads,
                                              languages_summary, load_head_accuracy)
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.extra_figures import fig_languages
     from bertlook.reporting.tables import languages_markdown
 

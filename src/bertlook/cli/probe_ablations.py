@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import argparse
+import time
+from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import ABLATIONS_SUB, BEYOND, GoldenTable, Page, Step, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -74,11 +76,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import time
-
     from bertlook.cli.probes import parse_modes, parse_seeds, write_ablation_outputs
     from bertlook.data.glove import load_glove
-    from bertlook.errors import BertlookError
 
     seeds = parse_seeds(args.seeds)
     modes = parse_modes(args.modes, "--modes")

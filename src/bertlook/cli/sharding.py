@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import check_shards, gather_extraction, merge_summaries, read_json_object, shard_entry
 
 #: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
 COSTS = {"gather_extraction": costs.SMALL,
@@ -15,8 +17,6 @@ COSTS = {"gather_extraction": costs.SMALL,
 
 def _cmd_merge_stores(args) -> int:
     from bertlook.attention.shards import merge_stores
-    from bertlook.io_utils import write_json
-    from bertlook.pipeline.sharding import check_shards, merge_summaries, read_json_object, shard_entry
 
     result = merge_stores(args.store, args.out, link=not args.copy)
     if args.part_summary:
@@ -36,9 +36,6 @@ def _cmd_merge_stores(args) -> int:
 
 
 def _cmd_gather_extraction(args) -> int:
-    from bertlook.io_utils import write_json
-    from bertlook.pipeline.sharding import gather_extraction
-
     summary, meta = gather_extraction(args.part_summary)
     write_json(args.summary, summary)
     if args.meta:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, TREES_SUB, figure, figure_page, table
 
@@ -74,8 +76,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.tree_heads import run_tree_heads
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.extra_figures import fig_tree_heads
     from bertlook.reporting.tables import tree_heads_markdown
 
