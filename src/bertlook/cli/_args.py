@@ -1,6 +1,6 @@
-"""Helpers shared by the CLI modules: the flags of the model-running steps (``--model`` / ``--revision`` of every
-step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and ``--shard I/K``), ``--offsets``
-of ``heads`` and ``rollout``, and their full-precision CSV writer.
+"""Helpers shared by the CLI modules: a step's subparser, the flags of the model-running steps (``--model`` /
+``--revision`` of every step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and
+``--shard I/K``), ``--offsets`` of ``heads`` and ``rollout``, and their full-precision CSV writer.
 
 Light imports only: :mod:`bertlook.attention.guards` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
@@ -21,6 +21,13 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 MODEL_HELP = "input: model spec: hub id, local model directory, or package:MODULE"
+
+
+def add_step_parser(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """The subcommand ``name`` with its one-line ``help``; its ``--help`` prints ``description`` as written
+    (line breaks and indentation kept)."""
+    return subparsers.add_parser(name, help=help, description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def add_model_arguments(p, *, required: bool = True, help: str = MODEL_HELP) -> None:

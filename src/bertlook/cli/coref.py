@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from bertlook.cli._args import add_batch_arguments, add_model_arguments
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
@@ -79,8 +78,7 @@ def register_cli(subparsers) -> None:
 
     from bertlook.attention.alignment import FROM_SPLIT_MODES
 
-    p = subparsers.add_parser("coref-extract", help=COMMANDS["coref-extract"],
-                              description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "coref-extract", COMMANDS["coref-extract"], _EXTRACT_HELP)
     p.add_argument("--conll", action="append", required=True, metavar="FILE",
                    help="input: CoNLL-2012 file or directory (repeatable)")
     add_model_arguments(p)
@@ -94,8 +92,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON")
     p.set_defaults(func=_cmd_coref_extract)
 
-    q = subparsers.add_parser("coref", help=COMMANDS["coref"],
-                              description=_SCORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = add_step_parser(subparsers, "coref", COMMANDS["coref"], _SCORE_HELP)
     q.add_argument("--attention", metavar="DIR", default=None, help="input: store from coref-extract")
     q.add_argument("--not-run", metavar="REASON", default=None,
                    help="write 'not run' tables with this reason instead of scoring (no corpus configured)")

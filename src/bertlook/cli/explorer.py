@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
@@ -72,8 +73,7 @@ Definitions: docs/definitions.md#head-explorer.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``explorer`` subcommand."""
-    p = subparsers.add_parser("explorer", help=COMMANDS["explorer"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "explorer", COMMANDS["explorer"], _DESCRIPTION)
     p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
     p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
     p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")

@@ -15,7 +15,7 @@ import time
 from typing import Any
 from pathlib import Path
 
-from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument, add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
@@ -61,11 +61,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.attention.extraction import SEGMENT_ID_MODES
     from bertlook.attention.stream import SCHEDULES
 
-    p = subparsers.add_parser(
-        "extract-segments",
-        help=COMMANDS["extract-segments"],
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "extract-segments", COMMANDS["extract-segments"], DESCRIPTION)
     p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")
     add_model_arguments(p)
     p.add_argument("--out", default=None, metavar="DIR",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.naming import parse_head_label, parse_head_labels
 from bertlook.pipeline import costs
@@ -66,12 +67,7 @@ outputs (in --out-dir):
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``figures`` subcommand to an ``argparse`` subparsers object."""
-    p = subparsers.add_parser(
-        "figures",
-        help=COMMANDS["figures"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "figures", COMMANDS["figures"], _HELP)
     p.add_argument("--attention", default=None, metavar="DIR", help="attention store directory (input)")
     p.add_argument("--example", action="append", default=None, metavar="NPZ",
                    help="input: instead of --attention, the shards' Fig 1 example files (repeatable)")

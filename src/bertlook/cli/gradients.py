@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertlook.cli._args import add_model_arguments, shard_arg
+from bertlook.cli._args import add_model_arguments, add_step_parser, shard_arg
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
@@ -68,12 +68,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``gradients`` subcommand to an ``argparse`` subparsers object."""
     from bertlook.analyses.gradients import GRAD_AVERAGES, MASK_MODES, SEGMENT_ID_MODES, TARGET_TOKEN_MODES
 
-    p = subparsers.add_parser(
-        "gradients",
-        help=COMMANDS["gradients"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "gradients", COMMANDS["gradients"], _HELP)
     p.add_argument("--segments", default=None, metavar="JSONL", help="segments JSONL (input)")
     add_model_arguments(p, required=False)
     p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")

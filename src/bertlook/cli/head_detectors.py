@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertlook.cli._args import add_model_arguments, add_model_dtype_argument
+from bertlook.cli._args import add_model_arguments, add_model_dtype_argument, add_step_parser
 from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, table
@@ -47,8 +47,7 @@ Definitions: docs/definitions.md#head-detectors.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-detectors`` subcommand."""
-    p = subparsers.add_parser("head-detectors", help=COMMANDS["head-detectors"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "head-detectors", COMMANDS["head-detectors"], _DESCRIPTION)
     add_model_arguments(p)
     p.add_argument("--out", required=True, metavar="CSV", help="output: head_detectors.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: head_detectors.md")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.cli._args import add_step_parser
 from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, figure, figure_page, table
@@ -58,8 +59,7 @@ Definitions: docs/definitions.md#per-head-report-card.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-report`` subcommand."""
-    p = subparsers.add_parser("head-report", help=COMMANDS["head-report"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "head-report", COMMANDS["head-report"], _DESCRIPTION)
     p.add_argument("--stats", required=True, metavar="CSV", help="input: attention_stats.csv")
     p.add_argument("--clusters", required=True, metavar="CSV", help="input: head_clusters.csv")
     p.add_argument("--head-accuracy", required=True, metavar="CSV", help="input: head_accuracy.csv")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertlook.cli._args import offsets_arg, write_csv_full
+from bertlook.cli._args import add_step_parser, offsets_arg, write_csv_full
 from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
@@ -67,12 +67,7 @@ def register_cli(subparsers) -> None:
     """Add the ``heads`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
 
-    p = subparsers.add_parser(
-        "heads",
-        help=COMMANDS["heads"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "heads", COMMANDS["heads"], _HELP)
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level dev attention store")
     p.add_argument("--train-attention", metavar="DIR", default=None,
                    help="input: word-level train attention store (held-out head choice; optional)")

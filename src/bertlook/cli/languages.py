@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
@@ -48,8 +49,7 @@ Definitions: docs/definitions.md#cross-language-summary.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``languages`` subcommand."""
-    p = subparsers.add_parser("languages", help=COMMANDS["languages"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "languages", COMMANDS["languages"], _DESCRIPTION)
     p.add_argument("--head-accuracy", action="append", required=True, metavar="CSV",
                    help="input: head_accuracy.csv of one treebank (repeat per treebank)")
     p.add_argument("--label", action="append", required=True, metavar="L",

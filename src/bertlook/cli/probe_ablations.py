@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import ABLATIONS_SUB, BEYOND, GoldenTable, Page, Step, table
 
@@ -59,8 +60,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.analyses.probes.catalogue import ABLATION_MODES
     from bertlook.cli.probes import add_common_arguments
 
-    p = subparsers.add_parser("probe-ablations", help=COMMANDS["probe-ablations"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "probe-ablations", COMMANDS["probe-ablations"], _DESCRIPTION)
     p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--glove", required=True, metavar="SPEC",

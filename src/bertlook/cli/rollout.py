@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertlook.cli._args import offsets_arg, write_csv_full
+from bertlook.cli._args import add_step_parser, offsets_arg, write_csv_full
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
@@ -168,12 +168,7 @@ def register_cli(subparsers) -> None:
     """Add the ``rollout`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
 
-    p = subparsers.add_parser(
-        "rollout",
-        help=COMMANDS["rollout"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "rollout", COMMANDS["rollout"], _HELP)
     p.add_argument("--attention", default=None, metavar="DIR", help="input: token-level attention (or norm) store")
     p.add_argument("--partial", action="append", default=None, metavar="NPZ",
                    help="input: partial sums of a shard (repeatable, shard order) instead of --attention")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
@@ -59,8 +60,7 @@ Definitions: docs/definitions.md#single-head-trees-tree-heads.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``tree-heads`` subcommand."""
-    p = subparsers.add_parser("tree-heads", help=COMMANDS["tree-heads"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "tree-heads", COMMANDS["tree-heads"], _DESCRIPTION)
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--max-sentences", type=int, default=None, metavar="N",
                    help="the first N sentences of the store only (default: all)")
