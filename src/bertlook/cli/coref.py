@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_step_parser
 from bertlook.errors import BertlookError
-from bertlook.io_utils import write_json, write_text
+from bertlook.io_utils import write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step, TWIN_TABLES, table
 
@@ -131,7 +131,6 @@ def _cmd_coref(args) -> int:
         TABLE2_CSV_COLUMNS,
         not_run_summary,
         run_coref_step,
-        write_frame_csv,
         write_not_run,
     )
     from bertlook.reporting.formatting import pct
@@ -150,8 +149,8 @@ def _cmd_coref(args) -> int:
     result = run_coref_step(args.attention, candidates=args.candidates, max_examples=args.max_examples)
     table = join_table2(result.table, TABLE2_CSV_COLUMNS)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
-    write_frame_csv(args.out_table, table)
-    write_frame_csv(args.out_heads, result.heads)
+    write_csv_full(args.out_table, table)
+    write_csv_full(args.out_heads, result.heads)
     write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(result.store, args.candidates)))
     summary = result.summary
     write_json(args.summary, summary)

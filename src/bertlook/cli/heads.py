@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertlook.cli._args import add_step_parser, offsets_arg, write_csv_full
-from bertlook.io_utils import write_json, write_text
+from bertlook.cli._args import add_step_parser, offsets_arg
+from bertlook.io_utils import write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
 

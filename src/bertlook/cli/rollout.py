@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertlook.cli._args import add_step_parser, offsets_arg, write_csv_full
+from bertlook.cli._args import add_step_parser, offsets_arg
 from bertlook.errors import BertlookError
-from bertlook.io_utils import write_csv, write_json, write_text
+from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.sharding import save_partial
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, ROLLOUT_SUB, Step, figure, figure_page, table
