@@ -154,9 +154,6 @@ def umask() -> int:
     return mask
 
 
-_umask = umask
-
-
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented UTF-8 JSON, atomically."""
     with atomic_path(path) as tmp:
