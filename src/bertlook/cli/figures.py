@@ -93,9 +93,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="output: the norm-based attention figure (Kobayashi et al. 2020)")
     p.set_defaults(func=_cli_figures)
 
-    e = subparsers.add_parser(
-        "fig1-example",
-        help=COMMANDS["fig1-example"],
+    e = add_step_parser(
+        subparsers, "fig1-example", COMMANDS["fig1-example"],
         description=(
             "Inputs: --attention DIR (one shard's token-level store), --segments JSONL (the segments\n"
             "file), --example-index I (figures.example_index: position in the order of the unsharded\n"
@@ -103,7 +102,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "Output: --out NPZ: the example's map and tokens when this shard holds it, else a note\n"
             "that it does not; `bertlook figures --example` reads the files of all shards."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     e.add_argument("--attention", required=True, metavar="DIR", help="input: a shard's attention store")
     e.add_argument("--segments", required=True, metavar="JSONL", help="input: the segments file")

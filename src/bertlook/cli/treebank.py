@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertlook.cli._args import add_step_parser
 from bertlook.data.silver_treebank import DEFAULT_SPACY_MODEL, prepare_silver
 from bertlook.data.gold_treebank import (
     UD_DEFAULT_DEV_FILE,
@@ -103,10 +104,8 @@ def _handler(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "treebank",
-        help=COMMANDS["treebank"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_step_parser(
+        subparsers, "treebank", COMMANDS["treebank"],
         description=(
             "Make the dependency treebank for head accuracy (Table 1) and the probes.\n\n"
             "Inputs, by --source:\n"
