@@ -9,6 +9,7 @@ from bertlook.errors import BertlookError
 from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, Page, Step
+from bertlook.reporting.run_files import read_json_file
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -128,7 +129,6 @@ def _write_page(data, out: str, what: str) -> None:
 
 
 def _page(args: argparse.Namespace) -> int:
-    from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import explorer_data
 
     missing = [f"--{n.replace('_', '-')}" for n in ("head_report", "head_accuracy", "clusters", "stats", "run", "out")
@@ -147,7 +147,6 @@ def _page(args: argparse.Namespace) -> int:
 
 
 def _side_by_side(args: argparse.Namespace) -> int:
-    from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import side_by_side
 
     if not args.out or not args.title:
