@@ -81,7 +81,7 @@ def test_package_data_path_errors():
 
 
 def test_duplicate_yaml_key_names_file_line_and_key(tmp_path):
-    from bertlook.pipeline.config import check_yaml_file, load_yaml_strict
+    from bertlook.pipeline.config import load_yaml_strict
 
     text = (ROOT / "config.yaml").read_text()
     bad = tmp_path / "dup.yaml"
@@ -91,7 +91,7 @@ def test_duplicate_yaml_key_names_file_line_and_key(tmp_path):
     with pytest.raises(BertlookError, match=rf"dup\.yaml:{line}: duplicate key 'seed' \(first on line \d+\)"):
         load_config(bad)
     with pytest.raises(BertlookError, match=rf"dup\.yaml:{line}: duplicate key 'seed'"):
-        check_yaml_file(bad)
+        load_yaml_strict(bad)
     nested = tmp_path / "nested.yaml"
     nested.write_text("a:\n  b: 1\n  c: 2\n  b: 3\n")
     with pytest.raises(BertlookError, match=r"nested\.yaml:4: duplicate key 'b' \(first on line 2\)"):
@@ -104,7 +104,7 @@ def test_duplicate_yaml_key_names_file_line_and_key(tmp_path):
     merged = tmp_path / "merged.yaml"
     merged.write_text("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n")
     assert load_yaml_strict(merged) == {"base": {"x": 1, "y": 2}, "other": {"x": 1, "y": 3}}
-    assert check_yaml_file(ROOT / "config.yaml") is None
+    assert isinstance(load_yaml_strict(ROOT / "config.yaml"), dict)
 
 
 def test_yaml_bom_and_bad_utf8(tmp_path):

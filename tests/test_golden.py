@@ -146,7 +146,7 @@ def test_table1_ranges_accept_float_noise_and_near_ties_only(run_dir, tmp_path):
     assert not isinstance(g["values"]["pobj/best_head"], dict)  # no near tie: exact
     assert "k(f)" in g["tolerance"] and doc["tolerances"]["argmax_lambda"] == 0.01
     path = tmp_path / "golden.json"
-    golden.write_golden(doc, path)
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     assert golden.check_against_golden(run_dir, path, out=lambda s: None) == 0
 
     t1 = pd.read_csv(run_dir / "tables" / "table1.csv")

@@ -154,9 +154,6 @@ def umask() -> int:
     return mask
 
 
-_umask = umask
-
-
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented UTF-8 JSON, atomically."""
     with atomic_path(path) as tmp:
@@ -166,9 +163,15 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def write_csv(path: str | os.PathLike, frame) -> None:
-    """Write a pandas DataFrame as CSV (no index), atomically, floats with full precision."""
+    """Write a pandas DataFrame as CSV (no index), atomically, floats with 6 significant digits (``%.6g``)."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def write_csv_full(path: str | os.PathLike, frame) -> None:
+    """Write a pandas DataFrame as CSV (no index), atomically, floats at full precision (shortest round-trip repr)."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

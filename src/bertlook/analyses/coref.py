@@ -53,7 +53,7 @@ from bertlook.data.coref_mentions import (
     mention_type,
 )
 from bertlook.errors import BertlookError
-from bertlook.io_utils import atomic_path, write_text
+from bertlook.io_utils import write_csv_full, write_text
 from bertlook.naming import head_label
 
 CANDIDATES = ("all", "mentions")
@@ -322,12 +322,6 @@ def table2_frame(scores: CorefScores) -> "pd.DataFrame":
     return df
 
 
-def write_frame_csv(path, frame) -> None:
-    """``frame`` as CSV (no index, full precision), written atomically."""
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
 def not_run_note(reason: str = NOT_RUN_REASON) -> str:
     """The note of a step that did not run: ``reason``, starting with "not run" (default :data:`NOT_RUN_REASON`)."""
     reason = (reason or NOT_RUN_REASON).strip()
@@ -348,10 +342,10 @@ def write_not_run(out_table_csv, out_md, out_heads_csv, reason: str = NOT_RUN_RE
     note = not_run_note(reason)
     row = {c: "" for c in TABLE2_CSV_COLUMNS}
     row.update({"system": "not run", "label": "not run", "note": note})
-    write_frame_csv(out_table_csv, pd.DataFrame([row], columns=list(TABLE2_CSV_COLUMNS)))
+    write_csv_full(out_table_csv, pd.DataFrame([row], columns=list(TABLE2_CSV_COLUMNS)))
     heads = {c: "" for c in HEADS_CSV_COLUMNS}
     heads["note"] = note
-    write_frame_csv(out_heads_csv, pd.DataFrame([heads], columns=[*HEADS_CSV_COLUMNS, "note"]))
+    write_csv_full(out_heads_csv, pd.DataFrame([heads], columns=[*HEADS_CSV_COLUMNS, "note"]))
     write_text(out_md, "# Coreference: antecedent selection accuracy (Table 2 twin)\n\n"
                        f"{note[0].upper()}{note[1:]}.\n\n"
                        "Set a CoNLL-2012 (OntoNotes) corpus to run this step; see docs/coreference.md.\n")

@@ -1,6 +1,6 @@
-"""Helpers shared by the CLI modules: the flags of the model-running steps (``--model`` / ``--revision`` of every
-step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and ``--shard I/K``), ``--offsets``
-of ``heads`` and ``rollout``, and their full-precision CSV writer.
+"""Helpers shared by the CLI modules: a step's subparser, the flags of the model-running steps (``--model`` /
+``--revision`` of every step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and
+``--shard I/K``), ``--offsets`` of ``heads`` and ``rollout``.
 
 Light imports only: :mod:`bertlook.attention.guards` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
@@ -9,18 +9,19 @@ the standard library alone at module level.
 from __future__ import annotations
 
 import argparse
-import os
-from typing import TYPE_CHECKING
 
 from bertlook.attention.guards import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
 from bertlook.errors import BertlookError
-from bertlook.io_utils import atomic_path
 from bertlook.pipeline.sharding import parse_shard
 
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
 MODEL_HELP = "input: model spec: hub id, local model directory, or package:MODULE"
+
+
+def add_step_parser(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """The subcommand ``name`` with its one-line ``help``; its ``--help`` prints ``description`` as written
+    (line breaks and indentation kept)."""
+    return subparsers.add_parser(name, help=help, description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def add_model_arguments(p, *, required: bool = True, help: str = MODEL_HELP) -> None:
@@ -85,9 +86,3 @@ def offsets_arg(text: str) -> tuple[int, ...]:
         return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
     except BertlookError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def write_csv_full(path: str | os.PathLike, frame: "pd.DataFrame") -> None:
-    """CSV at full float precision (shortest round-trip repr), written atomically."""
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import load_partial, save_partial
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -38,8 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
 def _read_stats(path) -> "pd.DataFrame":
     import pandas as pd
 
-    from bertlook.errors import BertlookError
-
     try:
         return pd.read_csv(path)
     except FileNotFoundError:
@@ -56,8 +57,6 @@ def _run_cluster(args: argparse.Namespace) -> int:
         reduce_js_divergence,
     )
     from bertlook.attention.store import open_store
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv
 
     threads = args.threads
     if threads is None:
@@ -67,7 +66,6 @@ def _run_cluster(args: argparse.Namespace) -> int:
         threads = int(env) if env.isdigit() and int(env) > 0 else 1
     if threads < 1:
         raise BertlookError(f"--threads must be >= 1, got {threads}")
-    from bertlook.pipeline.sharding import load_partial, save_partial
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("cluster-heads: give --attention DIR or --partial NPZ ... (one of them)")

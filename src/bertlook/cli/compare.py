@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
-from bertlook.pipeline.steps import Page, Step
+from bertlook.pipeline.steps import Page, Step, golden_tables
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -53,7 +54,6 @@ def _golden_tables() -> list:
     """The golden tables of every declared step (bertlook.cli.declared_steps): their groups beside the
     hand-written ones of bertlook.reporting.golden."""
     from bertlook.cli import declared_steps
-    from bertlook.pipeline.steps import golden_tables
 
     return golden_tables(declared_steps())
 
@@ -70,7 +70,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_golden(args: argparse.Namespace) -> int:
-    from bertlook.io_utils import write_json
     from bertlook.reporting.golden import is_check, make_golden, read_tolerances
 
     if args.tolerances is None:
@@ -90,7 +89,6 @@ def _split_labels(text: str | None) -> list[str] | None:
 
 
 def _cmd_models_summary(args: argparse.Namespace) -> int:
-    from bertlook.io_utils import write_csv, write_text
     from bertlook.reporting.models_summary import fig_models_summary, models_summary, models_summary_markdown
 
     df = models_summary(args.run_dir, _split_labels(args.labels))

@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_step_parser
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step, TWIN_TABLES, table
 
@@ -73,13 +74,11 @@ writes tables that say "not run: REASON" (exit 0).
 def register_cli(subparsers) -> None:
     """Add the ``coref-extract`` and ``coref`` subcommands."""
     from bertlook.analyses.coref import CANDIDATES
-    from bertlook.cli._args import add_batch_arguments, add_model_arguments
     from bertlook.data.coref_mentions import HEAD_RULES
 
     from bertlook.attention.alignment import FROM_SPLIT_MODES
 
-    p = subparsers.add_parser("coref-extract", help=COMMANDS["coref-extract"],
-                              description=_EXTRACT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "coref-extract", COMMANDS["coref-extract"], _EXTRACT_HELP)
     p.add_argument("--conll", action="append", required=True, metavar="FILE",
                    help="input: CoNLL-2012 file or directory (repeatable)")
     add_model_arguments(p)
@@ -93,8 +92,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--summary", default=None, metavar="JSON", help="output: summary JSON")
     p.set_defaults(func=_cmd_coref_extract)
 
-    q = subparsers.add_parser("coref", help=COMMANDS["coref"],
-                              description=_SCORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = add_step_parser(subparsers, "coref", COMMANDS["coref"], _SCORE_HELP)
     q.add_argument("--attention", metavar="DIR", default=None, help="input: store from coref-extract")
     q.add_argument("--not-run", metavar="REASON", default=None,
                    help="write 'not run' tables with this reason instead of scoring (no corpus configured)")
@@ -110,7 +108,6 @@ def register_cli(subparsers) -> None:
 
 def _cmd_coref_extract(args) -> int:
     from bertlook.attention.coref_maps import extract_coref_attention
-    from bertlook.io_utils import write_json
 
     s = extract_coref_attention(args.conll, args.model, args.out, revision=args.revision,
                                 max_seq_len=args.max_seq_len, from_split=args.from_split, head_rule=args.head_rule,
@@ -134,10 +131,8 @@ def _cmd_coref(args) -> int:
         TABLE2_CSV_COLUMNS,
         not_run_summary,
         run_coref_step,
-        write_frame_csv,
         write_not_run,
     )
-    from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.formatting import pct
     from bertlook.reporting.paper_join import join_table2
     from bertlook.reporting.tables import table2_markdown, table2_note
@@ -154,8 +149,8 @@ def _cmd_coref(args) -> int:
     result = run_coref_step(args.attention, candidates=args.candidates, max_examples=args.max_examples)
     table = join_table2(result.table, TABLE2_CSV_COLUMNS)
     title = f"Coreference: antecedent selection accuracy (Table 2 twin): {Path(args.attention).name}"
-    write_frame_csv(args.out_table, table)
-    write_frame_csv(args.out_heads, result.heads)
+    write_csv_full(args.out_table, table)
+    write_csv_full(args.out_heads, result.heads)
     write_text(args.out_markdown, table2_markdown(table, title=title, note=table2_note(result.store, args.candidates)))
     summary = result.summary
     write_json(args.summary, summary)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
 
 
@@ -23,7 +24,6 @@ COSTS = {"download_wikipedia": costs.DOWNLOAD, "download_glove": costs.DOWNLOAD}
 
 def _handler(args: argparse.Namespace) -> int:
     from bertlook.data.download import download, fetch_sha1_from_sums
-    from bertlook.io_utils import write_json
 
     sha1 = None
     if args.sha1sums_url:

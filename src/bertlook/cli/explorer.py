@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_step_parser
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, Page, Step
+from bertlook.reporting.run_files import read_json_file
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -70,8 +74,7 @@ Definitions: docs/definitions.md#head-explorer.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``explorer`` subcommand."""
-    p = subparsers.add_parser("explorer", help=COMMANDS["explorer"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "explorer", COMMANDS["explorer"], _DESCRIPTION)
     p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
     p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
     p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")
@@ -105,8 +108,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
     from bertlook.reporting.explorer import explorer_sample
 
     if not args.dev_attention:
@@ -120,7 +121,6 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _write_page(data, out: str, what: str) -> None:
-    from bertlook.io_utils import write_text
     from bertlook.reporting.explorer import explorer_html
 
     html = explorer_html(data)
@@ -129,9 +129,6 @@ def _write_page(data, out: str, what: str) -> None:
 
 
 def _page(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
-    from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import explorer_data
 
     missing = [f"--{n.replace('_', '-')}" for n in ("head_report", "head_accuracy", "clusters", "stats", "run", "out")
@@ -150,8 +147,6 @@ def _page(args: argparse.Namespace) -> int:
 
 
 def _side_by_side(args: argparse.Namespace) -> int:
-    from bertlook.errors import BertlookError
-    from bertlook.reporting.run_files import read_json_file
     from bertlook.reporting.explorer import side_by_side
 
     if not args.out or not args.title:

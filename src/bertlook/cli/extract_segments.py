@@ -15,8 +15,11 @@ import time
 from typing import Any
 from pathlib import Path
 
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument, add_step_parser
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import save_partial
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -57,13 +60,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     # lazy: numpy (bertlook.attention.store), which the DAG build reading COSTS does not need
     from bertlook.attention.extraction import SEGMENT_ID_MODES
     from bertlook.attention.stream import SCHEDULES
-    from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 
-    p = subparsers.add_parser(
-        "extract-segments",
-        help=COMMANDS["extract-segments"],
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "extract-segments", COMMANDS["extract-segments"], DESCRIPTION)
     p.add_argument("--segments", required=True, help="segments JSONL (id, tokens, segment_ids per line)")
     add_model_arguments(p)
     p.add_argument("--out", default=None, metavar="DIR",
@@ -135,8 +133,6 @@ class _Partial:
         self.reader = _Timed(name, self.stream)
 
     def save(self) -> None:
-        from bertlook.pipeline.sharding import save_partial
-
         meta, arrays = self.stream.accumulator.partial(n_examples_in_store=self.stream.n_stream,
                                                        max_examples=self.max_examples)
         save_partial(self.path, self.partial_kind, meta, arrays)
@@ -186,7 +182,6 @@ def _cmd_extract(args) -> int:
 
     from bertlook.attention.extraction import extract_segments
     from bertlook.attention.stream import ExampleSaver
-    from bertlook.io_utils import write_json
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
     # with readers, the model gets threads - 1 of the cores: the readers of a batch run in threads - 1 helper
@@ -237,7 +232,6 @@ def _cmd_extract(args) -> int:
 
 
 def _save_fig1(args, saver, target, summary) -> None:
-    from bertlook.pipeline.sharding import save_partial
     from bertlook.attention.fig1_example import FIG1_KIND, fig1_partial
 
     meta, arrays = fig1_partial(where=f"{args.segments} (extract-segments)", example_index=args.example_index,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument, add_step_parser
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
 
 
@@ -25,11 +28,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.attention.alignment import FROM_SPLIT_MODES
     from bertlook.attention.extract_words import TEXT_MODES
     from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES
-    from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument
 
-    p = subparsers.add_parser(
-        "extract-words",
-        help=COMMANDS["extract-words"],
+    p = add_step_parser(
+        subparsers, "extract-words", COMMANDS["extract-words"],
         description=(
             "Run a model on treebank sentences ([CLS] w1 .. wn [SEP]) and store word-level attention maps:\n"
             "attention TO a split word = sum over its tokens, FROM a split word = --from-split.\n"
@@ -55,7 +56,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "        to the treebank's words by character offsets, and a token spanning two words makes the\n"
             "        sentence unalignable (summary `excluded_straddling_token`, `excluded_alignment_reasons`)."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--treebank", required=True, help="CoNLL-U file of the sentences")
     add_model_arguments(p)
@@ -90,8 +90,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 def _cmd_extract_words(args) -> int:
     from bertlook.attention.extract_words import WordExtractionOptions, extract_word_attention
     from bertlook.attention.random_init import DEFAULT_KEEP
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_json
 
     if args.random_init_keep is not None and args.random_init_seed is None:
         raise BertlookError("--random-init-keep needs --random-init-seed (it chooses the random-init model's reading)")

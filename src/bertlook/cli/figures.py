@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
+from bertlook.naming import parse_head_label, parse_head_labels
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import save_partial
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Step, figure, figure_page
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -64,12 +67,7 @@ outputs (in --out-dir):
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``figures`` subcommand to an ``argparse`` subparsers object."""
-    p = subparsers.add_parser(
-        "figures",
-        help=COMMANDS["figures"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "figures", COMMANDS["figures"], _HELP)
     p.add_argument("--attention", default=None, metavar="DIR", help="attention store directory (input)")
     p.add_argument("--example", action="append", default=None, metavar="NPZ",
                    help="input: instead of --attention, the shards' Fig 1 example files (repeatable)")
@@ -95,9 +93,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="output: the norm-based attention figure (Kobayashi et al. 2020)")
     p.set_defaults(func=_cli_figures)
 
-    e = subparsers.add_parser(
-        "fig1-example",
-        help=COMMANDS["fig1-example"],
+    e = add_step_parser(
+        subparsers, "fig1-example", COMMANDS["fig1-example"],
         description=(
             "Inputs: --attention DIR (one shard's token-level store), --segments JSONL (the segments\n"
             "file), --example-index I (figures.example_index: position in the order of the unsharded\n"
@@ -105,7 +102,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
             "Output: --out NPZ: the example's map and tokens when this shard holds it, else a note\n"
             "that it does not; `bertlook figures --example` reads the files of all shards."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     e.add_argument("--attention", required=True, metavar="DIR", help="input: a shard's attention store")
     e.add_argument("--segments", required=True, metavar="JSONL", help="input: the segments file")
@@ -116,7 +112,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _cli_fig1_example(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.sharding import save_partial
     from bertlook.attention.fig1_example import FIG1_KIND, fig1_example_partial
 
     meta, arrays = fig1_example_partial(args.attention, args.segments, args.example_index)
@@ -132,7 +127,6 @@ def _cli_figures(args: argparse.Namespace) -> int:
     if any(norm_flags) and not all(norm_flags):
         raise BertlookError("figures: --norm-stats, --norm-summaries and --out-fig-norms go together (all three or none)")
     from bertlook.attention.store import open_store
-    from bertlook.naming import parse_head_label, parse_head_labels
     from bertlook.attention.fig1_example import load_fig1_example
     from bertlook.reporting.example_figures import (
         EXAMPLE_BEHAVIOURS, choose_example_heads, draw_fig1, fig1_example_heads,

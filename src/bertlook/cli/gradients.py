@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertlook.cli._args import add_model_arguments, add_step_parser, shard_arg
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import load_partial, save_partial
 from bertlook.pipeline.steps import GoldenTable, Page, RUN_TABLES, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -64,14 +67,8 @@ Definitions (masking procedure, loss, averaging): docs/definitions.md#gradient-i
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``gradients`` subcommand to an ``argparse`` subparsers object."""
     from bertlook.analyses.gradients import GRAD_AVERAGES, MASK_MODES, SEGMENT_ID_MODES, TARGET_TOKEN_MODES
-    from bertlook.cli._args import add_model_arguments, shard_arg
 
-    p = subparsers.add_parser(
-        "gradients",
-        help=COMMANDS["gradients"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "gradients", COMMANDS["gradients"], _HELP)
     p.add_argument("--segments", default=None, metavar="JSONL", help="segments JSONL (input)")
     add_model_arguments(p, required=False)
     p.add_argument("--out-table", default=None, metavar="CSV", help="sep_gradients.csv (output)")
@@ -108,8 +105,6 @@ def _cli_gradients(args: argparse.Namespace) -> int:
     from bertlook.analyses.gradients import (
         PARTIAL_KIND, GradientOptions, gradient_partial, reduce_gradients, reduce_head_importance,
     )
-    from bertlook.io_utils import write_csv, write_json
-    from bertlook.pipeline.sharding import load_partial, save_partial
 
     if args.partial and (args.segments or args.model):
         raise BertlookError("gradients: give --partial NPZ ... or --segments/--model, not both")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_model_arguments, add_model_dtype_argument, add_step_parser
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, table
 
@@ -45,10 +47,7 @@ Definitions: docs/definitions.md#head-detectors.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-detectors`` subcommand."""
-    from bertlook.cli._args import add_model_arguments, add_model_dtype_argument
-
-    p = subparsers.add_parser("head-detectors", help=COMMANDS["head-detectors"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "head-detectors", COMMANDS["head-detectors"], _DESCRIPTION)
     add_model_arguments(p)
     p.add_argument("--out", required=True, metavar="CSV", help="output: head_detectors.csv")
     p.add_argument("--out-markdown", required=True, metavar="MD", help="output: head_detectors.md")
@@ -86,7 +85,6 @@ def _markdown(frame, summary) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.head_detectors import DetectorOptions, run_head_detectors
-    from bertlook.io_utils import write_csv, write_json, write_text
 
     options = DetectorOptions(n_sequences=args.n_sequences, length=args.length, seed=args.seed,
                               batch_size=args.batch_size, threshold=args.threshold, device=args.device,

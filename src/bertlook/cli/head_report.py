@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.cli._args import add_step_parser
+from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, CARD_SUB, GoldenTable, Page, Step, figure, figure_page, table
 
@@ -57,8 +59,7 @@ Definitions: docs/definitions.md#per-head-report-card.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``head-report`` subcommand."""
-    p = subparsers.add_parser("head-report", help=COMMANDS["head-report"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "head-report", COMMANDS["head-report"], _DESCRIPTION)
     p.add_argument("--stats", required=True, metavar="CSV", help="input: attention_stats.csv")
     p.add_argument("--clusters", required=True, metavar="CSV", help="input: head_clusters.csv")
     p.add_argument("--head-accuracy", required=True, metavar="CSV", help="input: head_accuracy.csv")
@@ -76,7 +77,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.head_report import build_head_report
-    from bertlook.io_utils import write_csv, write_json
     from bertlook.reporting.extra_figures import fig_head_report
 
     frame, summary = build_head_report(args.stats, args.clusters, args.head_accuracy,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.cli._args import add_step_parser, offsets_arg
+from bertlook.io_utils import write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
 
@@ -64,14 +66,8 @@ outputs:
 def register_cli(subparsers) -> None:
     """Add the ``heads`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
-    from bertlook.cli._args import offsets_arg
 
-    p = subparsers.add_parser(
-        "heads",
-        help=COMMANDS["heads"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "heads", COMMANDS["heads"], _HELP)
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level dev attention store")
     p.add_argument("--train-attention", metavar="DIR", default=None,
                    help="input: word-level train attention store (held-out head choice; optional)")
@@ -112,8 +108,6 @@ def register_cli(subparsers) -> None:
 def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.analyses.heads import FORCED_BY_SCHEME
     from bertlook.analyses.heads_step import HeadsOptions, run_heads
-    from bertlook.cli._args import write_csv_full
-    from bertlook.io_utils import write_json, write_text
     from bertlook.reporting.paper_join import join_table1
     from bertlook.reporting.example_figures import fig5_relations, fig5_syntax_heads
     from bertlook.reporting.tables import table1_markdown, trees_note

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_step_parser
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -46,8 +49,7 @@ Definitions: docs/definitions.md#cross-language-summary.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``languages`` subcommand."""
-    p = subparsers.add_parser("languages", help=COMMANDS["languages"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "languages", COMMANDS["languages"], _DESCRIPTION)
     p.add_argument("--head-accuracy", action="append", required=True, metavar="CSV",
                    help="input: head_accuracy.csv of one treebank (repeat per treebank)")
     p.add_argument("--label", action="append", required=True, metavar="L",
@@ -68,8 +70,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _check_repeats(args: argparse.Namespace) -> None:
-    from bertlook.errors import BertlookError
-
     n = {"--head-accuracy": len(args.head_accuracy), "--label": len(args.label), "--language": len(args.language)}
     if len(set(n.values())) != 1:
         raise BertlookError("--head-accuracy, --label and --language must be given the same number of times "
@@ -89,7 +89,6 @@ def _check_repeats(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.languages import (agreement, base_relations, base_relations_info, best_heads,
                                              languages_summary, load_head_accuracy)
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.extra_figures import fig_languages
     from bertlook.reporting.tables import languages_markdown
 

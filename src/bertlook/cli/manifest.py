@@ -7,7 +7,9 @@ import argparse
 import json
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.config import validate_config
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -21,8 +23,6 @@ COSTS = {"manifest": costs.SMALL}
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import validate_config
-    from bertlook.io_utils import write_json
     from bertlook.reporting.manifest import build_manifest
 
     config = validate_config(json.loads(args.config_json), source="--config-json")

@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bertlook.pipeline.config import load_config, run_names, syntax_run_names
+from bertlook.pipeline.preflight import HOW_TO_FIX, Reach, preflight_problems
+
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -19,8 +22,6 @@ COMMANDS = {
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config, run_names, syntax_run_names
-
     config = load_config(args.config)
     extra = syntax_run_names(config)
     print(f"{args.config}: valid; runs: {', '.join(run_names(config))}"
@@ -29,8 +30,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config, run_names
-
     print("\n".join(run_names(load_config(args.config))))
     return 0
 
@@ -41,15 +40,11 @@ def reach():
     (:mod:`bertlook.attention.modeling`)."""
     from bertlook.attention.modeling import check_reachable_model
     from bertlook.data.download import check_reachable
-    from bertlook.pipeline.preflight import Reach
 
     return Reach(url=check_reachable, model=check_reachable_model)
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config
-    from bertlook.pipeline.preflight import HOW_TO_FIX, preflight_problems
-
     config = load_config(args.config)
     problems = preflight_problems(config, reach())
     if problems:

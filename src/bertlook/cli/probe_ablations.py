@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import argparse
+import time
+from bertlook.cli._args import add_step_parser
+from bertlook.errors import BertlookError
 from bertlook.pipeline.steps import ABLATIONS_SUB, BEYOND, GoldenTable, Page, Step, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -57,8 +60,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     from bertlook.analyses.probes.catalogue import ABLATION_MODES
     from bertlook.cli.probes import add_common_arguments
 
-    p = subparsers.add_parser("probe-ablations", help=COMMANDS["probe-ablations"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "probe-ablations", COMMANDS["probe-ablations"], _DESCRIPTION)
     p.add_argument("--train-attention", required=True, metavar="DIR", help="input: word-level store, training split")
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--glove", required=True, metavar="SPEC",
@@ -74,11 +76,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import time
-
     from bertlook.cli.probes import parse_modes, parse_seeds, write_ablation_outputs
     from bertlook.data.glove import load_glove
-    from bertlook.errors import BertlookError
 
     seeds = parse_seeds(args.seeds)
     modes = parse_modes(args.modes, "--modes")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, Step, TWIN_TABLES, table
 
@@ -164,7 +165,6 @@ def _run_probes_cli(args: argparse.Namespace) -> int:
 def _write_table3(result, args, *, probes, options) -> None:
     """--rows-out (the rows computed here) and Table 3 (with the added rows): files and lines."""
     from bertlook.analyses.probes.rows import write_probe_rows
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.tables import table3_markdown
 
     seconds = result.seconds
@@ -190,7 +190,6 @@ def _write_table3(result, args, *, probes, options) -> None:
 
 
 def _write_norm(result, args) -> None:
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.tables import table3_markdown
 
     df = result.table3_norm
@@ -220,7 +219,6 @@ def write_ablation_outputs(df, args: argparse.Namespace, *, table, markdown, sum
 
 def _write_ablation_files(df, doc, args, *, table, markdown, summary, seeds, seconds) -> None:
     """The ablations' CSV, Markdown and (with ``summary``) summary ``doc``; the line that says so."""
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.tables import probe_ablations_markdown
 
     write_csv(table, df)

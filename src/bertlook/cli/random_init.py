@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES, PROVENANCE_FILE
+from bertlook.attention.random_init import DEFAULT_KEEP, KEEP_CHOICES, make_random_init_model, PROVENANCE_FILE
+from bertlook.cli._args import add_model_arguments
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -15,8 +16,6 @@ COMMANDS = {
 
 
 def _run_random_init(args: argparse.Namespace) -> int:
-    from bertlook.attention.random_init import make_random_init_model
-
     prov = make_random_init_model(args.model, args.out, seed=args.seed, revision=args.revision, keep=args.keep)
     print(
         f"random-init: {prov['source_model']['spec']} -> {args.out} (seed {args.seed}; keep {prov['keep']}: kept "
@@ -28,8 +27,6 @@ def _run_random_init(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     """Add the ``random-init`` subcommand."""
-    from bertlook.cli._args import add_model_arguments
-
     p = subparsers.add_parser(
         "random-init",
         help=COMMANDS["random-init"],

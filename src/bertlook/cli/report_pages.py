@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs
 
@@ -31,12 +32,7 @@ The sources are not changed (the CSVs keep full precision, the figures full reso
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "report-pages",
-        help=COMMANDS["report-pages"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "report-pages", COMMANDS["report-pages"], _HELP)
     p.add_argument("--source", action="append", default=[], metavar="FILE",
                    help="input: a .md or .csv table, or a .png figure (repeatable)")
     p.add_argument("--page", action="append", default=[], metavar="FILE",

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertlook.errors import BertlookError
+from bertlook.io_utils import atomic_path
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import Page, Step
 
@@ -30,7 +31,6 @@ COSTS = {"resources_summary": costs.SMALL}
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.io_utils import atomic_path
     from bertlook.reporting.resources import benchmark_dir, resource_table, table_markdown, write_table_csv
 
     dirs = list(args.dirs or []) + list(args.run_dir or [])

@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bertlook.cli._args import add_step_parser, offsets_arg
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import save_partial
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, ROLLOUT_SUB, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -86,9 +89,6 @@ def _check_outputs(args: argparse.Namespace, stats_mode: bool, table_mode: bool)
 def _run_rollout(args: argparse.Namespace) -> int:
     from bertlook.analyses.rollout import PARTIAL_KIND, RolloutTable1Options, rollout_partial, run_rollout
     from bertlook.attention.store import open_store
-    from bertlook.cli._args import write_csv_full
-    from bertlook.io_utils import write_csv, write_json, write_text
-    from bertlook.pipeline.sharding import save_partial
 
     stats_mode = bool(args.attention or args.partial)
     table_mode = bool(args.word_attention)
@@ -167,14 +167,8 @@ def _print_lines(args: argparse.Namespace, result) -> None:
 def register_cli(subparsers) -> None:
     """Add the ``rollout`` subcommand."""
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
-    from bertlook.cli._args import offsets_arg
 
-    p = subparsers.add_parser(
-        "rollout",
-        help=COMMANDS["rollout"],
-        description=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_step_parser(subparsers, "rollout", COMMANDS["rollout"], _HELP)
     p.add_argument("--attention", default=None, metavar="DIR", help="input: token-level attention (or norm) store")
     p.add_argument("--partial", action="append", default=None, metavar="NPZ",
                    help="input: partial sums of a shard (repeatable, shard order) instead of --attention")

@@ -7,10 +7,14 @@ The computation and the summary live in :mod:`bertlook.data.segments`
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
-from bertlook.data.sentences import SPLITTERS
+from bertlook.cli._args import add_model_arguments
+from bertlook.data.sentences import SPLITTERS, check_language, resolve_splitter
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.config import resolve_data_path
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -24,13 +28,8 @@ COSTS = {"segments": costs.Cost(estimate=costs.segmenter)}
 
 
 def _handler(args: argparse.Namespace) -> int:
-    import functools
-
     from bertlook.data.segments import SegmentOptions, run_segments_step, write_segments
-    from bertlook.pipeline.config import resolve_data_path
-    from bertlook.io_utils import write_json
     from bertlook.attention.modeling import load_tokenizer, resolve_model
-    from bertlook.data.sentences import check_language, resolve_splitter
 
     # the language, the corpus spec and the dump path are checked before the tokenizer loads
     language = check_language(args.language)
@@ -69,8 +68,6 @@ def _handler(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    from bertlook.cli._args import add_model_arguments
-
     p = subparsers.add_parser(
         "segments",
         help=COMMANDS["segments"],

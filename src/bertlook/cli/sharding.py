@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import argparse
-
+from bertlook.cli._args import add_step_parser
 from bertlook.errors import BertlookError
+from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import check_shards, gather_extraction, merge_summaries, read_json_object, shard_entry
 
 #: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
 COSTS = {"gather_extraction": costs.SMALL,
@@ -15,8 +16,6 @@ COSTS = {"gather_extraction": costs.SMALL,
 
 def _cmd_merge_stores(args) -> int:
     from bertlook.attention.shards import merge_stores
-    from bertlook.io_utils import write_json
-    from bertlook.pipeline.sharding import check_shards, merge_summaries, read_json_object, shard_entry
 
     result = merge_stores(args.store, args.out, link=not args.copy)
     if args.part_summary:
@@ -36,9 +35,6 @@ def _cmd_merge_stores(args) -> int:
 
 
 def _cmd_gather_extraction(args) -> int:
-    from bertlook.io_utils import write_json
-    from bertlook.pipeline.sharding import gather_extraction
-
     summary, meta = gather_extraction(args.part_summary)
     write_json(args.summary, summary)
     if args.meta:
@@ -50,9 +46,8 @@ def _cmd_gather_extraction(args) -> int:
 
 def register_cli(subparsers) -> None:
     """Add ``merge-stores`` and ``gather-extraction``."""
-    p = subparsers.add_parser(
-        "merge-stores",
-        help="gather the shard stores of a sharded extraction into one attention store",
+    p = add_step_parser(
+        subparsers, "merge-stores", "gather the shard stores of a sharded extraction into one attention store",
         description=(
             "Gather attention stores (the shards of `extract-words --shard I/K`, or any stores of one\n"
             "model) into one store without copying maps.\n"
@@ -62,7 +57,6 @@ def register_cli(subparsers) -> None:
             "        unsharded length-sorted order, meta.json counts summed; validated when written.\n"
             "        --summary JSON: the gathered extraction summary (counts summed, settings checked)."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", action="append", required=True, metavar="DIR", help="input: a store (repeatable)")
     p.add_argument("--out", required=True, metavar="DIR", help="output: the merged store (replaced atomically)")
@@ -72,16 +66,14 @@ def register_cli(subparsers) -> None:
     p.add_argument("--copy", action="store_true", help="copy the shard files instead of hard-linking them")
     p.set_defaults(func=_cmd_merge_stores)
 
-    g = subparsers.add_parser(
-        "gather-extraction",
-        help="gather the summaries of a sharded segment extraction (no maps needed)",
+    g = add_step_parser(
+        subparsers, "gather-extraction", "gather the summaries of a sharded segment extraction (no maps needed)",
         description=(
             "Input:  --part-summary JSON of every shard of `extract-segments --shard I/K`, in order.\n"
             "Output: --summary JSON (what one unsharded `extract-segments` writes: counts summed, settings\n"
             "        checked, per-shard timing under `shards`) and --meta JSON (the meta.json of the\n"
             "        unsharded store: model provenance, exclusions), so later steps (manifest) need no maps."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument("--part-summary", action="append", required=True, metavar="JSON",
                    help="input: a shard's extraction summary (repeatable, shard order)")

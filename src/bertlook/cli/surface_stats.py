@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
+from bertlook.pipeline.sharding import save_partial
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
 
 
@@ -32,9 +35,6 @@ STEPS = (
 def _run_stats(args: argparse.Namespace) -> int:
     from bertlook.analyses.surface_stats import PARTIAL_KIND, run_surface_stats_step, surface_stats_partial
     from bertlook.attention.store import open_store
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv, write_json
-    from bertlook.pipeline.sharding import save_partial
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("surface-stats: give --attention DIR or --partial NPZ ... (one of them)")

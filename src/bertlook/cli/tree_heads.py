@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from bertlook.cli._args import add_step_parser
+from bertlook.errors import BertlookError
+from bertlook.io_utils import write_csv, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, TREES_SUB, figure, figure_page, table
 
@@ -57,8 +60,7 @@ Definitions: docs/definitions.md#single-head-trees-tree-heads.
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``tree-heads`` subcommand."""
-    p = subparsers.add_parser("tree-heads", help=COMMANDS["tree-heads"], description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_step_parser(subparsers, "tree-heads", COMMANDS["tree-heads"], _DESCRIPTION)
     p.add_argument("--dev-attention", required=True, metavar="DIR", help="input: word-level store, dev split")
     p.add_argument("--max-sentences", type=int, default=None, metavar="N",
                    help="the first N sentences of the store only (default: all)")
@@ -74,8 +76,6 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.tree_heads import run_tree_heads
-    from bertlook.errors import BertlookError
-    from bertlook.io_utils import write_csv, write_json, write_text
     from bertlook.reporting.extra_figures import fig_tree_heads
     from bertlook.reporting.tables import tree_heads_markdown
 

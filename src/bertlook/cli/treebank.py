@@ -8,17 +8,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertlook.data.silver_treebank import DEFAULT_SPACY_MODEL
+from bertlook.cli._args import add_step_parser
+from bertlook.data.silver_treebank import DEFAULT_SPACY_MODEL, prepare_silver
 from bertlook.data.gold_treebank import (
     UD_DEFAULT_DEV_FILE,
     UD_DEFAULT_RELEASE,
     UD_DEFAULT_REPO,
     UD_DEFAULT_TRAIN_FILE,
     UD_URL_TEMPLATE,
+    prepare_local,
+    prepare_ud,
 )
 from bertlook.data.sentences import SPLITTERS
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs
+from bertlook.pipeline.config import resolve_data_path
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -38,10 +42,6 @@ def _need(args: argparse.Namespace, source: str, *flags: str) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from bertlook.data.silver_treebank import prepare_silver
-    from bertlook.data.gold_treebank import prepare_local, prepare_ud
-    from bertlook.pipeline.config import resolve_data_path
-
     if args.source == "local":
         _need(args, "local", "--dev")
         train = resolve_data_path(args.train) if args.train else None
@@ -104,10 +104,8 @@ def _handler(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "treebank",
-        help=COMMANDS["treebank"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_step_parser(
+        subparsers, "treebank", COMMANDS["treebank"],
         description=(
             "Make the dependency treebank for head accuracy (Table 1) and the probes.\n\n"
             "Inputs, by --source:\n"

@@ -324,12 +324,6 @@ def load_yaml_strict(path: str | os.PathLike) -> Any:
         raise BertlookError(f"{p}{line}: not valid YAML: {getattr(err, 'problem', None) or err}") from None
 
 
-def check_yaml_file(path: str | os.PathLike) -> None:
-    """Raise BertlookError (``<file>:<line>: duplicate key ...``) unless ``path`` is valid YAML
-    without repeated keys. For the Snakefile, which loads ``--configfile`` files with a lenient loader."""
-    load_yaml_strict(path)
-
-
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """Read (strictly: duplicate keys are errors) and validate a YAML configuration file."""
     p = Path(path)

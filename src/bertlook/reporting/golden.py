@@ -22,7 +22,6 @@ paths); every group names its rule in ``tolerance``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from pathlib import Path
@@ -33,7 +32,6 @@ import numpy as np
 from bertlook import __version__
 from bertlook.analyses.table1 import CROSSFIT_COLUMNS, NOPUNCT_COLUMNS, PAIRED_COLUMNS
 from bertlook.errors import BertlookError
-from bertlook.io_utils import write_text
 from bertlook.pipeline.steps import GoldenTable
 from bertlook.reporting.golden_ranges import poisson_k
 from bertlook.reporting.golden_rules import add_ranges
@@ -567,7 +565,3 @@ def check_against_golden(run_dir: str | os.PathLike, golden_path: str | os.PathL
         else:
             out(f"  not in golden (extra in run): {d['path']} (got {d['got']!r})")
     return 1
-
-
-def write_golden(doc: dict[str, Any], out: str | os.PathLike) -> Path:
-    return write_text(out, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
