@@ -1,13 +1,13 @@
 """The one way a Snakemake rule builds its command line: every value is quoted for the shell.
 
 Rules never paste config values into a ``shell:`` string. Each rule's only parameter is
-``cmd``, built by :func:`command` (through ``bertlook_cmd`` in ``workflow/rules/common.smk``),
+``cmd``, built by :func:`command` (through ``bertlook_cmd`` in ``workflow/rules/rule_helpers.smk``),
 and its shell line is always ``"{params.cmd} > {log:q} 2>&1"``. Every flag value, whatever the
 schema allowed into it (a path with spaces, a ``$( )``, a backtick, a quote, a newline), reaches
 ``bertlook`` as one literal argument, because it went through :func:`shlex.quote`; the only
 unquoted text is the fixed program prefix, a constant that reads the checkout's ``src/`` and the
 Python running Snakemake from the environment (``BERTLOOK_SRC``, ``BERTLOOK_PYTHON``, set by
-``common.smk``), never from the config. ``tests/test_shell_injection.py`` runs the real Snakemake on a
+``rule_helpers.smk``), never from the config. ``tests/test_shell_injection.py`` runs the real Snakemake on a
 config in which every string field of the schema holds a shell payload, and checks that none ran.
 """
 

@@ -8,7 +8,7 @@ resources from them (Snakemake calls each value with the job's ``wildcards``, ``
     resources:
         **sizing.snakemake_resources("extract_segments", config, declared_costs()),
 
-(``step_resources(rule)`` in workflow/rules/common.smk), or directly ``sizing.rule_resources("extract_segments",
+(``step_resources(rule)`` in workflow/rules/rule_helpers.smk), or directly ``sizing.rule_resources("extract_segments",
 config, input, costs=declared_costs(), wildcards=wildcards, attempt=attempt)`` -> ``{"mem_mb": ..., "runtime":
 ..., "disk_mb": ...}``; a rule without a declared cost is an error naming it. Sharded jobs (``{shard}`` =
 ``2of4``) get their contiguous share of the segments / treebank file; gather jobs, whose inputs are only

@@ -7,7 +7,7 @@ asks for (paths under ``results/{run}/``), its summary for the manifest, its rep
 (:class:`bertlook.pipeline.costs.Cost`). Each step is declared next to its command,
 in the ``STEPS`` tuple of its CLI module (``bertlook.cli.<step>``); :func:`bertlook.cli.declared_steps`
 gathers them. ``workflow/rules/common.smk`` builds the target list (``all``), the manifest's summaries and
-the report pages and the resources of every rule from them, ``bertlook make-golden`` / ``check-regression`` their golden
+the report pages from them, ``rule_helpers.smk`` the resources of every rule, ``bertlook make-golden`` / ``check-regression`` their golden
 groups; tests check the declarations against the rules, the captions and the documentation. The functions
 here take the declarations as an argument. No Snakemake, torch or numpy here: the Snakefile imports it
 while the DAG is built.
