@@ -101,7 +101,8 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
 # --------------------------------------------------------------------------------------------
 # extraction
 
-def _model_device(model):
+def model_device(model):
+    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
     import torch  # lazy: not in envs/analysis.yaml, whose steps import this module (progress_bar)
 
     for p in model.parameters():
@@ -230,7 +231,7 @@ def stream_maps(
     kept, use_tt, plan = plan_stream(examples, model, model_dims(model), batch_size=batch_size,
                                      max_seq_len=max_seq_len, meta=meta, norms=norms)
     norm_modules = find_attention_modules(model, plan.num_heads) if norms else None
-    device = _model_device(model) if device is None else torch.device(device)
+    device = model_device(model) if device is None else torch.device(device)
     sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
                                check_disk=check_disk, step=step)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
