@@ -6,3 +6,9 @@ class BertlookError(Exception):
 
     The CLI prints ``error: <message>`` and exits with status 2, without a traceback.
     """
+
+
+def check_choice(name: str, value, choices) -> None:
+    """A :class:`BertlookError` ``unknown NAME VALUE (use one of ...)`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")

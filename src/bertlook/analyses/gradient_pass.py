@@ -18,7 +18,7 @@ import numpy as np
 
 from bertlook.attention.extraction import accepts_token_type_ids, encode_segment, model_device
 from bertlook.attention.mlm import mlm_head_module
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.model_spec import DECODER, model_family
 
 PUNCT_TOKENS = (".", ",")
@@ -89,8 +89,7 @@ def mask_segments(
     """
     if not (0.0 < float(rate) <= 1.0) or not math.isfinite(float(rate)):
         raise BertlookError(f"mask rate must be in (0, 1], got {rate!r}")
-    if mask_mode not in MASK_MODES:
-        raise BertlookError(f"unknown mask mode {mask_mode!r} (use one of {', '.join(MASK_MODES)})")
+    check_choice("mask mode", mask_mode, MASK_MODES)
     mask_token = getattr(tokenizer, "mask_token", None)
     mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_token is None or mask_id is None:
@@ -294,8 +293,7 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     """
     import torch  # lazy: as in _padded_inputs
 
-    if target_tokens not in TARGET_TOKEN_MODES:
-        raise BertlookError(f"unknown target tokens mode {target_tokens!r} (use one of {', '.join(TARGET_TOKEN_MODES)})")
+    check_choice("target tokens mode", target_tokens, TARGET_TOKEN_MODES)
     attns, grads, losses, lengths = _forward_backward(model, examples, device)
     T = max(lengths)
     H = int(attns[0].shape[1])

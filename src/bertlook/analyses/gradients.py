@@ -32,7 +32,7 @@ from bertlook.analyses.gradient_pass import (MASK_MODES, TARGET_TOKEN_MODES, Mas
 from bertlook.attention.extraction import progress_bar
 from bertlook.attention.mlm import load_mlm_checked
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.model_spec import DECODER, model_family
 from bertlook.pipeline.sharding import partial_metas, same_value, shard_info
 
@@ -53,8 +53,7 @@ SEGMENT_ID_MODES = ("zeros", "pair")
 
 def aggregate(stats: dict[str, Any], *, grad_average: str = "pooled"):
     """``sep_gradients`` rows from concatenated :func:`batch_statistics` -> (DataFrame, extra summary)."""
-    if grad_average not in GRAD_AVERAGES:
-        raise BertlookError(f"unknown gradient average {grad_average!r} (use one of {', '.join(GRAD_AVERAGES)})")
+    check_choice("gradient average", grad_average, GRAD_AVERAGES)
     # [segment, layer, target], [segment, target], [segment, layer, target]
     gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
     N, L, C = gsum.shape
@@ -91,11 +90,6 @@ def not_run_frame(reason: str):
                           "note": reason}], columns=NOT_RUN_COLUMNS)
 
 
-def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
-
-
 PARTIAL_KIND = "sep-gradients"
 
 
@@ -126,10 +120,10 @@ class GradientOptions:
 
     def check(self) -> None:
         """Raise :class:`BertlookError` on an unknown mode or a batch size / ``max_examples`` below 1."""
-        _check_choice("mask mode", self.mask_mode, MASK_MODES)
-        _check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
-        _check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
-        _check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
+        check_choice("mask mode", self.mask_mode, MASK_MODES)
+        check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
+        check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
+        check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
         if self.batch_size < 1:
             raise BertlookError(f"batch size must be >= 1, got {self.batch_size}")
         if self.max_examples is not None and self.max_examples < 1:

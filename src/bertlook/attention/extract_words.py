@@ -23,7 +23,7 @@ from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, 
                                        unk_statistics, unk_summary)
 from bertlook.attention.random_init import KEEP_CHOICES, load_random_init_model
 from bertlook.data.treebank import read_conllu
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.sharding import shard_info
 
 #: ``--text``: ``spaces`` = the words joined by single spaces (default); ``original`` = the sentence as
@@ -65,8 +65,7 @@ def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
 
 def check_text_mode(text: str) -> str:
     """``text`` when it is one of :data:`TEXT_MODES`, else a :class:`BertlookError`."""
-    if text not in TEXT_MODES:
-        raise BertlookError(f"unknown --text {text!r} (use one of {', '.join(TEXT_MODES)})")
+    check_choice("--text", text, TEXT_MODES)
     return text
 
 
@@ -182,12 +181,9 @@ class WordExtractionOptions:
 
     def check(self) -> float:
         """Raise :class:`BertlookError` on an unknown mode or unknown-token rate; return the rate in force."""
-        if self.from_split not in FROM_SPLIT_MODES:
-            raise BertlookError(f"unknown --from-split {self.from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+        check_choice("--from-split", self.from_split, FROM_SPLIT_MODES)
         check_text_mode(self.text)
-        if self.random_init_keep not in KEEP_CHOICES:
-            raise BertlookError(f"unknown --random-init-keep {self.random_init_keep!r} "
-                                f"(use one of {', '.join(KEEP_CHOICES)})")
+        check_choice("--random-init-keep", self.random_init_keep, KEEP_CHOICES)
         return check_max_unk_rate(DEFAULT_MAX_UNK_RATE if self.max_unk_rate is None else self.max_unk_rate)
 
 

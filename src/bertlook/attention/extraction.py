@@ -26,7 +26,7 @@ from bertlook.attention.norms import NORM_STORE_META, NormClassSums, find_attent
 from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.attention.stream import StoreConsumer, StreamMeta, StreamPlan, choose_schedule, map_batches, run_consumers
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
@@ -71,8 +71,7 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
     tokens = segment.get("tokens")
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise BertlookError(f"segment {sid!r}: 'tokens' must be a non-empty list of strings")
-    if segment_ids_mode not in SEGMENT_ID_MODES:
-        raise BertlookError(f"unknown segment ids mode {segment_ids_mode!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
+    check_choice("segment ids mode", segment_ids_mode, SEGMENT_ID_MODES)
     ids = tokenizer.convert_tokens_to_ids(tokens)
     unk_token = getattr(tokenizer, "unk_token", None)
     unk_id = getattr(tokenizer, "unk_token_id", None)
@@ -407,8 +406,7 @@ def segment_examples(segments_path, tokenizer, *, segment_ids: str = "zeros", ma
     (:func:`encode_segment`), the unknown-token counts (checked on the whole file: the same decision whatever
     the sharding), the shard (:func:`bertlook.pipeline.sharding.shard_info`, None unsharded) and the number of
     segments in the file. With ``shard``, ``examples`` and ``unk`` are the shard's own."""
-    if segment_ids not in SEGMENT_ID_MODES:
-        raise BertlookError(f"unknown --segment-ids {segment_ids!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
+    check_choice("--segment-ids", segment_ids, SEGMENT_ID_MODES)
     max_unk_rate = check_max_unk_rate(max_unk_rate)
     segments = read_segments(segments_path)
     _check_special_tokens(segments, tokenizer.cls_token, tokenizer.sep_token, segments_path)
