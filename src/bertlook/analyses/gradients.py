@@ -29,7 +29,7 @@ import pandas as pd
 
 from bertlook.analyses.gradient_pass import (MASK_MODES, TARGET_TOKEN_MODES, MaskedSegment, batch_statistics,
                                               mask_segments, never_masked, next_token_examples)
-from bertlook.attention.extraction import progress_bar
+from bertlook.attention.extraction import progress_bar, resolve_options
 from bertlook.attention.mlm import load_mlm_checked
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError, check_choice
@@ -139,15 +139,6 @@ class GradientOptions:
         }
 
 
-def _resolve_options(options: GradientOptions | None, overrides: dict[str, Any]) -> GradientOptions:
-    """``options`` (default: :class:`GradientOptions`) with the keyword ``overrides`` of the caller applied."""
-    if options is None:
-        options = GradientOptions()
-    elif not isinstance(options, GradientOptions):
-        raise TypeError(f"options must be a GradientOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
-
-
 def _mask_shard(segments: Sequence[dict[str, Any]], tokenizer, opts: GradientOptions,
                 info: dict[str, Any] | None, *, causal: bool = False) -> list[MaskedSegment]:
     """Mask every segment used (one generator: a segment's input is the same whatever the sharding), then
@@ -250,7 +241,7 @@ def gradient_partial(
     """
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model  # lazy: torch, transformers
 
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(GradientOptions, options, overrides)
     opts.check()
     segments = read_segments(segments_path)
     n_input = len(segments)
@@ -473,5 +464,5 @@ def sep_gradient_importance(
     Nothing is written; see the ``gradients`` CLI for the files. (The partial sums of one run,
     :func:`gradient_partial`, reduced by :func:`reduce_gradients`.)
     """
-    partial = gradient_partial(segments_path, model_spec, _resolve_options(options, overrides))
+    partial = gradient_partial(segments_path, model_spec, resolve_options(GradientOptions, options, overrides))
     return reduce_gradients([partial], where=[str(segments_path)])

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from bertlook.attention.alignment import (ALIGNMENT_ERROR_REASONS, FROM_SPLIT_MODES, Alignment, align_words,
                                           token_to_word_attention)
-from bertlook.attention.extraction import add_shard_fields, extract_to_store
+from bertlook.attention.extraction import add_shard_fields, extract_to_store, resolve_options
 from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, check_max_unk_rate, check_unk_rate,
                                        unk_statistics, unk_summary)
 from bertlook.attention.random_init import KEEP_CHOICES, load_random_init_model
@@ -187,15 +187,6 @@ class WordExtractionOptions:
         return check_max_unk_rate(DEFAULT_MAX_UNK_RATE if self.max_unk_rate is None else self.max_unk_rate)
 
 
-def _resolve_options(options: WordExtractionOptions | None, overrides: dict[str, Any]) -> WordExtractionOptions:
-    """``options`` (default: :class:`WordExtractionOptions`) with the keyword ``overrides`` of the caller applied."""
-    if options is None:
-        options = WordExtractionOptions()
-    elif not isinstance(options, WordExtractionOptions):
-        raise TypeError(f"options must be a WordExtractionOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
-
-
 @dataclasses.dataclass
 class _WordRun:
     """What :func:`extract_word_attention_from_sentences` prepares once for every model it runs."""
@@ -312,7 +303,7 @@ def extract_word_attention_from_sentences(
     # lazy: modeling imports torch, which the extract-words and coref-extract parsers do not need
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(WordExtractionOptions, options, overrides)
     max_unk_rate = opts.check()
     src = source if source is not None else "<sentences>"
     resolved = resolve_model(model_spec, opts.revision)
@@ -425,7 +416,7 @@ def extract_word_attention(
     on the same sentences, the random-init baseline's (``random_init_seed``) there
     (:func:`extract_word_attention_from_sentences`).
     """
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(WordExtractionOptions, options, overrides)
     path = Path(conllu_path)
     if not path.is_file():
         raise BertlookError(f"{path}: treebank file not found")

@@ -12,6 +12,7 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -511,3 +512,14 @@ def add_shard_fields(summary: dict[str, Any], info: dict[str, Any], out_dir) -> 
         store_meta = json.load(fh)
     summary["shard"] = info
     summary["store_meta"] = store_meta
+
+
+def resolve_options(cls, options, overrides: dict[str, Any]):
+    """``options`` (default: ``cls()``; the run settings of a step, e.g.
+    :class:`~bertlook.attention.extract_words.WordExtractionOptions`,
+    :class:`~bertlook.analyses.gradients.GradientOptions`) with the keyword ``overrides`` of the caller applied."""
+    if options is None:
+        options = cls()
+    elif not isinstance(options, cls):
+        raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
+    return dataclasses.replace(options, **overrides) if overrides else options
