@@ -12,3 +12,9 @@ def check_choice(name: str, value, choices) -> None:
     """A :class:`BertlookError` ``unknown NAME VALUE (use one of ...)`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
+
+
+def check_at_least(name: str, value, low) -> None:
+    """A :class:`BertlookError` ``NAME must be >= LOW, got VALUE`` unless ``value >= low``."""
+    if value < low:
+        raise BertlookError(f"{name} must be >= {low}, got {value}")

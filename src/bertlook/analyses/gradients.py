@@ -32,7 +32,7 @@ from bertlook.analyses.gradient_pass import (MASK_MODES, TARGET_TOKEN_MODES, Mas
 from bertlook.attention.extraction import progress_bar, resolve_options
 from bertlook.attention.mlm import load_mlm_checked
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError, check_choice
+from bertlook.errors import BertlookError, check_at_least, check_choice
 from bertlook.pipeline.model_spec import DECODER, model_family
 from bertlook.pipeline.sharding import partial_metas, same_value, shard_info
 
@@ -124,8 +124,7 @@ class GradientOptions:
         check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
         check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
         check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
-        if self.batch_size < 1:
-            raise BertlookError(f"batch size must be >= 1, got {self.batch_size}")
+        check_at_least("batch size", self.batch_size, 1)
         if self.max_examples is not None and self.max_examples < 1:
             raise BertlookError(f"max examples must be >= 1, got {self.max_examples}")
 

@@ -27,7 +27,7 @@ from bertlook.attention.norms import NORM_STORE_META, NormClassSums, find_attent
 from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.attention.stream import StoreConsumer, StreamMeta, StreamPlan, choose_schedule, map_batches, run_consumers
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError, check_choice
+from bertlook.errors import BertlookError, check_at_least, check_choice
 from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
@@ -128,8 +128,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
     first, ties by id. ``use_tt``: whether the model takes token type ids (never a decoder's: their segment ids
     are not passed to the model).
     """
-    if max_seq_len < 1:
-        raise BertlookError(f"max_seq_len must be >= 1, got {max_seq_len}")
+    check_at_least("max_seq_len", max_seq_len, 1)
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
         raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
@@ -226,8 +225,7 @@ def stream_maps(
 
     from bertlook.attention.modeling import cuda_visibility_warning, model_dims  # lazy: imports torch
 
-    if batch_size < 1:
-        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    check_at_least("batch size", batch_size, 1)
     kept, use_tt, plan = plan_stream(examples, model, model_dims(model), batch_size=batch_size,
                                      max_seq_len=max_seq_len, meta=meta, norms=norms)
     norm_modules = find_attention_modules(model, plan.num_heads) if norms else None
