@@ -47,7 +47,6 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelF
 
 from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
     DECODER,
-    ENCODER,
     ResolvedModel,
     cached_file,
     config_dims,
