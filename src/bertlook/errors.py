@@ -14,7 +14,7 @@ def check_choice(name: str, value, choices) -> None:
         raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
 
 
-def check_at_least(name: str, value, low) -> None:
-    """A :class:`BertlookError` ``NAME must be >= LOW, got VALUE`` unless ``value >= low``."""
-    if value < low:
+def check_at_least(name: str, value, low, *, optional: bool = False) -> None:
+    """A :class:`BertlookError` ``NAME must be >= LOW, got VALUE`` unless ``value >= low`` (or, ``optional``, None)."""
+    if not (optional and value is None) and value < low:
         raise BertlookError(f"{name} must be >= {low}, got {value}")

@@ -125,8 +125,7 @@ class GradientOptions:
         check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
         check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
         check_at_least("batch size", self.batch_size, 1)
-        if self.max_examples is not None and self.max_examples < 1:
-            raise BertlookError(f"max examples must be >= 1, got {self.max_examples}")
+        check_at_least("max examples", self.max_examples, 1, optional=True)
 
     def settings(self, segments_path: str | os.PathLike, model_spec: str) -> dict[str, Any]:
         """The ``settings`` a partial's meta records (every shard's must agree; the summary holds them)."""
