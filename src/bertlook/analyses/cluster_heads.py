@@ -229,24 +229,14 @@ def js_divergence_sum(
     return acc.total, acc.n_examples
 
 
-def js_divergence_matrix(
-    store: "AttentionStore",
-    *,
-    max_examples: int | None = None,
-    segments=None,
-    chunk: int | None = None,
-    dtype: str = "float32",
-    backend: str = DEFAULT_BACKEND,
-    num_threads: int = 1,
-) -> "np.ndarray":
+def js_divergence_matrix(store: "AttentionStore", **kwargs) -> "np.ndarray":
     """Sum over (the first ``max_examples``) examples of the per-example JS matrices: ``[K, K]``.
 
     Head ``k = layer * num_heads + head`` (0-indexed); float64, symmetric, zero diagonal. One
     example is in memory at a time. ``chunk``, ``dtype``, ``backend``, ``num_threads``: see
-    :func:`js_divergence_example`; ``segments``: see :func:`js_divergence_sum`.
+    :func:`js_divergence_example`; keyword arguments (``segments``, ...): those of :func:`js_divergence_sum`.
     """
-    total, used = js_divergence_sum(store, max_examples=max_examples, segments=segments, chunk=chunk,
-                                    dtype=dtype, backend=backend, num_threads=num_threads)
+    total, used = js_divergence_sum(store, **kwargs)
     if used == 0:
         raise BertlookError(f"{store.path}: no examples to compute JS divergences on")
     return total

@@ -16,9 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertlook.attention.extraction import accepts_token_type_ids, encode_segment
+from bertlook.attention.extraction import accepts_token_type_ids, encode_segment, model_device
 from bertlook.attention.mlm import mlm_head_module
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.model_spec import DECODER, model_family
 
 PUNCT_TOKENS = (".", ",")
@@ -89,8 +89,7 @@ def mask_segments(
     """
     if not (0.0 < float(rate) <= 1.0) or not math.isfinite(float(rate)):
         raise BertlookError(f"mask rate must be in (0, 1], got {rate!r}")
-    if mask_mode not in MASK_MODES:
-        raise BertlookError(f"unknown mask mode {mask_mode!r} (use one of {', '.join(MASK_MODES)})")
+    check_choice("mask mode", mask_mode, MASK_MODES)
     mask_token = getattr(tokenizer, "mask_token", None)
     mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_token is None or mask_id is None:
@@ -150,18 +149,10 @@ def next_token_examples(segments: Sequence[dict[str, Any]], tokenizer) -> list[M
 # --------------------------------------------------------------------------------------------------
 
 
-def _model_device(model):
-    import torch  # lazy: torch, absent from the analysis env that reduces the sums
-
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")  # pragma: no cover
-
-
 def _padded_inputs(model, batch: Sequence[MaskedSegment], device):
     """The model's keyword arguments for one batch padded to its longest segment, the labels (``-100`` off
     the masked positions) and the real lengths: ``(kwargs, labels [batch, seq], lengths)``."""
-    import torch  # lazy: as in _model_device
+    import torch  # lazy: torch, absent from the analysis env that reduces the sums
 
     lengths = [ex.n for ex in batch]
     B, T = len(batch), max(lengths)
@@ -194,12 +185,12 @@ def _forward_backward(model, batch: Sequence[MaskedSegment], device=None):
     ``attentions`` and ``grads``: one ``[B, H, T, T]`` tensor per layer (detached, on the device);
     ``losses``: ``[B]`` per-segment mean cross-entropy; ``lengths``: real lengths.
     """
-    import torch  # lazy: as in _model_device
+    import torch  # lazy: as in _padded_inputs
     import torch.nn.functional as F  # lazy: as above
 
     if not batch:
         raise BertlookError("empty batch")
-    device = _model_device(model) if device is None else torch.device(device)
+    device = model_device(model) if device is None else torch.device(device)
     kwargs, labels, lengths = _padded_inputs(model, batch, device)
     B, T = len(batch), max(lengths)
     if model.training:
@@ -300,10 +291,9 @@ def batch_statistics(model, examples: Sequence[MaskedSegment], *, sep_token: str
     ``sep_token`` None (a decoder): the first target is the first token, and only the entries a causal row
     sees (``j <= i``) are summed and counted: the others are 0 by construction, their gradient means nothing.
     """
-    import torch  # lazy: as in _model_device
+    import torch  # lazy: as in _padded_inputs
 
-    if target_tokens not in TARGET_TOKEN_MODES:
-        raise BertlookError(f"unknown target tokens mode {target_tokens!r} (use one of {', '.join(TARGET_TOKEN_MODES)})")
+    check_choice("target tokens mode", target_tokens, TARGET_TOKEN_MODES)
     attns, grads, losses, lengths = _forward_backward(model, examples, device)
     T = max(lengths)
     H = int(attns[0].shape[1])

@@ -29,10 +29,10 @@ import pandas as pd
 
 from bertlook.analyses.gradient_pass import (MASK_MODES, TARGET_TOKEN_MODES, MaskedSegment, batch_statistics,
                                               mask_segments, never_masked, next_token_examples)
-from bertlook.attention.extraction import progress_bar
+from bertlook.attention.extraction import progress_bar, resolve_options
 from bertlook.attention.mlm import load_mlm_checked
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least, check_choice
 from bertlook.pipeline.model_spec import DECODER, model_family
 from bertlook.pipeline.sharding import partial_metas, same_value, shard_info
 
@@ -53,8 +53,7 @@ SEGMENT_ID_MODES = ("zeros", "pair")
 
 def aggregate(stats: dict[str, Any], *, grad_average: str = "pooled"):
     """``sep_gradients`` rows from concatenated :func:`batch_statistics` -> (DataFrame, extra summary)."""
-    if grad_average not in GRAD_AVERAGES:
-        raise BertlookError(f"unknown gradient average {grad_average!r} (use one of {', '.join(GRAD_AVERAGES)})")
+    check_choice("gradient average", grad_average, GRAD_AVERAGES)
     # [segment, layer, target], [segment, target], [segment, layer, target]
     gsum, count, mass = stats["grad_sum"], stats["count"], stats["mass"]
     N, L, C = gsum.shape
@@ -91,11 +90,6 @@ def not_run_frame(reason: str):
                           "note": reason}], columns=NOT_RUN_COLUMNS)
 
 
-def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise BertlookError(f"unknown {name} {value!r} (use one of {', '.join(choices)})")
-
-
 PARTIAL_KIND = "sep-gradients"
 
 
@@ -126,14 +120,12 @@ class GradientOptions:
 
     def check(self) -> None:
         """Raise :class:`BertlookError` on an unknown mode or a batch size / ``max_examples`` below 1."""
-        _check_choice("mask mode", self.mask_mode, MASK_MODES)
-        _check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
-        _check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
-        _check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
-        if self.batch_size < 1:
-            raise BertlookError(f"batch size must be >= 1, got {self.batch_size}")
-        if self.max_examples is not None and self.max_examples < 1:
-            raise BertlookError(f"max examples must be >= 1, got {self.max_examples}")
+        check_choice("mask mode", self.mask_mode, MASK_MODES)
+        check_choice("segment ids mode", self.segment_ids, SEGMENT_ID_MODES)
+        check_choice("target tokens mode", self.target_tokens, TARGET_TOKEN_MODES)
+        check_choice("gradient average", self.grad_average, GRAD_AVERAGES)
+        check_at_least("batch size", self.batch_size, 1)
+        check_at_least("max examples", self.max_examples, 1, optional=True)
 
     def settings(self, segments_path: str | os.PathLike, model_spec: str) -> dict[str, Any]:
         """The ``settings`` a partial's meta records (every shard's must agree; the summary holds them)."""
@@ -143,15 +135,6 @@ class GradientOptions:
             "mask_rate": float(self.mask_rate), "mask_mode": self.mask_mode, "target_tokens": self.target_tokens,
             "grad_average": self.grad_average, "targets": list(TARGETS),
         }
-
-
-def _resolve_options(options: GradientOptions | None, overrides: dict[str, Any]) -> GradientOptions:
-    """``options`` (default: :class:`GradientOptions`) with the keyword ``overrides`` of the caller applied."""
-    if options is None:
-        options = GradientOptions()
-    elif not isinstance(options, GradientOptions):
-        raise TypeError(f"options must be a GradientOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
 
 
 def _mask_shard(segments: Sequence[dict[str, Any]], tokenizer, opts: GradientOptions,
@@ -256,7 +239,7 @@ def gradient_partial(
     """
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model  # lazy: torch, transformers
 
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(GradientOptions, options, overrides)
     opts.check()
     segments = read_segments(segments_path)
     n_input = len(segments)
@@ -479,5 +462,5 @@ def sep_gradient_importance(
     Nothing is written; see the ``gradients`` CLI for the files. (The partial sums of one run,
     :func:`gradient_partial`, reduced by :func:`reduce_gradients`.)
     """
-    partial = gradient_partial(segments_path, model_spec, _resolve_options(options, overrides))
+    partial = gradient_partial(segments_path, model_spec, resolve_options(GradientOptions, options, overrides))
     return reduce_gradients([partial], where=[str(segments_path)])

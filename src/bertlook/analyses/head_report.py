@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from bertlook.analyses.heads import ALL, DIRECTIONS, SKIP_RELATIONS
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import read_csv_strings
 from bertlook.naming import head_label
 
@@ -146,8 +146,7 @@ def best_relations(path, grid: set[tuple[int, int]], stats_path, *, min_count: i
     highest accuracy; ties: more words, then relation name, then dep2head before head2dep.
     """
     path = Path(path)
-    if min_count < 0:
-        raise BertlookError(f"min count must be >= 0, got {min_count}")
+    check_at_least("min count", min_count, 0)
     raw = read_csv_strings(path, required=("relation", "layer", "head", "direction", "accuracy", "count"),
                            what="head accuracy table")
     if raw.empty:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from bertlook.analyses.token_roles import is_causal
 from bertlook.attention.store import AttentionStore, open_store
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.naming import parse_head_label
 
 DIRECTIONS = ("dep2head", "head2dep")
@@ -508,8 +508,7 @@ def score_heads(
     """
     check_word_store(store)
     offsets = parse_offsets(offsets)
-    if max_examples is not None and max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    check_at_least("max_examples", max_examples, 0, optional=True)
     records = store.records if max_examples is None else store.records[:max_examples]
     if not records:
         raise BertlookError(f"{store.path}: no sentences to score")

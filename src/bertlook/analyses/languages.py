@@ -26,7 +26,7 @@ import pandas as pd
 
 from bertlook.analyses.head_report import int_column
 from bertlook.analyses.heads import ACCURACY_COLUMNS, ALL, DIRECTIONS, SKIP_RELATIONS
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import read_csv_strings
 from bertlook.naming import head_label
 
@@ -204,8 +204,7 @@ def _frame_of(relations: list[str], counts: "np.ndarray", acc: "np.ndarray") -> 
 def _prepare(frames: Mapping[str, "pd.DataFrame"], min_count: int):
     """Per treebank ``(relations, counts [R], acc [R, 2, L, H])``; the kept relations (>= min_count
     words, not skipped) in output order: "All" first, then by words over all treebanks, then name."""
-    if min_count < 0:
-        raise BertlookError(f"min count must be >= 0, got {min_count}")
+    check_at_least("min count", min_count, 0)
     if not frames:
         raise BertlookError("no treebanks to compare")
     data = {str(label): _tensor(f, f"treebank {label!r}") for label, f in frames.items()}

@@ -27,7 +27,7 @@ from bertlook.analyses.heads import (ALL, DIRECTIONS, FORCED_RELATIONS, PUNCT_RE
                                      HeadScores)
 from bertlook.analyses.second_pass import second_pass
 from bertlook.attention.store import AttentionStore, open_store
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.naming import head_label
 
 TABLE1_COLUMNS = [
@@ -136,10 +136,8 @@ class Table1Options:
     alpha: float = DEFAULT_ALPHA
 
     def __post_init__(self) -> None:
-        if self.min_count < 0:
-            raise BertlookError(f"min_count must be >= 0, got {self.min_count}")
-        if self.bootstrap < 0:
-            raise BertlookError(f"bootstrap must be >= 0, got {self.bootstrap}")
+        check_at_least("min_count", self.min_count, 0)
+        check_at_least("bootstrap", self.bootstrap, 0)
         if not 0 < self.alpha < 1:
             raise BertlookError(f"alpha must be in (0, 1), got {self.alpha}")
 

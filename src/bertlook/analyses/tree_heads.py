@@ -36,7 +36,7 @@ import pandas as pd
 from bertlook.analyses.heads import DIRECTIONS, decision_blocks, fragile_decisions, predict_from_decision
 from bertlook.analyses.probes.data import ProbeData
 from bertlook.analyses.trees import chu_liu_edmonds_batch, max_spanning_tree_batch
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import json_safe
 from bertlook.naming import head_label
 
@@ -279,8 +279,7 @@ def run_tree_heads(dev_attention, *, max_sentences: int | None = None,
     tree from every head of every sentence of the word-level store ``dev_attention`` (path or open store;
     the first ``max_sentences`` only), the best heads per layer next to the baselines, and the summary.
     ``log`` gets the progress lines (every 100 sentences)."""
-    if max_sentences is not None and max_sentences < 1:
-        raise BertlookError(f"max_sentences must be >= 1, got {max_sentences}")
+    check_at_least("max_sentences", max_sentences, 1, optional=True)
     where = str(getattr(dev_attention, "path", dev_attention))
     per_head, info = tree_heads(dev_attention, max_sentences=max_sentences, log=log)
     if info["counts"]["n_sentences"] == 0:

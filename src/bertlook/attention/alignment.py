@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 
 FROM_SPLIT_MODES = ("mean", "first", "max")
 #: Why a sentence could not be aligned (:attr:`AlignmentError.reason`; summary ``excluded_alignment_reasons``).
@@ -258,8 +258,7 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
     renormalised to sum to 1). Rows are taken of the column-summed map, as in the released code.
     Returns float32; each row sums to 1 when the input rows do.
     """
-    if from_split not in FROM_SPLIT_MODES:
-        raise BertlookError(f"unknown from_split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+    check_choice("from_split", from_split, FROM_SPLIT_MODES)
     a = np.asarray(attn, dtype=np.float32)  # [layer, head, query_pos, key_pos]
     n = alignment.n_tokens
     if a.ndim != 4 or a.shape[2:] != (n, n):

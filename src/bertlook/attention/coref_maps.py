@@ -43,7 +43,7 @@ from bertlook.data.coref_mentions import (
     mention_heads,
     mention_type,
 )
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.io_utils import sha256_file
 
 # torch / transformers (bertlook.attention.modeling, .extraction, .extract_words) are imported inside
@@ -142,8 +142,7 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
     kept words. Parts whose words cannot be aligned, or whose first word alone does not fit, are left
     out and counted with their ids.
     """
-    if head_rule not in HEAD_RULES:
-        raise BertlookError(f"unknown head rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
+    check_choice("head rule", head_rule, HEAD_RULES)
     if max_seq_len < 3:
         raise BertlookError(f"max_seq_len must be >= 3 ([CLS] word [SEP]), got {max_seq_len}")
     c: dict[str, Any] = {
@@ -263,10 +262,8 @@ def extract_coref_attention(
     # lazy: modeling imports torch, which the coref-extract parser does not need
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
-    if from_split not in FROM_SPLIT_MODES:
-        raise BertlookError(f"unknown --from-split {from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
-    if head_rule not in HEAD_RULES:
-        raise BertlookError(f"unknown --head-rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
+    check_choice("--from-split", from_split, FROM_SPLIT_MODES)
+    check_choice("--head-rule", head_rule, HEAD_RULES)
     max_unk_rate = check_max_unk_rate(DEFAULT_MAX_UNK_RATE if max_unk_rate is None else max_unk_rate)
     files = expand_conll_paths(conll_paths)
     read_counts = new_read_counts()

@@ -18,12 +18,12 @@ from typing import Any, Iterable
 
 from bertlook.attention.alignment import (ALIGNMENT_ERROR_REASONS, FROM_SPLIT_MODES, Alignment, align_words,
                                           token_to_word_attention)
-from bertlook.attention.extraction import add_shard_fields, extract_to_store
+from bertlook.attention.extraction import add_shard_fields, extract_to_store, resolve_options
 from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, check_max_unk_rate, check_unk_rate,
                                        unk_statistics, unk_summary)
 from bertlook.attention.random_init import KEEP_CHOICES, load_random_init_model
 from bertlook.data.treebank import read_conllu
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 from bertlook.pipeline.sharding import shard_info
 
 #: ``--text``: ``spaces`` = the words joined by single spaces (default); ``original`` = the sentence as
@@ -65,8 +65,7 @@ def _sentence_fields(sent, index: int, path) -> dict[str, Any]:
 
 def check_text_mode(text: str) -> str:
     """``text`` when it is one of :data:`TEXT_MODES`, else a :class:`BertlookError`."""
-    if text not in TEXT_MODES:
-        raise BertlookError(f"unknown --text {text!r} (use one of {', '.join(TEXT_MODES)})")
+    check_choice("--text", text, TEXT_MODES)
     return text
 
 
@@ -182,22 +181,10 @@ class WordExtractionOptions:
 
     def check(self) -> float:
         """Raise :class:`BertlookError` on an unknown mode or unknown-token rate; return the rate in force."""
-        if self.from_split not in FROM_SPLIT_MODES:
-            raise BertlookError(f"unknown --from-split {self.from_split!r} (use one of {', '.join(FROM_SPLIT_MODES)})")
+        check_choice("--from-split", self.from_split, FROM_SPLIT_MODES)
         check_text_mode(self.text)
-        if self.random_init_keep not in KEEP_CHOICES:
-            raise BertlookError(f"unknown --random-init-keep {self.random_init_keep!r} "
-                                f"(use one of {', '.join(KEEP_CHOICES)})")
+        check_choice("--random-init-keep", self.random_init_keep, KEEP_CHOICES)
         return check_max_unk_rate(DEFAULT_MAX_UNK_RATE if self.max_unk_rate is None else self.max_unk_rate)
-
-
-def _resolve_options(options: WordExtractionOptions | None, overrides: dict[str, Any]) -> WordExtractionOptions:
-    """``options`` (default: :class:`WordExtractionOptions`) with the keyword ``overrides`` of the caller applied."""
-    if options is None:
-        options = WordExtractionOptions()
-    elif not isinstance(options, WordExtractionOptions):
-        raise TypeError(f"options must be a WordExtractionOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
 
 
 @dataclasses.dataclass
@@ -316,7 +303,7 @@ def extract_word_attention_from_sentences(
     # lazy: modeling imports torch, which the extract-words and coref-extract parsers do not need
     from bertlook.attention.modeling import load_model, load_tokenizer, pick_device, resolve_model
 
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(WordExtractionOptions, options, overrides)
     max_unk_rate = opts.check()
     src = source if source is not None else "<sentences>"
     resolved = resolve_model(model_spec, opts.revision)
@@ -429,7 +416,7 @@ def extract_word_attention(
     on the same sentences, the random-init baseline's (``random_init_seed``) there
     (:func:`extract_word_attention_from_sentences`).
     """
-    opts = _resolve_options(options, overrides)
+    opts = resolve_options(WordExtractionOptions, options, overrides)
     path = Path(conllu_path)
     if not path.is_file():
         raise BertlookError(f"{path}: treebank file not found")

@@ -12,6 +12,7 @@ padding): docs/definitions.md#token-level-extraction
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -26,7 +27,7 @@ from bertlook.attention.norms import NORM_STORE_META, NormClassSums, find_attent
 from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.attention.stream import StoreConsumer, StreamMeta, StreamPlan, choose_schedule, map_batches, run_consumers
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least, check_choice
 from bertlook.pipeline.sharding import shard_info
 
 SEGMENT_ID_MODES = ("zeros", "pair")
@@ -71,8 +72,7 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
     tokens = segment.get("tokens")
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise BertlookError(f"segment {sid!r}: 'tokens' must be a non-empty list of strings")
-    if segment_ids_mode not in SEGMENT_ID_MODES:
-        raise BertlookError(f"unknown segment ids mode {segment_ids_mode!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
+    check_choice("segment ids mode", segment_ids_mode, SEGMENT_ID_MODES)
     ids = tokenizer.convert_tokens_to_ids(tokens)
     unk_token = getattr(tokenizer, "unk_token", None)
     unk_id = getattr(tokenizer, "unk_token_id", None)
@@ -101,7 +101,8 @@ def encode_segment(segment: dict[str, Any], tokenizer, segment_ids_mode: str = "
 # --------------------------------------------------------------------------------------------
 # extraction
 
-def _model_device(model):
+def model_device(model):
+    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
     import torch  # lazy: not in envs/analysis.yaml, whose steps import this module (progress_bar)
 
     for p in model.parameters():
@@ -127,8 +128,7 @@ def prepare_examples(examples: Sequence[tuple[dict[str, Any], Sequence[int], Seq
     first, ties by id. ``use_tt``: whether the model takes token type ids (never a decoder's: their segment ids
     are not passed to the model).
     """
-    if max_seq_len < 1:
-        raise BertlookError(f"max_seq_len must be >= 1, got {max_seq_len}")
+    check_at_least("max_seq_len", max_seq_len, 1)
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if max_pos is not None and max_seq_len > int(max_pos):
         raise BertlookError(f"max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_pos}")
@@ -225,12 +225,11 @@ def stream_maps(
 
     from bertlook.attention.modeling import cuda_visibility_warning, model_dims  # lazy: imports torch
 
-    if batch_size < 1:
-        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    check_at_least("batch size", batch_size, 1)
     kept, use_tt, plan = plan_stream(examples, model, model_dims(model), batch_size=batch_size,
                                      max_seq_len=max_seq_len, meta=meta, norms=norms)
     norm_modules = find_attention_modules(model, plan.num_heads) if norms else None
-    device = _model_device(model) if device is None else torch.device(device)
+    device = model_device(model) if device is None else torch.device(device)
     sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
                                check_disk=check_disk, step=step)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
@@ -406,8 +405,7 @@ def segment_examples(segments_path, tokenizer, *, segment_ids: str = "zeros", ma
     (:func:`encode_segment`), the unknown-token counts (checked on the whole file: the same decision whatever
     the sharding), the shard (:func:`bertlook.pipeline.sharding.shard_info`, None unsharded) and the number of
     segments in the file. With ``shard``, ``examples`` and ``unk`` are the shard's own."""
-    if segment_ids not in SEGMENT_ID_MODES:
-        raise BertlookError(f"unknown --segment-ids {segment_ids!r} (use one of {', '.join(SEGMENT_ID_MODES)})")
+    check_choice("--segment-ids", segment_ids, SEGMENT_ID_MODES)
     max_unk_rate = check_max_unk_rate(max_unk_rate)
     segments = read_segments(segments_path)
     _check_special_tokens(segments, tokenizer.cls_token, tokenizer.sep_token, segments_path)
@@ -512,3 +510,14 @@ def add_shard_fields(summary: dict[str, Any], info: dict[str, Any], out_dir) -> 
         store_meta = json.load(fh)
     summary["shard"] = info
     summary["store_meta"] = store_meta
+
+
+def resolve_options(cls, options, overrides: dict[str, Any]):
+    """``options`` (default: ``cls()``; the run settings of a step, e.g.
+    :class:`~bertlook.attention.extract_words.WordExtractionOptions`,
+    :class:`~bertlook.analyses.gradients.GradientOptions`) with the keyword ``overrides`` of the caller applied."""
+    if options is None:
+        options = cls()
+    elif not isinstance(options, cls):
+        raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
+    return dataclasses.replace(options, **overrides) if overrides else options

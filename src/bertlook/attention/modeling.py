@@ -47,7 +47,6 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelF
 
 from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
     DECODER,
-    ENCODER,
     ResolvedModel,
     cached_file,
     config_dims,
@@ -56,7 +55,7 @@ from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
     model_family,
     resolve_model,
 )
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 
 HUB_TIMEOUT_S = 10.0
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -366,8 +365,7 @@ def weights_dtype(model_dtype: str, device: Any):
     """The torch dtype the weights are loaded in: float32, or with ``model_dtype="auto"`` on a CUDA device the
     checkpoint's own (``"auto"`` to transformers: its config's dtype, e.g. bfloat16 for Llama); on the CPU
     always float32 (half-precision matrix products there are slow and round more)."""
-    if model_dtype not in MODEL_DTYPES:
-        raise BertlookError(f"unknown model dtype {model_dtype!r} (use one of {', '.join(MODEL_DTYPES)})")
+    check_choice("model dtype", model_dtype, MODEL_DTYPES)
     is_cuda = str(device).startswith("cuda")
     return "auto" if model_dtype == "auto" and is_cuda else torch.float32
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from bertlook.attention.store import id_sort_key, open_store, publish_store
 from bertlook.data.segments import read_segments
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import remove_stale_temporaries, temp_prefix, umask, write_error
 from bertlook.pipeline.sharding import check_same_map_kind, merge_store_meta, same_value
 
@@ -35,8 +35,7 @@ def select_examples(store, max_examples: int | None = None, segments=None) -> li
     n = len(store)
     if max_examples is None:
         return list(range(n))
-    if max_examples < 0:
-        raise BertlookError(f"max_examples must be >= 0, got {max_examples}")
+    check_at_least("max_examples", max_examples, 0)
     if segments is None:
         return list(range(min(n, int(max_examples))))
     wanted = first_segment_ids(segments, max_examples)

@@ -35,7 +35,7 @@ import numpy as np
 from bertlook.attention import norms as norms_mod
 from bertlook.attention.layer_capture import capture_layers
 from bertlook.attention.store import FORMAT, AttentionWriter, estimate_store_bytes
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 
 MAP_KINDS = ("attention", "norm")
 
@@ -251,8 +251,7 @@ def choose_schedule(device, schedule: str = "auto", cpus: Iterable[int] | None =
     forward gains 1.3x from a second hyperthread, the latency-bound JS kernel 2x, so each does best on its
     own hyperthread); phased on separate cores (a BERT-base shard of 125 segments: 40.0 -> 31.3 s on 2 cores,
     docs/development/benchmarks.md). Either way the readers see the same batches in the same order."""
-    if schedule not in SCHEDULES:
-        raise BertlookError(f"unknown schedule {schedule!r} (use one of {', '.join(SCHEDULES)})")
+    check_choice("schedule", schedule, SCHEDULES)
     if schedule != "auto":
         return schedule, "asked for"
     if getattr(device, "type", str(device)) != "cpu":
@@ -412,8 +411,7 @@ class StoreConsumer(MapConsumer):
     def __init__(self, out_dir, *, kind: str = "attention", level: str = "token", shard_mb: float = 256,
                  meta: dict[str, Any] | None = None, extra_meta: dict[str, Any] | None = None,
                  transform=None, stored_size=None) -> None:
-        if kind not in MAP_KINDS:
-            raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+        check_choice("map kind", kind, MAP_KINDS)
         self.out_dir, self.map_kind, self.level, self.shard_mb = out_dir, kind, level, shard_mb
         self.meta, self.extra_meta = dict(meta or {}), extra_meta
         self.transform, self.stored_size = transform, stored_size
@@ -484,8 +482,7 @@ class PerExample(MapConsumer):
     """
 
     def __init__(self, make: Callable[[StreamPlan], Any], *, kind: str = "attention", ids: set | None = None) -> None:
-        if kind not in MAP_KINDS:
-            raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+        check_choice("map kind", kind, MAP_KINDS)
         self.make, self.map_kind, self.ids = make, kind, ids
         self.accumulator = None
         self.count = self.n_stream = 0

@@ -23,7 +23,7 @@ import re
 from typing import Sequence
 
 from bertlook.data.conll2012 import Document, Node
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_choice
 
 HEAD_RULES = ("tree", "last")
 HEAD_SOURCES = ("tree", "not_constituent", "no_tree", "last")
@@ -129,8 +129,7 @@ def mention_heads(doc: Document, head_rule: str = "tree") -> list[tuple[int, str
     the mention's last word when the span is not a constituent (``not_constituent``) or the part has
     no usable trees (``no_tree``). ``last``: the last word (``last``).
     """
-    if head_rule not in HEAD_RULES:
-        raise BertlookError(f"unknown head rule {head_rule!r} (use one of {', '.join(HEAD_RULES)})")
+    check_choice("head rule", head_rule, HEAD_RULES)
     out: list[tuple[int, str]] = []
     trees = head_rule == "tree" and doc.has_trees()
     for m in doc.mentions:

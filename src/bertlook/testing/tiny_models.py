@@ -118,7 +118,6 @@ def make_segment(tokenizer, sid: int, text_a: str, text_b: str) -> dict:
 # tiny multilingual models: tokenizers trained on the fly (mBERT-like, XLM-R-like, RoBERTa-like)
 
 MULTILINGUAL_KINDS = ("wordpiece", "sentencepiece", "bytebpe")
-_WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # XLM-R / RoBERTa order: <s>=0, <pad>=1, </s>=2, <unk>=3 (XLMRobertaTokenizer's Unigram has unk_id=3)
 _ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -192,12 +191,12 @@ def _train_backend(kind: str, texts: list[str], vocab_size: int, specials: list[
         return words
 
     if kind == "wordpiece":  # mBERT: cased, accents kept, every CJK ideograph its own pre-token
-        tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(_WORDPIECE_SPECIALS)}, unk_token="[UNK]"))
+        tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(SPECIAL_TOKENS)}, unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                                     strip_accents=False, lowercase=False)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        learnt = _learn_wordpiece_vocab(pre_tokenized(tok), vocab_size - len(_WORDPIECE_SPECIALS))
-        vocab = {t: i for i, t in enumerate([*_WORDPIECE_SPECIALS, *learnt])}
+        learnt = _learn_wordpiece_vocab(pre_tokenized(tok), vocab_size - len(SPECIAL_TOKENS))
+        vocab = {t: i for i, t in enumerate([*SPECIAL_TOKENS, *learnt])}
         tok.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##")
         return tok
     if kind == "sentencepiece":  # XLM-R: Unigram over whitespace-split words with a "▁" prefix

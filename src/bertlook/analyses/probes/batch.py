@@ -35,7 +35,7 @@ from bertlook.analyses.probes.split import Rows, SplitFeatures
 from bertlook.analyses.probes.uas import uas_dict
 from bertlook.analyses.trees import chu_liu_edmonds_batch
 from bertlook.attention.extraction import progress_bar
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 
 
 # ======================================================================================== optimiser
@@ -208,10 +208,8 @@ class BatchedProbes:
               max_batch_elements: int = MAX_BATCH_ELEMENTS, progress: bool = True) -> dict[str, Any]:
         """Train every model on ``split`` (the reference's epochs, batches and sentence orders, one Adam step per
         batch); returns timing and ``loss_per_word`` ``[epoch, seed, column]``."""
-        if epochs < 1:
-            raise BertlookError(f"epochs must be >= 1, got {epochs}")
-        if batch_size < 1:
-            raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+        check_at_least("epochs", epochs, 1)
+        check_at_least("batch size", batch_size, 1)
         if split.n == 0:
             raise BertlookError(f"{split.data.path}: no sentences to train on")
         self._check_split(split)

@@ -44,7 +44,7 @@ from bertlook.analyses.probes.models import gold_log_probs, make_model, masked_l
 from bertlook.analyses.probes.uas import mst_heads, right_branching_uas, uas_dict
 from bertlook.attention.extraction import progress_bar
 from bertlook.data.glove import GloveVectors
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 
 
 # ========================================================================================= batches
@@ -182,10 +182,8 @@ def train_probe(kind: str, train_store, *, glove: "GloveVectors | None" = None, 
 def _training_options(kind: str, *, seed, epochs, batch_size, lr, released_offbyone, max_batch_elements,
                       feature_scale, loss_every, eval_store, eval_epochs, feature_stats, heads) -> TrainingOptions:
     """The arguments of :func:`train_probe`, checked (in this order: the messages name the first problem)."""
-    if epochs < 1:
-        raise BertlookError(f"epochs must be >= 1, got {epochs}")
-    if batch_size < 1:
-        raise BertlookError(f"batch size must be >= 1, got {batch_size}")
+    check_at_least("epochs", epochs, 1)
+    check_at_least("batch size", batch_size, 1)
     if not (lr > 0):
         raise BertlookError(f"learning rate must be > 0, got {lr}")
     if loss_every is not None and int(loss_every) < 1:

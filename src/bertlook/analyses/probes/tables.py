@@ -43,7 +43,7 @@ from bertlook.analyses.probes.frames import (
 )
 from bertlook.analyses.probes.rows import add_probe_rows
 from bertlook.data.glove import GloveVectors, load_glove
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 
 
 def run_probe_tables(train_store=None, dev_store=None, *, random_train_store=None, random_dev_store=None,
@@ -260,8 +260,7 @@ class ProbeOptions:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         if self.engine not in PROBE_ENGINES:
             raise BertlookError(f"unknown probe engine {self.engine!r}; choose from {', '.join(PROBE_ENGINES)}")
-        if self.threads is not None and self.threads < 1:
-            raise BertlookError(f"threads must be >= 1, got {self.threads}")
+        check_at_least("threads", self.threads, 1, optional=True)
 
     def settings(self) -> dict[str, Any]:
         """The settings a rows file records (:data:`bertlook.analyses.probes.rows.ROWS_SETTINGS`): rows added
