@@ -202,6 +202,7 @@ def test_the_documentation_checks_pass_on_the_copy(project):
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
+@pytest.mark.slow  # runs the fixture's command on the tiny BERT (CI's make test-all); the DAG checks above need no run
 def test_the_model_step_runs_the_model(project, tmp_path, tiny_bert_dir):
     segments = tmp_path / "segments.jsonl"
     segments.write_text("".join(json.dumps({"id": i, "doc": "d", "text_a": "a b", "text_b": "c", "truncated": False,
