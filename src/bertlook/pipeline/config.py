@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from bertlook.errors import BertlookError
@@ -103,6 +102,8 @@ def normalise_integers(schema: dict[str, Any], data: Any) -> Any:
             return int(data)
     for key in ("oneOf", "anyOf"):
         if key in schema:
+            import jsonschema  # lazy: 50 ms to import; the steps that only read a config's values never validate
+
             for sub in schema[key]:
                 if jsonschema.Draft202012Validator(sub).is_valid(data):
                     data = normalise_integers(sub, data)
@@ -244,6 +245,8 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     if size > MAX_CONFIG_VALUES:
         raise BertlookError(f"{source}: the configuration holds {size} values once YAML aliases are expanded "
                             f"(more than {MAX_CONFIG_VALUES}); not a bertlook configuration")
+    import jsonschema  # lazy: as in normalise_integers
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     lines = _non_finite(config) + [_format_error(e) for e in errors]

@@ -36,7 +36,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
 from bertlook.reporting.run_files import read_json_file
 
@@ -77,6 +76,7 @@ def mcnemar_range(b: int, c: int, k: int) -> tuple[float, float]:
     """(lowest, highest) exact McNemar p-value (:func:`bertlook.analyses.table1.mcnemar_exact`:
     ``min(1, 2 BinomCDF(min(b, c); b + c, 1/2))``) over every ``(b', c') >= 0`` with ``|b' - b| + |c' - c| <= k``
     (vectorised; the ends widened by 1e-9 relative for the rounding of another CDF routine)."""
+    from scipy.stats import binom  # lazy: scipy.stats takes 0.5 s to import; check-regression needs it only here
     db = np.array([d for d in range(-k, k + 1) for _ in range(-(k - abs(d)), k - abs(d) + 1)])  # [pair]
     dc = np.array([e for d in range(-k, k + 1) for e in range(-(k - abs(d)), k - abs(d) + 1)])  # [pair]
     bb, cc = b + db, c + dc  # [pair]
