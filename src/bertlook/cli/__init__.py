@@ -80,14 +80,26 @@ COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 
 @functools.lru_cache(maxsize=None)
+def _declaring_modules() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The CLI modules that assign ``STEPS`` and those that assign ``COSTS``, in :data:`ORDER`: each module's
+    source is parsed once for both (the DAG build asks for the steps and for the costs)."""
+    steps, costs = [], []
+    for path in _module_paths():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module = f"{__name__}.{path.stem}"
+        if _literal_assignment(tree, "STEPS") is not None:
+            steps.append(module)
+        if _literal_assignment(tree, "COSTS") is not None:
+            costs.append(module)
+    return tuple(steps), tuple(costs)
+
+
+@functools.lru_cache(maxsize=None)
 def declared_steps() -> tuple[Step, ...]:
     """Every step of a run (:class:`bertlook.pipeline.steps.Step`), from the ``STEPS`` tuple of the CLI
     modules that declare one, the paper's first, then those beyond the paper, each in :data:`ORDER`.
     Only those modules are imported (their top-level imports are light: the DAG build calls this)."""
-    found: list[Step] = []
-    for path in _module_paths():
-        if _literal_assignment(ast.parse(path.read_text(encoding="utf-8")), "STEPS") is not None:
-            found.extend(importlib.import_module(f"{__name__}.{path.stem}").STEPS)
+    found = [step for module in _declaring_modules()[0] for step in importlib.import_module(module).STEPS]
     return check_steps([s for s in found if not s.beyond] + [s for s in found if s.beyond])
 
 
@@ -96,8 +108,7 @@ def declared_costs() -> dict[str, Cost]:
     """``{rule: its cost}`` (:class:`bertlook.pipeline.costs.Cost`) of every rule of the workflow: the costs of the
     :func:`declared_steps` and the ``COSTS`` tables of the CLI modules (the rules without a step of their own),
     read by :mod:`bertlook.pipeline.sizing`; a rule declared twice is an error."""
-    tables = [importlib.import_module(f"{__name__}.{p.stem}").COSTS for p in _module_paths()
-              if _literal_assignment(ast.parse(p.read_text(encoding="utf-8")), "COSTS") is not None]
+    tables = [importlib.import_module(module).COSTS for module in _declaring_modules()[1]]
     return rule_costs(declared_steps(), tables)
 
 
