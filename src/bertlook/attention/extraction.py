@@ -271,9 +271,11 @@ def _run_stream(kept, model, consumers: Sequence[Any], plan: StreamPlan, *, batc
     consumers (:func:`bertlook.attention.stream.run_consumers`) under a progress bar; returns its seconds."""
     bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
     t0 = time.perf_counter()
+    layer_readers = [c for c in consumers if getattr(c, "layerwise", False)]
+    host = {c.map_kind for c in consumers if not getattr(c, "layerwise", False)}  # kinds a batch reader needs
     batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=plan.num_layers,
                           num_heads=plan.num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
-                          use_token_types=use_tt, on_batch=bar.update)
+                          use_token_types=use_tt, on_batch=bar.update, layer_readers=layer_readers, host=host)
     try:
         run_consumers(batches, consumers, plan, workers=workers, schedule=schedule)
     finally:

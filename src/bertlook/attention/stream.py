@@ -59,7 +59,8 @@ class MapBatch:
     start: int  # storage index of the first example of the batch
     records: list[dict[str, Any]]
     lengths: list[int]
-    maps: np.ndarray  # [batch, layer, head, query_pos, key_pos]: float16 (float32 for a transform)
+    maps: np.ndarray | None  # [batch, layer, head, query_pos, key_pos]: float16 (float32 for a transform); None
+    #                         when no reader of the batches asked for them on the host (layer readers only)
     norm_maps: np.ndarray | None = None  # [batch, layer, head, query_pos, key_pos], as ``maps``
     value_norms: np.ndarray | None = None  # [batch, layer, head, key_pos] float32: || f_h(x_j) ||
 
@@ -67,12 +68,25 @@ class MapBatch:
         """Example ``b``'s own map ``[layer, head, n, n]`` (a view) of ``kind`` (attention | norm)."""
         n = self.lengths[b]
         if kind == "attention":
+            if self.maps is None:
+                raise BertlookError("a reader of the host maps, but the stream keeps the maps on the device")
             return self.maps[b, :, :, :n, :n]  # [layer, head, query_pos, key_pos]
         if kind == "norm":
             if self.norm_maps is None:
                 raise BertlookError("a consumer of norm-based maps, but the stream computes none")
             return self.norm_maps[b, :, :, :n, :n]  # [layer, head, query_pos, key_pos]
         raise BertlookError(f"unknown map kind {kind!r} (use one of {', '.join(MAP_KINDS)})")
+
+
+@dataclasses.dataclass
+class LayerBatch:
+    """The batch whose layers a layer reader (:mod:`bertlook.attention.layer_readers`) is handed: the storage
+    index of its first example, the records and the lengths (each example's maps are ``maps[b, :, :n, :n]`` of
+    a layer's padded tensor)."""
+
+    start: int
+    records: list[dict[str, Any]]
+    lengths: list[int]
 
 
 class MapConsumer:
@@ -113,33 +127,48 @@ def _batch_inputs(batch: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[
 
 class _LayerSink:
     """The per-layer callback of :func:`bertlook.attention.layer_capture.capture_layers` during one batch: each
-    layer's float32 maps converted to ``dtype`` on the device and copied into ``maps[:, layer]`` on the CPU,
-    and, with norms, its norm-based maps and value norms, computed from the layer's maps and value vectors
-    right away. The device holds one layer's maps at a time (a large model on a GPU); the CPU the batch's
-    maps in ``dtype``, which its readers need."""
+    layer's float32 maps converted to ``dtype`` on the device, handed there to the layer readers
+    (:mod:`bertlook.attention.layer_readers`) and, for the kinds in ``host``, copied into ``maps[:, layer]`` on the
+    CPU; with norms, its norm-based maps and value norms, computed from the layer's maps and value vectors right
+    away (the value norms always reach the host: ``L x H x T`` floats). The device holds one layer's maps at a
+    time (a large model on a GPU) unless a layer reader keeps some; the CPU only the kinds its readers need."""
 
-    def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None) -> None:
+    def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None, *,
+                 readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS) -> None:
         self.num_layers, self.dtype = num_layers, dtype
         self.captured, self.norm_modules, self.grams = captured, norm_modules, grams
+        self.readers = {k: [r for r in readers if r.map_kind == k] for k in MAP_KINDS}  # kind -> layer readers
+        self.host = set(host)
         self.maps = self.nmaps = self.vnorms = None
         self.seen = 0
+        self.batch = None  # the LayerBatch being computed
         self.lengths: list[int] = []
         self.ids: list[Any] = []
 
-    def start(self, lengths, ids) -> None:
+    def start(self, batch=None) -> None:
         self.maps = self.nmaps = self.vnorms = None
-        self.seen, self.lengths, self.ids = 0, list(lengths), list(ids)
+        self.seen, self.batch = 0, batch
+        self.lengths = list(batch.lengths) if batch is not None else []
+        self.ids = [r["id"] for r in batch.records] if batch is not None else []
 
     def __call__(self, layer: int, a) -> None:
-        import torch  # lazy: see _batch_inputs
-
-        B, H, T, _ = a.shape
-        if self.maps is None:  # on the CPU; page-locked beside a GPU (device-to-host copies at full speed)
-            self.maps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, pin_memory=a.is_cuda)
-        self.maps[:, layer].copy_(a.to(self.dtype))  # [batch, head, query_pos, key_pos]: converted on the device
+        a16 = a.to(self.dtype)  # [batch, head, query_pos, key_pos]: converted on the device
+        if "attention" in self.host:
+            self.maps = self._host_copy(self.maps, layer, a16)
+        for r in self.readers["attention"]:
+            r.add_layer(self.batch, layer, a16)
         if self.captured is not None:
             self._norms(layer, a)
         self.seen += 1
+
+    def _host_copy(self, buf, layer: int, a16):
+        import torch  # lazy: see _batch_inputs
+
+        if buf is None:  # on the CPU; page-locked beside a GPU (device-to-host copies at full speed)
+            B, H, T, _ = a16.shape
+            buf = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, pin_memory=a16.is_cuda)
+        buf[:, layer].copy_(a16)  # [batch, head, query_pos, key_pos]
+        return buf
 
     def _norms(self, layer: int, a) -> None:
         import torch  # lazy: see _batch_inputs
@@ -148,24 +177,33 @@ class _LayerSink:
         if values is None:
             raise BertlookError("the value projections were not called in the forward pass (norm-based maps need them)")
         B, H, T, _ = a.shape
-        if self.nmaps is None:
-            self.nmaps = torch.empty((B, self.num_layers, H, T, T), dtype=self.dtype, pin_memory=a.is_cuda)
+        if self.vnorms is None:
             self.vnorms = torch.empty((B, self.num_layers, H, T), dtype=torch.float32, pin_memory=a.is_cuda)
         # [batch, head, key_pos]
         vn = norms_mod.value_norms(values, self.norm_modules[layer][1].weight, H, gram=self.grams[layer])
         self.vnorms[:, layer].copy_(vn)
-        self.nmaps[:, layer].copy_(norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids).to(self.dtype))
+        nm16 = norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids).to(self.dtype)  # [batch, head, T, T]
+        if "norm" in self.host:
+            self.nmaps = self._host_copy(self.nmaps, layer, nm16)
+        for r in self.readers["norm"]:
+            r.add_layer(self.batch, layer, nm16)
         self.captured[layer] = None  # the layer's value vectors are not needed any more
 
     def check(self) -> None:
-        if self.seen != self.num_layers or self.maps is None:
+        if self.seen != self.num_layers:
             raise BertlookError(f"the model returned attention weights for {self.seen} of {self.num_layers} layers "
                                 "(it must be loaded with attn_implementation='eager')")
+
+    def end_batch(self) -> None:
+        for kind in MAP_KINDS:
+            for r in self.readers[kind]:
+                r.end_batch(self.batch)
 
 
 def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
                 device, num_layers: int, num_heads: int, map_dtype: str = "float16", norm_modules=None,
-                use_token_types: bool = True, on_batch: Callable[[int], None] | None = None) -> Iterator[MapBatch]:
+                use_token_types: bool = True, on_batch: Callable[[int], None] | None = None,
+                layer_readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS) -> Iterator[MapBatch]:
     """Run ``model`` on ``kept`` (``(record, input_ids, token_type_ids)``, storage order) in batches of
     ``batch_size`` under ``torch.inference_mode()``, the model in eval mode; yield a :class:`MapBatch` each.
 
@@ -173,6 +211,9 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     converted to ``map_dtype`` on the device and moved to the CPU. ``norm_modules``
     (:func:`bertlook.attention.norms.find_attention_modules`): also the row-normalised norm-based maps and
     the value norms of the same pass. ``on_batch(n)`` is called after each batch (progress).
+    ``layer_readers`` (:class:`bertlook.attention.layer_readers.LayerReader`): handed each layer's maps of
+    their kind on the device during the forward pass; ``host``: the map kinds copied to the CPU for the
+    batches (the others are None in the :class:`MapBatch`).
     """
     import torch  # lazy: see _batch_inputs
 
@@ -188,7 +229,7 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
                 captured = stack.enter_context(norms_mod.capture_values(norm_modules))
                 grams = [norms_mod.head_gram(dense.weight.detach(), num_heads) for _, dense in norm_modules]
             # each layer's float32 maps leave the forward pass as soon as the layer computed them
-            sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams)
+            sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams, readers=layer_readers, host=host)
             stack.enter_context(capture_layers(model, sink))
             stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
@@ -199,14 +240,17 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
                     kwargs["token_type_ids"] = tts.to(device)
                 if captured is not None:
                     captured[:] = [None] * len(captured)
-                sink.start(lengths, [ex[0]["id"] for ex in batch])
+                records = [ex[0] for ex in batch]
+                sink.start(LayerBatch(start=start, records=records, lengths=lengths))
                 model(**kwargs)
                 sink.check()
-                out = MapBatch(start=start, records=[ex[0] for ex in batch], lengths=lengths,
-                               maps=sink.maps.cpu().numpy())  # [batch, layer, head, T, T]
+                sink.end_batch()
+                host_np = lambda t: None if t is None else t.cpu().numpy()  # noqa: E731
+                # [batch, layer, head, T, T] each (None: kept on the device)
+                out = MapBatch(start=start, records=records, lengths=lengths, maps=host_np(sink.maps))
                 if captured is not None:
-                    out.norm_maps, out.value_norms = sink.nmaps.cpu().numpy(), sink.vnorms.cpu().numpy()
-                sink.start([], [])  # release the device buffers before the consumers run
+                    out.norm_maps, out.value_norms = host_np(sink.nmaps), host_np(sink.vnorms)
+                sink.start()  # release the device buffers before the consumers run
                 yield out
                 if on_batch is not None:
                     on_batch(len(batch))
@@ -272,7 +316,9 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
     joins them once that batch is ready (:func:`_pipelined`): besides the model's own threads, at most
     ``workers`` threads are busy; ``phased``: after the batch's forward pass, which runs on ``workers - 1``
     more threads than the model's own. Every consumer still sees the batches one at a time and in order, so
-    the results do not depend on ``workers`` or ``schedule``.
+    the results do not depend on ``workers`` or ``schedule``. Layer readers (``layerwise``,
+    :mod:`bertlook.attention.layer_readers`) are started, closed and aborted here like the others; their layers
+    reach them inside ``batches`` (:func:`map_batches`' ``layer_readers``), not through ``add``.
     """
     started: list[MapConsumer] = []
     try:
@@ -281,11 +327,12 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
                 raise BertlookError(f"{type(c).__name__} reads norm-based maps, but the stream computes none")
             c.start(plan)
             started.append(c)
-        if workers > 1 and consumers:
-            _pipelined(batches, consumers, workers, overlap=schedule == "overlap")
+        adders = [c for c in consumers if not getattr(c, "layerwise", False)]  # layer readers: in map_batches
+        if workers > 1 and adders:
+            _pipelined(batches, adders, workers, overlap=schedule == "overlap")
         else:
             for batch in batches:
-                for c in consumers:
+                for c in adders:
                     c.add(batch)
         for c in consumers:
             c.close()

@@ -1,0 +1,122 @@
+"""Layer readers (bertlook.attention.layer_readers): each layer's maps on the device, inside the forward pass.
+
+They must see exactly the values the host batches carry (the float16 maps a store holds), per example and
+layer in order, keep nothing on the host they were not asked for, and be aborted like any consumer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertlook.attention.extraction import encode_segment, stream_maps
+from bertlook.attention.layer_readers import ExampleWindow, LayerReader, PerLayer
+from bertlook.attention.stream import ExampleSaver, MapConsumer, PerExample
+from bertlook.errors import BertlookError
+from bertlook.testing.tiny_models import make_segment
+
+TEXTS = [
+    ("the cat sat on the mat .", "the dog ran , and it was good ."),
+    ("john saw mary .", "she read a book in paris ."),
+    ("the king and the queen went to london .", "they said it was a very good city , and then they came home ."),
+    ("a man .", "a woman ."),
+    ("one , two , three .", "four five six ."),
+]
+
+
+@pytest.fixture(scope="module")
+def examples(tokenizer):
+    segs = [make_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(TEXTS)]
+    return [(s, *encode_segment(s, tokenizer, "zeros")) for s in segs]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_bert_dir):
+    from bertlook.attention.modeling import load_model, resolve_model
+
+    return load_model(resolve_model(str(tiny_bert_dir)), "cpu")
+
+
+class Layers:
+    """An accumulator that keeps every layer it is handed (as numpy) and checks the call order: per example,
+    layers 0 .. L-1 in order, then its end_example (the examples of a batch are interleaved layer by layer)."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.maps: dict = {}
+        self.ended: list = []
+
+    def add_layer(self, record, layer, a) -> None:
+        assert record["id"] not in self.ended and layer == len(self.maps.setdefault(record["id"], []))
+        self.maps[record["id"]].append(a.cpu().numpy().copy())
+
+    def end_example(self, record) -> None:
+        assert len(self.maps[record["id"]]) == self.num_layers
+        self.ended.append(record["id"])
+
+
+class Whole:
+    def __init__(self) -> None:
+        self.maps: dict = {}
+
+    def add(self, record, attn) -> None:
+        self.maps[record["id"]] = np.array(attn, copy=True)
+
+
+@pytest.mark.parametrize("kind", ["attention", "norm"])
+def test_per_layer_sees_the_host_maps(examples, model, kind):
+    """Same float16 values, layer by layer, as the host batches (batch 2: padded examples)."""
+    layer, whole = PerLayer(lambda plan: Layers(plan.num_layers), kind=kind), PerExample(lambda plan: Whole(), kind=kind)
+    stream_maps(examples, model, [layer, whole], batch_size=2, device="cpu", meta={}, progress_every=0, norms=True)
+    got, want = layer.accumulator, whole.accumulator.maps
+    assert sorted(got.ended) == sorted(want) and layer.count == len(examples) == layer.n_stream
+    for ex_id, attn in want.items():
+        stacked = np.stack(got.maps[ex_id])  # [layer, head, n, n]
+        assert stacked.dtype == np.float16 and np.array_equal(stacked.view(np.uint16), attn.view(np.uint16))
+
+
+def test_selection_and_window(examples, model):
+    seen = PerLayer(lambda plan: Layers(plan.num_layers), ids={1, 3})
+    window, saver = ExampleWindow(3), ExampleSaver(3)
+    stream_maps(examples, model, [seen, window, saver], batch_size=2, device="cpu", meta={}, progress_every=0)
+    assert sorted(seen.accumulator.ended) == [1, 3] and seen.count == 2
+    assert window.found and window.record["id"] == 3
+    assert np.array_equal(window.attn.view(np.uint16), saver.attn.view(np.uint16))
+    assert not ExampleWindow(99).found
+
+
+def test_layer_readers_alone_keep_no_host_maps(examples, model):
+    """With layer readers only, the batches carry no host maps (nothing is copied off the device)."""
+    batches = []
+
+    class Batches(MapConsumer):
+        map_kind = None  # reads no maps (as the stream's meta recorder)
+
+        def add(self, batch) -> None:
+            batches.append(batch)
+
+    reader = PerLayer(lambda plan: Layers(plan.num_layers), kind="norm")
+    stream_maps(examples, model, [reader, Batches()], batch_size=2, device="cpu", meta={}, progress_every=0,
+                norms=True)
+    assert batches and all(b.maps is None and b.norm_maps is None and b.value_norms is not None for b in batches)
+    with pytest.raises(BertlookError, match="on the device"):
+        batches[0].example(0)
+
+
+def test_a_failing_layer_reader_aborts_every_consumer(examples, model):
+    aborted = []
+
+    class Fails(LayerReader):
+        def add_layer(self, batch, layer, maps) -> None:
+            if layer == 1:
+                raise RuntimeError("reader failed")
+
+        def abort(self) -> None:
+            aborted.append("fails")
+
+    class Other(MapConsumer):
+        def abort(self) -> None:
+            aborted.append("other")
+
+    with pytest.raises(RuntimeError, match="reader failed"):
+        stream_maps(examples, model, [Other(), Fails()], batch_size=2, device="cpu", meta={}, progress_every=0)
+    assert sorted(aborted) == ["fails", "other"]
