@@ -43,9 +43,12 @@ Model FLOPs (``bench_extract.model_flops``: per example of n real tokens, sum ov
 
 Whole DAG: the run's wall time vs the sum of the jobs' limits (and the serial sum of job wall times),
 peak memory (PSS) over the jobs, disk used at the end and the sampled peak. Targets (printed PASS/FAIL):
-the run completes; peak memory over jobs <= 4 GiB; disk used by the run directories at the end and at
-the sampled peak <= 1 GB (10^9 bytes; the model directory, an input, is reported separately); the model
-jobs' summed wall <= 1.5x their summed FLOP limits; the DAG's wall <= 1.3x the sum of the limits.
+the run completes; peak memory over jobs <= 4 GiB; disk used by the run directories at the end <= 1 GB and at
+the sampled peak <= 2 GB (10^9 bytes; the peak is the probes job reading the three word stores; the model
+directory, an input, is reported separately); the model jobs' summed wall <= 1.3x their summed FLOP limits; the
+DAG's wall <= 1.15x its floor (:func:`dag_floor`: the model jobs exactly at their limits, the other jobs as
+measured, perfectly packed onto the cores). The DAG's wall over the sum of the limits is still printed; it cannot
+reach 1.3x by design (the jobs without a FLOP limit alone take 0.19x of the limits, docs/development/benchmarks.md).
 Results: ``RESULTS/scale/scale_check.md`` and ``.json``; the snakemake log ``RESULTS/scale/snakemake.log``.
 
     python scripts/scale_check.py                       # paper sizes (11-15 min on 2 cores)
@@ -98,9 +101,11 @@ TINY = dict(num_layers=2, num_heads=2, hidden_size=32, intermediate_size=64)
 PAPER_SEGMENTS, PAPER_TRAIN, PAPER_DEV = 1000, 2000, 500
 
 RSS_TARGET_GIB = 4.0
-DISK_TARGET_BYTES = 1.0e9
-MODEL_RATIO_TARGET = 1.5  # the model jobs' summed wall over their summed FLOP limits (issue 24)
-DAG_RATIO_TARGET = 1.3  # the whole DAG's wall over the sum of every job's limit (issue 24)
+DISK_TARGET_BYTES = 1.0e9  # the run directories at the end
+DISK_PEAK_TARGET_BYTES = 2.0e9  # their sampled peak (the probes job reads three word stores; issue 42)
+MODEL_RATIO_TARGET = 1.3  # the model jobs' summed wall over their summed FLOP limits (issue 42; 1.5 in issue 24)
+DAG_RATIO_TARGET = 1.3  # the whole DAG's wall over the sum of every job's limit: printed, not a target (issue 42)
+DAG_FLOOR_TARGET = 1.15  # the whole DAG's wall over its floor (dag_floor; issue 42)
 GRAD_FLOP_FACTOR = 2.0  # autograd.grad w.r.t. the attentions: activation gradients only (see docstring)
 
 # Jobs that run the model; how their FLOPs are counted.
@@ -454,9 +459,9 @@ def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int |
         _target(f"disk used at the end ({maps})", disk_end, DISK_TARGET_BYTES,
                 "not measured" if disk_end is None else f"{disk_end / 1e9:.2f} GB",
                 f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
-        _target(f"disk peak during the run ({maps})", disk_peak, DISK_TARGET_BYTES,
+        _target(f"disk peak during the run ({maps})", disk_peak, DISK_PEAK_TARGET_BYTES,
                 "not measured" if disk_peak is None else f"{disk_peak / 1e9:.2f} GB",
-                f"<= {DISK_TARGET_BYTES / 1e9:g} GB"),
+                f"<= {DISK_PEAK_TARGET_BYTES / 1e9:g} GB"),
         _ratio_target("model jobs' wall / their FLOP limits", tot.get("model_wall_over_limits"), MODEL_RATIO_TARGET),
         dag_target(tot),
     ]
@@ -474,12 +479,14 @@ def _ratio_target(name, value, limit) -> dict[str, Any]:
 
 
 def dag_target(tot: dict[str, Any]) -> dict[str, Any]:
-    """The whole-DAG ratio's PASS/FAIL row; its "measured" cell adds :func:`dag_floor`'s numbers where known."""
-    value = tot.get("dag_wall_over_limits")
-    row = _ratio_target("whole DAG's wall / the sum of limits", value, DAG_RATIO_TARGET)
-    floor, needed = tot.get("floor_over_limits"), tot.get("model_ratio_for_dag_target")
-    if value is not None and floor is not None and needed is not None:
-        row["shown"] += f" (floor {floor:.2f}x; needs the model jobs at <= {needed:.2f}x)"
+    """The whole-DAG row: its wall over its floor (:func:`dag_floor`) <= :data:`DAG_FLOOR_TARGET`; the "measured"
+    cell adds the wall over the sum of limits and the floor's own ratio, where known."""
+    wall, floor_s = tot.get("dag_wall_s"), tot.get("floor_wall_s")
+    value = wall / floor_s if wall is not None and floor_s else None
+    row = _ratio_target("whole DAG's wall / its floor", value, DAG_FLOOR_TARGET)
+    over, floor = tot.get("dag_wall_over_limits"), tot.get("floor_over_limits")
+    if value is not None and over is not None and floor is not None:
+        row["shown"] += f" ({over:.2f}x the sum of limits; the floor {floor:.2f}x)"
     return row
 
 
@@ -548,8 +555,10 @@ def totals_lines(tot: dict[str, Any], disk_end: int | None, disk_peak: int | Non
             f"DAG floor (dag_floor): the jobs without a FLOP limit took {q(tot['other_jobs_wall_s'])} s "
             f"({q(tot['other_jobs_packed_s'])} s packed onto the cores); with every model job exactly at its limit the "
             f"DAG could not finish in under {q(tot['floor_wall_s'])} s = {tot['floor_over_limits']:.2f}x the sum of "
-            f"limits, and the {DAG_RATIO_TARGET:g}x target needs the model jobs at <= "
-            f"{tot['model_ratio_for_dag_target']:.2f}x their limits (measured: {q(tot['model_wall_over_limits'])}x)"]),
+            f"limits (a {DAG_RATIO_TARGET:g}x-of-limits DAG would need the model jobs at <= "
+            f"{tot['model_ratio_for_dag_target']:.2f}x their limits; measured: {q(tot['model_wall_over_limits'])}x); "
+            f"the DAG's wall is {q(tot['dag_wall_s'] / tot['floor_wall_s'])}x this floor (target <= "
+            f"{DAG_FLOOR_TARGET:g}x)"]),
         f"peak memory over jobs (PSS): {q(tot['peak_rss_mib'])} MiB ({tot['peak_rss_job'] or '?'}; largest max_rss "
         f"{q(tot.get('peak_max_rss_mib'))} MiB); sampled peak of the whole snakemake process tree (PSS): "
         f"{mib(tree_rss_peak)} MiB",

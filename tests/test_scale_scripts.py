@@ -165,15 +165,19 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert tot["dag_wall_over_limits"] == pytest.approx(20.0) and tot["model_wall_over_limits"] == pytest.approx(10.0)
     assert tot["peak_rss_mib"] == 5000.0 and tot["peak_rss_job"] == "heads"
 
-    targets = sc.evaluate_targets(tot, disk_end=int(0.5e9), disk_peak=int(1.5e9), completed=True, keep_maps=False)
-    # 5000 MiB > 4 GiB; 1.5 GB > 1 GB; model jobs 10x > 1.5x; DAG 20x > 1.3x
+    floor = sc.dag_floor(rows, cores=2)  # the limit 1 s (2 threads) + heads' 3 s on 1 thread packed: 2.5 s
+    assert floor["floor_wall_s"] == pytest.approx(2.5)
+    targets = sc.evaluate_targets({**tot, **floor}, disk_end=int(0.5e9), disk_peak=int(2.5e9), completed=True,
+                                  keep_maps=False)
+    # 5000 MiB > 4 GiB; 2.5 GB > 2 GB (the end's 0.5 GB <= 1 GB); model jobs 10x > 1.3x; DAG 20 s = 8x its floor
     assert [t["result"] for t in targets] == ["PASS", "FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
-    assert "keep_maps false" in targets[2]["target"]
-    assert [t["shown"] for t in targets[4:]] == ["10.00x", "20.00x"] and targets[4]["limit_shown"] == "<= 1.5x"
-    at_limits = {"peak_rss_mib": 100.0, "model_wall_over_limits": 1.5, "dag_wall_over_limits": 1.3}
-    assert [t["result"] for t in sc.evaluate_targets(at_limits, 1, 1, True, False)] == ["PASS"] * 6
-    over = {**at_limits, "model_wall_over_limits": 1.51, "dag_wall_over_limits": 1.31}
-    assert [t["result"] for t in sc.evaluate_targets(over, 1, 1, True, False)][4:] == ["FAIL", "FAIL"]
+    assert "keep_maps false" in targets[2]["target"] and targets[3]["limit_shown"] == "<= 2 GB"
+    assert [t["shown"] for t in targets[4:]] == ["10.00x", "8.00x (20.00x the sum of limits; the floor 2.50x)"]
+    assert targets[4]["limit_shown"] == "<= 1.3x" and targets[5]["limit_shown"] == "<= 1.15x"
+    at_limits = {"peak_rss_mib": 100.0, "model_wall_over_limits": 1.3, "dag_wall_s": 115.0, "floor_wall_s": 100.0}
+    assert [t["result"] for t in sc.evaluate_targets(at_limits, int(1e9), int(2e9), True, False)] == ["PASS"] * 6
+    over = {**at_limits, "model_wall_over_limits": 1.31, "dag_wall_s": 115.1}
+    assert [t["result"] for t in sc.evaluate_targets(over, int(1e9) + 1, int(2e9) + 1, True, False)][2:] == ["FAIL"] * 4
     missing = sc.evaluate_targets({"peak_rss_mib": None}, None, None, False, None)
     assert [t["result"] for t in missing] == ["FAIL"] * 6
 
@@ -209,14 +213,15 @@ def test_dag_floor_is_what_the_other_jobs_leave_the_model_jobs(sc):
     assert f["floor_wall_s"] == pytest.approx(150.0) and f["floor_over_limits"] == pytest.approx(1.25)
     assert f["model_ratio_for_dag_target"] == pytest.approx(116.0 / 110.0)
     assert sc.dag_floor(rows[2:], cores=2)["floor_over_limits"] is None  # no limits: nothing to say
-    row = sc.dag_target({"dag_wall_over_limits": 1.65, **f})
-    assert row["result"] == "FAIL" and row["shown"] == "1.65x (floor 1.25x; needs the model jobs at <= 1.05x)"
-    assert sc.dag_target({"dag_wall_over_limits": 1.3, **f})["result"] == "PASS"
+    row = sc.dag_target({"dag_wall_over_limits": 1.65, "dag_wall_s": 198.0, **f})
+    assert row["result"] == "FAIL" and row["shown"] == "1.32x (1.65x the sum of limits; the floor 1.25x)"
+    assert sc.dag_target({"dag_wall_over_limits": 1.4375, "dag_wall_s": 172.5, **f})["result"] == "PASS"  # 1.15x
     tot = {"dag_wall_s": 200.0, "jobs": 5, "serial_wall_s": 230.0, "model_jobs_wall_s": 180.0, "sum_limits_s": 120.0,
            "model_wall_over_limits": 1.5, "dag_wall_over_limits": 1.67, "gflop": 1.0, "peak_rss_mib": 1.0,
            "peak_rss_job": "x", **f}
     lines = sc.totals_lines(tot, 1, 1, 1, 1)
     assert "could not finish in under 150 s = 1.25x the sum of limits" in lines[1] and "<= 1.05x" in lines[1]
+    assert "1.33x this floor (target <= 1.15x)" in lines[1]
 
 
 def test_two_forward_passes_and_js_readers_enter_the_limit(sc, tmp_path):
