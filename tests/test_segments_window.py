@@ -265,6 +265,23 @@ def test_decoder_windows_extract_to_causal_maps(decoders, tmp_path, arch):
         assert np.triu(a, 1).max() == 0.0
 
 
+def test_decoder_windows_through_the_one_pass_readers(decoders, tmp_path):
+    """`extract-segments` with the statistics, JS and rollout readers of the one pass, on windows of a decoder."""
+    from bertlook.cli import main
+
+    segs, _ = build_segments(_docs(), _tok(decoders["gpt_neox"]), n_segments=3, max_seq_len=64, seed=0,
+                             layout="window")
+    path = tmp_path / "segments.jsonl"
+    write_segments(path, segs)
+    flags = ("--stats-partial", "--js-partial", "--rollout-partial")
+    outs = {flag: tmp_path / f"{flag.strip('-')}.npz" for flag in flags}
+    rc = main(["extract-segments", "--segments", str(path), "--model", str(decoders["gpt_neox"]), "--device", "cpu",
+               "--max-unk-rate", "1", "--max-seq-len", "64", "--summary", str(tmp_path / "summary.json"),
+               *[tok for flag, out in outs.items() for tok in (flag, str(out))]])
+    assert rc == 0 and all(out.is_file() for out in outs.values())
+    assert json.loads((tmp_path / "summary.json").read_text())["n_segments"] == 3
+
+
 def test_encoder_windows_extract(tiny_bert_dir, tokenizer, tmp_path):
     """The paper's template with one part, [CLS] W [SEP], is a valid encoder input (segment ids 0): allowed."""
     from bertlook.attention.extraction import extract_segments

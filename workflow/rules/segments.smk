@@ -39,5 +39,5 @@ use rule _torch_step as segments with:
             max_articles=config["wikipedia"].get("max_articles"),
             **settings("segments", "language", "splitter"),
             # the paper's pair layout passes no flag: the command line (a rerun trigger) of today's runs unchanged
-            layout=None if config["segments"]["layout"] == "pair" else config["segments"]["layout"],
+            layout=None if config["segments"].get("layout", "pair") == "pair" else config["segments"]["layout"],
         ),

@@ -107,7 +107,8 @@ class SegmentTemplate:
     def describe(self, layout: str = PAIR) -> str:
         """The template in words: ``[CLS] A [SEP] B [SEP]``, ``<s> A B``; a window's ``[CLS] W [SEP]``, ``<s> W``."""
         if self.paper:
-            return f"{self.prefix[0]} W {self.sep}" if layout == WINDOW else f"{self.prefix[0]} A {self.sep} B {self.sep}"
+            cls = self.prefix[0]
+            return f"{cls} W {self.sep}" if layout == WINDOW else f"{cls} A {self.sep} B {self.sep}"
         return " ".join([*self.prefix, *(["W"] if layout == WINDOW else ["A", "B"]), *self.suffix])
 
 
