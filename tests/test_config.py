@@ -17,7 +17,8 @@ def test_shipped_configs_are_valid():
     offline = load_config(ROOT / "config" / "offline.yaml")
     assert run_names(paper) == ["paper-bert-base-uncased"]
     assert run_names(offline) == ["offline-minilm"]
-    assert paper["segments"] == {"n_segments": 1000, "max_seq_len": 128, "language": "en", "splitter": "auto"}
+    assert paper["segments"] == {"n_segments": 1000, "max_seq_len": 128, "layout": "pair", "language": "en",
+                                 "splitter": "auto"}
     assert paper["extraction"]["segment_ids"] == "zeros"
     assert resolve_data_path(offline["wikipedia"]["path"]).is_file()
 

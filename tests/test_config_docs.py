@@ -78,5 +78,6 @@ def test_documented_keys_exist():
 
 def test_the_shipped_configurations_are_named():
     doc = DOC.read_text()
-    for name in ("config.yaml", "config/offline.yaml", "config/multilingual.yaml", "config/gpt2.yaml", ".test/config.yaml"):
+    for name in ("config.yaml", "config/offline.yaml", "config/multilingual.yaml", "config/gpt2.yaml",
+                 "config/long-context.yaml", ".test/config.yaml"):
         assert f"`{name}`" in doc

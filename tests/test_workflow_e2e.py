@@ -419,7 +419,8 @@ def test_interrupted_outputs_are_rebuilt_identically(finished_run):
     assert table.read_text() == before
 
 
-@pytest.mark.parametrize("configfile", ["config.yaml", "config/offline.yaml", "config/gpt2.yaml"])
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/offline.yaml", "config/gpt2.yaml",
+                                        "config/long-context.yaml"])
 def test_lint_is_clean_and_dag_builds(configfile, tmp_path):
     """`snakemake --lint` stays clean and the DAG of both shipped configurations builds (dry run)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")

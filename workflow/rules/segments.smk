@@ -1,4 +1,5 @@
-# Step `segments`: Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSON Lines).
+# Step `segments`: Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments, or document windows for long
+# contexts (segments.layout: window), as JSON Lines.
 
 if not config["wikipedia"].get("path") and not HF_DATASET:
 
@@ -37,4 +38,6 @@ use rule _torch_step as segments with:
             seed=config["seed"],
             max_articles=config["wikipedia"].get("max_articles"),
             **settings("segments", "language", "splitter"),
+            # the paper's pair layout passes no flag: the command line (a rerun trigger) of today's runs unchanged
+            layout=None if config["segments"].get("layout", "pair") == "pair" else config["segments"]["layout"],
         ),

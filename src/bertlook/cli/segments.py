@@ -1,4 +1,5 @@
-"""``bertlook segments``: Wikipedia dump (or a Hugging Face dataset) -> paper-style segments (JSONL) and a summary.
+"""``bertlook segments``: Wikipedia dump (or a Hugging Face dataset) -> paper-style segments or document windows
+(``--layout``; JSONL) and a summary.
 
 The computation and the summary live in :mod:`bertlook.data.segments`
 (:func:`~bertlook.data.segments.run_segments_step`); this module holds the argparse glue, the writing and printing.
@@ -12,6 +13,7 @@ import sys
 
 from bertlook.cli._args import add_model_arguments
 from bertlook.data.sentences import SPLITTERS, check_language, resolve_splitter
+from bertlook.data.segments import LAYOUTS
 from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.config import resolve_data_path
@@ -20,7 +22,7 @@ from bertlook.pipeline.config import resolve_data_path
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
-    "segments": "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments (JSONL)",
+    "segments": "Wikipedia dump -> paper-style [CLS] A [SEP] B [SEP] segments, or document windows (JSONL)",
 }
 
 #: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
@@ -42,7 +44,7 @@ def _handler(args: argparse.Namespace) -> int:
     dump = resolve_data_path(args.dump) if hf_spec is None else None
     tokenizer = load_tokenizer(resolve_model(args.model, args.revision))
     options = SegmentOptions(n_segments=args.n_segments, max_seq_len=args.max_seq_len, seed=args.seed,
-                             max_articles=args.max_articles, language=language, splitter=splitter)
+                             max_articles=args.max_articles, language=language, splitter=splitter, layout=args.layout)
     reader = {}  # the documents of the Hugging Face dataset (else: of the dump)
     if hf_spec is not None:
         from bertlook.data.hf_corpus import dataset_label, describe_hf_dataset, iter_hf_documents, normalize_spec
@@ -54,7 +56,8 @@ def _handler(args: argparse.Namespace) -> int:
     write_segments(args.out, result.segments)
     write_json(args.summary, summary)
     print(
-        f"segments: {summary['segments_produced']}/{summary['segments_requested']} segments from "
+        f"segments: {summary['segments_produced']}/{summary['segments_requested']} "
+        f"{'window segments' if args.layout == 'window' else 'segments'} from "
         f"{summary['documents_used']} documents ({summary['truncated_segments']} truncated, "
         f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, mean "
         f"{summary['mean_tokens']} / max {summary['max_tokens']} tokens); pages read "
@@ -78,7 +81,9 @@ def register_cli(subparsers) -> None:
             "tokenizer of --model. Output: --out (segments JSONL: id, doc, doc_index, text_a, text_b, "
             "tokens, segment_ids, truncated) and --summary (JSON with every count, including pages "
             "and sentences skipped). Segments are made as in BERT's create_pretraining_data.py "
-            "(no random next sentence), the first --n-segments kept and shuffled with --seed. "
+            "(no random next sentence), the first --n-segments kept and shuffled with --seed; with "
+            "--layout window each segment is one document window instead (long contexts: consecutive "
+            "sentences up to --max-seq-len, the last one cut, as one part, segment ids 0). "
             "Sentences are split in --language with --splitter (see docs/definitions.md, Sentence "
             "splitting); both, the splitter as resolved, go into the summary."
         ),
@@ -95,6 +100,11 @@ def register_cli(subparsers) -> None:
     p.add_argument("--n-segments", type=int, default=1000, help="segments to keep (default 1000)")
     p.add_argument("--max-seq-len", type=int, default=128,
                    help="maximum wordpieces per segment, special tokens included (default 128)")
+    p.add_argument("--layout", choices=LAYOUTS, default="pair",
+                   help="pair: the paper's [CLS] A [SEP] B [SEP] (a decoder: its own prefix A B suffix; default); "
+                        "window: a document's consecutive sentences up to --max-seq-len less the special tokens, "
+                        "the last sentence cut at the end, as one part ([CLS] W [SEP], a decoder's prefix W "
+                        "suffix; segment ids 0): long contexts")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--max-articles", type=int, default=None, metavar="N",
                    help="read at most N kept articles (default: all that are needed)")

@@ -1,10 +1,13 @@
-"""Documents -> paper-style segments (``bertlook segments``).
+"""Documents -> paper-style segments, or document windows for long contexts (``bertlook segments``).
 
 The paper (Clark et al. 2019, Section 3) ran BERT over 1000 Wikipedia segments ``[CLS] A [SEP] B [SEP]``
 of at most 128 wordpieces, made the way BERT's ``create_pretraining_data.py`` makes its pre-training
 examples, without the random "next sentence": sentences of one document are collected into a chunk
 until it holds ``max_seq_len - 3`` wordpieces, the chunk is split at a random sentence boundary into
-A and B, and over-long pairs are cut one token at a time from a random end of the longer part.
+A and B, and over-long pairs are cut one token at a time from a random end of the longer part (layout
+``pair``, the default). Layout ``window`` (long contexts, decoders at up to their context length): a document's
+consecutive sentences up to ``max_seq_len`` less the template's special tokens, as one part (no A/B split, no
+random truncation; the last sentence is cut at the end).
 
 Steps:
   * :func:`bertlook.data.documents.iter_documents` reads the documents of a MediaWiki dump (markup stripped,
@@ -22,6 +25,7 @@ Everything excluded is counted (``counts`` / the summary JSON).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -40,6 +44,10 @@ from bertlook.pipeline.config import resolve_data_path
 SEGMENT_KEYS = ("id", "doc", "doc_index", "text_a", "text_b", "tokens", "segment_ids", "truncated")
 REQUIRED_SEGMENT_KEYS = ("id", "doc", "text_a", "text_b", "tokens", "segment_ids", "truncated")
 CLS_LIKE = frozenset({"[CLS]", "<s>", "<cls>", "[cls]"})
+PAIR, WINDOW = "pair", "window"
+LAYOUTS = (PAIR, WINDOW)  # a segment's "layout": [CLS] A [SEP] B [SEP] (the paper's), or one document window
+# a probe of two sentences: does the tokenizer put the space between them into the second one's first token?
+_JOIN_PROBE = ("It was here.", "It was there.")
 
 # ----------------------------------------------------------------------------------- segments
 
@@ -85,10 +93,23 @@ class SegmentTemplate:
         return ([*self.prefix, *tokens_a, *tokens_b, *self.suffix],
                 [0] * (len(self.prefix) + len(tokens_a)) + [1] * (len(tokens_b) + len(self.suffix)))
 
-    def describe(self) -> str:
+    def n_special_for(self, layout: str) -> int:
+        """The special tokens of one segment of ``layout``: a window has one part (``[CLS] W [SEP]``: 2)."""
+        if layout == WINDOW and self.paper:
+            return 2
+        return self.n_special
+
+    def wrap_window(self, tokens: list[str]) -> tuple[list[str], list[int]]:
+        """``(tokens, segment_ids)`` of a window: ``[CLS] W [SEP]`` or ``prefix W suffix``, every id 0."""
+        out = [self.prefix[0], *tokens, self.sep] if self.paper else [*self.prefix, *tokens, *self.suffix]
+        return out, [0] * len(out)
+
+    def describe(self, layout: str = PAIR) -> str:
+        """The template in words: ``[CLS] A [SEP] B [SEP]``, ``<s> A B``; a window's ``[CLS] W [SEP]``, ``<s> W``."""
         if self.paper:
-            return f"{self.prefix[0]} A {self.sep} B {self.sep}"
-        return " ".join([*self.prefix, "A", "B", *self.suffix])
+            cls = self.prefix[0]
+            return f"{cls} W {self.sep}" if layout == WINDOW else f"{cls} A {self.sep} B {self.sep}"
+        return " ".join([*self.prefix, *(["W"] if layout == WINDOW else ["A", "B"]), *self.suffix])
 
 
 def segment_template(tokenizer) -> SegmentTemplate:
@@ -108,6 +129,7 @@ def build_segments(
     n_segments: int,
     max_seq_len: int = 128,
     seed: int = 0,
+    layout: str = PAIR,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Make up to ``n_segments`` paper-style segments ``[CLS] A [SEP] B [SEP]``; return (segments, summary).
 
@@ -122,26 +144,37 @@ def build_segments(
     ``n_segments`` segments exist, shuffles them with the same ``random.Random(seed)`` and numbers
     them 0..k-1 in shuffled order. Producing fewer than requested is not an error (see
     ``summary["segments_produced"]``).
+
+    ``layout="window"`` (:func:`_windows`): each segment is one document window instead, its sentences
+    accumulated the same way up to ``max_seq_len`` less the template's special tokens (``[CLS] W [SEP]``: 2;
+    a decoder's prefix and suffix), the last sentence cut at the end (``truncated``), wrapped as one part
+    (segment ids all 0, ``text_b`` empty, ``"layout": "window"``); a window of one sentence is kept. The
+    same shuffling and numbering.
     """
     if n_segments < 1:
         raise BertlookError(f"n_segments must be at least 1, got {n_segments}")
-    if max_seq_len < 5:
+    if layout not in LAYOUTS:
+        raise BertlookError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == PAIR and max_seq_len < 5:
         raise BertlookError(f"max_seq_len must be at least 5 ([CLS] A [SEP] B [SEP]), got {max_seq_len}")
     template = segment_template(tokenizer)
+    max_num_tokens = max_seq_len - template.n_special_for(layout)
+    if max_num_tokens < 1:
+        raise BertlookError(f"max_seq_len must be at least {max_seq_len - max_num_tokens + 1} "
+                            f"({template.describe(layout)}), got {max_seq_len}")
 
     rng = random.Random(seed)
-    max_num_tokens = max_seq_len - template.n_special
     segments: list[dict[str, Any]] = []
     stats = dict(documents_read=0, single_sentence_chunks_skipped=0, sentences_used=0,
                  sentences_unused=0, sentences_without_tokens=0)
     docs_used: set[int] = set()
+    make = (_pair_segments if layout == PAIR
+            else functools.partial(_window_segments, joiner=sentence_joiner(tokenizer)))
     for doc in documents:
         stats["documents_read"] += 1
-        for chunk in _chunks(doc, tokenizer, max_num_tokens, stats):
-            seg = _pair_segment(doc, chunk, template, max_num_tokens, rng, stats)
-            if seg is not None:
-                segments.append(seg)
-                docs_used.add(doc.index)
+        for seg in make(doc, tokenizer, template, max_num_tokens, rng, stats):
+            segments.append(seg)
+            docs_used.add(doc.index)
             if len(segments) >= n_segments:
                 break
         if len(segments) >= n_segments:
@@ -151,8 +184,17 @@ def build_segments(
     for i, seg in enumerate(segments):
         seg["id"] = i
     summary = _segments_summary(segments, stats, n_segments=n_segments, docs_used=len(docs_used),
-                                max_seq_len=max_seq_len, seed=seed, template=template)
+                                max_seq_len=max_seq_len, seed=seed, template=template, layout=layout)
     return segments, summary
+
+
+def _pair_segments(doc: Document, tokenizer, template: SegmentTemplate, max_num_tokens: int, rng: random.Random,
+                   stats: dict[str, int]) -> Iterator[dict[str, Any]]:
+    """The paper's segments of one document (:func:`_chunks`, :func:`_pair_segment`), in document order."""
+    for chunk in _chunks(doc, tokenizer, max_num_tokens, stats):
+        seg = _pair_segment(doc, chunk, template, max_num_tokens, rng, stats)
+        if seg is not None:
+            yield seg
 
 
 def _chunks(doc: Document, tokenizer, max_num_tokens: int,
@@ -203,8 +245,64 @@ def _pair_segment(doc: Document, chunk: list[tuple[str, list[str]]], template: S
     }
 
 
+def sentence_joiner(tokenizer) -> str:
+    """``" "`` when ``tokenizer`` puts the space between two sentences into the second one's first token (a
+    byte-level BPE: ``"ĠIt"``, not the ``"It"`` of the sentence alone), else ``""`` (WordPiece, SentencePiece):
+    the prefix with which a window tokenizes every sentence after its first, so that its tokens are those of its
+    text (``text_a``, the sentences joined by spaces) where the tokenizer splits at sentence ends."""
+    first, second = _JOIN_PROBE
+    joined = tokenizer.tokenize(f"{first} {second}")
+    alone = tokenizer.tokenize(first) + tokenizer.tokenize(second)
+    return " " if joined != alone and joined == tokenizer.tokenize(first) + tokenizer.tokenize(f" {second}") else ""
+
+
+def _windows(doc: Document, tokenizer, max_num_tokens: int, joiner: str,
+             stats: dict[str, int]) -> Iterator[tuple[list[str], list[str], bool]]:
+    """``(sentences, tokens, truncated)`` of each window of one document: consecutive sentences (a sentence
+    without tokens counted and left out; the ones after a window's first tokenized after ``joiner``,
+    :func:`sentence_joiner`) until they hold ``max_num_tokens`` tokens or the document ends; the tokens cut
+    after ``max_num_tokens`` (``truncated``: the last sentence lost its end). Sentences are read lazily."""
+    window: list[str] = []
+    tokens: list[str] = []
+    for sent in doc.sentences:
+        toks = tokenizer.tokenize(sent)
+        if not toks:
+            stats["sentences_without_tokens"] += 1
+            continue
+        if window and joiner:
+            toks = tokenizer.tokenize(joiner + sent)
+        window.append(sent)
+        tokens += toks
+        if len(tokens) >= max_num_tokens:
+            yield window, tokens[:max_num_tokens], len(tokens) > max_num_tokens
+            window, tokens = [], []
+    if window:
+        yield window, tokens, False
+
+
+def _window_segments(doc: Document, tokenizer, template: SegmentTemplate, max_num_tokens: int, rng: random.Random,
+                     stats: dict[str, int], *, joiner: str = "") -> Iterator[dict[str, Any]]:
+    """The window segments of one document (:func:`_windows`; ``joiner``: :func:`sentence_joiner`), in document
+    order (id -1 until numbered); ``rng`` is not used (no random split or truncation)."""
+    for sentences, tokens, truncated in _windows(doc, tokenizer, max_num_tokens, joiner, stats):
+        wrapped, segment_ids = template.wrap_window(tokens)
+        stats["sentences_used"] += len(sentences)
+        yield {
+            "id": -1,
+            "doc": doc.title,
+            "doc_index": doc.index,
+            "text_a": " ".join(sentences),
+            "text_b": "",
+            "tokens": wrapped,
+            "segment_ids": segment_ids,
+            "truncated": truncated,
+            **({"template": TOKENIZER_TEMPLATE} if not template.paper else {}),
+            "layout": WINDOW,
+        }
+
+
 def _segments_summary(segments: list[dict[str, Any]], stats: dict[str, int], *, n_segments: int, docs_used: int,
-                      max_seq_len: int, seed: int, template: SegmentTemplate) -> dict[str, Any]:
+                      max_seq_len: int, seed: int, template: SegmentTemplate, layout: str) -> dict[str, Any]:
     lengths = [len(s["tokens"]) for s in segments]
     return {
         "segments_requested": n_segments,
@@ -220,7 +318,8 @@ def _segments_summary(segments: list[dict[str, Any]], stats: dict[str, int], *, 
         "max_tokens": max(lengths) if lengths else 0,
         "max_seq_len": max_seq_len,
         "seed": seed,
-        "template": template.describe(),
+        "template": template.describe(layout),
+        "layout": layout,
     }
 
 
@@ -229,7 +328,8 @@ def _segments_summary(segments: list[dict[str, Any]], stats: dict[str, int], *, 
 @dataclass(frozen=True)
 class SegmentOptions:
     """The settings of :func:`run_segments_step` (the flags of ``bertlook segments`` of the same names):
-    ``splitter`` one of :data:`bertlook.data.sentences.SPLITTERS` (``auto`` resolved for ``language``)."""
+    ``splitter`` one of :data:`bertlook.data.sentences.SPLITTERS` (``auto`` resolved for ``language``),
+    ``layout`` one of :data:`LAYOUTS` (:func:`build_segments`)."""
 
     n_segments: int = 1000
     max_seq_len: int = 128
@@ -237,6 +337,7 @@ class SegmentOptions:
     max_articles: int | None = None
     language: str = "en"
     splitter: str = "auto"
+    layout: str = PAIR
 
 
 @dataclass(frozen=True)
@@ -281,7 +382,7 @@ def run_segments_step(tokenizer, dump: str | os.PathLike | None = None, *,
         docs = reader(**kw)
     try:
         segments, summary = build_segments(docs, tokenizer, n_segments=options.n_segments,
-                                           max_seq_len=options.max_seq_len, seed=options.seed)
+                                           max_seq_len=options.max_seq_len, seed=options.seed, layout=options.layout)
     finally:
         close = getattr(docs, "close", None)
         if close is not None:
@@ -290,8 +391,8 @@ def run_segments_step(tokenizer, dump: str | os.PathLike | None = None, *,
         raise BertlookError(
             f"{source}: no segment could be made ({summary['documents_read']} usable articles read, "
             f"{summary['single_sentence_chunks_skipped']} single-sentence chunks skipped, "
-            f"{summary['sentences_without_tokens']} sentences without tokens; {count_text(counts)}): a "
-            "segment needs two sentences of one article")
+            f"{summary['sentences_without_tokens']} sentences without tokens; {count_text(counts)})"
+            + (": a segment needs two sentences of one article" if options.layout == PAIR else ""))
     warnings = []
     if summary["segments_produced"] < summary["segments_requested"]:
         warnings.append(f"only {summary['segments_produced']} of {summary['segments_requested']} segments "
@@ -332,6 +433,11 @@ def _validate_segment(obj: Any) -> str | None:
         return "segment_ids must be a list of 0/1"
     if len(tokens) != len(seg_ids):
         return f"len(tokens) = {len(tokens)} but len(segment_ids) = {len(seg_ids)}"
+    layout = obj.get("layout", PAIR)
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        return f"layout must be \"{PAIR}\" or \"{WINDOW}\", got {layout!r}"
+    if layout == WINDOW and any(seg_ids):
+        return "segment_ids must be all 0 in a window (layout \"window\": one part, no A/B split)"
     if obj.get("template", "paper") not in ("paper", TOKENIZER_TEMPLATE):
         return f"template must be \"paper\" or \"{TOKENIZER_TEMPLATE}\", got {obj['template']!r}"
     if obj.get("template") != TOKENIZER_TEMPLATE and tokens[0] not in CLS_LIKE:
