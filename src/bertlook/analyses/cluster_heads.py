@@ -10,8 +10,12 @@ Only ``xlx(P_i + P_j)`` needs every pair: the default backend ``numba`` computes
 kernel of :mod:`bertlook.analyses.xlogx` (Cephes logarithm, float64 sums); ``numpy`` and ``torch`` are
 the references (the same numbers up to float32 rounding).
 
+The reader of the extraction stream, :class:`JsAccumulator`, takes an example layer by layer, on the maps'
+device; a causal map's sums skip the keys after the query (they add exactly 0), and ``rows=R`` estimates the
+sums from R sampled query rows per example (:mod:`bertlook.analyses.js_device`).
+
 Sharded runs: :func:`js_divergence_partial` (``cluster-heads --out-partial``), :func:`reduce_js_divergence`
-(``cluster-heads --partial``).
+(``cluster-heads --partial``; refuses to add exact and estimated partials).
 
 Definitions: docs/definitions.md#jensen-shannon-divergence-between-heads-and-mds
 """

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 ESTIMATOR = "sampled-rows"  # the partial's meta["estimator"] with rows=R (exact: no key)
-DEFAULT_ROWS = 32  # the documented default R for long contexts (docs/definitions.md: measured error)
+DEFAULT_ROWS = 64  # the documented default R for long contexts (docs/definitions.md: measured error)
 DEVICE_BLOCK_BYTES = 2**28  # one block of pairwise mixtures on a device (float32 [bi, bj, E])
 
 
