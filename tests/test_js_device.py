@@ -241,3 +241,12 @@ def test_cli_js_rows(tmp_path, capsys):
     a = p.parse_args(["cluster-heads", "--attention", str(store.path), "--out-partial", "x.npz", "--js-rows", "0"])
     with pytest.raises(BertlookError, match="--js-rows must be >= 1"):
         a.func(a)
+
+
+def test_copy_triangle_is_the_visible_index_gather():
+    from bertlook.analyses.js_device import _visible_index, copy_triangle
+
+    x = np.random.default_rng(10).random((3, 11, 11)).astype(np.float16)
+    out = np.empty((3, 66), dtype=np.float32)
+    copy_triangle(x, out)
+    np.testing.assert_array_equal(out, x.reshape(3, -1)[:, _visible_index(11)])

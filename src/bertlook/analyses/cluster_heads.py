@@ -41,7 +41,9 @@ from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
-from bertlook.analyses.js_device import ESTIMATOR, EntryPlan, js_matrix_torch, js_terms_torch, to_device
+from bertlook.analyses.js_device import (
+    ESTIMATOR, EntryPlan, copy_triangle, js_matrix_torch, js_terms_torch, to_device,
+)
 from bertlook.analyses.token_roles import is_causal
 from bertlook.pipeline.sharding import partial_metas, same_value
 
@@ -576,7 +578,12 @@ class JsAccumulator:
         flat = x.reshape(H, -1)  # [head, rows * key_pos]
         for (_, idx), buf in zip(plan.groups, self._parts):
             dst = buf[layer * H:(layer + 1) * H]  # [head, entry]
-            dst[...] = flat if idx is None else flat[:, idx]
+            if idx is None:
+                dst[...] = flat
+            elif plan.all_rows:  # the visible triangle: row slices copy faster than a gather (28 -> 17 ms, n 1,024)
+                copy_triangle(x, dst)
+            else:
+                dst[...] = flat[:, idx]
             _smooth(dst, plan.n)
 
     def _device_layer(self, a: Any) -> None:

@@ -80,6 +80,15 @@ def _row_entries(q: "np.ndarray", n: int, causal: bool) -> "np.ndarray":
     return row * n + (np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens))
 
 
+def copy_triangle(x: "np.ndarray", out: "np.ndarray") -> None:
+    """``out[h] = `` the visible triangle of ``x[h]`` row by row (the order of :func:`_visible_index`), cast to
+    ``out``'s dtype: ``x[head, n, n]``, ``out[head, n (n + 1) / 2]``."""
+    off = 0
+    for q in range(x.shape[1]):
+        out[:, off:off + q + 1] = x[:, q, :q + 1]
+        off += q + 1
+
+
 class EntryPlan:
     """The entries of one example that the JS sums read (module docstring).
 
