@@ -250,3 +250,13 @@ def test_copy_triangle_is_the_visible_index_gather():
     out = np.empty((3, 66), dtype=np.float32)
     copy_triangle(x, out)
     np.testing.assert_array_equal(out, x.reshape(3, -1)[:, _visible_index(11)])
+
+
+def test_entries_per_pair_matches_the_plans():
+    from bertlook.analyses.js_device import entries_per_pair
+
+    for causal in (False, True):
+        assert entries_per_pair(40, causal=causal) == EntryPlan(40, causal=causal, rows=None, seed=0, example_id=0).size
+        assert entries_per_pair(40, causal=causal, rows=64) == entries_per_pair(40, causal=causal)
+        sizes = [EntryPlan(400, causal=causal, rows=8, seed=s, example_id=0).size for s in range(200)]
+        assert abs(np.mean(sizes) - entries_per_pair(400, causal=causal, rows=8)) < 0.02 * np.mean(sizes)

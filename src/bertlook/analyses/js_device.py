@@ -63,6 +63,14 @@ def sample_rows(n: int, rows: int | None, seed: int, example_id: Any) -> tuple["
     return q.astype(np.int64), np.diff(bounds).astype(np.float64)
 
 
+def entries_per_pair(n: int, *, causal: bool = False, rows: int | None = None) -> float:
+    """Map entries the JS sums read per head pair for an example of ``n`` tokens (for sizing: the kernel's time
+    is about this times the number of head pairs times its ns per entry): ``n^2`` (causal: ``n (n + 1) / 2``),
+    with ``rows=R < n``: ``R n`` (causal: the expected ``R (n + 1) / 2``)."""
+    r = n if rows is None or rows >= n else rows
+    return r * (n + 1) / 2 if causal else float(r * n)
+
+
 @functools.lru_cache(maxsize=16)
 def _visible_index(n: int) -> "np.ndarray":
     """Flat indices ``q * n + k`` of the visible triangle ``k <= q`` of an ``[n, n]`` map, row by row."""
