@@ -569,7 +569,7 @@ class JsAccumulator:
             self._idx_dev = [None if idx is None else to_device(idx, a.device) for _, idx in plan.groups]
 
     def _host_layer(self, layer: int, a: Any) -> None:
-        x = a if isinstance(a, np.ndarray) else a.contiguous().numpy()  # [head, query_pos, key_pos]
+        x = a if isinstance(a, np.ndarray) else a.detach().contiguous().numpy()  # [head, query_pos, key_pos]
         if x.dtype not in (np.float16, np.float32):
             x = x.astype(np.float32)  # as js_divergence_example's callers: float32 maps, then ``dtype``
         plan, H = self._plan, self.num_heads
