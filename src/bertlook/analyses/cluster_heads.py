@@ -10,8 +10,12 @@ Only ``xlx(P_i + P_j)`` needs every pair: the default backend ``numba`` computes
 kernel of :mod:`bertlook.analyses.xlogx` (Cephes logarithm, float64 sums); ``numpy`` and ``torch`` are
 the references (the same numbers up to float32 rounding).
 
+The reader of the extraction stream, :class:`JsAccumulator`, takes an example layer by layer, on the maps'
+device; a causal map's sums skip the keys after the query (they add exactly 0), and ``rows=R`` estimates the
+sums from R sampled query rows per example (:mod:`bertlook.analyses.js_device`).
+
 Sharded runs: :func:`js_divergence_partial` (``cluster-heads --out-partial``), :func:`reduce_js_divergence`
-(``cluster-heads --partial``).
+(``cluster-heads --partial``; refuses to add exact and estimated partials).
 
 Definitions: docs/definitions.md#jensen-shannon-divergence-between-heads-and-mds
 """
@@ -37,6 +41,10 @@ from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
+from bertlook.analyses.js_device import (
+    ESTIMATOR, EntryPlan, copy_triangle, js_matrix_torch, js_terms_torch, to_device,
+)
+from bertlook.analyses.token_roles import is_causal
 from bertlook.pipeline.sharding import partial_metas, same_value
 
 JS_SMOOTHING = 1e-3  # p~ = (1 - s) * p + s / n
@@ -67,8 +75,9 @@ def js_pair_naive(p: "np.ndarray", q: "np.ndarray", *, smoothing: float = JS_SMO
     return float(0.5 * kl_pm + 0.5 * kl_qm)
 
 
-def _auto_chunk(n: int, itemsize: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
-    return max(1, budget // max(1, n * n * itemsize))
+def _auto_chunk(entries: int, itemsize: int, budget: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Heads per block of the numpy / torch references: ``budget`` bytes of ``entries`` per head."""
+    return max(1, budget // max(1, entries * itemsize))
 
 
 def _mixture_xlx_numpy(P, chunk: int, num_threads: int) -> "np.ndarray":  # P: [layer_head, query_pos * key_pos]
@@ -166,10 +175,7 @@ def js_divergence_example(
     ``float64``); sums are returned in float64. ``num_threads``: worker threads over rows ``i``
     (numba, numpy), or torch's intra-op threads for the call.
     """
-    if dtype not in ("float32", "float64"):
-        raise BertlookError(f"dtype must be float32 or float64, got {dtype!r}")
-    if backend not in BACKENDS:
-        raise BertlookError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    _check_options(dtype, backend)
     a = np.asarray(attn)
     if a.ndim != 4 or a.shape[2] != a.shape[3]:
         raise BertlookError(f"attention must have shape [layers, heads, n, n], got {list(a.shape)}")
@@ -177,23 +183,51 @@ def js_divergence_example(
     K = L * H
     # a fresh array: the smoothing below works in place and must not touch the caller's data
     P = np.array(a, dtype=dtype, copy=True).reshape(K, n * n)  # [layer_head, query_pos * key_pos]
+    _smooth(P, n)
+    return _js_from_terms([(1.0, *_js_terms(P, chunk=chunk, backend=backend, num_threads=num_threads))])
+
+
+def _check_options(dtype: str, backend: str) -> None:
+    if dtype not in ("float32", "float64"):
+        raise BertlookError(f"dtype must be float32 or float64, got {dtype!r}")
+    if backend not in BACKENDS:
+        raise BertlookError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def _smooth(P: "np.ndarray", n: int) -> None:
+    """``P = (1 - s) P + s / n`` in place (float32 or float64 numpy; the same operations for every caller)."""
     P *= 1.0 - JS_SMOOTHING
     P += JS_SMOOTHING / n
-    c = max(1, min(K, int(chunk) if chunk else _auto_chunk(n, P.itemsize)))
+
+
+def _js_terms(P: "np.ndarray", *, chunk: int | None = None, backend: str = DEFAULT_BACKEND,
+              num_threads: int = 1) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """``(xlx[K], tot[K], mix[K, K])`` of smoothed entries ``P[K, E]`` (the identity of the module docstring):
+    ``sum P ln P`` and ``sum P`` per head, ``sum (P_i + P_j) ln (P_i + P_j)`` for ``j >= i``; float64."""
+    c = max(1, min(P.shape[0], int(chunk) if chunk else _auto_chunk(P.shape[1], P.itemsize)))
     threads = max(1, int(num_threads or 1))
     kernels = _numba_kernels() if backend == "numba" else None
     if kernels is not None:  # the per-head sums with the same logarithm as the pairs
         xlx, tot = kernels.row_xlx(P)  # [layer_head], [layer_head]
-        mix = kernels.mixture_xlx(P, threads)  # [layer_head, layer_head]
-    else:
-        xlx = np.einsum("ke,ke->k", P, np.log(P), dtype=np.float64)  # [layer_head]: sum p ln p per head
-        tot = P.sum(axis=1, dtype=np.float64)  # [layer_head]
-        if backend == "numpy":
-            mix = _mixture_xlx_numpy(P, c, threads)  # [layer_head, layer_head]
-        else:
-            mix = _mixture_xlx_torch_threads(P, c, threads)  # [layer_head, layer_head]
-    base = xlx + math.log(2.0) * tot  # [layer_head]
-    js = np.triu(0.5 * (base[:, None] + base[None, :] - mix), k=1)  # [layer_head, layer_head]
+        return xlx, tot, kernels.mixture_xlx(P, threads)  # [layer_head, layer_head]
+    xlx = np.einsum("ke,ke->k", P, np.log(P), dtype=np.float64)  # [layer_head]: sum p ln p per head
+    tot = P.sum(axis=1, dtype=np.float64)  # [layer_head]
+    if backend == "numpy":
+        return xlx, tot, _mixture_xlx_numpy(P, c, threads)  # [layer_head, layer_head]
+    return xlx, tot, _mixture_xlx_torch_threads(P, c, threads)  # [layer_head, layer_head]
+
+
+def _js_from_terms(terms) -> "np.ndarray":
+    """The JS matrix ``[K, K]`` of ``[(weight, xlx, tot, mix), ...]`` (groups of entries of equal weight,
+    :class:`bertlook.analyses.js_device.EntryPlan`): symmetric, zero diagonal, negatives clipped."""
+    raw = None
+    for w, xlx, tot, mix in terms:
+        base = xlx + math.log(2.0) * tot  # [layer_head]
+        part = 0.5 * (base[:, None] + base[None, :] - mix)  # [layer_head, layer_head], upper triangle
+        if w != 1.0:
+            part *= w
+        raw = part if raw is None else raw + part
+    js = np.triu(raw, k=1)  # [layer_head, layer_head]
     js = js + js.T
     np.maximum(js, 0.0, out=js)  # rounding can leave tiny negatives for (near-)identical heads
     return js
@@ -212,6 +246,9 @@ def js_divergence_sum(
     backend: str = DEFAULT_BACKEND,
     num_threads: int = 1,
     progress: bool = False,
+    causal: bool | None = None,
+    rows: int | None = None,
+    seed: int = 0,
 ) -> tuple["np.ndarray", int]:
     """``(sum of the per-example JS matrices [K, K], number of examples)`` over the selected examples.
 
@@ -222,11 +259,19 @@ def js_divergence_sum(
     already refuses a map with a non-finite or negative value or a row that does not sum to 1, and
     the store's index refuses an example without tokens (``n >= 1``).
     """
-    acc = JsAccumulator(store.num_layers, store.num_heads, where=store.path, chunk=chunk, dtype=dtype,
-                        backend=backend, num_threads=num_threads)
+    acc = _store_accumulator(store, max_examples=max_examples, segments=segments, chunk=chunk, dtype=dtype,
+                             backend=backend, num_threads=num_threads, progress=progress, causal=causal, rows=rows,
+                             seed=seed)
+    return acc.total, acc.n_examples
+
+
+def _store_accumulator(store: "AttentionStore", *, max_examples, segments, progress, causal, **kwargs) -> "JsAccumulator":
+    """A :class:`JsAccumulator` fed the selected examples of ``store`` (``causal`` None: the store's model's)."""
+    causal = is_causal(store.meta) if causal is None else causal
+    acc = JsAccumulator(store.num_layers, store.num_heads, where=store.path, causal=causal, **kwargs)
     for k in progress_bar(select_examples(store, max_examples, segments), desc="js", unit="ex", enabled=progress):
         acc.add(store.records[k], store.get(k))
-    return acc.total, acc.n_examples
+    return acc
 
 
 def js_divergence_matrix(store: "AttentionStore", **kwargs) -> "np.ndarray":
@@ -246,10 +291,9 @@ def js_divergence_partial(store: "AttentionStore", **kwargs) -> tuple[dict[str, 
     """``(meta, arrays)`` of one store for a sharded run: ``arrays["js_sum"]`` (the summed matrix) and
     ``meta`` (layout, ``n_examples`` used, ``n_examples_in_store``, ``max_examples``). Keyword
     arguments: those of :func:`js_divergence_sum`."""
-    total, used = js_divergence_sum(store, **kwargs)
-    meta = {"attention": str(store.path), "num_layers": store.num_layers, "num_heads": store.num_heads,
-            "n_examples": used, "n_examples_in_store": len(store), "max_examples": kwargs.get("max_examples")}
-    return meta, {"js_sum": total}
+    kwargs = {"max_examples": None, "segments": None, "progress": False, "causal": None, **kwargs}
+    acc = _store_accumulator(store, **kwargs)
+    return acc.partial(n_examples_in_store=len(store), max_examples=kwargs["max_examples"])
 
 
 def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[str, Any]]:
@@ -262,6 +306,8 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     L = same_value([m["num_layers"] for m in metas], "num_layers", where)
     H = same_value([m["num_heads"] for m in metas], "num_heads", where)
     same_value([m.get("max_examples") for m in metas], "max_examples", where)
+    estimator = same_value([m.get("estimator", "exact") for m in metas], "JS estimator", where)
+    rows = same_value([m.get("rows") for m in metas], "JS estimator rows", where)
     K = L * H
     total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
     for (meta, arrays), w in zip(partials, where):
@@ -273,7 +319,7 @@ def reduce_js_divergence(partials, *, where=None) -> tuple["np.ndarray", dict[st
     if used == 0:
         where_txt = where[0] if len(where) == 1 else ", ".join(map(str, where))
         raise BertlookError(f"{where_txt}: no examples to compute JS divergences on")
-    return total, {"num_layers": L, "num_heads": H, "n_examples": used,
+    return total, {"num_layers": L, "num_heads": H, "n_examples": used, "estimator": estimator, "rows": rows,
                    "n_examples_in_store": sum(int(m["n_examples_in_store"]) for m in metas)}
 
 
@@ -436,25 +482,152 @@ def cluster_matrix(
 
 
 class JsAccumulator:
-    """The summed JS matrix, one example at a time (``add(record, attn)``, :func:`js_divergence_example`): the
-    per-example work of :func:`js_divergence_sum`, also a reader of the extraction stream (through
-    :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)`` as
-    :func:`js_divergence_partial`."""
+    """The summed JS matrix, one example at a time, layer by layer: the per-example work of
+    :func:`js_divergence_sum`, also a reader of the extraction stream. :meth:`partial` gives ``(meta, arrays)``
+    as :func:`js_divergence_partial`.
 
-    def __init__(self, num_layers: int, num_heads: int, *, where: Any = "attention", **kwargs: Any) -> None:
+    The stream calls ``add_layer(record, layer, a)`` for ``layer = 0 .. L-1`` (``a[head, n, n]``: a torch
+    tensor on the model's device, or a numpy array), then ``end_example(record)``; :meth:`add` (a whole
+    ``attn[L, H, n, n]``) does the same. Pairs cross layers, so the kept entries of every layer
+    (:class:`bertlook.analyses.js_device.EntryPlan`) wait for ``end_example``: on the host (numpy arrays, CPU
+    tensors) as float32 smoothed entries for :func:`_js_terms` (the numba kernel by default, bit for bit
+    :func:`js_divergence_example` on an encoder's maps), on another device (or ``device_kernel=True``) as
+    float16 for :func:`bertlook.analyses.js_device.js_terms_torch`, the sum kept on the device until
+    :meth:`partial` (no synchronisation per example).
+
+    ``causal`` (a decoder's maps): only the visible triangle is read (exact: the skipped entries add 0).
+    ``rows`` (None: exact, the paper's definition): the stratified estimator of R sampled query rows per
+    example, seeded with ``seed`` and the example's id (:mod:`bertlook.analyses.js_device`).
+    Other keyword arguments: :func:`js_divergence_example`'s ``chunk``, ``dtype``, ``backend``, ``num_threads``.
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, *, where: Any = "attention", causal: bool = False,
+                 rows: int | None = None, seed: int = 0, device_kernel: bool | None = None, **kwargs: Any) -> None:
         self.num_layers, self.num_heads, self.where = int(num_layers), int(num_heads), where
+        self.causal, self.seed, self.device_kernel = bool(causal), int(seed), device_kernel
+        if rows is not None and int(rows) < 1:
+            raise BertlookError(f"JS estimator: rows must be >= 1, got {rows}")
+        self.rows = None if rows is None else int(rows)
         self.kwargs = kwargs  # js_divergence_example's chunk, dtype, backend, num_threads
+        _check_options(kwargs.get("dtype", "float32"), kwargs.get("backend", DEFAULT_BACKEND))
         K = self.num_layers * self.num_heads
-        self.total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
+        self._host_total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
+        self._dev_totals: dict[Any, Any] = {}  # device -> float64 tensor [layer_head, layer_head]
         self.n_examples = 0
+        self._next_layer, self._plan, self._parts, self._device = 0, None, [], None
+
+    @property
+    def total(self) -> "np.ndarray":
+        """The summed matrix so far on the host (float64 ``[K, K]``; copies the device sums: synchronises)."""
+        out = self._host_total.copy()
+        for t in self._dev_totals.values():
+            out += t.cpu().numpy()
+        return out
 
     def add(self, record: dict[str, Any], attn: "np.ndarray") -> None:
-        a = np.asarray(attn, dtype=np.float32)  # [layer, head, query_pos, key_pos]
-        self.total += js_divergence_example(a, **self.kwargs)
+        """One example ``attn[L, H, n, n]`` (numpy): :meth:`add_layer` for each layer, then :meth:`end_example`."""
+        a = np.asarray(attn)  # [layer, head, query_pos, key_pos]
+        if a.ndim != 4 or a.shape[0] != self.num_layers:
+            raise BertlookError(f"{self.where}: attention must have shape [{self.num_layers}, heads, n, n], "
+                                f"got {list(a.shape)}")
+        for layer in range(self.num_layers):
+            self.add_layer(record, layer, a[layer])
+        self.end_example(record)
+
+    def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
+        """Layer ``layer`` of the current example: ``a[head, n, n]`` (torch tensor or numpy array)."""
+        if layer != self._next_layer:
+            raise BertlookError(f"{self.where}: JS reader got layer {layer}, expected {self._next_layer}")
+        shape = tuple(a.shape)
+        if len(shape) != 3 or shape[0] != self.num_heads or shape[1] != shape[2] or shape[1] < 1:
+            raise BertlookError(f"{self.where}: a layer's maps must have shape [{self.num_heads}, n, n], "
+                                f"got {list(shape)}")
+        if layer == 0:
+            self._start(record, shape[1], a)
+        elif shape[1] != self._plan.n:
+            raise BertlookError(f"{self.where}: layer {layer} has {shape[1]} tokens, layer 0 had {self._plan.n}")
+        if self._device is None:
+            self._host_layer(layer, a)
+        else:
+            self._device_layer(a)
+        self._next_layer += 1
+
+    def _start(self, record: dict[str, Any], n: int, a: Any) -> None:
+        if self.rows is not None and "id" not in record:
+            raise BertlookError(f"{self.where}: the JS estimator needs an example id (record without 'id')")
+        self._plan = plan = EntryPlan(n, causal=self.causal, rows=self.rows, seed=self.seed,
+                                      example_id=record.get("id"))
+        on_host = isinstance(a, np.ndarray) or (a.device.type == "cpu" and not self.device_kernel)
+        self._device = None if on_host else a.device
+        K, dtype = self.num_layers * self.num_heads, self.kwargs.get("dtype", "float32")
+        if on_host:
+            self._parts = [np.empty((K, n * len(plan.q) if idx is None else len(idx)), dtype=dtype)
+                           for _, idx in plan.groups]  # per group: [layer_head, entry]
+        else:
+            self._parts = []  # per layer: float16 [head, entry]
+            self._q_dev = None if plan.all_rows else to_device(plan.q, a.device)
+            self._idx_dev = [None if idx is None else to_device(idx, a.device) for _, idx in plan.groups]
+
+    def _host_layer(self, layer: int, a: Any) -> None:
+        x = a if isinstance(a, np.ndarray) else a.detach().contiguous().numpy()  # [head, query_pos, key_pos]
+        if x.dtype not in (np.float16, np.float32):
+            x = x.astype(np.float32)  # as js_divergence_example's callers: float32 maps, then ``dtype``
+        plan, H = self._plan, self.num_heads
+        if not plan.all_rows:
+            x = x[:, plan.q, :]  # [head, rows, key_pos]
+        flat = x.reshape(H, -1)  # [head, rows * key_pos]
+        for (_, idx), buf in zip(plan.groups, self._parts):
+            dst = buf[layer * H:(layer + 1) * H]  # [head, entry]
+            if idx is None:
+                dst[...] = flat
+            elif plan.all_rows:  # the visible triangle: row slices copy faster than a gather (28 -> 17 ms, n 1,024)
+                copy_triangle(x, dst)
+            else:
+                dst[...] = flat[:, idx]
+            _smooth(dst, plan.n)
+
+    def _device_layer(self, a: Any) -> None:
+        import torch  # lazy: the device path only
+
+        x = a if self._q_dev is None else a.index_select(1, self._q_dev)  # [head, rows, key_pos]
+        flat = x.reshape(self.num_heads, -1)  # [head, rows * key_pos]
+        parts = [flat if idx is None else flat.index_select(1, idx) for idx in self._idx_dev]
+        self._parts.append(torch.cat(parts, dim=1).to(torch.float16))  # a copy: [head, entry]
+
+    def end_example(self, record: dict[str, Any]) -> None:
+        """The example's JS matrix, added to the sum (after its last layer)."""
+        if self._plan is None or self._next_layer != self.num_layers:
+            raise BertlookError(f"{self.where}: JS reader: end_example after {self._next_layer} of "
+                                f"{self.num_layers} layers")
+        plan, parts = self._plan, self._parts
+        self._next_layer, self._plan, self._parts = 0, None, []
+        if self._device is None:
+            opts = {k: v for k, v in self.kwargs.items() if k != "dtype"}
+            self._host_total += _js_from_terms([(w, *_js_terms(P, **opts)) for (w, _), P in zip(plan.groups, parts)])
+        else:
+            self._device_example(plan, parts)
         self.n_examples += 1
+
+    def _device_example(self, plan, parts) -> None:
+        import torch  # lazy: the device path only
+
+        dtype = getattr(torch, self.kwargs.get("dtype", "float32"))
+        P = torch.cat(parts, dim=0).to(dtype)  # [layer_head, entry]
+        P.mul_(1.0 - JS_SMOOTHING).add_(JS_SMOOTHING / plan.n)
+        w = plan.entry_weight  # [entry] or None
+        w = None if w is None else to_device(w.astype(self.kwargs.get("dtype", "float32")), P.device)
+        js = js_matrix_torch(*js_terms_torch(P, w))  # [layer_head, layer_head], float64 on the device
+        key = str(P.device)
+        self._dev_totals[key] = js if key not in self._dev_totals else self._dev_totals[key].add_(js)
+
+    def meta(self) -> dict[str, Any]:
+        """The estimator's keys of a partial's meta (none when exact: the format of exact partials is unchanged)."""
+        if self.rows is None:
+            return {}
+        return {"estimator": ESTIMATOR, "rows": self.rows, "seed": self.seed}
 
     def partial(self, *, n_examples_in_store: int, max_examples: int | None = None):
         meta = {"attention": str(self.where), "num_layers": self.num_layers, "num_heads": self.num_heads,
                 "n_examples": self.n_examples, "n_examples_in_store": int(n_examples_in_store),
-                "max_examples": max_examples}
-        return meta, {"js_sum": self.total.copy()}
+                "max_examples": max_examples, **self.meta()}
+        return meta, {"js_sum": self.total}

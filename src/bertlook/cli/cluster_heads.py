@@ -66,6 +66,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
         threads = int(env) if env.isdigit() and int(env) > 0 else 1
     if threads < 1:
         raise BertlookError(f"--threads must be >= 1, got {threads}")
+    if args.js_rows is not None and args.js_rows < 1:
+        raise BertlookError(f"--js-rows must be >= 1, got {args.js_rows}")
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("cluster-heads: give --attention DIR or --partial NPZ ... (one of them)")
@@ -73,7 +75,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
         if not args.attention:
             raise BertlookError("cluster-heads: --out-partial needs --attention")
         meta, arrays = js_divergence_partial(open_store(args.attention), max_examples=args.max_examples,
-                                             segments=args.segments, num_threads=threads, progress=True)
+                                             segments=args.segments, num_threads=threads, progress=True,
+                                             rows=args.js_rows, seed=args.seed)
         save_partial(args.out_partial, PARTIAL_KIND, meta, arrays)
         print(f"cluster-heads: JS divergence sums of {meta['n_examples']} of {meta['n_examples_in_store']} examples "
               f"-> {args.out_partial}")
@@ -88,7 +91,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
     else:
         store = open_store(args.attention)
         meta, arrays = js_divergence_partial(store, max_examples=args.max_examples, segments=args.segments,
-                                             num_threads=threads, progress=True)
+                                             num_threads=threads, progress=True, rows=args.js_rows, seed=args.seed)
         D, info = reduce_js_divergence([(meta, arrays)], where=[store.path])
     stats = _read_stats(args.stats)
     try:
@@ -104,8 +107,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
     write_csv(args.out_clusters, clusters_df)
     used, total = info["n_examples"], info["n_examples_in_store"]
     counts = clusters_df["behavior"].value_counts().to_dict()
+    how = "" if info.get("estimator", "exact") == "exact" else f" (JS estimated from {info['rows']} rows per example)"
     print(
-        f"cluster-heads: {used} of {total} examples, {len(clusters_df)} heads -> "
+        f"cluster-heads: {used} of {total} examples{how}, {len(clusters_df)} heads -> "
         f"{args.out_js}, {args.out_clusters}; behaviours: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     )
@@ -139,7 +143,12 @@ def register_cli(subparsers) -> None:
     p.add_argument("--segments", default=None, metavar="JSONL",
                    help="input: the segments file of the store: --max-examples N then means the first N "
                         "segments of this file")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the MDS initialisation (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the MDS initialisation and of --js-rows' sampled rows (default 0)")
+    p.add_argument("--js-rows", type=int, default=None, metavar="R",
+                   help="estimate the JS sums from R sampled query rows per example (stratified, seeded with --seed "
+                        "and the example id; docs/definitions.md: its measured error) instead of every row (the "
+                        "default: the paper's exact definition); for long contexts")
     p.add_argument("--max-examples", type=int, default=None, metavar="N",
                    help="use only the first N segments of --segments (without it: the first N examples of "
                         "the store) (default: all)")
