@@ -44,7 +44,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from bertlook.analyses.map_kernels import float16_values
-from bertlook.analyses.xlogx import BLOCK, FASTMATH, logf
+from bertlook.analyses.xlogx import BLOCK, FASTMATH, LOGF_POLY, logf
 
 #: raw sums per head, in this order (``[head, slot]``): divided by :func:`finish`
 SLOTS = ("cls", "sep", "punct", "self", "prev", "next", "sep_sep", "entropy", "cls_entropy", "max_attention")
@@ -52,8 +52,13 @@ SLOTS = ("cls", "sep", "punct", "self", "prev", "next", "sep_sep", "entropy", "c
 EXACT = dict(nogil=True, cache=True)  # no fast-math: the encoder's sums keep numpy's order
 FAST = dict(nogil=True, cache=True, fastmath=FASTMATH)
 _PW = 128  # numpy's PW_BLOCKSIZE
+#: map entries of a layer from which ``num_threads`` threads share its heads (below: starting threads costs more
+#: than they save; a 12 x 128 x 128 layer took 0.3 ms on one thread, 1.7 ms on two, a 2-core machine under load)
+THREADS_FROM = 1 << 20
 _F16 = float16_values()
 _F16.setflags(write=False)
+_Q = np.array(LOGF_POLY, dtype=np.float32)
+_HALF32, _ONE32, _NEAR = np.float32(0.5), np.float32(1.0), np.float32(0.75)
 
 
 class Roles:
@@ -84,39 +89,40 @@ def _half_to_float(typingctx, b):
 
 @njit(**EXACT)
 def _leaf(table, row, start, m):  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``table[row[start : start + m]]`` for ``m <= 128`` and the max of those bits."""
-    mx = np.uint16(0)
+    """numpy's pairwise sum of ``table[row[start : start + m]]`` for ``m <= 128`` (a leaf of :func:`pairwise_plan`)."""
     if m < 8:
         res = -0.0
         for k in range(start, start + m):
             res += table[row[k]]
-            mx = max(mx, row[k])
-        return res, mx
+        return res
     r0, r1, r2, r3 = table[row[start]], table[row[start + 1]], table[row[start + 2]], table[row[start + 3]]
     r4, r5, r6, r7 = table[row[start + 4]], table[row[start + 5]], table[row[start + 6]], table[row[start + 7]]
-    for k in range(start, start + 8):
-        mx = max(mx, row[k])
     i, stop = 8, m - m % 8
     while i < stop:
         k = start + i
-        b0, b1, b2, b3, b4, b5, b6, b7 = row[k], row[k + 1], row[k + 2], row[k + 3], row[k + 4], row[k + 5], \
-            row[k + 6], row[k + 7]
-        r0 += table[b0]
-        r1 += table[b1]
-        r2 += table[b2]
-        r3 += table[b3]
-        r4 += table[b4]
-        r5 += table[b5]
-        r6 += table[b6]
-        r7 += table[b7]
-        mx = max(mx, max(max(max(b0, b1), max(b2, b3)), max(max(b4, b5), max(b6, b7))))
+        r0 += table[row[k]]
+        r1 += table[row[k + 1]]
+        r2 += table[row[k + 2]]
+        r3 += table[row[k + 3]]
+        r4 += table[row[k + 4]]
+        r5 += table[row[k + 5]]
+        r6 += table[row[k + 6]]
+        r7 += table[row[k + 7]]
         i += 8
     res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < m:
         res += table[row[start + i]]
-        mx = max(mx, row[start + i])
         i += 1
-    return res, mx
+    return res
+
+
+@njit(**EXACT)
+def _bits_max(row, m):  # pragma: no cover - compiled
+    """The largest of the bits ``row[:m]`` (a vectorised sweep of the row just read, from the cache)."""
+    mx = np.uint16(0)
+    for j in range(np.uint64(m)):
+        mx = max(mx, row[j])
+    return mx
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,17 +195,31 @@ def _pairwise64(x, leaves, prog, sums, stack):  # pragma: no cover - compiled
     return _tree(sums, prog, stack)
 
 
+@njit(inline="always", fastmath=FASTMATH)
+def _log1p_near(q):  # pragma: no cover - compiled
+    """``ln(1 + q)`` for ``1 + q`` in ``[sqrt(1/2), sqrt(2))``: Cephes ``logf``'s polynomial without the split."""
+    z = q * q
+    y = _Q[0]
+    for k in range(1, 9):
+        y = y * q + _Q[k]
+    return q + (y * q * z - _HALF32 * z)
+
+
 @njit(**FAST)
-def _causal_row(row, m, c, d):  # pragma: no cover - compiled
-    """``(sum_j p ln p, max bits)`` over ``row[:m]``, ``p = c a + d`` in float32 (blocks of BLOCK, float64 total)."""
+def _causal_row(row, m, c, d, e):  # pragma: no cover - compiled
+    """``(sum_j p ln p, max bits)`` over ``row[:m]``, ``p = c a + d`` in float32 (blocks of BLOCK, float64 total).
+    Where ``a > 0.75``, ``ln p = ln(1 + q)`` with ``q = p - 1 = c (a - 1) + e`` (``e = c + d - 1``) computed
+    without the rounding of ``p`` (whose absolute error, 6e-8 near 1, would dominate a peaked row's entropy)."""
     total = 0.0
     mx = np.uint16(0)
     for e0 in range(0, m, BLOCK):
         part = np.float32(0.0)
         for j in range(np.uint64(e0), np.uint64(min(m, e0 + BLOCK))):  # unsigned: xlogx's docstring, Loads
             b = row[j]
-            p = c * _half_to_float(b) + d
-            part += p * logf(p)
+            v = _half_to_float(b)
+            p = c * v + d
+            ln = _log1p_near(c * (v - _ONE32) + e) if v > _NEAR else logf(p)
+            part += p * ln
             mx = max(mx, b)
         total += part
     return total, mx
@@ -221,6 +241,22 @@ def _slow_row(values, row, m, s):  # pragma: no cover - compiled
     return True, best, am, xlx
 
 
+@njit(inline="always")
+def _f64(b):  # pragma: no cover - compiled
+    return np.float64(_half_to_float(b))
+
+
+@njit(**EXACT)
+def _class_sum(row, idx, m):  # pragma: no cover - compiled
+    """``sum_{j in idx, j < m} a[j]`` (``idx`` sorted) in float64."""
+    t = 0.0
+    for j in idx:
+        if j >= m:
+            break
+        t += _f64(row[j])
+    return t
+
+
 @njit(**EXACT)
 def _head(bits, h, table, values, causal, s, leaves, prog, cls_idx, sep_idx, punct_idx, is_sep, cls_row,
           out, offs, bad):  # pragma: no cover - compiled
@@ -230,18 +266,18 @@ def _head(bits, h, table, values, causal, s, leaves, prog, cls_idx, sep_idx, pun
     sums = np.empty(leaves.shape[0])  # [leaf]
     stack = np.empty(prog.size)
     c32 = np.float32(1.0 - s)
-    acc = np.zeros(out.shape[1])
+    to_cls = to_sep = to_punct = diag = prev = nxt = sep_sep = max_sum = 0.0
     for i in range(n):
         row = bits[h, i]
         m = i + 1 if causal else n
         if causal:
-            xlx, mx = _causal_row(row, m, c32, np.float32(s / m))
+            d = s / m
+            xlx, mx = _causal_row(row, m, c32, np.float32(d), np.float32(d - s))
         else:
-            mx = np.uint16(0)
             for k in range(leaves.shape[0]):
-                sums[k], leaf_mx = _leaf(table, row, leaves[k, 0], leaves[k, 1])
-                mx = max(mx, leaf_mx)
+                sums[k] = _leaf(table, row, leaves[k, 0], leaves[k, 1])
             xlx = _tree(sums, prog, stack)
+            mx = _bits_max(row, n)
         if mx >= 0x7C00:  # a sign bit, or an infinite / NaN value
             ok, best, am, slow_xlx = _slow_row(values, row, m, s)
             if not ok:
@@ -254,32 +290,24 @@ def _head(bits, h, table, values, causal, s, leaves, prog, cls_idx, sep_idx, pun
             while row[am] != mx:
                 am += 1
         ent[i] = -xlx
-        acc[_MAX] += best
+        max_sum += best
         offs[h, am - i + n - 1] += 1
-        acc[_SELF] += values[row[i]]
+        diag += _f64(row[i])
         if i > 0:
-            acc[_PREV] += values[row[i - 1]]
+            prev += _f64(row[i - 1])
         if i + 1 < n and not causal:
-            acc[_NEXT] += values[row[i + 1]]
-        for j in cls_idx:  # sorted: the visible ones first
-            if j >= m:
-                break
-            acc[_CLS] += values[row[j]]
-        for j in punct_idx:
-            if j >= m:
-                break
-            acc[_PUNCT] += values[row[j]]
-        to_sep = 0.0
-        for j in sep_idx:
-            if j >= m:
-                break
-            to_sep += values[row[j]]
-        acc[_SEP] += to_sep
+            nxt += _f64(row[i + 1])
+        to_cls += _class_sum(row, cls_idx, m)
+        to_punct += _class_sum(row, punct_idx, m)
+        row_sep = _class_sum(row, sep_idx, m)
+        to_sep += row_sep
         if is_sep[i]:
-            acc[_SEPSEP] += to_sep
-    acc[_ENT] = _pairwise64(ent, leaves, prog, sums, stack)
-    acc[_CLSENT] = ent[cls_row] if cls_row >= 0 and not causal else np.nan
-    out[h, :] = acc
+            sep_sep += row_sep
+    o = out[h]
+    o[_CLS], o[_SEP], o[_PUNCT], o[_SELF], o[_PREV], o[_NEXT] = to_cls, to_sep, to_punct, diag, prev, nxt
+    o[_SEPSEP], o[_MAX] = sep_sep, max_sum
+    o[_ENT] = _pairwise64(ent, leaves, prog, sums, stack)
+    o[_CLSENT] = ent[cls_row] if cls_row >= 0 and not causal else np.nan
 
 
 def layer_stats_cpu(a: np.ndarray, roles: Roles, table: np.ndarray, *, causal: bool, offs: np.ndarray,
@@ -313,7 +341,8 @@ def layer_stats_cpu(a: np.ndarray, roles: Roles, table: np.ndarray, *, causal: b
         except BaseException as err:  # re-raised in the calling thread
             errors.append(err)
 
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(int(num_threads), H)) - 1)]
+    workers = max(1, min(int(num_threads), H)) if bits.size >= THREADS_FROM else 1
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
     for t in helpers:
         t.start()
     work()
@@ -350,6 +379,15 @@ def device_roles(roles: Roles, device: Any) -> dict[str, Any]:
             "is_sep": put(roles.is_sep.astype(np.float64))}
 
 
+def _xlogx_torch(x: Any, c: float, d: Any, e: Any) -> Any:
+    """``p ln p`` with ``p = c x + d`` (float32); where ``x > 0.75``, ``ln p = log1p(c (x - 1) + e)``, ``e = d - s``
+    (as :func:`_causal_row`: no rounding of p near 1)."""
+    import torch  # lazy: as in device_roles
+
+    p = c * x + d
+    return p * torch.where(x > 0.75, torch.log1p(c * (x - 1.0) + e), torch.log(p))
+
+
 def layer_stats_torch(a: Any, roles: Roles, droles: dict[str, Any], *, causal: bool, offs: Any, smoothing: float,
                       block_entries: int = 1 << 24) -> tuple[Any, Any]:
     """:func:`layer_stats_cpu` in torch on ``a``'s device: ``(raw sums [head, slot] float64, every visible value
@@ -373,12 +411,13 @@ def layer_stats_torch(a: Any, roles: Roles, droles: dict[str, Any], *, causal: b
             hidden = torch.arange(k, device=dev)[None, :] > i[:, None]  # [rows, keys]
             best, am = x.masked_fill(hidden, float("-inf")).max(dim=-1)  # [head, rows] each
             x = x.masked_fill(hidden, 0.0)
-            p = (1.0 - smoothing) * x + (smoothing / (i + 1).float())[:, None]  # [head, rows, keys]
-            xlx = (p * torch.log(p)).masked_fill(hidden, 0.0)
+            d = smoothing / (i + 1).to(f64)  # [rows]
         else:
             best, am = x.max(dim=-1)  # [head, rows] each
-            p = (1.0 - smoothing) * x + smoothing / n
-            xlx = p * torch.log(p)  # [head, rows, keys]
+            d = torch.full((r1 - r0,), smoothing / n, dtype=f64, device=dev)
+        xlx = _xlogx_torch(x, 1.0 - smoothing, d[:, None].float(), (d - smoothing)[:, None].float())
+        if causal:
+            xlx = xlx.masked_fill(hidden, 0.0)  # [head, rows, keys]
         finite &= torch.isfinite(best).all()  # max propagates NaN
         ent[:, r0:r1] = -xlx.sum(dim=-1).to(f64)
         acc[:, _MAX] += best.to(f64).sum(dim=-1)

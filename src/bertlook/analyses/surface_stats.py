@@ -212,12 +212,16 @@ class SurfaceStatsAccumulator:
     ``num_threads`` threads: today's numbers bit for bit for encoders), a tensor on another device through the
     torch kernel (:func:`~bertlook.analyses.layer_stats.layer_stats_torch`: sums kept on the device, no
     synchronisation per example, a non-finite map refused in :meth:`partial`), another dtype on the CPU through
-    :func:`example_stats`. :meth:`partial` gives ``(meta, arrays)``."""
+    :func:`example_stats`; ``kernel="torch"``: the torch kernel and device sums on every device (the tests run
+    them on CPU tensors). :meth:`partial` gives ``(meta, arrays)``."""
 
     def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
                  sep_token: str | None = "[SEP]", causal: bool = False, where: Any = "attention",
-                 num_threads: int = 1) -> None:
+                 num_threads: int = 1, kernel: str = "auto") -> None:
         L, H = int(num_layers), int(num_heads)
+        if kernel not in ("auto", "torch"):
+            raise ValueError(f"kernel: 'auto' or 'torch', got {kernel!r}")
+        self.kernel = kernel
         self.num_layers, self.num_heads, self.where, self.causal = L, H, where, bool(causal)
         self.num_threads = max(1, int(num_threads))
         self.cls_token = None if cls_token is None else str(cls_token)
@@ -266,8 +270,11 @@ class SurfaceStatsAccumulator:
         """Add the maps ``a[head, n, n]`` of layer ``layer`` of the example ``record`` (layers in order from 0)."""
         from bertlook.analyses import layer_stats  # lazy: as in _begin
 
-        on_device = not isinstance(a, np.ndarray) and getattr(a, "device", None) is not None \
-            and a.device.type != "cpu"
+        if self.kernel == "torch" and isinstance(a, np.ndarray):
+            import torch  # lazy: the torch kernel asked for
+
+            a = torch.from_numpy(np.ascontiguousarray(a))
+        on_device = not isinstance(a, np.ndarray) and (self.kernel == "torch" or a.device.type != "cpu")
         if not isinstance(a, np.ndarray) and not on_device:
             a = a.detach().contiguous().numpy()  # a CPU tensor: the same memory
         n = int(a.shape[-1])
