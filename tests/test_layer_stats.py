@@ -64,8 +64,19 @@ def _old_partial(examples, L, H, causal):
 def _partial(examples, L, H, causal, **kw):
     acc = SurfaceStatsAccumulator(L, H, cls_token=None if causal else "[CLS]", sep_token="[SEP]", causal=causal, **kw)
     for k, (a, toks) in enumerate(examples):
-        acc.add({"id": k, "tokens": toks}, a)
+        _add(acc, {"id": k, "tokens": toks}, a)
     return acc.partial(n_examples_in_store=len(examples))
+
+
+def _add(acc, record, a):
+    """``acc.add``; the torch kernel takes tensors, one layer at a time (as the stream hands them)."""
+    if acc.kernel != "torch":
+        acc.add(record, a)
+        return
+    t = torch.from_numpy(a)
+    for layer in range(a.shape[0]):
+        acc.add_layer(record, layer, t[layer])
+    acc.end_example(record)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 127, 128, 129, 300])
@@ -117,7 +128,7 @@ def test_torch_kernel_on_cpu_tensors_matches_the_numba_kernel(n, causal):
                                       offs=offs_c, smoothing=1e-4)
     for block in (3 * n * 7, 1 << 24):  # blocks of 7 rows, and one block
         offs_t = torch.zeros((3, 2 * n - 1), dtype=torch.int64)
-        raw_t, fin_t = ls.layer_stats_torch(torch.from_numpy(a[0]), roles, ls.device_roles(roles, "cpu"),
+        raw_t, fin_t = ls.layer_stats_torch(torch.from_numpy(a[0]), roles, ls.device_roles(roles, torch.zeros(0)),
                                             causal=causal, offs=offs_t, smoothing=1e-4, block_entries=block)
         raw_t = raw_t.numpy()
         assert bool(fin_t) and fin_c
@@ -180,7 +191,7 @@ def test_a_non_finite_map_is_refused_naming_the_example(causal, bad, kernel):
     acc = SurfaceStatsAccumulator(2, 3, cls_token=None if causal else "[CLS]", causal=causal, where="w",
                                   kernel=kernel)
     with pytest.raises(BertlookError, match=r"w: example 'ex7' has non-finite attention values"):
-        acc.add({"id": "ex7", "tokens": toks}, a)
+        _add(acc, {"id": "ex7", "tokens": toks}, a)
         acc.partial(n_examples_in_store=1)  # the torch kernel refuses it when the sums come back
 
 

@@ -45,6 +45,7 @@ Definitions: docs/definitions.md#surface-statistics
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from typing import Any
 
@@ -380,11 +381,18 @@ def finish(raw: Any, roles: Roles, xp: Any = np) -> dict[str, Any]:
     }
 
 
-def device_roles(roles: Roles, device: Any) -> dict[str, Any]:
-    """The index arrays of ``roles`` as int64 tensors on ``device`` (copied without a synchronisation)."""
-    import torch  # lazy: the torch kernel only (steps that read stores run the numba kernel without torch)
+def torch_of(t: Any) -> Any:
+    """The module of the tensor ``t`` (torch), without an import: the torch kernel runs only on a tensor handed
+    in, so torch is loaded; the steps that read stores (``surface-stats``, whose env envs/analysis.yaml has no
+    torch: tests/test_envs.py) never get here."""
+    return sys.modules[type(t).__module__.split(".")[0]]
 
-    put = lambda x: torch.from_numpy(x).to(device, non_blocking=True)  # noqa: E731
+
+def device_roles(roles: Roles, like: Any) -> dict[str, Any]:
+    """The index arrays of ``roles`` as int64 tensors on the device of the tensor ``like`` (copied without a
+    synchronisation)."""
+    torch = torch_of(like)
+    put = lambda x: torch.from_numpy(x).to(like.device, non_blocking=True)  # noqa: E731
     return {"cls": put(roles.cls_idx), "sep": put(roles.sep_idx), "punct": put(roles.punct_idx),
             "is_sep": put(roles.is_sep.astype(np.float64))}
 
@@ -392,8 +400,7 @@ def device_roles(roles: Roles, device: Any) -> dict[str, Any]:
 def _xlogx_torch(x: Any, c: float, d: Any, e: Any) -> Any:
     """``p ln p`` with ``p = c x + d`` (float32); where ``x > 0.75``, ``ln p = log1p(c (x - 1) + e)``, ``e = d - s``
     (as :func:`_causal_row`: no rounding of p near 1)."""
-    import torch  # lazy: as in device_roles
-
+    torch = torch_of(x)
     p = c * x + d
     return p * torch.where(x > 0.75, torch.log1p(c * (x - 1.0) + e), torch.log(p))
 
@@ -404,8 +411,7 @@ def layer_stats_torch(a: Any, roles: Roles, droles: dict[str, Any], *, causal: b
     finite: a bool scalar)``, both on the device, nothing synchronised; argmax offsets added into the int64 tensor
     ``offs[head, 2n-1]``. Blocks of rows of about ``block_entries`` entries (causal: keys up to the block's last
     row, the rest masked). ``droles``: :func:`device_roles`."""
-    import torch  # lazy: as in device_roles
-
+    torch = torch_of(a)
     H, n = int(a.shape[0]), int(a.shape[-1])
     dev, f64 = a.device, torch.float64
     acc = torch.zeros(H, len(SLOTS), dtype=f64, device=dev)  # [head, slot]

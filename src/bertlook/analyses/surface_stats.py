@@ -212,8 +212,7 @@ class SurfaceStatsAccumulator:
     ``num_threads`` threads: today's numbers bit for bit for encoders), a tensor on another device through the
     torch kernel (:func:`~bertlook.analyses.layer_stats.layer_stats_torch`: sums kept on the device, no
     synchronisation per example, a non-finite map refused in :meth:`partial`), another dtype on the CPU through
-    :func:`example_stats`; ``kernel="torch"``: the torch kernel and device sums on every device (the tests run
-    them on CPU tensors). :meth:`partial` gives ``(meta, arrays)``."""
+    :func:`example_stats`; ``kernel="torch"``: the torch kernel and device sums for CPU tensors too (the tests). :meth:`partial` gives ``(meta, arrays)``."""
 
     def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
                  sep_token: str | None = "[SEP]", causal: bool = False, where: Any = "attention",
@@ -244,7 +243,8 @@ class SurfaceStatsAccumulator:
             self.add_layer(record, layer, a[layer])
         self.end_example(record)
 
-    def _begin(self, record: dict[str, Any], n: int, device: Any) -> dict[str, Any]:
+    def _begin(self, record: dict[str, Any], n: int, like: Any) -> dict[str, Any]:
+        """A new example of ``n`` tokens; ``like``: a tensor of its maps for the torch kernel, else None."""
         from bertlook.analyses import layer_stats  # lazy: numba (compiled once, loaded from its cache)
 
         ex_id = record.get("id", self.n_examples)
@@ -253,33 +253,28 @@ class SurfaceStatsAccumulator:
         is_cls, is_sep = role_masks(record["tokens"], self.cls_token, self.sep_token)  # [key_pos] each
         roles = layer_stats.Roles(is_cls, is_sep, np.isin(np.asarray(record["tokens"], dtype=object), PUNCT_TOKENS))
         L, H = self.num_layers, self.num_heads
-        ex = {"id": ex_id, "n": n, "roles": roles, "layers": 0, "device": device,
+        ex = {"id": ex_id, "n": n, "roles": roles, "layers": 0, "device": None if like is None else like.device,
               "table": None if self.causal else xlogx_table(n)}
-        if device is None:
+        if like is None:
             ex["stats"] = {c: np.full((L, H), np.nan) for c in STAT_COLUMNS}  # stat -> [layer, head]
             ex["offsets"] = np.zeros((L, H, 2 * n - 1), dtype=np.int64)  # [layer, head, 2*n-1]
         else:
-            import torch  # lazy: a tensor on a device came in, so torch is loaded
-
-            ex["stats"] = torch.full((len(STAT_COLUMNS), L, H), float("nan"), dtype=torch.float64, device=device)
-            ex["offsets"] = torch.zeros((L, H, 2 * n - 1), dtype=torch.int64, device=device)
-            ex["droles"] = layer_stats.device_roles(roles, device)
+            torch = layer_stats.torch_of(like)
+            ex["stats"] = torch.full((len(STAT_COLUMNS), L, H), float("nan"), dtype=torch.float64, device=like.device)
+            ex["offsets"] = torch.zeros((L, H, 2 * n - 1), dtype=torch.int64, device=like.device)
+            ex["droles"] = layer_stats.device_roles(roles, like)
         return ex
 
     def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
         """Add the maps ``a[head, n, n]`` of layer ``layer`` of the example ``record`` (layers in order from 0)."""
         from bertlook.analyses import layer_stats  # lazy: as in _begin
 
-        if self.kernel == "torch" and isinstance(a, np.ndarray):
-            import torch  # lazy: the torch kernel asked for
-
-            a = torch.from_numpy(np.ascontiguousarray(a))
         on_device = not isinstance(a, np.ndarray) and (self.kernel == "torch" or a.device.type != "cpu")
         if not isinstance(a, np.ndarray) and not on_device:
             a = a.detach().contiguous().numpy()  # a CPU tensor: the same memory
         n = int(a.shape[-1])
         if layer == 0 or self._ex is None:
-            self._ex = self._begin(record, n, a.device if on_device else None)
+            self._ex = self._begin(record, n, a if on_device else None)
         ex = self._ex
         if layer != ex["layers"] or n != ex["n"] or tuple(a.shape) != (self.num_heads, n, n):
             raise BertlookError(f"{self.where}: example {ex['id']!r}: layer {layer} of shape {list(a.shape)} after "
@@ -337,8 +332,9 @@ class SurfaceStatsAccumulator:
 
     def _end_on_device(self, ex: dict[str, Any]) -> None:
         """Add an example's device statistics to the device sums (no synchronisation)."""
-        import torch  # lazy: as in _begin
+        from bertlook.analyses.layer_stats import torch_of  # lazy: as in _begin
 
+        torch = torch_of(ex["stats"])
         d = self._dev
         if d is None:
             zeros = dict(dtype=torch.float64, device=ex["device"])
@@ -364,8 +360,9 @@ class SurfaceStatsAccumulator:
         d, self._dev = self._dev, None
         if d is None:
             return
-        import torch  # lazy: as in _begin
+        from bertlook.analyses.layer_stats import torch_of  # lazy: as in _begin
 
+        torch = torch_of(d["sums"])
         finite = torch.stack(d["finite"]).cpu().numpy()  # [example]
         if not finite.all():
             self._dev = d
