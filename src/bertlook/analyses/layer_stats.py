@@ -237,6 +237,22 @@ def _causal_row(row, m, c, d, e):  # pragma: no cover - compiled
 
 
 @njit(**EXACT)
+def _first(row, m, mx):  # pragma: no cover - compiled
+    """The first ``j < m`` with ``row[j] == mx`` (blocks of 64 tested with a vectorised count first)."""
+    m16 = np.uint16(mx)
+    for j0 in range(0, m, 64):
+        j1 = min(m, j0 + 64)
+        hit = np.int32(0)
+        for j in range(np.uint64(j0), np.uint64(j1)):
+            hit += np.int32(row[j] == m16)
+        if hit:
+            for j in range(j0, j1):
+                if row[j] == m16:
+                    return j
+    return 0
+
+
+@njit(**EXACT)
 def _slow_row(values, row, m, s):  # pragma: no cover - compiled
     """A row ``row[:m]`` holding a value with the sign bit or a non-finite one, with numpy's float semantics:
     ``(finite, max value, first argmax, sum_j p ln p)`` (``p = (1 - s) a + s / m`` in float64, NaN where p <= 0)."""
@@ -297,9 +313,7 @@ def _head(bits, h, table, values, causal, s, leaves, prog, cls_idx, sep_idx, pun
             if causal:  # (an encoder's table is NaN at every negative value, as numpy's row_entropy)
                 xlx = slow_xlx
         else:
-            best, am = values[mx], 0
-            while row[am] != mx:
-                am += 1
+            best, am = values[mx], _first(row, m, mx)
         ent[i] = -xlx
         max_sum += best
         offs[h, am - i + n - 1] += 1
