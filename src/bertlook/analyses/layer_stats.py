@@ -67,6 +67,9 @@ _PW = 128  # numpy's PW_BLOCKSIZE
 #: map entries of a layer from which ``num_threads`` threads share its heads (below: starting threads costs more
 #: than they save; a 12 x 128 x 128 layer took 0.3 ms on one thread, 1.7 ms on two, a 2-core machine under load)
 THREADS_FROM = 1 << 20
+#: map entries per block of rows in the torch kernel (its float32 temporaries: a few x 64 MiB); a 32-head layer
+#: of 4,096 tokens is 32 blocks of 128 rows (not yet tuned on a GPU)
+TORCH_BLOCK = 1 << 24
 _F16 = float16_values()
 _F16.setflags(write=False)
 _Q = np.array(LOGF_POLY, dtype=np.float32)
@@ -421,7 +424,7 @@ def _xlogx_torch(x: Any, c: float, d: Any, e: Any) -> Any:
 
 
 def layer_stats_torch(a: Any, roles: Roles, droles: dict[str, Any], *, causal: bool, offs: Any, smoothing: float,
-                      block_entries: int = 1 << 24) -> tuple[Any, Any]:
+                      block_entries: int = TORCH_BLOCK) -> tuple[Any, Any]:
     """:func:`layer_stats_cpu` in torch on ``a``'s device: ``(raw sums [head, slot] float64, every visible value
     finite: a bool scalar)``, both on the device, nothing synchronised; argmax offsets added into the int64 tensor
     ``offs[head, 2n-1]``. Blocks of rows of about ``block_entries`` entries (causal: keys up to the block's last
