@@ -202,14 +202,27 @@ def positional_offsets(counts: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"
 
 
 class SurfaceStatsAccumulator:
-    """Sums and counts of the statistics, one example at a time (``add(record, attn)``): the per-example work
-    of :func:`surface_stats_partial`, also a reader of the extraction stream (through
-    :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)``."""
+    """Sums and counts of the statistics, one example at a time: the per-example work of
+    :func:`surface_stats_partial`, also a reader of the extraction stream (:class:`bertlook.attention.stream.PerExample`).
+
+    Layer by layer (the stream's forward hooks): ``add_layer(record, layer, a)`` for layers 0 .. L-1, ``a`` the
+    example's maps of that layer ``[head, n, n]`` (a numpy array or a torch tensor, float16 as stored), then
+    ``end_example(record)``; ``add(record, attn)`` does the same from a whole map ``[layer, head, n, n]``.
+    A float16 map on the CPU goes through the numba kernel (:func:`bertlook.analyses.layer_stats.layer_stats_cpu`,
+    ``num_threads`` threads: today's numbers bit for bit for encoders), a tensor on another device through the
+    torch kernel (:func:`~bertlook.analyses.layer_stats.layer_stats_torch`: sums kept on the device, no
+    synchronisation per example, a non-finite map refused in :meth:`partial`), another dtype on the CPU through
+    :func:`example_stats`; ``kernel="torch"``: the torch kernel and device sums for CPU tensors too (the tests). :meth:`partial` gives ``(meta, arrays)``."""
 
     def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
-                 sep_token: str | None = "[SEP]", causal: bool = False, where: Any = "attention") -> None:
+                 sep_token: str | None = "[SEP]", causal: bool = False, where: Any = "attention",
+                 num_threads: int = 1, kernel: str = "auto") -> None:
         L, H = int(num_layers), int(num_heads)
+        if kernel not in ("auto", "torch"):
+            raise ValueError(f"kernel: 'auto' or 'torch', got {kernel!r}")
+        self.kernel = kernel
         self.num_layers, self.num_heads, self.where, self.causal = L, H, where, bool(causal)
+        self.num_threads = max(1, int(num_threads))
         self.cls_token = None if cls_token is None else str(cls_token)
         self.sep_token = None if sep_token is None else str(sep_token)
         self.sums = {c: np.zeros((L, H)) for c in STAT_COLUMNS}  # stat -> [layer, head]
@@ -218,34 +231,153 @@ class SurfaceStatsAccumulator:
         self.n_examples = 0
         self.sum_log_n = 0.0
         self.sum_n = 0
+        self._ex: dict[str, Any] | None = None  # the example being added (add_layer .. end_example)
+        self._dev: dict[str, Any] | None = None  # device sums (the torch kernel)
 
     def add(self, record: dict[str, Any], attn: "np.ndarray") -> None:
         """Add one example: its record (``tokens``, ``id``) and map ``[layer, head, n, n]`` (float16 or float)."""
         a = np.asarray(attn)  # [layer, head, query_pos, key_pos]
-        n = int(a.shape[-1])
+        if a.shape[-1] < 1:
+            raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r} has no tokens")
+        for layer in range(a.shape[0]):
+            self.add_layer(record, layer, a[layer])
+        self.end_example(record)
+
+    def _begin(self, record: dict[str, Any], n: int, like: Any) -> dict[str, Any]:
+        """A new example of ``n`` tokens; ``like``: a tensor of its maps for the torch kernel, else None."""
+        from bertlook.analyses import layer_stats  # lazy: numba (compiled once, loaded from its cache)
+
         ex_id = record.get("id", self.n_examples)
         if n < 1:
             raise BertlookError(f"{self.where}: example {ex_id!r} has no tokens")
+        is_cls, is_sep = role_masks(record["tokens"], self.cls_token, self.sep_token)  # [key_pos] each
+        roles = layer_stats.Roles(is_cls, is_sep, np.isin(np.asarray(record["tokens"], dtype=object), PUNCT_TOKENS))
+        L, H = self.num_layers, self.num_heads
+        ex = {"id": ex_id, "n": n, "roles": roles, "layers": 0, "device": None if like is None else like.device,
+              "table": None if self.causal else xlogx_table(n)}
+        if like is None:
+            ex["stats"] = {c: np.full((L, H), np.nan) for c in STAT_COLUMNS}  # stat -> [layer, head]
+            ex["offsets"] = np.zeros((L, H, 2 * n - 1), dtype=np.int64)  # [layer, head, 2*n-1]
+        else:
+            torch = layer_stats.torch_of(like)
+            ex["stats"] = torch.full((len(STAT_COLUMNS), L, H), float("nan"), dtype=torch.float64, device=like.device)
+            ex["offsets"] = torch.zeros((L, H, 2 * n - 1), dtype=torch.int64, device=like.device)
+            ex["droles"] = layer_stats.device_roles(roles, like)
+        return ex
+
+    def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
+        """Add the maps ``a[head, n, n]`` of layer ``layer`` of the example ``record`` (layers in order from 0)."""
+        from bertlook.analyses import layer_stats  # lazy: as in _begin
+
+        on_device = not isinstance(a, np.ndarray) and (self.kernel == "torch" or a.device.type != "cpu")
+        if not isinstance(a, np.ndarray) and not on_device:
+            a = a.detach().contiguous().numpy()  # a CPU tensor: the same memory
+        n = int(a.shape[-1])
+        if layer == 0 or self._ex is None:
+            self._ex = self._begin(record, n, a if on_device else None)
+        ex = self._ex
+        if layer != ex["layers"] or n != ex["n"] or tuple(a.shape) != (self.num_heads, n, n):
+            raise BertlookError(f"{self.where}: example {ex['id']!r}: layer {layer} of shape {list(a.shape)} after "
+                                f"{ex['layers']} layers of {ex['n']} tokens")
+        ex["layers"] += 1
+        if on_device:
+            raw, finite = layer_stats.layer_stats_torch(a.contiguous(), ex["roles"], ex["droles"], causal=self.causal,
+                                                       offs=ex["offsets"][layer], smoothing=ENTROPY_SMOOTHING)
+            ex["finite"] = finite if layer == 0 else ex["finite"] & finite
+            cols = layer_stats.finish(raw, ex["roles"])
+            for i, c in enumerate(STAT_COLUMNS):
+                ex["stats"][i, layer] = cols[c]
+            return
         if a.dtype != np.float16:
-            a = np.asarray(a, dtype=np.float64)
+            self._add_layer_reference(ex, layer, record, np.asarray(a, dtype=np.float64))
+            return
+        raw, finite = layer_stats.layer_stats_cpu(a, ex["roles"], ex["table"], causal=self.causal,
+                                                  offs=ex["offsets"][layer], smoothing=ENTROPY_SMOOTHING,
+                                                  num_threads=self.num_threads)
+        if not finite:
+            raise BertlookError(f"{self.where}: example {ex['id']!r} has non-finite attention values")
+        for c, v in layer_stats.finish(raw, ex["roles"]).items():
+            ex["stats"][c][layer] = v
+
+    def _add_layer_reference(self, ex: dict[str, Any], layer: int, record: dict[str, Any], a: "np.ndarray") -> None:
+        """A float map (not float16) on the CPU: :func:`example_stats` and :func:`argmax_offset_counts`."""
         if not _all_finite(a):
-            raise BertlookError(f"{self.where}: example {ex_id!r} has non-finite attention values")
-        stats = example_stats(a, record["tokens"], cls_token=self.cls_token, sep_token=self.sep_token,
+            raise BertlookError(f"{self.where}: example {ex['id']!r} has non-finite attention values")
+        stats = example_stats(a[None], record["tokens"], cls_token=self.cls_token, sep_token=self.sep_token,
                               causal=self.causal)
         for c in STAT_COLUMNS:
-            v = stats[c]
-            if not np.isnan(v).any():
-                self.sums[c] += v
-                self.counts[c] += 1
-        self.offset_counts = add_centered(self.offset_counts, argmax_offset_counts(a))  # [layer, head, 2*max_n-1]
+            ex["stats"][c][layer] = stats[c][0]
+        ex["offsets"][layer] = argmax_offset_counts(a[None])[0]
+
+    def end_example(self, record: dict[str, Any]) -> None:
+        """Close the example whose layers :meth:`add_layer` took: add its statistics and offsets."""
+        ex, self._ex = self._ex, None
+        if ex is None or ex["layers"] != self.num_layers:
+            raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: "
+                                f"{0 if ex is None else ex['layers']} of {self.num_layers} layers added")
+        n = ex["n"]
+        if ex["device"] is not None:
+            self._end_on_device(ex)
+        else:
+            for c in STAT_COLUMNS:
+                v = ex["stats"][c]
+                if not np.isnan(v).any():
+                    self.sums[c] += v
+                    self.counts[c] += 1
+            self.offset_counts = add_centered(self.offset_counts, ex["offsets"])  # [layer, head, 2*max_n-1]
         self.n_examples += 1
         # the entropy of a uniform row: ln n, or for a causal map the mean over rows of ln(i + 1) = ln(n!) / n
         self.sum_log_n += math.lgamma(n + 1) / n if self.causal else math.log(n)
         self.sum_n += n
 
+    def _end_on_device(self, ex: dict[str, Any]) -> None:
+        """Add an example's device statistics to the device sums (no synchronisation)."""
+        from bertlook.analyses.layer_stats import torch_of  # lazy: as in _begin
+
+        torch = torch_of(ex["stats"])
+        d = self._dev
+        if d is None:
+            zeros = dict(dtype=torch.float64, device=ex["device"])
+            d = self._dev = {"sums": torch.zeros((len(STAT_COLUMNS), self.num_layers, self.num_heads), **zeros),
+                             "counts": torch.zeros(len(STAT_COLUMNS), dtype=torch.int64, device=ex["device"]),
+                             "offsets": ex["offsets"].clone(), "finite": [], "ids": []}
+        else:
+            w, wp = d["offsets"].shape[-1], ex["offsets"].shape[-1]
+            if w < wp:
+                d["offsets"], ex["offsets"] = ex["offsets"].clone(), d["offsets"]
+                w, wp = wp, w
+            lo = (w - wp) // 2
+            d["offsets"][..., lo:lo + wp] += ex["offsets"]
+        stats = ex["stats"]  # [stat, layer, head]
+        valid = ~torch.isnan(stats).flatten(1).any(dim=1)  # [stat]
+        d["sums"] += torch.where(valid[:, None, None], stats, torch.zeros_like(stats))
+        d["counts"] += valid.long()
+        d["finite"].append(ex["finite"])
+        d["ids"].append(ex["id"])
+
+    def _collect_device(self) -> None:
+        """Move the device sums to the host sums (one synchronisation); a non-finite example is refused here."""
+        d, self._dev = self._dev, None
+        if d is None:
+            return
+        from bertlook.analyses.layer_stats import torch_of  # lazy: as in _begin
+
+        torch = torch_of(d["sums"])
+        finite = torch.stack(d["finite"]).cpu().numpy()  # [example]
+        if not finite.all():
+            self._dev = d
+            raise BertlookError(f"{self.where}: example {d['ids'][int(np.argmin(finite))]!r} has non-finite "
+                                "attention values")
+        sums, counts = d["sums"].cpu().numpy(), d["counts"].cpu().numpy()  # [stat, layer, head], [stat]
+        for i, c in enumerate(STAT_COLUMNS):
+            self.sums[c] += sums[i]
+            self.counts[c] += int(counts[i])
+        self.offset_counts = add_centered(self.offset_counts, d["offsets"].cpu().numpy())
+
     def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
                 attention: Any = None) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
         """``(meta, arrays)`` of the examples added (:func:`surface_stats_partial` documents the layout)."""
+        self._collect_device()
         meta = {
             "partial_version": PARTIAL_VERSION,
             "attention": str(self.where if attention is None else attention),
