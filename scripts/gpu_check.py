@@ -25,6 +25,11 @@ loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step:
     pipeline's default float32 numpy vs torch float32 on the device, and the pipeline's own float32
     rounding (vs float64; numpy sums the n^2 terms in float32: ~1e-3 absolute at n = 128 on a
     random model whose largest JS is ~0.3, ~5e-4 where it is ~80), and ms per example.
+(e) the one-pass readers of ``extract-segments`` (:mod:`bertlook.attention.layer_readers`: surface statistics,
+    exact JS, the JS estimator) layer by layer on the device vs on the CPU, fed the same float16 maps (the CPU
+    store's, as encoder maps and made causal): PASS when every partial sum agrees within 1e-5 (relative; the JS
+    sums over max(1, the largest), the scale of (c)) and the integer counts (argmax offsets) are equal; ms per
+    example each side. (The rollout reader keeps float64 products on both sides.)
 (d) the device's measured matmul rate, ``torch.matmul`` on square ``--matmul-size`` matrices in fp16
     and in fp32 with TF32 disabled (``torch.set_float32_matmul_precision("highest")``, set for the
     whole script, so (a)-(c) run in true fp32 too), and extraction's achieved model GFLOP/s (forward
@@ -378,6 +383,79 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
     }
 
 
+READER_REL_TOL = 1e-5  # the device readers (float32 arithmetic, float64 sums) vs the CPU's (measured <= 1.1e-7)
+
+
+def _reader_pairs(device: str, L: int, H: int, special: dict[str, str], causal: bool, forced: bool):
+    """(name, CPU accumulator, device accumulator) of every one-pass reader with a torch kernel; ``forced``: the
+    device is the CPU too, so the device side is told to take its torch kernel. The CPU's JS in float64 (the
+    device kernel sums in float64; the pipeline's float32 CPU sums are (c)'s subject)."""
+    from bertlook.analyses.cluster_heads import JsAccumulator
+    from bertlook.analyses.surface_stats import SurfaceStatsAccumulator
+
+    tok = {"cls_token": None, "sep_token": None, "causal": True} if causal else \
+        {"cls_token": special["cls"], "sep_token": special["sep"]}
+    stats_kw = {"kernel": "torch"} if forced else {}
+    js_kw = {"device_kernel": True} if forced else {}
+    return [
+        ("surface statistics", SurfaceStatsAccumulator(L, H, **tok), SurfaceStatsAccumulator(L, H, **tok, **stats_kw)),
+        ("JS exact", JsAccumulator(L, H, causal=causal, dtype="float64"), JsAccumulator(L, H, causal=causal, **js_kw)),
+        ("JS estimator (rows 8)", JsAccumulator(L, H, causal=causal, rows=8, dtype="float64"),
+         JsAccumulator(L, H, causal=causal, rows=8, **js_kw)),
+    ]
+
+
+def check_readers(store_path: Path, device: str, n_examples: int, special: dict[str, str]) -> dict[str, Any]:
+    """The one-pass readers of ``extract-segments`` (layer by layer, :mod:`bertlook.attention.layer_readers`) on
+    ``device`` vs on the CPU, fed the same float16 maps (the CPU store's, so the readers alone are compared; as
+    encoder maps and with their upper triangle zeroed and rows renormalised as causal maps): the largest relative
+    difference of every partial array (the JS sums: the largest difference over max(1, the largest sum), the scale
+    of (c); integer counts must be equal), and ms per example on each side."""
+    import numpy as np
+    import torch
+
+    from bertlook.attention.store import open_store
+
+    store = open_store(store_path)
+    n = min(n_examples, len(store))
+    out: dict[str, Any] = {"examples": n, "max_rel_diff": {}, "counts_equal": True, "ms_per_example": {}}
+    for causal in (False, True):
+        pairs = _reader_pairs(device, store.num_layers, store.num_heads, special, causal, device == "cpu")
+        times = {name: [0.0, 0.0] for name, _, _ in pairs}
+        for i in range(n):
+            record, attn = store.records[i], np.asarray(store.get(i))  # [layer, head, n, n] float16
+            if causal:
+                a = np.tril(attn.astype(np.float32))
+                attn = (a / a.sum(axis=-1, keepdims=True)).astype(np.float16)
+            dev_maps = torch.from_numpy(attn).to(device)
+            for name, host, dev in pairs:
+                for side, acc, maps in ((0, host, attn), (1, dev, dev_maps)):
+                    synchronize(device)
+                    t0 = time.perf_counter()
+                    for layer in range(attn.shape[0]):
+                        acc.add_layer(record, layer, maps[layer])
+                    acc.end_example(record)
+                    synchronize(device)
+                    times[name][side] += time.perf_counter() - t0
+        for name, host, dev in pairs:
+            key = f"{name}{' (causal)' if causal else ''}"
+            (_, a1), (_, a2) = host.partial(n_examples_in_store=n), dev.partial(n_examples_in_store=n)
+            worst = 0.0
+            for k in a1:
+                x, y = np.asarray(a1[k]), np.asarray(a2[k])
+                if x.dtype.kind in "iu":
+                    out["counts_equal"] &= bool(np.array_equal(x, y))
+                elif x.size and name.startswith("JS"):  # (c)'s scale: a near-zero JS is a difference of big sums
+                    worst = max(worst, float(np.max(np.abs(x - y))) / max(1.0, float(np.max(np.abs(x)))))
+                elif x.size:
+                    worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-12))))
+            out["max_rel_diff"][key] = worst
+            out["ms_per_example"][key] = {"cpu": 1e3 * times[name][0] / max(n, 1),
+                                          "device": 1e3 * times[name][1] / max(n, 1)}
+    out["worst"] = max(out["max_rel_diff"].values())
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -464,6 +542,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"float64 numpy vs device {d['np64_vs_dev64']:.3g}, float32 {d['np32_vs_dev32']:.3g}; pipeline "
               f"float32 vs float64 {d['np32_vs_dev64']:.3g}", flush=True)
 
+        # (e) the one-pass readers on the device
+        readers = check_readers(tmp / "store-cpu", device, args.js_examples, special)
+        report["readers"] = readers
+        print(f"  (e) readers: {readers['examples']} examples, max rel diff device vs CPU {readers['worst']:.3g}; "
+              f"counts equal: {readers['counts_equal']}", flush=True)
+
     # (d) matmul rates and the share extraction achieves
     reps, trials = (3, 3) if tiny else (20, 5)
     rate32 = matmul_rate(device, "fp32", args.matmul_size, reps, trials)
@@ -500,6 +584,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary_row("(c) JS max value (scale of the above)", js["max_js"]),
         summary_row("(c) JS ms/example, numpy float32 (pipeline)", js["ms_per_example"]["numpy_f32"]),
         summary_row(f"(c) JS ms/example, torch float32 on {dev}", js["ms_per_example"]["torch_device_f32"]),
+        summary_row("(e) readers on the device vs the CPU's, same maps: max rel diff", readers["worst"],
+                    f"<= {READER_REL_TOL:g}", verdict(readers["worst"], READER_REL_TOL),
+                    ", ".join(f"{k} {v:.2g}" for k, v in readers["max_rel_diff"].items())),
+        summary_row("(e) readers: integer counts (argmax offsets) equal", readers["counts_equal"], "equal",
+                    "PASS" if readers["counts_equal"] else "FAIL"),
+        *[summary_row(f"(e) {k}: ms/example CPU / {dev}", f"{v['cpu']:.1f} / {v['device']:.1f}")
+          for k, v in readers["ms_per_example"].items()],
         summary_row(f"(d) matmul fp32 (no TF32) GFLOP/s, {dev}", rate32),
         summary_row(f"(d) matmul fp16 GFLOP/s, {dev}", rate16),
         summary_row(f"(d) extraction model GFLOP/s, {dev}", ext["device"]["gflops"]),

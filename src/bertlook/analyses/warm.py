@@ -18,10 +18,10 @@ import time
 import numpy as np
 
 from bertlook.analyses import trees
-from bertlook.analyses.cluster_heads import js_divergence_example
+from bertlook.analyses.cluster_heads import JsAccumulator, js_divergence_example
 from bertlook.analyses.probes import kernels as pk
 from bertlook.analyses.rollout import rollout
-from bertlook.analyses.surface_stats import row_entropy
+from bertlook.analyses.surface_stats import SurfaceStatsAccumulator, row_entropy
 
 
 def warm_kernels() -> dict[str, float]:
@@ -36,6 +36,7 @@ def warm_kernels() -> dict[str, float]:
         "cluster_heads.js_divergence_example (float64)": lambda: js_divergence_example(maps16, dtype="float64"),
         "trees.chu_liu_edmonds_batch": lambda: trees.chu_liu_edmonds_batch(rng.random((2, 5, 5))),
     }
+    calls.update(_reader_calls(maps16))
     calls.update(_probe_calls(rng))
     seconds = {}
     for name, call in calls.items():
@@ -43,6 +44,26 @@ def warm_kernels() -> dict[str, float]:
         call()
         seconds[name] = time.perf_counter() - start
     return seconds
+
+
+def _reader_calls(maps16) -> dict:
+    """The one-pass readers' kernels (analyses.layer_stats, the JS reader's visible triangle and estimator), on an
+    encoder's and a decoder's (causal) float16 maps, through the accumulators the extraction stream feeds."""
+    tokens = ["[CLS]", "a", ".", "b", ",", "[SEP]"]
+    causal16 = maps16.copy()
+    causal16[..., ~np.tri(6, dtype=bool)] = 0  # [layer, head, query_pos, key_pos]: keys <= query only
+
+    def stats(causal: bool) -> None:
+        acc = SurfaceStatsAccumulator(2, 2, causal=causal, **({"cls_token": None, "sep_token": None} if causal else {}))
+        acc.add({"id": 0, "tokens": tokens}, causal16 if causal else maps16)
+
+    def js(causal: bool, rows) -> None:
+        JsAccumulator(2, 2, causal=causal, rows=rows).add({"id": 0, "tokens": tokens}, causal16 if causal else maps16)
+
+    return {
+        "layer_stats (encoder, causal)": lambda: (stats(False), stats(True)),
+        "cluster_heads.JsAccumulator (causal, estimator)": lambda: (js(True, None), js(True, 3), js(False, 3)),
+    }
 
 
 def _probe_calls(rng) -> dict:
