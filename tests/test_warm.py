@@ -24,7 +24,8 @@ def test_every_compiled_path_is_called(monkeypatch):
                             "cluster_heads.js_divergence_example (float64)", "trees.chu_liu_edmonds_batch",
                             "probes.kernels.sigma_grid", "probes.kernels.mlp_scores, mlp_backward",
                             "probes.kernels.hidden_scores, hidden_backward",
-                            "probes.kernels.attn_scores, attn_backward"}
+                            "probes.kernels.attn_scores, attn_backward", "layer_stats (encoder, causal)",
+                            "cluster_heads.JsAccumulator (causal, estimator)"}
     assert called == [np.float64] and all(s >= 0 for s in seconds.values())
 
 
@@ -44,3 +45,12 @@ def test_main_names_what_it_compiled(capsys):
     warm.main()
     out = capsys.readouterr().out
     assert out.startswith("numba kernels ready (") and "trees.chu_liu_edmonds_batch" in out
+
+
+def test_every_layer_stats_kernel_is_compiled():
+    """The one-pass surface statistics' kernel (the per-head sweep the Python side calls; the kernels it calls are
+    compiled into it) is compiled by warm, not by a job."""
+    from bertlook.analyses import layer_stats
+
+    warm.warm_kernels()
+    assert layer_stats._head.signatures
