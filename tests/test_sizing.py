@@ -362,3 +362,28 @@ def test_requests_match_the_recorded_ones(tmp_path):
                         got.setdefault(f"{rule}|{cname}|{dname}", []).append([r["mem_mb"], r["runtime"], r["disk_mb"]])
     assert set(recorded["rules"]) <= set(COSTS)
     assert got == recorded["requests"]
+
+
+def test_js_entries_mirror_the_reader_and_long_contexts_cost_their_squares():
+    """costs.js_entries (from counts only) = the sum of js_device.entries_per_pair over the examples (exact, causal,
+    the estimator where no example is shorter than R); a decoder's JS reads its visible triangles, the estimator
+    R rows, and the forward pass pays per map entry (MAP_NS_PER_ENTRY) beyond its FLOPs."""
+    from bertlook.analyses.js_device import entries_per_pair
+    from bertlook.pipeline import costs
+
+    lengths = [300, 1024, 777]
+    ex = sizing.Examples()
+    for n in lengths:
+        ex.add(n)
+    for causal in (False, True):
+        for rows in (None, 64):
+            want = sum(entries_per_pair(n, causal=causal, rows=rows) for n in lengths)
+            assert costs.js_entries(ex, causal=causal, rows=rows) == pytest.approx(want)
+    assert costs.js_entries(ex, causal=True, rows=None) < 0.51 * costs.js_entries(ex, causal=False, rows=None)
+    short = sizing.Examples()
+    short.add(10)
+    assert costs.js_entries(short, causal=False, rows=64) == 100  # R > n: the exact sums, not R n
+    dims = sizing.ModelDims(layers=4, heads=16, hidden=128, intermediate=512, vocab=2000)
+    _, cpu = costs.forward(dims, ex, 1)
+    flops_only = costs.STARTUP_S + sizing.sum_flops(dims, ex) / costs.CPU_FLOPS
+    assert cpu - flops_only == pytest.approx(costs.MAP_NS_PER_ENTRY * 1e-9 * 64 * sum(n * n for n in lengths))

@@ -22,7 +22,11 @@ Model of each quantity (``K = layers * heads``; ``n`` tokens of an example; ``W`
 * **CPU time of a forward pass** = tokens x FLOPs per token / ``CPU_FLOPS`` with FLOPs per token =
   ``L * (2 (4 h^2 + 2 h i) + 4 n h)`` (as in ``scripts/bench_extract.py``); gradients: 3 forward passes
   plus the masked-LM head (``6 h V`` per token);
-* **JS clustering** CPU time = ``JS_NS_PER_ENTRY * sum(n_i^2) * K^2 / 2`` (every head pair, every entry);
+* **CPU time of the maps** (the softmax, masks and copies of an eager forward pass beyond its matmuls) =
+  ``MAP_NS_PER_ENTRY * K * sum(n_i^2)``: what a long context costs beyond its FLOPs;
+* **JS clustering** CPU time = ``JS_NS_PER_ENTRY * entries * K^2 / 2`` (every head pair; ``entries``:
+  :func:`js_entries`, ``sum(n_i^2)`` for an encoder, the visible triangles of a decoder, R rows per example with
+  the estimator);
 * reading a store: ``bytes / IO_MB_S`` (surface statistics, figures, heads, probes).
 
 The constants are calibrated on Snakemake benchmark files (``bertlook resources``) of measured runs on the
@@ -53,7 +57,12 @@ BASE_SMALL_MB = 250.0  # manifest, compare, coref, summaries, downloads
 MAPS_COPIES = 1.5  # one batch of fp32 maps + its float16 copy
 CPU_FLOPS = 30e9  # FLOP per CPU second of a BERT forward pass (measured 37.7e9 and 65.5e9)
 JS_NS_PER_ENTRY = 0.7  # CPU ns per (head pair x map entry) of the JS divergence (numba kernel: measured 0.58, 1 thread)
-STATS_NS_PER_ENTRY = 10.0  # CPU ns per map entry of one per-example reader of extract_segments (stats 8.5, rollout 6)
+STATS_NS_PER_ENTRY = 5.0  # ns per map entry of the surface statistics of extract_segments (layer_stats: 1.9-2.6 ms
+#                           per demo-shaped example of 0.5 M entries on 1 thread, issue 42)
+ROLLOUT_NS_PER_ENTRY = 10.0  # ns per map entry of the rollout reader (6 measured before issue 42, kept)
+MAP_NS_PER_ENTRY = 6.5  # s x 1e9 per map entry of an eager forward pass beyond its matmuls (softmax, masks, the
+#                         float16 copy): 40 decoder segments of <= 1,024 tokens, 2.6e9 entries, 21.6 s of which
+#                         the FLOPs at CPU_FLOPS are 4.8 s (issue 42, 2 threads)
 IO_MB_S = 50.0  # MB/s reading a store (measured 55, 86 on a loaded machine)
 PROBE_STEP_S = 20e-3  # CPU s per training step of the batched probes, every model (offline: 30 ms per step)
 PROBE_S_PER_PAIR_FEATURE = 8e-11  # plus per (pair x attention feature) of every model of every seed
@@ -148,7 +157,8 @@ def forward(dims: ModelDims, pieces: Examples, batch: int) -> tuple[float, float
     n = pieces.longest
     maps = dims.layers * batch * dims.heads * n * n * 4 / MIB
     mem = BASE_TORCH_MB + dims.weights_mb + MAPS_COPIES * maps
-    return mem, STARTUP_S + sum_flops(dims, pieces) / CPU_FLOPS
+    entries = dims.heads_total * pieces.squares  # map entries the forward pass computes
+    return mem, STARTUP_S + sum_flops(dims, pieces) / CPU_FLOPS + MAP_NS_PER_ENTRY * 1e-9 * entries
 
 
 def forward_pass(job: Job, cost: Cost) -> Estimate:
@@ -162,26 +172,41 @@ def forward_pass(job: Job, cost: Cost) -> Estimate:
             stores * store_bytes(dims, words) * 1.05 / MIB + cost.disk_mb)
 
 
+def js_entries(seg: Examples, *, causal: bool, rows: int | None) -> float:
+    """Map entries the JS sums read per head pair over ``seg`` (the sum over its examples of
+    :func:`bertlook.analyses.js_device.entries_per_pair`, from the counts only): ``sum n^2`` (causal maps: the
+    visible triangles, ``(sum n^2 + sum n) / 2``); with the estimator's ``rows = R``: at most ``R sum n``
+    (causal: ``R (sum n + count) / 2``), never more than the exact sums."""
+    exact = (seg.squares + seg.tokens) / 2 if causal else seg.squares
+    if rows is None:
+        return exact
+    return min(exact, rows * (seg.tokens + seg.count) / 2 if causal else rows * seg.tokens)
+
+
 def segment_pass(job: Job, cost: Cost) -> Estimate:
-    """extract_segments: the forward pass, then the readers of its maps in memory (surface statistics, JS
-    partial sums, rollout, and their norm-based twins); stores only with extraction.keep_maps."""
+    """extract_segments: the forward pass, and the readers of its maps layer by layer inside it (surface statistics,
+    JS partial sums, rollout, and their norm-based twins); stores only with extraction.keep_maps. Causal maps (a
+    decoder's) are read on their visible triangles, the JS estimator (clustering.js_rows) on R rows per segment."""
     cfg, dims = job.config, job.dims()
     seg = segments_input(job)
     mem, cpu = forward(dims, seg, job.batch)
     kinds = 2 if norms_on(cfg) else 1
-    K = dims.heads_total
-    js_squares = seg.squares
-    limit = cfg["clustering"].get("max_examples")
-    if limit and seg.count > limit:
-        js_squares *= limit / seg.count
-    cpu += kinds * (JS_NS_PER_ENTRY * 1e-9 * js_squares * K * K / 2 + STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K)
+    K, n = dims.heads_total, seg.longest
+    causal = dims.family == "decoder"
+    rows = (cfg["clustering"] or {}).get("js_rows")
+    js_seg = segments_input(job, cfg["clustering"].get("max_examples"))
+    visible = (seg.squares + seg.tokens) / 2 if causal else seg.squares
+    cpu += kinds * (JS_NS_PER_ENTRY * 1e-9 * js_entries(js_seg, causal=causal, rows=rows) * K * K / 2
+                    + STATS_NS_PER_ENTRY * 1e-9 * visible * K)
     if (cfg.get("rollout") or {}).get("enabled", True):
-        cpu += STATS_NS_PER_ENTRY * 1e-9 * seg.squares * K
-    maps = dims.layers * job.batch * dims.heads * seg.longest ** 2 * 4 / MIB  # one batch of float32 maps
-    # the norm-based twin of the batch, and the next batch (and its twin) computed while the readers work
-    # on this one (extract-segments with 2+ threads pipelines them)
+        cpu += ROLLOUT_NS_PER_ENTRY * 1e-9 * seg.squares * K
+    maps = dims.layers * job.batch * dims.heads * n ** 2 * 4 / MIB  # one batch of float32 maps
+    # the norm-based twin of the batch, and the next batch (and its twin) in flight: the calibrated RSS of the
+    # readers beside the forward pass (docs/development/benchmarks.md; the layer-wise readers of issue 42 keep no
+    # host batch without a store, so this is an upper bound until the demo's RSS is calibrated again)
     mem += (kinds - 1) * MAPS_COPIES * maps + kinds * MAPS_COPIES * maps
-    mem += 4 * K * seg.longest ** 2 * 8 / MIB  # one example in float64 per reader, the JS scratch
+    # one example in float64 per reader, the JS scratch (the estimator's: its R rows)
+    mem += 4 * K * (n * n if rows is None else min(rows, n) * n) * 8 / MIB
     keep = bool(cfg["extraction"].get("keep_maps"))
     disk = (kinds * store_bytes(dims, seg) * 1.05 / MIB if keep else 0.0) + 10.0 * (2 * kinds + 2)
     return mem, cpu, disk
