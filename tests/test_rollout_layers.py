@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bertlook.analyses import rollout as rollout_module
 from bertlook.analyses import rollout_device as rd
 from bertlook.analyses.map_kernels import head_mean
 from bertlook.analyses.rollout import STAT_COLUMNS, RolloutAccumulator, rollout, rollout_example_stats
@@ -14,6 +15,15 @@ from bertlook.analyses.surface_stats import causal_row_entropy
 from bertlook.errors import BertlookError
 
 torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True, params=["small", "running"])
+def host_mode(request, monkeypatch):
+    """Both host modes: a small example keeps its head means and takes its rollout at its end ("small", every
+    example here at the default budget); "running": only the running R_l, statistics layer by layer."""
+    if request.param == "running":
+        monkeypatch.setattr(rollout_module, "HOST_KEEP_BYTES", 0)
+    return request.param
 
 L, H = 3, 4
 VOCAB = ["a", "b", ".", ",", "[SEP]", "c"]

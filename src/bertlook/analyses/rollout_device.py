@@ -98,24 +98,32 @@ def _lower_into(a: Any, r: Any, out: Any, lower_a: bool, lower_r: bool, min_bloc
 # --------------------------------------------------------------------------------------------------
 
 
-def host_a_hat(maps: np.ndarray) -> np.ndarray:
-    """``A_hat`` [n, n] float64 of one layer's maps ``[head, n, n]`` (numpy): the head mean, ``0.5 mean + 0.5 I``,
-    rows renormalised; :func:`bertlook.analyses.rollout.rollout`'s numbers bit for bit. Raises
-    :class:`BertlookError` on non-finite values or a row summing to <= 0."""
+def host_head_mean(maps: Any) -> tuple[np.ndarray, bool]:
+    """``(mean [n, n] float64, every value finite)`` of one layer's host maps ``maps [head, n, n]`` (a numpy array or
+    a CPU tensor, read through its numpy view): :func:`bertlook.analyses.rollout.rollout`'s head mean bit for bit
+    (float16: :func:`bertlook.analyses.map_kernels.head_mean`; other dtypes: numpy's float64 mean)."""
+    if not isinstance(maps, np.ndarray):  # a CPU tensor
+        maps = (maps.detach().float() if str(maps.dtype) == "torch.bfloat16" else maps.detach()).numpy()
     if maps.dtype == np.float16:  # the stores' and the stream's maps: the same mean, without a float64 copy
         from bertlook.analyses.map_kernels import head_mean  # lazy: numba, only for float16 maps
 
         means, finite = head_mean(maps[None])  # [1, query_pos, key_pos]
-        mean = means[0]  # [query_pos, key_pos]
-    else:
-        a = np.asarray(maps, dtype=np.float64)  # [head, query_pos, key_pos]
-        mean, finite = a.mean(axis=0), bool(np.isfinite(a).all())  # [query_pos, key_pos]
+        return means[0], finite
+    a = np.asarray(maps, dtype=np.float64)  # [head, query_pos, key_pos]
+    return a.mean(axis=0), bool(np.isfinite(a).all())  # [query_pos, key_pos]
+
+
+def host_a_hat(maps: Any) -> np.ndarray:
+    """``A_hat`` [n, n] float64 of one layer's host maps ``[head, n, n]`` (:func:`host_head_mean`): ``0.5 mean +
+    0.5 I``, rows renormalised; :func:`bertlook.analyses.rollout.rollout`'s numbers bit for bit. Raises
+    :class:`BertlookError` on non-finite values or a row summing to <= 0."""
+    mean, finite = host_head_mean(maps)  # [query_pos, key_pos]
     if not finite:
         raise BertlookError(CHECK_MESSAGES[NON_FINITE])
     n = mean.shape[-1]
-    a_hat = np.multiply(mean, 1.0 - RESIDUAL_WEIGHT, out=mean if mean.flags.writeable else None)
-    a_hat.flat[::n + 1] += RESIDUAL_WEIGHT  # + w I: the off-diagonal entries gain an exact 0.0
-    sums = a_hat.sum(axis=-1, keepdims=True)  # [query_pos, 1]
+    a_hat = np.multiply(mean, 1.0 - RESIDUAL_WEIGHT, out=mean)  # [query_pos, key_pos]
+    a_hat.reshape(-1)[::n + 1] += RESIDUAL_WEIGHT  # + w I: the off-diagonal entries gain an exact 0.0
+    sums = np.add.reduce(a_hat, axis=-1, keepdims=True)  # [query_pos, 1]
     if (sums <= 0).any():
         raise BertlookError(CHECK_MESSAGES[NON_POSITIVE_ROW])
     a_hat /= sums
@@ -126,8 +134,8 @@ def host_layer_stats(r: np.ndarray, causal: bool) -> tuple[np.ndarray, float]:
     """``(col [key_pos], entropy)`` of one layer's rollout ``r [n, n]`` float64: the rollout each token receives,
     summed over rows, and the mean row entropy; :func:`host_example_stats` turns an example's layers into
     :func:`bertlook.analyses.rollout.rollout_example_stats`'s numbers (bit for bit)."""
-    col = r.sum(axis=-2)  # [key_pos]
-    return col, (host_causal_entropy(r) if causal else float(row_entropy(r).mean()))
+    col = np.add.reduce(r, axis=-2)  # [key_pos]
+    return col, (host_causal_entropy(r) if causal else float(np.add.reduce(row_entropy(r)) / r.shape[-1]))
 
 
 def host_causal_entropy(r: np.ndarray, smoothing: float = ENTROPY_SMOOTHING, block: int = 128) -> float:
