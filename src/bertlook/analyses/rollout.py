@@ -75,19 +75,29 @@ def rollout(maps: "np.ndarray") -> "np.ndarray":
 
 def rollout_of_means(mean: "np.ndarray") -> "np.ndarray":
     """The rollout ``R [layer, query_pos, key_pos]`` of one example's head means ``mean [layer, query_pos,
-    key_pos]`` (float64, finite): the rest of :func:`rollout`."""
+    key_pos]`` (float64, finite; overwritten by ``A_hat``): the rest of :func:`rollout`, in place (the same
+    numbers as ``(1 - w) mean + w I`` with a new array: an off-diagonal entry gains an exact 0.0)."""
     L, n, _ = mean.shape
-    eye = np.eye(n)  # [query_pos, key_pos]
-    a_hat = (1.0 - RESIDUAL_WEIGHT) * mean + RESIDUAL_WEIGHT * eye  # [layer, query_pos, key_pos]
+    a_hat = np.multiply(mean, 1.0 - RESIDUAL_WEIGHT, out=mean)  # [layer, query_pos, key_pos]
+    diag = np.arange(n)  # [query_pos]
+    a_hat[:, diag, diag] += RESIDUAL_WEIGHT
     sums = a_hat.sum(axis=-1, keepdims=True)  # [layer, query_pos, 1]
     if (sums <= 0).any():
         raise BertlookError("rollout: an attention row sums to a non-positive value")
-    a_hat = a_hat / sums  # [layer, query_pos, key_pos]
+    a_hat /= sums
     out = np.empty_like(a_hat)  # [layer, query_pos, key_pos]
     out[0] = a_hat[0]  # [query_pos, key_pos]
     for layer in range(1, L):
-        out[layer] = a_hat[layer] @ out[layer - 1]  # [query_pos, key_pos]
+        np.matmul(a_hat[layer], out[layer - 1], out=out[layer])  # [query_pos, key_pos]
     return out
+
+
+def punct_mask(tokens: Sequence[str]) -> "np.ndarray":
+    """``[key_pos]`` boolean: the tokens exactly "." or "," (:data:`PUNCT_TOKENS`)."""
+    return np.fromiter((t in _PUNCT for t in tokens), dtype=bool, count=len(tokens))
+
+
+_PUNCT = frozenset(PUNCT_TOKENS)
 
 
 def rollout_example_stats(
@@ -105,9 +115,8 @@ def rollout_example_stats(
     n = R.shape[-1]
     if len(tokens) != n:
         raise BertlookError(f"rollout: {len(tokens)} tokens for a map of size {n}")
-    toks = np.asarray(tokens, dtype=object)  # [key_pos]
     is_cls, is_sep = role_masks(tokens, cls_token, sep_token)  # [key_pos] each (a decoder: first token, EOS)
-    is_punct = np.isin(toks, PUNCT_TOKENS)  # [key_pos]
+    is_punct = punct_mask(tokens)  # [key_pos]
     is_other = ~(is_cls | is_sep | is_punct)  # [key_pos]
     col = R.sum(axis=-2)  # [layer, key_pos]: rollout received by each token, summed over rows
     return {
@@ -257,7 +266,7 @@ class RolloutAccumulator:
             self._current = cur
             return
         is_cls, is_sep = role_masks(tokens, self.cls_token, self.sep_token)  # [key_pos] each
-        is_punct = np.isin(np.asarray(tokens, dtype=object), PUNCT_TOKENS)  # [key_pos]
+        is_punct = punct_mask(tokens)  # [key_pos]
         cur.masks = [is_cls, is_sep, is_punct, ~(is_cls | is_sep | is_punct)]  # [key_pos] each
         if host:
             cur.cols = np.zeros((self.num_layers, n))  # [layer, key_pos]
