@@ -47,8 +47,9 @@ PARTIAL_KIND = "rollout"
 RESIDUAL_WEIGHT = 0.5  # A_hat = (1 - w) * mean_h(A) + w * I
 #: a host example whose layers' head means fit in this many bytes (float64 [layer, n, n]) keeps them and takes
 #: its rollout and statistics at its end, all layers at once as :func:`rollout` (the demo's 6 x 128 x 128: fewer,
-#: larger calls, 10% faster than layer by layer); a larger one keeps only the running rollout
-HOST_KEEP_BYTES = 8 << 20
+#: larger calls, ~10% faster than layer by layer); a larger one keeps only the running rollout (and a causal
+#: one's products are triangular: 4 layers of n >= 257 with this budget)
+HOST_KEEP_BYTES = 2 << 20
 
 
 def rollout(maps: "np.ndarray") -> "np.ndarray":
