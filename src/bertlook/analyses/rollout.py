@@ -5,8 +5,9 @@
 and other tokens and its rollout entropy (defined as the surface statistics); :func:`rollout_partial`
 writes their sums and counts for one token-level store (``rollout --out-partial``),
 :func:`reduce_rollout` adds partials in shard order and divides once, :func:`compute_rollout_stats`
-is the unsharded path (one partial); its reader :class:`RolloutAccumulator` also reads the extraction stream,
-layer by layer on the maps' device (:mod:`bertlook.analyses.rollout_device`). :class:`RolloutStore` presents a word-level store's rollout as a
+is the unsharded path (one partial); its reader :class:`HostRolloutAccumulator` takes the maps layer by layer,
+and :class:`RolloutAccumulator`, the extraction stream's, on the maps' device too (the layer's work:
+:mod:`bertlook.analyses.rollout_device`). :class:`RolloutStore` presents a word-level store's rollout as a
 store with one "head" per layer, so :mod:`bertlook.analyses.heads` scores it unchanged (Table 1 on
 rollout maps). :func:`run_rollout` is the ``rollout`` step without the command line: the statistics
 and / or Table 1 on rollout maps (settings :class:`RolloutTable1Options`) with the step's summary
@@ -152,19 +153,18 @@ class _Example:
         self.flag: Any = None
 
 
-class RolloutAccumulator:
-    """Sums of the rollout statistics, one example at a time: the per-example work of :func:`rollout_partial`,
-    also a reader of the extraction stream. Layer by layer (the stream's hook): ``add_layer(record, layer, a)``
-    for ``layer = 0 .. L-1`` (``a``: that layer's maps ``[head, n, n]``, a numpy array or a torch tensor on
-    any device, float16 as stored), then ``end_example(record)``; a whole example: ``add(record, attn)``
-    (``[layer, head, n, n]``, the same calls). Only the running rollout ``R_l [n, n]`` of the current example
-    is kept (:mod:`bertlook.analyses.rollout_device`: host maps through numpy, today's numbers bit for bit; a
-    causal map's product by triangular blocks), except that a small host example (:data:`HOST_KEEP_BYTES`)
-    keeps its layers' head means and is rolled out at its end by :func:`rollout_of_means`. Maps on a GPU stay
-    there: their sums and checks are device tensors, read once by :meth:`partial` (no synchronisation per
-    example), which raises for the first example that failed a check. :meth:`partial` gives ``(meta, arrays)``."""
+class HostRolloutAccumulator:
+    """Sums of the rollout statistics, one example at a time, from maps on the host (numpy arrays, CPU tensors):
+    the reader of :func:`rollout_partial` (the ``rollout`` step's env has no torch). Layer by layer:
+    ``add_layer(record, layer, a)`` for ``layer = 0 .. L-1`` (``a``: that layer's maps ``[head, n, n]``,
+    float16 as stored), then ``end_example(record)``; a whole example: ``add(record, attn)`` (``[layer, head, n,
+    n]``, the same calls). Only the running rollout ``R_l [n, n]`` of the current example is kept
+    (:mod:`bertlook.analyses.rollout_device`: numpy, today's numbers bit for bit; a causal map's product by
+    triangular blocks), except that a small example (:data:`HOST_KEEP_BYTES`) keeps its layers' head means and
+    is rolled out at its end by :func:`rollout_of_means`. :class:`RolloutAccumulator` also takes maps on a GPU.
+    :meth:`partial` gives ``(meta, arrays)``."""
 
-    #: tests set it on an instance: CPU tensors then take the device (torch) path
+    #: tests set it on a RolloutAccumulator: CPU tensors then take the device (torch) path
     torch_on_cpu = False
 
     def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
@@ -273,9 +273,7 @@ class RolloutAccumulator:
             cur.cols = np.zeros((self.num_layers, n))  # [layer, key_pos]
             cur.stats = np.zeros(self.num_layers)  # [layer]: the entropies (the shares: at the end)
         else:
-            cur.roles = rollout_device.device_roles(cur.masks, a.device)  # [role, key_pos]
-            cur.stats = cur.roles.new_zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
-            cur.flag = rollout_device.device_zero_flag(cur.roles)  # 0-d
+            self._device_begin(cur, a)
         self._current = cur
 
     def _host_layer(self, cur: _Example, layer: int, maps: "np.ndarray") -> None:
@@ -292,6 +290,49 @@ class RolloutAccumulator:
         else:
             cur.r = a_hat @ cur.r  # [query_pos, key_pos]
         cur.cols[layer], cur.stats[layer] = rollout_device.host_layer_stats(cur.r, self.causal)
+
+    def _device_begin(self, cur: _Example, a: Any) -> None:
+        raise BertlookError(f"rollout: maps on {a.device}: this reader takes host maps (RolloutAccumulator: any device)")
+
+    def _device_layer(self, cur: _Example, layer: int, a: Any) -> None:
+        raise NotImplementedError  # no device example begins here
+
+    def _device_end(self, cur: _Example) -> None:
+        raise NotImplementedError
+
+    def _device_sums(self) -> "np.ndarray":
+        return np.zeros_like(self.sums)  # [stat, layer]
+
+    def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
+                store_excluded: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
+        """``(meta, arrays)`` of the examples added (:func:`rollout_partial` documents the layout)."""
+        meta = {
+            "attention": str(self.where),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "map": self.map_kind,
+            "special_tokens": {"cls": self.cls_token, "sep": self.sep_token},
+            "n_examples": self.n_examples,
+            "n_examples_in_store": int(n_examples_in_store),
+            "max_examples": max_examples,
+            "sum_n": self.sum_n,
+            "store_excluded": self.store_excluded if store_excluded is None else store_excluded,
+            **({"causal": True} if self.causal else {}),
+        }
+        sums = self.sums + self._device_sums() if self._device else self.sums.copy()  # [stat, layer]
+        return meta, {"sums": sums, "sum_log_n": np.float64(self.sum_log_n)}
+
+
+class RolloutAccumulator(HostRolloutAccumulator):
+    """The rollout reader of the extraction stream: :class:`HostRolloutAccumulator` (the same calls, the same
+    numbers) that also takes maps on another device (a GPU: torch). They stay there: the running rollout, the
+    statistics and the checks are device tensors, read once by :meth:`partial` (no synchronisation per example),
+    which raises for the first example that failed a check."""
+
+    def _device_begin(self, cur: _Example, a: Any) -> None:
+        cur.roles = rollout_device.device_roles(cur.masks, a.device)  # [role, key_pos]
+        cur.stats = cur.roles.new_zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
+        cur.flag = rollout_device.device_zero_flag(cur.roles)  # 0-d
 
     def _device_layer(self, cur: _Example, layer: int, a: Any) -> None:
         a_hat, flag = rollout_device.device_a_hat(a.contiguous())  # [query_pos, key_pos], 0-d
@@ -328,26 +369,6 @@ class RolloutAccumulator:
             total += dev["sums"].cpu().numpy()
         return total
 
-    def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
-                store_excluded: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
-        """``(meta, arrays)`` of the examples added (:func:`rollout_partial` documents the layout)."""
-        meta = {
-            "attention": str(self.where),
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "map": self.map_kind,
-            "special_tokens": {"cls": self.cls_token, "sep": self.sep_token},
-            "n_examples": self.n_examples,
-            "n_examples_in_store": int(n_examples_in_store),
-            "max_examples": max_examples,
-            "sum_n": self.sum_n,
-            "store_excluded": self.store_excluded if store_excluded is None else store_excluded,
-            **({"causal": True} if self.causal else {}),
-        }
-        sums = self.sums + self._device_sums() if self._device else self.sums.copy()  # [stat, layer]
-        return meta, {"sums": sums, "sum_log_n": np.float64(self.sum_log_n)}
-
-
 def rollout_partial(
     store: "AttentionStore", *, max_examples: int | None = None, segments=None
 ) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
@@ -362,7 +383,7 @@ def rollout_partial(
     """
     store = open_store(store, level="token")
     cls_token, sep_token = special_tokens(store)
-    acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
+    acc = HostRolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                              causal=is_causal(store.meta), map_kind=_map_kind(store), where=store.path)
     for k in select_examples(store, max_examples, segments):
         acc.add(store.records[k], store.get(k))
