@@ -195,3 +195,11 @@ def test_layers_out_of_order_are_errors():
     assert acc.n_examples == 0
     acc.add(rec, a)
     assert acc.n_examples == 1
+
+
+def test_the_host_reader_refuses_maps_on_another_device():
+    """rollout_partial's reader (the rollout step's env has no torch) takes host maps only."""
+    rec = {"id": "x", "tokens": ["a", "b", "c"]}
+    with pytest.raises(BertlookError, match="example 'x': rollout: maps on meta"):
+        rollout_module.HostRolloutAccumulator(L, H).add_layer(rec, 0, torch.empty(H, 3, 3, dtype=torch.float16,
+                                                                                    device="meta"))
