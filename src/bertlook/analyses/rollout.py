@@ -5,7 +5,9 @@
 and other tokens and its rollout entropy (defined as the surface statistics); :func:`rollout_partial`
 writes their sums and counts for one token-level store (``rollout --out-partial``),
 :func:`reduce_rollout` adds partials in shard order and divides once, :func:`compute_rollout_stats`
-is the unsharded path (one partial). :class:`RolloutStore` presents a word-level store's rollout as a
+is the unsharded path (one partial); its reader :class:`HostRolloutAccumulator` takes the maps layer by layer,
+and :class:`RolloutAccumulator`, the extraction stream's, on the maps' device too (the layer's work:
+:mod:`bertlook.analyses.rollout_device`). :class:`RolloutStore` presents a word-level store's rollout as a
 store with one "head" per layer, so :mod:`bertlook.analyses.heads` scores it unchanged (Table 1 on
 rollout maps). :func:`run_rollout` is the ``rollout`` step without the command line: the statistics
 and / or Table 1 on rollout maps (settings :class:`RolloutTable1Options`) with the step's summary
@@ -28,7 +30,10 @@ import pandas as pd
 from bertlook.analyses.heads import (
     DEFAULT_OFFSETS, FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source, score_heads, store_where,
 )
-from bertlook.analyses.surface_stats import PUNCT_TOKENS, causal_row_entropy, row_entropy, special_tokens
+from bertlook.analyses import rollout_device
+from bertlook.analyses.surface_stats import (
+    ENTROPY_SMOOTHING, PUNCT_TOKENS, causal_row_entropy, row_entropy, special_tokens,
+)
 from bertlook.analyses.token_roles import is_causal, role_masks
 from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
 from bertlook.attention.store import AttentionStore, open_store
@@ -41,6 +46,11 @@ COLUMNS = ["layer", "cls", "sep", "punct", "other", "entropy", "uniform_entropy"
 STAT_COLUMNS = ["cls", "sep", "punct", "other", "entropy"]
 PARTIAL_KIND = "rollout"
 RESIDUAL_WEIGHT = 0.5  # A_hat = (1 - w) * mean_h(A) + w * I
+#: a host example whose layers' head means fit in this many bytes (float64 [layer, n, n]) keeps them and takes
+#: its rollout and statistics at its end, all layers at once as :func:`rollout` (the demo's 6 x 128 x 128: fewer,
+#: larger calls, ~10% faster than layer by layer); a larger one keeps only the running rollout (and a causal
+#: one's products are triangular: 4 layers of n >= 257 with this budget)
+HOST_KEEP_BYTES = 2 << 20
 
 
 def rollout(maps: "np.ndarray") -> "np.ndarray":
@@ -62,18 +72,34 @@ def rollout(maps: "np.ndarray") -> "np.ndarray":
         mean, finite = a.mean(axis=1), bool(np.isfinite(a).all())
     if not finite:
         raise BertlookError("rollout: non-finite attention values")
-    L, _, n, _ = a.shape
-    eye = np.eye(n)  # [query_pos, key_pos]
-    a_hat = (1.0 - RESIDUAL_WEIGHT) * mean + RESIDUAL_WEIGHT * eye  # [layer, query_pos, key_pos]
+    return rollout_of_means(mean)
+
+
+def rollout_of_means(mean: "np.ndarray") -> "np.ndarray":
+    """The rollout ``R [layer, query_pos, key_pos]`` of one example's head means ``mean [layer, query_pos,
+    key_pos]`` (float64, finite; overwritten by ``A_hat``): the rest of :func:`rollout`, in place (the same
+    numbers as ``(1 - w) mean + w I`` with a new array: an off-diagonal entry gains an exact 0.0)."""
+    L, n, _ = mean.shape
+    a_hat = np.multiply(mean, 1.0 - RESIDUAL_WEIGHT, out=mean)  # [layer, query_pos, key_pos]
+    diag = np.arange(n)  # [query_pos]
+    a_hat[:, diag, diag] += RESIDUAL_WEIGHT
     sums = a_hat.sum(axis=-1, keepdims=True)  # [layer, query_pos, 1]
     if (sums <= 0).any():
         raise BertlookError("rollout: an attention row sums to a non-positive value")
-    a_hat = a_hat / sums  # [layer, query_pos, key_pos]
+    a_hat /= sums
     out = np.empty_like(a_hat)  # [layer, query_pos, key_pos]
     out[0] = a_hat[0]  # [query_pos, key_pos]
     for layer in range(1, L):
-        out[layer] = a_hat[layer] @ out[layer - 1]  # [query_pos, key_pos]
+        np.matmul(a_hat[layer], out[layer - 1], out=out[layer])  # [query_pos, key_pos]
     return out
+
+
+def punct_mask(tokens: Sequence[str]) -> "np.ndarray":
+    """``[key_pos]`` boolean: the tokens exactly "." or "," (:data:`PUNCT_TOKENS`)."""
+    return np.fromiter((t in _PUNCT for t in tokens), dtype=bool, count=len(tokens))
+
+
+_PUNCT = frozenset(PUNCT_TOKENS)
 
 
 def rollout_example_stats(
@@ -91,9 +117,8 @@ def rollout_example_stats(
     n = R.shape[-1]
     if len(tokens) != n:
         raise BertlookError(f"rollout: {len(tokens)} tokens for a map of size {n}")
-    toks = np.asarray(tokens, dtype=object)  # [key_pos]
     is_cls, is_sep = role_masks(tokens, cls_token, sep_token)  # [key_pos] each (a decoder: first token, EOS)
-    is_punct = np.isin(toks, PUNCT_TOKENS)  # [key_pos]
+    is_punct = punct_mask(tokens)  # [key_pos]
     is_other = ~(is_cls | is_sep | is_punct)  # [key_pos]
     col = R.sum(axis=-2)  # [layer, key_pos]: rollout received by each token, summed over rows
     return {
@@ -109,10 +134,38 @@ def _map_kind(store: "AttentionStore") -> str:
     return str(store.meta.get("map") or "attention")
 
 
-class RolloutAccumulator:
-    """Sums of the rollout statistics, one example at a time (``add(record, attn)``): the per-example work of
-    :func:`rollout_partial`, also a reader of the extraction stream (through
-    :class:`bertlook.attention.stream.PerExample`). :meth:`partial` gives ``(meta, arrays)``."""
+class _Example:
+    """The example being added layer by layer: its record, size, last layer added, running rollout ``r [n, n]``
+    (float64, numpy on the host, a tensor on a device), statistics so far (device: ``stats [stat, layer]``;
+    host: ``cols [layer, key_pos]`` and the entropies ``stats [layer]``; a small host example: its layers' head
+    means ``means [layer, n, n]`` instead), role masks and (device) their ``[role, key_pos]`` tensor and the
+    checks' flag."""
+
+    def __init__(self, record: dict[str, Any], n: int, host: bool) -> None:
+        self.record, self.n, self.host = record, n, host
+        self.layer = -1
+        self.r: Any = None
+        self.stats: Any = None
+        self.cols: "np.ndarray | None" = None
+        self.means: "np.ndarray | None" = None
+        self.masks: list[np.ndarray] = []
+        self.roles: Any = None
+        self.flag: Any = None
+
+
+class HostRolloutAccumulator:
+    """Sums of the rollout statistics, one example at a time, from maps on the host (numpy arrays, CPU tensors):
+    the reader of :func:`rollout_partial` (the ``rollout`` step's env has no torch). Layer by layer:
+    ``add_layer(record, layer, a)`` for ``layer = 0 .. L-1`` (``a``: that layer's maps ``[head, n, n]``,
+    float16 as stored), then ``end_example(record)``; a whole example: ``add(record, attn)`` (``[layer, head, n,
+    n]``, the same calls). Only the running rollout ``R_l [n, n]`` of the current example is kept
+    (:mod:`bertlook.analyses.rollout_device`: numpy, today's numbers bit for bit; a causal map's product by
+    triangular blocks), except that a small example (:data:`HOST_KEEP_BYTES`) keeps its layers' head means and
+    is rolled out at its end by :func:`rollout_of_means`. :class:`RolloutAccumulator` also takes maps on a GPU.
+    :meth:`partial` gives ``(meta, arrays)``."""
+
+    #: tests set it on a RolloutAccumulator: CPU tensors then take the device (torch) path
+    torch_on_cpu = False
 
     def __init__(self, num_layers: int, num_heads: int, *, cls_token: str | None = "[CLS]",
                  sep_token: str | None = "[SEP]", causal: bool = False, map_kind: str = "attention", where: Any = "attention",
@@ -122,23 +175,133 @@ class RolloutAccumulator:
         self.causal = bool(causal)
         self.cls_token = None if cls_token is None else str(cls_token)
         self.sep_token = None if sep_token is None else str(sep_token)
-        self.sums = np.zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
+        self.sums = np.zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]: the host examples'
         self.n_examples = 0
         self.sum_log_n = 0.0
         self.sum_n = 0
+        self._current: _Example | None = None
+        self._device: dict[str, Any] = {}  # the device examples': sums [stat, layer], first failed example, its code
+        self._device_ids: list[Any] = []  # their ids, in order (to name the first failed one)
 
-    def add(self, record: dict[str, Any], attn: "np.ndarray") -> None:
+    def add(self, record: dict[str, Any], attn: Any) -> None:
         """Add one example: its record (``tokens``, ``id``) and token-level map ``[layer, head, n, n]``."""
-        n = int(np.shape(attn)[-1])
+        a = attn if hasattr(attn, "device") else np.asarray(attn)  # [layer, head, query_pos, key_pos]
+        host = self._host_maps(a)  # a CPU tensor: its numpy view, sliced by layer at no cost
+        a = a if host is None else host
+        shape = list(a.shape)
+        if len(shape) != 4 or shape[-1] != shape[-2] or min(shape) < 1:
+            raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: rollout: expected "
+                                f"maps of shape [layer, head, n, n], got {shape}")
+        for layer in range(shape[0]):
+            self.add_layer(record, layer, a[layer])
+        self.end_example(record)
+
+    def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
+        """Add layer ``layer`` of the current example (``layer`` 0 starts an example): ``a [head, n, n]``."""
         try:
-            stats = rollout_example_stats(rollout(attn), record["tokens"], cls_token=self.cls_token,
-                                          sep_token=self.sep_token, causal=self.causal)
+            host = self._host_maps(a)
+            if layer == 0:
+                self._begin(record, int(a.shape[-1]), host is not None, a)
+            cur = self._current
+            if cur is None or layer != cur.layer + 1 or layer >= self.num_layers or int(a.shape[-1]) != cur.n:
+                raise BertlookError(f"rollout: layer {layer} of a map of size {int(a.shape[-1])} after "
+                                    + ("no layer 0" if cur is None else f"layer {cur.layer} of size {cur.n}")
+                                    + f" ({self.num_layers} layers)")
+            if cur.host:
+                self._host_layer(cur, layer, host)
+            else:
+                self._device_layer(cur, layer, a)
+            cur.layer = layer
         except BertlookError as err:
+            self._current = None
             raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: {err}") from None
-        self.sums += np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
+
+    def end_example(self, record: dict[str, Any]) -> None:
+        """The current example's last layer was added: its statistics join the sums."""
+        cur = self._current
+        self._current = None
+        if cur is None or cur.layer != self.num_layers - 1:
+            done = "no layer" if cur is None else f"{cur.layer + 1} layers"
+            raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: rollout: example ended "
+                                f"after {done} of {self.num_layers}")
+        if cur.means is not None:
+            self.sums += self._small_example_stats(cur)  # [stat, layer]
+        elif cur.host:
+            self.sums += rollout_device.host_example_stats(cur.cols, cur.stats, cur.masks)  # [stat, layer]
+        else:
+            self._device_end(cur)
+        n = cur.n
         self.n_examples += 1
         self.sum_log_n += math.lgamma(n + 1) / n if self.causal else math.log(n)  # a uniform row's entropy
         self.sum_n += n
+
+    def _small_example_stats(self, cur: _Example) -> "np.ndarray":
+        """The statistics ``[stat, layer]`` of a small host example from its head means: :func:`rollout` and
+        :func:`rollout_example_stats` on all its layers at once (fewer, larger calls than layer by layer)."""
+        try:
+            stats = rollout_example_stats(rollout_of_means(cur.means), cur.record["tokens"], cls_token=self.cls_token,
+                                          sep_token=self.sep_token, causal=self.causal)
+        except BertlookError as err:
+            raise BertlookError(f"{self.where}: example {cur.record.get('id', self.n_examples)!r}: {err}") from None
+        return np.stack([stats[c] for c in STAT_COLUMNS])  # [stat, layer]
+
+    def _host_maps(self, a: Any) -> "np.ndarray | None":
+        """``a`` as a numpy array when it is on the host (a CPU tensor: a view), None on another device."""
+        if isinstance(a, np.ndarray):
+            return a
+        if not a.is_cpu or self.torch_on_cpu:
+            return None
+        try:
+            return a.numpy()
+        except (RuntimeError, TypeError):  # a tensor that requires grad, or bfloat16 (no numpy dtype)
+            t = a.detach()
+            return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
+
+    def _begin(self, record: dict[str, Any], n: int, host: bool, a: Any) -> None:
+        tokens = record["tokens"]
+        if len(tokens) != n:
+            raise BertlookError(f"rollout: {len(tokens)} tokens for a map of size {n}")
+        cur = _Example(record, n, host)
+        if host and self.num_layers * n * n * 8 <= HOST_KEEP_BYTES:
+            cur.means = np.empty((self.num_layers, n, n))  # [layer, query_pos, key_pos]
+            self._current = cur
+            return
+        is_cls, is_sep = role_masks(tokens, self.cls_token, self.sep_token)  # [key_pos] each
+        is_punct = punct_mask(tokens)  # [key_pos]
+        cur.masks = [is_cls, is_sep, is_punct, ~(is_cls | is_sep | is_punct)]  # [key_pos] each
+        if host:
+            cur.cols = np.zeros((self.num_layers, n))  # [layer, key_pos]
+            cur.stats = np.zeros(self.num_layers)  # [layer]: the entropies (the shares: at the end)
+        else:
+            self._device_begin(cur, a)
+        self._current = cur
+
+    def _host_layer(self, cur: _Example, layer: int, maps: "np.ndarray") -> None:
+        if cur.means is not None:  # a small example: its head means now, the rest at its end
+            cur.means[layer], finite = rollout_device.host_head_mean(maps)
+            if not finite:
+                raise BertlookError(rollout_device.CHECK_MESSAGES[rollout_device.NON_FINITE])
+            return
+        a_hat = rollout_device.host_a_hat(maps)  # [query_pos, key_pos]
+        if layer == 0:
+            cur.r = a_hat
+        elif self.causal:
+            cur.r = rollout_device.lower_matmul(a_hat, cur.r)  # [query_pos, key_pos]
+        else:
+            cur.r = a_hat @ cur.r  # [query_pos, key_pos]
+        cur.cols[layer], cur.stats[layer] = rollout_device.host_layer_stats(cur.r, self.causal)
+
+    def _device_begin(self, cur: _Example, a: Any) -> None:
+        raise BertlookError(f"rollout: maps on {a.device}: this reader takes host maps (RolloutAccumulator: any device)")
+
+    def _device_layer(self, cur: _Example, layer: int, a: Any) -> None:
+        raise NotImplementedError  # no device example begins here
+
+    def _device_end(self, cur: _Example) -> None:
+        raise NotImplementedError
+
+    def _device_sums(self) -> "np.ndarray":
+        return np.zeros_like(self.sums)  # [stat, layer]
 
     def partial(self, *, n_examples_in_store: int, max_examples: int | None = None,
                 store_excluded: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, "np.ndarray"]]:
@@ -156,8 +319,55 @@ class RolloutAccumulator:
             "store_excluded": self.store_excluded if store_excluded is None else store_excluded,
             **({"causal": True} if self.causal else {}),
         }
-        return meta, {"sums": self.sums.copy(), "sum_log_n": np.float64(self.sum_log_n)}
+        sums = self.sums + self._device_sums() if self._device else self.sums.copy()  # [stat, layer]
+        return meta, {"sums": sums, "sum_log_n": np.float64(self.sum_log_n)}
 
+
+class RolloutAccumulator(HostRolloutAccumulator):
+    """The rollout reader of the extraction stream: :class:`HostRolloutAccumulator` (the same calls, the same
+    numbers) that also takes maps on another device (a GPU: torch). They stay there: the running rollout, the
+    statistics and the checks are device tensors, read once by :meth:`partial` (no synchronisation per example),
+    which raises for the first example that failed a check."""
+
+    def _device_begin(self, cur: _Example, a: Any) -> None:
+        cur.roles = rollout_device.device_roles(cur.masks, a.device)  # [role, key_pos]
+        cur.stats = cur.roles.new_zeros((len(STAT_COLUMNS), self.num_layers))  # [stat, layer]
+        cur.flag = rollout_device.device_zero_flag(cur.roles)  # 0-d
+
+    def _device_layer(self, cur: _Example, layer: int, a: Any) -> None:
+        a_hat, flag = rollout_device.device_a_hat(a.contiguous())  # [query_pos, key_pos], 0-d
+        cur.flag |= flag
+        if layer == 0:
+            cur.r = a_hat
+        elif self.causal:
+            cur.r = rollout_device.lower_matmul(a_hat, cur.r, min_block=rollout_device.DEVICE_MIN_BLOCK)
+        else:
+            cur.r = a_hat @ cur.r  # [query_pos, key_pos]
+        cur.stats[:, layer] = rollout_device.device_layer_stats(cur.r, cur.roles, self.causal, ENTROPY_SMOOTHING)
+
+    def _device_end(self, cur: _Example) -> None:
+        key = str(cur.stats.device)
+        dev = self._device.get(key)
+        if dev is None:
+            dev = self._device[key] = {"sums": cur.stats.new_zeros(cur.stats.shape),
+                                       "first": cur.flag.new_full((), -1), "code": cur.flag.new_zeros(())}
+        dev["sums"] += cur.stats  # [stat, layer]
+        first = (cur.flag != 0) & (dev["first"] < 0)  # 0-d: this example is the first that failed a check
+        dev["first"] = dev["first"].where(~first, len(self._device_ids))
+        dev["code"] = dev["code"].where(~first, cur.flag)
+        self._device_ids.append(cur.record.get("id", self.n_examples))
+
+    def _device_sums(self) -> "np.ndarray":
+        """The device examples' sums ``[stat, layer]`` on the host (one copy per device); raises for the first
+        device example that failed a check."""
+        total = np.zeros_like(self.sums)  # [stat, layer]
+        for dev in self._device.values():
+            first, code = int(dev["first"]), int(dev["code"])
+            if first >= 0:
+                message = rollout_device.flag_message(code)
+                raise BertlookError(f"{self.where}: example {self._device_ids[first]!r}: {message}")
+            total += dev["sums"].cpu().numpy()
+        return total
 
 def rollout_partial(
     store: "AttentionStore", *, max_examples: int | None = None, segments=None
@@ -173,7 +383,7 @@ def rollout_partial(
     """
     store = open_store(store, level="token")
     cls_token, sep_token = special_tokens(store)
-    acc = RolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
+    acc = HostRolloutAccumulator(store.num_layers, store.num_heads, cls_token=cls_token, sep_token=sep_token,
                              causal=is_causal(store.meta), map_kind=_map_kind(store), where=store.path)
     for k in select_examples(store, max_examples, segments):
         acc.add(store.records[k], store.get(k))
