@@ -120,3 +120,47 @@ def test_a_failing_layer_reader_aborts_every_consumer(examples, model):
     with pytest.raises(RuntimeError, match="reader failed"):
         stream_maps(examples, model, [Other(), Fails()], batch_size=2, device="cpu", meta={}, progress_every=0)
     assert sorted(aborted) == ["fails", "other"]
+
+
+def _accumulators(L, H, causal):
+    from bertlook.analyses.cluster_heads import JsAccumulator
+    from bertlook.analyses.rollout import RolloutAccumulator
+    from bertlook.analyses.surface_stats import SurfaceStatsAccumulator
+
+    tok = {"cls_token": None, "sep_token": None, "causal": True} if causal else {}
+    return {"stats": lambda: SurfaceStatsAccumulator(L, H, **tok), "js": lambda: JsAccumulator(L, H, causal=causal),
+            "js estimator": lambda: JsAccumulator(L, H, causal=causal, rows=3),
+            "rollout": lambda: RolloutAccumulator(L, H, **tok)}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_accumulators_take_a_batch_interleaved_layer_by_layer(causal):
+    """The stream hands each example of a batch layer 0, then layer 1, ...: every accumulator gives the partial of
+    the examples added one after the other (and refuses a layer out of order for one example)."""
+    rng = np.random.default_rng(1)
+    L, H = 3, 2
+    records, maps = [], []
+    for i, n in enumerate((7, 5, 9)):
+        x = rng.random((L, H, n, n)) + 0.05
+        if causal:
+            x = np.tril(x)
+        maps.append((x / x.sum(-1, keepdims=True)).astype(np.float16))
+        tokens = ["[CLS]", *[f"w{j}" for j in range(n - 3)], ".", "[SEP]"]
+        records.append({"id": i, "tokens": tokens})
+    for name, make in _accumulators(L, H, causal).items():
+        one, inter = make(), make()
+        for r, m in zip(records, maps):
+            one.add(r, m)
+        for layer in range(L):
+            for r, m in zip(records, maps):
+                inter.add_layer(r, layer, m[layer])
+        for r in records:
+            inter.end_example(r)
+        (m1, a1), (m2, a2) = one.partial(n_examples_in_store=3), inter.partial(n_examples_in_store=3)
+        assert m1 == m2, name
+        for k in a1:
+            assert np.array_equal(np.asarray(a1[k]), np.asarray(a2[k]), equal_nan=True), (name, k)
+        bad = make()
+        bad.add_layer(records[0], 0, maps[0][0])
+        with pytest.raises(BertlookError):
+            bad.add_layer(records[0], 2, maps[0][2])

@@ -319,7 +319,7 @@ def test_long_context_config_is_valid():
     assert config["segments"]["layout"] == "window" and config["segments"]["max_seq_len"] == 2048
     assert config["models"][0]["name_or_path"] == "EleutherAI/pythia-160m"
     assert config["extraction"]["keep_maps"] is False
-    assert "# js: estimator" in (ROOT / "config" / "long-context.yaml").read_text()
+    assert config["clustering"]["js_rows"] == 64 and config["clustering"]["max_examples"] is None
 
 
 def test_schema_layout_and_max_seq_len_cap():

@@ -37,6 +37,8 @@ use rule _model_step as extract_segments with:
             stats_partial=OUT.stats,
             js_partial=OUT.js,
             js_max_examples=config["clustering"]["max_examples"],
+            js_rows=config["clustering"].get("js_rows"),
+            js_seed=config["seed"],
             fig1_example=OUT.example,
             example_index=config["figures"]["example_index"],
             **segment_pass_flags(),

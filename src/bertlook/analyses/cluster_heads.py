@@ -42,7 +42,7 @@ from bertlook.errors import BertlookError
 from bertlook.naming import head_label
 from bertlook.attention.shards import select_examples
 from bertlook.analyses.js_device import (
-    ESTIMATOR, EntryPlan, copy_triangle, js_matrix_torch, js_terms_torch, to_device,
+    ESTIMATOR, EntryPlan, OpenExample, copy_triangle, js_matrix_torch, js_terms_torch, to_device,
 )
 from bertlook.analyses.token_roles import is_causal
 from bertlook.pipeline.sharding import partial_metas, same_value
@@ -514,7 +514,7 @@ class JsAccumulator:
         self._host_total = np.zeros((K, K), dtype=np.float64)  # [layer_head, layer_head]
         self._dev_totals: dict[Any, Any] = {}  # device -> float64 tensor [layer_head, layer_head]
         self.n_examples = 0
-        self._next_layer, self._plan, self._parts, self._device = 0, None, [], None
+        self._open: dict[int, OpenExample] = {}  # the examples between their first layer and end_example
 
     @property
     def total(self) -> "np.ndarray":
@@ -535,48 +535,55 @@ class JsAccumulator:
         self.end_example(record)
 
     def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
-        """Layer ``layer`` of the current example: ``a[head, n, n]`` (torch tensor or numpy array)."""
-        if layer != self._next_layer:
-            raise BertlookError(f"{self.where}: JS reader got layer {layer}, expected {self._next_layer}")
+        """Layer ``layer`` of an example: ``a[head, n, n]`` (torch tensor or numpy array). The examples of a batch
+        may be open at once (the stream hands every example layer 0, then layer 1, ...): each one's layers are kept
+        by the record (its object), in order, until its :meth:`end_example`."""
+        ex = self._open.get(id(record))
+        expected = 0 if ex is None else ex.next_layer
+        if layer != expected:
+            raise BertlookError(f"{self.where}: JS reader got layer {layer} of example {record.get('id')!r}, "
+                                f"expected {expected}")
         shape = tuple(a.shape)
         if len(shape) != 3 or shape[0] != self.num_heads or shape[1] != shape[2] or shape[1] < 1:
             raise BertlookError(f"{self.where}: a layer's maps must have shape [{self.num_heads}, n, n], "
                                 f"got {list(shape)}")
-        if layer == 0:
-            self._start(record, shape[1], a)
-        elif shape[1] != self._plan.n:
-            raise BertlookError(f"{self.where}: layer {layer} has {shape[1]} tokens, layer 0 had {self._plan.n}")
-        if self._device is None:
-            self._host_layer(layer, a)
+        if ex is None:
+            ex = self._open[id(record)] = self._start(record, shape[1], a)
+        elif shape[1] != ex.plan.n:
+            raise BertlookError(f"{self.where}: layer {layer} has {shape[1]} tokens, layer 0 had {ex.plan.n}")
+        if ex.device is None:
+            self._host_layer(ex, layer, a)
         else:
-            self._device_layer(a)
-        self._next_layer += 1
+            self._device_layer(ex, a)
+        ex.next_layer += 1
 
-    def _start(self, record: dict[str, Any], n: int, a: Any) -> None:
+    def _start(self, record: dict[str, Any], n: int, a: Any) -> "OpenExample":
         if self.rows is not None and "id" not in record:
             raise BertlookError(f"{self.where}: the JS estimator needs an example id (record without 'id')")
-        self._plan = plan = EntryPlan(n, causal=self.causal, rows=self.rows, seed=self.seed,
-                                      example_id=record.get("id"))
+        ex = OpenExample(plan=EntryPlan(n, causal=self.causal, rows=self.rows, seed=self.seed,
+                                         example_id=record.get("id")))
+        plan = ex.plan
         on_host = isinstance(a, np.ndarray) or (a.device.type == "cpu" and not self.device_kernel)
-        self._device = None if on_host else a.device
+        ex.device = None if on_host else a.device
         K, dtype = self.num_layers * self.num_heads, self.kwargs.get("dtype", "float32")
         if on_host:
-            self._parts = [np.empty((K, n * len(plan.q) if idx is None else len(idx)), dtype=dtype)
-                           for _, idx in plan.groups]  # per group: [layer_head, entry]
+            ex.parts = [np.empty((K, n * len(plan.q) if idx is None else len(idx)), dtype=dtype)
+                        for _, idx in plan.groups]  # per group: [layer_head, entry]
         else:
-            self._parts = []  # per layer: float16 [head, entry]
-            self._q_dev = None if plan.all_rows else to_device(plan.q, a.device)
-            self._idx_dev = [None if idx is None else to_device(idx, a.device) for _, idx in plan.groups]
+            ex.parts = []  # per layer: float16 [head, entry]
+            ex.q_dev = None if plan.all_rows else to_device(plan.q, a.device)
+            ex.idx_dev = [None if idx is None else to_device(idx, a.device) for _, idx in plan.groups]
+        return ex
 
-    def _host_layer(self, layer: int, a: Any) -> None:
+    def _host_layer(self, ex: "OpenExample", layer: int, a: Any) -> None:
         x = a if isinstance(a, np.ndarray) else a.detach().contiguous().numpy()  # [head, query_pos, key_pos]
         if x.dtype not in (np.float16, np.float32):
             x = x.astype(np.float32)  # as js_divergence_example's callers: float32 maps, then ``dtype``
-        plan, H = self._plan, self.num_heads
+        plan, H = ex.plan, self.num_heads
         if not plan.all_rows:
             x = x[:, plan.q, :]  # [head, rows, key_pos]
         flat = x.reshape(H, -1)  # [head, rows * key_pos]
-        for (_, idx), buf in zip(plan.groups, self._parts):
+        for (_, idx), buf in zip(plan.groups, ex.parts):
             dst = buf[layer * H:(layer + 1) * H]  # [head, entry]
             if idx is None:
                 dst[...] = flat
@@ -586,22 +593,22 @@ class JsAccumulator:
                 dst[...] = flat[:, idx]
             _smooth(dst, plan.n)
 
-    def _device_layer(self, a: Any) -> None:
+    def _device_layer(self, ex: "OpenExample", a: Any) -> None:
         import torch  # lazy: the device path only
 
-        x = a if self._q_dev is None else a.index_select(1, self._q_dev)  # [head, rows, key_pos]
+        x = a if ex.q_dev is None else a.index_select(1, ex.q_dev)  # [head, rows, key_pos]
         flat = x.reshape(self.num_heads, -1)  # [head, rows * key_pos]
-        parts = [flat if idx is None else flat.index_select(1, idx) for idx in self._idx_dev]
-        self._parts.append(torch.cat(parts, dim=1).to(torch.float16))  # a copy: [head, entry]
+        parts = [flat if idx is None else flat.index_select(1, idx) for idx in ex.idx_dev]
+        ex.parts.append(torch.cat(parts, dim=1).to(torch.float16))  # a copy: [head, entry]
 
     def end_example(self, record: dict[str, Any]) -> None:
         """The example's JS matrix, added to the sum (after its last layer)."""
-        if self._plan is None or self._next_layer != self.num_layers:
-            raise BertlookError(f"{self.where}: JS reader: end_example after {self._next_layer} of "
-                                f"{self.num_layers} layers")
-        plan, parts = self._plan, self._parts
-        self._next_layer, self._plan, self._parts = 0, None, []
-        if self._device is None:
+        ex = self._open.pop(id(record), None)
+        if ex is None or ex.next_layer != self.num_layers:
+            raise BertlookError(f"{self.where}: JS reader: end_example of example {record.get('id')!r} after "
+                                f"{0 if ex is None else ex.next_layer} of {self.num_layers} layers")
+        plan, parts = ex.plan, ex.parts
+        if ex.device is None:
             opts = {k: v for k, v in self.kwargs.items() if k != "dtype"}
             self._host_total += _js_from_terms([(w, *_js_terms(P, **opts)) for (w, _), P in zip(plan.groups, parts)])
         else:

@@ -30,6 +30,7 @@ pairs in blocks of about :data:`DEVICE_BLOCK_BYTES`; nothing leaves the device (
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -168,3 +169,17 @@ def js_matrix_torch(xlx, tot, mix):
     base = xlx + math.log(2.0) * tot  # [layer_head]
     js = torch.triu(0.5 * (base[:, None] + base[None, :] - mix), diagonal=1)  # [layer_head, layer_head]
     return (js + js.T).clamp_(min=0.0)
+
+
+@dataclasses.dataclass
+class OpenExample:
+    """An example of :class:`bertlook.analyses.cluster_heads.JsAccumulator` between its first layer and its ``end_example``: which entries it
+    reads (``plan``), the layers read so far (``parts``: host buffers per entry group, or a device tensor per
+    layer), the device (None: the host) and the device's row and entry indices."""
+
+    plan: Any
+    next_layer: int = 0
+    parts: list = dataclasses.field(default_factory=list)
+    device: Any = None
+    q_dev: Any = None
+    idx_dev: list = dataclasses.field(default_factory=list)

@@ -179,7 +179,7 @@ class HostRolloutAccumulator:
         self.n_examples = 0
         self.sum_log_n = 0.0
         self.sum_n = 0
-        self._current: _Example | None = None
+        self._open: dict[int, _Example] = {}  # the examples between layer 0 and end_example (by record object)
         self._device: dict[str, Any] = {}  # the device examples': sums [stat, layer], first failed example, its code
         self._device_ids: list[Any] = []  # their ids, in order (to name the first failed one)
 
@@ -197,12 +197,13 @@ class HostRolloutAccumulator:
         self.end_example(record)
 
     def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
-        """Add layer ``layer`` of the current example (``layer`` 0 starts an example): ``a [head, n, n]``."""
+        """Add layer ``layer`` of an example (``layer`` 0 starts it): ``a [head, n, n]``. The examples of a batch may
+        be open at once (the stream hands every example layer 0, then layer 1, ...): each is kept by its record."""
         try:
             host = self._host_maps(a)
             if layer == 0:
                 self._begin(record, int(a.shape[-1]), host is not None, a)
-            cur = self._current
+            cur = self._open.get(id(record))
             if cur is None or layer != cur.layer + 1 or layer >= self.num_layers or int(a.shape[-1]) != cur.n:
                 raise BertlookError(f"rollout: layer {layer} of a map of size {int(a.shape[-1])} after "
                                     + ("no layer 0" if cur is None else f"layer {cur.layer} of size {cur.n}")
@@ -213,13 +214,12 @@ class HostRolloutAccumulator:
                 self._device_layer(cur, layer, a)
             cur.layer = layer
         except BertlookError as err:
-            self._current = None
+            self._open.pop(id(record), None)
             raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: {err}") from None
 
     def end_example(self, record: dict[str, Any]) -> None:
-        """The current example's last layer was added: its statistics join the sums."""
-        cur = self._current
-        self._current = None
+        """The example's last layer was added: its statistics join the sums."""
+        cur = self._open.pop(id(record), None)
         if cur is None or cur.layer != self.num_layers - 1:
             done = "no layer" if cur is None else f"{cur.layer + 1} layers"
             raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: rollout: example ended "
@@ -264,7 +264,7 @@ class HostRolloutAccumulator:
         cur = _Example(record, n, host)
         if host and self.num_layers * n * n * 8 <= HOST_KEEP_BYTES:
             cur.means = np.empty((self.num_layers, n, n))  # [layer, query_pos, key_pos]
-            self._current = cur
+            self._open[id(record)] = cur
             return
         is_cls, is_sep = role_masks(tokens, self.cls_token, self.sep_token)  # [key_pos] each
         is_punct = punct_mask(tokens)  # [key_pos]
@@ -274,7 +274,7 @@ class HostRolloutAccumulator:
             cur.stats = np.zeros(self.num_layers)  # [layer]: the entropies (the shares: at the end)
         else:
             self._device_begin(cur, a)
-        self._current = cur
+        self._open[id(record)] = cur
 
     def _host_layer(self, cur: _Example, layer: int, maps: "np.ndarray") -> None:
         if cur.means is not None:  # a small example: its head means now, the rest at its end

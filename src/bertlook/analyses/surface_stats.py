@@ -231,7 +231,7 @@ class SurfaceStatsAccumulator:
         self.n_examples = 0
         self.sum_log_n = 0.0
         self.sum_n = 0
-        self._ex: dict[str, Any] | None = None  # the example being added (add_layer .. end_example)
+        self._open: dict[int, dict[str, Any]] = {}  # the examples between layer 0 and end_example (by record)
         self._dev: dict[str, Any] | None = None  # device sums (the torch kernel)
 
     def add(self, record: dict[str, Any], attn: "np.ndarray") -> None:
@@ -266,16 +266,17 @@ class SurfaceStatsAccumulator:
         return ex
 
     def add_layer(self, record: dict[str, Any], layer: int, a: Any) -> None:
-        """Add the maps ``a[head, n, n]`` of layer ``layer`` of the example ``record`` (layers in order from 0)."""
+        """Add the maps ``a[head, n, n]`` of layer ``layer`` of the example ``record`` (layers in order from 0; the
+        examples of a batch may be open at once, each kept by its record, as the stream hands them layer by layer)."""
         from bertlook.analyses import layer_stats  # lazy: as in _begin
 
         on_device = not isinstance(a, np.ndarray) and (self.kernel == "torch" or a.device.type != "cpu")
         if not isinstance(a, np.ndarray) and not on_device:
             a = a.detach().contiguous().numpy()  # a CPU tensor: the same memory
         n = int(a.shape[-1])
-        if layer == 0 or self._ex is None:
-            self._ex = self._begin(record, n, a if on_device else None)
-        ex = self._ex
+        if layer == 0 or id(record) not in self._open:
+            self._open[id(record)] = self._begin(record, n, a if on_device else None)
+        ex = self._open[id(record)]
         if layer != ex["layers"] or n != ex["n"] or tuple(a.shape) != (self.num_heads, n, n):
             raise BertlookError(f"{self.where}: example {ex['id']!r}: layer {layer} of shape {list(a.shape)} after "
                                 f"{ex['layers']} layers of {ex['n']} tokens")
@@ -311,7 +312,7 @@ class SurfaceStatsAccumulator:
 
     def end_example(self, record: dict[str, Any]) -> None:
         """Close the example whose layers :meth:`add_layer` took: add its statistics and offsets."""
-        ex, self._ex = self._ex, None
+        ex = self._open.pop(id(record), None)
         if ex is None or ex["layers"] != self.num_layers:
             raise BertlookError(f"{self.where}: example {record.get('id', self.n_examples)!r}: "
                                 f"{0 if ex is None else ex['layers']} of {self.num_layers} layers added")

@@ -16,7 +16,7 @@ from typing import Any
 from pathlib import Path
 
 from bertlook.cli._args import add_batch_arguments, add_model_arguments, add_shard_argument, add_step_parser
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.sharding import save_partial
@@ -81,6 +81,12 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
         p.add_argument(flag, default=None, metavar="NPZ", help=f"output: {what} of this pass (partial file)")
     p.add_argument("--js-max-examples", type=int, default=None, metavar="N",
                    help="JS divergences over the first N segments of --segments only (default: all)")
+    p.add_argument("--js-rows", type=int, default=None, metavar="R",
+                   help="JS divergences estimated from R query rows per segment, drawn with --js-seed (the "
+                        "estimator for long contexts, docs/definitions.md; default: every row, the paper's "
+                        "exact sums)")
+    p.add_argument("--js-seed", type=int, default=0, metavar="S",
+                   help="seed of the rows --js-rows draws (with each segment's id; default 0)")
     p.add_argument("--rollout-max-examples", type=int, default=None, metavar="N",
                    help="rollout statistics over the first N segments of --segments only (default: all)")
     p.add_argument("--example-index", type=int, default=0, metavar="I",
@@ -100,19 +106,30 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 class _Timed:
-    """A stream reader that times another one (seconds spent in ``add``, for the summary)."""
+    """A stream reader that times another one (seconds spent in ``add`` / ``add_layer`` / ``end_batch``, for the
+    summary; on a GPU the seconds of queuing the reader's work, which runs behind the forward pass)."""
 
     def __init__(self, name: str, inner) -> None:
         self.name, self.inner, self.seconds = name, inner, 0.0
         self.map_kind = inner.map_kind
+        self.layerwise = getattr(inner, "layerwise", False)
+
+    def _timed(self, method: str, *args) -> None:
+        t0 = time.perf_counter()
+        getattr(self.inner, method)(*args)
+        self.seconds += time.perf_counter() - t0
 
     def start(self, plan) -> None:
         self.inner.start(plan)
 
     def add(self, batch) -> None:
-        t0 = time.perf_counter()
-        self.inner.add(batch)
-        self.seconds += time.perf_counter() - t0
+        self._timed("add", batch)
+
+    def add_layer(self, batch, layer: int, maps) -> None:
+        self._timed("add_layer", batch, layer, maps)
+
+    def end_batch(self, batch) -> None:
+        self._timed("end_batch", batch)
 
     def close(self) -> None:
         self.inner.close()
@@ -122,14 +139,15 @@ class _Timed:
 
 
 class _Partial:
-    """A per-example accumulator in the stream (:class:`bertlook.attention.stream.PerExample`, built from the
-    stream's plan by ``make(plan, tokens)``) and the partial file it becomes (``save``)."""
+    """A per-example accumulator in the stream, fed layer by layer on the model's device
+    (:class:`bertlook.attention.layer_readers.PerLayer`, built from the stream's plan by ``make(plan, tokens)``)
+    and the partial file it becomes (``save``)."""
 
     def __init__(self, name: str, path, kind: str, make, partial_kind: str, *, ids=None, max_examples=None) -> None:
-        from bertlook.attention.stream import PerExample
+        from bertlook.attention.layer_readers import PerLayer
 
         self.name, self.path, self.partial_kind, self.max_examples = name, path, partial_kind, max_examples
-        self.stream = PerExample(lambda plan: make(plan, _special_tokens(plan)), kind=kind, ids=ids)
+        self.stream = PerLayer(lambda plan: make(plan, _special_tokens(plan)), kind=kind, ids=ids)
         self.reader = _Timed(name, self.stream)
 
     def save(self) -> None:
@@ -161,13 +179,14 @@ def _partials(args, threads: int) -> list[_Partial]:
     for path, kind in ((args.js_partial, "attention"), (args.norm_js_partial, "norm")):
         if path:
             make = lambda plan, tok, kind=kind: cluster_heads.JsAccumulator(  # noqa: E731
-                plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads)
+                plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads,
+                causal=bool(tok.get("causal")), rows=args.js_rows, seed=args.js_seed)
             out.append(_Partial(f"js_{kind}", path, kind, make, cluster_heads.PARTIAL_KIND,
                                 ids=ids(args.js_max_examples), max_examples=args.js_max_examples))
     for path, kind in ((args.stats_partial, "attention"), (args.norm_stats_partial, "norm")):
         if path:
             make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
-                plan.num_layers, plan.num_heads, where=where(kind), **tok)
+                plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads, **tok)
             out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
     if args.rollout_partial:
         make = lambda plan, tok: rollout.RolloutAccumulator(  # noqa: E731
@@ -181,24 +200,22 @@ def _cmd_extract(args) -> int:
     import torch
 
     from bertlook.attention.extraction import extract_segments
-    from bertlook.attention.stream import ExampleSaver
+    from bertlook.attention.layer_readers import ExampleWindow
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
-    # with readers, the model gets threads - 1 of the cores: the readers of a batch run in threads - 1 helper
-    # threads beside the next batch's forward pass, then in this thread too (each JS kernel on one thread); the
-    # phased schedule (--schedule, auto on separate cores) gives the model the helpers' threads back for each
-    # forward pass, and the readers run after it
-    readers_on = any((args.stats_partial, args.norm_stats_partial, args.js_partial, args.norm_js_partial,
-                      args.rollout_partial))
-    torch.set_num_threads(max(1, threads - 1) if readers_on and threads > 1 else threads)
+    if args.js_rows is not None:
+        check_at_least("--js-rows", args.js_rows, 1)
+    # the readers run layer by layer inside the forward pass (the model paused), so the model and the readers'
+    # kernels each get every thread; the stores' writers run beside the next batch (--schedule)
+    torch.set_num_threads(threads)
     norms = bool(args.norms or args.norms_out or args.norm_stats_partial or args.norm_js_partial)
-    partials = _partials(args, 1 if threads > 1 else threads)
+    partials = _partials(args, threads)
     saver = fig1_target = None
     if args.fig1_example:
         from bertlook.attention.fig1_example import example_id_from_segments
 
         fig1_target = example_id_from_segments(args.segments, args.example_index, args.max_seq_len)
-        saver = ExampleSaver(fig1_target[0])
+        saver = ExampleWindow(fig1_target[0])
     readers = [p.reader for p in partials] + ([saver] if saver else [])
     if args.out is None and args.norms_out is None and not readers:
         raise BertlookError("extract-segments: nothing to write: give --out, --norms-out or a partial output")
