@@ -55,6 +55,7 @@ from bertlook.pipeline.model_spec import (  # noqa: F401 (re-exported)
     model_family,
     resolve_model,
 )
+from bertlook.attention.host_memory import reuse_freed_memory
 from bertlook.errors import BertlookError, check_choice
 
 HUB_TIMEOUT_S = 10.0
@@ -376,7 +377,9 @@ def load_model(resolved: ResolvedModel, device: Any = "cpu", *, mlm: bool = Fals
     float32, or with ``model_dtype="auto"`` on a GPU in the checkpoint's own dtype (:func:`weights_dtype`).
 
     The config is checked first (:func:`check_model_family`); a model that did not load with the eager
-    attention path (the only one that returns attention weights) is refused."""
+    attention path (the only one that returns attention weights) is refused. The process keeps freed map-sized
+    blocks in its heap from here on (:func:`bertlook.attention.host_memory.reuse_freed_memory`)."""
+    log.info("host memory: %s", reuse_freed_memory())
     family = check_model_family(resolved)
     if mlm and not family:
         family = _checked_family(load_config(resolved), resolved.spec)
