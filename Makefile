@@ -13,8 +13,8 @@
 #   make lint        snakemake --lint (on the tiny configuration .test/config.yaml)
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
-#   make bench       benchmark scripts (extraction, one pass vs stores read back, JS divergence, head accuracy, probes,
-#                    hand-written parts): each prints its before/after ratio and its physical limit
+#   make bench       benchmark scripts (extraction, one pass vs stores read back, JS divergence, long contexts, head
+#                    accuracy, probes, hand-written parts): each prints its before/after ratio and its physical limit
 #   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~14 min)
 PYTHON ?= python3
 VENV ?= .venv
@@ -125,6 +125,7 @@ bench: install
 	$(BIN)/python scripts/bench_extract.py
 	$(BIN)/python scripts/bench_one_pass.py
 	$(BIN)/python scripts/bench_js.py --threads 2
+	$(BIN)/python scripts/bench_long_context.py
 	$(BIN)/python scripts/bench_heads.py
 	$(BIN)/python scripts/bench_probes.py
 	$(BIN)/python scripts/bench_probe_kernels.py
