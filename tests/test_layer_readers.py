@@ -164,3 +164,24 @@ def test_accumulators_take_a_batch_interleaved_layer_by_layer(causal):
         bad.add_layer(records[0], 0, maps[0][0])
         with pytest.raises(BertlookError):
             bad.add_layer(records[0], 2, maps[0][2])
+
+
+def test_a_layers_readers_in_threads_give_the_same_partials(examples, model):
+    """reader_threads (stream_maps' workers): a layer's calls of several readers in two threads; every reader's
+    partial is the same as with one thread (each reader still sees its layers in order)."""
+    from bertlook.analyses.cluster_heads import JsAccumulator
+    from bertlook.analyses.rollout import RolloutAccumulator
+    from bertlook.analyses.surface_stats import SurfaceStatsAccumulator
+
+    def run(workers):
+        readers = [PerLayer(lambda p: JsAccumulator(p.num_layers, p.num_heads)),
+                   PerLayer(lambda p: SurfaceStatsAccumulator(p.num_layers, p.num_heads), kind="norm"),
+                   PerLayer(lambda p: SurfaceStatsAccumulator(p.num_layers, p.num_heads)),
+                   PerLayer(lambda p: RolloutAccumulator(p.num_layers, p.num_heads))]
+        stream_maps(examples, model, readers, batch_size=2, device="cpu", meta={}, progress_every=0, norms=True,
+                    workers=workers)
+        return [r.accumulator.partial(n_examples_in_store=len(examples))[1] for r in readers]
+
+    for one, two in zip(run(1), run(2)):
+        for k in one:
+            assert np.array_equal(np.asarray(one[k]), np.asarray(two[k]), equal_nan=True), k

@@ -38,7 +38,7 @@ use rule _model_step as extract_segments with:
             js_partial=OUT.js,
             js_max_examples=config["clustering"]["max_examples"],
             js_rows=config["clustering"].get("js_rows"),
-            js_seed=config["seed"],
+            js_seed=config["seed"] if config["clustering"].get("js_rows") else None,
             fig1_example=OUT.example,
             example_index=config["figures"]["example_index"],
             **segment_pass_flags(),

@@ -275,7 +275,8 @@ def _run_stream(kept, model, consumers: Sequence[Any], plan: StreamPlan, *, batc
     host = {c.map_kind for c in consumers if not getattr(c, "layerwise", False)}  # kinds a batch reader needs
     batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=plan.num_layers,
                           num_heads=plan.num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
-                          use_token_types=use_tt, on_batch=bar.update, layer_readers=layer_readers, host=host)
+                          use_token_types=use_tt, on_batch=bar.update, layer_readers=layer_readers, host=host,
+                          reader_threads=workers)
     try:
         run_consumers(batches, consumers, plan, workers=workers, schedule=schedule)
     finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import threading
@@ -134,11 +135,12 @@ class _LayerSink:
     time (a large model on a GPU) unless a layer reader keeps some; the CPU only the kinds its readers need."""
 
     def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None, *,
-                 readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS) -> None:
+                 readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS, pool=None, helpers: int = 0) -> None:
         self.num_layers, self.dtype = num_layers, dtype
         self.captured, self.norm_modules, self.grams = captured, norm_modules, grams
         self.readers = {k: [r for r in readers if r.map_kind == k] for k in MAP_KINDS}  # kind -> layer readers
         self.host = set(host)
+        self.pool, self.helpers = pool, helpers  # threads beside this one for the readers' calls of a layer
         self.maps = self.nmaps = self.vnorms = None
         self.seen = 0
         self.batch = None  # the LayerBatch being computed
@@ -155,11 +157,28 @@ class _LayerSink:
         a16 = a.to(self.dtype)  # [batch, head, query_pos, key_pos]: converted on the device
         if "attention" in self.host:
             self.maps = self._host_copy(self.maps, layer, a16)
-        for r in self.readers["attention"]:
-            r.add_layer(self.batch, layer, a16)
+        calls = [functools.partial(r.add_layer, self.batch, layer, a16) for r in self.readers["attention"]]
         if self.captured is not None:
-            self._norms(layer, a)
+            nm16 = self._norms(layer, a)
+            calls += [functools.partial(r.add_layer, self.batch, layer, nm16) for r in self.readers["norm"]]
+        self._run(calls)
         self.seen += 1
+
+    def _run(self, calls: list) -> None:
+        """The readers' calls of one layer (each reader's own calls stay in order: a layer's are all made before
+        the next layer's): in this thread and the ``helpers`` threads of ``pool`` where there are several (their
+        kernels release the GIL: numba, torch, numpy), else one after the other."""
+        if self.pool is None or len(calls) < 2:
+            for call in calls:
+                call()
+            return
+        work = _Round(None, [_Call(call) for call in calls])
+        for _ in range(min(self.helpers, len(calls) - 1)):
+            self.pool.submit(work.work)
+        try:
+            work.finish()
+        finally:
+            work.cancel()
 
     def _host_copy(self, buf, layer: int, a16):
         import torch  # lazy: see _batch_inputs
@@ -170,7 +189,7 @@ class _LayerSink:
         buf[:, layer].copy_(a16)  # [batch, head, query_pos, key_pos]
         return buf
 
-    def _norms(self, layer: int, a) -> None:
+    def _norms(self, layer: int, a):
         import torch  # lazy: see _batch_inputs
 
         values = self.captured[layer]
@@ -185,9 +204,8 @@ class _LayerSink:
         nm16 = norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids).to(self.dtype)  # [batch, head, T, T]
         if "norm" in self.host:
             self.nmaps = self._host_copy(self.nmaps, layer, nm16)
-        for r in self.readers["norm"]:
-            r.add_layer(self.batch, layer, nm16)
         self.captured[layer] = None  # the layer's value vectors are not needed any more
+        return nm16
 
     def check(self) -> None:
         if self.seen != self.num_layers:
@@ -195,15 +213,24 @@ class _LayerSink:
                                 "(it must be loaded with attn_implementation='eager')")
 
     def end_batch(self) -> None:
-        for kind in MAP_KINDS:
-            for r in self.readers[kind]:
-                r.end_batch(self.batch)
+        self._run([functools.partial(r.end_batch, self.batch) for kind in MAP_KINDS for r in self.readers[kind]])
+
+
+class _Call:
+    """One call as a :class:`_Round` task (its ``add`` makes the call)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def add(self, _batch) -> None:
+        self.fn()
 
 
 def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
                 device, num_layers: int, num_heads: int, map_dtype: str = "float16", norm_modules=None,
                 use_token_types: bool = True, on_batch: Callable[[int], None] | None = None,
-                layer_readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS) -> Iterator[MapBatch]:
+                layer_readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS,
+                reader_threads: int = 1) -> Iterator[MapBatch]:
     """Run ``model`` on ``kept`` (``(record, input_ids, token_type_ids)``, storage order) in batches of
     ``batch_size`` under ``torch.inference_mode()``, the model in eval mode; yield a :class:`MapBatch` each.
 
@@ -212,7 +239,8 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     (:func:`bertlook.attention.norms.find_attention_modules`): also the row-normalised norm-based maps and
     the value norms of the same pass. ``on_batch(n)`` is called after each batch (progress).
     ``layer_readers`` (:class:`bertlook.attention.layer_readers.LayerReader`): handed each layer's maps of
-    their kind on the device during the forward pass; ``host``: the map kinds copied to the CPU for the
+    their kind on the device during the forward pass (``reader_threads`` > 1: a layer's calls of several readers
+    in that many threads; the results do not depend on it); ``host``: the map kinds copied to the CPU for the
     batches (the others are None in the :class:`MapBatch`).
     """
     import torch  # lazy: see _batch_inputs
@@ -229,7 +257,10 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
                 captured = stack.enter_context(norms_mod.capture_values(norm_modules))
                 grams = [norms_mod.head_gram(dense.weight.detach(), num_heads) for _, dense in norm_modules]
             # each layer's float32 maps leave the forward pass as soon as the layer computed them
-            sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams, readers=layer_readers, host=host)
+            helpers = max(0, int(reader_threads) - 1) if len(layer_readers) > 1 else 0
+            pool = stack.enter_context(ThreadPoolExecutor(helpers, thread_name_prefix="layer-reader")) if helpers else None
+            sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams, readers=layer_readers, host=host,
+                              pool=pool, helpers=helpers)
             stack.enter_context(capture_layers(model, sink))
             stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
