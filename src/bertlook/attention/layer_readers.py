@@ -22,11 +22,11 @@ Definitions: docs/definitions.md#token-level-extraction (the one-pass extraction
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from bertlook.attention.stream import MAP_KINDS, LayerBatch, MapConsumer, StreamPlan
+from bertlook.attention.stream import MAP_KINDS, LayerBatch, MapConsumer, PerExample, StreamPlan
 from bertlook.errors import check_choice
 
 
@@ -42,37 +42,23 @@ class LayerReader(MapConsumer):
         """Called once after the batch's last layer."""
 
 
-class PerLayer(LayerReader):
+class PerLayer(LayerReader, PerExample):
     """Hand each example of one map kind, layer by layer, to an accumulator's ``add_layer(record, layer, a)``
     (``a``: ``[head, n, n]`` on the device) and ``end_example(record)`` after its last layer.
 
-    ``make(plan)`` builds the accumulator when the stream starts; ``ids``: only the examples with these ids
-    (None: every example). After the stream: ``accumulator``, ``count`` (examples handed over) and
-    ``n_stream`` (examples in the stream). The layer-wise twin of
-    :class:`bertlook.attention.stream.PerExample` (same accumulators, same results)."""
-
-    def __init__(self, make: Callable[[StreamPlan], Any], *, kind: str = "attention", ids: set | None = None) -> None:
-        check_choice("map kind", kind, MAP_KINDS)
-        self.make, self.map_kind, self.ids = make, kind, ids
-        self.accumulator = None
-        self.count = self.n_stream = 0
-
-    def start(self, plan: StreamPlan) -> None:
-        self.accumulator = self.make(plan)
-        self.n_stream = len(plan.records)
-
-    def _chosen(self, record: dict[str, Any]) -> bool:
-        return self.ids is None or record.get("id") in self.ids
+    The layer-wise twin of :class:`bertlook.attention.stream.PerExample`, whose ``make``, ``kind``, ``ids``,
+    ``start``, ``accumulator``, ``count`` and ``n_stream`` it shares (same accumulators, same results); the stream
+    hands it layers, never host batches (``layerwise``)."""
 
     def add_layer(self, batch: LayerBatch, layer: int, maps) -> None:
         for b, record in enumerate(batch.records):
-            if self._chosen(record):
+            if self.chosen(record):
                 n = batch.lengths[b]
                 self.accumulator.add_layer(record, layer, maps[b, :, :n, :n])  # [head, query_pos, key_pos]
 
     def end_batch(self, batch: LayerBatch) -> None:
         for record in batch.records:
-            if self._chosen(record):
+            if self.chosen(record):
                 self.accumulator.end_example(record)
                 self.count += 1
 

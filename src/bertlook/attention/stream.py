@@ -569,9 +569,13 @@ class PerExample(MapConsumer):
         self.accumulator = self.make(plan)
         self.n_stream = len(plan.records)
 
+    def chosen(self, record: dict[str, Any]) -> bool:
+        """Whether the example ``record`` goes to the accumulator (``ids``)."""
+        return self.ids is None or record.get("id") in self.ids
+
     def add(self, batch: MapBatch) -> None:
         for b, record in enumerate(batch.records):
-            if self.ids is None or record.get("id") in self.ids:
+            if self.chosen(record):
                 self.accumulator.add(record, batch.example(b, self.map_kind))
                 self.count += 1
 
