@@ -249,6 +249,61 @@ def _token_spans(word_of_token: list[int], words: list, where: str) -> list[tupl
 # --------------------------------------------------------------------------------------------
 # token -> word attention
 
+def word_slots(alignment: Alignment) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, counts)``, each ``[W+2]``: the first token position and the number of tokens of each row/column
+    of the word-level map (0 = the first special token, 1..W = the words, W+1 = the last special token); checked
+    by :meth:`Alignment.groups`."""
+    alignment.groups()
+    n = alignment.n_tokens
+    starts = np.array([0, *[s for s, _ in alignment.token_spans], n - 1], dtype=np.int64)  # [word]
+    counts = np.array([1, *[e - s for s, e in alignment.token_spans], 1], dtype=np.int64)  # [word]
+    return starts, counts
+
+
+def token_to_word_maps(a, starts, counts, *, from_split: str = "mean"):
+    """The word-level maps of token-level maps ``a`` (torch, ``[..., n, n]``, row = FROM, column = TO) on their
+    own device: ``[..., W+2, W+2]`` in ``a``'s dtype, with ``starts`` / ``counts`` of :func:`word_slots` (torch
+    int64 tensors on ``a``'s device, or numpy arrays).
+
+    Columns: the sum over the word's tokens; rows (``from_split``) of the column-summed map: ``mean`` (each token
+    row times 1 / the word's token count, then summed), ``first`` token's row, or ``max`` (element-wise max,
+    renormalised to sum to 1). A word's tokens are added one after the other in token order, by gathers rather
+    than a matrix product or an atomic scatter, so the values are the same on every device and thread count.
+    """
+    import torch  # lazy: the word-level maps run where the model does; this module is also imported without torch
+
+    check_choice("from_split", from_split, FROM_SPLIT_MODES)
+    st = torch.as_tensor(starts, device=a.device)  # [word]
+    ct = torch.as_tensor(counts, device=a.device)  # [word]
+    cols = _segments(a, st, ct, dim=-1, reduce="sum")  # [..., query_pos, key_word]
+    if from_split == "first":
+        return cols.index_select(-2, st)  # [..., query_word, key_word]
+    if from_split == "mean":
+        weight = (1.0 / ct.to(a.dtype)).repeat_interleave(ct)  # [query_pos]: 1 / the word's token count
+        return _segments(cols * weight[:, None], st, ct, dim=-2, reduce="sum")  # [..., query_word, key_word]
+    out = _segments(cols, st, ct, dim=-2, reduce="max")  # [..., query_word, key_word]
+    total = out.sum(dim=-1, keepdim=True)  # [..., query_word, 1]
+    return torch.where(total > 0, out / torch.where(total > 0, total, 1), 0)
+
+
+def _segments(x, st, ct, *, dim: int, reduce: str):
+    """Along ``dim`` of ``x``: per word, the sum (``reduce="sum"``, in token order) or the maximum of its tokens'
+    slices (``st`` / ``ct``: each word's first token and token count)."""
+    import torch  # lazy: see token_to_word_maps
+
+    out = x.index_select(dim, st)  # the words' first tokens
+    shape = [1] * x.dim()
+    shape[dim] = -1
+    for j in range(1, int(ct.max()) if ct.numel() else 1):
+        has = ct > j  # [word]: words with a (j+1)-th token
+        nxt = x.index_select(dim, torch.where(has, st + j, st))
+        if reduce == "sum":
+            out = out + torch.where(has.view(shape), nxt, 0)  # + exact zero where the word has no such token
+        else:
+            out = torch.maximum(out, nxt)  # a word without a (j+1)-th token gathers its first again: no change
+    return out
+
+
 def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "mean") -> np.ndarray:
     """Convert token-level maps ``[L, H, n, n]`` (row = FROM, column = TO) to word level ``[L, H, W+2, W+2]``.
 
@@ -256,27 +311,53 @@ def token_to_word_attention(attn, alignment: Alignment, *, from_split: str = "me
     Columns: sum over the word's tokens. Rows (``from_split``): ``mean`` of the word's token rows
     (paper), ``first`` token's row (released code), or ``max`` (element-wise max over the rows,
     renormalised to sum to 1). Rows are taken of the column-summed map, as in the released code.
-    Returns float32; each row sums to 1 when the input rows do.
+    Returns float32; each row sums to 1 when the input rows do. The host (numpy) face of
+    :func:`token_to_word_maps`, which ``extract-words`` and ``coref-extract`` run on the model's device.
     """
+    import torch  # lazy: see token_to_word_maps
+
     check_choice("from_split", from_split, FROM_SPLIT_MODES)
-    a = np.asarray(attn, dtype=np.float32)  # [layer, head, query_pos, key_pos]
+    a = np.ascontiguousarray(attn, dtype=np.float32)  # [layer, head, query_pos, key_pos]
     n = alignment.n_tokens
     if a.ndim != 4 or a.shape[2:] != (n, n):
         raise BertlookError(f"attention of shape {list(a.shape)} does not match the alignment's {n} tokens "
                             "(expected [layers, heads, n, n])")
-    groups = alignment.groups()  # [seq]
-    g = alignment.n_words + 2
-    assign = np.zeros((n, g), dtype=np.float32)  # [key_pos, key_word]: one-hot
-    assign[np.arange(n), groups] = 1.0
-    cols = a @ assign  # [layer, head, query_pos, key_word]: attention TO each word (sum over its tokens)
-    starts = np.concatenate([[0], [s for s, _ in alignment.token_spans], [n - 1]]).astype(np.intp)  # [query_word]
-    if from_split == "first":
-        out = cols[:, :, starts, :]  # [layer, head, query_word, key_word]
-    elif from_split == "mean":
-        mean_t = (assign / assign.sum(axis=0, keepdims=True)).T  # [query_word, query_pos]
-        out = mean_t @ cols  # [layer, head, query_word, key_word]
-    else:
-        out = np.maximum.reduceat(cols, starts, axis=2)  # [layer, head, query_word, key_word]
-        total = out.sum(axis=-1, keepdims=True)  # [layer, head, query_word, 1]
-        out = np.divide(out, total, out=np.zeros_like(out), where=total > 0)
-    return np.ascontiguousarray(out, dtype=np.float32)  # [layer, head, query_word, key_word]
+    starts, counts = word_slots(alignment)
+    out = token_to_word_maps(torch.from_numpy(a), starts, counts, from_split=from_split)
+    return np.ascontiguousarray(out.numpy(), dtype=np.float32)  # [layer, head, query_word, key_word]
+
+
+class WordConversion:
+    """How ``extract-words`` and ``coref-extract`` turn a token-level example into the word-level one they store,
+    for :class:`bertlook.attention.layer_readers.LayerStore`: :meth:`record` (the host record) and :meth:`maps`
+    (each layer's ``[head, n, n]`` map -> ``[head, W+2, W+2]`` by :func:`token_to_word_maps`, on the maps' device).
+
+    ``alignments``: id -> :class:`Alignment`; ``make_record(record, alignment)``: the word-level record
+    (``tokens`` = the W+2 word-level tokens). The slots of an example are moved to the device once and dropped by
+    :meth:`release` once its layers are done."""
+
+    def __init__(self, alignments: dict[Any, Alignment], make_record, from_split: str = "mean") -> None:
+        check_choice("from_split", from_split, FROM_SPLIT_MODES)
+        self.alignments, self.make_record, self.from_split = alignments, make_record, from_split
+        self._slots: dict[tuple[Any, str], tuple[Any, Any]] = {}  # (id, device) -> (starts, counts) there
+
+    def stored_size(self, record: dict[str, Any], n: int) -> int:
+        """Rows of the stored map of ``record`` (its words + 2)."""
+        return self.alignments[record["id"]].n_words + 2
+
+    def record(self, record: dict[str, Any]) -> dict[str, Any]:
+        return self.make_record(record, self.alignments[record["id"]])
+
+    def maps(self, record: dict[str, Any], a):
+        """``a``: one layer's ``[head, n, n]`` map of ``record`` (torch, any device) -> ``[head, W+2, W+2]``."""
+        import torch  # lazy: see token_to_word_maps
+
+        key = (record["id"], str(a.device))
+        if key not in self._slots:
+            starts, counts = word_slots(self.alignments[record["id"]])
+            self._slots[key] = (torch.from_numpy(starts).to(a.device), torch.from_numpy(counts).to(a.device))
+        return token_to_word_maps(a, *self._slots[key], from_split=self.from_split)  # [head, query_word, key_word]
+
+    def release(self, record: dict[str, Any]) -> None:
+        for key in [k for k in self._slots if k[0] == record["id"]]:
+            del self._slots[key]

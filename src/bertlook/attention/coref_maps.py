@@ -23,7 +23,7 @@ import os
 import re
 from typing import Any, Sequence
 
-from bertlook.attention.alignment import FROM_SPLIT_MODES, align_words, token_to_word_attention
+from bertlook.attention.alignment import FROM_SPLIT_MODES, WordConversion, align_words
 from bertlook.attention.extraction import extract_to_store
 from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, check_max_unk_rate, check_unk_rate,
                                        unk_statistics, unk_summary)
@@ -204,15 +204,17 @@ def prepare_coref_examples(docs: Sequence[Document], tokenizer, *, max_seq_len: 
     return examples, alignments, c
 
 
-def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean"):
-    """``extract_to_store`` hook: wordpiece record + map -> word-level record + ``[L, H, W+2, W+2]`` map."""
-    def transform(record: dict[str, Any], attn):
-        al = alignments[record["id"]]
-        out = {k: v for k, v in record.items() if k != "words"}
-        out["tokens"] = [al.tokens[0], *record["words"], al.tokens[-1]]
-        return out, token_to_word_attention(attn, al, from_split=from_split)  # [layer, head, query_word, key_word]
+def _coref_record(record: dict[str, Any], al) -> dict[str, Any]:
+    """The stored word-level record of a coreference part's wordpiece ``record``."""
+    out = {k: v for k, v in record.items() if k != "words"}
+    out["tokens"] = [al.tokens[0], *record["words"], al.tokens[-1]]
+    return out
 
-    return transform
+
+def make_coref_transform(alignments: dict[str, Any], from_split: str = "mean") -> WordConversion:
+    """``extract_to_store`` hook: wordpiece record + maps -> word-level record + ``[L, H, W+2, W+2]`` maps (converted
+    on the model's device, :class:`~bertlook.attention.alignment.WordConversion`)."""
+    return WordConversion(alignments, _coref_record, from_split)
 
 
 def coref_store_meta(provenance: dict[str, Any], special: dict[str, Any], coref_meta: dict[str, Any],
@@ -287,7 +289,7 @@ def extract_coref_attention(
     summary = extract_to_store(examples, model, out_dir, batch_size=batch_size, max_seq_len=max_seq_len,
                                device=dev, level="word", meta=meta, progress_every=progress_every,
                                shard_mb=shard_mb, transform=make_coref_transform(alignments, from_split),
-                               stored_size=lambda rec, n: len(rec["words"]) + 2, step="coref-extract")
+                               step="coref-extract")
     summary.update(unk_summary(unk, max_unk_rate))
     summary.update({
         "model": model_spec,

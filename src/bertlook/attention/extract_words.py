@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from bertlook.attention.alignment import (ALIGNMENT_ERROR_REASONS, FROM_SPLIT_MODES, Alignment, align_words,
-                                          token_to_word_attention)
+from bertlook.attention.alignment import (ALIGNMENT_ERROR_REASONS, FROM_SPLIT_MODES, Alignment, WordConversion,
+                                          align_words)
 from bertlook.attention.extraction import add_shard_fields, extract_to_store, resolve_options
 from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, aligned_unk_words, check_max_unk_rate, check_unk_rate,
                                        unk_statistics, unk_summary)
@@ -126,25 +126,24 @@ def prepare_word_examples(sentences: Iterable, tokenizer, *, path: Any = "<sente
     return examples, alignments, excluded_ids, errors
 
 
-def make_word_transform(alignments: dict[str, Alignment], from_split: str = "mean"):
-    """The ``transform`` hook for ``extract_to_store``: token-level record + map -> word-level record + map."""
+def _word_record(record: dict[str, Any], al: Alignment) -> dict[str, Any]:
+    """The stored word-level record of a treebank sentence's token-level ``record``."""
+    return {
+        "id": record["id"],
+        "tokens": [al.tokens[0], *record["words"], al.tokens[-1]],
+        "heads": record.get("heads"),
+        "rels": record.get("rels"),
+        "upos": record.get("upos"),
+        "xpos": record.get("xpos"),
+        "n_wordpieces": al.n_tokens,
+        "split_words": al.split_words,
+    }
 
-    def transform(record: dict[str, Any], attn):
-        al = alignments[record["id"]]
-        words = record["words"]
-        out = {
-            "id": record["id"],
-            "tokens": [al.tokens[0], *words, al.tokens[-1]],
-            "heads": record.get("heads"),
-            "rels": record.get("rels"),
-            "upos": record.get("upos"),
-            "xpos": record.get("xpos"),
-            "n_wordpieces": al.n_tokens,
-            "split_words": al.split_words,
-        }
-        return out, token_to_word_attention(attn, al, from_split=from_split)  # -> [layer, head, query_word, key_word]
 
-    return transform
+def make_word_transform(alignments: dict[str, Alignment], from_split: str = "mean") -> WordConversion:
+    """The ``transform`` of ``extract_to_store``: token-level record + maps -> word-level record + maps (the maps
+    converted on the model's device, :class:`~bertlook.attention.alignment.WordConversion`)."""
+    return WordConversion(alignments, _word_record, from_split)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -350,7 +349,6 @@ def _extract_words_with(p: _WordRun, model, random_init, resolved, out_dir, norm
     summary = extract_to_store(p.examples, model, out_dir, batch_size=o.batch_size, max_seq_len=o.max_seq_len,
                                device=p.device, level="word", meta=meta, progress_every=o.progress_every,
                                shard_mb=o.shard_mb, transform=make_word_transform(p.alignments, o.from_split),
-                               stored_size=lambda rec, n: len(rec["words"]) + 2,
                                extra_meta={"shard": p.info} if p.info else None, norms_out_dir=norms_out,
                                step="extract-words", workers=1)
     summary.update({

@@ -13,6 +13,7 @@ padding): docs/definitions.md#token-level-extraction
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bertlook.attention.guards import (DEFAULT_MAX_UNK_RATE, STORE_DTYPE, check_max_unk_rate, check_stores_space,
                                        check_unk_rate, segment_unk_words, unk_statistics, unk_summary)
+from bertlook.attention.layer_readers import LayerStore
 from bertlook.attention.norms import NORM_STORE_META, NormClassSums, find_attention_modules
 from bertlook.attention.store import STORE_ITEMSIZE, id_sort_key
 from bertlook.attention.stream import StoreConsumer, StreamMeta, StreamPlan, choose_schedule, map_batches, run_consumers
@@ -335,8 +337,7 @@ def extract_to_store(
     meta: dict[str, Any] | None = None,
     progress_every: int = 256,
     shard_mb: float = 256,
-    transform: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None,
-    stored_size: Callable[[dict[str, Any], int], int] | None = None,
+    transform: Any = None,
     check_disk: bool = True,
     extra_meta: dict[str, Any] | None = None,
     norms_out_dir=None,
@@ -353,9 +354,10 @@ def extract_to_store(
     model provenance and ``special_tokens`` there); ``extra_meta`` is added when the store is closed. On any
     error nothing is left at ``out_dir``.
 
-    ``transform(record, attn) -> (record, attn)``: applied to every example before it is written (e.g. token ->
-    word level; it receives the float32 ``[L, H, n, n]`` map); ``stored_size(record, n)``: the size of the map
-    it stores (for the size estimate).
+    ``transform``: converts every example before it is written, on the model's device, layer by layer
+    (:class:`bertlook.attention.layer_readers.LayerStore`; e.g. token -> word level,
+    :class:`bertlook.attention.alignment.WordConversion`: it receives each layer's float32 ``[H, n, n]`` map); only
+    the converted maps cross to the host.
 
     ``norms_out_dir``: also the row-normalised norm-based maps (Kobayashi et al. 2020) of the same pass, in a
     second store (``meta.json`` ``"map": "norm"``, ``transform`` applied too); the summary gains ``norms``
@@ -365,13 +367,13 @@ def extract_to_store(
     """
     if norms_out_dir is not None and Path(norms_out_dir).absolute() == Path(out_dir).absolute():
         raise BertlookError(f"{norms_out_dir}: the norm-based store must not be the attention store's path")
-    common = dict(level=level, shard_mb=shard_mb, extra_meta=extra_meta, transform=transform,
-                  stored_size=stored_size)
-    consumers: list[Any] = [StoreConsumer(out_dir, **common)]
+    common = dict(level=level, shard_mb=shard_mb, extra_meta=extra_meta)
+    store = StoreConsumer if transform is None else functools.partial(LayerStore, convert=transform)
+    consumers: list[Any] = [store(out_dir, **common)]
     class_sums = None
     if norms_out_dir is not None:
         class_sums = NormClassSums()
-        consumers += [StoreConsumer(norms_out_dir, kind="norm", meta=NORM_STORE_META, **common), class_sums]
+        consumers += [store(norms_out_dir, kind="norm", meta=NORM_STORE_META, **common), class_sums]
     summary = stream_maps(examples, model, consumers, batch_size=batch_size, max_seq_len=max_seq_len,
                           device=device, meta=meta, norms=norms_out_dir is not None,
                           map_dtype="float16" if transform is None else "float32", progress_every=progress_every,

@@ -12,7 +12,9 @@ CPU's readers need no host copy of a batch's maps at all.
   ``add_layer(record, layer, a)`` (``a``: ``[head, n, n]``, the example's own map of the layer, a view) and
   ``end_example(record)``: the surface statistics, the JS sums and the rollout statistics of
   :mod:`bertlook.analyses`, attached by the ``extract-segments`` CLI;
-* :class:`ExampleWindow` copies one example's map to the host (the Fig 1 example).
+* :class:`ExampleWindow` copies one example's map to the host (the Fig 1 example);
+* :class:`LayerStore` writes a store of maps converted on the device (the word-level maps of ``extract-words``
+  and ``coref-extract``: only they cross to the host).
 
 On the CPU the callback runs in the forward pass's thread, so a reader's kernels may use every core; on a
 GPU its torch calls are queued behind the forward pass's own (no reader synchronises per example).
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bertlook.attention.stream import MAP_KINDS, LayerBatch, MapConsumer, PerExample, StreamPlan
+from bertlook.attention.stream import MAP_KINDS, LayerBatch, MapConsumer, PerExample, StoreConsumer, StreamPlan
 from bertlook.errors import check_choice
 
 
@@ -86,3 +88,34 @@ class ExampleWindow(LayerReader):
                     self.attn = np.empty((self.num_layers, *a.shape), dtype=a.dtype)  # [layer, head, n, n]
                 self.attn[layer] = a
                 self.found, self.record = True, record
+
+
+class LayerStore(LayerReader, StoreConsumer):
+    """A :class:`~bertlook.attention.stream.StoreConsumer` fed layer by layer: each example's map of each layer is
+    converted on the device by ``convert.maps(record, a)`` (``a``: ``[head, n, n]`` -> ``[head, m, m]``; e.g.
+    :class:`bertlook.attention.alignment.WordConversion`); at the end of a batch each example's converted layers
+    cross to the host as one ``[layer, head, m, m]`` array and are written under ``convert.record(record)``.
+    ``convert.stored_size(record, n)`` sizes the store; ``convert.release(record)`` is called once it is written.
+    The other keywords are the store consumer's."""
+
+    def __init__(self, out_dir, *, convert, **kwargs: Any) -> None:
+        StoreConsumer.__init__(self, out_dir, stored_size=convert.stored_size, **kwargs)
+        self.convert = convert
+        self._open: dict[int, list] = {}  # position in the batch -> its converted layers (on the device)
+
+    def start(self, plan: StreamPlan) -> None:
+        StoreConsumer.start(self, plan)
+        self._open = {}
+
+    def add_layer(self, batch: LayerBatch, layer: int, maps) -> None:
+        for b, record in enumerate(batch.records):
+            n = batch.lengths[b]
+            self._open.setdefault(b, []).append(self.convert.maps(record, maps[b, :, :n, :n]))  # [head, m, m]
+
+    def end_batch(self, batch: LayerBatch) -> None:
+        import torch  # lazy: the maps are torch tensors; this module is imported where torch is not needed
+
+        for b, record in enumerate(batch.records):
+            attn = torch.stack(self._open.pop(b)).cpu().numpy()  # [layer, head, m, m]: the example's only copy
+            self.writer.add(self.convert.record(record), attn)
+            self.convert.release(record)

@@ -2,12 +2,13 @@
 
 :func:`map_batches` runs a model over examples (already sorted into storage order) in batches and
 yields one :class:`MapBatch` per batch: the records, the attention maps ``[batch, layer, head, T, T]``
-(float16, as a store keeps them, or float32 for a transform), and, when asked, the norm-based maps of
+(float16, as a store keeps them, or float32 where a store converts them), and, when asked, the norm-based maps of
 the same forward pass (Kobayashi et al. 2020) and the value norms behind them. Whatever reads the maps
 is a *consumer* (:class:`MapConsumer`: ``start``, ``add``, ``close``, ``abort``):
 
-* :class:`StoreConsumer` writes them to an attention store (``extract-segments --out``, the word-level
-  stores of ``extract-words``, ``coref-extract``);
+* :class:`StoreConsumer` writes them to an attention store (``extract-segments --out``; the word-level
+  stores of ``extract-words`` and ``coref-extract`` are written from the device, layer by layer:
+  :class:`bertlook.attention.layer_readers.LayerStore`);
 * :class:`bertlook.attention.norms.NormClassSums` adds up ``|| f(x) ||`` per token class;
 * :class:`PerExample` hands every example (or a selection by id) of one map kind to an accumulator
   with ``add(record, attn)``: the surface statistics, the JS partial sums, the rollout statistics of
@@ -60,7 +61,7 @@ class MapBatch:
     start: int  # storage index of the first example of the batch
     records: list[dict[str, Any]]
     lengths: list[int]
-    maps: np.ndarray | None  # [batch, layer, head, query_pos, key_pos]: float16 (float32 for a transform); None
+    maps: np.ndarray | None  # [batch, layer, head, query_pos, key_pos]: float16 (float32 for a converting store); None
     #                         when no reader of the batches asked for them on the host (layer readers only)
     norm_maps: np.ndarray | None = None  # [batch, layer, head, query_pos, key_pos], as ``maps``
     value_norms: np.ndarray | None = None  # [batch, layer, head, key_pos] float32: || f_h(x_j) ||
@@ -481,18 +482,18 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
 class StoreConsumer(MapConsumer):
     """Write the stream's maps of one kind to a new attention store at ``out_dir`` (atomically, on ``close``).
 
-    ``transform(record, attn) -> (record, attn)`` converts each example before it is written (e.g. token ->
-    word level); ``stored_size(record, n)`` is the size of the map it stores (for the size estimate).
+    ``stored_size(record, n)`` is the size of the map it stores (for the size estimate; converted maps:
+    :class:`bertlook.attention.layer_readers.LayerStore`).
     ``meta`` is added to the stream's store meta; ``extra_meta`` is written at ``close``.
     """
 
     def __init__(self, out_dir, *, kind: str = "attention", level: str = "token", shard_mb: float = 256,
                  meta: dict[str, Any] | None = None, extra_meta: dict[str, Any] | None = None,
-                 transform=None, stored_size=None) -> None:
+                 stored_size=None) -> None:
         check_choice("map kind", kind, MAP_KINDS)
         self.out_dir, self.map_kind, self.level, self.shard_mb = out_dir, kind, level, shard_mb
         self.meta, self.extra_meta = dict(meta or {}), extra_meta
-        self.transform, self.stored_size = transform, stored_size
+        self.stored_size = stored_size
         self.writer = None
         self.published = False
         self.excluded: dict[str, Any] = {}
@@ -512,11 +513,7 @@ class StoreConsumer(MapConsumer):
 
     def add(self, batch: MapBatch) -> None:
         for b, record in enumerate(batch.records):
-            attn = batch.example(b, self.map_kind)  # [layer, head, query_pos, key_pos]
-            if self.transform is None:
-                self.writer.add(record, attn)
-            else:
-                self.writer.add(*self.transform(record, attn))
+            self.writer.add(record, batch.example(b, self.map_kind))  # [layer, head, query_pos, key_pos]
 
     def close(self) -> None:
         self.writer.close(excluded=self.excluded, extra_meta=self.extra_meta)
