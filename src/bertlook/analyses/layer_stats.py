@@ -14,8 +14,9 @@ it 2x slower) are read from there. :func:`finish` divides the sums into the colu
 CPU (:func:`layer_stats_cpu`, numba, float16 bit patterns read in place):
 
 * encoder entropy: the float64 table :func:`bertlook.analyses.surface_stats.xlogx_table` summed in numpy's
-  pairwise order (:func:`pairwise_plan`: leaves of up to 128 entries with 8 accumulators, halves above that,
-  as :mod:`bertlook.analyses.map_kernels`; the row entropies again pairwise): today's numbers bit for bit.
+  pairwise order (:func:`pairwise_plan`: leaves of up to 128 entries summed by
+  :func:`bertlook.analyses.map_kernels.pairwise_leaf`, halves above that; the row entropies again pairwise):
+  today's numbers bit for bit.
   Every other sum adds float16 values (multiples of 2^-24) in float64, exact in any order: bit for bit too.
 * causal entropy: row i smoothed over its ``i + 1`` keys (a table per row would cost more than the row), in
   float32 with the Cephes ``logf`` of :mod:`bertlook.analyses.xlogx`, vectorised; where ``a > 0.75`` its
@@ -55,7 +56,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from bertlook.analyses.map_kernels import float16_values
+# numba's cache keys a compiled function on its own file only: after an edit of map_kernels' pairwise_leaf or
+# xlogx's logf alone, clear this module's cache (__pycache__/layer_stats.*.nbi|nbc) too (docs: 'Notes on Caching')
+from bertlook.analyses.map_kernels import float16_values, pairwise_leaf
 from bertlook.analyses.xlogx import BLOCK, FASTMATH, LOGF_POLY, logf
 
 #: raw sums per head, in this order (``[head, slot]``): divided by :func:`finish`
@@ -100,35 +103,6 @@ def _half_to_float(typingctx, b):
         return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
 
     return types.float32(types.uint16), codegen
-
-
-@njit(**EXACT)
-def _leaf(table, row, start, m):  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``table[row[start : start + m]]`` for ``m <= 128`` (a leaf of :func:`pairwise_plan`)."""
-    if m < 8:
-        res = -0.0
-        for k in range(start, start + m):
-            res += table[row[k]]
-        return res
-    r0, r1, r2, r3 = table[row[start]], table[row[start + 1]], table[row[start + 2]], table[row[start + 3]]
-    r4, r5, r6, r7 = table[row[start + 4]], table[row[start + 5]], table[row[start + 6]], table[row[start + 7]]
-    i, stop = 8, m - m % 8
-    while i < stop:
-        k = start + i
-        r0 += table[row[k]]
-        r1 += table[row[k + 1]]
-        r2 += table[row[k + 2]]
-        r3 += table[row[k + 3]]
-        r4 += table[row[k + 4]]
-        r5 += table[row[k + 5]]
-        r6 += table[row[k + 6]]
-        r7 += table[row[k + 7]]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < m:
-        res += table[row[start + i]]
-        i += 1
-    return res
 
 
 @njit(**EXACT)
@@ -306,7 +280,7 @@ def _head(bits, h, table, values, causal, s, leaves, prog, cls_idx, sep_idx, pun
             xlx, mx = _causal_row(row, m, c32, np.float32(d), np.float32(d - s))
         else:
             for k in range(leaves.shape[0]):
-                sums[k] = _leaf(table, row, leaves[k, 0], leaves[k, 1])
+                sums[k] = pairwise_leaf(table, row, leaves[k, 0], leaves[k, 1])
             xlx = _tree(sums, prog, stack)
             mx = _bits_max(row, n)
         if mx >= 0x7C00:  # a sign bit, or an infinite / NaN value

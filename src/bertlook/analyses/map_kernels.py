@@ -6,8 +6,9 @@ MiniLM example (a float64 table lookup of 1.2 M entries, then a sum; a float64 c
 over the heads). These kernels read the float16 bit patterns in place:
 
 * :func:`table_row_sums`: ``sum_j table[bits[r, j]]`` per row, added in numpy's own order (its pairwise sum:
-  8 accumulators over blocks of up to 128, halves above that, :func:`_pairwise`), so the result equals
-  ``np.take(table, bits).sum(axis=-1)`` bit for bit (tests/test_map_kernels.py checks every length to 300);
+  8 accumulators over blocks of up to 128, :func:`pairwise_leaf`, halves above that, :func:`_pairwise`), so the
+  result equals ``np.take(table, bits).sum(axis=-1)`` bit for bit (tests/test_map_kernels.py checks every length
+  to 300);
 * :func:`head_mean`: ``mean over heads`` of the float64 values, the heads added in order then divided by their
   count, as ``np.asarray(a, float64).mean(axis=1)``, and whether every value is finite.
 
@@ -25,36 +26,46 @@ JIT = dict(nogil=True, cache=True)  # no fast-math: the sums must keep numpy's o
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
 
 
-@njit(**JIT)
-def _pairwise(table, bits, start, n):  # pragma: no cover - compiled
-    """numpy's ``pairwise_sum`` of ``table[bits[start : start + n]]`` (float64)."""
+@njit(inline="always", **JIT)
+def pairwise_leaf(table, bits, start, n):  # pragma: no cover - compiled
+    """numpy's ``pairwise_sum`` of ``table[bits[start : start + n]]`` for ``n <= 128`` (one block: below 8 values
+    in order, else 8 accumulators combined as a tree, then the tail). Not recursive, so compiled callers in other
+    modules load it from numba's cache reliably (:func:`bertlook.analyses.layer_stats.pairwise_plan`); inlined
+    (as a call from the recursive :func:`_pairwise` it was not, and cost it 35% at n = 512)."""
     if n < 8:
         res = -0.0
         for i in range(n):
             res += table[bits[start + i]]
         return res
+    r0, r1 = table[bits[start]], table[bits[start + 1]]
+    r2, r3 = table[bits[start + 2]], table[bits[start + 3]]
+    r4, r5 = table[bits[start + 4]], table[bits[start + 5]]
+    r6, r7 = table[bits[start + 6]], table[bits[start + 7]]
+    i, stop = 8, n - n % 8
+    while i < stop:
+        k = start + i
+        r0 += table[bits[k]]
+        r1 += table[bits[k + 1]]
+        r2 += table[bits[k + 2]]
+        r3 += table[bits[k + 3]]
+        r4 += table[bits[k + 4]]
+        r5 += table[bits[k + 5]]
+        r6 += table[bits[k + 6]]
+        r7 += table[bits[k + 7]]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += table[bits[start + i]]
+        i += 1
+    return res
+
+
+@njit(**JIT)
+def _pairwise(table, bits, start, n):  # pragma: no cover - compiled
+    """numpy's ``pairwise_sum`` of ``table[bits[start : start + n]]`` (float64): :func:`pairwise_leaf` up to 128
+    values, halves (the first a multiple of 8) above that."""
     if n <= _PW_BLOCK:
-        r0, r1 = table[bits[start]], table[bits[start + 1]]
-        r2, r3 = table[bits[start + 2]], table[bits[start + 3]]
-        r4, r5 = table[bits[start + 4]], table[bits[start + 5]]
-        r6, r7 = table[bits[start + 6]], table[bits[start + 7]]
-        i, stop = 8, n - n % 8
-        while i < stop:
-            k = start + i
-            r0 += table[bits[k]]
-            r1 += table[bits[k + 1]]
-            r2 += table[bits[k + 2]]
-            r3 += table[bits[k + 3]]
-            r4 += table[bits[k + 4]]
-            r5 += table[bits[k + 5]]
-            r6 += table[bits[k + 6]]
-            r7 += table[bits[k + 7]]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        while i < n:
-            res += table[bits[start + i]]
-            i += 1
-        return res
+        return pairwise_leaf(table, bits, start, n)
     n2 = n // 2
     n2 -= n2 % 8
     return _pairwise(table, bits, start, n2) + _pairwise(table, bits, start + n2, n - n2)

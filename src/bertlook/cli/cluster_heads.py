@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
-from bertlook.errors import BertlookError
+from bertlook.errors import BertlookError, check_at_least
 from bertlook.io_utils import write_csv
 from bertlook.pipeline import costs
 from bertlook.pipeline.sharding import load_partial, save_partial
@@ -64,10 +64,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
         env = os.environ.get("OMP_NUM_THREADS", "").strip()
         threads = int(env) if env.isdigit() and int(env) > 0 else 1
-    if threads < 1:
-        raise BertlookError(f"--threads must be >= 1, got {threads}")
-    if args.js_rows is not None and args.js_rows < 1:
-        raise BertlookError(f"--js-rows must be >= 1, got {args.js_rows}")
+    check_at_least("--threads", threads, 1)
+    check_at_least("--js-rows", args.js_rows, 1, optional=True)
 
     if bool(args.attention) == bool(args.partial):
         raise BertlookError("cluster-heads: give --attention DIR or --partial NPZ ... (one of them)")

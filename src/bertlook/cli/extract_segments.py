@@ -203,8 +203,7 @@ def _cmd_extract(args) -> int:
     from bertlook.attention.layer_readers import ExampleWindow
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
-    if args.js_rows is not None:
-        check_at_least("--js-rows", args.js_rows, 1)
+    check_at_least("--js-rows", args.js_rows, 1, optional=True)
     # the readers run layer by layer inside the forward pass (the model paused), so the model and the readers'
     # kernels each get every thread; the stores' writers run beside the next batch (--schedule)
     torch.set_num_threads(threads)
