@@ -30,7 +30,8 @@ loaded with ``bertlook.attention.modeling.load_model`` like every pipeline step:
     exact JS, the JS estimator) layer by layer on the device vs on the CPU, fed the same float16 maps (the CPU
     store's, as encoder maps and made causal): PASS when every partial sum agrees within 1e-5 (relative; the JS
     sums over max(1, the largest), the scale of (c)) and the integer counts (argmax offsets) are equal; ms per
-    example each side. (The rollout reader keeps float64 products on both sides.)
+    example each side. (The rollout reader keeps float64 products on both sides.) And the word-level conversion
+    of ``extract-words`` (:func:`check_word_maps`): the device's word maps equal the CPU's bit for bit.
 (d) the device's measured matmul rate, ``torch.matmul`` on square ``--matmul-size`` matrices in fp16
     and in fp32 with TF32 disabled (``torch.set_float32_matmul_precision("highest")``, set for the
     whole script, so (a)-(c) run in true fp32 too), and extraction's achieved model GFLOP/s (forward
@@ -445,6 +446,35 @@ def check_readers(store_path: Path, device: str, n_examples: int, special: dict[
     return out
 
 
+def check_word_maps(store_path: Path, device: str, n_examples: int) -> dict[str, Any]:
+    """The word-level conversion of ``extract-words`` / ``coref-extract``
+    (:func:`bertlook.attention.alignment.token_to_word_maps`, each ``from_split``) on ``device`` vs on the CPU, fed
+    the same float32 maps (the CPU store's) with words of 1, 2, 3, 1, 4, ... tokens: it adds a word's tokens in
+    token order by gathers, so the values must be equal bit for bit (``equal``), ``max_abs_diff`` besides."""
+    import numpy as np
+    import torch
+
+    from bertlook.attention.alignment import token_to_word_maps
+    from bertlook.attention.store import open_store
+
+    store = open_store(store_path)
+    out: dict[str, Any] = {"examples": min(n_examples, len(store)), "equal": True, "max_abs_diff": 0.0}
+    for i in range(out["examples"]):
+        a = torch.from_numpy(np.asarray(store.get(i), dtype=np.float32))  # [layer, head, n, n]
+        n = a.shape[-1]
+        counts = [1]
+        while sum(counts) < n - 1:
+            counts.append(min((1, 2, 3, 1, 4)[len(counts) % 5], n - 1 - sum(counts)))
+        counts.append(1)
+        starts = np.cumsum([0, *counts[:-1]])
+        for mode in ("mean", "first", "max"):
+            host = token_to_word_maps(a, starts, np.asarray(counts), from_split=mode)
+            dev = token_to_word_maps(a.to(device), starts, np.asarray(counts), from_split=mode).cpu()
+            out["equal"] &= bool(torch.equal(host, dev))
+            out["max_abs_diff"] = max(out["max_abs_diff"], float((host - dev).abs().max()))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -536,6 +566,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["readers"] = readers
         print(f"  (e) readers: {readers['examples']} examples, max rel diff device vs CPU {readers['worst']:.3g}; "
               f"counts equal: {readers['counts_equal']}", flush=True)
+        words = check_word_maps(tmp / "store-cpu", device, args.js_examples)
+        report["word_maps"] = words
+        print(f"  (e) word-level maps: {words['examples']} examples x 3 modes, device == CPU bit for bit: "
+              f"{words['equal']} (max abs diff {words['max_abs_diff']:.3g})", flush=True)
 
     # (d) matmul rates and the share extraction achieves
     reps, trials = (3, 3) if tiny else (20, 5)
@@ -580,6 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ", ".join(f"{k} {v:.2g}" for k, v in readers["max_rel_diff"].items())),
         summary_row("(e) readers: integer counts (argmax offsets) equal", readers["counts_equal"], "equal",
                     "PASS" if readers["counts_equal"] else "FAIL"),
+        summary_row("(e) word-level maps on the device vs the CPU's, same maps: bit for bit", words["equal"], "equal",
+                    "PASS" if words["equal"] else "FAIL", f"max abs diff {words['max_abs_diff']:.3g}"),
         *[summary_row(f"(e) {k}: ms/example CPU / {dev}", f"{v['cpu']:.1f} / {v['device']:.1f}")
           for k, v in readers["ms_per_example"].items()],
         summary_row(f"(d) matmul fp32 (no TF32) GFLOP/s, {dev}", rate32),
