@@ -131,18 +131,18 @@ def dims_from_config(cfg: Mapping[str, Any], weights_bytes: int | None = None, s
             raise BertlookError(f"{source}: none of {', '.join(names)} in the model config")
         return default
 
-    hidden = get("hidden_size", "n_embd", "d_model")
+    hidden = get("hidden_size", "n_embd", "d_model", "dim")  # dim, n_layers, n_heads, hidden_dim: DistilBERT
     archs = cfg.get("architectures")
     family = model_family(cfg)
     mlm = not archs or any(("MaskedLM" in a or "ForPreTraining" in a) for a in archs)
     if family == DECODER:  # its pre-training head is the next-token head: gradients run when it has one
         mlm = not archs or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
-    heads = get("num_attention_heads", "n_head")
+    heads = get("num_attention_heads", "n_head", "n_heads")
     return ModelDims(
-        layers=get("num_hidden_layers", "n_layer", "num_layers"),
+        layers=get("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
         heads=heads,
         hidden=hidden,
-        intermediate=get("intermediate_size", "n_inner", default=4 * hidden),
+        intermediate=get("intermediate_size", "n_inner", "hidden_dim", default=4 * hidden),
         vocab=get("vocab_size", default=30522),
         max_positions=get("max_position_embeddings", "n_positions", default=512),
         weights_bytes=weights_bytes,

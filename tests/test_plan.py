@@ -1,0 +1,221 @@
+"""``bertlook plan`` (issue 43): the cost of config/atlas.yaml from config.json files alone
+(tests/fixtures/atlas_configs), refusals with their reasons, the JSON, errors, and the one download of a
+config.json (``huggingface_hub.hf_hub_download``, replaced here by a function writing the file: no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertlook.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ATLAS = ROOT / "config" / "atlas.yaml"
+FIXTURES = ROOT / "tests" / "fixtures" / "atlas_configs"
+
+#: published parameter counts (model cards / papers) of the atlas's models
+PUBLISHED = {
+    "bert-base-uncased": 110e6, "bert-large-uncased": 340e6, "roberta-base": 125e6, "roberta-large": 355e6,
+    "distilbert-base-uncased": 66e6, "xlm-roberta-base": 278e6, "deberta-v3-base": 184e6, "modernbert-base": 149e6,
+    "mbert": 178e6, "gpt2": 124e6, "gpt2-medium": 355e6, "gpt2-large": 774e6, "gpt2-xl": 1.558e9,
+    "pythia-70m": 70.4e6, "pythia-410m": 405e6, "pythia-1.4b": 1.41e9, "pythia-6.9b": 6.86e9, "qwen2.5-0.5b": 0.49e9,
+    "qwen2.5-1.5b": 1.54e9, "qwen2.5-3b": 3.09e9, "qwen2.5-7b": 7.61e9, "smollm2-360m": 362e6, "olmo-1b": 1.18e9,
+    "llama-3.2-1b": 1.24e9, "mistral-7b": 7.24e9,
+}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(ROOT)
+
+
+def _plan(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(["plan", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _atlas_plan(tmp_path, capsys, *extra: str) -> tuple[str, dict]:
+    out = tmp_path / "plan.json"
+    rc, text, err = _plan(capsys, str(ATLAS), "--configs", str(FIXTURES), "--json", str(out), *extra)
+    assert rc == 0, err
+    return text, json.loads(out.read_text())
+
+
+def _config_with(tmp_path: Path, models: list[dict]) -> Path:
+    cfg = yaml.safe_load(ATLAS.read_text())
+    cfg["models"] = models
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _write(root: Path, name: str, cfg: dict | str) -> None:
+    d = root / name.replace("/", "--")
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+
+
+def test_the_atlas_plan_has_a_row_for_every_model_and_fits_120_columns(tmp_path, capsys):
+    text, plan = _atlas_plan(tmp_path, capsys)
+    models = yaml.safe_load(ATLAS.read_text())["models"]
+    assert len(models) >= 25
+    lines = text.splitlines()
+    for m in models:
+        assert any(line.startswith(m["label"] + " ") for line in lines), m["label"]
+    assert max(len(line) for line in lines) <= 120
+    assert plan["totals"]["planned"] == len(models) and plan["totals"]["refused"] == 0
+    assert [r["label"] for r in plan["models"]] == [m["label"] for m in models]
+    assert "GPU-hours:" in text and "downloads:" in text and "8 GPUs" in text
+    # the unpinned models are exactly those without a commit hash, and the table names them
+    unpinned = [m["label"] for m in models if not m.get("revision")]
+    assert unpinned and plan["totals"]["unpinned"] == unpinned
+    assert "unpinned" in text and all(label in text.split("unpinned", 1)[1] for label in unpinned)
+    gated = {m["label"] for m in models if m.get("gated")}
+    assert gated == {"llama-3.2-1b", "mistral-7b"}
+    assert all(m.get("family") for m in models)
+
+
+def test_every_atlas_model_has_its_fixture_and_no_fixture_is_left_over():
+    names = {m["name_or_path"].replace("/", "--") for m in yaml.safe_load(ATLAS.read_text())["models"]}
+    fixtures = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    assert names == fixtures
+    for name in fixtures:
+        cfg = json.loads((FIXTURES / name / "config.json").read_text())
+        assert cfg["model_type"] and cfg["vocab_size"] > 1000
+
+
+def test_parameter_counts_are_within_two_percent_of_the_published_sizes(tmp_path, capsys):
+    _, plan = _atlas_plan(tmp_path, capsys)
+    params = {r["label"]: r["params"] for r in plan["models"]}
+    off = {k: round(params[k] / v, 3) for k, v in PUBLISHED.items() if abs(params[k] / v - 1) > 0.02}
+    assert not off, off
+    row = {r["label"]: r for r in plan["models"]}
+    assert (row["qwen2.5-7b"]["layers"], row["qwen2.5-7b"]["heads"], row["qwen2.5-7b"]["kv_heads"]) == (28, 28, 4)
+    assert row["pythia-6.9b"]["download_bytes"] == 2 * row["pythia-6.9b"]["params"]  # float16 checkpoint
+    assert row["bert-base-uncased"]["download_bytes"] == 4 * row["bert-base-uncased"]["params"]  # no dtype: fp32
+
+
+def test_jobs_partitions_and_gpu_numbers(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BERTLOOK_SLURM_GPU_PARTITION", "a100")
+    text, plan = _atlas_plan(tmp_path, capsys)
+    gpu_rules = set(plan["partitions"]["gpu_rules"])
+    assert {"extract_segments", "extract_words", "gradients_shard", "head_detectors"} <= gpu_rules
+    big, small = ({r["label"]: r for r in plan["models"]}[k] for k in ("mistral-7b", "pythia-70m"))
+    for row in (big, small):
+        for job in row["jobs"]:
+            assert job["partition"] == ("a100" if job["rule"] in gpu_rules else "(default)")
+            assert ("gpu_s" in job) == (job["rule"] in gpu_rules)
+    assert "-> a100" in text
+    # bfloat16 weights of a 7B model on the GPU (model_dtype: auto), plus maps: more than the weights, < 80 GB
+    assert 2 * big["params"] / 2**20 < big["gpu_mem_mb"] < 80e3
+    assert big["gpu_s"] > 10 * small["gpu_s"] > 0
+    _, faster = _atlas_plan(tmp_path, capsys, "--gpu-tflops", "200")
+    assert faster["totals"]["gpu_hours"] < plan["totals"]["gpu_hours"]
+    assert plan["totals"]["wall_hours_8_gpus"] < plan["totals"]["wall_hours_1_gpu"]
+
+
+def test_the_default_profile_runs_everything_locally(tmp_path, capsys):
+    _, plan = _atlas_plan(tmp_path, capsys, "--profile", "default")
+    assert {j["partition"] for r in plan["models"] for j in r["jobs"]} == {"local", "local (GPU)"}
+
+
+def test_models_bertlook_cannot_analyse_are_refused_with_their_reasons(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download",
+                        lambda *a, **k: pytest.fail("a gated model without a token must not be downloaded"))
+    configs = tmp_path / "configs"
+    _write(configs, "t/mamba", {"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24,
+                                "vocab_size": 50280, "architectures": ["MambaForCausalLM"]})
+    _write(configs, "t/remote", {"model_type": "bert", "auto_map": {"AutoModel": "modeling.X"},
+                                 "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2})
+    _write(configs, "t/t5", {"model_type": "t5", "is_encoder_decoder": True, "d_model": 512, "num_layers": 6,
+                             "num_heads": 8, "vocab_size": 32128})
+    _write(configs, "t/unknown", {"model_type": "frobnicator", "hidden_size": 64, "num_hidden_layers": 2,
+                                  "num_attention_heads": 2})
+    _write(configs, "t/nodims", {"model_type": "bert", "vocab_size": 30522})
+    (configs / "openai-community--gpt2").mkdir()
+    (configs / "openai-community--gpt2" / "config.json").write_text((FIXTURES / "openai-community--gpt2" /
+                                                                     "config.json").read_text())
+    models = [{"label": n.split("/")[1], "name_or_path": n} for n in
+              ("t/mamba", "t/remote", "t/t5", "t/unknown", "t/nodims")]
+    models += [{"label": "gated", "name_or_path": "t/gated-model", "gated": True},
+               {"label": "gpt2", "name_or_path": "openai-community/gpt2"}]
+    out = tmp_path / "p.json"
+    rc, text, err = _plan(capsys, str(_config_with(tmp_path, models)), "--configs", str(configs), "--json", str(out))
+    assert rc == 0, err
+    rows = {r["label"]: r for r in json.loads(out.read_text())["models"]}
+    assert rows["gpt2"]["refused"] is None and rows["gpt2"]["params"] > 1e8
+    expect = {"mamba": "no attention weights", "remote": "remote-code", "t5": "encoder-decoder",
+              "unknown": "frobnicator", "nodims": "unknown architecture", "gated": "HF_TOKEN"}
+    for label, words in expect.items():
+        assert words in rows[label]["refused"], (label, rows[label]["refused"])
+        assert any(line.startswith(f"{label} ") and "refused:" in line for line in text.splitlines()), label
+    assert "https://huggingface.co/t/gated-model" in rows["gated"]["refused"]
+    assert max(len(line) for line in text.splitlines()) <= 120
+
+
+def test_every_model_refused_is_exit_2(tmp_path, capsys):
+    configs = tmp_path / "configs"
+    _write(configs, "t/mamba", {"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 2})
+    rc, text, err = _plan(capsys, str(_config_with(tmp_path, [{"label": "m", "name_or_path": "t/mamba"}])),
+                          "--configs", str(configs))
+    assert rc == 2 and "refused:" in text and err.startswith("error:") and "every model is refused" in err
+
+
+def test_a_malformed_config_json_is_one_error_naming_the_file(tmp_path, capsys):
+    configs = tmp_path / "configs"
+    _write(configs, "t/broken", '{"model_type": "bert", "hidden_size": ')
+    out = tmp_path / "p.json"
+    rc, text, err = _plan(capsys, str(_config_with(tmp_path, [{"label": "b", "name_or_path": "t/broken"}])),
+                          "--configs", str(configs), "--json", str(out))
+    assert rc == 2 and err.startswith("error:") and str(configs / "t--broken" / "config.json") in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists() and text == ""
+
+
+def test_a_bad_config_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run_name: x\nmodels: []\n")
+    rc, _, err = _plan(capsys, str(bad))
+    assert rc == 2 and err.startswith("error:")
+    rc, _, err = _plan(capsys, str(ATLAS), "--configs", str(tmp_path / "nowhere"))
+    assert rc == 2 and "--configs" in err
+
+
+def test_without_a_fixture_the_config_json_is_downloaded_with_hf_hub_download(tmp_path, capsys, monkeypatch):
+    calls = []
+
+    def fake_download(repo_id, filename, *, revision=None, **kwargs):
+        calls.append((repo_id, filename, revision))
+        path = tmp_path / "dl" / repo_id.replace("/", "--") / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text((FIXTURES / "EleutherAI--pythia-70m" / "config.json").read_text())
+        return str(path)
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", fake_download)
+    rev = "a" * 40
+    models = [{"label": "p", "name_or_path": "testorg/not-in-fixtures", "revision": rev},
+              {"label": "gpt2", "name_or_path": "openai-community/gpt2"}]
+    out = tmp_path / "p.json"
+    rc, text, err = _plan(capsys, str(_config_with(tmp_path, models)), "--configs", str(FIXTURES), "--json", str(out))
+    assert rc == 0, err
+    assert calls == [("testorg/not-in-fixtures", "config.json", rev)]  # only config.json; the fixture model not
+    rows = {r["label"]: r for r in json.loads(out.read_text())["models"]}
+    assert rows["p"]["config_source"].startswith("hub download") and abs(rows["p"]["params"] / 70.4e6 - 1) < 0.02
+    assert rows["gpt2"]["config_source"].endswith("openai-community--gpt2/config.json")
+    assert json.loads(out.read_text())["totals"]["unpinned"] == ["gpt2"]
+
+
+def test_a_failed_download_refuses_that_model_only(tmp_path, capsys, monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("no route to host\nsecond line")
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", offline)
+    models = [{"label": "p", "name_or_path": "testorg/elsewhere"}, {"label": "gpt2", "name_or_path": "openai-community/gpt2"}]
+    rc, text, err = _plan(capsys, str(_config_with(tmp_path, models)), "--configs", str(FIXTURES))
+    assert rc == 0, err
+    assert "refused: config.json could not be downloaded (no route to host)" in text
