@@ -15,8 +15,9 @@ sends to its GPU partition) the GPU memory and the time on a GPU:
   peak): the model's forward passes (:func:`bertlook.pipeline.sizing.sum_flops`, three for the gradients plus the
   language-model head) and, in extract_segments, the JS sums on the device (``JS_FLOPS_PER_ENTRY`` per head pair
   and map entry).
-* **disk**: the jobs' output estimates (``disk_mb``; written, an upper bound on what is kept: stores are removed
-  after their readers unless ``extraction.keep_maps``).
+* **disk**: the jobs' output estimates (``disk_mb``): written in all, and kept (the word-level and coreference
+  stores of ``TEMP_STORE_RULES`` are removed after their readers unless ``extraction.keep_maps``: they keep
+  their summaries).
 * **wall time** of the GPU jobs on G GPUs: longest-job-first list scheduling of every model's GPU jobs.
 """
 
@@ -46,6 +47,10 @@ JS_FLOPS_PER_ENTRY = 10.0  # device FLOPs per (head pair x map entry) of the JS 
 #: the rules of a model run besides its steps' (cross-model rules, downloads and summaries are not per model)
 SUPPORT_RULES = ("segments", "treebank", "gather_extraction", "manifest", "report_pages")
 #: the profile the table names partitions from, by --profile
+#: rules whose attention stores are temporary without extraction.keep_maps (removed once their readers are done):
+#: what they keep is their summary
+TEMP_STORE_RULES = ("extract_words", "coref_extract")
+KEPT_SUMMARY_MB = 1.0
 #: inputs standing for a gather job's partial sums (a job without inputs is sized as reading maps)
 GATHER_INPUTS = {"gradients": ("partials/gradients-1of1.npz",), "gather_extraction": ("attention/segments-1of1.summary.json",)}
 PROFILES = {"slurm": "profiles/slurm/config.yaml", "default": "profiles/default/config.yaml"}
@@ -133,6 +138,8 @@ def _job_row(rule: str, wc: dict[str, str], config: Mapping[str, Any], run: str,
     cost = costs[rule]
     mem, cpu, _disk = cost.estimate(job, cost)
     row["cpu_s"] = round(cpu, 1)
+    temporary = rule in TEMP_STORE_RULES and not config["extraction"].get("keep_maps")
+    row["kept_mb"] = KEPT_SUMMARY_MB if temporary else row["disk_mb"]
     if rule in partitions.gpu_rules:
         extra_mb = max(0.0, mem - cost_models.BASE_TORCH_MB - dims.weights_mb)
         row["gpu_mem_mb"] = round(gpu_bytes / MIB + extra_mb + CUDA_CONTEXT_MB, 1)
@@ -180,7 +187,8 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
         "gpu_dtype": loaded, "gpu_mem_mb": max((j["gpu_mem_mb"] for j in gpu_jobs), default=0.0),
         "gpu_s": round(sum(j["gpu_s"] for j in gpu_jobs), 1), "gpu_job_s_max": max((j["gpu_s"] for j in gpu_jobs), default=0.0),
         "cpu_s": round(sum(j["cpu_s"] for j in jobs if "gpu_s" not in j), 1),
-        "disk_mb": sum(j["disk_mb"] for j in jobs), "jobs": jobs, "refused": None,
+        "disk_mb": sum(j["disk_mb"] for j in jobs), "kept_mb": round(sum(j["kept_mb"] for j in jobs), 1),
+        "jobs": jobs, "refused": None,
     }
 
 
@@ -203,6 +211,8 @@ def totals(rows: Sequence[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
         "gpu_hours": round(sum(gpu_jobs) / 3600, 2), "cpu_hours": round(sum(r["cpu_s"] for r in ok) / 3600, 2),
         "download_gb": round(sum(r["download_bytes"] for r in ok) / 1e9, 2),
         "disk_gb": round(sum(r["disk_mb"] for r in ok) / 1e3, 2),  # rule_resources' disk_mb is in MB
+        "kept_gb": round(sum(r["kept_mb"] for r in ok) / 1e3, 2),
+        "disk_peak_model_gb": round(max((r["disk_mb"] for r in ok), default=0) / 1e3, 2),
         "gpu_mem_max_mb": max((r["gpu_mem_mb"] for r in ok), default=0.0),
         "largest_request": max(({"model": r["label"], "rule": j["rule"], "runtime_min": j["runtime"], "mem_mb": j["mem_mb"]}
                                 for r in ok for j in r["jobs"]), key=lambda x: x["runtime_min"], default=None),
@@ -249,7 +259,7 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
     """The plan as text: one row per model (a refused one: its reason), the totals, the partitions, the assumptions
     (at most ``width`` columns)."""
     head = (f"{'model':<24} {'family':<11} {'params':>7} {'L x H (kv)':>11} {'dl GB':>6} {'GPU GB':>6} "
-            f"{'job max':>7} {'GPU/model':>9} {'CPU/model':>9} {'disk GB':>7} {'jobs g/c':>8}")
+            f"{'job max':>7} {'GPU/model':>9} {'CPU/model':>9} {'kept GB':>7} {'jobs g/c':>8}")
     lines = [head, "-" * len(head)]
     for r in result["models"]:
         if r["refused"]:
@@ -262,13 +272,15 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
         lines.append(f"{r['label'][:24]:<24} {str(r['family'])[:11]:<11} {_count(r['params']):>7} {lxh:>11} "
                      f"{_gb(r['download_bytes']):>6} {r['gpu_mem_mb'] / 1e3 * 1.048576:>6.1f} "
                      f"{_hms(r['gpu_job_s_max']):>7} {_hms(r['gpu_s']):>9} {_hms(r['cpu_s']):>9} "
-                     f"{r['disk_mb'] / 1e3:>7.1f} {jobs:>8}")
+                     f"{r['kept_mb'] / 1e3:>7.1f} {jobs:>8}")
     t, p, a = result["totals"], result["partitions"], result["assumptions"]
     n = t["gpus"]
     lines += ["", f"models: {t['models']} ({t['planned']} planned, {t['refused']} refused); jobs: {t['gpu_jobs']} on a "
               f"GPU, {t['cpu_jobs']} on CPUs",
               f"GPU-hours: {t['gpu_hours']:.2f}   CPU-hours: {t['cpu_hours']:.2f}   downloads: {t['download_gb']:.2f} GB"
-              f"   disk (written): {t['disk_gb']:.2f} GB   largest GPU job: {t['gpu_mem_max_mb'] / 1e3 * 1.048576:.1f} GB",
+              f"   disk kept: {t['kept_gb']:.2f} GB   largest GPU job: {t['gpu_mem_max_mb'] / 1e3 * 1.048576:.1f} GB",
+              f"disk written: {t['disk_gb']:.2f} GB in all (temporary word-level stores included; one model at most "
+              f"{t['disk_peak_model_gb']:.2f} GB)",
               f"GPU jobs' wall time: one GPU {t['wall_hours_1_gpu']:.2f} h; {n} GPUs {t[f'wall_hours_{n}_gpus']:.2f} h",
               f"partitions (--profile {p['profile']}): {', '.join(p['gpu_rules'])} -> {p['gpu']}; every other job -> "
               f"{p['cpu']}",
