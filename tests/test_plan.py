@@ -219,3 +219,26 @@ def test_a_failed_download_refuses_that_model_only(tmp_path, capsys, monkeypatch
     rc, text, err = _plan(capsys, str(_config_with(tmp_path, models)), "--configs", str(FIXTURES))
     assert rc == 0, err
     assert "refused: config.json could not be downloaded (no route to host)" in text
+
+
+def test_a_local_model_needs_no_pin_and_its_weights_files_give_the_download(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc, text, err = _plan(capsys, str(ROOT / "config" / "offline.yaml"), "--json", str(out))
+    assert rc == 0, err
+    plan = json.loads(out.read_text())
+    (row,) = plan["models"]
+    assert row["refused"] is None and row["pinned"] and plan["totals"]["unpinned"] == [] and "unpinned" not in text
+    assert row["download_source"] == "the weights files here" and row["download_bytes"] != 4 * row["params"]
+    assert abs(row["download_bytes"] / (4 * row["params"]) - 1) < 0.05  # float32 safetensors of the same weights
+
+
+def test_sizing_reads_distilbert_dimension_names_and_the_plan_notes_discriminators(tmp_path, capsys):
+    from bertlook.pipeline.sizing import dims_from_config
+
+    cfg = json.loads((FIXTURES / "distilbert--distilbert-base-uncased" / "config.json").read_text())
+    d = dims_from_config(cfg)
+    assert (d.layers, d.heads, d.hidden, d.intermediate) == (6, 12, 768, 3072)
+    text, plan = _atlas_plan(tmp_path, capsys)
+    noted = {r["label"] for r in plan["models"] if r["notes"]}
+    assert noted == {"electra-base", "deberta-v3-base"}
+    assert "note: electra-base: a replaced-token-detection discriminator" in text

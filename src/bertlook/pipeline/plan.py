@@ -147,10 +147,27 @@ def _job_row(rule: str, wc: dict[str, str], config: Mapping[str, Any], run: str,
     return row
 
 
-def _refused(model: Mapping[str, Any], source: str, reason: str) -> dict[str, Any]:
+def _pinned(model: Mapping[str, Any], found: ModelConfig) -> bool:
+    """A local or package model needs no revision; a hub model is pinned by a commit hash."""
+    return not found.hub or bool(HEX40.match(str(model.get("revision") or "")))
+
+
+def _refused(model: Mapping[str, Any], found: ModelConfig, reason: str) -> dict[str, Any]:
     return {"label": model["label"], "name_or_path": model["name_or_path"], "revision": model.get("revision"),
-            "family": model.get("family"), "gated": bool(model.get("gated", False)), "config_source": source,
-            "refused": reason}
+            "pinned": _pinned(model, found), "family": model.get("family"), "gated": bool(model.get("gated", False)),
+            "config_source": found.source, "refused": reason}
+
+
+def notes(cfg: Mapping[str, Any], dims: ModelDims) -> list[str]:
+    """What a reader of the model's results should know before the run (the model runs all the same)."""
+    out = []
+    archs = cfg.get("architectures") or []
+    if cfg.get("model_type") == "electra" and "ElectraForPreTraining" in archs or cfg.get("model_type") == "deberta-v2":
+        out.append("a replaced-token-detection discriminator: its checkpoint may hold no masked-LM head, so the "
+                   "gradients step (sep_gradients) would run on a newly initialised head; read it with care")
+    if dims.family == "decoder" and not dims.mlm_head:
+        out.append("no next-token head in architectures: the gradients step writes 'not run'")
+    return out
 
 
 def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str, Any], *, declared: Sequence[Any],
@@ -158,7 +175,7 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
                known_types: frozenset[str] | None) -> dict[str, Any]:
     """The plan of one ``models[]`` entry from its ``config.json`` (or its refusal with the reason)."""
     if found.cfg is None:
-        return _refused(model, found.source, found.refused or "no config.json")
+        return _refused(model, found, found.refused or "no config.json")
     cfg, spec = found.cfg, str(model["name_or_path"])
     reason = refusal(cfg, spec, known_types)
     try:
@@ -166,7 +183,7 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     except BertlookError as err:
         reason = reason or f"unknown architecture: {err}"
     if reason:
-        return _refused(model, found.source, reason)
+        return _refused(model, found, reason)
     params, counted = param_count(cfg, dims)
     stored = weights_dtype(cfg)
     loaded = stored if config["extraction"].get("model_dtype") == "auto" else "float32"
@@ -178,12 +195,13 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     gpu_jobs = [j for j in jobs if "gpu_s" in j]
     return {
         "label": model["label"], "name_or_path": spec, "revision": model.get("revision"),
-        "pinned": bool(HEX40.match(str(model.get("revision") or ""))), "gated": bool(model.get("gated", False)),
+        "pinned": _pinned(model, found), "gated": bool(model.get("gated", False)), "notes": notes(cfg, dims),
         "family": model.get("family") or cfg.get("model_type"), "model_type": cfg.get("model_type"),
         "kind": dims.family, "config_source": found.source, "params": params, "params_source": counted,
         "layers": dims.layers, "heads": dims.heads, "kv_heads": dims.kv_heads or dims.heads,
-        "download_bytes": params * DTYPE_BYTES[stored],
-        "download_source": f"parameters x {stored} (config.json; repos with several weight formats hold more)",
+        "download_bytes": found.weights_bytes or params * DTYPE_BYTES[stored],
+        "download_source": ("the weights files here" if found.weights_bytes else
+                            f"parameters x {stored} (config.json; repos with several weight formats hold more)"),
         "gpu_dtype": loaded, "gpu_mem_mb": max((j["gpu_mem_mb"] for j in gpu_jobs), default=0.0),
         "gpu_s": round(sum(j["gpu_s"] for j in gpu_jobs), 1), "gpu_job_s_max": max((j["gpu_s"] for j in gpu_jobs), default=0.0),
         "cpu_s": round(sum(j["cpu_s"] for j in jobs if "gpu_s" not in j), 1),
@@ -206,7 +224,7 @@ def totals(rows: Sequence[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
     gpu_jobs = [j["gpu_s"] for r in ok for j in r["jobs"] if "gpu_s" in j]
     return {
         "models": len(rows), "planned": len(ok), "refused": len(rows) - len(ok),
-        "unpinned": [r["label"] for r in rows if not HEX40.match(str(r.get("revision") or ""))],
+        "unpinned": [r["label"] for r in rows if not r["pinned"]],
         "gpu_jobs": len(gpu_jobs), "cpu_jobs": sum(len(r["jobs"]) for r in ok) - len(gpu_jobs),
         "gpu_hours": round(sum(gpu_jobs) / 3600, 2), "cpu_hours": round(sum(r["cpu_s"] for r in ok) / 3600, 2),
         "download_gb": round(sum(r["download_bytes"] for r in ok) / 1e9, 2),
@@ -291,6 +309,8 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
     if big:
         lines.append(f"longest request: {big['rule']} of {big['model']} asks SLURM for {big['runtime_min']} min and "
                      f"{big['mem_mb']} MB (the workflow's runtime requests come from the CPU-time model, x2)")
+    for r in result["models"]:
+        lines += [f"note: {r['label']}: {note}" for note in r.get("notes") or ()]
     if t["unpinned"]:
         lines.append(f"unpinned (no commit hash as revision: pin before a real run): {', '.join(t['unpinned'])}")
     return "\n".join(textwrap.fill(line, width, subsequent_indent="  ") if len(line) > width else line

@@ -34,6 +34,8 @@ class ModelConfig:
     cfg: dict[str, Any] | None
     source: str
     refused: str | None = None  # why the config could not be had (a gated model without a token, no network)
+    hub: bool = True  # a hub id (its revision matters), not a local or package model
+    weights_bytes: int | None = None  # the weights files' size, where they are already here (local, HF cache)
 
 
 def configs_dir_path(configs_dir: str | os.PathLike, name_or_path: str) -> Path:
@@ -50,6 +52,20 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise BertlookError(f"{path}: the model config is not a JSON object")
     return cfg
+
+
+def local_weights_bytes(root: Path) -> int | None:
+    """Bytes of a model directory's weights: its safetensors files, else its PyTorch ``.bin`` files."""
+    for pattern in ("*.safetensors", "pytorch_model*.bin"):
+        files = [p for p in root.glob(pattern) if p.is_file()]
+        if files:
+            return sum(p.stat().st_size for p in files)
+    return None
+
+
+def _first_line(err: BaseException, limit: int = 200) -> str:
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def hub_download(repo: str, revision: str | None) -> str:
@@ -72,12 +88,16 @@ def find_config(model: Mapping[str, Any], configs_dir: str | os.PathLike | None 
     try:
         resolved = resolve_model(spec, revision)
     except BertlookError as err:
-        return ModelConfig(None, spec, refused=str(err))
+        return ModelConfig(None, spec, refused=str(err), hub=False)
     if not resolved.is_hub:
-        return ModelConfig(local_config(resolved), str(Path(resolved.path_or_id) / "config.json"))
+        root = Path(resolved.path_or_id)
+        return ModelConfig(local_config(resolved), str(root / "config.json"), hub=False,
+                           weights_bytes=local_weights_bytes(root))
     hit = cached_file(resolved.path_or_id, "config.json", revision)
     if hit:
-        return ModelConfig(read_config_file(Path(hit)), hit)
+        weights = cached_file(resolved.path_or_id, "model.safetensors", revision)
+        return ModelConfig(read_config_file(Path(hit)), hit,
+                           weights_bytes=Path(weights).stat().st_size if weights else None)
     if model.get("gated", False) and not os.environ.get("HF_TOKEN"):
         return ModelConfig(None, "hub", refused=(
             f"gated model, config.json not cached and HF_TOKEN is not set: accept the licence at "
@@ -85,8 +105,7 @@ def find_config(model: Mapping[str, Any], configs_dir: str | os.PathLike | None 
     try:
         path = Path(download(resolved.path_or_id, revision))
     except Exception as err:  # network, auth, missing repo or revision: the plan goes on with the others
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return ModelConfig(None, "hub download", refused=f"config.json could not be downloaded ({first[:160]})")
+        return ModelConfig(None, "hub download", refused=f"config.json could not be downloaded ({_first_line(err)})")
     return ModelConfig(read_config_file(path), f"hub download ({path})")
 
 
