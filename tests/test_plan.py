@@ -5,6 +5,10 @@ config.json (``huggingface_hub.hf_hub_download``, replaced here by a function wr
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,12 +107,14 @@ def test_parameter_counts_are_within_two_percent_of_the_published_sizes(tmp_path
 def test_jobs_partitions_and_gpu_numbers(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BERTLOOK_SLURM_GPU_PARTITION", "a100")
     text, plan = _atlas_plan(tmp_path, capsys)
-    gpu_rules = set(plan["partitions"]["gpu_rules"])
+    gpu_rules, local = set(plan["partitions"]["gpu_rules"]), set(plan["partitions"]["local_rules"])
+    assert "treebank_ud" in local  # the UD download runs on the login node (localrule)
     assert {"extract_segments", "extract_words", "gradients_shard", "head_detectors"} <= gpu_rules
     big, small = ({r["label"]: r for r in plan["models"]}[k] for k in ("mistral-7b", "pythia-70m"))
     for row in (big, small):
         for job in row["jobs"]:
-            assert job["partition"] == ("a100" if job["rule"] in gpu_rules else "(default)")
+            where = "login node" if job["rule"] in local else "a100" if job["rule"] in gpu_rules else "(default)"
+            assert job["partition"] == where
             assert ("gpu_s" in job) == (job["rule"] in gpu_rules)
     assert "-> a100" in text
     # bfloat16 weights of a 7B model on the GPU (model_dtype: auto), plus maps: more than the weights, < 80 GB
@@ -242,3 +248,46 @@ def test_sizing_reads_distilbert_dimension_names_and_the_plan_notes_discriminato
     noted = {r["label"] for r in plan["models"] if r["notes"]}
     assert noted == {"electra-base", "deberta-v3-base"}
     assert "note: electra-base: a replaced-token-detection discriminator" in text
+
+
+def _dry_run_jobs(text: str, run: str) -> list[tuple]:
+    """(rule, wildcards but run, mem_mb, runtime, disk_mb) of every job of ``run`` in a ``snakemake -n`` listing."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", text):
+        head = re.match(r"(?:local)?rule (\w+):\n", block)
+        wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if not (head and wc and res):
+            continue
+        wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", "))
+        if wildcards.pop("run", None) != run:
+            continue
+        r = dict(kv.split("=", 1) for kv in res.group(1).split(", "))
+        jobs.append((head.group(1), tuple(sorted(wildcards.items())), int(r["mem_mb"]), int(r["runtime"]),
+                     int(r["disk_mb"])))
+    return sorted(jobs)
+
+
+def test_the_plans_jobs_and_requests_are_the_workflows(tmp_path, capsys, monkeypatch):
+    """The tiny configuration's model run, planned and dry-run by Snakemake: the same jobs (rules, shards, splits, map
+    kinds) with the same mem_mb, runtime and disk_mb requests."""
+    cfg = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    cfg["coref"]["conll"] = [str(ROOT / p) for p in cfg["coref"]["conll"]]
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    snakemake = Path(sys.executable).parent / "snakemake"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([str(snakemake), "-n", "--configfile", str(config), "--cores", "1", "-d", str(tmp_path / "wd"),
+                           "-s", str(ROOT / "Snakefile")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    run = f"{cfg['run_name']}-{cfg['models'][0]['label']}"
+    dry = _dry_run_jobs(proc.stdout, run)
+    assert len(dry) > 20
+    out = tmp_path / "p.json"
+    rc, _, err = _plan(capsys, str(config), "--json", str(out))
+    assert rc == 0, err
+    (row,) = json.loads(out.read_text())["models"]
+    planned = sorted((j["rule"], tuple(sorted(j["wildcards"].items())),
+                      j["mem_mb"], j["runtime"], j["disk_mb"]) for j in row["jobs"])
+    assert planned == dry

@@ -3,7 +3,10 @@
 
 Per model: its jobs (the rules a model run has, with the shards and splits the configuration asks for), each job's
 requests as the workflow will make them (:func:`bertlook.pipeline.sizing.rule_resources` with the costs every rule
-declares: ``mem_mb``, ``runtime``, ``disk_mb``), and for the jobs that run the model (the rules the SLURM profile
+declares: ``mem_mb``, ``runtime``, ``disk_mb``; the model's dimensions from the same ``config.json``, its weights
+the files' size where they are here, else sizing's own bound, 4 bytes x ``ModelDims.params``: the requests a
+``snakemake -n`` of the configuration prints once the model's config.json is in the HF cache, which
+tests/test_plan.py checks job by job), and for the jobs that run the model (the rules the SLURM profile
 sends to its GPU partition) the GPU memory and the time on a GPU:
 
 * **GPU memory** of a job = the weights in the dtype they are loaded in (``extraction.model_dtype``: float32, or
@@ -34,10 +37,11 @@ import yaml
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs as cost_models
-from bertlook.pipeline.plan_models import (DTYPE_BYTES, ModelConfig, dims_of_config, find_config, hub_download,
-                                           param_count, refusal, transformers_types, weights_dtype)
+from bertlook.pipeline.plan_models import (DTYPE_BYTES, ModelConfig, find_config, hub_download, param_count, refusal,
+                                           transformers_types, weights_dtype)
 from bertlook.pipeline.sharding import shard_labels
-from bertlook.pipeline.sizing import MIB, Job, ModelDims, rule_resources, segments_input, sum_flops
+from bertlook.pipeline.sizing import (MIB, Job, ModelDims, dims_from_config, rule_resources, segments_input,
+                                      sum_flops)
 from bertlook.pipeline.steps import enabled_steps, switches
 
 GPU_TFLOPS = 20.0  # effective TFLOP/s of an eager forward pass returning its maps (an A100/H100 peaks at 300+)
@@ -59,36 +63,70 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 @dataclasses.dataclass(frozen=True)
 class Partitions:
-    """Where jobs go: the rules the profile gives a GPU, and the partition names (``(default)``: the cluster's
-    default partition; ``local`` without SLURM)."""
+    """Where jobs go: the rules the profile gives a GPU, the rules that run on the login node (``localrule``: the
+    downloads), and the partition names (``(default)``: the cluster's default partition; ``local`` without
+    SLURM)."""
 
     gpu_rules: frozenset[str]
     gpu: str
     cpu: str
+    local_rules: frozenset[str] = frozenset()
 
     def of(self, rule: str) -> str:
+        if rule in self.local_rules:
+            return "login node"
         return self.gpu if rule in self.gpu_rules else self.cpu
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowRules:
+    """What the rule files say beyond the step declarations: the rules with one job per map kind (a ``{maps}``
+    wildcard: the attention maps and, with ``norms.enabled``, the norm-based ones) and the login-node rules."""
+
+    per_maps: frozenset[str]
+    local: frozenset[str]
+
+
+def read_workflow_rules(root: str | os.PathLike = ".") -> WorkflowRules:
+    """:class:`WorkflowRules` from ``workflow/rules/*.smk``: a rule file whose outputs carry ``{maps}`` makes one job
+    per map kind; a ``use rule ... as NAME`` block with ``localrule: True`` runs on the login node."""
+    per_maps, local = set(), set()
+    for path in sorted(Path(root, "workflow", "rules").glob("*.smk")):
+        text = path.read_text(encoding="utf-8")
+        if "{maps}" in text and path.stem != "common":
+            per_maps.add(path.stem)
+        for block in text.split("use rule ")[1:]:
+            name = re.match(r"\w+ as (\w+) with:", block)
+            if name and "localrule: True" in block:
+                local.add(name.group(1))
+    return WorkflowRules(frozenset(per_maps), frozenset(local))
 
 
 def read_partitions(profile: str, root: str | os.PathLike = ".") -> Partitions:
     """The partitions of ``profile`` (``slurm``: its ``set-resources`` rules with a ``gpu`` go to the GPU partition,
     ``BERTLOOK_SLURM_GPU_PARTITION`` (default ``gpu``), the rest to ``BERTLOOK_SLURM_PARTITION`` as the profile
-    reads them; ``default``: every job local, the model's jobs on the local GPU)."""
+    reads them, the login-node rules of the workflow stay there; ``default``: every job local, the model's jobs on
+    the local GPU)."""
     if profile not in PROFILES:
         raise BertlookError(f"--profile {profile!r}: one of {', '.join(PROFILES)}")
-    slurm = yaml.safe_load(Path(root, PROFILES["slurm"]).read_text(encoding="utf-8"))
+    path = Path(root, PROFILES["slurm"])
+    try:
+        slurm = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise BertlookError(f"{path}: cannot read the SLURM profile ({err})") from None
     gpu_rules = frozenset(rule for rule, res in (slurm.get("set-resources") or {}).items()
                           if isinstance(res, dict) and res.get("gpu"))
     if profile == "default":
         return Partitions(gpu_rules, "local (GPU)", "local")
     return Partitions(gpu_rules, os.environ.get("BERTLOOK_SLURM_GPU_PARTITION", "gpu") or "(default)",
-                      os.environ.get("BERTLOOK_SLURM_PARTITION", "") or "(default)")
+                      os.environ.get("BERTLOOK_SLURM_PARTITION", "") or "(default)", read_workflow_rules(root).local)
 
 
-def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequence[Any],
-               partitions: Partitions) -> list[tuple[str, dict[str, str]]]:
+def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequence[Any], partitions: Partitions,
+               rules_info: WorkflowRules) -> list[tuple[str, dict[str, str]]]:
     """``(rule, wildcards)`` of every job of one model run: the model's jobs with their shards and treebank splits,
-    then one job per other rule of the enabled steps and the support rules."""
+    then the other rules of the enabled steps (one job per map kind where the rule has a ``{maps}`` wildcard) and
+    the support rules."""
     ext, grad = config["extraction"], config.get("gradients") or {}
     shards = int(ext.get("shards") or 1)
     word_shards = int(ext.get("word_shards") or shards)
@@ -100,10 +138,14 @@ def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequ
         jobs.append(("coref_extract", {}))
     jobs += [("gradients_shard", {"shard": s}) for s in shard_labels(int(grad.get("shards") or shards))]
     rules = {step.rule_name for step in enabled_steps(declared, on)}
+    treebank = "treebank_ud" if config["treebank"]["source"] == "ud" else "treebank"
+    support = ("segments", treebank, "gather_extraction", *(("explorer_sample",) if "explorer" in rules else ()),
+               "manifest", "report_pages")
+    maps = ("", "_norm") if on.get("norms") else ("",)
     done = {rule for rule, _ in jobs}
-    for rule in list(dict.fromkeys([*sorted(rules & partitions.gpu_rules), *SUPPORT_RULES, *sorted(rules)])):
+    for rule in dict.fromkeys([*sorted(rules & partitions.gpu_rules), *support, *sorted(rules)]):
         if rule not in done:
-            jobs.append((rule, {}))
+            jobs += [(rule, {"maps": m}) for m in maps] if rule in rules_info.per_maps else [(rule, {})]
             done.add(rule)
     return jobs
 
@@ -171,7 +213,7 @@ def notes(cfg: Mapping[str, Any], dims: ModelDims) -> list[str]:
 
 
 def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str, Any], *, declared: Sequence[Any],
-               costs: Mapping[str, Any], partitions: Partitions, gpu_tflops: float,
+               costs: Mapping[str, Any], partitions: Partitions, rules_info: WorkflowRules, gpu_tflops: float,
                known_types: frozenset[str] | None) -> dict[str, Any]:
     """The plan of one ``models[]`` entry from its ``config.json`` (or its refusal with the reason)."""
     if found.cfg is None:
@@ -179,7 +221,7 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     cfg, spec = found.cfg, str(model["name_or_path"])
     reason = refusal(cfg, spec, known_types)
     try:
-        dims = dims_of_config(cfg, found.source)
+        dims = dims_from_config(cfg, found.weights_bytes, source=found.source)
     except BertlookError as err:
         reason = reason or f"unknown architecture: {err}"
     if reason:
@@ -191,7 +233,7 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     on = switches(config, True, declared)
     run = f"{config['run_name']}-{model['label']}"
     jobs = [_job_row(rule, wc, config, run, dims, costs, partitions, gpu_bytes, gpu_tflops)
-            for rule, wc in model_jobs(config, on, declared, partitions) if rule in costs]
+            for rule, wc in model_jobs(config, on, declared, partitions, rules_info) if rule in costs]
     gpu_jobs = [j for j in jobs if "gpu_s" in j]
     return {
         "label": model["label"], "name_or_path": spec, "revision": model.get("revision"),
@@ -245,16 +287,17 @@ def plan(config: Mapping[str, Any], *, declared: Sequence[Any], costs: Mapping[s
     """The plan of a (validated) configuration: ``{"models": [...], "totals": {...}, "assumptions": {...}}``."""
     if gpus < 1 or not gpu_tflops > 0:
         raise BertlookError(f"--gpus must be >= 1 and --gpu-tflops > 0 (got {gpus}, {gpu_tflops})")
-    partitions = read_partitions(profile, root)
+    partitions, rules_info = read_partitions(profile, root), read_workflow_rules(root)
     known = transformers_types()
     rows = [plan_model(m, find_config(m, configs_dir, download=download), config, declared=declared, costs=costs,
-                       partitions=partitions, gpu_tflops=gpu_tflops, known_types=known) for m in config["models"]]
+                       partitions=partitions, rules_info=rules_info, gpu_tflops=gpu_tflops, known_types=known)
+            for m in config["models"]]
     return {
         "config": {"run_name": config["run_name"], "model_dtype": config["extraction"].get("model_dtype", "float32"),
                    "n_segments": config["segments"]["n_segments"], "max_seq_len": config["segments"]["max_seq_len"]},
         "models": rows, "totals": totals(rows, gpus),
         "partitions": {"profile": profile, "gpu": partitions.gpu, "cpu": partitions.cpu,
-                       "gpu_rules": sorted(partitions.gpu_rules)},
+                       "gpu_rules": sorted(partitions.gpu_rules), "local_rules": sorted(partitions.local_rules)},
         "assumptions": {"gpu_tflops": gpu_tflops, "load_mb_s": LOAD_MB_S, "cuda_context_mb": CUDA_CONTEXT_MB,
                         "js_flops_per_entry": JS_FLOPS_PER_ENTRY, "startup_s": cost_models.STARTUP_S},
     }
@@ -300,8 +343,9 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
               f"disk written: {t['disk_gb']:.2f} GB in all (temporary word-level stores included; one model at most "
               f"{t['disk_peak_model_gb']:.2f} GB)",
               f"GPU jobs' wall time: one GPU {t['wall_hours_1_gpu']:.2f} h; {n} GPUs {t[f'wall_hours_{n}_gpus']:.2f} h",
-              f"partitions (--profile {p['profile']}): {', '.join(p['gpu_rules'])} -> {p['gpu']}; every other job -> "
-              f"{p['cpu']}",
+              f"partitions (--profile {p['profile']}): {', '.join(p['gpu_rules'])} -> {p['gpu']}; "
+              + (f"{', '.join(p['local_rules'])} -> the login node; " if p["local_rules"] else "")
+              + f"every other job -> {p['cpu']}",
               f"assumed: {a['gpu_tflops']:g} effective TFLOP/s per GPU (--gpu-tflops), weights read at "
               f"{a['load_mb_s']:g} MB/s, {a['startup_s']:g} s startup, {a['cuda_context_mb']:g} MB CUDA context; "
               f"weights on the GPU in {result['config']['model_dtype']} (extraction.model_dtype)"]

@@ -131,13 +131,6 @@ def refusal(cfg: Mapping[str, Any], spec: str, known_types: frozenset[str] | Non
     return None
 
 
-def dims_of_config(cfg: Mapping[str, Any], source: str) -> ModelDims:
-    """:func:`bertlook.pipeline.sizing.dims_from_config`, with the checkpoint's parameter count as the fp32
-    weights (so that the memory requests see the real model, not the untied upper bound)."""
-    dims = dims_from_config(cfg, source=source)
-    return dataclasses.replace(dims, weights_bytes=4 * param_count(cfg, dims)[0])
-
-
 def weights_dtype(cfg: Mapping[str, Any]) -> str:
     """The dtype the checkpoint's weights are stored in (config.json's ``torch_dtype`` / ``dtype``; float32 when
     it names none, as older configs do)."""
