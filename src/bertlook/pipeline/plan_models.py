@@ -7,6 +7,11 @@ bias and norm of the model's family as transformers builds it (tied input/output
 output head counted), not :attr:`bertlook.pipeline.sizing.ModelDims.params` (which sizes memory requests and counts a
 decoder's head as untied: an upper bound). Families without a formula here fall back to that one (said in
 ``params_source``).
+
+What a config can tell about whether bertlook can analyse the model is checked here (:func:`refusal`: remote code,
+no attention, encoder-decoder, a ``model_type`` the installed transformers has no class for); that the class then
+loads with the eager attention path, the one that returns the weights, is checked when a step loads it
+(:func:`bertlook.attention.modeling.load_model`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.model_spec import cached_file, family_problem, local_config, resolve_model
-from bertlook.pipeline.sizing import ModelDims, dims_from_config
+from bertlook.pipeline.sizing import ModelDims
 
 #: bytes per weight of the ``torch_dtype`` / ``dtype`` a config.json names (float32 when it names none)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
