@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 #: The CLI modules in pipeline order (the order of ``bertlook --help`` and of :func:`declared_steps`); a
 #: module of this package not named here (a new step's) comes after them, in name order.
-ORDER = ("preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
+ORDER = ("plan", "preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
          "surface_stats", "cluster_heads", "figures", "heads", "tree_heads", "random_init", "probes",
          "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "head_report", "explorer", "languages", "manifest", "compare",
          "resources", "report_pages")
