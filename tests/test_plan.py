@@ -81,6 +81,7 @@ def test_the_atlas_plan_has_a_row_for_every_model_and_fits_120_columns(tmp_path,
     assert "unpinned" in text and all(label in text.split("unpinned", 1)[1] for label in unpinned)
     gated = {m["label"] for m in models if m.get("gated")}
     assert gated == {"llama-3.2-1b", "mistral-7b"}
+    assert "gated (accept the licence on the hub page, then HF_TOKEN=... make fetch): llama-3.2-1b, mistral-7b" in text
     assert all(m.get("family") for m in models)
 
 

@@ -355,6 +355,9 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
                      f"{big['mem_mb']} MB (the workflow's runtime requests come from the CPU-time model, x2)")
     for r in result["models"]:
         lines += [f"note: {r['label']}: {note}" for note in r.get("notes") or ()]
+    gated = [r["label"] for r in result["models"] if r.get("gated") and not r["refused"]]
+    if gated:
+        lines.append(f"gated (accept the licence on the hub page, then HF_TOKEN=... make fetch): {', '.join(gated)}")
     if t["unpinned"]:
         lines.append(f"unpinned (no commit hash as revision: pin before a real run): {', '.join(t['unpinned'])}")
     return "\n".join(textwrap.fill(line, width, subsequent_indent="  ") if len(line) > width else line
