@@ -193,6 +193,14 @@ def test_the_command_never_fails_because_a_model_did(atlas_config, tmp_path):
     assert "atlas: llama: warning: left out: tables/table3.csv" in proc.stdout
     assert "7 model(s): 3 ran, 2 did not run, 1 incomplete, 1 not run yet" in proc.stdout
     assert sorted(p.name for p in (results / "atlas-atlas").iterdir()) == ["atlas.csv", "atlas.html", "atlas.json"]
+    # the workflow's JSON dump of its validated config (clustering.mds_eps 1e-09: a string to a YAML 1.1 reader)
+    from bertlook.pipeline.config import load_config
+
+    dumped = tmp_path / "config-0123.json"
+    dumped.write_text(json.dumps(load_config(path), sort_keys=True, indent=1))
+    assert '"mds_eps": 1e-09' in dumped.read_text()
+    proc = _cli(dumped, "--out", tmp_path / "from-json")
+    assert proc.returncode == 0 and (tmp_path / "from-json" / "atlas.html").is_file(), proc.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("run_name: x\n")
     proc = _cli(bad, "--out", tmp_path / "nothing")

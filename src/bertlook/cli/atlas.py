@@ -13,12 +13,30 @@ COMMANDS = {
 }
 
 
+def _load_config(path: str) -> dict:
+    """The validated configuration of ``path``: YAML (strict), or JSON (the workflow's dump of its validated
+    config: read as JSON, since a YAML 1.1 reader takes a number such as ``1e-09`` for a string)."""
+    import json
+
+    from bertlook.errors import BertlookError
+    from bertlook.pipeline.config import load_config, validate_config
+
+    if Path(path).suffix.lower() != ".json":
+        return load_config(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BertlookError(f"{path}: not a readable JSON configuration: {err}") from None
+    if not isinstance(data, dict):
+        raise BertlookError(f"{path}: a configuration must be a mapping")
+    return validate_config(data, source=str(path))
+
+
 def _cmd_atlas(args: argparse.Namespace) -> int:
-    from bertlook.pipeline.config import load_config
     from bertlook.reporting.atlas import atlas_data, write_atlas
     from bertlook.reporting.atlas_runs import FAILED, INCOMPLETE, NOT_RUN, RAN
 
-    config = load_config(args.config)  # a bad CONFIG: BertlookError, exit 2 (nothing written)
+    config = _load_config(args.config)  # a bad CONFIG: BertlookError, exit 2 (nothing written)
     out = Path(args.out) if args.out else Path(config["results_dir"]) / f"{config['run_name']}-atlas"
     data = atlas_data(config)
     paths = write_atlas(data, out)
