@@ -42,9 +42,12 @@ def _run(results: Path, label: str, *, kind: str, model_type: str, L: int, H: in
         "run": run.name, "config": {}, "packages": {"bertlook": "0.1.0"},
         "model": {"config": {"label": label}, "provenance": {"family": kind, "model_type": model_type,
                                                               "num_layers": L, "num_heads": H}}})
+    causal = kind == "decoder"  # a decoder's Table 1 also has the accuracy over the words a head can see
     _write(run / "tables" / "table1.csv",
-           "relation,best_head,direction,accuracy,baseline_offset,baseline_accuracy,vs_baseline_significant\n"
-           f"All,1-1,dep2head,{0.5 + L / 100},1,0.3,True\ndet,{L}-1,head2dep,0.9,-1,0.8,False\n")
+           "relation,best_head,direction,accuracy,baseline_offset,baseline_accuracy,vs_baseline_significant"
+           + (",accuracy_visible\n" if causal else "\n")
+           + f"All,1-1,dep2head,{0.5 + L / 100},1,0.3,True" + (",0.75\n" if causal else "\n")
+           + f"det,{L}-1,head2dep,0.9,-1,0.8,False" + (",\n" if causal else "\n"))
     if probes:
         _write(run / "tables" / "table3.csv", "probe,uas_mean,note\nattn,0.61,\nright_branching,0.26,\n")
     _write(run / "tables" / "attention_stats.csv", "layer,head,cls,sep,entropy\n" + "".join(
@@ -121,6 +124,7 @@ def test_records_against_the_run_files(atlas_config):
     assert (b["family"], b["kind"], b["layers"], b["heads"], b["parameters"]) == ("BERT", "encoder", 3, 2, 1000)
     assert b["values"]["t1:All"] == pytest.approx(0.53) and b["values"]["t1_baseline:det"] == pytest.approx(0.8)
     assert b["details"]["t1:det"].startswith("head 3-1 head2dep; baseline offset -1: 80.0%")
+    assert b["flags"] == {"t1:All": "above", "t1:det": "not above"}
     assert b["values"]["probe:attn"] == pytest.approx(0.61)
     # 3 layers: thirds 1, 2, 3; layer 2's cls share: mean of 0.21 and 0.22
     assert thirds(3) == {"early": (1, 1), "middle": (2, 2), "late": (3, 3)} and thirds(2) == {"middle": (1, 2)}
@@ -138,6 +142,8 @@ def test_records_against_the_run_files(atlas_config):
     assert rec["llama"]["roles"]["first"] == {"token": None, "note": "the first word (no BOS): 2 different first tokens"}
     # a metric the run does not have is empty, never invented; an unreadable table is a problem of its model
     g, ll = rec["gpt"], rec["llama"]
+    assert g["details"]["t1:All"].endswith("; over the words it can see (causal): 75.0%")
+    assert "can see" not in g["details"]["t1:det"] and "can see" not in b["details"]["t1:All"]
     assert "probe:attn" not in g["values"] and g["parameters"] == 8000 and "first_share:early" not in g["values"]
     assert ll["parameters"] is None and "no random-init" in ll["parameters_source"] and "induction:heads" not in ll["values"]
     assert len(ll["problems"]) == 1 and "table3.csv:2: expected a number, got 'abc'" in ll["problems"][0]
@@ -222,7 +228,8 @@ window.addEventListener("load", function () {
     out.aria = document.querySelector('th[data-key="parameters"]').getAttribute("aria-sort");
     document.querySelector('th[data-key="t1:All"] button').click();
     out.by_all = order();
-    out.cell = document.querySelector('tr[data-model="bert"] td[data-key="t1:All"]').textContent;
+    const cell = document.querySelector('tr[data-model="bert"] td[data-key="t1:All"]');
+    out.cell = cell.textContent + " " + cell.dataset.vsBaseline + " " + getComputedStyle(cell).fontWeight;
     out.reason = document.querySelector('tr[data-model="broken"] td.status').textContent;
     out.link = document.querySelector('tr[data-model="gpt"] td.model a').getAttribute("href");
     out.roles = ["bert", "gpt", "llama"].map(function (m) {
@@ -253,7 +260,7 @@ def test_the_page_in_a_headless_browser(atlas_config, tmp_path):
     assert out["by_params"] == ["bert", "gpt", "llama", "broken", "crashed", "stopped", "absent"]
     assert out["by_params_desc"][:3] == ["gpt", "bert", "llama"] and out["aria"] == "descending"  # empty: last
     assert out["by_all"][:3] == ["gpt", "bert", "llama"]  # 0.52, 0.53, 0.54
-    assert out["cell"] == "53.0" and out["reason"].startswith("did not run: logs/sub/extract_segments.log")
+    assert out["cell"] == "53.0 above 700" and out["reason"].startswith("did not run: logs/sub/extract_segments.log")
     assert html.unescape(out["reason"]).endswith("</script><b>") and out["link"] == "../atlas-gpt/explorer.html"
     assert [html.unescape(r) for r in out["roles"]] == ["[CLS]", "<|endoftext|>", "first word"]
     assert out["points"] == 2 and out["note"] == "Not plotted (the run records no parameter count): llama"

@@ -154,11 +154,16 @@ def _table1(record: dict[str, Any], run_dir: Path) -> None:
         acc, base = parse_number(r["accuracy"], where), parse_number(r["baseline_accuracy"], where)
         offset = parse_number(r["baseline_offset"], where)
         sig = str(r.get("vs_baseline_significant", "")).strip()
+        visible = parse_number(r.get("accuracy_visible"), where)  # a decoder's: over the words its head can see
         record["values"][f"t1:{rel}"] = _num(acc)
         record["values"][f"t1_baseline:{rel}"] = _num(base)
         record["details"][f"t1:{rel}"] = (f"head {r['best_head'].strip()} {r['direction'].strip()}; baseline "
                                           f"offset {offset:+.0f}: {_pct(base)}"
-                                          + (f"; significantly above it (McNemar, Holm): {sig}" if sig else ""))
+                                          + (f"; significantly above it (McNemar, Holm): {sig}" if sig else "")
+                                          + (f"; over the words it can see (causal): {_pct(visible)}"
+                                             if visible == visible else ""))
+        if sig in ("True", "False"):
+            record["flags"][f"t1:{rel}"] = "above" if sig == "True" else "not above"
         record["details"][f"t1_baseline:{rel}"] = f"offset {offset:+.0f}" if offset == offset else ""
 
 
@@ -259,7 +264,7 @@ def model_metrics(run_dir: str | os.PathLike, model: dict[str, Any]) -> dict[str
         "name_or_path": model.get("name_or_path"), "revision": model.get("revision"),
         "gated": bool(model.get("gated", False)), "family": model.get("family"), "kind": None, "model_type": None,
         "parameters": None, "parameters_source": None, "layers": None, "heads": None, "roles": {},
-        "explorer": None, "values": {}, "details": {}, "profiles": {}, "problems": []}
+        "explorer": None, "values": {}, "details": {}, "flags": {}, "profiles": {}, "problems": []}
     if status != RAN:
         record["family"] = record["family"] or "unknown"
         return record
