@@ -17,7 +17,7 @@ from bertlook.pipeline import preflight
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["validate-config", "runs", "preflight", "download", "segments", "extract-segments", "treebank",
          "extract-words", "surface-stats", "cluster-heads", "figures", "heads", "random-init", "probes", "coref-extract",
-         "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary",
+         "coref", "gradients", "manifest", "compare", "check-regression", "make-golden", "models-summary", "atlas",
          "merge-stores", "gather-extraction", "fig1-example"]
 
 

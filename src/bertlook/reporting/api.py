@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from bertlook.errors import BertlookError
+from bertlook.reporting.atlas import read_atlas, tidy_frame
 from bertlook.reporting.explorer import dequantised
 from bertlook.reporting.run_files import read_json_file
 
@@ -149,3 +150,13 @@ def open_run(path: str | os.PathLike) -> Run:
         if key not in manifest:
             raise BertlookError(f"{path / 'manifest.json'}: not a bertlook run manifest (no {key!r})")
     return Run(path=path, manifest=manifest)
+
+
+def open_atlas(path: str | os.PathLike) -> "pd.DataFrame":
+    """An atlas (``bertlook atlas CONFIG``) as one tidy frame: ``path`` is its folder ``results/{name}-atlas`` or
+    its ``atlas.json``. One row per model x metric (columns ``model, family, kind, status, section, metric,
+    label, layer, depth, value, detail``; ``layer`` and ``depth`` empty) and per model x profile x layer
+    (section ``profile``: ``depth`` = ``(layer - 0.5) / layers``); a model that did not run has one row, metric
+    ``status``, its reason in ``detail``. Shares and accuracies are fractions; an empty ``value`` is a number
+    the run did not measure. :func:`bertlook.reporting.atlas.tidy_rows` defines each metric."""
+    return tidy_frame(read_atlas(path))
