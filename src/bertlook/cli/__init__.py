@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 ORDER = ("plan", "preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
          "surface_stats", "cluster_heads", "figures", "heads", "tree_heads", "random_init", "probes",
          "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "head_report", "explorer", "languages", "manifest", "compare",
-         "resources", "report_pages")
+         "resources", "report_pages", "atlas")
 
 
 def _literal_assignment(tree: ast.Module, name: str) -> ast.expr | None:
