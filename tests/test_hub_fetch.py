@@ -280,3 +280,46 @@ def test_fetch_cli_gated_token_hygiene_and_offline_load(served, tmp_path, tiny_b
     assert load.returncode == 0, load.stderr[-3000:]
     lines = [line.rsplit(" ", 1)[0] for line in load.stdout.splitlines()]
     assert lines == ["org/tiny BertModel 2", "org/gated BertModel 2"], load.stdout
+
+
+def test_cli_model_too_big_for_the_disk_is_one_error_and_the_others_proceed(hub, tmp_path, tiny_bert_dir,
+                                                                            monkeypatch, capsys):
+    """In-process `bertlook fetch` on a config of three hub models, the disk's free space set between
+    the sizes of a smaller model and the tiny BERT: the tiny BERT is one error: line naming it, the bytes
+    needed and free, and nothing of it is downloaded; the smaller model and the gated one (token in
+    HF_TOKEN) are fetched; fetch.json lists every model's status; exit 2; the token is in no output."""
+    from bertlook import cli
+    from bertlook.testing.tiny_models import make_tiny_bert
+    from workflow_helpers import tiny_config
+
+    small_dir = make_tiny_bert(tmp_path / "small", num_layers=1, num_heads=1, hidden_size=8, intermediate_size=8)
+    small = HubRepo("org/small", _repo_files(small_dir))
+    hub.repos["org/small"] = small
+    hub.repos["org/gated"] = HubRepo("org/gated", _repo_files(small_dir), gated_token=TOKEN)
+    tiny = hub.repos["org/tiny"]
+    small_bytes = sum(len(v) for k, v in small.files.items())
+    tiny_bytes = sum(len(tiny.files[n]) for n in ("config.json", "model.safetensors", "tokenizer.json",
+                                                  "tokenizer_config.json", "vocab.txt"))
+    assert small_bytes < 60_000 < tiny_bytes
+    monkeypatch.setattr(model_fetch, "free_bytes", lambda path: 60_000)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    config = tiny_config(tmp_path, tiny_bert_dir)
+    config["models"] = [{"label": "tiny", "name_or_path": "org/tiny", "revision": tiny.sha},
+                        {"label": "small", "name_or_path": "org/small", "revision": small.sha},
+                        {"label": "gated", "name_or_path": "org/gated", "revision": "main"}]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    assert cli.main(["fetch", str(tmp_path / "c.yaml")]) == 2
+    out = capsys.readouterr()
+    errors = [line for line in out.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, out.err
+    assert errors[0] == (f"error: model 'org/tiny' (models[label=tiny]): model 'org/tiny': not enough disk space "
+                         f"for its download: {tiny_bytes} bytes needed (5 file(s)) but 60000 bytes free in the "
+                         f"Hugging Face cache {hub.cache}; nothing downloaded (free space, or point HF_HUB_CACHE / "
+                         "HF_HOME at a larger disk)")
+    assert not (hub.cache / "models--org--tiny").exists() and "/org/tiny/resolve/" not in json.dumps(hub.requests)
+    summary = json.loads((tmp_path / "resources" / "fetch.json").read_text())
+    models = {i["name"]: i["status"] for i in summary["items"] if i["kind"] == "model"}
+    assert models == {"model 'org/tiny' (models[label=tiny])": "error", "org/small": "downloaded",
+                      "org/gated": "downloaded"}
+    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
+    assert leaks == [] and TOKEN not in out.out + out.err
