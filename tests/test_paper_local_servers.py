@@ -12,7 +12,8 @@ internet.
 Every other key is the paper's, except the sizes, which are the tiny configuration's
 (.test/config.yaml: segments, articles, bootstrap, probe seeds, gradients ...). `bertlook fetch` runs
 with ``HF_ENDPOINT`` and a planted ``HF_TOKEN``; then snakemake runs the whole DAG with
-``HF_HUB_OFFLINE=1`` (the servers still up: they must see no request) and writes the report. The
+``HF_HUB_OFFLINE=1`` as `make reproduce` does (``bertlook preflight``, then snakemake; the servers still
+up: they must see no request), and the report is written. The
 token must be in no file of the run.
 """
 
@@ -142,6 +143,10 @@ def test_paper_configuration_end_to_end_against_local_servers(tmp_path_factory):
         # the cluster job's side: offline, the fetched cache and resources only
         env = dict(env, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         env.pop("HF_ENDPOINT")
+        # what `make reproduce` runs: bertlook preflight, then snakemake
+        pre = subprocess.run([sys.executable, "-m", "bertlook", "preflight", "config.yaml"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert pre.returncode == 0, pre.stdout[-3000:] + pre.stderr[-3000:]
         cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(work),
                "--configfile", str(work / "config.yaml"), "--cores", "2"]
         dry = subprocess.run(cmd + ["-n"], env=env, capture_output=True, text=True, timeout=600)
