@@ -21,8 +21,8 @@ A repo is a directory (e.g. a tiny model of :mod:`bertlook.testing.tiny_models`)
 commit sha, 40 hex digits derived from its files' names and bytes (so the same files give the same
 sha). Every request is recorded (``server.requests``: method, path, headers) so that tests can check
 which host saw which header; ``server.drop_once[(repo, file)] = N`` makes the next full ``GET`` of that
-file send its headers and ``N`` bytes, then close the connection (a download interrupted mid-file);
-``server.fail`` holds (repo, file) pairs answered ``500`` (a download that fails).
+file send its headers and ``N`` bytes, then close the connection (a download interrupted mid-file),
+``server.drop_always`` does it on every GET; ``server.fail`` holds (repo, file) pairs answered ``500``.
 """
 
 from __future__ import annotations
@@ -176,16 +176,18 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
             start = int(rng[1])
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         drop = None
-        if self.command == "GET" and start == 0:
+        if self.command == "GET":
             with self.server.lock:
-                drop = self.server.drop_once.pop((repo.repo_id, name), None)
-        if drop is not None:  # headers promise the whole file; N bytes, then the connection is gone
-            self.send_response(200)
+                drop = self.server.drop_always.get((repo.repo_id, name))
+                if drop is None and start == 0:
+                    drop = self.server.drop_once.pop((repo.repo_id, name), None)
+        if drop is not None:  # headers promise the whole (rest of the) file; N bytes, then the connection is gone
+            self.send_response(206 if start else 200)
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
-            self.wfile.write(data[:drop])
+            self.wfile.write(data[start:start + drop])
             self.wfile.flush()
             self.close_connection = True
             with contextlib.suppress(OSError):
@@ -217,6 +219,7 @@ def local_hub(repos: list[HubRepo]) -> Iterator:
         srv.repos = {r.repo_id: r for r in repos}
         srv.requests = []
         srv.drop_once = {}
+        srv.drop_always = {}
         srv.fail = set()
         yield srv
 
