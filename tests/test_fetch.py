@@ -1,10 +1,9 @@
 """`bertlook fetch`: every input of a configuration fetched where the workflow reads it.
 
 Downloads run against a local HTTP server on 127.0.0.1 (tests/local_http.py) serving a Wikipedia dump
-(gensim's packaged excerpt), a Wikimedia-style sha1sums list, a GloVe zip and two UD files. A hub
-model id cannot be fetched offline: the hub tests replace ``snapshot_download`` and check the call
-fetch builds (repo, pinned revision, safetensors/tokenizer/config patterns only) and what it does
-with the snapshot it gets back.
+(gensim's packaged excerpt), a Wikimedia-style sha1sums list, a GloVe zip and two UD files. Hub models
+are fetched from a local hub server by the real ``huggingface_hub`` client in tests/test_hub_fetch.py
+(pinned revision, file patterns, gated models and the token, disk check, resume).
 """
 
 from __future__ import annotations
@@ -236,89 +235,6 @@ def _fake_snapshot(target: Path, model_dir: Path, *, weights: str = "model.safet
             shutil.copy(p, target / p.name)
     shutil.copy(model_dir / "model.safetensors", target / weights)
     return target
-
-
-def test_hub_model_builds_the_snapshot_download_call(tmp_path, tiny_bert_dir, monkeypatch):
-    """Offline stand-in for the hub: the call fetch makes is checked, not a real download."""
-    calls = []
-
-    def fake(**kwargs):
-        calls.append(kwargs)
-        snap = _fake_snapshot(tmp_path / "snap", tiny_bert_dir)
-        (snap / "pytorch_model.bin").write_bytes(b"left by another tool")  # not listed, not hashed
-        return str(snap)
-
-    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
-    monkeypatch.setattr(model_fetch, "_snapshot_download", fake)
-    rev = "86b5e0934494bd15c9632b12f734a8a67f723594"
-    item = model_fetch.fetch_model("bert-base-uncased", rev)
-    assert len(calls) == 1
-    call = calls[0]
-    assert call["repo_id"] == "bert-base-uncased" and call["revision"] == rev
-    patterns = call["allow_patterns"]
-    assert {"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-            "tokenizer_config.json", "vocab.txt"} <= set(patterns)
-    assert not any(p.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl", ".h5", ".msgpack")) or p == "*"
-                   for p in patterns)
-    assert item["status"] == "downloaded" and item["source"] == "hub" and item["revision"] == rev
-    files = {f["name"]: f for f in item["files"]}
-    weights = (tiny_bert_dir / "model.safetensors").read_bytes()
-    assert files["model.safetensors"] == {"name": "model.safetensors", "sha256": _sha256(weights),
-                                          "bytes": len(weights)}
-    assert "config.json" in files and "vocab.txt" in files
-    assert not any(name.endswith(".bin") for name in files)
-
-
-def test_hub_snapshot_without_safetensors_is_refused(tmp_path, tiny_bert_dir, monkeypatch):
-    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
-    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
-    monkeypatch.setattr(model_fetch, "_snapshot_download",
-                        lambda **kw: str(_fake_snapshot(tmp_path / "snap", tiny_bert_dir, weights="pytorch_model.bin")))
-    with pytest.raises(BertlookError, match="no safetensors weights"):
-        model_fetch.fetch_model("org/pickled-only", "main")
-    # a truncated safetensors file in the snapshot is refused, naming it
-    def truncated(**kw):
-        snap = _fake_snapshot(tmp_path / "snap2", tiny_bert_dir)
-        (snap / "model.safetensors").write_bytes((snap / "model.safetensors").read_bytes()[:1000])
-        (snap / "pytorch_model.bin").write_bytes(b"not fetched by the patterns, ignored")
-        return str(snap)
-
-    monkeypatch.setattr(model_fetch, "_snapshot_download", truncated)
-    with pytest.raises(BertlookError, match="model.safetensors: corrupt or truncated"):
-        model_fetch.fetch_model("org/truncated", "main")
-
-
-def test_hub_errors_and_offline_mode_are_clear(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: None)
-    with pytest.raises(BertlookError, match="offline mode is on"):  # conftest sets HF_HUB_OFFLINE=1
-        model_fetch.fetch_model("bert-base-uncased", "main")
-    monkeypatch.setattr("bertlook.attention.modeling.hub_offline", lambda: False)
-
-    class RevisionNotFoundError(Exception):
-        pass
-
-    def missing(**kw):
-        raise RevisionNotFoundError("404 Client Error")
-
-    monkeypatch.setattr(model_fetch, "_snapshot_download", missing)
-    with pytest.raises(BertlookError, match="revision 'deadbeef' does not exist on the hub"):
-        model_fetch.fetch_model("bert-base-uncased", "deadbeef")
-
-    def down(**kw):
-        raise ConnectionError("Name or service not known")
-
-    monkeypatch.setattr(model_fetch, "_snapshot_download", down)
-    with pytest.raises(BertlookError, match="hub could not be reached .*ConnectionError"):
-        model_fetch.fetch_model("bert-base-uncased", "main")
-
-
-def test_cached_hub_model_is_not_downloaded_again(tmp_path, tiny_bert_dir, monkeypatch):
-    snap = _fake_snapshot(tmp_path / "snap", tiny_bert_dir)
-    monkeypatch.setattr(model_fetch, "_cached_snapshot", lambda repo, rev: snap)
-    monkeypatch.setattr(model_fetch, "_snapshot_download", lambda **kw: pytest.fail("downloaded again"))
-    item = model_fetch.fetch_model("bert-base-uncased", "main")
-    assert item["status"] == "present" and item["path"] == str(snap)
 
 
 def test_local_models_are_checked_not_fetched(tmp_path, tiny_bert_dir):

@@ -19,13 +19,15 @@ COMMANDS = {
 
 
 def _handler(args: argparse.Namespace) -> int:
+    import functools
+
     from bertlook.attention.model_fetch import fetch_model
     from bertlook.data.fetch import fetch_config
     from bertlook.pipeline.config import load_config
 
     config = load_config(args.config)
-    out = fetch_config(config, fetch_model=fetch_model, retries=args.retries, timeout=args.timeout,
-                       summary=args.summary)
+    out = fetch_config(config, fetch_model=functools.partial(fetch_model, echo=print), retries=args.retries,
+                       timeout=args.timeout, summary=args.summary)
     where = args.summary or Path(config["resources_dir"]) / "fetch.json"
     if out["errors"]:
         for line in out["errors"]:
@@ -43,12 +45,15 @@ def register_cli(subparsers) -> None:
         help=COMMANDS["fetch"],
         description=(
             "Input: CONFIG (YAML). Fetches every input where the workflow expects it: hub models at their "
-            "pinned revision into the Hugging Face cache (safetensors, tokenizer and config files only), "
+            "pinned revision into the Hugging Face cache (safetensors, tokenizer and config files only; the disk "
+            "space checked against the hub's file sizes first; gated models with the token of HF_TOKEN, "
+            "never written anywhere), "
             "the Wikipedia dump, the UD treebank files and GloVe into resources_dir (checksums verified, "
             "with the {file}.download.json summaries of the download rules, so Snakemake schedules no "
             "download job); local paths and packages are checked. Files already there with a matching "
             "checksum are not downloaded again. Output: every file's sha256 on stdout and "
-            "{resources_dir}/fetch.json. Exit 2 with an error: line per input that cannot be fetched."
+            "{resources_dir}/fetch.json. Exit 2 with an error: line per input that cannot be fetched (the others "
+            "are fetched all the same)."
         ),
     )
     p.add_argument("config", help="configuration YAML (e.g. config.yaml)")

@@ -7,8 +7,12 @@ of the configuration:
   the workflow reads: ``HF_HOME`` / ``HF_HUB_CACHE``) with ``huggingface_hub.snapshot_download``,
   restricted to :data:`bertlook.attention.model_fetch.HUB_ALLOW_PATTERNS` (``config.json``, safetensors weights, tokenizer files):
   pickled weights are never fetched, since bertlook refuses them. The snapshot must then hold
-  safetensors weights and tokenizer files. Local directories and ``package:`` specs are only
-  checked (safetensors headers, tokenizer files), as ``bertlook preflight`` does.
+  safetensors weights and tokenizer files. Before downloading, the hub's file sizes are checked against
+  the free space of the cache's disk (a model that does not fit is one ``error:``, nothing of it
+  downloaded); a gated model is fetched with the token of ``HF_TOKEN`` (or ``hf auth login``), and one
+  the token cannot open is one ``error:`` naming its licence page. The token is never written anywhere.
+  Local directories and ``package:`` specs are only checked (safetensors headers, tokenizer files), as
+  ``bertlook preflight`` does.
 * **Wikipedia dump** (``wikipedia.url``) -- into :func:`bertlook.pipeline.preflight.wikipedia_target`, checked
   against ``wikipedia.sha256`` and/or the sha1 listed in ``wikipedia.sha1sums_url``;
 * **UD treebank** (``treebank.source: ud``) -- the train and dev files into
@@ -25,8 +29,9 @@ outputs complete and schedules no download job.
 
 Idempotent: a file already there is not downloaded again when it matches the configured checksum,
 or, without one, the sha256 recorded in its ``.download.json`` (for the same URL). Every file's
-sha256 is printed, and everything is written to ``{resources_dir}/fetch.json``. Inputs that cannot be
-fetched or found are reported as ``error:`` lines (all of them, after fetching the rest); exit 2.
+sha256 is printed, and everything is written to ``{resources_dir}/fetch.json`` (one item per input,
+with its ``kind`` and ``status``: downloaded, present, checked or error). Inputs that cannot be fetched or
+found are reported as ``error:`` lines, one per input (all of them, after fetching the rest); exit 2.
 """
 
 from __future__ import annotations
@@ -102,11 +107,11 @@ def _check_package(kind: str, name: str, module: str) -> dict[str, Any]:
 
 
 def _tasks(config: dict[str, Any], net: dict[str, Any],
-           fetch_model: Callable[[str, str | None], dict[str, Any]]) -> list[tuple[str, Callable[[], dict]]]:
-    """(what, thunk) for every input of the configuration, in pipeline order."""
-    tasks: list[tuple[str, Callable[[], dict]]] = []
+           fetch_model: Callable[[str, str | None], dict[str, Any]]) -> list[tuple[str, str, Callable[[], dict]]]:
+    """(what, kind, thunk) for every input of the configuration, in pipeline order."""
+    tasks: list[tuple[str, str, Callable[[], dict]]] = []
     for model in config["models"]:
-        tasks.append((f"model {model['name_or_path']!r} (models[label={model['label']}])",
+        tasks.append((f"model {model['name_or_path']!r} (models[label={model['label']}])", "model",
                       lambda m=model: fetch_model(m["name_or_path"], m.get("revision"))))
     wiki = config["wikipedia"]
     if wiki.get("hf_dataset"):
@@ -114,10 +119,10 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
         # network, convert it to local parquet first and point data_files at it)
         pass
     elif wiki.get("path"):
-        tasks.append(("wikipedia.path", lambda: _check_path("wikipedia", "wikipedia.path",
+        tasks.append(("wikipedia.path", "wikipedia", lambda: _check_path("wikipedia", "wikipedia.path",
                                                             resolve_data_path(wiki["path"]))))
     else:
-        tasks.append((f"Wikipedia dump {wiki.get('url')}", lambda: _fetch_file(
+        tasks.append((f"Wikipedia dump {wiki.get('url')}", "wikipedia", lambda: _fetch_file(
             "wikipedia", "wikipedia.url", wiki["url"], wikipedia_target(config), sha256=wiki.get("sha256"),
             sha1sums_url=wiki.get("sha1sums_url"), **net)))
     for key, tb in treebank_entries(config):  # treebank, then each treebanks.N
@@ -126,25 +131,25 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
             for split in ("train", "dev"):
                 fname = ud[f"{split}_file"]
                 url = ud_url(ud["base_url"], ud["repo"], ud["release"], fname)
-                tasks.append((f"UD treebank {url}", lambda f=fname, u=url, s=split, k=key, t=tb: _fetch_file(
+                tasks.append((f"UD treebank {url}", "ud", lambda f=fname, u=url, s=split, k=key, t=tb: _fetch_file(
                     "ud", f"{k}.ud.{s}_file", u, ud_download_dir(config, t) / f,
                     sha256=t["ud"].get(f"{s}_sha256"), **net)))
         elif tb.get("source") == "local":
             for split in ("train", "dev"):
                 if tb["local"].get(split):
-                    tasks.append((f"{key}.local.{split}", lambda s=split, k=key, t=tb: _check_path(
+                    tasks.append((f"{key}.local.{split}", "treebank", lambda s=split, k=key, t=tb: _check_path(
                         "treebank", f"{k}.local.{s}", t["local"][s])))
         elif tb.get("source") == "silver":
             spacy_model = tb["silver"]["spacy_model"]
-            tasks.append((f"spaCy model {spacy_model}", lambda m=spacy_model, k=key: _check_package(
+            tasks.append((f"spaCy model {spacy_model}", "spacy_model", lambda m=spacy_model, k=key: _check_package(
                 "spacy_model", f"{k}.silver.spacy_model", m)))
     glove = config.get("glove") or {}
     if glove.get("path"):
         if glove["path"].startswith("package:"):
-            tasks.append(("glove.path", lambda: _check_package("glove", "glove.path",
+            tasks.append(("glove.path", "glove", lambda: _check_package("glove", "glove.path",
                                                                glove["path"][len("package:"):])))
         else:
-            tasks.append(("glove.path", lambda: _check_path("glove", "glove.path", glove["path"])))
+            tasks.append(("glove.path", "glove", lambda: _check_path("glove", "glove.path", glove["path"])))
     elif glove.get("url"):
         def fetch_glove() -> dict[str, Any]:
             dest = glove_download_target(config)
@@ -160,9 +165,9 @@ def _tasks(config: dict[str, Any], net: dict[str, Any],
                     raise BertlookError(f"glove.member {member!r} is not in {dest} (it holds {', '.join(names[:8])})")
             return item
 
-        tasks.append((f"GloVe vectors {glove['url']}", fetch_glove))
+        tasks.append((f"GloVe vectors {glove['url']}", "glove", fetch_glove))
     for i, path in enumerate((config.get("coref") or {}).get("conll") or []):
-        tasks.append((f"coref.conll[{i}]", lambda p=path, i=i: _check_path("coref", f"coref.conll[{i}]", p)))
+        tasks.append((f"coref.conll[{i}]", "coref", lambda p=path, i=i: _check_path("coref", f"coref.conll[{i}]", p)))
     return tasks
 
 
@@ -177,12 +182,12 @@ def fetch_config(config: dict[str, Any], *, fetch_model: Callable[[str, str | No
     net = {"retries": retries, "timeout": timeout, "backoff": backoff}
     items: list[dict[str, Any]] = []
     errors: list[str] = []
-    for what, thunk in _tasks(config, net, fetch_model):
+    for what, kind, thunk in _tasks(config, net, fetch_model):
         try:
             item = thunk()
-        except BertlookError as err:
+        except BertlookError as err:  # one error per input; the others are fetched all the same
             errors.append(f"{what}: {err}")
-            items.append({"name": what, "status": "error", "error": str(err)})
+            items.append({"kind": kind, "name": what, "status": "error", "error": str(err)})
             continue
         items.append(item)
         _echo_item(item, echo)
