@@ -292,3 +292,33 @@ def test_the_plans_jobs_and_requests_are_the_workflows(tmp_path, capsys, monkeyp
     planned = sorted((j["rule"], tuple(sorted(j["wildcards"].items())),
                       j["mem_mb"], j["runtime"], j["disk_mb"]) for j in row["jobs"])
     assert planned == dry
+
+
+def test_gpu_tflops_makes_the_model_jobs_ask_for_their_gpu_time(tmp_path, capsys):
+    """extraction.gpu_tflops (config/atlas.yaml: 20): a model job's runtime request is its GPU time x2, the number
+    the plan prints, not the CPU-time model's (which asked a GPU partition for 13 days for Mistral-7B's
+    extract_words); without it the CPU model as before; jobs that do not run the model are unchanged."""
+    from bertlook.pipeline.sizing import RUNTIME_FLOOR_MIN, SAFETY_TIME
+
+    _, with_gpu = _atlas_plan(tmp_path, capsys)
+    cfg = yaml.safe_load(ATLAS.read_text())
+    assert cfg["extraction"]["gpu_tflops"] == 20
+    cfg["extraction"]["gpu_tflops"] = None
+    cpu_path = tmp_path / "cpu.yaml"
+    cpu_path.write_text(yaml.safe_dump(cfg))
+    rc, text, err = _plan(capsys, str(cpu_path), "--configs", str(FIXTURES), "--json", str(tmp_path / "cpu.json"))
+    assert rc == 0, err
+    cpu = json.loads((tmp_path / "cpu.json").read_text())
+    assert with_gpu["assumptions"]["runtime_model"] == "gpu" and cpu["assumptions"]["runtime_model"] == "cpu"
+    jobs = {(r["label"], j["rule"], json.dumps(j["wildcards"])): j for r in with_gpu["models"] for j in r["jobs"]}
+    jobs_cpu = {(r["label"], j["rule"], json.dumps(j["wildcards"])): j for r in cpu["models"] for j in r["jobs"]}
+    assert jobs.keys() == jobs_cpu.keys()
+    for key, job in jobs.items():
+        if "gpu_s" in job:
+            # the request reads float32-sized weights (sizing's bound), the plan the loaded dtype's: a little more
+            want = SAFETY_TIME * job["gpu_s"] / 60
+            assert want - 1 <= job["runtime"] <= 1.2 * want + RUNTIME_FLOOR_MIN, key
+        else:
+            assert job["runtime"] == jobs_cpu[key]["runtime"], key
+    words = jobs[("mistral-7b", "extract_words", json.dumps({"split": "train"}))]
+    assert words["runtime"] < 120 < 10_000 < jobs_cpu[("mistral-7b", "extract_words", json.dumps({"split": "train"}))]["runtime"]

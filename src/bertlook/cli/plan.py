@@ -65,8 +65,9 @@ def register_cli(subparsers) -> None:
                    help="folder of config.json files, DIR/<org>--<name>/config.json (tests/fixtures/atlas_configs)")
     p.add_argument("--json", metavar="OUT", default=None, help="write the whole plan as JSON")
     p.add_argument("--gpus", type=int, default=8, help="GPUs to compare one GPU with (default 8)")
-    p.add_argument("--gpu-tflops", type=float, default=GPU_TFLOPS,
-                   help=f"effective TFLOP/s of one GPU on the eager forward passes (default {GPU_TFLOPS:g})")
+    p.add_argument("--gpu-tflops", type=float, default=None,
+                   help="effective TFLOP/s of one GPU on the eager forward passes (default: the configuration's "
+                        f"extraction.gpu_tflops, else {GPU_TFLOPS:g})")
     p.add_argument("--profile", choices=("slurm", "default"), default="slurm",
                    help="the Snakemake profile whose partitions the table names (default slurm)")
     p.set_defaults(func=_handler)

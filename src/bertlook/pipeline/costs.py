@@ -322,3 +322,38 @@ DOWNLOAD = Cost(estimate=download)
 STATS_GATHER = Cost(estimate=gather, base_mb=BASE_NUMPY_MB)  # surface statistics, JS clustering, rollout
 PLOT_GATHER = Cost(estimate=gather, base_mb=BASE_PLOT_MB)  # figures and pages drawn from tables
 STORE_READER = Cost(estimate=store_reader)
+
+
+# ---- a model job on a GPU -------------------------------------------------------------------------
+
+GPU_LOAD_MB_S = 200.0  # MB/s reading the weights from a shared filesystem into the GPU
+JS_FLOPS_PER_ENTRY = 10.0  # device FLOPs per (head pair x map entry) of the JS sums (smoothing, logs, sums)
+
+
+def runs_model(job: Job, cost: Cost) -> bool:
+    """Whether ``job`` runs the model (forward passes, the gradients, the one-pass extraction): the jobs a GPU speeds
+    up; the gather of the gradients' shards (the same cost, reading partial sums) does not."""
+    if cost.estimate is gradients:
+        return job.reads_maps()
+    return cost.estimate is segment_pass or cost.examples is not None
+
+
+def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu_tflops: float) -> float:
+    """Seconds a model job holds its GPU: startup, reading ``weights_bytes`` at ``GPU_LOAD_MB_S``, its FLOPs at
+    ``gpu_tflops`` (effective TFLOP/s): the forward passes (three for the gradients plus the language-model head)
+    and, in the one-pass extraction, the JS sums on the device (``JS_FLOPS_PER_ENTRY`` per head pair and entry)."""
+    if cost.estimate is segment_pass:
+        seg = segments_input(job)
+        kinds = 2 if norms_on(job.config) else 1
+        rows = (job.config.get("clustering") or {}).get("js_rows")
+        js = js_entries(segments_input(job, (job.config.get("clustering") or {}).get("max_examples")),
+                        causal=dims.family == "decoder", rows=rows)
+        flops = sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
+    elif cost.estimate is gradients:
+        ex = segments_input(job, (job.config.get("gradients") or {}).get("max_examples"))
+        flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0
+    elif cost.examples is not None:
+        flops = sum_flops(dims, cost.examples(job)[1]) * cost.passes(job.config)
+    else:
+        flops = 0.0
+    return STARTUP_S + weights_bytes / (GPU_LOAD_MB_S * 1e6) + flops / (gpu_tflops * 1e12)

@@ -16,7 +16,7 @@ sends to its GPU partition) the GPU memory and the time on a GPU:
 * **GPU time** of a job = ``STARTUP_S`` + reading the weights at ``LOAD_MB_S`` + its FLOPs at ``gpu_tflops``
   (default :data:`GPU_TFLOPS`, an effective rate: eager attention with its maps returned runs far below a card's
   peak): the model's forward passes (:func:`bertlook.pipeline.sizing.sum_flops`, three for the gradients plus the
-  language-model head) and, in extract_segments, the JS sums on the device (``JS_FLOPS_PER_ENTRY`` per head pair
+  language-model head) and, in extract_segments, the JS sums on the device (``costs.JS_FLOPS_PER_ENTRY`` per head pair
   and map entry).
 * **disk**: the jobs' output estimates (``disk_mb``): written in all, and kept (the word-level and coreference
   stores of ``TEMP_STORE_RULES`` are removed after their readers unless ``extraction.keep_maps``: they keep
@@ -45,9 +45,8 @@ from bertlook.pipeline.sizing import (MIB, Job, ModelDims, dims_from_config, rul
 from bertlook.pipeline.steps import enabled_steps, switches
 
 GPU_TFLOPS = 20.0  # effective TFLOP/s of an eager forward pass returning its maps (an A100/H100 peaks at 300+)
-LOAD_MB_S = 200.0  # MB/s reading the weights from a shared filesystem into the GPU
+LOAD_MB_S = cost_models.GPU_LOAD_MB_S  # MB/s reading the weights from a shared filesystem into the GPU
 CUDA_CONTEXT_MB = 500.0  # the CUDA context and allocator slack of a job
-JS_FLOPS_PER_ENTRY = 10.0  # device FLOPs per (head pair x map entry) of the JS sums (smoothing, logs, sums)
 #: the rules of a model run besides its steps' (cross-model rules, downloads and summaries are not per model)
 SUPPORT_RULES = ("segments", "treebank", "gather_extraction", "manifest", "report_pages")
 #: the profile the table names partitions from, by --profile
@@ -151,22 +150,9 @@ def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequ
 
 
 def gpu_seconds(job: Job, cost: Any, dims: ModelDims, gpu_bytes: float, gpu_tflops: float) -> float:
-    """Seconds a model job holds its GPU: startup, reading the weights, its FLOPs at ``gpu_tflops``."""
-    if cost.estimate is cost_models.segment_pass:
-        seg = segments_input(job)
-        kinds = 2 if cost_models.norms_on(job.config) else 1
-        rows = (job.config.get("clustering") or {}).get("js_rows")
-        js = cost_models.js_entries(segments_input(job, job.config["clustering"].get("max_examples")),
-                        causal=dims.family == "decoder", rows=rows)
-        flops = sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
-    elif cost.estimate is cost_models.gradients:
-        ex = segments_input(job, (job.config.get("gradients") or {}).get("max_examples"))
-        flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0
-    elif cost.examples is not None:
-        flops = sum_flops(dims, cost.examples(job)[1]) * cost.passes(job.config)
-    else:
-        flops = 0.0
-    return cost_models.STARTUP_S + gpu_bytes / (LOAD_MB_S * 1e6) + flops / (gpu_tflops * 1e12)
+    """Seconds a model job holds its GPU (:func:`bertlook.pipeline.costs.gpu_seconds`, which the workflow's
+    runtime requests use too when ``extraction.gpu_tflops`` is set)."""
+    return cost_models.gpu_seconds(job, cost, dims, gpu_bytes, gpu_tflops)
 
 
 def _job_row(rule: str, wc: dict[str, str], config: Mapping[str, Any], run: str, dims: ModelDims,
@@ -282,9 +268,12 @@ def totals(rows: Sequence[Mapping[str, Any]], gpus: int) -> dict[str, Any]:
 
 
 def plan(config: Mapping[str, Any], *, declared: Sequence[Any], costs: Mapping[str, Any], configs_dir: str | None = None,
-         profile: str = "slurm", gpus: int = 8, gpu_tflops: float = GPU_TFLOPS, root: str | os.PathLike = ".",
+         profile: str = "slurm", gpus: int = 8, gpu_tflops: float | None = None, root: str | os.PathLike = ".",
          download: Callable[[str, str | None], str] = hub_download) -> dict[str, Any]:
-    """The plan of a (validated) configuration: ``{"models": [...], "totals": {...}, "assumptions": {...}}``."""
+    """The plan of a (validated) configuration: ``{"models": [...], "totals": {...}, "assumptions": {...}}``.
+    ``gpu_tflops``: None = the configuration's ``extraction.gpu_tflops``, else :data:`GPU_TFLOPS`."""
+    if gpu_tflops is None:
+        gpu_tflops = float(config["extraction"].get("gpu_tflops") or GPU_TFLOPS)
     if gpus < 1 or not gpu_tflops > 0:
         raise BertlookError(f"--gpus must be >= 1 and --gpu-tflops > 0 (got {gpus}, {gpu_tflops})")
     partitions, rules_info = read_partitions(profile, root), read_workflow_rules(root)
@@ -298,8 +287,9 @@ def plan(config: Mapping[str, Any], *, declared: Sequence[Any], costs: Mapping[s
         "models": rows, "totals": totals(rows, gpus),
         "partitions": {"profile": profile, "gpu": partitions.gpu, "cpu": partitions.cpu,
                        "gpu_rules": sorted(partitions.gpu_rules), "local_rules": sorted(partitions.local_rules)},
-        "assumptions": {"gpu_tflops": gpu_tflops, "load_mb_s": LOAD_MB_S, "cuda_context_mb": CUDA_CONTEXT_MB,
-                        "js_flops_per_entry": JS_FLOPS_PER_ENTRY, "startup_s": cost_models.STARTUP_S},
+        "assumptions": {"gpu_tflops": gpu_tflops,
+                        "runtime_model": "gpu" if config["extraction"].get("gpu_tflops") else "cpu", "load_mb_s": LOAD_MB_S, "cuda_context_mb": CUDA_CONTEXT_MB,
+                        "js_flops_per_entry": cost_models.JS_FLOPS_PER_ENTRY, "startup_s": cost_models.STARTUP_S},
     }
 
 
@@ -352,7 +342,9 @@ def plan_table(result: Mapping[str, Any], width: int = 120) -> str:
     big = t["largest_request"]
     if big:
         lines.append(f"longest request: {big['rule']} of {big['model']} asks SLURM for {big['runtime_min']} min and "
-                     f"{big['mem_mb']} MB (the workflow's runtime requests come from the CPU-time model, x2)")
+                     f"{big['mem_mb']} MB (the workflow's runtime requests: "
+                     + ("its GPU time at extraction.gpu_tflops, x2)" if a.get("runtime_model") == "gpu" else
+                        "the CPU-time model, x2; set extraction.gpu_tflops for a GPU partition)"))
     for r in result["models"]:
         lines += [f"note: {r['label']}: {note}" for note in r.get("notes") or ()]
     gated = [r["label"] for r in result["models"] if r.get("gated") and not r["refused"]]

@@ -411,12 +411,25 @@ def rule_resources(rule: str, config: Mapping[str, Any], input_paths: Iterable[A
     inputs = [str(p) for p in (input_paths or [])]
     job = Job(rule=rule, config=config, inputs=inputs, wildcards=wc, dims_of=dims_of or model_dims)
     mem, cpu, disk = cost.estimate(job, cost)
+    seconds = _gpu_runtime(job, cost) or cpu
     attempt = max(1, int(attempt))
     return {
         "mem_mb": int(max(MEM_FLOOR_MB, math.ceil(SAFETY_MEM * mem * 1.048576))) * attempt,  # MiB -> MB
-        "runtime": int(max(RUNTIME_FLOOR_MIN, math.ceil(SAFETY_TIME * cpu / 60.0))) * attempt,
+        "runtime": int(max(RUNTIME_FLOOR_MIN, math.ceil(SAFETY_TIME * seconds / 60.0))) * attempt,
         "disk_mb": int(max(DISK_FLOOR_MB, math.ceil(disk * 1.048576))),
     }
+
+
+def _gpu_runtime(job: Job, cost: Any) -> float | None:
+    """Seconds of a model job on a GPU when the configuration says how fast its GPUs are
+    (``extraction.gpu_tflops``: :func:`bertlook.pipeline.costs.gpu_seconds`), else None (the CPU-time model)."""
+    from bertlook.pipeline import costs as cost_models  # lazy: costs imports this module
+
+    tflops = (job.config.get("extraction") or {}).get("gpu_tflops")
+    if not tflops or not cost_models.runs_model(job, cost):
+        return None
+    dims = job.dims()
+    return cost_models.gpu_seconds(job, cost, dims, dims.weights_mb * MIB, float(tflops))
 
 
 def snakemake_resources(rule: str, config: Mapping[str, Any], costs: Mapping[str, Any]) -> dict[str, Callable]:
