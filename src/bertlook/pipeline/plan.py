@@ -192,7 +192,7 @@ def notes(cfg: Mapping[str, Any], dims: ModelDims) -> list[str]:
     archs = cfg.get("architectures") or []
     if cfg.get("model_type") == "electra" and "ElectraForPreTraining" in archs or cfg.get("model_type") == "deberta-v2":
         out.append("a replaced-token-detection discriminator: its checkpoint may hold no masked-LM head, so the "
-                   "gradients step (sep_gradients) would run on a newly initialised head; read it with care")
+                   "gradients step (sep_gradients) finds its head missing and writes 'not run' (attention/mlm.py)")
     if dims.family == "decoder" and not dims.mlm_head:
         out.append("no next-token head in architectures: the gradients step writes 'not run'")
     return out
