@@ -128,8 +128,8 @@ def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2,
                             intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
                             type_vocab_size=2, pad_token_id=0)
     else:
-        config = config_cls(vocab_size=n_vocab, dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=intermediate_size,
-                            max_position_embeddings=max_position_embeddings, pad_token_id=0)
+        config = config_cls(vocab_size=n_vocab, dim=hidden, n_layers=layers, n_heads=heads,
+                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings, pad_token_id=0)
     for stale in out.glob("*.safetensors"):  # the BERT weights make_tiny_bert wrote
         stale.unlink()
     torch.manual_seed(seed)
