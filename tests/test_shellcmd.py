@@ -69,3 +69,12 @@ def test_names_are_checked_and_non_finite_numbers_refused(bad):
             {bad.get("flag", "ok"): bad.get("value", 1)},
             env={bad.get("env", "OK"): 1},
         )
+
+
+def test_positional_arguments_arrive_literally_and_never_as_flags(tmp_path):
+    """command(..., args=[...]): each positional argument one literal argument after the step (the atlas
+    rule's CONFIG); one starting with '-' is passed as ./-x, so that argparse does not take it for a flag."""
+    values = [v for v in HOSTILE if v]
+    argv = _argv_seen_by_program(command("printf '%s\\0'", "atlas", {"out": "o u t"}, args=values), tmp_path)
+    assert argv == ["atlas", *[f"./{v}" if v.startswith("-") else v for v in values], "--out", "o u t"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -350,3 +350,85 @@ def test_gpu_profile_runs_extraction_on_the_gpu_partition(runs, cluster):
         assert record["JobState"] == "COMPLETED", record
         assert record["Partition"] == "gpu", record
         assert "gres:gpu:1" in record.get("TresPerJob", ""), record
+
+
+# ---- one failure is one model, on the cluster ----------------------------------------------------
+# A smaller tiny atlas than tests/test_workflow_atlas.py's (time: every SLURM job pays its submission and a
+# snakemake start-up): a tiny GPT-2 and the GPT-NeoX with truncated weights, up to the atlas (no report pages).
+ATLAS_LABELS = ["gpt2", "pythia"]
+
+
+@pytest.fixture(scope="module")
+def atlas_on_slurm(cluster, tmp_path_factory) -> dict:
+    """The small tiny atlas through profiles/slurm-cpu (keep-going), then, the broken model repaired, again."""
+    from bertlook.testing.tiny_atlas import make_tiny_atlas, make_tiny_atlas_model
+    from test_workflow_atlas import BROKEN, logs_of_failed_jobs, state
+
+    workdir = tmp_path_factory.mktemp("atlas-on-slurm")
+    configfile = make_tiny_atlas(workdir, slurm_test_config(workdir, workdir / "unused"), labels=ATLAS_LABELS,
+                                 broken=BROKEN, minilm=False)
+    assert configfile == workdir / "config.yaml"  # where SnakemakeRun reads it
+    env = cluster.env(ENV)
+    env["BERTLOOK_SLURM_PARTITION"] = "batch"
+    # the target `atlas`: every model's run and the atlas, not the report pages and summaries beside them
+    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--max-threads", "1", *SLURM_POLL_FAST, "atlas"]
+    out = {"workdir": workdir}
+    for name in ("first", "rerun"):
+        run = SnakemakeRun(workdir, args, env)
+        try:
+            result = run.wait(timeout=900, cluster=cluster)
+        finally:
+            run.kill()
+        out[name], out[f"{name}_code"], out[f"{name}_wall"] = result.stdout + result.stderr, result.returncode, run.wall
+        (workdir / f"snakemake-{name}.log").write_text(out[name])
+        if name == "first":
+            out["failed_logs"] = logs_of_failed_jobs(out[name])  # before the rerun writes them again
+            out["after_first"] = state(workdir / "results")
+            make_tiny_atlas_model(workdir / "models", BROKEN)  # the repair
+    print(f"\nSLURM atlas test ({len(ATLAS_LABELS)} models, one broken): {out['first_wall']:.0f} s, then the rerun "
+          f"{out['rerun_wall']:.0f} s")
+    return out
+
+
+@pytest.mark.slurm
+def test_a_failed_model_on_slurm_stops_only_its_own_jobs(atlas_on_slurm, cluster):
+    from test_workflow_atlas import BROKEN, failed
+
+    log, results = atlas_on_slurm["first"], atlas_on_slurm["workdir"] / "results"
+    assert atlas_on_slurm["first_code"] != 0, log[-4000:]
+    errors = failed(log)
+    assert errors and all(f"/tiny-{BROKEN}/" in job_log for _, job_log in errors), errors
+    assert all("corrupt or truncated safetensors" in atlas_on_slurm["failed_logs"][job_log] for _, job_log in errors)
+    after_first = atlas_on_slurm["after_first"]
+    assert after_first["tiny-gpt2"] and not after_first[f"tiny-{BROKEN}"] and not after_first["models_summary"]
+    # every job a SLURM job; those of the broken model FAILED, every other one COMPLETED
+    submitted = re.findall(r"^Job (\d+) has been submitted with SLURM jobid (\d+) ", log, flags=re.M)
+    # (show-failed-logs prints a failed job's SLURM log, with the job headers of the snakemake inside the job:
+    # job 0 of its one-job DAG. Job 0 of this snakemake is the target, `atlas`, which never starts here.)
+    remote = {jobid: rule for is_local, rule, jobid in _job_headers(log) if not is_local and jobid != "0"}
+    assert sorted(jobid for jobid, _ in submitted) == sorted(remote)
+    records = cluster.jobs()
+    states = {}
+    for _, slurm_id in submitted:
+        states.setdefault(records[slurm_id]["JobState"], []).append(records[slurm_id]["Comment"])
+    assert set(states) == {"COMPLETED", "FAILED"}, states
+    assert len(states["FAILED"]) == len(errors)
+    # the onerror handler ran `bertlook atlas` where snakemake runs (the login node), not as a SLURM job
+    handler = results / "tiny-all-models" / "logs" / "atlas_onerror.log"
+    assert handler.is_file() and " -m bertlook atlas " in handler.read_text().splitlines()[0]
+    assert not [c for c in states["COMPLETED"] + states["FAILED"] if c.startswith("rule_atlas")]
+
+
+@pytest.mark.slurm
+def test_the_rerun_on_slurm_runs_only_what_is_missing(atlas_on_slurm):
+    from test_workflow_atlas import ACROSS_MODELS, BROKEN, HAVE_ATLAS, failed, jobs, run_complete
+
+    log = atlas_on_slurm["rerun"]
+    ran = jobs(log)
+    assert ran and not [(r, run) for r, run in ran if run != f"tiny-{BROKEN}" and r not in ACROSS_MODELS], ran
+    assert {"extract_segments", "manifest", "atlas"} <= {rule for rule, _ in ran}
+    if HAVE_ATLAS:
+        assert atlas_on_slurm["rerun_code"] == 0, log[-4000:]
+    else:  # until `bertlook atlas` exists, the atlas rule alone fails
+        assert {rule for rule, _ in failed(log)} == {"atlas"}, log[-4000:]
+    assert run_complete(atlas_on_slurm["workdir"] / "results" / f"tiny-{BROKEN}")

@@ -229,7 +229,7 @@ MODEL_LABELS = [m["label"] for m in config["models"]]
 
 def all_outputs():
     """What `all` asks for: every model run's declared outputs (bertlook.pipeline.steps) and manifest, the
-    syntax runs' outputs, the cross-language and cross-model summaries, and every report page."""
+    syntax runs' outputs, the cross-language and cross-model summaries, the atlas, and every report page."""
     return (
         expand(
             [run_path(path) for path in steps.run_outputs(STEPS, SWITCH)] + [run_path("manifest.json")], run=MODEL_RUNS
@@ -241,5 +241,6 @@ def all_outputs():
             for name in ("models_summary.csv", "fig_models_summary.png", "resources.csv", "resources.md")
         ]
         + models_explorer_outputs()
+        + atlas_outputs()
         + report_page_outputs()
     )

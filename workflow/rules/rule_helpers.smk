@@ -52,9 +52,10 @@ class _JobRef:
 IN, OUT, WC = _JobRef("input"), _JobRef("output"), _JobRef("wildcards")
 
 
-def bertlook_cmd(step, *flag_groups, omp_threads=False, **flags):
+def bertlook_cmd(step, *flag_groups, omp_threads=False, positional=(), **flags):
     """params function: the whole `bertlook STEP ...` command line of a job, every value quoted.
-    flag_groups: functions of (wildcards, input, output) returning a dict of flags (e.g. the model)."""
+    flag_groups: functions of (wildcards, input, output) returning a dict of flags (e.g. the model);
+    positional: the step's positional arguments (constants), before the flags."""
 
     def cmd(wildcards, input, output, threads):
         values = {}
@@ -63,7 +64,7 @@ def bertlook_cmd(step, *flag_groups, omp_threads=False, **flags):
         for name, value in flags.items():
             values[name] = value(wildcards, input, output) if callable(value) else value
         env = {"OMP_NUM_THREADS": threads} if omp_threads else None
-        return command(BERTLOOK, step, values, env)
+        return command(BERTLOOK, step, values, env, args=positional)
 
     return cmd
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -49,9 +49,11 @@ def flag_tokens(name: str, value: Any) -> list[str]:
     return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
-def command(prefix: str, step: str, flags: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> str:
-    """``[ENV=VALUE ...] PREFIX STEP --flag VALUE ...`` with every env value, the step and every
-    flag token shell-quoted. ``prefix`` is the fixed program (a constant of the workflow), never a config value."""
+def command(prefix: str, step: str, flags: Mapping[str, Any], env: Mapping[str, Any] | None = None,
+            args: Sequence[Any] = ()) -> str:
+    """``[ENV=VALUE ...] PREFIX STEP [ARG ...] --flag VALUE ...`` with every env value, the step, every
+    positional argument (``args``) and every flag token shell-quoted. ``prefix`` is the fixed program (a
+    constant of the workflow), never a config value."""
     if not _STEP_NAME.match(step):
         raise ValueError(f"bad step name {step!r}")
     parts: list[str] = []
@@ -60,6 +62,9 @@ def command(prefix: str, step: str, flags: Mapping[str, Any], env: Mapping[str, 
             raise ValueError(f"bad environment variable name {key!r}")
         parts.append(f"{key}={shlex.quote(_text(value))}")
     parts += [prefix, step]
+    for arg in args:
+        text = _text(arg)
+        parts.append(shlex.quote(f"./{text}" if text.startswith("-") else text))  # never taken for a flag
     for name, value in flags.items():
         parts += [shlex.quote(tok) for tok in flag_tokens(name, value)]
     return " ".join(parts)
