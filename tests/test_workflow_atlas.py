@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bertlook.cli import COMMANDS
 from bertlook.testing.tiny_atlas import MINILM, TINY_ATLAS_MODELS, make_tiny_atlas, make_tiny_atlas_model
 from workflow_helpers import ROOT, snakemake, tiny_config
 
-# `bertlook atlas` renders the page (issue 43, helper "page"); until it is merged only the handler's command
-# line is checked, and the atlas rule of the rerun fails for want of the subcommand.
-HAVE_ATLAS = "atlas" in COMMANDS
 BROKEN = "pythia"
 DEFAULT_PROFILE = ["--workflow-profile", str(ROOT / "profiles" / "default")]
 # rules of the cross-model outputs, which need every model: they run (again) in the rerun
@@ -74,6 +70,8 @@ def atlas_runs(tmp_path_factory):
     out["after_first"] = state(workdir / "results")
     handler_log = workdir / "results" / "tiny-all-models" / "logs" / "atlas_onerror.log"
     out["handler"] = handler_log.read_text() if handler_log.is_file() else None
+    page = workdir / "results" / "tiny-atlas" / "atlas.html"
+    out["first_page"] = page.read_text() if page.is_file() else None  # the onerror handler's page
     make_tiny_atlas_model(workdir / "models", BROKEN)  # the repair: the same model, whole
     start = time.monotonic()
     rerun = snakemake(workdir, *DEFAULT_PROFILE, configfile=configfile, timeout=900)
@@ -108,10 +106,9 @@ def test_the_onerror_handler_renders_the_atlas(atlas_runs):
     out_dir = atlas_runs["workdir"] / "results" / "tiny-atlas"
     assert re.search(r" -m bertlook atlas \.snakemake/bertlook/config-[0-9a-f]{16}\.json --out ", command), command
     assert command.endswith(f" --out {out_dir}"), command
-    if HAVE_ATLAS:
-        assert "the atlas of the models that ran" in atlas_runs["first"]
-        page = (out_dir / "atlas.html").read_text()
-        assert BROKEN in page and "corrupt or truncated safetensors" in page
+    assert "the atlas of the models that ran" in atlas_runs["first"]
+    page = (out_dir / "atlas.html").read_text()
+    assert BROKEN in page and "corrupt or truncated safetensors" in page
 
 
 @pytest.mark.slow
@@ -124,11 +121,8 @@ def test_the_rerun_runs_only_what_is_missing(atlas_runs):
     rules = {rule for rule, _ in ran}
     assert {"extract_segments", "extract_words", "manifest", "atlas", "models_summary"} <= rules
     assert "segments" not in rules and "treebank" not in rules  # the broken model's jobs that had finished
-    if HAVE_ATLAS:
-        assert atlas_runs["rerun_code"] == 0, log[-3000:]
-        assert (atlas_runs["workdir"] / "results" / "tiny-atlas" / "atlas.html").is_file()
-    else:  # the atlas rule alone fails, for want of the subcommand
-        assert {rule for rule, _ in failed(log)} == {"atlas"}, log[-3000:]
+    assert atlas_runs["rerun_code"] == 0, log[-3000:]
+    assert (atlas_runs["workdir"] / "results" / "tiny-atlas" / "atlas.html").is_file()
     assert run_complete(atlas_runs["workdir"] / "results" / f"tiny-{BROKEN}")
 
 
@@ -177,3 +171,45 @@ def test_the_atlas_rule_is_planned_with_several_models_or_when_asked(tmp_path, t
                          block)
         written = next((tmp_path / ".snakemake" / "bertlook").glob("config-*.json"))
         assert yaml.safe_load(written.read_text())["models"][0]["label"] == "m0"
+
+
+ATLAS_DRIVER = """<script>
+window.addEventListener("load", function () {
+  const out = {};
+  const rows = function () { return Array.from(document.querySelectorAll("tr.model-row")).filter(
+    function (tr) { return !tr.hidden; }).map(function (tr) { return tr.dataset.model; }); };
+  try {
+    out.initial = rows();
+    document.querySelector('th[data-key="parameters"] button').click();
+    out.by_params = rows();
+    out.status = Object.fromEntries(Array.from(document.querySelectorAll("tr.model-row")).map(function (tr) {
+      return [tr.dataset.model, tr.querySelector("td.status").textContent]; }));
+    out.families = Array.from(document.querySelectorAll("#families input")).map(function (i) { return i.value; });
+    document.querySelector('#families input[value="GPT-2"]').click();
+    out.after_filter = rows();
+    out.lines = document.querySelectorAll("#profile polyline.profile").length;
+  } catch (e) { out.error = String(e); }
+  const pre = document.createElement("pre"); pre.id = "test-result"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_tiny_atlas_page_in_a_headless_browser(atlas_runs, tmp_path):
+    """The page the onerror handler wrote after the failed run, in headless Chromium: a row per model, the broken
+    one saying why, sorting and a family filter work, no script error."""
+    from test_explorer import _run_page_in_chromium
+
+    page = atlas_runs["first_page"]
+    assert page is not None, "no atlas.html after the failed run"
+    out = _run_page_in_chromium(tmp_path, page.replace("</body>", ATLAS_DRIVER + "</body>"))
+    labels = [*TINY_ATLAS_MODELS, MINILM["label"]]
+    assert sorted(out["initial"]) == sorted(labels)
+    assert out["by_params"][-1] == BROKEN  # a model that did not run sorts last
+    assert out["status"][BROKEN].startswith("did not run") and "safetensors" in out["status"][BROKEN]
+    assert all(not out["status"][m].startswith("did not run") for m in labels if m != BROKEN)
+    assert len(out["families"]) >= 8
+    assert "gpt2" not in out["after_filter"] and len(out["after_filter"]) == len(labels) - 1
+    assert out["lines"] >= len(labels) - 2  # one profile per model that ran and has one (the filtered one hidden)

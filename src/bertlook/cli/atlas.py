@@ -6,11 +6,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertlook.pipeline import costs
+
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
 COMMANDS = {
     "atlas": "every model of a configuration on one page: atlas.html, atlas.csv, atlas.json",
 }
+
+#: what the job of the rule ``atlas`` (workflow/rules/atlas.smk, every model's run) costs (bertlook.pipeline.costs)
+COSTS = {"atlas": costs.SMALL}
 
 
 def _load_config(path: str) -> dict:

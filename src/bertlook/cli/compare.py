@@ -30,9 +30,7 @@ STEPS = (
 )
 
 #: what the jobs of this module's rules without a step cost (bertlook.pipeline.costs; a step declares its own)
-# "atlas": the rule of workflow/rules/atlas.smk (`bertlook atlas`, all models); its entry moves to the atlas
-# subcommand's own module once that exists (a rule declared twice is an error)
-COSTS = {"models_summary": costs.SMALL, "atlas": costs.SMALL}
+COSTS = {"models_summary": costs.SMALL}
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -97,6 +97,14 @@ class Cost:
     stores: Callable[[Mapping], int] = _one
     disk_mb: float = 0.0
 
+    def gpu_runtime(self, job: Job, gpu_tflops: float) -> float | None:
+        """Seconds of ``job`` on a GPU at ``gpu_tflops`` (:func:`gpu_seconds`, its weights read at float32 size,
+        sizing's bound), or None when the job does not run the model (:func:`runs_model`)."""
+        if not runs_model(job, self):
+            return None
+        dims = job.dims()
+        return gpu_seconds(job, self, dims, dims.weights_mb * MIB, gpu_tflops)
+
 
 # ---- what a model runs on -------------------------------------------------------------------------
 

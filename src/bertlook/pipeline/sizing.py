@@ -422,14 +422,10 @@ def rule_resources(rule: str, config: Mapping[str, Any], input_paths: Iterable[A
 
 def _gpu_runtime(job: Job, cost: Any) -> float | None:
     """Seconds of a model job on a GPU when the configuration says how fast its GPUs are
-    (``extraction.gpu_tflops``: :func:`bertlook.pipeline.costs.gpu_seconds`), else None (the CPU-time model)."""
-    from bertlook.pipeline import costs as cost_models  # lazy: costs imports this module
-
+    (``extraction.gpu_tflops``: the cost's ``gpu_runtime``, :func:`bertlook.pipeline.costs.gpu_seconds`), else None
+    (the CPU-time model)."""
     tflops = (job.config.get("extraction") or {}).get("gpu_tflops")
-    if not tflops or not cost_models.runs_model(job, cost):
-        return None
-    dims = job.dims()
-    return cost_models.gpu_seconds(job, cost, dims, dims.weights_mb * MIB, float(tflops))
+    return cost.gpu_runtime(job, float(tflops)) if tflops else None
 
 
 def snakemake_resources(rule: str, config: Mapping[str, Any], costs: Mapping[str, Any]) -> dict[str, Callable]:
