@@ -130,6 +130,11 @@ def refusal(cfg: Mapping[str, Any], spec: str, known_types: frozenset[str] | Non
     if problem:
         return problem
     model_type = cfg.get("model_type")
+    layers, groups = int(cfg.get("num_hidden_layers") or 0), int(cfg.get("num_hidden_groups") or 1)
+    if model_type == "albert" and groups < layers:
+        return (f"model {spec!r}: ALBERT shares {groups} layer group(s) across {layers} layers "
+                "(num_hidden_groups), one attention module called once per layer; bertlook reads the maps of one "
+                "module per layer, so extraction would stop with 'attention modules found for ... layers'")
     if known_types is not None and model_type not in known_types:
         return (f"model {spec!r}: transformers has no class for model_type {model_type!r} (an unknown "
                 "architecture: no eager attention path to read the weights from)")
