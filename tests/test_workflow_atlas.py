@@ -6,6 +6,7 @@ runs only that model's jobs, the cross-model summaries and the atlas."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -72,6 +73,8 @@ def atlas_runs(tmp_path_factory):
     out["handler"] = handler_log.read_text() if handler_log.is_file() else None
     page = workdir / "results" / "tiny-atlas" / "atlas.html"
     out["first_page"] = page.read_text() if page.is_file() else None  # the onerror handler's page
+    data = page.with_name("atlas.json")
+    out["first_atlas"] = json.loads(data.read_text()) if data.is_file() else {"models": []}
     make_tiny_atlas_model(workdir / "models", BROKEN)  # the repair: the same model, whole
     start = time.monotonic()
     rerun = snakemake(workdir, *DEFAULT_PROFILE, configfile=configfile, timeout=900)
@@ -107,8 +110,11 @@ def test_the_onerror_handler_renders_the_atlas(atlas_runs):
     assert re.search(r" -m bertlook atlas \.snakemake/bertlook/config-[0-9a-f]{16}\.json --out ", command), command
     assert command.endswith(f" --out {out_dir}"), command
     assert "the atlas of the models that ran" in atlas_runs["first"]
-    page = (out_dir / "atlas.html").read_text()
-    assert BROKEN in page and "corrupt or truncated safetensors" in page
+    assert (out_dir / "atlas.html").is_file()
+    records = {r["label"]: r for r in atlas_runs["first_atlas"]["models"]}  # atlas.json as the handler wrote it
+    assert records[BROKEN]["status"] == "did not run", records[BROKEN]
+    assert "corrupt or truncated safetensors" in records[BROKEN]["reason"]
+    assert all(r["status"] == "ran" for label, r in records.items() if label != BROKEN)
 
 
 @pytest.mark.slow
@@ -183,9 +189,9 @@ window.addEventListener("load", function () {
     document.querySelector('th[data-key="parameters"] button').click();
     out.by_params = rows();
     out.status = Object.fromEntries(Array.from(document.querySelectorAll("tr.model-row")).map(function (tr) {
-      return [tr.dataset.model, tr.querySelector("td.status").textContent]; }));
+      const cell = tr.querySelector("td.status"); return [tr.dataset.model, cell ? cell.textContent : ""]; }));
     out.families = Array.from(document.querySelectorAll("#families input")).map(function (i) { return i.value; });
-    document.querySelector('#families input[value="GPT-2"]').click();
+    document.querySelector('#families input[value="FAMILY"]').click();
     out.after_filter = rows();
     out.lines = document.querySelectorAll("#profile polyline.profile").length;
   } catch (e) { out.error = String(e); }
@@ -204,12 +210,15 @@ def test_the_tiny_atlas_page_in_a_headless_browser(atlas_runs, tmp_path):
 
     page = atlas_runs["first_page"]
     assert page is not None, "no atlas.html after the failed run"
-    out = _run_page_in_chromium(tmp_path, page.replace("</body>", ATLAS_DRIVER + "</body>"))
+    family = {r["label"]: r["family"] for r in atlas_runs["first_atlas"]["models"]}
+    driver = ATLAS_DRIVER.replace("FAMILY", json.dumps(family["gpt2"])[1:-1])
+    out = _run_page_in_chromium(tmp_path, page.replace("</body>", driver + "</body>"))
     labels = [*TINY_ATLAS_MODELS, MINILM["label"]]
     assert sorted(out["initial"]) == sorted(labels)
     assert out["by_params"][-1] == BROKEN  # a model that did not run sorts last
     assert out["status"][BROKEN].startswith("did not run") and "safetensors" in out["status"][BROKEN]
     assert all(not out["status"][m].startswith("did not run") for m in labels if m != BROKEN)
-    assert len(out["families"]) >= 8
-    assert "gpt2" not in out["after_filter"] and len(out["after_filter"]) == len(labels) - 1
-    assert out["lines"] >= len(labels) - 2  # one profile per model that ran and has one (the filtered one hidden)
+    assert family["gpt2"] in out["families"] and len(out["families"]) >= 5
+    assert sorted(out["after_filter"]) == sorted(m for m in labels if family[m] != family["gpt2"])
+    shown_ran = [m for m in out["after_filter"] if m != BROKEN]
+    assert 0 < out["lines"] <= len(shown_ran)  # a depth profile per shown model that ran (and has one)

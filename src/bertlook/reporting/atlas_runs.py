@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from bertlook.errors import BertlookError
 from bertlook.io_utils import read_csv_strings
+from bertlook.reporting.formatting import pct
 from bertlook.reporting.run_files import (CLUSTERS_CSV, MANIFEST, STATS_CSV, TABLE1_CSV, TABLE3_CSV,
                                           parse_number, read_json_file)
 
@@ -158,9 +159,9 @@ def _table1(record: dict[str, Any], run_dir: Path) -> None:
         record["values"][f"t1:{rel}"] = _num(acc)
         record["values"][f"t1_baseline:{rel}"] = _num(base)
         record["details"][f"t1:{rel}"] = (f"head {r['best_head'].strip()} {r['direction'].strip()}; baseline "
-                                          f"offset {offset:+.0f}: {_pct(base)}"
+                                          f"offset {offset:+.0f}: {pct(base)}" + ("%" if base == base else "")
                                           + (f"; significantly above it (McNemar, Holm): {sig}" if sig else "")
-                                          + (f"; over the words it can see (causal): {_pct(visible)}"
+                                          + (f"; over the words it can see (causal): {pct(visible)}%"
                                              if visible == visible else ""))
         if sig in ("True", "False"):
             record["flags"][f"t1:{rel}"] = "above" if sig == "True" else "not above"
@@ -232,10 +233,6 @@ def _behaviours(record: dict[str, Any], run_dir: Path) -> None:
 
 def _num(v: float) -> float | None:
     return None if v != v or v in (float("inf"), float("-inf")) else float(v)
-
-
-def _pct(v: float) -> str:
-    return "–" if v != v else f"{100 * v:.1f}%"
 
 
 def _parameters(run_dir: Path, manifest: dict[str, Any]) -> tuple[int | None, str]:
