@@ -187,7 +187,11 @@ def local_config(resolved: "ResolvedModel") -> dict[str, Any] | None:
     a JSON object is a BertlookError naming it."""
     if resolved.is_hub:
         return None
-    path = Path(resolved.path_or_id) / "config.json"
+    return read_config_file(Path(resolved.path_or_id) / "config.json")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A ``config.json`` as a dict; one that is not JSON, or not an object, is a BertlookError naming it."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -17,13 +17,13 @@ loads with the eager attention path, the one that returns the weights, is checke
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bertlook.errors import BertlookError
-from bertlook.pipeline.model_spec import cached_file, family_problem, local_config, resolve_model
+from bertlook.pipeline.model_spec import (cached_file, family_problem, local_config, read_config_file,
+                                          resolve_model)
 from bertlook.pipeline.sizing import ModelDims
 
 #: bytes per weight of the ``torch_dtype`` / ``dtype`` a config.json names (float32 when it names none)
@@ -46,17 +46,6 @@ class ModelConfig:
 def configs_dir_path(configs_dir: str | os.PathLike, name_or_path: str) -> Path:
     """``DIR/<org>--<name>/config.json`` of a hub id (``DIR/<name>/config.json`` without an org)."""
     return Path(configs_dir) / name_or_path.strip().replace("/", "--") / "config.json"
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """A ``config.json`` as a dict; one that is not JSON, or not an object, is a BertlookError naming it."""
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BertlookError(f"{path}: cannot read the model config ({err})") from None
-    if not isinstance(cfg, dict):
-        raise BertlookError(f"{path}: the model config is not a JSON object")
-    return cfg
 
 
 def local_weights_bytes(root: Path) -> int | None:
