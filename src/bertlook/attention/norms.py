@@ -70,10 +70,12 @@ class ValueTap:
     """The module whose output gives a layer's value vectors, with the ``transform`` that turns that output into
     ``[batch, seq, heads * d_head]`` (one slice per attention head, in head order): a decoder's fused q/k/v
     projection (GPT-2, GPT-NeoX: the value part), or grouped-query value heads (Llama, Qwen2, Mistral: each
-    key/value head repeated for the query heads that share it). :func:`capture_values` hooks ``module``."""
+    key/value head repeated for the query heads that share it). :func:`capture_values` hooks ``module``.
+    ``value_part(width)``: which of the module's ``width`` output features are value features (a bool tensor;
+    None: all), for value zeroing (:mod:`bertlook.attention.value_zeroing`)."""
 
-    def __init__(self, module, transform) -> None:
-        self.module, self.transform = module, transform
+    def __init__(self, module, transform, value_part=None) -> None:
+        self.module, self.transform, self.value_part = module, transform, value_part
 
     def register_forward_hook(self, hook):
         return self.module.register_forward_hook(lambda m, inputs, output: hook(m, inputs, self.transform(output)))
@@ -81,10 +83,10 @@ class ValueTap:
 
 class OutputProjection:
     """A layer's attention output projection as ``weight [d_model, heads * d_head]`` (out, in), as a ``Linear``
-    stores it (GPT-2's ``Conv1D`` stores it transposed)."""
+    stores it (GPT-2's ``Conv1D`` stores it transposed), and its ``bias`` (``[d_model]`` or None)."""
 
-    def __init__(self, weight) -> None:
-        self.weight = weight
+    def __init__(self, weight, bias=None) -> None:
+        self.weight, self.bias = weight, bias
 
 
 def _decoder_layers(model) -> tuple[str, list] | None:
@@ -109,6 +111,13 @@ def _decoder_layers(model) -> tuple[str, list] | None:
     return None
 
 
+def _part(width: int, period: int, start: int):
+    """Bool ``[width]``: features ``start..period-1`` of every block of ``period`` (a fused q|k|v projection's v)."""
+    import torch  # lazy: see the module docstring
+
+    return (torch.arange(int(width)) % int(period)) >= int(start)
+
+
 def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tuple[Any, Any]]:
     """:func:`find_attention_modules` of a decoder (``kind`` of :func:`_decoder_layers`)."""
     H = int(num_heads)
@@ -126,21 +135,23 @@ def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tu
                 if rep == 1:
                     return o
                 return o.reshape(*o.shape[:-1], kv, d_head).repeat_interleave(rep, dim=-2).flatten(-2)
-            out.append((ValueTap(attn.v_proj, gqa), attn.o_proj))
+            out.append((ValueTap(attn.v_proj, gqa), attn.o_proj))  # v_proj: value features only
         elif kind == "neox":
             attn = layer.attention
             d_head = int(attn.dense.weight.shape[1]) // H
 
             def neox(o, d_head=d_head):  # [batch, seq, H * 3 d_head], per head q|k|v -> v of each head
                 return o.reshape(*o.shape[:-1], -1, 3 * d_head)[..., 2 * d_head:].flatten(-2)
-            out.append((ValueTap(attn.query_key_value, neox), attn.dense))
+            out.append((ValueTap(attn.query_key_value, neox, lambda w, d_head=d_head: _part(w, 3 * d_head, 2 * d_head)),
+                        attn.dense))
         else:
             attn = layer.attn
             d = int(attn.c_proj.weight.shape[0])
 
             def gpt2(o, d=d):  # [batch, seq, 3 d_model]: q | k | v
                 return o[..., 2 * d:]
-            out.append((ValueTap(attn.c_attn, gpt2), OutputProjection(attn.c_proj.weight.t())))
+            out.append((ValueTap(attn.c_attn, gpt2, lambda w, d=d: _part(w, 3 * d, 2 * d)),
+                        OutputProjection(attn.c_proj.weight.t(), attn.c_proj.bias)))
     return out
 
 
