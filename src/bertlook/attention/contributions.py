@@ -167,7 +167,7 @@ def post_layer_norm(model, layer: int) -> PostLayerNorm | None:
     of BERT, RoBERTa, ELECTRA, MiniLM); None for a pre-LN decoder (GPT-2, GPT-NeoX, Llama: no LayerNorm there)."""
     from bertlook.attention import norms  # lazy: norms is heavier than this module needs for the maths
 
-    layers = norms._encoder_layers(model)
+    layers = norms.encoder_layers(model)
     if not layers:
         return None
     mod = getattr(getattr(layers[layer], "attention", None), "output", None)

@@ -53,7 +53,7 @@ PUNCT_TOKENS = (".", ",")
 # --------------------------------------------------------------------------------------------
 # modules and hooks
 
-def _encoder_layers(model):
+def encoder_layers(model):
     """``encoder.layer`` of a model or of its base model (``model.base_model``), else None."""
     for candidate in (model, getattr(model, "base_model", None), getattr(model, "bert", None)):
         encoder = getattr(candidate, "encoder", None) if candidate is not None else None
@@ -89,7 +89,7 @@ class OutputProjection:
         self.weight, self.bias = weight, bias
 
 
-def _decoder_layers(model) -> tuple[str, list] | None:
+def decoder_layers(model) -> tuple[str, list] | None:
     """``(kind, layers)`` of a decoder-only model (or its base model): ``llama`` (``layers[i].self_attn`` with
     ``v_proj`` / ``o_proj``: Llama, Qwen2, Mistral, ...), ``neox`` (``layers[i].attention.query_key_value`` /
     ``dense``) or ``gpt2`` (``h[i].attn.c_attn`` / ``c_proj``); None for anything else."""
@@ -119,7 +119,7 @@ def _part(width: int, period: int, start: int):
 
 
 def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tuple[Any, Any]]:
-    """:func:`find_attention_modules` of a decoder (``kind`` of :func:`_decoder_layers`)."""
+    """:func:`find_attention_modules` of a decoder (``kind`` of :func:`decoder_layers`)."""
     H = int(num_heads)
     out = []
     for layer in layers:
@@ -157,7 +157,7 @@ def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tu
 
 def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[Any, Any]]:
     """Per layer, ``(value_linear, output_dense)`` of a BERT-like encoder (``encoder.layer[i]``), or of a
-    decoder-only model (:func:`_decoder_layers`: the value part of its projection as a :class:`ValueTap`, its
+    decoder-only model (:func:`decoder_layers`: the value part of its projection as a :class:`ValueTap`, its
     output projection).
 
     ``value_linear`` is ``layer.attention.self.value`` (gives ``x W_V + b_V``), ``output_dense``
@@ -166,8 +166,8 @@ def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[An
     size must be a multiple of ``num_heads``; the layer count must be the config's).
     """
     cls_name = type(model).__name__
-    layers = _encoder_layers(model)
-    decoder = _decoder_layers(model) if not layers else None
+    layers = encoder_layers(model)
+    decoder = decoder_layers(model) if not layers else None
     if decoder is not None:
         if num_heads is None:
             num_heads = int(getattr(model.config, "num_attention_heads", 0) or getattr(model.config, "n_head"))

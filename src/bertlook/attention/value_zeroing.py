@@ -30,9 +30,9 @@ DEFAULT_CHUNK = 32
 
 def transformer_layers(model) -> list:
     """The layer modules of a BERT-like encoder or a supported decoder (:func:`norms.find_attention_modules`)."""
-    layers = norms._encoder_layers(model)
+    layers = norms.encoder_layers(model)
     if not layers:
-        found = norms._decoder_layers(model)
+        found = norms.decoder_layers(model)
         layers = found[1] if found else None
     if not layers:
         raise BertlookError(f"value zeroing: model class {type(model).__name__} has no layer list "
