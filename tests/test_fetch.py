@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import http.server
 import io
 import json
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_http import local_http_server
+from local_http import FileHandler, local_http_server
 from workflow_helpers import RUN, snakemake, tiny_config
 
 from bertlook import cli
@@ -35,28 +34,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 DUMP_NAME = "enwiki-20990101-pages-articles1.xml-p1p30302.bz2"
 GLOVE_TEXT = "the 0.1 0.2 0.3\ncat 0.4 0.5 0.6\n"
 FAST = dict(retries=2, timeout=5.0, backoff=0.01, fetch_model=model_fetch.fetch_model)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """GET/HEAD /PATH: the file root/PATH (404 when absent); every request counted in server.hits."""
-
-    def log_message(self, *args):
-        pass
-
-    def _handle(self):
-        srv = self.server
-        with srv.lock:
-            srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
-        path = srv.root / self.path.lstrip("/")
-        body, code = (path.read_bytes(), 200) if path.is_file() else (b"not found", 404)
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = _handle
-    do_HEAD = _handle
 
 
 def _sha256(data: bytes) -> str:
@@ -85,7 +62,7 @@ def served(tmp_path):
     conllu = (FIXTURES / "tiny.conllu").read_bytes()
     (ud / "tiny-ud-train.conllu").write_bytes(conllu)
     (ud / "tiny-ud-dev.conllu").write_bytes(conllu)
-    with local_http_server(root, _Handler) as srv:
+    with local_http_server(root, FileHandler) as srv:
         srv.data = {"dump": dump, "glove": glove, "conllu": conllu}
         yield srv
 

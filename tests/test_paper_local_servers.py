@@ -20,7 +20,6 @@ token must be in no file of the run.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import os
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from local_http import local_http_server
+from local_http import FileHandler, local_http_server
 from local_hub import HubRepo, local_hub
 from workflow_helpers import ENV, ROOT, SNAKEMAKE, TINY_CONFIG
 
@@ -49,29 +48,6 @@ SIZE_KEYS = [("segments", "n_segments"), ("wikipedia", "max_articles"), ("heads"
              ("heads", "min_count"), ("clustering", "mds_n_init"), ("clustering", "mds_max_iter"),
              ("gradients", "max_examples"), ("gradients", "batch_size"), ("extraction", "batch_size"),
              ("head_detectors", "n_sequences"), ("head_detectors", "length"), ("probes", "seeds")]
-
-
-class _Files(http.server.BaseHTTPRequestHandler):
-    """GET/HEAD: the file under server.root (404 when absent); every request recorded with its headers."""
-
-    def log_message(self, *args):
-        pass
-
-    def _handle(self):
-        srv = self.server
-        with srv.lock:
-            srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
-            srv.headers_seen.extend(k.lower() for k in self.headers.keys())
-        path = srv.root / self.path.lstrip("/")
-        body, code = (path.read_bytes(), 200) if path.is_file() else (b"not found", 404)
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = _handle
-    do_HEAD = _handle
 
 
 def _glove_zip(conllu: list[bytes]) -> bytes:
@@ -127,8 +103,7 @@ def test_paper_configuration_end_to_end_against_local_servers(tmp_path_factory):
                            intermediate_size=64, seed=0)
     repo = HubRepo.from_dir(STAND_IN, model)
     home = work / "hf-home"
-    with local_hub([repo]) as hub, local_http_server(tmp_path_factory.mktemp("served"), _Files) as files:
-        files.headers_seen = []
+    with local_hub([repo]) as hub, local_http_server(tmp_path_factory.mktemp("served"), FileHandler) as files:
         _serve_data(files.root)
         config = _paper_config(work, files.base, repo.sha)
         (work / "config.yaml").write_text(yaml.safe_dump(config))

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.server
 import json
 import random
 import re
 from pathlib import Path
 
 import pytest
-from local_http import local_http_server
+from local_http import FileHandler, local_http_server
 
 from bertlook.cli import treebank as treebank_cli
 from bertlook.data import treebank as tb
@@ -313,26 +312,6 @@ def test_cli_help_lists_inputs_and_outputs(capsys):
 
 # ---------------------------------------------------------------------------------------- UD source
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """Serves ``root/<url path>``; 404 otherwise."""
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        srv = self.server
-        with srv.lock:
-            srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
-        target = (srv.root / self.path.lstrip("/")).resolve()
-        if srv.root in target.parents and target.is_file():
-            body, code = target.read_bytes(), 200
-        else:
-            body, code = b"not found", 404
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture()
 def ud_server(tmp_path, fixtures_dir):
@@ -341,7 +320,7 @@ def ud_server(tmp_path, fixtures_dir):
     release.mkdir(parents=True)
     (release / "xx_tiny-ud-train.conllu").write_bytes((fixtures_dir / "tiny.conllu").read_bytes())
     (release / "xx_tiny-ud-dev.conllu").write_bytes((fixtures_dir / "tiny.conllu").read_bytes())
-    with local_http_server(root, _Handler) as srv:
+    with local_http_server(root, FileHandler) as srv:
         srv.template = f"{srv.base}/{{repo}}/{{release}}/{{file}}"
         yield srv
 
