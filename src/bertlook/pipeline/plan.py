@@ -149,12 +149,6 @@ def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequ
     return jobs
 
 
-def gpu_seconds(job: Job, cost: Any, dims: ModelDims, gpu_bytes: float, gpu_tflops: float) -> float:
-    """Seconds a model job holds its GPU (:func:`bertlook.pipeline.costs.gpu_seconds`, which the workflow's
-    runtime requests use too when ``extraction.gpu_tflops`` is set)."""
-    return cost_models.gpu_seconds(job, cost, dims, gpu_bytes, gpu_tflops)
-
-
 def _job_row(rule: str, wc: dict[str, str], config: Mapping[str, Any], run: str, dims: ModelDims,
              costs: Mapping[str, Any], partitions: Partitions, gpu_bytes: float, gpu_tflops: float) -> dict[str, Any]:
     """One job: its requests, partition and (a model job) GPU memory and time."""
@@ -171,7 +165,7 @@ def _job_row(rule: str, wc: dict[str, str], config: Mapping[str, Any], run: str,
     if rule in partitions.gpu_rules:
         extra_mb = max(0.0, mem - cost_models.BASE_TORCH_MB - dims.weights_mb)
         row["gpu_mem_mb"] = round(gpu_bytes / MIB + extra_mb + CUDA_CONTEXT_MB, 1)
-        row["gpu_s"] = round(gpu_seconds(job, cost, dims, gpu_bytes, gpu_tflops), 1)
+        row["gpu_s"] = round(cost_models.gpu_seconds(job, cost, dims, gpu_bytes, gpu_tflops), 1)
     return row
 
 
