@@ -17,11 +17,11 @@ Measured on this model (3 layers, 4 heads, d_model 32, 9 tokens, seed 0, every L
 at random; max abs difference of the normalised maps over every layer; CPU, torch 2.13), stated in
 docs/definitions.md#alti-and-value-zeroing:
 
-- ALTI with ``sigma="unbiased_std"`` vs the reference: 3.6e-6 (float32 rounding, and the eps 1e-6 the reference's
-  ``pairwise_distance`` adds to every difference: 1.5e-6 without it);
+- ALTI with ``sigma="unbiased_std"`` vs the reference: 3.0e-6 (float32 rounding, and the eps 1e-6 the reference's
+  ``pairwise_distance`` adds to every difference: 8.9e-7 without it);
 - ALTI default (``sigma="layernorm"``) vs the reference: 7.6e-3 (a real, small difference: the test asserts it
-  stays within a factor 2), and 2.4e-6 against the reference with its std replaced by the LayerNorm's sigma;
-- ALTI over layers vs ``compute_joint_attention``: 2.3e-6;
+  stays within a factor 2), and 2.6e-6 against the reference with its std replaced by the LayerNorm's sigma;
+- ALTI over layers vs ``compute_joint_attention``: 2.1e-6;
 - value zeroing vs demo.py's procedure: 7.1e-7 with a float64 cosine, 9.2e-6 with demo.py's sklearn cosine of
   float32 arrays (asserted < 3e-5), 2.4e-14 with the model in float64.
 """
@@ -69,15 +69,14 @@ def tiny():
 # --------------------------------------------------------------------------------------------------------------
 # the ALTI reference procedure (mt-upc/transformer-contributions)
 
-def _reference_l_transform(x, w_ln):
-    """``l_transform`` of ``get_contributions`` (src/contributions.py): x times the centring matrix
-    ``I - (1/d) 1 1^T`` times ``diag(gamma)``, as two explicit d x d matrices."""
+def _reference_l_transform(vectors, gamma):
+    """``l_transform`` of ``get_contributions`` (src/contributions.py): the vectors times the centring matrix
+    ``I - (1/d) 1 1^T``, then times ``diag(gamma)``: two explicit d x d matrices, as there."""
     import torch
 
-    d = w_ln.size(0)
-    ln_param_transf = torch.diag(w_ln)
-    ln_mean_transf = torch.eye(d) - torch.ones(d, d) / d
-    return torch.einsum("...e,ef,fg->...g", x, ln_mean_transf, ln_param_transf)
+    d = gamma.numel()
+    centring = torch.eye(d) - torch.full((d, d), 1.0 / d)
+    return vectors @ centring @ torch.diag(gamma)
 
 
 def _unbiased_std(pre, eps):
@@ -96,69 +95,63 @@ def reference_alti(model, inputs, std_fn=_unbiased_std):
     import torch
     import torch.nn.functional as F
 
-    # ModelWrapper.__call__: a forward hook on every named module keeps its inputs and outputs by name
-    func_inputs, func_outputs = collections.defaultdict(list), collections.defaultdict(list)
+    # ModelWrapper.__call__: a forward hook on every named module records what went in and came out, by name
+    seen_in: dict = collections.defaultdict(list)
+    seen_out: dict = collections.defaultdict(list)
 
-    def save_activation(name, _mod, inp, out):
-        func_inputs[name].append(inp)
-        func_outputs[name].append(out)
+    def record(name, _module, args, result):
+        seen_in[name].append(args)
+        seen_out[name].append(result)
 
-    handles = [m.register_forward_hook(functools.partial(save_activation, name)) for name, m in model.named_modules()]
+    hooks = [mod.register_forward_hook(functools.partial(record, name)) for name, mod in model.named_modules()]
     try:
         with torch.no_grad():
             out = model(**inputs, output_hidden_states=True, output_attentions=True)
     finally:
-        for h in handles:
-            h.remove()
-    H = model.config.num_attention_heads
-    dh = model.config.hidden_size // H
-    contributions, resultants = [], []
+        for hook in hooks:
+            hook.remove()
+    heads = model.config.num_attention_heads
+    d_head = model.config.hidden_size // heads
+    distances, resultants = [], []
     with torch.no_grad():
-        for layer in range(model.config.num_hidden_layers):  # get_contributions, model_type 'bert'
-            x, attention_probs = out.hidden_states[layer], out.attentions[layer]
-            prefix = f"bert.encoder.layer.{layer}."
-            v = func_outputs[prefix + "attention.self.value"][0]
-            value_layer = v.view(*v.shape[:-1], H, dh).permute(0, 2, 1, 3)  # transpose_for_scores
-            mods = model.bert.encoder.layer[layer].attention.output
-            pre_ln_states = func_inputs[prefix + "attention.output.LayerNorm"][0][0]
-            dense = mods.dense.weight.view(H * dh, H, dh)
-            transformed_layer = torch.einsum("bhsv,dhv->bhsd", value_layer, dense)  # f_h(x_j) (VW_O)
-            weighted_layer = torch.einsum("bhks,bhsd->bhksd", attention_probs, transformed_layer)  # alpha f
-            summed_weighted_layer = weighted_layer.sum(dim=1)  # over heads
-            n = x.shape[1]
-            residual = torch.einsum("sk,bsd->bskd", torch.eye(n), x)  # x_i on the diagonal j = i
-            residual_weighted_layer = summed_weighted_layer + residual
-            ln = mods.LayerNorm
-            transformed_vectors = _reference_l_transform(residual_weighted_layer, ln.weight)
-            attn_output = transformed_vectors.sum(dim=2)
-            dense_bias_term = _reference_l_transform(mods.dense.bias, ln.weight)  # L(b_O)
-            ln_std_coef = 1 / std_fn(pre_ln_states, ln.eps).view(1, -1, 1)
-            resultant = (attn_output + dense_bias_term) * ln_std_coef + ln.bias  # y_i
-            transformed_vectors_std = transformed_vectors * ln_std_coef.unsqueeze(-1)
-            importance = -F.pairwise_distance(transformed_vectors_std, resultant.unsqueeze(2), p=1)
-            contributions.append(importance[0])
-            resultants.append(resultant[0])
-    contributions_t, resultants_t = torch.stack(contributions), torch.stack(resultants)
-    # Text_classification.ipynb: resultant_norm = L1 norm of the resultants; normalize_contributions 'min_sum'
-    resultant_norm = torch.norm(resultants_t, p=1, dim=-1)
-    normalized = torch.zeros(contributions_t.size())
-    for l in range(contributions_t.size(0)):
-        normalized[l] = contributions_t[l] + torch.abs(resultant_norm[l].unsqueeze(1))
-        normalized[l] = torch.clip(normalized[l], min=0)
-        normalized[l] = normalized[l] / normalized[l].sum(dim=-1, keepdim=True)
-    return normalized
+        for l in range(model.config.num_hidden_layers):  # get_contributions, the 'bert' branch
+            hidden, probs = out.hidden_states[l], out.attentions[l]  # [1, n, d], [1, head, n, n]
+            name = f"bert.encoder.layer.{l}.attention."
+            values = seen_out[name + "self.value"][0]  # the value Linear's output
+            v = values.reshape(*values.shape[:-1], heads, d_head).transpose(1, 2)  # [1, head, n, d_head]
+            block = model.bert.encoder.layer[l].attention.output  # dense (W_O, b_O) and LayerNorm
+            pre_ln = seen_in[name + "output.LayerNorm"][0][0]  # the LayerNorm's input x + dense(context)
+            w_o = block.dense.weight.reshape(-1, heads, d_head)  # [d_model, head, d_head]
+            f = torch.einsum("zhjc,ehc->zhje", v, w_o)  # f_h(x_j): [1, head, n, d_model]
+            mixed = torch.einsum("zhij,zhje->zije", probs, f)  # sum_h alpha_h[i, j] f_h(x_j): [1, n, n, d]
+            n = hidden.shape[1]
+            mixed = mixed + torch.eye(n)[None, :, :, None] * hidden[:, :, None, :]  # + x_i where j = i
+            ln = block.LayerNorm
+            t = _reference_l_transform(mixed, ln.weight)  # L(...) per (i, j)
+            scale = 1.0 / std_fn(pre_ln, ln.eps).reshape(1, -1, 1)  # 1 / std of row i: [1, n, 1]
+            y = (t.sum(2) + _reference_l_transform(block.dense.bias, ln.weight)) * scale + ln.bias  # resultant
+            t_scaled = t * scale[..., None]  # T_i(x_j)
+            # minus the pairwise L1 distance of each T_i(x_j) to y_i (torch's pairwise_distance, its eps included)
+            distances.append(-F.pairwise_distance(t_scaled, y[:, :, None, :], p=1)[0])
+            resultants.append(y[0])
+    # Text_classification.ipynb: the resultant's L1 norm into normalize_contributions(scaling='min_sum'):
+    # contribution + |resultant norm of row i|, clipped at 0, divided by the row sum
+    maps = []
+    for dist, y in zip(distances, resultants):
+        shifted = (dist + y.abs().sum(-1, keepdim=True)).clamp(min=0)
+        maps.append(shifted / shifted.sum(-1, keepdim=True))
+    return torch.stack(maps)
 
 
-def reference_joint_attention(att_mat):
-    """``compute_joint_attention`` (src/utils_contributions.py): ``R_0 = A_0``, ``R_l = A_l R_{l-1}``, nothing
-    added (ALTI's maps already hold the residual)."""
+def reference_joint_attention(maps):
+    """``compute_joint_attention`` (src/utils_contributions.py), as ALTI uses it: the first layer's map as it is,
+    then each layer's map times the product so far; nothing added (ALTI's maps already hold the residual)."""
     import torch
 
-    joint = torch.zeros(att_mat.size())
-    joint[0] = att_mat[0]
-    for i in range(1, joint.shape[0]):
-        joint[i] = torch.matmul(att_mat[i], joint[i - 1])
-    return joint
+    products = [maps[0]]
+    for layer_map in maps[1:]:
+        products.append(layer_map @ products[-1])
+    return torch.stack(products)
 
 
 def _ours_alti(model, inputs, sigma):
@@ -237,24 +230,21 @@ def _zeroing_self_attention_forward(attn, zero_value_index):
     (``transpose_for_scores``), scores / sqrt(d_head) plus the additive mask, softmax, then
     ``value_layer[:, :, zero_value_index] = 0`` before the weighted sum; returns (context, probs) as the installed
     transformers' BertAttention expects."""
-    import torch
+    heads, d_head = attn.num_attention_heads, attn.attention_head_size
 
-    H, dh = attn.num_attention_heads, attn.attention_head_size
+    def split(t):  # transpose_for_scores: [1, n, heads * d_head] -> [1, head, n, d_head]
+        return t.reshape(*t.shape[:-1], heads, d_head).transpose(1, 2)
 
-    def transpose_for_scores(x):
-        return x.view(*x.size()[:-1], H, dh).permute(0, 2, 1, 3)
-
-    def forward(hidden_states, attention_mask=None, *args, **kwargs):
-        query_layer = transpose_for_scores(attn.query(hidden_states))
-        key_layer = transpose_for_scores(attn.key(hidden_states))
-        value_layer = transpose_for_scores(attn.value(hidden_states))
-        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2)) / math.sqrt(dh)
+    def forward(hidden_states, attention_mask=None, *_args, **_kwargs):
+        q, k, v = split(attn.query(hidden_states)), split(attn.key(hidden_states)), split(attn.value(hidden_states))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d_head)
         if attention_mask is not None:
-            attention_scores = attention_scores + attention_mask
-        attention_probs = torch.nn.functional.softmax(attention_scores, dim=-1)
-        value_layer[:, :, zero_value_index] = torch.zeros(value_layer[:, :, zero_value_index].size())
-        context_layer = torch.matmul(attention_probs, value_layer).permute(0, 2, 1, 3).contiguous()
-        return context_layer.view(*context_layer.size()[:-2], H * dh), attention_probs
+            scores = scores + attention_mask
+        probs = scores.softmax(-1)
+        v = v.clone()
+        v[:, :, zero_value_index] = 0.0  # the added step: token t's value vectors (bias included), every head
+        context = (probs @ v).transpose(1, 2)
+        return context.reshape(*context.shape[:2], heads * d_head), probs
 
     return forward
 
@@ -262,36 +252,33 @@ def _zeroing_self_attention_forward(attn, zero_value_index):
 def reference_value_zeroing(model, inputs, cosine: str = "sklearn"):
     """The normalised value-zeroing maps ``[layer, n, n]`` (float64) by demo.py's procedure: for each layer and
     token t, the layer called on the previous layer's ORIGINAL output with t's values zeroed (all heads), the
-    cosine distance of each new output row to the original next hidden state; rows divided by their sums.
-    ``cosine``: ``"sklearn"`` (demo.py: sklearn ``cosine_distances`` of the float32 numpy arrays, diagonal) or
-    ``"float64"``."""
+    cosine distance of each new output row to the original next hidden state (the diagonal of the pairwise
+    distances); rows divided by their sums. ``cosine``: ``"sklearn"`` (demo.py: sklearn ``cosine_distances`` of
+    the float32 numpy arrays) or ``"float64"``."""
     import torch
     from sklearn.metrics.pairwise import cosine_distances
 
     with torch.no_grad():
-        outputs = model(**inputs, output_hidden_states=True)
-    org_hidden_states = torch.stack(outputs.hidden_states).squeeze(1)
-    seq_length = inputs["input_ids"].shape[1]
-    score_matrix = np.zeros((model.config.num_hidden_layers, seq_length, seq_length))
-    for l, layer_module in enumerate(model.bert.encoder.layer):
-        attn = layer_module.attention.self
-        for t in range(seq_length):
-            attn.forward = _zeroing_self_attention_forward(attn, t)  # the patched forward, this call only
+        states = torch.stack(model(**inputs, output_hidden_states=True).hidden_states)[:, 0]  # [layer + 1, n, d]
+    n = int(inputs["input_ids"].shape[1])
+    scores = np.zeros((model.config.num_hidden_layers, n, n))
+    for l, block in enumerate(model.bert.encoder.layer):
+        attn = block.attention.self
+        original = states[l + 1].numpy()
+        for t in range(n):
+            attn.forward = _zeroing_self_attention_forward(attn, t)  # patched for this call only
             try:
-                with torch.no_grad():  # no padding: the all-ones mask adds nothing, so None
-                    layer_outputs = layer_module(org_hidden_states[l].unsqueeze(0))
+                with torch.no_grad():  # no padding: the all-ones mask adds nothing, so no mask
+                    result = block(states[l][None])
             finally:
                 del attn.forward
-            new = layer_outputs[0] if isinstance(layer_outputs, tuple) else layer_outputs
-            x = new.squeeze(0).detach().cpu().numpy()
-            y = org_hidden_states[l + 1].detach().cpu().numpy()
+            changed = (result[0] if isinstance(result, tuple) else result)[0].numpy()  # [n, d]
             if cosine == "sklearn":
-                distances = cosine_distances(x, y).diagonal()
+                scores[l, :, t] = np.diagonal(cosine_distances(changed, original))
             else:
-                x64, y64 = x.astype(np.float64), y.astype(np.float64)
-                distances = 1 - (x64 * y64).sum(-1) / (np.linalg.norm(x64, axis=-1) * np.linalg.norm(y64, axis=-1))
-            score_matrix[l, :, t] = distances
-    return score_matrix / np.sum(score_matrix, axis=-1, keepdims=True)
+                a, b = changed.astype(np.float64), original.astype(np.float64)
+                scores[l, :, t] = 1 - (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return scores / scores.sum(-1, keepdims=True)
 
 
 def test_reference_value_zeroing_patch_reproduces_the_layer(tiny):
