@@ -124,7 +124,8 @@ def value_zeroing(model, inputs: dict[str, Any], *, layers: Sequence[int] | None
     out = torch.zeros((len(chosen), n, n), dtype=torch.float64)
     with torch.no_grad():
         with record_layer_calls(mods) as calls:
-            model(**inputs, use_cache=False) if causal else model(**inputs)
+            decoder = causal or not norms.encoder_layers(model)  # a decoder's cache would grow with each call
+            model(**inputs, use_cache=False) if decoder else model(**inputs)
         for row, l in enumerate(chosen):
             args, kwargs, ref = calls[l]["args"], calls[l]["kwargs"], calls[l]["output"][0]  # ref [seq, d]
             for t0 in range(0, n, int(chunk)):
