@@ -98,11 +98,14 @@ def zero_values(tap, first: int) -> Iterator[None]:
 
 
 def _cosine_distance(new, ref):
-    """``1 - cos`` row by row in float64: ``new`` ``[copies, seq, d]``, ``ref`` ``[seq, d]`` -> ``[copies, seq]``."""
+    """``1 - cos`` row by row in float64: ``new`` ``[copies, seq, d]``, ``ref`` ``[seq, d]`` -> ``[copies, seq]``.
+
+    Computed as ``||a/|a| - b/|b|||^2 / 2`` (the same number): exactly 0 for equal rows and never negative, so
+    a token that moves nothing gives a row of zeros (``1 - a.b/(|a||b|)`` leaves +-2e-16 there)."""
     a, b = new.double(), ref.double()[None]
-    num = (a * b).sum(-1)
-    den = a.norm(dim=-1) * b.norm(dim=-1)
-    return 1.0 - num / den.clamp_min(1e-300)
+    a = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    b = b / b.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    return 0.5 * (a - b).pow(2).sum(-1)
 
 
 def value_zeroing(model, inputs: dict[str, Any], *, layers: Sequence[int] | None = None, causal: bool = False,
