@@ -9,8 +9,9 @@ at once; a block of :data:`ROWS` query rows shares each key's head vectors (read
 
 * :func:`alti_layer_rows` (per layer): ``t = sum_h alpha_h[i, j] f_h(x_j) (+ x_i where i == j)`` in ``f``'s
   dtype (float32 from :func:`~bertlook.attention.contributions.alti_layer`), then (post-LN)
-  ``T = (t - mean(t)) * gamma / sigma_i`` (the mean added in float64, rounded to ``t``'s dtype, as torch's
-  ``mean``), else ``T = t / sigma_i``: the torch path's operations in its order; ``y`` and ``sigma`` come from it;
+  ``T = (t - mean(t)) * (gamma / sigma_i)`` (the mean added in float64, rounded to ``t``'s dtype, as torch's
+  ``mean``; ``gamma / sigma_i`` once per row, not a division per entry), else ``T = t * (1 / sigma_i)``; ``y``
+  and ``sigma`` are the torch path's;
 * :func:`alti_heads_rows` (per head): ``y_i = sum_j alpha_h[i, j] u_j`` and ``T = alpha_h[i, j] u_j`` in float64
   (``u``: the centred head vectors, float64 from :func:`~bertlook.attention.contributions.alti_heads`: where
   ``c << ||T||`` the map is ill-conditioned, and float32 ``u`` moved a few values by 3e-7);
@@ -50,17 +51,21 @@ ROWS = 8
 @njit(**JIT)
 def _layer_items(a, f, x, y, s, gamma, centre, rows, out, start, stop):  # pragma: no cover - compiled
     """Per-layer ALTI of work items ``start:stop`` (item = batch entry ``b``, rows ``i0:i0 + rows``): ``a``
-    ``[B, q, k, head]``, ``f`` ``[B, head, k, d]``, ``x``/``y`` ``[B, q, d]``, ``s`` ``[B, q]``, ``gamma`` ``[d]``;
-    writes ``out[b, i0:i1, :]``."""
+    ``[B, q, k, head]``, ``f`` ``[B, k, head, d]`` (a key's head vectors side by side), ``x``/``y`` ``[B, q, d]``,
+    ``s`` ``[B, q]``, ``gamma`` ``[d]``; writes ``out[b, i0:i1, :]``."""
     B, n, _, H = a.shape
     d = f.shape[3]
     blocks = (n + rows - 1) // rows
     t = np.empty(d, f.dtype)
     mean = np.empty(1, f.dtype)  # the mean rounded to f's dtype (as torch's)
+    gs = np.empty((rows, d), f.dtype)  # gamma / sigma_i of the block's rows
     c = np.empty((rows, n), np.float64)
     for item in range(start, stop):
         b, i0 = item // blocks, (item % blocks) * rows
         i1 = min(n, i0 + rows)
+        for i in range(i0, i1):
+            for k in range(d):
+                gs[i - i0, k] = gamma[k] / s[b, i]
         for j in range(n):
             for i in range(i0, i1):
                 live = i == j
@@ -74,30 +79,27 @@ def _layer_items(a, f, x, y, s, gamma, centre, rows, out, start, stop):  # pragm
                 while h + 4 <= H:  # four heads per sweep of t (a quarter of its loads and stores)
                     w0, w1, w2, w3 = a[b, i, j, h], a[b, i, j, h + 1], a[b, i, j, h + 2], a[b, i, j, h + 3]
                     for k in range(d):
-                        t[k] += (((w0 * f[b, h, j, k] + w1 * f[b, h + 1, j, k]) + w2 * f[b, h + 2, j, k])
-                                 + w3 * f[b, h + 3, j, k])
+                        t[k] += (((w0 * f[b, j, h, k] + w1 * f[b, j, h + 1, k]) + w2 * f[b, j, h + 2, k])
+                                 + w3 * f[b, j, h + 3, k])
                     h += 4
                 for h in range(h, H):
                     w = a[b, i, j, h]
                     for k in range(d):
-                        t[k] += w * f[b, h, j, k]
+                        t[k] += w * f[b, j, h, k]
                 if i == j:
                     for k in range(d):
                         t[k] += x[b, i, k]
-                si = s[b, i]
+                gi = gs[i - i0]
+                mt = np.float64(0.0)
                 if centre:
                     m = 0.0
                     for k in range(d):
                         m += t[k]
                     mean[0] = m / d
-                    for k in range(d):
-                        t[k] = (t[k] - mean[0]) * gamma[k] / si
-                else:
-                    for k in range(d):
-                        t[k] = t[k] / si
+                    mt = mean[0]
                 dist = 0.0
-                for k in range(d):
-                    dist += abs(y[b, i, k] - t[k])
+                for k in range(d):  # T = (t - mean) * (gamma / sigma_i): one pass, no division
+                    dist += abs(y[b, i, k] - (t[k] - mt) * gi[k])
                 c[i - i0, j] = dist
         for i in range(i0, i1):
             _finish_row(y[b, i], c[i - i0], a[b, i], out[b, i], i)
@@ -225,10 +227,11 @@ def alti_layer_rows(attn, f, x, y, s, gamma=None, *, num_threads: int = 1) -> np
     B, n, d = np.shape(x)
     centre = gamma is not None
     g = gamma if centre else np.ones(d, np.float32)
-    a, f, x, y, s, g = _arrays(np.moveaxis(np.asarray(attn), 1, -1), f, x, y, np.reshape(s, (B, n)), g)
+    a, f, x, y, s, g = _arrays(np.moveaxis(np.asarray(attn), 1, -1), np.moveaxis(np.asarray(f), 1, 2), x, y,
+                               np.reshape(s, (B, n)), g)
     out = np.zeros((B, n, n), np.float32)
     _run(_layer_items, (a, f, x, y, s, g, centre), B * -(-n // ROWS), out, num_threads)
-    return out  # a: [batch, query_pos, key_pos, head]
+    return out  # a: [batch, query_pos, key_pos, head]; f: [batch, key_pos, head, d]
 
 
 def alti_heads_rows(attn, u, *, num_threads: int = 1) -> np.ndarray:
