@@ -98,6 +98,18 @@ def test_alti_heads_matches_the_torch_path(ln, causal):
         assert not torch.triu(got, 1).any()
 
 
+@pytest.mark.parametrize("heads", [1, 3, 6, 9])
+def test_head_counts_that_are_not_multiples_of_four(heads):
+    """The per-layer kernel sums heads four at a time, the last group padded with weight 0."""
+    x, attn, values, w_o, b_o, post = _random_layer(8, H=heads, d=36, causal=heads % 2 == 1)
+    got = C.alti_layer(x, attn, values, w_o, b_o, post)
+    with torch_path(float64=True):
+        ref64 = C.alti_layer(x, attn, values, w_o, b_o, post)
+    with torch_path():
+        ref32 = C.alti_layer(x, attn, values, w_o, b_o, post)
+    _check(got, ref64, ref32)
+
+
 def test_minilm_shapes_kernel_nearer_float64_than_the_float32_torch_path():
     """At d 384 the float32 torch path is ~1e-5 off; the kernel stays within the tolerance of the float64 path."""
     x, attn, values, w_o, b_o, post = _random_layer(3, B=1, H=12, n=64, d=384, pad=0)

@@ -49,15 +49,17 @@ ROWS = 8
 
 
 @njit(**JIT)
-def _layer_items(a, f, x, y, s, gamma, centre, rows, out, start, stop):  # pragma: no cover - compiled
+def _layer_items(a, f, x, y, s, gamma, mf, mx, centre, rows, out, start, stop):  # pragma: no cover - compiled
     """Per-layer ALTI of work items ``start:stop`` (item = batch entry ``b``, rows ``i0:i0 + rows``): ``a``
     ``[B, q, k, head]``, ``f`` ``[B, k, head, d]`` (a key's head vectors side by side), ``x``/``y`` ``[B, q, d]``,
-    ``s`` ``[B, q]``, ``gamma`` ``[d]``; writes ``out[b, i0:i1, :]``."""
+    ``s`` ``[B, q]``, ``gamma`` ``[d]``, ``mf`` ``[B, k, head]`` and ``mx`` ``[B, q]`` the float64 means of ``f``
+    and ``x`` over ``d``; writes ``out[b, i0:i1, :]``."""
     B, n, _, H = a.shape
     d = f.shape[3]
     blocks = (n + rows - 1) // rows
     t = np.empty(d, f.dtype)
     mean = np.empty(1, f.dtype)  # the mean rounded to f's dtype (as torch's)
+    zero = f.dtype.type(0.0)
     gs = np.empty((rows, d), f.dtype)  # gamma / sigma_i of the block's rows
     c = np.empty((rows, n), np.float64)
     for item in range(start, stop):
@@ -69,40 +71,52 @@ def _layer_items(a, f, x, y, s, gamma, centre, rows, out, start, stop):  # pragm
         for j in range(n):
             for i in range(i0, i1):
                 live = i == j
+                m = mx[b, i] if i == j else 0.0  # mean(t) = sum_h alpha_h mean(f_h(x_j)) (+ mean(x_i))
                 for h in range(H):
                     live |= a[b, i, j, h] != 0
+                    m += a[b, i, j, h] * mf[b, j, h]
                 if not live:
                     c[i - i0, j] = 0.0
                     continue
-                t[:] = 0
-                h = 0
-                while h + 4 <= H:  # four heads per sweep of t (a quarter of its loads and stores)
-                    w0, w1, w2, w3 = a[b, i, j, h], a[b, i, j, h + 1], a[b, i, j, h + 2], a[b, i, j, h + 3]
-                    for k in range(d):
-                        t[k] += (((w0 * f[b, j, h, k] + w1 * f[b, j, h + 1, k]) + w2 * f[b, j, h + 2, k])
-                                 + w3 * f[b, j, h + 3, k])
-                    h += 4
-                for h in range(h, H):
-                    w = a[b, i, j, h]
-                    for k in range(d):
-                        t[k] += w * f[b, j, h, k]
-                if i == j:
-                    for k in range(d):
-                        t[k] += x[b, i, k]
-                gi = gs[i - i0]
-                mt = np.float64(0.0)
-                if centre:
-                    m = 0.0
-                    for k in range(d):
-                        m += t[k]
-                    mean[0] = m / d
-                    mt = mean[0]
-                dist = 0.0
-                for k in range(d):  # T = (t - mean) * (gamma / sigma_i): one pass, no division
-                    dist += abs(y[b, i, k] - (t[k] - mt) * gi[k])
-                c[i - i0, j] = dist
+                mean[0] = m
+                mt = mean[0] if centre else zero  # (a Python 0 would make the float32 arithmetic float64)
+                c[i - i0, j] = _pair_distance(a[b, i, j], f[b, j], x[b, i], y[b, i], gs[i - i0], t, mt, i == j)
         for i in range(i0, i1):
             _finish_row(y[b, i], c[i - i0], a[b, i], out[b, i], i)
+
+
+@njit(inline="always", **JIT)
+def _pair_distance(ai, fj, xi, yi, gi, t, mt, diag):  # pragma: no cover - compiled
+    """``||y_i - T_i(x_j)||_1`` (float64 sum), ``T = (t - mt) * gi``, ``t = sum_h ai[h] fj[h] (+ x_i if diag)``:
+    heads four at a time (the first sweep starts from ``x_i`` or 0), the last four fused with the distance (heads
+    past ``H`` with weight 0), so ``t`` is written ``ceil(H / 4) - 1`` times and read as often."""
+    H, d = fj.shape
+    zero = fj.dtype.type(0.0)  # (a Python 0 would make float32 arithmetic float64 in numba)
+    xw = fj.dtype.type(1.0) if diag else zero
+    last = 4 * ((H - 1) // 4)  # the first head of the fused sweep
+    for h in range(0, last, 4):
+        w0, w1, w2, w3 = ai[h], ai[h + 1], ai[h + 2], ai[h + 3]
+        if h == 0:
+            for k in range(d):
+                t[k] = xw * xi[k] + (((w0 * fj[h, k] + w1 * fj[h + 1, k]) + w2 * fj[h + 2, k]) + w3 * fj[h + 3, k])
+        else:
+            for k in range(d):
+                t[k] += ((w0 * fj[h, k] + w1 * fj[h + 1, k]) + w2 * fj[h + 2, k]) + w3 * fj[h + 3, k]
+    h0, h1, h2, h3 = last, min(last + 1, H - 1), min(last + 2, H - 1), min(last + 3, H - 1)
+    w0 = ai[h0]
+    w1 = ai[h1] if last + 1 < H else zero
+    w2 = ai[h2] if last + 2 < H else zero
+    w3 = ai[h3] if last + 3 < H else zero
+    dist = 0.0
+    if last == 0:
+        for k in range(d):
+            tk = xw * xi[k] + (((w0 * fj[h0, k] + w1 * fj[h1, k]) + w2 * fj[h2, k]) + w3 * fj[h3, k])
+            dist += abs(yi[k] - (tk - mt) * gi[k])
+    else:
+        for k in range(d):
+            tk = t[k] + (((w0 * fj[h0, k] + w1 * fj[h1, k]) + w2 * fj[h2, k]) + w3 * fj[h3, k])
+            dist += abs(yi[k] - (tk - mt) * gi[k])
+    return dist
 
 
 @njit(inline="always", **JIT)
@@ -229,8 +243,9 @@ def alti_layer_rows(attn, f, x, y, s, gamma=None, *, num_threads: int = 1) -> np
     g = gamma if centre else np.ones(d, np.float32)
     a, f, x, y, s, g = _arrays(np.moveaxis(np.asarray(attn), 1, -1), np.moveaxis(np.asarray(f), 1, 2), x, y,
                                np.reshape(s, (B, n)), g)
+    mf, mx = f.mean(-1, dtype=np.float64), x.mean(-1, dtype=np.float64)  # [batch, key_pos, head], [batch, seq]
     out = np.zeros((B, n, n), np.float32)
-    _run(_layer_items, (a, f, x, y, s, g, centre), B * -(-n // ROWS), out, num_threads)
+    _run(_layer_items, (a, f, x, y, s, g, mf, mx, centre), B * -(-n // ROWS), out, num_threads)
     return out  # a: [batch, query_pos, key_pos, head]; f: [batch, key_pos, head, d]
 
 
