@@ -55,7 +55,7 @@ def load(args):
         except Exception as err:  # noqa: BLE001 - a benchmark: say why and go on with the random model
             print(f"  ({args.model} did not load: {err}; a random BERT of MiniLM's shape instead)")
     torch.manual_seed(args.seed)
-    model = BertModel(BertConfig(**MINILM), add_pooling_layer=False, attn_implementation="eager").eval()
+    model = BertModel(BertConfig(**MINILM, attn_implementation="eager"), add_pooling_layer=False).eval()
     return model, "random BERT, MiniLM's shape"
 
 
@@ -116,8 +116,9 @@ def bench_alti(model, args, rate: float) -> dict:
             C.CPU_KERNELS = True
         limit = 2.0 * macs / rate
         out[name] = dict(seconds=sec, torch_seconds=torch_sec, macs=macs, limit_seconds=limit, ratio=sec / limit)
-        print(f"  (a) {name:<10} batch {B} x n {n}, {H} heads, d {d}: kernel {sec:6.3f} s, torch path {torch_sec:6.2f} s "
-              f"({torch_sec / sec:4.1f}x); {macs / 1e9:.2f} G multiply-adds = {limit:.3f} s at the rate: "
+        print(f"  (a) {name:<10} batch {B} x n {n}, {H} heads, d {d}: kernel {sec:6.3f} s, torch path "
+              f"{torch_sec:6.2f} s ({torch_sec / sec:4.1f}x); {macs / 1e9:.2f} G multiply-adds = {limit:.3f} s at the "
+              f"rate: "
               f"kernel / limit = {sec / limit:.1f}x, torch / limit = {torch_sec / limit:.0f}x")
     return out
 
@@ -163,6 +164,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--chunks", type=lambda s: [int(c) for c in s.split(",")], default=[8, 128])
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--matmul-reps", type=int, default=20, help="1024^2 products per timing of the matmul rate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -173,7 +175,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     model, name = load(args)
-    rate = matmul_peak(1024, 20, 3)[0] * 1e9  # FLOP/s
+    rate = matmul_peak(1024, args.matmul_reps, 3)[0] * 1e9  # FLOP/s
     print(f"ALTI and value zeroing, {name}, {args.threads} threads; fp32 matmul rate (1024^2, best of 3): "
           f"{rate / 1e9:.1f} GFLOP/s")
     result = {"model": name, "threads": args.threads, "matmul_gflops": rate / 1e9,

@@ -203,3 +203,22 @@ def test_real_tensors_of_a_tiny_model(kind):
         ref = C.example_maps(model, inputs)
     for key in ("alti", "alti_heads"):  # the float32 torch path: its own rounding, ~1e-6 at d 32
         np.testing.assert_allclose(maps[key].numpy(), ref[key].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_benchmark_script_runs_small(tmp_path, capsys):
+    """scripts/bench_contributions.py (make bench) on a random MiniLM-shaped BERT, tiny sizes."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_contributions.py"
+    spec = importlib.util.spec_from_file_location("bench_contributions", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--random", "--batch", "2", "--torch-batch", "1", "--seq-len", "12", "--chunks", "4",
+                       "--repeats", "1", "--matmul-reps", "1", "--threads", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["alti"]["alti_layer"]["macs"] == 2 * 12 * 12 * 12 * 384
+    assert result["value_zeroing"]["all_layers"]["seconds"] > 0 and "4" in result["value_zeroing"]["chunks"]
+    assert "value zeroing" in capsys.readouterr().out
