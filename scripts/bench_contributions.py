@@ -14,7 +14,7 @@ token ids of ``--seq-len`` (128) tokens, [CLS] first and [SEP] last, it measures
   and time / (2 x multiply-adds at the measured rate); the torch path (``CPU_KERNELS = False``, once, on
   ``--torch-batch`` examples, scaled to the batch) for the before/after ratio;
 * (b) value zeroing (:func:`bertlook.attention.value_zeroing.value_zeroing`) of one example: every layer at the
-  default chunk (32), then layer 1 alone at each ``--chunks`` size (8, 128); seconds against the FLOPs of its
+  default chunk (32), then layer 1 alone at each ``--chunks`` size (8, 128; min of ``--repeats``); seconds against the FLOPs of its
   extra layer passes (``n`` passes of each layer on ``n`` tokens: ``2n(4d^2 + 2 d d_ff) + 4 n^2 d`` per pass, the
   projections, the feed-forward, ``QK^T`` and ``AV``; LayerNorms, softmax and GELU not counted) at the rate.
 
@@ -147,7 +147,7 @@ def bench_value_zeroing(model, args, rate: float) -> dict:
           f"{L} x {n} extra layer passes = {L * per_layer / 1e9:.0f} GFLOP = {limit:.2f} s at the rate: "
           f"{sec / limit:.2f}x")
     for chunk in args.chunks:
-        s1 = timed(lambda: value_zeroing(model, inp, layers=[0], chunk=chunk), 1)
+        s1 = timed(lambda: value_zeroing(model, inp, layers=[0], chunk=chunk), args.repeats)
         out["chunks"][chunk] = dict(seconds=s1, ratio=s1 / (per_layer / rate))
         print(f"      layer 1 alone, chunk {chunk:>4}: {s1:5.2f} s = {s1 / (per_layer / rate):.2f}x its "
               f"{per_layer / 1e9:.0f} GFLOP at the rate")
