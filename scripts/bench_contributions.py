@@ -14,9 +14,10 @@ token ids of ``--seq-len`` (128) tokens, [CLS] first and [SEP] last, it measures
   and time / (2 x multiply-adds at the measured rate); the torch path (``CPU_KERNELS = False``, once, on
   ``--torch-batch`` examples, scaled to the batch) for the before/after ratio;
 * (b) value zeroing (:func:`bertlook.attention.value_zeroing.value_zeroing`) of one example: every layer at the
-  default chunk (32), then layer 1 alone at each ``--chunks`` size (8, 128; min of ``--repeats``); seconds against the FLOPs of its
-  extra layer passes (``n`` passes of each layer on ``n`` tokens: ``2n(4d^2 + 2 d d_ff) + 4 n^2 d`` per pass, the
-  projections, the feed-forward, ``QK^T`` and ``AV``; LayerNorms, softmax and GELU not counted) at the rate.
+  default chunk (32), then layer 1 alone at each ``--chunks`` size (8, 128; min of ``--repeats``); seconds
+  against the FLOPs of its extra layer passes (``n`` passes of each layer on ``n`` tokens: ``2n(4d^2 + 2 d d_ff)
+  + 4 n^2 d`` per pass, the projections, the feed-forward, ``QK^T`` and ``AV``; LayerNorms, softmax and GELU not
+  counted) at the rate.
 
 The whole run takes ~30-50 s on a 2-core machine. ``--json`` writes every number.
 
