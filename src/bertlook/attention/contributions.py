@@ -39,8 +39,9 @@ from bertlook.errors import BertlookError
 
 #: rows x key positions x d_model floats per chunk of the ALTI distance computation (~64 MiB of float32)
 CHUNK_ELEMENTS = 16 << 20
-#: ALTI's distances of CPU tensors through the fused kernels of :mod:`bertlook.attention.alti_kernels` (same
-#: values, 1e-6; 10-30x faster at MiniLM's shapes); False: the torch path everywhere (the reference of the tests)
+#: ALTI's distances of CPU tensors through the fused kernels of :mod:`bertlook.attention.alti_kernels` (the same
+#: values, nearer the float64 result than the float32 torch path; 6x (per layer) and 9-12x (per head) faster at
+#: MiniLM's shapes: docs/development/benchmarks.md); False: the torch path everywhere (the tests' reference)
 CPU_KERNELS = True
 
 
