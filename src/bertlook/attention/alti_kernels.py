@@ -2,15 +2,17 @@
 :func:`~bertlook.attention.contributions.alti_heads` without their ``[batch, rows, keys, d_model]`` temporaries.
 
 The torch path builds every transformed vector ``T_i(x_j)`` of a chunk of rows in memory, then reads it back for
-``||y_i - T_i(x_j)||_1``: at MiniLM's shapes (batch 16, 12 heads, n 128, d 384) that is ~10 GB of float32 written
-and read per layer, so it runs at memory speed (1-2.4 s per layer, 3-10 s per head map on a 2-core EPYC). These
+``||y_i - T_i(x_j)||_1``: at MiniLM's shapes (batch 16, 12 heads, n 128, d 384) each pass over those vectors
+moves 400 MB of float32, several passes per layer and 12 times that per head, so it runs at memory speed (1-6 s
+per layer, 2.5-13 s for the head maps on a shared 2-core EPYC). These
 kernels build ``T_i(x_j)`` one at a time in a ``d_model`` buffer that stays in the L1 cache and take its distance
 at once; a block of :data:`ROWS` query rows shares each key's head vectors (read once from memory per block).
 
 * :func:`alti_layer_rows` (per layer): ``t = sum_h alpha_h[i, j] f_h(x_j) (+ x_i where i == j)`` in ``f``'s
-  dtype (float32 from :func:`~bertlook.attention.contributions.alti_layer`), then (post-LN)
-  ``T = (t - mean(t)) * (gamma / sigma_i)`` (the mean added in float64, rounded to ``t``'s dtype, as torch's
-  ``mean``; ``gamma / sigma_i`` once per row, not a division per entry), else ``T = t * (1 / sigma_i)``; ``y``
+  dtype (float32 from :func:`~bertlook.attention.contributions.alti_layer`), four heads per sweep of ``t``, the
+  last four fused with the distance; then (post-LN) ``T = (t - mean(t)) * (gamma / sigma_i)``, ``mean(t)`` by
+  linearity from the float64 means of the head vectors and of ``x_i``, rounded to ``t``'s dtype as torch's
+  ``mean`` is (``gamma / sigma_i`` once per row, not a division per entry), else ``T = t * (1 / sigma_i)``; ``y``
   and ``sigma`` are the torch path's;
 * :func:`alti_heads_rows` (per head): ``y_i = sum_j alpha_h[i, j] u_j`` and ``T = alpha_h[i, j] u_j`` in float64
   (``u``: the centred head vectors, float64 from :func:`~bertlook.attention.contributions.alti_heads`: where
