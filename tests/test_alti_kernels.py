@@ -137,6 +137,21 @@ def test_thread_count_changes_no_bit():
         np.testing.assert_array_equal(alti_kernels.alti_heads_rows(a, u, num_threads=threads), heads)
 
 
+def test_torch_thread_count_through_contributions():
+    """Through alti_layer / alti_heads (kernel threads = torch's), 1 vs 2 threads: within the tolerance."""
+    x, attn, values, w_o, b_o, post = _random_layer(9, B=3, n=40)
+    before = torch.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got[threads] = C.alti_layer(x, attn, values, w_o, b_o, post), C.alti_heads(attn, values, w_o, post)
+    finally:
+        torch.set_num_threads(before)
+    _close(got[2][0], got[1][0])
+    _close(got[2][1], got[1][1])
+
+
 def test_cpu_tensors_go_through_the_kernels(monkeypatch):
     """The dispatch: CPU tensors reach the kernels (a test that fails if contributions stops calling them)."""
     x, attn, values, w_o, b_o, post = _random_layer(5)
