@@ -14,7 +14,8 @@
 #   make check       offline run vs the committed golden numbers (after make demo)
 #   make golden      rewrite tests/golden/offline-minilm.json from results/offline-minilm (review the diff!)
 #   make bench       benchmark scripts (extraction, one pass vs stores read back, JS divergence, long contexts, head
-#                    accuracy, probes, hand-written parts): each prints its before/after ratio and its physical limit
+#                    accuracy, probes, ALTI and value zeroing, hand-written parts): each prints its before/after
+#                    ratio and its physical limit
 #   make scale-check whole DAG at paper sizes on a random BERT-base: per-rule time/RSS vs FLOP limits (~14 min)
 PYTHON ?= python3
 VENV ?= .venv
@@ -130,6 +131,7 @@ bench: install
 	$(BIN)/python scripts/bench_probes.py
 	$(BIN)/python scripts/bench_probe_kernels.py
 	$(BIN)/python scripts/bench_tree_heads.py
+	$(BIN)/python scripts/bench_contributions.py
 	$(BIN)/python -m pip install --quiet -c constraints.txt conllu networkx   # the [bench] extra
 	$(BIN)/python scripts/bench_handwritten.py
 

@@ -25,7 +25,8 @@ def test_every_compiled_path_is_called(monkeypatch):
                             "probes.kernels.sigma_grid", "probes.kernels.mlp_scores, mlp_backward",
                             "probes.kernels.hidden_scores, hidden_backward",
                             "probes.kernels.attn_scores, attn_backward", "layer_stats (encoder, causal)",
-                            "cluster_heads.JsAccumulator (causal, estimator)"}
+                            "cluster_heads.JsAccumulator (causal, estimator)",
+                            "alti_kernels (per layer float32, per head float64)"}
     assert called == [np.float64] and all(s >= 0 for s in seconds.values())
 
 
@@ -54,3 +55,12 @@ def test_every_layer_stats_kernel_is_compiled():
 
     warm.warm_kernels()
     assert layer_stats._head.signatures
+
+
+def test_alti_kernels_are_compiled_with_the_dtypes_contributions_uses():
+    from bertlook.attention import alti_kernels
+
+    warm.warm_kernels()
+    layer = [str(sig[1]) for sig in alti_kernels._layer_items.signatures]
+    heads = [str(sig[1]) for sig in alti_kernels._head_items.signatures]
+    assert any("float32" in s for s in layer) and any("float64" in s for s in heads), (layer, heads)

@@ -1,7 +1,8 @@
 """Compile the numba kernels once, into numba's on-disk cache, before any job needs them.
 
 The kernels (:mod:`~bertlook.analyses.xlogx`, :mod:`~bertlook.analyses.map_kernels`,
-:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probes.kernels`) are compiled with
+:mod:`~bertlook.analyses.trees_numba`, :mod:`~bertlook.analyses.probes.kernels`,
+:mod:`~bertlook.attention.alti_kernels`: ~3.7 s on one core) are compiled with
 ``cache=True``: the first process that calls one compiles it (~14 s for all of them on one core) and every
 later process loads it from the cache (``__pycache__`` next to the module, or ``NUMBA_CACHE_DIR``). Without
 this step, the first run of a fresh checkout pays that compile in several jobs at once (jobs that start
@@ -18,6 +19,7 @@ import time
 import numpy as np
 
 from bertlook.analyses import trees
+from bertlook.attention import alti_kernels
 from bertlook.analyses.cluster_heads import JsAccumulator, js_divergence_example
 from bertlook.analyses.probes import kernels as pk
 from bertlook.analyses.rollout import rollout
@@ -38,6 +40,7 @@ def warm_kernels() -> dict[str, float]:
     }
     calls.update(_reader_calls(maps16))
     calls.update(_probe_calls(rng))
+    calls["alti_kernels (per layer float32, per head float64)"] = lambda: _alti_calls(rng)
     seconds = {}
     for name, call in calls.items():
         start = time.perf_counter()
@@ -64,6 +67,15 @@ def _reader_calls(maps16) -> dict:
         "layer_stats (encoder, causal)": lambda: (stats(False), stats(True)),
         "cluster_heads.JsAccumulator (causal, estimator)": lambda: (js(True, None), js(True, 3), js(False, 3)),
     }
+
+
+def _alti_calls(rng) -> None:
+    """ALTI's CPU kernels with the dtypes :mod:`bertlook.attention.contributions` hands them."""
+    a = rng.random((1, 2, 3, 3)).astype(np.float32)  # [batch, head, query_pos, key_pos]
+    f = rng.random((1, 2, 3, 4)).astype(np.float32)  # [batch, head, key_pos, d]
+    x = rng.random((1, 3, 4)).astype(np.float32)  # [batch, seq, d]
+    alti_kernels.alti_layer_rows(a, f, x, x, np.ones((1, 3), np.float32), np.ones(4, np.float32))
+    alti_kernels.alti_heads_rows(a, f.astype(np.float64))
 
 
 def _probe_calls(rng) -> dict:

@@ -39,6 +39,10 @@ from bertlook.errors import BertlookError
 
 #: rows x key positions x d_model floats per chunk of the ALTI distance computation (~64 MiB of float32)
 CHUNK_ELEMENTS = 16 << 20
+#: ALTI's distances of CPU tensors through the fused kernels of :mod:`bertlook.attention.alti_kernels` (the same
+#: values, nearer the float64 result than the float32 torch path; 6x (per layer) and 9-12x (per head) faster at
+#: MiniLM's shapes: docs/development/benchmarks.md); False: the torch path everywhere (the tests' reference)
+CPU_KERNELS = True
 
 
 @dataclass(frozen=True)
@@ -54,15 +58,19 @@ def head_vectors(values, w_o, num_heads: int):
     """``f_h(x_j)`` for every head and token: ``[batch, head, key_pos, d_model]``.
 
     ``values``: ``x W_V + b_V`` ``[batch, seq, heads * d_head]``; ``w_o``: ``[d_model, heads * d_head]`` (out, in)."""
+    return _head_vectors(values.float(), w_o.float(), num_heads)
+
+
+def _head_vectors(v, w_o, num_heads: int):
+    """:func:`head_vectors` in the dtype of ``v`` and ``w_o`` (float64 for the CPU kernel of :func:`alti_heads`)."""
     import torch  # lazy: see the module docstring
 
-    v = values.float()
     B, S, D = v.shape
     H = int(num_heads)
     if D % H or w_o.shape[1] != D:
         raise BertlookError(f"head_vectors: values of size {D} and W_O {list(w_o.shape)} do not fit {H} heads")
     vh = v.reshape(B, S, H, D // H)  # [batch, seq, head, d_head]
-    wh = w_o.float().reshape(w_o.shape[0], H, D // H)  # [d_model, head, d_head]
+    wh = w_o.reshape(w_o.shape[0], H, D // H)  # [d_model, head, d_head]
     return torch.einsum("bshe,ohe->bhso", vh, wh)  # [batch, head, key_pos, d_model]
 
 
@@ -104,6 +112,26 @@ def _min_sum(y, parts_fn: Callable[[int, int], Any], n: int):
     return out / torch.where(sums > 0, sums, torch.ones_like(sums))
 
 
+def _kernels(t):
+    """:mod:`bertlook.attention.alti_kernels` where ``t`` is a CPU tensor (and :data:`CPU_KERNELS`), else None."""
+    if not CPU_KERNELS or t.device.type != "cpu":
+        return None
+    from bertlook.attention import alti_kernels  # lazy: numba (compiled kernels) only where ALTI runs on a CPU
+
+    return alti_kernels
+
+
+def _np(t):
+    """A CPU tensor's values as a numpy array (no copy where it is contiguous)."""
+    return t.detach().contiguous().numpy()
+
+
+def _threads() -> int:
+    import torch  # lazy: see the module docstring
+
+    return torch.get_num_threads()
+
+
 def alti_layer(x, attn, values, w_o, b_o=None, ln: PostLayerNorm | None = None, *, sigma: str = "layernorm"):
     """ALTI of one layer (the authors' definition, module docstring): ``[batch, query_pos, key_pos]`` float32.
 
@@ -121,6 +149,11 @@ def alti_layer(x, attn, values, w_o, b_o=None, ln: PostLayerNorm | None = None, 
     y = _centre(pre, ln) / s  # [batch, seq, d_model]: the block's output (LN(pre) with its beta below)
     if ln is not None:
         y = y + ln.bias.float()
+    kernels = _kernels(x)
+    if kernels is not None:  # the same values without the [batch, rows, keys, d] temporaries
+        gamma = None if ln is None else _np(ln.weight.float())
+        return torch.from_numpy(kernels.alti_layer_rows(_np(a), _np(f), _np(x), _np(y), _np(s[..., 0]), gamma,
+                                                        num_threads=_threads()))
     eye = torch.eye(n, device=x.device, dtype=x.dtype)
 
     def parts(i0: int, i1: int):  # [batch, rows, key_pos, d_model]
@@ -140,6 +173,11 @@ def alti_heads(attn, values, w_o, ln: PostLayerNorm | None = None):
 
     a = attn.float()
     B, H, n, _ = a.shape
+    kernels = _kernels(a)
+    if kernels is not None:  # the same values without the [batch, rows, keys, d] temporaries; c << ||T|| can be
+        # ill-conditioned, so u in float64 (float32 head vectors moved some values by 3e-7: tests/test_alti_kernels.py)
+        u64 = _centre(_head_vectors(values.double(), w_o.double(), H), ln)
+        return torch.from_numpy(kernels.alti_heads_rows(_np(a), _np(u64), num_threads=_threads()))
     f = head_vectors(values, w_o, H)  # [batch, head, key_pos, d_model]
     u = _centre(f, ln)  # [batch, head, key_pos, d_model]: L(f_h(x_j)); T^h_i(x_j) = alpha * u_j / sigma_i
     out = torch.empty((B, H, n, n), dtype=torch.float32, device=a.device)
