@@ -24,7 +24,7 @@ import pandas as pd
 
 from bertlook.analyses.faithfulness_pass import LOSS_MEASURES, MEASURES, segment_maps, token_ablations
 from bertlook.analyses.faithfulness_stats import (MIN_POINTS, bootstrap_indices, heads_agreement, ranks,
-                                                  segment_agreement)
+                                                  segment_agreement, spearman)
 from bertlook.analyses.gradient_pass import MaskedSegment, mask_segments, next_token_examples
 from bertlook.data.segments import read_segments
 from bertlook.errors import BertlookError, check_at_least, check_choice
@@ -119,8 +119,6 @@ def draw_sample(segments: Sequence[dict[str, Any]], max_len: int, opts: Faithful
 def _column_correlations(maps: dict[str, np.ndarray], positions: Sequence[int], abl: dict[str, Any],
                          measures: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per measure and ground truth, one segment's correlations (one per removed token) and its pair count."""
-    from bertlook.analyses.faithfulness_stats import spearman
-
     out: dict[str, dict[str, Any]] = {}
     for m in measures:
         cols, pairs, totals = [], 0, []
