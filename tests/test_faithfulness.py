@@ -105,12 +105,14 @@ def test_faithfulness_table_of_a_tiny_decoder(decoder):
 def test_a_model_without_its_head_has_no_loss_rows(bert_segments, tiny_bert_dir):
     from bertlook.analyses.faithfulness import run_faithfulness
 
-    result = run_faithfulness(bert_segments, str(tiny_bert_dir), _options(segments=2, ablated_tokens=4))
+    result = run_faithfulness(bert_segments, str(tiny_bert_dir), _options(segments=2, ablated_tokens=4,
+                                                                          value_zeroing_layers="last"))
     t = result.table
-    loss = t[(t["ground_truth"] == "loss_change") | (t["measure"] == "grad_attention")]
+    loss = t[(t["ground_truth"] == "loss_change") | t["measure"].isin(["grad_attention", "value_zeroing_rollout"])]
     assert loss["spearman"].isna().all() and loss["note"].str.startswith("not run").all()
+    assert t.loc[t["measure"] == "value_zeroing_rollout", "note"].str.contains("last layer only").all()
     rep = t.drop(loss.index)
-    assert rep["spearman"].notna().all() and len(rep) == 8
+    assert rep["spearman"].notna().all() and len(rep) == 7
     assert result.summary["loss_status"] == "not run" and result.heads["note"].iloc[0].startswith("not run")
 
 

@@ -35,6 +35,8 @@ GROUND_TRUTHS = ("representation_change", "loss_change")
 COLUMNS = ["measure", "kind", "ground_truth", "spearman", "ci_low", "ci_high", "n_segments", "n_pairs", "note"]
 HEAD_COLUMNS = ["layer", "head", "loss_change", "abs_loss_change", "gradient_importance", "gradient_importance_raw",
                 "rank_loss_change", "rank_gradient_importance", "note"]
+#: value zeroing of every layer (its rollout too) or of the last layer only (n layer passes instead of L n)
+VALUE_ZEROING_LAYERS = ("all", "last")
 #: the parts whose seconds the summary reports
 PARTS = ("load", "maps", "value_zeroing", "gradients", "ablations", "head_ablation", "agreement")
 
@@ -44,7 +46,7 @@ class FaithfulnessOptions:
     """The step's settings: ``segments`` (contributions.faithfulness_segments), ``ablated_tokens``
     (contributions.ablated_tokens), ``head_ablation`` (``mean`` / ``zero``), ``bootstrap`` (resamples over
     segments), ``seed`` (the run's seed: the samples, the masks and the resamples), ``segment_ids``, ``device``,
-    ``revision``, ``mask_rate`` (the gradients step's)."""
+    ``revision``, ``mask_rate`` (the gradients step's), ``value_zeroing_layers`` (:data:`VALUE_ZEROING_LAYERS`)."""
 
     segments: int = 8
     ablated_tokens: int = 16
@@ -55,12 +57,21 @@ class FaithfulnessOptions:
     device: str = "auto"
     revision: str | None = None
     mask_rate: float = 0.15
+    value_zeroing_layers: str = "all"
 
     def check(self) -> None:
         check_at_least("faithfulness segments", self.segments, 1)
         check_at_least("ablated tokens", self.ablated_tokens, 1)
         check_at_least("bootstrap resamples", self.bootstrap, 1)
         check_choice("head ablation", self.head_ablation, ("mean", "zero"))
+        check_choice("value zeroing layers", self.value_zeroing_layers, VALUE_ZEROING_LAYERS)
+
+
+def _skipped(opts: FaithfulnessOptions) -> dict[str, str]:
+    """``{measure: why}`` of the measures the options leave out (value zeroing of the last layer only: no rollout)."""
+    if opts.value_zeroing_layers == "last":
+        return {"value_zeroing_rollout": "not run: value zeroing of the last layer only (value_zeroing_layers last)"}
+    return {}
 
 
 @dataclasses.dataclass
@@ -137,17 +148,20 @@ def _column_correlations(maps: dict[str, np.ndarray], positions: Sequence[int], 
 
 
 def agreement_table(per_segment: Sequence[dict[str, dict[str, Any]]], measures: Sequence[str], *, bootstrap: int,
-                    seed: int, not_run: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    seed: int, not_run: str | None,
+                    skipped: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """faithfulness.csv from every segment's :func:`_column_correlations`: per measure and ground truth the mean
     correlation, its interval (the same resamples for every row) and counts; ``not_run``: why the loss rows and the
-    loss measures have no numbers (None: they have)."""
+    loss measures have no numbers (None: they have); ``skipped``: ``{measure: why}`` of the other measures not
+    computed."""
     idx = bootstrap_indices(len(per_segment), bootstrap, seed) if len(per_segment) > 1 else None
     rows, undefined = [], {}
     for gt in GROUND_TRUTHS:
         for m in MEASURES:
             if m not in measures or (gt == "loss_change" and not_run):
+                note = (skipped or {}).get(m) or not_run
                 rows.append({"measure": m, "kind": MEASURES[m], "ground_truth": gt, "spearman": None, "ci_low": None,
-                             "ci_high": None, "n_segments": 0, "n_pairs": 0, "note": not_run})
+                             "ci_high": None, "n_segments": 0, "n_pairs": 0, "note": note})
                 continue
             a = segment_agreement([seg[m][gt][0] for seg in per_segment], idx)
             undefined[f"{m}/{gt}"] = a.n_undefined
@@ -198,8 +212,10 @@ def _load(model_spec: str, opts: FaithfulnessOptions):
     """``(model, head or None, tokenizer, causal, reason, provenance, device)`` (the head: the pre-training head
     module when the checkpoint has trained weights for it)."""
     from bertlook.attention.mlm import load_mlm_checked, mlm_head_module  # lazy: torch, transformers
+    from bertlook.attention.host_memory import reuse_freed_memory  # lazy: as above (with the model)
     from bertlook.attention.modeling import load_tokenizer, pick_device, resolve_model  # lazy: as above
 
+    reuse_freed_memory()  # the value-zeroing and ablation passes free map-sized blocks: keep them in the heap
     resolved = resolve_model(model_spec, opts.revision)
     dev = pick_device(opts.device)
     model, ok, reason, _ = load_mlm_checked(resolved, dev)
@@ -216,7 +232,7 @@ def _segments_part(model, head, examples, causal: bool, dev, opts: FaithfulnessO
     """Every sampled segment's correlations, gradient importance and removed tokens (with the exclusion counts)."""
     rng = np.random.default_rng([opts.seed, 1])
     per_segment, importance, removed, excluded = [], [], [], {}
-    measures = [m for m in MEASURES if head is not None or m not in LOSS_MEASURES]
+    measures = [m for m in MEASURES if (head is not None or m not in LOSS_MEASURES) and m not in _skipped(opts)]
     for ex in examples:
         eligible, reasons = eligible_positions(ex, causal)
         for k, v in reasons.items():
@@ -224,7 +240,8 @@ def _segments_part(model, head, examples, causal: bool, dev, opts: FaithfulnessO
         k = min(opts.ablated_tokens, len(eligible))
         positions = sorted(int(eligible[i]) for i in rng.choice(len(eligible), size=k, replace=False))
         excluded["eligible, not sampled"] = excluded.get("eligible, not sampled", 0) + len(eligible) - k
-        maps, imp = segment_maps(model, head is not None, ex, causal, dev, seconds)
+        maps, imp = segment_maps(model, head is not None, ex, causal, dev, seconds,
+                                 all_layers=opts.value_zeroing_layers == "all")
         t0 = time.perf_counter()
         abl = token_ablations(model, head, ex, positions, causal, dev)
         seconds["ablations"] += time.perf_counter() - t0
@@ -253,7 +270,7 @@ def run_faithfulness(segments_path: str | os.PathLike, model_spec: str,
                                                                           seconds)
     t1 = time.perf_counter()
     table, undefined = agreement_table(per_segment, measures, bootstrap=opts.bootstrap, seed=opts.seed,
-                                       not_run=not_run)
+                                       not_run=not_run, skipped=_skipped(opts))
     seconds["agreement"] += time.perf_counter() - t1
     heads, head_info = _heads_part(model, head, examples, importance, causal, dev, opts, seconds, not_run)
     summary = {

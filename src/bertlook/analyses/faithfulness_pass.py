@@ -149,11 +149,12 @@ def _norm_map(attn_last, value, dense, num_heads: int):
     return norms.norm_maps(attn_last, vn)[0].double().mean(0).cpu().numpy()  # [query_pos, key_pos]
 
 
-def segment_maps(model, has_head: bool, ex: MaskedSegment, causal: bool, device,
-                 seconds: dict[str, float]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+def segment_maps(model, has_head: bool, ex: MaskedSegment, causal: bool, device, seconds: dict[str, float], *,
+                 all_layers: bool = True) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """Every :data:`MEASURES` map of ``ex`` (``[n, n]`` float64; ``grad_attention`` only with ``has_head``) and the
     per-head gradient importance ``|sum_ij alpha_h[i, j] dL/dalpha_h[i, j]|`` ``[layer, head]`` (None without a head);
-    ``seconds``: the time of each part added to its entry."""
+    ``seconds``: the time of each part added to its entry; ``all_layers`` False: value zeroing of the last layer
+    only (no ``value_zeroing_rollout``)."""
     base = model.base_model
     ids, tts, _ = example_tensors(ex, device)
     inputs = model_inputs(base, ids, tts, causal)
@@ -174,9 +175,10 @@ def segment_maps(model, has_head: bool, ex: MaskedSegment, causal: bool, device,
         "alti_rollout": alti_rollout(alti)[-1].cpu().numpy(),
     }
     t1 = time.perf_counter()
-    vz = value_zeroing(base, inputs, causal=causal)  # [layer, q, k] float64
+    vz = value_zeroing(base, inputs, causal=causal, layers=None if all_layers else [L - 1])  # [layer, q, k] float64
     out["value_zeroing"] = vz[-1].numpy()
-    out["value_zeroing_rollout"] = alti_rollout(vz)[-1].numpy()
+    if all_layers:
+        out["value_zeroing_rollout"] = alti_rollout(vz)[-1].numpy()
     t2 = time.perf_counter()
     seconds["maps"] += t1 - t0
     seconds["value_zeroing"] += t2 - t1

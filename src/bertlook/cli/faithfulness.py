@@ -96,6 +96,9 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the samples, the masks and the resamples (default 0)")
     p.add_argument("--segment-ids", choices=("zeros", "pair"), default="zeros",
                    help="token type ids: zeros or pair (default zeros)")
+    p.add_argument("--value-zeroing-layers", choices=("all", "last"), default="all",
+                   help="value zeroing of every layer (and its rollout) or of the last layer only: n layer passes "
+                        "per segment instead of layers x n (default all)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda", help="device (default auto)")
     p.set_defaults(func=_run)
     return p
@@ -111,7 +114,8 @@ def _run(args: argparse.Namespace) -> int:
         raise BertlookError("faithfulness: the output paths must differ")
     options = FaithfulnessOptions(segments=args.n_segments, ablated_tokens=args.ablated_tokens,
                                   head_ablation=args.head_ablation, bootstrap=args.bootstrap, seed=args.seed,
-                                  segment_ids=args.segment_ids, device=args.device, revision=args.revision)
+                                  segment_ids=args.segment_ids, device=args.device, revision=args.revision,
+                                  value_zeroing_layers=args.value_zeroing_layers)
     result = run_faithfulness(args.segments, args.model, options)
     markdown = faithfulness_markdown(result.table, result.summary)
     fig_faithfulness(result.table, args.out_figure)  # first: a figure that fails leaves no table behind
