@@ -188,3 +188,37 @@ def test_cli_writes_everything_or_nothing(tmp_path, bert_segments, tiny_mlm_dir,
     assert "# Which measure to trust" in outs["--out-markdown"].read_text()
     summary = json.loads(outs["--summary"].read_text())
     assert summary["settings"]["seed"] == 0 and summary["settings"]["segments"] == 2
+
+
+def test_zero_ablation_of_a_head_is_zero_values(tiny_mlm_dir):
+    """Zeroing head h's slice at the output projection's input = a model whose value weights and bias of head h are
+    0 (the head's output is sum_j alpha_ij 0): the loss changes agree; mean ablation differs."""
+    import copy
+
+    import torch
+
+    from bertlook.analyses.gradient_pass import IGNORE_INDEX, MaskedSegment
+    from bertlook.analyses.head_ablation import head_ablation
+    from bertlook.attention.mlm import load_mlm_checked, mlm_head_module
+    from bertlook.attention.modeling import resolve_model
+
+    model, _, _, _ = load_mlm_checked(resolve_model(str(tiny_mlm_dir)))
+    ids = [2, 10, 11, 4, 13, 14, 3]
+    labels = [IGNORE_INDEX] * 7
+    labels[3] = 12
+    ex = MaskedSegment(id=0, tokens=["x"] * 7, input_tokens=["x"] * 7, input_ids=ids, token_type_ids=[0] * 7,
+                       labels=labels, masked_positions=[3], actions=["mask"])
+    change, base = head_ablation(model, mlm_head_module(model), [ex], False, "cpu", "zero")
+    ce = torch.nn.functional.cross_entropy
+    d_head = model.config.hidden_size // 2
+    with torch.no_grad():
+        for k in range(4):
+            cut = copy.deepcopy(model)
+            value = cut.bert.encoder.layer[k // 2].attention.self.value
+            value.weight[(k % 2) * d_head:(k % 2 + 1) * d_head] = 0.0
+            value.bias[(k % 2) * d_head:(k % 2 + 1) * d_head] = 0.0
+            out = cut(input_ids=torch.tensor([ids]))
+            loss = float(ce(out.logits[0, 3][None], torch.tensor([12])))
+            assert abs(loss - base[0]) > 1e-6 and change[0, k] == pytest.approx(loss - base[0], abs=1e-5), k
+    mean_change, _ = head_ablation(model, mlm_head_module(model), [ex], False, "cpu", "mean")
+    assert not np.allclose(mean_change, change)  # the mean of a head's output is not 0

@@ -274,7 +274,7 @@ def run_faithfulness(segments_path: str | os.PathLike, model_spec: str,
     seconds["agreement"] += time.perf_counter() - t1
     heads, head_info = _heads_part(model, head, examples, importance, causal, dev, opts, seconds, not_run)
     summary = {
-        "status": "ok", "loss_status": "ok" if not not_run else "not run", "reason": not_run,
+        "status": "ok", "loss_status": "ok" if not not_run else "not run", "reason": not_run, "seed": opts.seed,
         "settings": {"segments_file": str(segments_path), "model": model_spec, **dataclasses.asdict(opts)},
         "objective": "next-token" if causal else "masked-LM",
         "n_segments_in_file": len(segments), "sample_ids": [segments[i].get("id") for i in chosen],
