@@ -174,8 +174,7 @@ def test_cli_writes_everything_or_nothing(tmp_path, bert_segments, tiny_mlm_dir,
     from bertlook.cli import main
 
     outs = {f: tmp_path / name for f, name in (("--out-table", "f.csv"), ("--out-markdown", "f.md"),
-                                                ("--out-heads", "h.csv"), ("--out-figure", "f.png"),
-                                                ("--summary", "s.json"))}
+                                                ("--out-heads", "h.csv"), ("--summary", "s.json"))}
     flags = [x for f, p in outs.items() for x in (f, str(p))]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 0, "tokens": []}\n')
@@ -184,7 +183,11 @@ def test_cli_writes_everything_or_nothing(tmp_path, bert_segments, tiny_mlm_dir,
     assert main(["faithfulness", "--segments", str(bert_segments), "--model", str(tiny_mlm_dir), *flags,
                  "--n-segments", "2", "--ablated-tokens", "3", "--bootstrap", "100", "--device", "cpu"]) == 0
     assert all(p.exists() for p in outs.values())
-    assert outs["--out-figure"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "f.png"
+    assert main(["faithfulness", "--figure-from", str(outs["--out-table"]), "--out-figure", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["faithfulness", "--figure-from", str(bad), "--out-figure", str(tmp_path / "g.png")]) == 2
+    assert not (tmp_path / "g.png").exists()
     assert "# Which measure to trust" in outs["--out-markdown"].read_text()
     summary = json.loads(outs["--summary"].read_text())
     assert summary["settings"]["seed"] == 0 and summary["settings"]["segments"] == 2

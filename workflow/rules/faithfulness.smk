@@ -13,7 +13,6 @@ use rule _model_step as faithfulness with:
         table=data_file(run_path("tables", "faithfulness.csv"), "faithfulness.rst", "Which measure to trust (CSV)"),
         markdown=run_path("tables", "faithfulness.md"),
         heads=data_file(run_path("tables", "head_ablation.csv"), "faithfulness.rst", "Head ablation (CSV)"),
-        figure=run_path("figures", "fig_faithfulness.png"),
         summary=run_path("tables", "faithfulness.summary.json"),
     log:
         log_path("faithfulness"),
@@ -26,7 +25,6 @@ use rule _model_step as faithfulness with:
             out_table=OUT.table,
             out_markdown=OUT.markdown,
             out_heads=OUT.heads,
-            out_figure=OUT.figure,
             summary=OUT.summary,
             n_segments=config["contributions"]["faithfulness_segments"],
             **settings("contributions", "ablated_tokens", "head_ablation", "bootstrap"),
@@ -34,3 +32,17 @@ use rule _model_step as faithfulness with:
             segment_ids=config["extraction"]["segment_ids"],
             device=config["extraction"]["device"],
         ),
+
+
+# The figure, from the table, in the analysis env (the model's env has no matplotlib).
+use rule _analysis_step as faithfulness_figure with:
+    input:
+        table=rules.faithfulness.output.table,
+    output:
+        figure=run_path("figures", "fig_faithfulness.png"),
+    log:
+        log_path("faithfulness_figure"),
+    benchmark:
+        bench_path("faithfulness_figure")
+    params:
+        cmd=bertlook_cmd("faithfulness", figure_from=IN.table, out_figure=OUT.figure),

@@ -39,15 +39,17 @@ def _cost(job, cost) -> costs.Estimate:
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
-    Step("faithfulness", (table("faithfulness.csv"), table("faithfulness.md"), table("head_ablation.csv"),
-                          figure("fig_faithfulness.png")),
+    Step("faithfulness", (table("faithfulness.csv"), table("faithfulness.md"), table("head_ablation.csv")),
          switch="contributions", env="torch", beyond=True, summary=table("faithfulness.summary.json"),
          pages=(Page(table("faithfulness.md"), "faithfulness.html", BEYOND,
                      "Which measure to trust: agreement with token ablations", caption="faithfulness.rst",
-                     subcategory=FAITHFULNESS_SUB),
-                figure_page("fig_faithfulness.png", BEYOND, "Figure: which measure to trust",
-                            caption="fig_faithfulness.rst", subcategory=FAITHFULNESS_SUB)),
+                     subcategory=FAITHFULNESS_SUB),),
          cost=costs.Cost(estimate=_cost)),
+    # the figure, drawn from the table in the analysis env (the model's env has no matplotlib)
+    Step("faithfulness_figure", (figure("fig_faithfulness.png"),), switch="contributions", beyond=True,
+         pages=(figure_page("fig_faithfulness.png", BEYOND, "Figure: which measure to trust",
+                            caption="fig_faithfulness.rst", subcategory=FAITHFULNESS_SUB),),
+         cost=costs.PLOT_GATHER),
 )
 
 _HELP = """\
@@ -70,8 +72,10 @@ outputs (all required; written only when everything was computed):
   --out-markdown MD  the report page "Which measure to trust"
   --out-heads CSV    head_ablation.csv: layer,head,loss_change,abs_loss_change,gradient_importance,
                      gradient_importance_raw,rank_loss_change,rank_gradient_importance,note
-  --out-figure PNG   the correlations with their intervals per measure
   --summary JSON     sample, seed, seconds per part, excluded segments and tokens with reasons
+
+the figure (no model: the analysis env):
+  --figure-from CSV --out-figure PNG   the correlations with their intervals per measure, from faithfulness.csv
 
 Definitions: docs/definitions.md#which-measure-to-trust-faithfulness
 """
@@ -80,12 +84,14 @@ Definitions: docs/definitions.md#which-measure-to-trust-faithfulness
 def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add the ``faithfulness`` subcommand."""
     p = add_step_parser(subparsers, "faithfulness", COMMANDS["faithfulness"], _HELP)
-    p.add_argument("--segments", required=True, metavar="JSONL", help="segments JSONL (input)")
-    add_model_arguments(p)
+    p.add_argument("--segments", default=None, metavar="JSONL", help="segments JSONL (input)")
+    add_model_arguments(p, required=False)
     for flag, what in (("--out-table", "faithfulness.csv"), ("--out-markdown", "faithfulness.md"),
-                       ("--out-heads", "head_ablation.csv"), ("--out-figure", "fig_faithfulness.png"),
-                       ("--summary", "faithfulness.summary.json")):
-        p.add_argument(flag, required=True, metavar=flag.rsplit("-", 1)[-1].upper(), help=f"{what} (output)")
+                       ("--out-heads", "head_ablation.csv"), ("--summary", "faithfulness.summary.json"),
+                       ("--out-figure", "fig_faithfulness.png, with --figure-from")):
+        p.add_argument(flag, default=None, metavar=flag.rsplit("-", 1)[-1].upper(), help=f"{what} (output)")
+    p.add_argument("--figure-from", default=None, metavar="CSV",
+                   help="input: faithfulness.csv; draw --out-figure only (no model)")
     p.add_argument("--n-segments", type=int, default=8,
                    help="segments in the seeded sample (contributions.faithfulness_segments; default 8)")
     p.add_argument("--ablated-tokens", type=int, default=16,
@@ -105,11 +111,26 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.figure_from:
+        if not args.out_figure or args.segments or args.model:
+            raise BertlookError("faithfulness: --figure-from CSV takes --out-figure PNG only")
+        from bertlook.reporting.faithfulness_figure import fig_faithfulness
+
+        fig_faithfulness(args.figure_from, args.out_figure)
+        print(f"wrote {args.out_figure}")
+        return 0
+    return _compute(args)
+
+
+def _compute(args: argparse.Namespace) -> int:
+    """The model's part: the tables, the report page and the summary (written once all is computed)."""
     from bertlook.analyses.faithfulness import FaithfulnessOptions, faithfulness_markdown, run_faithfulness
     from bertlook.io_utils import json_safe, write_csv, write_json, write_text
-    from bertlook.reporting.faithfulness_figure import fig_faithfulness
 
-    outs = [args.out_table, args.out_markdown, args.out_heads, args.out_figure, args.summary]
+    outs = [args.out_table, args.out_markdown, args.out_heads, args.summary]
+    if not (args.segments and args.model and all(outs)) or args.out_figure:
+        raise BertlookError("faithfulness: give --segments, --model, --out-table, --out-markdown, --out-heads and "
+                            "--summary (the figure: --figure-from CSV --out-figure PNG)")
     if len(set(outs)) != len(outs):
         raise BertlookError("faithfulness: the output paths must differ")
     options = FaithfulnessOptions(segments=args.n_segments, ablated_tokens=args.ablated_tokens,
@@ -118,7 +139,6 @@ def _run(args: argparse.Namespace) -> int:
                                   value_zeroing_layers=args.value_zeroing_layers)
     result = run_faithfulness(args.segments, args.model, options)
     markdown = faithfulness_markdown(result.table, result.summary)
-    fig_faithfulness(result.table, args.out_figure)  # first: a figure that fails leaves no table behind
     write_csv(args.out_table, result.table)
     write_text(args.out_markdown, markdown)
     write_csv(args.out_heads, result.heads)

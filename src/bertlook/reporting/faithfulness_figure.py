@@ -12,21 +12,18 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import seaborn as sns
 
-from bertlook.errors import BertlookError
-from bertlook.reporting.plotting import message_panel, new_figure, plot_style, save_png
+from bertlook.reporting.plotting import message_panel, new_figure, plot_style, read_figure_table, save_png
 
 _TITLES = {"representation_change": "Representation change (1 - cos)", "loss_change": "Loss change (|dLoss|)"}
 
 
-def fig_faithfulness(table: pd.DataFrame, out_png: str | os.PathLike) -> Path:
-    """One panel per ground truth of ``table`` (faithfulness.csv's columns): a point per measure at its mean
-    Spearman correlation, a bar for its interval, the zero line dashed."""
-    need = {"measure", "ground_truth", "spearman", "ci_low", "ci_high", "note"}
-    if not need <= set(table.columns):
-        raise BertlookError(f"faithfulness figure: columns {sorted(need - set(table.columns))} missing")
+def fig_faithfulness(table_csv: str | os.PathLike, out_png: str | os.PathLike) -> Path:
+    """One panel per ground truth of ``table_csv`` (faithfulness.csv): a point per measure at its mean Spearman
+    correlation, a bar for its interval, the zero line dashed."""
+    table = read_figure_table(table_csv, float_cols=("spearman", "ci_low", "ci_high"),
+                              str_cols=("measure", "ground_truth", "note"))
     truths = list(dict.fromkeys(table["ground_truth"]))
     measures = list(dict.fromkeys(table["measure"]))
     pal = sns.color_palette("colorblind", 10)
@@ -35,13 +32,12 @@ def fig_faithfulness(table: pd.DataFrame, out_png: str | os.PathLike) -> Path:
         axes = np.atleast_1d(fig.subplots(1, len(truths), sharey=True))
         for ax, gt, color in zip(axes, truths, (pal[0], pal[1])):
             part = table[table["ground_truth"] == gt].set_index("measure").reindex(measures)
-            rho = pd.to_numeric(part["spearman"], errors="coerce").to_numpy(dtype=float)
+            rho = part["spearman"].to_numpy(dtype=float)
             if not np.isfinite(rho).any():
-                notes = [str(n) for n in part["note"] if isinstance(n, str) and n]
+                notes = [n for n in part["note"] if isinstance(n, str) and n.lower() not in ("", "nan")]
                 message_panel(ax, _TITLES.get(gt, gt), notes[0] if notes else "no numbers")
                 continue
-            lo = pd.to_numeric(part["ci_low"], errors="coerce").to_numpy(dtype=float)
-            hi = pd.to_numeric(part["ci_high"], errors="coerce").to_numpy(dtype=float)
+            lo, hi = part["ci_low"].to_numpy(dtype=float), part["ci_high"].to_numpy(dtype=float)
             y = np.arange(len(measures))
             err = np.vstack([np.where(np.isfinite(lo), rho - lo, 0.0), np.where(np.isfinite(hi), hi - rho, 0.0)])
             ok = np.isfinite(rho)
