@@ -27,6 +27,7 @@ use rule _model_step as faithfulness with:
             out_heads=OUT.heads,
             summary=OUT.summary,
             n_segments=config["contributions"]["faithfulness_segments"],
+            value_zeroing_layers=config["contributions"]["faithfulness_value_zeroing"],
             **settings("contributions", "ablated_tokens", "head_ablation", "bootstrap"),
             seed=config["seed"],
             segment_ids=config["extraction"]["segment_ids"],
