@@ -171,7 +171,8 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
 BEYOND_RULES = {"norms": set(),  # the norm twins are jobs of the same rules ({maps} = _norm): counted below
                 "rollout": {"rollout", "rollout_words"},
                 "head_report": {"head_report", "explorer"},  # the explorer needs the report card
-                "tree_heads": {"tree_heads"}}
+                "tree_heads": {"tree_heads"},
+                "contributions": {"contributions"}}
 
 
 def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):

@@ -137,15 +137,26 @@ def _load(model_spec: str, opts: ContributionOptions) -> _Model:
                   min(int(max_pos or opts.max_seq_len), opts.max_seq_len))
 
 
-def _segments_part(m: _Model, segments_path, opts: ContributionOptions, times: RunTimes) -> tuple[StatSums, dict]:
-    """The statistics of the seeded sample of segments."""
-    from bertlook.attention.extraction import encode_segment  # lazy: see _load
+def _read_inputs(segments_path, treebank_path) -> tuple[list, list]:
+    """The segments and the dev sentences (checked before the model is loaded: a bad file costs nothing)."""
     from bertlook.data.segments import read_segments  # lazy: see _load
+    from bertlook.data.treebank import read_conllu  # lazy: see _load
 
     segments = read_segments(segments_path)
-    picked = seeded_sample(len(segments), opts.segments, opts.seed)
-    if not picked:
+    if not segments:
         raise BertlookError(f"{segments_path}: no segments")
+    sentences = list(read_conllu(treebank_path, allow_empty=True))
+    if not sentences:
+        raise BertlookError(f"{treebank_path}: no sentences")
+    return segments, sentences
+
+
+def _segments_part(m: _Model, segments: list, segments_path, opts: ContributionOptions,
+                   times: RunTimes) -> tuple[StatSums, dict]:
+    """The statistics of the seeded sample of segments."""
+    from bertlook.attention.extraction import encode_segment  # lazy: see _load
+
+    picked = seeded_sample(len(segments), opts.segments, opts.seed)
     chosen, too_long = [], []
     for i in picked:
         seg = segments[i]
@@ -166,15 +177,12 @@ def _segments_part(m: _Model, segments_path, opts: ContributionOptions, times: R
     return sums, info
 
 
-def _sentences_part(m: _Model, treebank_path, opts: ContributionOptions, times: RunTimes) -> tuple[pd.DataFrame, dict]:
+def _sentences_part(m: _Model, sentences: list, treebank_path, opts: ContributionOptions,
+                    times: RunTimes) -> tuple[pd.DataFrame, dict]:
     """Table 1 per kind on the seeded sample of dev sentences."""
     from bertlook.attention.extract_words import prepare_word_examples  # lazy: see _load
-    from bertlook.data.treebank import read_conllu  # lazy: see _load
 
-    sentences = list(read_conllu(treebank_path, allow_empty=True))
     picked = seeded_sample(len(sentences), opts.sentences, opts.seed)
-    if not picked:
-        raise BertlookError(f"{treebank_path}: no sentences")
     reasons: dict[str, int] = {}
     examples, alignments, bad_ids, _errors = prepare_word_examples(
         sample_sentences(sentences, picked), m.tokenizer, path=treebank_path, text=opts.table1.text, reasons=reasons)
@@ -204,16 +212,17 @@ def run_contributions(model_spec: str, segments_path, treebank_path, opts: Contr
     exclusions). Everything is computed before the caller writes anything."""
     from bertlook.attention.modeling import model_dims  # lazy: see _load
 
+    segments, sentences = _read_inputs(segments_path, treebank_path)
     t0 = time.perf_counter()
     m = _load(model_spec, opts)
     load_s = time.perf_counter() - t0
     seg_times, sent_times = RunTimes(), RunTimes()
     t1 = time.perf_counter()
-    sums, seg_info = _segments_part(m, segments_path, opts, seg_times)
+    sums, seg_info = _segments_part(m, segments, segments_path, opts, seg_times)
     stats, heads = sums.frames()
     seg_info["seconds"] = round(time.perf_counter() - t1, 3)
     t2 = time.perf_counter()
-    table, sent_info = _sentences_part(m, treebank_path, opts, sent_times)
+    table, sent_info = _sentences_part(m, sentences, treebank_path, opts, sent_times)
     sent_info["seconds"] = round(time.perf_counter() - t2, 3)
     L, H = model_dims(m.model)
     summary = {

@@ -64,6 +64,6 @@ def table1_contributions_markdown(table: "pd.DataFrame", *, title: str, note: st
              "| kind | relation | best head / layer | accuracy | baseline | n |", "|---|---|---|---:|---:|---:|"]
     for r in table.itertuples(index=False):
         best = f"{r.best} ({r.direction})" if r.per == "head" else f"layer {r.best} ({r.direction})"
-        lines.append(f"| {KIND_TITLES.get(r.kind, r.kind)} | {r.relation} | {best} | {100 * r.accuracy:.1f} | "
+        lines.append(f"| {r.kind} | {r.relation} | {best} | {100 * r.accuracy:.1f} | "
                      f"{100 * r.baseline_accuracy:.1f} (offset {r.baseline_offset:+d}) | {r.count} |")
     return "\n".join(lines) + "\n"
