@@ -213,3 +213,28 @@ def test_cli_error_path_writes_nothing(tmp_path, tiny_bert_dir, bert_inputs, cap
     assert err[-1].startswith("error: ") and sum(line.startswith("error") for line in err) == 1, err
     assert "Loading weights" not in "".join(err)  # the inputs are checked before the model is loaded
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
+
+
+def test_contributions_cost_is_a_model_job_that_grows_with_its_samples():
+    """The sizing of the contributions rule (bertlook.pipeline.costs.contributions): a model job (a GPU would speed
+    it up), its CPU time growing with contributions.segments / .sentences (value zeroing: n passes per example)."""
+    from pathlib import Path
+
+    import yaml
+
+    from bertlook.cli import declared_costs
+    from bertlook.pipeline import costs, sizing
+    from bertlook.pipeline.config import validate_config
+
+    root = Path(__file__).resolve().parents[1]
+    assert declared_costs()["contributions"] is costs.CONTRIBUTIONS
+    minilm = sizing.ModelDims(layers=6, heads=12, hidden=384, intermediate=1536, vocab=30522, weights_bytes=87 << 20)
+
+    def cpu(segments: int, sentences: int) -> float:
+        config = yaml.safe_load((root / "config" / "offline.yaml").read_text())
+        config["contributions"] = {"segments": segments, "sentences": sentences}
+        config = validate_config(config)
+        return sizing.rule_resources("contributions", config, (), costs=declared_costs(),
+                                     wildcards={"run": "offline-minilm"}, dims_of=lambda spec, rev: minilm)["runtime"]
+
+    assert cpu(96, 64) > cpu(24, 64) and cpu(24, 256) > cpu(24, 64)

@@ -3,7 +3,9 @@
 # statistics (contribution_stats.csv, contribution_heads.csv, fig_contributions.png) and Table 1 per map kind
 # (table1_contributions.*). A step of its own that runs the model on seeded samples (contributions.segments
 # segments, contributions.sentences dev sentences, the run's seed), not a reader inside the extraction stream:
-# value zeroing costs n extra layer passes per layer and example. Switched by contributions.enabled.
+# value zeroing costs n extra layer passes per layer and example. Switched by contributions.enabled. One example
+# per forward pass (the CLI's default batch size): ALTI's distance tensors grow with the batch (MiniLM: 0.85 GB
+# peak one at a time, 1.6 GB in batches of 8) and the CPU is no faster batched.
 
 
 use rule _model_step as contributions with:
@@ -35,7 +37,6 @@ use rule _model_step as contributions with:
             n_segments=config["contributions"]["segments"],
             n_sentences=config["contributions"]["sentences"],
             seed=config["seed"],
-            batch_size=config["extraction"]["batch_size"],
             device=config["extraction"]["device"],
             from_split=config["word_attention"]["from_split"],
             text=WORD_TEXT_ARG,

@@ -95,7 +95,7 @@ class ContributionOptions:
     segments: int = 24
     sentences: int = 64
     seed: int = 0
-    batch_size: int = 8
+    batch_size: int = 1
     device: str = "cpu"
     max_seq_len: int = 512
     revision: str | None = None
@@ -195,7 +195,9 @@ def _sentences_part(m: _Model, sentences: list, treebank_path, opts: Contributio
     records, maps = word_maps(m.model, examples, alignments, pad_id=m.pad_id, causal=m.causal,
                               batch_size=opts.batch_size, from_split=opts.table1.from_split, times=times)
     meta = {"model": {"family": "decoder" if m.causal else "encoder"}, "treebank_kind": opts.table1.treebank_kind}
+    t0 = time.perf_counter()
     table, scored = score_kinds(records, maps, opts.table1, where=str(treebank_path), meta=meta)
+    scored["seconds_scoring"] = round(time.perf_counter() - t0, 3)
     info = {"treebank": str(treebank_path), "n_sentences_in_file": len(sentences), "sample_size": opts.sentences,
             "sample_ids": [r["id"] for r in records], "n_sentences": len(records), **scored,
             "excluded": {**{f"not aligned: {k}": v for k, v in reasons.items() if v},

@@ -240,8 +240,8 @@ def contributions(job: Job, cost: Cost) -> Estimate:
     the sample; ``contributions.sentences`` dev sentences of 40 wordpieces) through one forward pass with ALTI
     (about 3 passes' work) and value zeroing (``n`` layer passes per layer and example: ``n`` forward passes)."""
     dims = job.dims()
-    n, b = max(segments_input(job, _contribution_segments(job)).longest, 1), 8
-    maps = dims.layers * b * dims.heads * n * n * 4 / MIB  # one batch of float32 maps
+    n = max(segments_input(job, _contribution_segments(job)).longest, 1)
+    maps = dims.layers * dims.heads * n * n * 4 / MIB  # one example's float32 maps (a batch of 1; MiniLM: RSS 0.85 GB)
     return (BASE_PLOT_MB + BASE_TORCH_MB + dims.weights_mb + 6 * maps,
             STARTUP_S + contribution_flops(job, dims) / CPU_FLOPS, 1.0)
 
