@@ -98,10 +98,10 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
             "comparison.md", "resources.md", "tables/tree_heads.csv"} <= set(outputs)
     pages = steps.run_pages(STEPS, on)
     assert len({p.page for p in pages}) == len(pages)  # one file per page under report/
-    assert len(pages) == 35
+    assert len(pages) == 37
     assert list(steps.beyond_summaries(STEPS, on)) == ["stats_norm", "heads_norm", "tree_heads", "probes_norm",
                                                        "probe_ablations", "head_detectors", "rollout", "rollout_table1",
-                                                       "faithfulness", "head_report"]
+                                                       "contributions", "faithfulness", "head_report"]
     assert all(s.endswith(".summary.json") for s in steps.beyond_summaries(STEPS, on).values())
     assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "tree_heads", "tree_heads_best",
                                                              "probe_ablations", "head_detectors", "rollout_stats",

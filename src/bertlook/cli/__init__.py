@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: module of this package not named here (a new step's) comes after them, in name order.
 ORDER = ("plan", "preflight", "download", "fetch", "segments", "extract_segments", "treebank", "extract_words",
          "surface_stats", "cluster_heads", "figures", "heads", "tree_heads", "random_init", "probes",
-         "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "faithfulness", "head_report", "explorer", "languages", "manifest", "compare",
+         "probe_ablations", "coref", "gradients", "head_detectors", "rollout", "contributions", "faithfulness", "head_report", "explorer", "languages", "manifest", "compare",
          "resources", "report_pages", "atlas")
 
 

@@ -235,6 +235,28 @@ def gradients(job: Job, cost: Cost) -> Estimate:
     return mem, cpu, 0.0
 
 
+def contributions(job: Job, cost: Cost) -> Estimate:
+    """The contributions step: its seeded samples (the first ``contributions.segments`` segments' counts stand for
+    the sample; ``contributions.sentences`` dev sentences of 40 wordpieces) through one forward pass with ALTI
+    (about 3 passes' work) and value zeroing (``n`` layer passes per layer and example: ``n`` forward passes)."""
+    dims = job.dims()
+    n = max(segments_input(job, _contribution_segments(job)).longest, 1)
+    maps = dims.layers * dims.heads * n * n * 4 / MIB  # one example's float32 maps (a batch of 1; MiniLM: RSS 0.85 GB)
+    return (BASE_PLOT_MB + BASE_TORCH_MB + dims.weights_mb + 6 * maps,
+            STARTUP_S + contribution_flops(job, dims) / CPU_FLOPS, 1.0)
+
+
+def _contribution_segments(job: Job) -> int:
+    return int((job.config.get("contributions") or {}).get("segments", 24))
+
+
+def contribution_flops(job: Job, dims: ModelDims) -> float:
+    """FLOPs of :func:`contributions`: per sample, its forward FLOPs x (3 + its mean length)."""
+    seg = segments_input(job, _contribution_segments(job))
+    sent = Examples.uniform(int((job.config.get("contributions") or {}).get("sentences", 64)), 40)
+    return sum(sum_flops(dims, ex) * (3.0 + ex.tokens / max(1, ex.count)) for ex in (seg, sent))
+
+
 def gather(job: Job, cost: Cost) -> Estimate:
     """A gather: partial sums in (extract_segments computed them), tables, the MDS of a K x K matrix out."""
     return cost.base_mb, STARTUP_S + 10.0, 10.0
@@ -330,6 +352,7 @@ DOWNLOAD = Cost(estimate=download)
 STATS_GATHER = Cost(estimate=gather, base_mb=BASE_NUMPY_MB)  # surface statistics, JS clustering, rollout
 PLOT_GATHER = Cost(estimate=gather, base_mb=BASE_PLOT_MB)  # figures and pages drawn from tables
 STORE_READER = Cost(estimate=store_reader)
+CONTRIBUTIONS = Cost(estimate=contributions)
 
 
 # ---- a model job on a GPU -------------------------------------------------------------------------
@@ -343,7 +366,7 @@ def runs_model(job: Job, cost: Cost) -> bool:
     up; the gather of the gradients' shards (the same cost, reading partial sums) does not."""
     if cost.estimate is gradients:
         return job.reads_maps()
-    return cost.estimate is segment_pass or cost.examples is not None
+    return cost.estimate in (segment_pass, contributions) or cost.examples is not None
 
 
 def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu_tflops: float) -> float:
@@ -360,6 +383,8 @@ def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu
     elif cost.estimate is gradients:
         ex = segments_input(job, (job.config.get("gradients") or {}).get("max_examples"))
         flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0
+    elif cost.estimate is contributions:
+        flops = contribution_flops(job, dims)
     elif cost.examples is not None:
         flops = sum_flops(dims, cost.examples(job)[1]) * cost.passes(job.config)
     else:

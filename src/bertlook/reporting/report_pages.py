@@ -218,6 +218,13 @@ TABLE_FORMATS: dict[str, TableFormat] = {
         "to the class; entropies in nats (uniform: ln n).",
         {"layer": "int", "cls": "pct", "sep": "pct", "punct": "pct", "other": "pct", "entropy": "nats",
          "uniform_entropy": "nats"}),
+    "contribution_stats": TableFormat(
+        "ALTI and value zeroing: shares and entropy per layer and map kind",
+        "Percent of each map's rows (averaged over tokens and the sampled segments) going to the class, for every "
+        "map kind (attention, norm-based, rollout, ALTI, ALTI per head, ALTI over layers, value zeroing); entropies "
+        "in nats; per: head_mean = the mean over the heads of a per-head kind, layer = a kind defined per layer.",
+        {"kind": "text", "per": "text", "layer": "int", "cls": "pct", "sep": "pct", "punct": "pct", "other": "pct",
+         "entropy": "nats", "n_examples": "int"}),
     "head_report": TableFormat(
         "Per-head report card",
         "importance: gate gradient, l2-normalised per layer; confidence, positional fraction, sink and the "
