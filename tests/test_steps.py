@@ -98,7 +98,7 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
             "comparison.md", "resources.md", "tables/tree_heads.csv"} <= set(outputs)
     pages = steps.run_pages(STEPS, on)
     assert len({p.page for p in pages}) == len(pages)  # one file per page under report/
-    assert len(pages) == 37
+    assert len(pages) == 38
     assert list(steps.beyond_summaries(STEPS, on)) == ["stats_norm", "heads_norm", "tree_heads", "probes_norm",
                                                        "probe_ablations", "head_detectors", "rollout", "rollout_table1",
                                                        "contributions", "faithfulness", "head_report"]
