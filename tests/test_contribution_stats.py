@@ -238,3 +238,21 @@ def test_contributions_cost_is_a_model_job_that_grows_with_its_samples():
                                      wildcards={"run": "offline-minilm"}, dims_of=lambda spec, rev: minilm)["runtime"]
 
     assert cpu(96, 64) > cpu(24, 64) and cpu(24, 256) > cpu(24, 64)
+
+
+def test_value_zeroing_on_the_first_segments_of_the_sample_only(tiny_bert_dir, bert_inputs):
+    """contributions.value_zeroing_segments: value zeroing on the first N sampled segments, every other kind on all
+    of them with the same numbers as without the cap (batches never straddle N: batch 2, N 1, 3 segments)."""
+    from bertlook.analyses.contribution_stats import run_contributions
+
+    seg, tb = bert_inputs
+    full = run_contributions(str(tiny_bert_dir), seg, tb, _options(segments=3))
+    part = run_contributions(str(tiny_bert_dir), seg, tb, _options(segments=3, value_zeroing_segments=1))
+    n = part.stats.groupby("kind")["n_examples"].first()
+    assert n["value_zeroing"] == 1 and (n.drop("value_zeroing") == 3).all()
+    other = full.stats["kind"] != "value_zeroing"
+    assert np.array_equal(full.stats[other].to_numpy(), part.stats[other].to_numpy())
+    assert not np.allclose(full.stats[~other][["sep"]].to_numpy(), part.stats[~other][["sep"]].to_numpy())
+    s = part.summary["statistics"]
+    assert s["value_zeroing_ids"] == s["sample_ids"][:1] and len(s["sample_ids"]) == 3
+    assert part.summary["value_zeroing_layer_passes"]["statistics"] < full.summary["value_zeroing_layer_passes"]["statistics"]

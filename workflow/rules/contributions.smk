@@ -36,6 +36,7 @@ use rule _model_step as contributions with:
             summary=OUT.summary,
             n_segments=config["contributions"]["segments"],
             n_sentences=config["contributions"]["sentences"],
+            value_zeroing_segments=config["contributions"]["value_zeroing_segments"],
             seed=config["seed"],
             device=config["extraction"]["device"],
             from_split=config["word_attention"]["from_split"],

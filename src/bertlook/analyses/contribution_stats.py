@@ -57,13 +57,17 @@ class StatSums:
     sep_token: str | None
     causal: bool
     sums: dict[str, "np.ndarray"] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # examples per kind (value zeroing: maybe fewer)
     n_examples: int = 0
 
     def add(self, tokens: list[str], maps: dict[str, "np.ndarray"]) -> None:
         for kind in KINDS:
+            if kind not in maps:
+                continue
             s = example_kind_stats(maps[kind], tokens, cls_token=self.cls_token, sep_token=self.sep_token,
                                    causal=self.causal)
             self.sums[kind] = s if kind not in self.sums else self.sums[kind] + s
+            self.counts[kind] = self.counts.get(kind, 0) + 1
         self.n_examples += 1
 
     def frames(self) -> tuple["pd.DataFrame", "pd.DataFrame"]:
@@ -72,13 +76,15 @@ class StatSums:
             raise BertlookError("contributions: no examples to compute statistics on")
         rows, heads = [], []
         for kind in KINDS:
-            mean = self.sums[kind] / self.n_examples  # [stat, layer(, head)]
+            if not self.counts.get(kind):
+                raise BertlookError(f"contributions: no example has {kind} maps")
+            mean = self.sums[kind] / self.counts[kind]  # [stat, layer(, head)]
             per_head = kind in PER_HEAD_KINDS
             layer_mean = mean.mean(axis=-1) if per_head else mean  # [stat, layer]
             for l in range(layer_mean.shape[1]):
                 rows.append({"kind": kind, "per": "head_mean" if per_head else "layer", "layer": l + 1,
                              **{c: float(layer_mean[i, l]) for i, c in enumerate(SHARES)},
-                             "n_examples": self.n_examples})
+                             "n_examples": self.counts[kind]})
                 if per_head:
                     heads += [{"kind": kind, "layer": l + 1, "head": h + 1,
                                **{c: float(mean[i, l, h]) for i, c in enumerate(SHARES)}}
@@ -94,6 +100,7 @@ class ContributionOptions:
 
     segments: int = 24
     sentences: int = 64
+    value_zeroing_segments: int | None = None
     seed: int = 0
     batch_size: int = 1
     device: str = "cpu"
@@ -163,15 +170,21 @@ def _segments_part(m: _Model, segments: list, segments_path, opts: ContributionO
         ids, _ = encode_segment(seg, m.tokenizer)
         (too_long if len(ids) > m.max_len else chosen).append((seg, ids))
     sums = StatSums(m.roles["cls"], m.roles["sep"], m.causal)
-    for b0 in range(0, len(chosen), opts.batch_size):
-        batch = chosen[b0:b0 + opts.batch_size]
+    n_vz = len(chosen) if opts.value_zeroing_segments is None else min(len(chosen), opts.value_zeroing_segments)
+    without_vz = tuple(k for k in KINDS if k != "value_zeroing")
+    # value zeroing on the first n_vz segments of the sample only: batches never straddle n_vz
+    starts = [*range(0, n_vz, opts.batch_size), *range(n_vz, len(chosen), opts.batch_size)]
+    for b0 in starts:
+        batch = chosen[b0:min(b0 + opts.batch_size, n_vz if b0 < n_vz else len(chosen))]
+        kinds = KINDS if b0 < n_vz else without_vz
         for (seg, _ids), maps in zip(batch, token_maps(m.model, [ids for _, ids in batch], pad_id=m.pad_id,
-                                                       causal=m.causal, times=times)):
+                                                       causal=m.causal, times=times, kinds=kinds)):
             sums.add(list(seg["tokens"]), maps)
     if not chosen:
         raise BertlookError(f"{segments_path}: every sampled segment is longer than the model's {m.max_len} positions")
     info = {"segments": str(segments_path), "n_segments_in_file": len(segments), "sample_size": opts.segments,
             "sample_ids": [seg["id"] for seg, _ in chosen],
+            "value_zeroing_ids": [seg["id"] for seg, _ in chosen[:n_vz]],
             "excluded": {"longer than the model's positions": len(too_long)},
             "excluded_ids": [seg["id"] for seg, _ in too_long]}
     return sums, info

@@ -77,8 +77,8 @@ def _check_inputs(args: argparse.Namespace) -> None:
         if not Path(path).is_file():
             raise BertlookError(f"{path}: {flag}: no such file")
     for flag, value in (("--n-segments", args.n_segments), ("--n-sentences", args.n_sentences),
-                        ("--batch-size", args.batch_size)):
-        if value < 1:
+                        ("--batch-size", args.batch_size), ("--value-zeroing-segments", args.value_zeroing_segments)):
+        if value is not None and value < 1:
             raise BertlookError(f"contributions: {flag} must be at least 1 (got {value})")
 
 
@@ -93,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
                               confidence=args.confidence, seed=args.seed, treebank_kind=args.treebank_kind,
                               from_split=args.from_split, text=args.text)
     opts = ContributionOptions(segments=args.n_segments, sentences=args.n_sentences, seed=args.seed,
+                               value_zeroing_segments=args.value_zeroing_segments,
                                batch_size=args.batch_size, device=args.device, revision=args.revision,
                                table1=settings)
     # compute everything first, then write: a failure leaves no output of this run
@@ -141,6 +142,9 @@ def register_cli(subparsers) -> None:
         p.add_argument(f"--{name}", default=None, metavar="PATH", help="output (see above)")
     p.add_argument("--n-segments", type=int, default=24, metavar="N", help="segments in the sample (default 24)")
     p.add_argument("--n-sentences", type=int, default=64, metavar="N", help="dev sentences in the sample (default 64)")
+    p.add_argument("--value-zeroing-segments", type=int, default=None, metavar="N",
+                   help="value zeroing on the first N segments of the sample only (its cost: n layer passes per layer "
+                        "and segment; default: every sampled segment); the other kinds on every one")
     p.add_argument("--seed", type=int, default=0, help="seed of the samples and of the bootstrap (default 0)")
     p.add_argument("--batch-size", type=int, default=1,
                    help="examples per forward pass (default 1: ALTI's distance tensors grow with the batch; on the CPU "
