@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 REPORT_HEADER = ("layer,head,importance,confidence,positional_offset,positional_fraction,positional,sink,sink_head,"
                  "entropy,behaviour,best_relation,best_direction,best_accuracy,coref_accuracy,prev_token,"
-                 "duplicate_token,induction")
+                 "duplicate_token,induction,alti_sink,alti_sep,ablation_loss")
 
 
 def _tables(tmp_path, *, duplicate=False):
@@ -28,7 +28,8 @@ def _tables(tmp_path, *, duplicate=False):
         rows.append((2, 2, "other", 0.3))
     report = tmp_path / "head_report.csv"
     report.write_text(REPORT_HEADER + "\n" + "".join(
-        f"{l},{h},,0.5,-1,0.5,False,0.2,False,2.0,{b},det,dep2head,0.4,,{p},0.1,0.05\n" for l, h, b, p in rows))
+        f"{l},{h},,0.5,-1,0.5,False,0.2,False,2.0,{b},det,dep2head,0.4,,{p},0.1,0.05,0.3,0.{l}{h},\n"
+        for l, h, b, p in rows))
     acc = tmp_path / "head_accuracy.csv"
     acc.write_text("relation,layer,head,direction,accuracy,count\n" + "".join(
         f"{rel},{l},{h},{d},{a},{n}\n" for l, h, _, _ in rows[:4] for rel, d, a, n in
@@ -261,7 +262,7 @@ def test_the_page_in_a_headless_browser(tmp_path):
     data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
     out = _run_page_in_chromium(tmp_path, explorer_html(data).replace("</body>", DRIVER + "</body>"))
     assert (out["after_click"], out["after_down"], out["after_left"], out["focused"]) == ("1-2", "2-2", "2-1", "2-1")
-    assert out["card_rows"] == 14 and out["relations"] == 4  # a header and three relations
+    assert out["card_rows"] == 17 and out["relations"] == 4  # a header and three relations
     # All: 0.1 of 100 words, Wilson 0.055-0.174 > 0.05; det 0.4 of 20: 0.219-0.613 holds 0.5; nsubj: no baseline
     assert out["vs_baseline"] == ["All dep2head:above:k=+1: 0.050", "nsubj head2dep::\u2013", "det dep2head:within:k=-1: 0.500"]
     assert out["after_neighbour"] == "1-2"  # 2-1's nearest head in the MDS embedding (at 3: 1-2 at 1, 2-2 at 10)

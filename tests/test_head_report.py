@@ -201,3 +201,32 @@ def test_cli_writes_table_summary_and_figure(tmp_path, capsys):
                   "--head-accuracy", str(paths["head_accuracy"]), "--out", str(bad / "r.csv"),
                   "--summary", str(bad / "s.json"), "--out-figure", str(bad / "f.png")])
     assert not bad.exists() or not any(bad.iterdir())
+
+
+def test_alti_and_head_ablation_columns(tmp_path):
+    """contribution_heads.csv (its alti_heads rows only: the attention rows of the same table are not taken) ->
+    alti_sink / alti_sep; head_ablation.csv loss_change -> ablation_loss; a "not run" head ablation leaves the
+    column empty and says why; a table without alti_heads rows is an error naming the file."""
+    paths = write_inputs(tmp_path)
+    contrib = tmp_path / "contribution_heads.csv"
+    rows = ["kind,layer,head,cls,sep,punct,other,entropy"]
+    for kind, base in (("attention", 0.9), ("alti_heads", 0.1)):
+        rows += [f"{kind},{l},{h},{base + 0.01 * (2 * l + h)},{base / 2 + 0.001 * h},0.1,0.1,1.0"
+                 for l in (1, 2) for h in (1, 2)]
+    contrib.write_text("\n".join(rows) + "\n")
+    abl = tmp_path / "head_ablation.csv"
+    abl.write_text("layer,head,loss_change,abs_loss_change,note\n1,1,0.5,0.5,\n1,2,-0.25,0.3,\n2,1,0,0.1,\n"
+                   "2,2,1.5,1.5,\n")
+    frame, summary = _build(paths, contribution_heads_csv=contrib, head_ablation_csv=abl)
+    assert frame["alti_sink"].tolist() == pytest.approx([0.13, 0.14, 0.15, 0.16])
+    assert frame["alti_sep"].tolist() == pytest.approx([0.051, 0.052, 0.051, 0.052])
+    assert frame["ablation_loss"].tolist() == [0.5, -0.25, 0.0, 1.5]
+    assert summary["alti"] == "ok" and summary["ablation"] == "ok"
+    abl.write_text("layer,head,loss_change,abs_loss_change,note\n,,,,not run: no masked-LM head\n")
+    frame, summary = _build(paths, contribution_heads_csv=contrib, head_ablation_csv=abl)
+    assert frame["ablation_loss"].isna().all() and summary["ablation"] == "not run: no masked-LM head"
+    frame, summary = _build(paths)
+    assert frame["alti_sep"].isna().all() and summary["alti"].startswith("absent")
+    contrib.write_text("\n".join(r for r in rows if not r.startswith("alti_heads")) + "\n")
+    with pytest.raises(BertlookError, match="contribution_heads.csv: no rows of kind 'alti_heads'"):
+        _build(paths, contribution_heads_csv=contrib)

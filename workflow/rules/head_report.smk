@@ -13,6 +13,9 @@ use rule _analysis_step as head_report with:
         importance=run_path("tables", "head_importance.csv"),
         # prev-token / duplicate-token / induction columns (head_detectors.enabled)
         detectors=branch(SWITCH["head_detectors"], then=run_path("tables", "head_detectors.csv")),
+        # per-head ALTI shares and the head ablation's loss change (contributions.enabled)
+        contribution_heads=branch(SWITCH["contributions"], then=run_path("tables", "contribution_heads.csv")),
+        head_ablation=branch(SWITCH["contributions"], then=run_path("tables", "head_ablation.csv")),
     output:
         table=data_table("head_report", "Per-head report card (CSV)"),
         figure=run_path("figures", "fig_head_report.png"),
@@ -30,6 +33,8 @@ use rule _analysis_step as head_report with:
             coref_heads=IN.coref,
             importance=IN.importance,
             detectors=IN.detectors if SWITCH["head_detectors"] else None,
+            contribution_heads=IN.contribution_heads if SWITCH["contributions"] else None,
+            head_ablation=IN.head_ablation if SWITCH["contributions"] else None,
             out=OUT.table,
             summary=OUT.summary,
             out_figure=OUT.figure,

@@ -30,8 +30,11 @@ from bertlook.naming import head_label
 REPORT_COLUMNS = [
     "layer", "head", "importance", "confidence", "positional_offset", "positional_fraction", "positional",
     "sink", "sink_head", "entropy", "behaviour", "best_relation", "best_direction", "best_accuracy",
-    "coref_accuracy", "prev_token", "duplicate_token", "induction",
+    "coref_accuracy", "prev_token", "duplicate_token", "induction", "alti_sink", "alti_sep", "ablation_loss",
 ]
+#: per-head ALTI shares (contribution_heads.csv of ``contributions``, kind ``alti_heads``) -> report columns
+ALTI_COLUMNS = {"alti_sink": "cls", "alti_sep": "sep"}
+ALTI_KIND = "alti_heads"
 #: the columns of head_detectors.csv (``head-detectors``) the report takes over
 DETECTOR_COLUMNS = ["prev_token", "duplicate_token", "induction"]
 POSITIONAL_THRESHOLD = 0.9  # positional: at least 90% of the rows' argmax at the head's usual offset
@@ -190,12 +193,18 @@ def best_relations(path, grid: set[tuple[int, int]], stats_path, *, min_count: i
     return best, info
 
 
-def _optional_table(path, column: str, grid, stats_path, what: str):
-    """An optional per-head table -> ({head: value} or None, status text)."""
+def _optional_table(path, column: str, grid, stats_path, what: str, *, kind: str | None = None):
+    """An optional per-head table -> ({head: value} or None, status text); ``kind``: only its rows (a table with a
+    ``kind`` column, e.g. contribution_heads.csv)."""
     if path is None:
         return None, f"absent: no {what} table given"
     path = Path(path)
-    raw = read_csv_strings(path, required=("layer", "head", column), what=what + " table")
+    raw = read_csv_strings(path, required=("layer", "head", column, *(("kind",) if kind else ())),
+                           what=what + " table")
+    if kind is not None:
+        raw = raw[raw["kind"].str.strip() == kind].reset_index(drop=True)
+        if raw.empty:
+            raise BertlookError(f"{path}: no rows of kind {kind!r}")
     if "note" in raw.columns:
         notes = raw["note"].astype(str).str.strip()
         empty_heads = (raw["layer"].str.strip() == "") & (raw["head"].str.strip() == "")
@@ -207,6 +216,19 @@ def _optional_table(path, column: str, grid, stats_path, what: str):
     heads = _head_rows(raw, path)
     _check_heads(heads, grid, path, Path(stats_path))
     return dict(zip(heads, _floats(raw, column, path, allow_empty=True).tolist())), "ok"
+
+
+def _contribution_columns(contribution_heads_csv, head_ablation_csv, grid, stats_csv):
+    """The card's columns from the ``contributions`` and ``faithfulness`` steps: ``alti_sink`` / ``alti_sep`` (the
+    head's ALTI share to the first token / [SEP], :data:`ALTI_COLUMNS`) and ``ablation_loss`` (the loss change of
+    removing the head, head_ablation.csv ``loss_change``) -> ``({column: {head: value} or None}, statuses)``."""
+    out, status = {}, {}
+    for col, share in ALTI_COLUMNS.items():
+        out[col], status["alti"] = _optional_table(contribution_heads_csv, share, grid, stats_csv,
+                                                   "contribution heads", kind=ALTI_KIND)
+    out["ablation_loss"], status["ablation"] = _optional_table(head_ablation_csv, "loss_change", grid, stats_csv,
+                                                               "head ablation")
+    return out, status
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,6 +244,8 @@ def build_head_report(
     coref_heads_csv: str | os.PathLike | None = None,
     importance_csv: str | os.PathLike | None = None,
     detectors_csv: str | os.PathLike | None = None,
+    contribution_heads_csv: str | os.PathLike | None = None,
+    head_ablation_csv: str | os.PathLike | None = None,
     min_count: int = DEFAULT_MIN_COUNT,
 ) -> tuple["pd.DataFrame", dict[str, Any]]:
     """The report card: ``(frame, summary)``, one row per head in (layer, head) order, columns
@@ -235,6 +259,7 @@ def build_head_report(
     coref, coref_status = _optional_table(coref_heads_csv, "all", grid, stats_csv, "coreference heads")
     detectors = {c: _optional_table(detectors_csv, c, grid, stats_csv, "head detectors") for c in DETECTOR_COLUMNS}
     detectors_status = detectors[DETECTOR_COLUMNS[0]][1]
+    extra, extra_status = _contribution_columns(contribution_heads_csv, head_ablation_csv, grid, stats_csv)
 
     nan = math.nan
     frame = pd.DataFrame({
@@ -253,6 +278,7 @@ def build_head_report(
         "best_accuracy": [best[h][2] if best[h] else nan for h in heads],
         "coref_accuracy": [coref[h] if coref is not None else nan for h in heads],
         **{c: [values[h] if values is not None else nan for h in heads] for c, (values, _) in detectors.items()},
+        **{c: [values[h] if values is not None else nan for h in heads] for c, values in extra.items()},
     }, columns=REPORT_COLUMNS)
     L, H = int(stats["layer"].max()), int(stats["head"].max())
     labels = [head_label(l - 1, h - 1) for l, h in heads]
@@ -262,7 +288,9 @@ def build_head_report(
         "inputs": {"stats": str(stats_csv), "clusters": str(clusters_csv), "head_accuracy": str(head_accuracy_csv),
                    "coref_heads": None if coref_heads_csv is None else str(coref_heads_csv),
                    "importance": None if importance_csv is None else str(importance_csv),
-                   "detectors": None if detectors_csv is None else str(detectors_csv)},
+                   "detectors": None if detectors_csv is None else str(detectors_csv),
+                   "contribution_heads": None if contribution_heads_csv is None else str(contribution_heads_csv),
+                   "head_ablation": None if head_ablation_csv is None else str(head_ablation_csv)},
         "num_layers": L, "num_heads": H, "n_heads": len(frame),
         "thresholds": {"positional_fraction": POSITIONAL_THRESHOLD, "sink": SINK_THRESHOLD, "min_count": int(min_count)},
         "positional_heads": int(pos.sum()),
@@ -278,6 +306,7 @@ def build_head_report(
         "importance": importance_status,
         "coref": coref_status,
         "detectors": detectors_status,
+        **extra_status,
     }
     if importance is not None:
         summary["heads_without_importance"] = int(frame["importance"].isna().sum())

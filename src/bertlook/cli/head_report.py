@@ -44,11 +44,16 @@ inputs:
                        (Michel et al. 2019; "not run" or absent: empty column, the summary says why)
   --detectors CSV      optional: head_detectors.csv (head-detectors): prev_token, duplicate_token,
                        induction (absent: empty columns, the summary says why)
+  --contribution-heads CSV  optional: contribution_heads.csv (contributions): the per-head ALTI share of the
+                       first token -> alti_sink, of [SEP] -> alti_sep (rows of kind alti_heads)
+  --head-ablation CSV  optional: head_ablation.csv (faithfulness): loss_change -> ablation_loss (a "not run"
+                       table: empty column, the summary says why)
 
 outputs:
   --out CSV            head_report.csv: layer,head,importance,confidence,positional_offset,
                        positional_fraction,positional,sink,sink_head,entropy,behaviour,best_relation,
-                       best_direction,best_accuracy,coref_accuracy,prev_token,duplicate_token,induction
+                       best_direction,best_accuracy,coref_accuracy,prev_token,duplicate_token,induction,
+                       alti_sink,alti_sep,ablation_loss
   --summary JSON       counts (positional heads, sink heads, behaviours, best relations), thresholds,
                        relations considered / below --min-count, status of the optional inputs
   --out-figure PNG     one layer x head heatmap per numeric column
@@ -66,6 +71,10 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--coref-heads", default=None, metavar="CSV", help="input (optional): coref_heads.csv")
     p.add_argument("--importance", default=None, metavar="CSV", help="input (optional): head_importance.csv")
     p.add_argument("--detectors", default=None, metavar="CSV", help="input (optional): head_detectors.csv")
+    p.add_argument("--contribution-heads", default=None, metavar="CSV",
+                   help="input (optional): contribution_heads.csv (contributions): ALTI per head -> alti_sink, alti_sep")
+    p.add_argument("--head-ablation", default=None, metavar="CSV",
+                   help="input (optional): head_ablation.csv (faithfulness): loss_change -> ablation_loss")
     p.add_argument("--out", required=True, metavar="CSV", help="output: head_report.csv")
     p.add_argument("--summary", required=True, metavar="JSON", help="output: summary JSON")
     p.add_argument("--out-figure", required=True, metavar="PNG", help="output: fig_head_report.png")
@@ -81,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
 
     frame, summary = build_head_report(args.stats, args.clusters, args.head_accuracy,
                                        coref_heads_csv=args.coref_heads, importance_csv=args.importance,
-                                       detectors_csv=args.detectors, min_count=args.min_count)
+                                       detectors_csv=args.detectors, contribution_heads_csv=args.contribution_heads,
+                                       head_ablation_csv=args.head_ablation, min_count=args.min_count)
     write_csv(args.out, frame)
     fig_head_report(args.out, args.out_figure)
     write_json(args.summary, summary)
@@ -92,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
           f"-> {args.out}, {args.out_figure}, {args.summary}")
     if summary["heads_without_best_relation"]:
         print(f"head-report: {summary['heads_without_best_relation']} head(s) without a best relation")
-    for what in ("importance", "coref", "detectors"):
+    for what in ("importance", "coref", "detectors", "alti", "ablation"):
         if summary[what] != "ok":
             print(f"head-report: {what}: {summary[what]} (column left empty)")
     return 0

@@ -41,10 +41,12 @@ METRICS = (
     ("prev_token", "previous-token score", "numeric"),
     ("induction", "induction score", "numeric"),
     ("norm_ratio", "[CLS] share: norm-based / attention", "numeric"),
+    ("alti_sep", "[SEP] share of ALTI per head", "numeric"),
+    ("ablation_loss", "loss change of removing the head", "numeric"),
 )
 CARD_COLUMNS = ("behaviour", "entropy", "confidence", "sink", "positional_offset", "positional_fraction",
                 "best_relation", "best_direction", "best_accuracy", "coref_accuracy", "importance",
-                "prev_token", "duplicate_token", "induction")
+                "prev_token", "duplicate_token", "induction", "alti_sink", "alti_sep", "ablation_loss")
 
 
 def _number(text: str, where: str) -> float | None:

@@ -235,6 +235,9 @@ HEAD_REPORT_PANELS = (
     ("prev_token", "previous-token score\nmean attention to i - 1 (repeated tokens)", "viridis"),
     ("duplicate_token", "duplicate-token score\nmean attention to the earlier occurrence", "viridis"),
     ("induction", "induction score (Olsson et al. 2022)\nattention to the token after it", "viridis"),
+    ("alti_sink", "ALTI sink (Ferrando et al. 2022)\nper-head ALTI share of the first token", "viridis"),
+    ("alti_sep", "ALTI [SEP] share\nper-head ALTI share of [SEP]", "viridis"),
+    ("ablation_loss", "head ablation\nloss change when the head is removed", "RdBu_r"),
 )
 
 
