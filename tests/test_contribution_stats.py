@@ -256,3 +256,25 @@ def test_value_zeroing_on_the_first_segments_of_the_sample_only(tiny_bert_dir, b
     s = part.summary["statistics"]
     assert s["value_zeroing_ids"] == s["sample_ids"][:1] and len(s["sample_ids"]) == 3
     assert part.summary["value_zeroing_layer_passes"]["statistics"] < full.summary["value_zeroing_layer_passes"]["statistics"]
+
+
+def test_explorer_maps_of_the_explorer_sentences(tiny_bert_dir, bert_inputs, tmp_path):
+    """explorer_sentences: word-level ALTI per head [L, H, W+2, W+2], ALTI over layers and value zeroing [L, W+2,
+    W+2] of the first sentences of words[0]..words[1] words (file order), through the npz and back."""
+    from bertlook.analyses.contribution_explorer import read_explorer_maps, write_explorer_maps
+    from bertlook.analyses.contribution_stats import run_contributions
+
+    seg, tb = bert_inputs
+    result = run_contributions(str(tiny_bert_dir), seg, tb, _options(explorer_sentences=1, explorer_words=(7, 12)))
+    ex = result.explorer
+    assert ex["ids"] == ["s2"]  # s1 has 6 words: too short for (7, 12)
+    W = len(SENTENCES[1]) + 2
+    assert ex["alti_heads"][0].shape == (2, 2, W, W) and ex["value_zeroing"][0].shape == (2, W, W)
+    assert result.summary["explorer_ids"] == ["s2"] and result.summary["value_zeroing_layer_passes"]["explorer"] > 0
+    path = tmp_path / "explorer.npz"
+    write_explorer_maps(path, ex)
+    back = read_explorer_maps(path)
+    assert set(back) == {"s2"} and np.allclose(back["s2"]["alti_rollout"], ex["alti_rollout"][0], atol=1e-3)
+    # word rows are distributions (ALTI over layers: float16 in the file)
+    assert np.allclose(back["s2"]["alti_rollout"].sum(-1), 1.0, atol=1e-2)
+    assert run_contributions(str(tiny_bert_dir), seg, tb, _options()).explorer is None

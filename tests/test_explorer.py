@@ -127,6 +127,41 @@ def test_sample_of_short_sentences(tmp_path):
         explorer_data(*_tables(tmp_path), run="tiny", sample={**sample, "num_layers": 3})
 
 
+def _contribution_file(tmp_path, n=7, sid="s1"):
+    """A contributions --out-explorer file for sentence ``sid`` of ``n - 2`` words (2 x 2 model): ALTI per head
+    uniform, ALTI over layers on the diagonal, value zeroing every row on [CLS]."""
+    import numpy as np
+
+    from bertlook.analyses.contribution_explorer import write_explorer_maps
+
+    vz = np.zeros((2, n, n), dtype=np.float16)
+    vz[:, :, 0] = 1
+    data = {"ids": [sid], "alti_heads": [np.full((2, 2, n, n), 1 / n, dtype=np.float16)],
+            "alti_rollout": [np.broadcast_to(np.eye(n, dtype=np.float16), (2, n, n)).copy()], "value_zeroing": [vz]}
+    path = tmp_path / "contribution_explorer.npz"
+    write_explorer_maps(path, data)
+    return path
+
+
+def test_sample_joins_the_contribution_maps_by_sentence(tmp_path):
+    import base64
+
+    import numpy as np
+
+    sample = explorer_sample(_word_store(tmp_path), words=(3, 5), contributions=_contribution_file(tmp_path))
+    s0, s1 = sample["sentences"]
+    assert "value_zeroing" not in s0 and {"alti_heads", "alti_rollout", "value_zeroing"} <= set(s1)
+    vz = np.frombuffer(base64.b64decode(s1["value_zeroing"]), dtype=np.uint8).reshape(2, 7, 7)
+    assert (vz[:, :, 0] == 255).all() and vz[:, :, 1:].sum() == 0
+    assert np.frombuffer(base64.b64decode(s1["alti_heads"]), dtype=np.uint8).size == 2 * 2 * 7 * 7
+    with pytest.raises(BertlookError, match=r"contribution_explorer.npz: sentence 's1': alti_heads maps of 4 words, the word store's of 5"):
+        explorer_sample(_word_store(tmp_path), words=(3, 5), contributions=_contribution_file(tmp_path, n=6))
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(BertlookError, match="bad.npz: not a contributions explorer file"):
+        explorer_sample(_word_store(tmp_path), words=(3, 5), contributions=bad)
+
+
 def _fig1_files(tmp_path, n=40, sep=10):
     """Two shards' Fig 1 files of a 2 x 2 model, the second holding a segment of ``n`` tokens ([SEP] at ``sep``
     and at the end) whose maps all attend to the next position (the last to itself)."""
@@ -222,6 +257,9 @@ window.addEventListener("load", function () {
     const view = $(".view"); view.value = "heatmap"; view.dispatchEvent(new Event("change"));
     out.canvas = d.querySelectorAll("canvas").length;
     out.kinds = Array.from(kind.options).map(function (o) { return o.value; });
+    view.value = "lines"; kind.value = "value_zeroing"; kind.dispatchEvent(new Event("change"));
+    out.kind_vz = d.dataset.kind; out.lines_vz = Number(d.dataset.lines);
+    view.value = "heatmap";
     view.value = "lines"; sent.selectedIndex = 3; sent.dispatchEvent(new Event("change"));  // window 2 of the segment
     out.window_label = sent.options[3].textContent.slice(0, 47);
     out.window_kinds = Array.from(kind.options).map(function (o) { return o.value; });
@@ -258,7 +296,7 @@ def _run_page_in_chromium(tmp_path, html):
 @pytest.mark.integration
 def test_the_page_in_a_headless_browser(tmp_path):
     sample = explorer_sample(_word_store(tmp_path), _word_store(tmp_path, "normwords-dev", 0.5), words=(3, 5),
-                             segment_examples=_fig1_files(tmp_path))
+                             segment_examples=_fig1_files(tmp_path), contributions=_contribution_file(tmp_path))
     data = explorer_data(*_tables(tmp_path), run="tiny", neighbours=2, sample=sample, table1=tmp_path / "table1.csv")
     out = _run_page_in_chromium(tmp_path, explorer_html(data).replace("</body>", DRIVER + "</body>"))
     assert (out["after_click"], out["after_down"], out["after_left"], out["focused"]) == ("1-2", "2-2", "2-1", "2-1")
@@ -273,7 +311,10 @@ def test_the_page_in_a_headless_browser(tmp_path):
     assert (out["lines_s1"], out["gold_s1"]) == (7, 4)  # 5 words: 7 positions, 4 arcs
     # norm-based: half on the previous position, half on [CLS]; row 1's both halves land on [CLS]
     assert out["kind_after"] == "norm" and out["lines_norm"] == 2 * 7 - 2
-    assert out["canvas"] == 1 and out["kinds"] == ["attention", "norm", "rollout"]
+    assert out["canvas"] == 1
+    assert out["kinds"] == ["attention", "norm", "rollout", "alti_heads", "alti_rollout", "value_zeroing"]
+    # value zeroing (head 1-1 shows its layer's map): every row of sentence 1 on [CLS], one line each
+    assert out["kind_vz"] == "value_zeroing" and out["lines_vz"] == 7
     # the second window (positions 0, 11..39): every row on the next position inside the window but [CLS]'s
     # (t1 is outside) and the last (itself): 28 + 1 lines, no gold arcs, attention only
     assert out["window_label"] == "4: segment window, tokens 0, 11\u201339 of 40: [CLS]"

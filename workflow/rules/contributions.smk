@@ -19,6 +19,8 @@ use rule _model_step as contributions with:
         markdown=run_path("tables", "table1_contributions.md"),
         figure=run_path("figures", "fig_contributions.png"),
         summary=run_path("tables", "contribution_stats.summary.json"),
+        # the head explorer's short dev sentences: their ALTI / value zeroing maps for its map menu
+        explorer=run_path("partials", "contribution_explorer.npz"),
     log:
         log_path("contributions"),
     benchmark:
@@ -34,6 +36,7 @@ use rule _model_step as contributions with:
             out_markdown=OUT.markdown,
             out_figure=OUT.figure,
             summary=OUT.summary,
+            out_explorer=OUT.explorer,
             n_segments=config["contributions"]["segments"],
             n_sentences=config["contributions"]["sentences"],
             value_zeroing_segments=config["contributions"]["value_zeroing_segments"],

@@ -13,6 +13,8 @@ use rule _analysis_step as explorer_sample with:
         dev=run_path("attention", "words-dev"),
         norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
         examples=every_shard(rules.extract_segments.output.example),
+        # ALTI per head, ALTI over layers and value zeroing of the same sentences (contributions.enabled)
+        contributions=branch(SWITCH["contributions"], then=run_path("partials", "contribution_explorer.npz")),
     output:
         sample=run_path("partials", "explorer_sample.json"),
     log:
@@ -26,6 +28,7 @@ use rule _analysis_step as explorer_sample with:
             dev_attention=IN.dev,
             norm_attention=IN.norm_dev if SWITCH["norms"] else None,
             segment_example=IN.examples,
+            contributions=IN.contributions if SWITCH["contributions"] else None,
             sample_out=OUT.sample,
         ),
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertlook.analyses.contribution_explorer import explorer_maps
 from bertlook.analyses.contribution_maps import KINDS, PER_HEAD_KINDS, RunTimes, seeded_sample, token_maps
 from bertlook.analyses.contribution_table1 import Table1Settings, sample_sentences, score_kinds, word_maps
 from bertlook.analyses.rollout import rollout_example_stats
@@ -101,6 +102,8 @@ class ContributionOptions:
     segments: int = 24
     sentences: int = 64
     value_zeroing_segments: int | None = None
+    explorer_sentences: int = 0  # the explorer's short dev sentences (0: none; contribution_explorer.py)
+    explorer_words: tuple[int, int] = (4, 18)
     seed: int = 0
     batch_size: int = 1
     device: str = "cpu"
@@ -117,6 +120,7 @@ class ContributionResult:
     heads: pd.DataFrame
     table1: pd.DataFrame
     summary: dict[str, Any]
+    explorer: dict[str, Any] | None = None
 
 
 @dataclass
@@ -239,6 +243,11 @@ def run_contributions(model_spec: str, segments_path, treebank_path, opts: Contr
     t2 = time.perf_counter()
     table, sent_info = _sentences_part(m, sentences, treebank_path, opts, sent_times)
     sent_info["seconds"] = round(time.perf_counter() - t2, 3)
+    explorer, exp_times = None, RunTimes()
+    if opts.explorer_sentences:
+        explorer = explorer_maps(m, sentences, treebank_path, n_sentences=opts.explorer_sentences,
+                                 words=opts.explorer_words, from_split=opts.table1.from_split, text=opts.table1.text,
+                                 times=exp_times)
     L, H = model_dims(m.model)
     summary = {
         "model": model_spec, "revision": opts.revision, "family": "decoder" if m.causal else "encoder",
@@ -250,9 +259,11 @@ def run_contributions(model_spec: str, segments_path, treebank_path, opts: Contr
                     "value_zeroing": round(seg_times.value_zeroing + sent_times.value_zeroing, 3),
                     "statistics": seg_info["seconds"], "table1": sent_info["seconds"],
                     "total": round(time.perf_counter() - t0, 3)},
-        "value_zeroing_layer_passes": {"statistics": seg_times.layer_passes, "table1": sent_times.layer_passes},
+        "value_zeroing_layer_passes": {"statistics": seg_times.layer_passes, "table1": sent_times.layer_passes,
+                                       "explorer": exp_times.layer_passes},
+        "explorer_ids": None if explorer is None else explorer["ids"],
         "padded_key_mass_max": max(seg_times.padded_mass_max, sent_times.padded_mass_max),
         "design": "a step of its own on seeded samples (not a reader inside the extraction stream): value zeroing "
                   "costs n extra layer passes per layer and example",
     }
-    return ContributionResult(stats, heads, table, summary)
+    return ContributionResult(stats, heads, table, summary, explorer)

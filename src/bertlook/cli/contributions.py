@@ -52,7 +52,7 @@ inputs:
   --segments JSONL       segments (a seeded sample of --n-segments of them)
   --treebank CONLLU      dev treebank with gold trees (a seeded sample of --n-sentences sentences)
 
-outputs (all required):
+outputs (all required but --out-explorer):
   --out-stats CSV        contribution_stats.csv: kind,per,layer,cls,sep,punct,other,entropy,n_examples
                          (per = head_mean: the mean over the heads of a per-head kind; layer: a per-layer kind)
   --out-heads CSV        contribution_heads.csv: kind,layer,head,... of the per-head kinds (attention, norm,
@@ -62,6 +62,8 @@ outputs (all required):
   --out-markdown MD      the same as markdown
   --out-figure PNG       fig_contributions.png: [CLS] / [SEP] / ". ," shares per layer, one panel per kind
   --summary JSON         sample sizes and ids, seed, seconds per part, value zeroing layer passes, exclusions
+  --out-explorer NPZ     optional: word-level alti_heads, alti_rollout and value_zeroing maps of the head
+                         explorer's short dev sentences (its map menu; joined by sentence id)
 
 Definitions: docs/definitions.md#alti-and-value-zeroing
 """
@@ -85,7 +87,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     from bertlook.analyses.contribution_stats import ContributionOptions, run_contributions
     from bertlook.analyses.contribution_table1 import Table1Settings
+    from bertlook.analyses.contribution_explorer import write_explorer_maps
     from bertlook.reporting.contributions import fig_contributions, table1_contributions_markdown
+    from bertlook.reporting.explorer import SAMPLE_SENTENCES, SAMPLE_WORDS
 
     _check_inputs(args)
     settings = Table1Settings(min_count=args.min_count, offsets=args.offsets,
@@ -94,6 +98,8 @@ def _run(args: argparse.Namespace) -> int:
                               from_split=args.from_split, text=args.text)
     opts = ContributionOptions(segments=args.n_segments, sentences=args.n_sentences, seed=args.seed,
                                value_zeroing_segments=args.value_zeroing_segments,
+                               explorer_sentences=SAMPLE_SENTENCES if args.out_explorer else 0,
+                               explorer_words=SAMPLE_WORDS,
                                batch_size=args.batch_size, device=args.device, revision=args.revision,
                                table1=settings)
     # compute everything first, then write: a failure leaves no output of this run
@@ -108,6 +114,8 @@ def _run(args: argparse.Namespace) -> int:
     write_csv(args.out_heads, result.heads)
     write_csv_full(args.out_table, result.table1)
     write_text(args.out_markdown, md)
+    if args.out_explorer:
+        write_explorer_maps(args.out_explorer, result.explorer)
     write_json(args.summary, result.summary)
     _print_lines(args, result)
     return 0
@@ -140,6 +148,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--treebank", required=True, metavar="CONLLU", help="input: dev treebank (CoNLL-U, gold trees)")
     for name in ("out-stats", "out-heads", "out-table", "out-markdown", "out-figure", "summary"):
         p.add_argument(f"--{name}", default=None, metavar="PATH", help="output (see above)")
+    p.add_argument("--out-explorer", default=None, metavar="NPZ",
+                   help="output (optional): word-level ALTI per head, ALTI over layers and value zeroing of the head "
+                        "explorer's short dev sentences (the explorer's map menu)")
     p.add_argument("--n-segments", type=int, default=24, metavar="N", help="segments in the sample (default 24)")
     p.add_argument("--n-sentences", type=int, default=64, metavar="N", help="dev sentences in the sample (default 64)")
     p.add_argument("--value-zeroing-segments", type=int, default=None, metavar="N",

@@ -45,6 +45,8 @@ Two steps: `--sample-out JSON` reads the first short dev sentences of the word s
 sample inputs (with --sample-out):
   --dev-attention DIR   the dev word store (attention/words-dev)
   --norm-attention DIR  optional: the norm-based dev word store (attention/normwords-dev)
+  --contributions NPZ   optional: the contributions step's explorer maps (partials/contribution_explorer.npz):
+                        ALTI per head, ALTI over layers and value zeroing of the same sentences, joined by id
   --segment-example NPZ [NPZ ...]
                         optional: every shard's Fig 1 example (partials/fig1-*.npz of extract-segments): windows
                         of at most 30 tokens of that segment are drawn too
@@ -78,6 +80,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sample-out", default=None, metavar="JSON", help="output: the sample of maps (sample step)")
     p.add_argument("--dev-attention", default=None, metavar="DIR", help="input of the sample: the dev word store")
     p.add_argument("--norm-attention", default=None, metavar="DIR", help="input of the sample: the norm-based one")
+    p.add_argument("--contributions", default=None, metavar="NPZ",
+                   help="input of the sample: the contributions step's explorer maps (ALTI, value zeroing)")
     # extend: the workflow passes a list as the flag once per item (pipeline.shellcmd.flag_tokens)
     p.add_argument("--segment-example", action="extend", nargs="+", default=None, metavar="NPZ",
                    help="input of the sample (optional): every shard's Fig 1 example file")
@@ -112,7 +116,8 @@ def _sample(args: argparse.Namespace) -> int:
 
     if not args.dev_attention:
         raise BertlookError("explorer: --sample-out needs --dev-attention DIR")
-    sample = explorer_sample(args.dev_attention, args.norm_attention, segment_examples=args.segment_example)
+    sample = explorer_sample(args.dev_attention, args.norm_attention, segment_examples=args.segment_example,
+                             contributions=args.contributions)
     write_json(args.sample_out, sample)
     windows = sum(s.get("kind") == "segment" for s in sample["sentences"])
     print(f"explorer: {len(sample['sentences']) - windows} sentences' and {windows} segment windows' maps "

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from bertlook.analyses.contribution_explorer import read_explorer_maps
 from bertlook.analyses.rollout import rollout
 from bertlook.attention.fig1_example import fig1_special, fig1_window, load_fig1_example
 from bertlook.attention.store import open_store
@@ -209,15 +210,19 @@ def dequantised(text: str, shape: tuple[int, ...]):
 
 def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.PathLike | None = None, *,
                     segment_examples: list[str | os.PathLike] | None = None, n_sentences: int = SAMPLE_SENTENCES,
-                    words: tuple[int, int] = SAMPLE_WORDS) -> dict[str, Any]:
+                    words: tuple[int, int] = SAMPLE_WORDS,
+                    contributions: str | os.PathLike | None = None) -> dict[str, Any]:
     """The explorer's maps: the first ``n_sentences`` dev sentences of ``words[0]..words[1]`` words of the word
     store, with their words and gold trees; per sentence the attention maps ``[L, H, W+2, W+2]``, the norm-based
     maps of the same sentence (``norm_attention``) and the rollout ``[L, W+2, W+2]``
     (:func:`bertlook.analyses.rollout.rollout`), each quantised to 8 bits (:func:`_quantised`); then the
-    :func:`segment_windows` of the Fig 1 example (``segment_examples``: every shard's Fig 1 file)."""
+    :func:`segment_windows` of the Fig 1 example (``segment_examples``: every shard's Fig 1 file). ``contributions``:
+    the ``contributions --out-explorer`` file: its ALTI per head, ALTI over layers and value zeroing maps of the same
+    sentences, joined by id (a sentence it lacks has no such maps)."""
     store = open_store(dev_attention, level="word", what="word-level attention store")
     norm = open_store(norm_attention, level="word", what="norm-based word store") if norm_attention else None
     norm_index = {r.get("id"): k for k, r in enumerate(norm.records)} if norm is not None else {}
+    extra = read_explorer_maps(contributions) if contributions else {}
     out = []
     for k, rec in enumerate(store.records):
         W = len(rec.get("heads") or [])
@@ -229,6 +234,11 @@ def explorer_sample(dev_attention: str | os.PathLike, norm_attention: str | os.P
                 "rollout": _quantised(rollout(attn))}
         if rec.get("id") in norm_index:
             item["norm"] = _quantised(norm.get(norm_index[rec.get("id")]))
+        for kind, m in extra.get(rec.get("id"), {}).items():
+            if m.shape[-1] != attn.shape[-1]:
+                raise BertlookError(f"{contributions}: sentence {rec.get('id')!r}: {kind} maps of {m.shape[-1] - 2} "
+                                    f"words, the word store's of {attn.shape[-1] - 2}")
+            item[kind] = _quantised(m)
         out.append(item)
         if len(out) >= n_sentences:
             break
