@@ -18,6 +18,8 @@ use rule _model_step as faithfulness with:
         log_path("faithfulness"),
     benchmark:
         bench_path("faithfulness")
+    # one core, as contributions (contributions.smk)
+    threads: 1
     params:
         cmd=model_cmd(
             "faithfulness",

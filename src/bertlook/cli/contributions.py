@@ -12,7 +12,7 @@ from bertlook.cli._args import add_model_arguments, add_step_parser, offsets_arg
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
-from bertlook.pipeline.steps import BEYOND, Page, Step, figure, figure_page, table
+from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -38,7 +38,10 @@ STEPS = (
                      subcategory=CONTRIBUTIONS_SUB),
                 figure_page("fig_contributions.png", BEYOND, "Figure: [CLS], [SEP] and '. ,' shares per map kind",
                             caption="fig_contributions.rst", subcategory=CONTRIBUTIONS_SUB)),
-         cost=costs.CONTRIBUTIONS),
+         cost=costs.CONTRIBUTIONS,
+         golden=(GoldenTable("contribution_stats", table("contribution_stats.csv"), ("kind", "layer")),
+                 GoldenTable("contribution_heads", table("contribution_heads.csv"), ("kind", "layer", "head")),
+                 GoldenTable("table1_contributions", table("table1_contributions.csv"), ("kind", "relation")))),
 )
 
 _HELP = """\

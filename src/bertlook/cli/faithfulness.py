@@ -8,7 +8,7 @@ from bertlook.cli._args import add_model_arguments, add_step_parser
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs
 from bertlook.pipeline.sizing import MIB, segments_input, sum_flops
-from bertlook.pipeline.steps import BEYOND, Page, Step, figure, figure_page, table
+from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -44,7 +44,9 @@ STEPS = (
          pages=(Page(table("faithfulness.md"), "faithfulness.html", BEYOND,
                      "Which measure to trust: agreement with token ablations", caption="faithfulness.rst",
                      subcategory=FAITHFULNESS_SUB),),
-         cost=costs.Cost(estimate=_cost)),
+         cost=costs.Cost(estimate=_cost),
+         golden=(GoldenTable("faithfulness", table("faithfulness.csv"), ("measure", "ground_truth")),
+                 GoldenTable("head_ablation", table("head_ablation.csv"), ("layer", "head")))),
     # the figure, drawn from the table in the analysis env (the model's env has no matplotlib)
     Step("faithfulness_figure", (figure("fig_faithfulness.png"),), switch="contributions", beyond=True,
          pages=(figure_page("fig_faithfulness.png", BEYOND, "Figure: which measure to trust",

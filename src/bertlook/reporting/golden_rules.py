@@ -341,8 +341,12 @@ def head_report_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str,
             values[f"{row}/best_relation"] = any_of(values[f"{row}/best_relation"], rels)
             values[f"{row}/best_direction"] = any_of(values[f"{row}/best_direction"], dirs)
             set_range(values, f"{row}/best_accuracy", rng)
+        for col in ("alti_sink", "alti_sep", "ablation_loss"):  # from the contributions / faithfulness steps
+            if f"{row}/{col}" in values:
+                values[f"{row}/{col}"] = within(values[f"{row}/{col}"], tol.contribution_atol)
     return (f"positional columns as attention_stats (+-{k_rows} rows); best relation: any relation whose accuracy may "
-            "be the highest when each moves by its k(f) words; labels and flags either way near their thresholds")
+            "be the highest when each moves by its k(f) words; labels and flags either way near their thresholds; "
+            "ALTI and head-ablation columns as the contributions tables")
 
 
 def _best_relations(files: RunFiles, tol) -> dict[str, tuple[list[str], list[str], tuple[float, float]]]:
@@ -394,3 +398,34 @@ def add_ranges(run_dir: Path, groups: dict[str, dict[str, Any]], tolerances) -> 
                                 f"({type(err).__name__}: {err})") from None
         if why:
             g["tolerance"] = why
+
+
+# ------------------------------------------------------------------------------- ALTI, value zeroing, faithfulness
+CONTRIBUTION_GROUPS = ("contribution_stats", "contribution_heads", "faithfulness", "head_ablation")
+
+
+@ranger(*CONTRIBUTION_GROUPS)
+def contribution_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, groups) -> str:
+    """Every number within the measured spread of the contributions and faithfulness steps across thread counts
+    and CPU code paths (``scripts/contribution_spread.py``: x 10); strings and counts exact."""
+    atol = tol.contribution_atol
+    for key, value in list(values.items()):
+        if key != "status" and not key.endswith(("/n_examples", "/n_segments", "/n_pairs")):
+            values[key] = within(value, atol)
+    return f"+-{atol:.3g} (10 x the largest change measured across thread counts and CPU code paths)" if atol else ""
+
+
+@ranger("table1_contributions")
+def table1_contributions_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, groups) -> str:
+    """Table 1 per map kind: an accuracy (and its interval, its baseline) within ``contribution_words`` words of the
+    row's count (argmax-based: measured flips across thread counts and code paths x 4, at least 4); the chosen head
+    / layer and offset exact."""
+    k = tol.contribution_words
+    for row in _rows(values):
+        n = values.get(f"{row}/count")
+        if not isinstance(n, int) or n <= 0:
+            continue
+        for col in ("accuracy", "ci_low", "ci_high", "baseline_accuracy"):
+            if f"{row}/{col}" in values:
+                values[f"{row}/{col}"] = within(values[f"{row}/{col}"], k / n)
+    return f"accuracies +-{k} words of the row's count (measured argmax flips x 4, at least 4)" if k else ""
