@@ -25,10 +25,6 @@ use rule _model_step as contributions with:
         log_path("contributions"),
     benchmark:
         bench_path("contributions")
-    # one core: a sample-sized job (the demo's: ~25 CPU-s) runs beside the single-threaded ones (treebank,
-    # head_detectors) instead of holding the whole 2-core machine; its golden numbers hold across 1 / 2 threads
-    # (scripts/contribution_spread.py)
-    threads: 1
     params:
         cmd=model_cmd(
             "contributions",
