@@ -20,6 +20,9 @@ use rule _torch_step as treebank with:
     wildcard_constraints:
         run=runs_pattern(BUILT_TREEBANK_RUNS),
     retries: 1
+    # first among the jobs ready after the segments: the treebank starts the longest chain (extract_words -> heads
+    # -> probes), and on one core it leaves the other to a one-core job beside it (faithfulness)
+    priority: 5
     params:
         cmd=bertlook_cmd("treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary),
 
