@@ -31,6 +31,9 @@ import pandas as pd
 SETTINGS = [{"OMP_NUM_THREADS": t, "ATEN_CPU_CAPABILITY": c}
             for t, c in itertools.product(("1", "2"), ("default", "avx2"))]
 NUMERIC_TABLES = ("contribution_stats.csv", "contribution_heads.csv", "faithfulness.csv", "head_ablation.csv")
+#: the tolerance groups: the statistics of the contributions step, and the faithfulness step's agreement tables
+ATOL_GROUPS = {"atol": ("contribution_stats.csv", "contribution_heads.csv"),
+               "faithfulness_atol": ("faithfulness.csv", "head_ablation.csv")}
 ATOL_FACTOR, ATOL_FLOOR, WORDS_FACTOR, WORDS_FLOOR = 10.0, 1e-7, 4, 4
 
 
@@ -92,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="its configuration (config/offline.yaml)")
     ap.add_argument("--out", default=None, help="write the measurements as JSON here")
     ap.add_argument("--tolerances", default=None, help="update groups.contributions of this tolerances file")
+    ap.add_argument("--from-json", default=None, help="set the tolerances from an earlier --out file (no runs)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        if args.tolerances:
+            write_tolerances(args.tolerances, result)
+        return 0
     from bertlook.pipeline.config import load_config  # the validated config, defaults filled in
 
     cfg = load_config(args.config)
@@ -109,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
             outs.append(out)
         spread = {name: numeric_spread([pd.read_csv(o / name) for o in outs]) for name in NUMERIC_TABLES}
         words, best_changed = table1_spread([pd.read_csv(o / "table1_contributions.csv") for o in outs])
-    largest = max(spread.values())
     result = {"settings": [" ".join(f"{k}={v}" for k, v in s.items()) for s in SETTINGS], "seconds": seconds,
               "max_abs_diff": spread, "table1_max_word_diff": words, "table1_best_changed": best_changed,
               "measured": time.strftime("%Y-%m-%d"), "run": str(run), "model": model}
@@ -117,20 +125,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.tolerances:
-        atol = max(ATOL_FACTOR * largest, ATOL_FLOOR)
-        k = max(WORDS_FACTOR * int(np.ceil(words)), WORDS_FLOOR)
-        doc = json.loads(Path(args.tolerances).read_text(encoding="utf-8"))
-        doc["groups"]["contributions"] = {
-            "atol": atol, "words": k,
-            "why": (f"contributions / faithfulness tables under {', '.join(result['settings'])}: the largest change of a "
-                    f"number {largest:.3g} (per table: {', '.join(f'{n} {v:.3g}' for n, v in spread.items())}); atol = "
-                    f"{ATOL_FACTOR:g} x that, at least {ATOL_FLOOR:g}. Table 1 per map kind: accuracies moved by at most "
-                    f"{words:g} words, {best_changed} chosen heads changed; k = {WORDS_FACTOR} x that, at least "
-                    f"{WORDS_FLOOR} words (scripts/contribution_spread.py)")}
-        doc["contribution_spread"] = result
-        Path(args.tolerances).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote groups.contributions of {args.tolerances}: atol {atol:.3g}, words {k}")
+        write_tolerances(args.tolerances, result)
     return 0
+
+
+def write_tolerances(path: str, result: dict) -> None:
+    """``groups.contributions`` and ``contribution_spread`` of the tolerances file ``path`` from a measurement."""
+    spread, words, best_changed = result["max_abs_diff"], result["table1_max_word_diff"], result["table1_best_changed"]
+    largest = {key: max(spread[t] for t in tables) for key, tables in ATOL_GROUPS.items()}
+    atols = {key: max(ATOL_FACTOR * v, ATOL_FLOOR) for key, v in largest.items()}
+    k = max(WORDS_FACTOR * int(np.ceil(words)), WORDS_FLOOR)
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    doc["groups"]["contributions"] = {
+        **atols, "words": k,
+        "why": (f"contributions / faithfulness tables under {', '.join(result['settings'])}: the largest change of a "
+                f"number per table (at the CSV's 6 significant digits): "
+                f"{', '.join(f'{n} {v:.3g}' for n, v in spread.items())}; atol (the statistics and the report "
+                f"card's ALTI columns) and faithfulness_atol (the agreement tables, the card's ablation_loss) = "
+                f"{ATOL_FACTOR:g} x the largest change of their tables, at least {ATOL_FLOOR:g}. Table 1 per map "
+                f"kind: accuracies moved by at most {words:g} words, {best_changed} chosen heads changed; k = "
+                f"{WORDS_FACTOR} x that, at least {WORDS_FLOOR} words (scripts/contribution_spread.py)")}
+    doc["contribution_spread"] = result
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote groups.contributions of {path}: {atols}, words {k}")
 
 
 if __name__ == "__main__":

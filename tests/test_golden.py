@@ -106,6 +106,28 @@ def test_committed_tolerances_file_is_valid():
 
     tol = golden.read_tolerances(Path(__file__).parent / "golden" / "tolerances.json")
     assert tol.argmax_lambda > 0 and tol.probe_words > 0 and tol.tree_factor >= 2 and tol.positional_lambda_per_row > 0
+    # the contributions / faithfulness tables: measured spreads (scripts/contribution_spread.py) x 10, words x 4
+    assert 0 < tol.contribution_atol <= tol.faithfulness_atol < 0.01 and tol.contribution_words >= 4
+
+
+def test_contribution_ranges(tmp_path):
+    """The contributions groups: every number within the measured atol (counts exact); Table 1 per map kind's
+    accuracies within k words of the row's count (a float in the table), its chosen head exact."""
+    from bertlook.reporting.golden_rules import RANGERS
+    from bertlook.reporting.golden_ranges import RunFiles
+
+    tol = golden.Tolerances(contribution_atol=1e-4, faithfulness_atol=1e-3, contribution_words=4)
+    stats = {"status": "ok", "alti/1/cls": 0.25, "alti/1/n_examples": 8.0, "alti/1/per": "layer"}
+    RANGERS["contribution_stats"](stats, RunFiles(tmp_path), tol, name="contribution_stats", groups={})
+    assert stats["alti/1/cls"] == {"value": 0.25, "min": 0.25 - 1e-4, "max": 0.25 + 1e-4}
+    assert stats["alti/1/n_examples"] == 8.0 and stats["alti/1/per"] == "layer"
+    faith = {"status": "ok", "alti/representation_change/spearman": 0.5}
+    RANGERS["faithfulness"](faith, RunFiles(tmp_path), tol, name="faithfulness", groups={})
+    assert faith["alti/representation_change/spearman"]["max"] == pytest.approx(0.501)
+    t1 = {"status": "ok", "alti/All/accuracy": 0.5, "alti/All/count": 200.0, "alti/All/best": "3"}
+    why = RANGERS["table1_contributions"](t1, RunFiles(tmp_path), tol, name="table1_contributions", groups={})
+    assert t1["alti/All/accuracy"]["min"] == pytest.approx(0.48) and t1["alti/All/best"] == "3" and "4 words" in why
+    assert not golden.matches(t1["alti/All/accuracy"], 0.475, 0.0, 0.0) and golden.matches(t1["alti/All/accuracy"], 0.485, 0.0, 0.0)
 
 
 # ---------------------------------------------------------------------------------- ranges in a run

@@ -92,7 +92,8 @@ class Tolerances:
     probe_words: int = 0  # one seed's dev UAS count of a trained probe (Table 3, its twins, the ablations)
     positional_lambda_per_row: float = 0.0  # expected argmax-row flips per token row (positional statistics)
     risk: float = 1e-6  # P(a number moves by more than its tolerance by float rounding alone)
-    contribution_atol: float = 0.0  # the contributions / faithfulness tables' numbers (measured spread x 10)
+    contribution_atol: float = 0.0  # the contributions tables' numbers (measured spread x 10)
+    faithfulness_atol: float = 0.0  # the faithfulness tables' numbers (measured spread x 10)
     contribution_words: int = 0  # Table 1 per map kind: words an accuracy may move (measured flips x 4, >= 4)
     source: str = "none: exact word counts"
     why: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -126,6 +127,7 @@ def read_tolerances(path: str | os.PathLike | None) -> Tolerances:
 
     why = {name: str(g.get("why", "")) for name, g in groups.items() if isinstance(g, dict)}
     contrib = {"contribution_atol": get("contributions", "atol", float),
+               "faithfulness_atol": get("contributions", "faithfulness_atol", float),
                "contribution_words": get("contributions", "words", int)} if "contributions" in groups else {}
     return Tolerances(argmax_lambda=get("argmax", "lambda_per_fragile", float),
                       tree_factor=get("tree", "factor", int), probe_words=get("probe", "words", int),

@@ -341,9 +341,10 @@ def head_report_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str,
             values[f"{row}/best_relation"] = any_of(values[f"{row}/best_relation"], rels)
             values[f"{row}/best_direction"] = any_of(values[f"{row}/best_direction"], dirs)
             set_range(values, f"{row}/best_accuracy", rng)
-        for col in ("alti_sink", "alti_sep", "ablation_loss"):  # from the contributions / faithfulness steps
+        for col, atol in (("alti_sink", tol.contribution_atol), ("alti_sep", tol.contribution_atol),
+                          ("ablation_loss", tol.faithfulness_atol)):  # from the contributions / faithfulness steps
             if f"{row}/{col}" in values:
-                values[f"{row}/{col}"] = within(values[f"{row}/{col}"], tol.contribution_atol)
+                values[f"{row}/{col}"] = within(values[f"{row}/{col}"], atol)
     return (f"positional columns as attention_stats (+-{k_rows} rows); best relation: any relation whose accuracy may "
             "be the highest when each moves by its k(f) words; labels and flags either way near their thresholds; "
             "ALTI and head-ablation columns as the contributions tables")
@@ -408,7 +409,7 @@ CONTRIBUTION_GROUPS = ("contribution_stats", "contribution_heads", "faithfulness
 def contribution_rule(values: dict[str, Any], files: RunFiles, tol, *, name: str, groups) -> str:
     """Every number within the measured spread of the contributions and faithfulness steps across thread counts
     and CPU code paths (``scripts/contribution_spread.py``: x 10); strings and counts exact."""
-    atol = tol.contribution_atol
+    atol = tol.faithfulness_atol if name in ("faithfulness", "head_ablation") else tol.contribution_atol
     for key, value in list(values.items()):
         if key != "status" and not key.endswith(("/n_examples", "/n_segments", "/n_pairs")):
             values[key] = within(value, atol)
@@ -422,8 +423,8 @@ def table1_contributions_rule(values: dict[str, Any], files: RunFiles, tol, *, n
     / layer and offset exact."""
     k = tol.contribution_words
     for row in _rows(values):
-        n = values.get(f"{row}/count")
-        if not isinstance(n, int) or n <= 0:
+        n = num_or_none(values.get(f"{row}/count"))  # a number of the table: a float
+        if n is None or n <= 0:
             continue
         for col in ("accuracy", "ci_low", "ci_high", "baseline_accuracy"):
             if f"{row}/{col}" in values:
