@@ -174,7 +174,6 @@ def _cli_args(tmp_path, seg, tb, model):
                  "--out-heads", str(out / "tables/contribution_heads.csv"),
                  "--out-table", str(out / "tables/table1_contributions.csv"),
                  "--out-markdown", str(out / "tables/table1_contributions.md"),
-                 "--out-figure", str(out / "figures/fig_contributions.png"),
                  "--summary", str(out / "tables/contribution_stats.summary.json")]
 
 
@@ -185,7 +184,7 @@ def test_cli_writes_every_file_deterministically(tmp_path, tiny_bert_dir, bert_i
     out, argv = _cli_args(tmp_path, seg, tb, tiny_bert_dir)
     assert main(argv) == 0
     names = ["tables/contribution_stats.csv", "tables/contribution_heads.csv", "tables/table1_contributions.csv",
-             "tables/table1_contributions.md", "figures/fig_contributions.png"]
+             "tables/table1_contributions.md"]
     first = {n: (out / n).read_bytes() for n in names}
     summary = json.loads((out / "tables/contribution_stats.summary.json").read_text())
     assert summary["seconds"]["value_zeroing"] > 0 and summary["statistics"]["excluded"]
@@ -194,6 +193,13 @@ def test_cli_writes_every_file_deterministically(tmp_path, tiny_bert_dir, bert_i
     assert {n: (out / n).read_bytes() for n in names if n.endswith((".csv", ".md"))} == \
         {n: v for n, v in first.items() if n.endswith((".csv", ".md"))}
     assert "contributions: value_zeroing layer 2" in capsys.readouterr().out
+    # the figure: a second call, from the table alone (the analysis environment: no model)
+    fig = out / "figures/fig_contributions.png"
+    assert main(["contributions", "--figure-from", str(out / "tables/contribution_stats.csv"),
+                 "--out-figure", str(fig)]) == 0
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["contributions", "--figure-from", str(out / "tables/contribution_stats.csv"), "--out-figure",
+                 str(fig), "--model", str(tiny_bert_dir)]) == 2
 
 
 @pytest.mark.parametrize("problem", ["no_segments", "empty_treebank", "bad_size"])

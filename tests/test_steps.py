@@ -105,6 +105,8 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
     assert all(s.endswith(".summary.json") for s in steps.beyond_summaries(STEPS, on).values())
     assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "tree_heads", "tree_heads_best",
                                                              "probe_ablations", "head_detectors", "rollout_stats",
+                                                             "contribution_stats", "contribution_heads",
+                                                             "table1_contributions", "faithfulness", "head_ablation",
                                                              "head_report"]
     # a cost per rule, declared by one of the steps that share it (bertlook.pipeline.costs)
     costs = steps.rule_costs(STEPS)

@@ -172,7 +172,7 @@ BEYOND_RULES = {"norms": set(),  # the norm twins are jobs of the same rules ({m
                 "rollout": {"rollout", "rollout_words"},
                 "head_report": {"head_report", "explorer"},  # the explorer needs the report card
                 "tree_heads": {"tree_heads"},
-                "contributions": {"contributions", "faithfulness", "faithfulness_figure"}}
+                "contributions": {"contributions", "contributions_figure", "faithfulness", "faithfulness_figure"}}
 
 
 def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):

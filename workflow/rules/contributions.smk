@@ -17,9 +17,7 @@ use rule _model_step as contributions with:
         heads=run_path("tables", "contribution_heads.csv"),
         table=run_path("tables", "table1_contributions.csv"),
         markdown=run_path("tables", "table1_contributions.md"),
-        figure=run_path("figures", "fig_contributions.png"),
         summary=run_path("tables", "contribution_stats.summary.json"),
-        # the head explorer's short dev sentences: their ALTI / value zeroing maps for its map menu
         explorer=run_path("partials", "contribution_explorer.npz"),
     log:
         log_path("contributions"),
@@ -34,7 +32,6 @@ use rule _model_step as contributions with:
             out_heads=OUT.heads,
             out_table=OUT.table,
             out_markdown=OUT.markdown,
-            out_figure=OUT.figure,
             summary=OUT.summary,
             out_explorer=OUT.explorer,
             n_segments=config["contributions"]["segments"],
@@ -47,3 +44,17 @@ use rule _model_step as contributions with:
             **head_scoring(),
             treebank_kind=TREEBANK_KIND_ARG,
         ),
+
+
+# The figure, from the table, in the analysis env (the model's env has no matplotlib).
+use rule _analysis_step as contributions_figure with:
+    input:
+        stats=rules.contributions.output.stats,
+    output:
+        figure=run_path("figures", "fig_contributions.png"),
+    log:
+        log_path("contributions_figure"),
+    benchmark:
+        bench_path("contributions_figure")
+    params:
+        cmd=bertlook_cmd("contributions", figure_from=IN.stats, out_figure=OUT.figure),

@@ -10,11 +10,7 @@ include: "functions/explorer.smk"
 
 use rule _analysis_step as explorer_sample with:
     input:
-        dev=run_path("attention", "words-dev"),
-        norm_dev=branch(SWITCH["norms"], then=run_path("attention", "normwords-dev")),
-        examples=every_shard(rules.extract_segments.output.example),
-        # ALTI per head, ALTI over layers and value zeroing of the same sentences (contributions.enabled)
-        contributions=branch(SWITCH["contributions"], then=run_path("partials", "contribution_explorer.npz")),
+        unpack(explorer_sample_inputs),
     output:
         sample=run_path("partials", "explorer_sample.json"),
     log:
@@ -26,9 +22,9 @@ use rule _analysis_step as explorer_sample with:
         cmd=bertlook_cmd(
             "explorer",
             dev_attention=IN.dev,
-            norm_attention=IN.norm_dev if SWITCH["norms"] else None,
+            norm_attention=lambda wildcards, input, output: input.get("norm_dev"),
             segment_example=IN.examples,
-            contributions=IN.contributions if SWITCH["contributions"] else None,
+            contributions=lambda wildcards, input, output: input.get("contributions"),
             sample_out=OUT.sample,
         ),
 

@@ -13,7 +13,6 @@ use rule _analysis_step as head_report with:
         importance=run_path("tables", "head_importance.csv"),
         # prev-token / duplicate-token / induction columns (head_detectors.enabled)
         detectors=branch(SWITCH["head_detectors"], then=run_path("tables", "head_detectors.csv")),
-        # per-head ALTI shares and the head ablation's loss change (contributions.enabled)
         contribution_heads=branch(SWITCH["contributions"], then=run_path("tables", "contribution_heads.csv")),
         head_ablation=branch(SWITCH["contributions"], then=run_path("tables", "head_ablation.csv")),
     output:

@@ -19,10 +19,8 @@ use rule _torch_step as treebank with:
         bench_path("treebank")
     wildcard_constraints:
         run=runs_pattern(BUILT_TREEBANK_RUNS),
+    priority: 5  # first when ready: it starts the longest chain, one core (faithfulness beside it)
     retries: 1
-    # first among the jobs ready after the segments: the treebank starts the longest chain (extract_words -> heads
-    # -> probes), and on one core it leaves the other to a one-core job beside it (faithfulness)
-    priority: 5
     params:
         cmd=bertlook_cmd("treebank", treebank_flags, out_train=OUT.train, out_dev=OUT.dev, summary=OUT.summary),
 

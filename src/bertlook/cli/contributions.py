@@ -28,20 +28,23 @@ CONTRIBUTIONS_SUB = "ALTI and value zeroing (Ferrando et al. 2022; Mohebbi et al
 STEPS = (
     Step("contributions",
          (table("contribution_stats.csv"), table("contribution_heads.csv"), table("table1_contributions.csv"),
-          table("table1_contributions.md"), figure("fig_contributions.png")),
+          table("table1_contributions.md")),
          switch="contributions", beyond=True, env="torch", summary=table("contribution_stats.summary.json"),
          pages=(Page(table("contribution_stats.csv"), "contribution_stats.html", BEYOND,
                      "ALTI and value zeroing: shares and entropy per layer and map kind",
                      caption="contribution_stats.rst", subcategory=CONTRIBUTIONS_SUB),
                 Page(table("table1_contributions.md"), "table1_contributions.html", BEYOND,
                      "ALTI and value zeroing: Table 1 per map kind", caption="table1_contributions.rst",
-                     subcategory=CONTRIBUTIONS_SUB),
-                figure_page("fig_contributions.png", BEYOND, "Figure: [CLS], [SEP] and '. ,' shares per map kind",
-                            caption="fig_contributions.rst", subcategory=CONTRIBUTIONS_SUB)),
+                     subcategory=CONTRIBUTIONS_SUB)),
          cost=costs.CONTRIBUTIONS,
          golden=(GoldenTable("contribution_stats", table("contribution_stats.csv"), ("kind", "layer")),
                  GoldenTable("contribution_heads", table("contribution_heads.csv"), ("kind", "layer", "head")),
                  GoldenTable("table1_contributions", table("table1_contributions.csv"), ("kind", "relation")))),
+    # the figure, drawn from the table in the analysis env (the model's env has no matplotlib)
+    Step("contributions_figure", (figure("fig_contributions.png"),), switch="contributions", beyond=True,
+         pages=(figure_page("fig_contributions.png", BEYOND, "Figure: [CLS], [SEP] and '. ,' shares per map kind",
+                            caption="fig_contributions.rst", subcategory=CONTRIBUTIONS_SUB),),
+         cost=costs.PLOT_GATHER),
 )
 
 _HELP = """\
@@ -63,18 +66,24 @@ outputs (all required but --out-explorer):
   --out-table CSV        table1_contributions.csv: per kind and relation the best head (per = head) or layer
                          (per = layer), its accuracy, the best offset baseline, the word count
   --out-markdown MD      the same as markdown
-  --out-figure PNG       fig_contributions.png: [CLS] / [SEP] / ". ," shares per layer, one panel per kind
   --summary JSON         sample sizes and ids, seed, seconds per part, value zeroing layer passes, exclusions
   --out-explorer NPZ     optional: word-level alti_heads, alti_rollout and value_zeroing maps of the head
                          explorer's short dev sentences (its map menu; joined by sentence id)
+
+figure (a second call, in the analysis environment: the model's has no matplotlib):
+  --figure-from CSV --out-figure PNG   fig_contributions.png from contribution_stats.csv: [CLS] / [SEP] / ". ,"
+                         shares per layer, one panel per kind
 
 Definitions: docs/definitions.md#alti-and-value-zeroing
 """
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
+    if not args.model or not args.segments or not args.treebank:
+        raise BertlookError("contributions: give --model, --segments and --treebank (or --figure-from CSV "
+                            "--out-figure PNG)")
     outs = {"--out-stats": args.out_stats, "--out-heads": args.out_heads, "--out-table": args.out_table,
-            "--out-markdown": args.out_markdown, "--out-figure": args.out_figure, "--summary": args.summary}
+            "--out-markdown": args.out_markdown, "--summary": args.summary}
     missing = [k for k, v in outs.items() if not v]
     if missing:
         raise BertlookError(f"contributions: give {', '.join(missing)}")
@@ -88,11 +97,25 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.figure_from:
+        if not args.out_figure or args.segments or args.model:
+            raise BertlookError("contributions: --figure-from CSV takes --out-figure PNG only")
+        from bertlook.reporting.contributions import fig_contributions
+
+        fig_contributions(args.figure_from, args.out_figure)
+        print(f"wrote {args.out_figure}")
+        return 0
+    return _compute(args)
+
+
+def _compute(args: argparse.Namespace) -> int:
+    """The model's part: the tables, Table 1's markdown, the explorer's maps and the summary (written once all is
+    computed; the figure is drawn from the table by a second call, in the analysis environment)."""
     from bertlook.analyses.contribution_stats import ContributionOptions, run_contributions
     from bertlook.analyses.contribution_table1 import Table1Settings
     from bertlook.analyses.contribution_explorer import write_explorer_maps
-    from bertlook.reporting.contributions import fig_contributions, table1_contributions_markdown
     from bertlook.reporting.explorer import SAMPLE_SENTENCES, SAMPLE_WORDS
+    from bertlook.reporting.tables import table1_contributions_markdown
 
     _check_inputs(args)
     settings = Table1Settings(min_count=args.min_count, offsets=args.offsets,
@@ -112,7 +135,6 @@ def _run(args: argparse.Namespace) -> int:
             f"seed {args.seed}), {t['n_words']} words, the same sentences for every kind. A per-layer kind has one "
             "\"head\" per layer (its best layer is shown); ALTI per head is bertlook's extension. No paper columns.")
     md = table1_contributions_markdown(result.table1, title="Table 1 per map kind (ALTI and value zeroing)", note=note)
-    fig_contributions(result.stats, args.out_figure)
     write_csv(args.out_stats, result.stats)
     write_csv(args.out_heads, result.heads)
     write_csv_full(args.out_table, result.table1)
@@ -137,7 +159,7 @@ def _print_lines(args: argparse.Namespace, result) -> None:
     best = s["table1"]["best_all"]
     print("contributions: Table 1 All: " + json.dumps({k: (v["best"], round(v["accuracy"], 3)) if v else None
                                                        for k, v in best.items()}))
-    for path in (args.out_stats, args.out_heads, args.out_table, args.out_markdown, args.out_figure, args.summary):
+    for path in (args.out_stats, args.out_heads, args.out_table, args.out_markdown, args.summary):
         print(f"wrote {path}")
 
 
@@ -146,9 +168,11 @@ def register_cli(subparsers) -> None:
     from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
 
     p = add_step_parser(subparsers, "contributions", COMMANDS["contributions"], _HELP)
-    add_model_arguments(p)
-    p.add_argument("--segments", required=True, metavar="JSONL", help="input: segments JSONL")
-    p.add_argument("--treebank", required=True, metavar="CONLLU", help="input: dev treebank (CoNLL-U, gold trees)")
+    add_model_arguments(p, required=False)
+    p.add_argument("--segments", default=None, metavar="JSONL", help="input: segments JSONL")
+    p.add_argument("--treebank", default=None, metavar="CONLLU", help="input: dev treebank (CoNLL-U, gold trees)")
+    p.add_argument("--figure-from", default=None, metavar="CSV",
+                   help="draw fig_contributions.png from contribution_stats.csv (with --out-figure; no model)")
     for name in ("out-stats", "out-heads", "out-table", "out-markdown", "out-figure", "summary"):
         p.add_argument(f"--{name}", default=None, metavar="PATH", help="output (see above)")
     p.add_argument("--out-explorer", default=None, metavar="NPZ",

@@ -20,21 +20,25 @@ COMMANDS = {
 FAITHFULNESS_SUB = "Which measure to trust"
 
 
-def _cost(job, cost) -> costs.Estimate:
+def _flops(job) -> float:
     """The forward passes of the sample: per segment one for the maps, one per removed token, ``n`` layer passes
     per layer for value zeroing (= ``n`` forward passes), 3 for the gradients; with a pre-training head one pass
-    per head over the sample. Memory: the model and one segment's maps and value-zeroing copies."""
+    per head over the sample."""
     cfg, dims = job.config, job.dims()
     c = cfg.get("contributions") or {}
     ex = segments_input(job)
     k = min(int(c.get("faithfulness_segments", 8)), max(1, ex.count))
     n = max(1, ex.longest)
-    one = costs.Examples.uniform(1, n)
     passes = k * (1 + int(c.get("ablated_tokens", 16)) + n + (3 if dims.mlm_head else 0))
     passes += k * dims.layers * dims.heads if dims.mlm_head else 0
-    cpu = costs.STARTUP_S + passes * sum_flops(dims, one) / costs.CPU_FLOPS
+    return passes * sum_flops(dims, costs.Examples.uniform(1, n))
+
+
+def _cost(job, cost) -> costs.Estimate:
+    """:func:`_flops` at the CPU's rate; memory: the model and one segment's maps and value-zeroing copies."""
+    dims, n = job.dims(), max(1, segments_input(job).longest)
     maps = (3 * dims.layers * dims.heads * n * n + 32 * n * dims.hidden * 4) * 4 / MIB
-    return costs.BASE_TORCH_MB + dims.weights_mb + maps, cpu, 1.0
+    return costs.BASE_TORCH_MB + dims.weights_mb + maps, costs.STARTUP_S + _flops(job) / costs.CPU_FLOPS, 1.0
 
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
@@ -44,7 +48,7 @@ STEPS = (
          pages=(Page(table("faithfulness.md"), "faithfulness.html", BEYOND,
                      "Which measure to trust: agreement with token ablations", caption="faithfulness.rst",
                      subcategory=FAITHFULNESS_SUB),),
-         cost=costs.Cost(estimate=_cost),
+         cost=costs.Cost(estimate=_cost, flops=_flops),
          golden=(GoldenTable("faithfulness", table("faithfulness.csv"), ("measure", "ground_truth")),
                  GoldenTable("head_ablation", table("head_ablation.csv"), ("layer", "head")))),
     # the figure, drawn from the table in the analysis env (the model's env has no matplotlib)

@@ -87,7 +87,8 @@ class Cost:
     declaration's parameters. ``base_mb``: the RSS of a job that reads no maps (gathers, summaries);
     ``examples(job)`` -> (examples a store holds, examples a forward pass sees: wordpieces) of a
     :func:`forward_pass`, run ``passes(config)`` times in batches of ``batch(job)``, writing ``stores(config)``
-    attention stores and ``disk_mb`` more."""
+    attention stores and ``disk_mb`` more. ``flops(job)``: the model FLOPs of a job that runs the model its own way
+    (a GPU job's time, :func:`gpu_seconds`)."""
 
     estimate: Callable[[Job, Cost], Estimate]
     base_mb: float = BASE_SMALL_MB
@@ -96,6 +97,7 @@ class Cost:
     passes: Callable[[Mapping], int] = _one
     stores: Callable[[Mapping], int] = _one
     disk_mb: float = 0.0
+    flops: Callable[[Job], float] | None = None
 
     def gpu_runtime(self, job: Job, gpu_tflops: float) -> float | None:
         """Seconds of ``job`` on a GPU at ``gpu_tflops`` (:func:`gpu_seconds`, its weights read at float32 size,
@@ -366,7 +368,7 @@ def runs_model(job: Job, cost: Cost) -> bool:
     up; the gather of the gradients' shards (the same cost, reading partial sums) does not."""
     if cost.estimate is gradients:
         return job.reads_maps()
-    return cost.estimate in (segment_pass, contributions) or cost.examples is not None
+    return cost.estimate in (segment_pass, contributions) or cost.examples is not None or cost.flops is not None
 
 
 def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu_tflops: float) -> float:
@@ -385,6 +387,8 @@ def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu
         flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0
     elif cost.estimate is contributions:
         flops = contribution_flops(job, dims)
+    elif cost.flops is not None:
+        flops = cost.flops(job)
     elif cost.examples is not None:
         flops = sum_flops(dims, cost.examples(job)[1]) * cost.passes(job.config)
     else:

@@ -55,15 +55,3 @@ def fig_contributions(stats_csv: "str | os.PathLike | pd.DataFrame", out_png: st
         fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False,
                    title="Share of each map's rows going to")
         return save_png(fig, out_png)
-
-
-def table1_contributions_markdown(table: "pd.DataFrame", *, title: str, note: str) -> str:
-    """``table1_contributions.md``: per kind and relation the best head (or layer), its accuracy and the best
-    offset baseline (percent, one decimal), and the word count."""
-    lines = [f"# {title}", "", note, "",
-             "| kind | relation | best head / layer | accuracy | baseline | n |", "|---|---|---|---:|---:|---:|"]
-    for r in table.itertuples(index=False):
-        best = f"{r.best} ({r.direction})" if r.per == "head" else f"layer {r.best} ({r.direction})"
-        lines.append(f"| {r.kind} | {r.relation} | {best} | {100 * r.accuracy:.1f} | "
-                     f"{100 * r.baseline_accuracy:.1f} (offset {r.baseline_offset:+d}) | {r.count} |")
-    return "\n".join(lines) + "\n"

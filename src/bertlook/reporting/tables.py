@@ -431,3 +431,15 @@ def languages_markdown(best: "pd.DataFrame", agreement: "pd.DataFrame", labels: 
         "Root and punctuation are not rows of their own (All counts every word, as in Table 1). Definitions: docs/definitions.md#cross-language-summary.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def table1_contributions_markdown(table: "pd.DataFrame", *, title: str, note: str) -> str:
+    """``table1_contributions.md``: per kind and relation the best head (or layer), its accuracy and the best
+    offset baseline (percent, one decimal), and the word count."""
+    lines = [f"# {title}", "", note, "",
+             "| kind | relation | best head / layer | accuracy | baseline | n |", "|---|---|---|---:|---:|---:|"]
+    for r in table.itertuples(index=False):
+        best = f"{r.best} ({r.direction})" if r.per == "head" else f"layer {r.best} ({r.direction})"
+        lines.append(f"| {r.kind} | {r.relation} | {best} | {100 * r.accuracy:.1f} | "
+                     f"{100 * r.baseline_accuracy:.1f} (offset {r.baseline_offset:+d}) | {r.count} |")
+    return "\n".join(lines) + "\n"

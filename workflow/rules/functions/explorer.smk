@@ -5,3 +5,18 @@ def models_explorer_outputs():
     explorer on."""
     on = SWITCH["explorer"] and len(MODEL_RUNS) > 1
     return [os.path.join(SUMMARY_DIR, "explorer.html")] if on else []
+
+
+def explorer_sample_inputs(wildcards):
+    """What the explorer's sample reads: the dev word store, every shard's Fig 1 example, and with the switches on
+    the norm-based dev store and the contributions step's maps of the same sentences (ALTI, value zeroing)."""
+    run = wildcards.run
+    inputs = {
+        "dev": run_path("attention", "words-dev").format(run=run),
+        "examples": [p.format(run=run) for p in every_shard(rules.extract_segments.output.example)],
+    }
+    if SWITCH["norms"]:
+        inputs["norm_dev"] = run_path("attention", "normwords-dev").format(run=run)
+    if SWITCH["contributions"]:
+        inputs["contributions"] = run_path("partials", "contribution_explorer.npz").format(run=run)
+    return inputs
