@@ -43,6 +43,7 @@ FEWEST_ANALYSES = {
     "head_report": {"enabled": False},
     "explorer": {"enabled": False},
     "head_detectors": {"enabled": False},
+    "contributions": {"enabled": False},
     "probes": {"seeds": [0], "random_init": False, "layer_ablations": []},
     "coref": {"conll": []},  # Table 2 "not run": no coreference extraction job per model
 }
