@@ -4,7 +4,8 @@ imported and no subprocess is run.
 
 Layers, lowest first; a module may import from its own layer or any lower one, never a higher one:
 
-  0. ``bertlook.errors``, ``bertlook.io_utils``, ``bertlook.naming`` (and the ``bertlook`` package itself)
+  0. ``bertlook.errors``, ``bertlook.io_utils``, ``bertlook.naming``, ``bertlook.threads`` (and the ``bertlook``
+     package itself)
   1. ``bertlook.pipeline``   2. ``bertlook.data``   3. ``bertlook.attention``
   4. ``bertlook.analyses``   5. ``bertlook.reporting``   6. ``bertlook.cli``
 
@@ -52,10 +53,10 @@ SRC = Path(os.environ.get("BERTLOOK_DOCS_ROOT") or Path(__file__).resolve().pare
 ROOT = "bertlook"
 MAIN = "bertlook.__main__"
 TESTING = "bertlook.testing"
-LAYERS = {"errors": 0, "io_utils": 0, "naming": 0, "pipeline": 1, "data": 2, "attention": 3,
+LAYERS = {"errors": 0, "io_utils": 0, "naming": 0, "threads": 0, "pipeline": 1, "data": 2, "attention": 3,
           "analyses": 4, "reporting": 5, "cli": 6}
 EXEMPT_IMPORTERS = {ROOT, MAIN}
-LAYER_HELP = ("errors/io_utils/naming < pipeline < data < attention < analyses < reporting < cli; "
+LAYER_HELP = ("errors/io_utils/naming/threads < pipeline < data < attention < analyses < reporting < cli; "
               "testing may import anything below cli and only testing may import testing")
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 from typing import Any
 
 import numpy as np
@@ -60,6 +59,7 @@ from numba.extending import intrinsic
 # xlogx's logf alone, clear this module's cache (__pycache__/layer_stats.*.nbi|nbc) too (docs: 'Notes on Caching')
 from bertlook.analyses.map_kernels import float16_values, pairwise_leaf
 from bertlook.analyses.xlogx import BLOCK, FASTMATH, LOGF_POLY, logf
+from bertlook.threads import run_items
 
 #: raw sums per head, in this order (``[head, slot]``): divided by :func:`finish`
 SLOTS = ("cls", "sep", "punct", "self", "prev", "next", "sep_sep", "entropy", "cls_entropy", "max_attention")
@@ -328,31 +328,9 @@ def layer_stats_cpu(a: np.ndarray, roles: Roles, table: np.ndarray, *, causal: b
             roles.cls_row, out, offs, bad)
     if H == 0:
         return out, True
-    _head(bits, 0, *args)  # in this thread first: compiled (or loaded) once before the helpers start
-    heads = iter(range(1, H))
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            while True:
-                with lock:
-                    h = next(heads, None)
-                if h is None or errors:
-                    return
-                _head(bits, h, *args)  # releases the GIL; each head writes its own rows
-        except BaseException as err:  # re-raised in the calling thread
-            errors.append(err)
-
     workers = max(1, min(int(num_threads), H)) if bits.size >= THREADS_FROM else 1
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
-    for t in helpers:
-        t.start()
-    work()
-    for t in helpers:
-        t.join()
-    if errors:
-        raise errors[0]
+    # head 0 in this thread first: compiled (or loaded) once before the helpers start; each head writes its own rows
+    run_items(lambda h: _head(bits, h, *args), range(H), workers, first_alone=True)  # releases the GIL
     return out, not bool(bad.any())
 
 

@@ -42,12 +42,12 @@ compiling again: first call about 2 s with an empty cache, 0.5-0.7 s from the ca
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
+
+from bertlook.threads import run_items
 
 # fast-math without nnan/ninf: reassociation (vectorised sums) and contraction (FMA) only matter here
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
@@ -195,27 +195,6 @@ def mixture_xlx(P, num_threads: int = 1) -> "np.ndarray":
     if workers == 1:
         _mixture_rows(P, 0, K, out)
         return out
-    rows = iter(range(K))  # row i has K - i pairs: the first rows are the longest
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            while not errors:
-                with lock:
-                    i = next(rows, None)
-                if i is None:
-                    return
-                _mixture_rows(P, i, i + 1, out)  # releases the GIL; rows of ``out`` are disjoint
-        except BaseException as err:  # re-raised in the calling thread
-            errors.append(err)
-
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
-    for t in helpers:
-        t.start()
-    work()  # the calling thread is one of the workers
-    for t in helpers:
-        t.join()
-    if errors:
-        raise errors[0]
+    # row i has K - i pairs: the first rows, the longest, are taken first; rows of ``out`` are disjoint
+    run_items(lambda i: _mixture_rows(P, i, i + 1, out), range(K), workers)  # releases the GIL
     return out

@@ -28,7 +28,7 @@ torch path is farther from that (its float32 sums of ``|y - T|``, ``||y||_1`` ~ 
 3e-5 at MiniLM's shapes, so these kernels are the more exact of the two.
 
 Threads: ``num_threads`` Python threads take work items (a batch entry's block of rows; per head: of one head)
-from a shared counter and run the kernel without the GIL; an item is computed by the same code whatever thread
+in chunks, in order (:func:`bertlook.threads.run_items`), and run the kernel without the GIL; an item is computed by the same code whatever thread
 takes it, so the result does not depend on ``num_threads``. The kernels are compiled once per checkout
 (``cache=True``: numba's cache in ``__pycache__``).
 
@@ -37,10 +37,10 @@ Measured: docs/development/benchmarks.md ("ALTI and value zeroing", ``scripts/be
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import njit
+
+from bertlook.threads import run_items
 
 #: reassociation lets the compiler vectorise the float64 sums; no ``nnan``/``ninf`` (NaN and inf keep their
 #: meaning), no ``arcp``/``afn`` (the divisions and products round as torch's)
@@ -200,33 +200,8 @@ def _finish_heads_row(yi, ci, oi):  # pragma: no cover - compiled
 def _run(kernel, args, items: int, out, num_threads: int, grain: int = 4) -> None:
     """``kernel(*args, ROWS, out, start, stop)`` over ``range(items)`` in chunks of ``grain`` items, taken by
     ``num_threads`` threads (the first chunk in this thread first: compiled or loaded once before helpers start)."""
-    if items == 0:
-        return
-    kernel(*args, ROWS, out, 0, min(items, grain))
-    nxt = [min(items, grain)]
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            while not errors:
-                with lock:
-                    start = nxt[0]
-                    nxt[0] = min(items, start + grain)
-                if start >= items:
-                    return
-                kernel(*args, ROWS, out, start, min(items, start + grain))  # releases the GIL
-        except BaseException as err:  # re-raised in the calling thread
-            errors.append(err)
-
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, int(num_threads)) - 1)]
-    for th in helpers:
-        th.start()
-    work()
-    for th in helpers:
-        th.join()
-    if errors:
-        raise errors[0]
+    chunks = [(start, min(items, start + grain)) for start in range(0, items, grain)]
+    run_items(lambda c: kernel(*args, ROWS, out, *c), chunks, max(1, int(num_threads)), first_alone=True)  # releases the GIL
 
 
 def _arrays(*arrays) -> list[np.ndarray]:

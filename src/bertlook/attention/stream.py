@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import os
 import shutil
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -38,6 +37,7 @@ from bertlook.attention import norms as norms_mod
 from bertlook.attention.layer_capture import capture_layers
 from bertlook.attention.store import FORMAT, AttentionWriter, estimate_store_bytes
 from bertlook.errors import BertlookError, check_choice
+from bertlook.threads import Work, run_items
 
 MAP_KINDS = ("attention", "norm")
 
@@ -169,17 +169,7 @@ class _LayerSink:
         """The readers' calls of one layer (each reader's own calls stay in order: a layer's are all made before
         the next layer's): in this thread and the ``helpers`` threads of ``pool`` where there are several (their
         kernels release the GIL: numba, torch, numpy), else one after the other."""
-        if self.pool is None or len(calls) < 2:
-            for call in calls:
-                call()
-            return
-        work = _Round(None, [_Call(call) for call in calls])
-        for _ in range(min(self.helpers, len(calls) - 1)):
-            self.pool.submit(work.work)
-        try:
-            work.finish()
-        finally:
-            work.cancel()
+        run_items(lambda call: call(), calls, self.helpers + 1 if self.pool is not None else 1, pool=self.pool)
 
     def _host_copy(self, buf, layer: int, a16):
         import torch  # lazy: see _batch_inputs
@@ -215,16 +205,6 @@ class _LayerSink:
 
     def end_batch(self) -> None:
         self._run([functools.partial(r.end_batch, self.batch) for kind in MAP_KINDS for r in self.readers[kind]])
-
-
-class _Call:
-    """One call as a :class:`_Round` task (its ``add`` makes the call)."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-
-    def add(self, _batch) -> None:
-        self.fn()
 
 
 def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
@@ -374,48 +354,11 @@ def run_consumers(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer],
         raise
 
 
-class _Round:
+def _round(batch: MapBatch, consumers: Sequence[MapConsumer]) -> Work:
     """One batch's consumer calls, taken one at a time and in the consumers' order by whichever thread is free:
-    a helper thread, or the calling thread once it has computed the next batch."""
-
-    def __init__(self, batch: MapBatch, consumers: Sequence[MapConsumer]) -> None:
-        self.batch = batch
-        self.todo = list(reversed(consumers))  # pop() takes them in the given order
-        self.running = 0
-        self.errors: list[BaseException] = []
-        self.cond = threading.Condition()
-
-    def work(self) -> None:
-        """Make calls until none is left to take (or one has failed)."""
-        while True:
-            with self.cond:
-                if not self.todo or self.errors:
-                    return
-                consumer = self.todo.pop()
-                self.running += 1
-            try:
-                consumer.add(self.batch)
-            except BaseException as err:  # re-raised by finish() in the calling thread
-                with self.cond:
-                    self.errors.append(err)
-            finally:
-                with self.cond:
-                    self.running -= 1
-                    self.cond.notify_all()
-
-    def finish(self) -> None:
-        """Make the calls left, wait for those the helpers are making, re-raise the first error."""
-        self.work()
-        with self.cond:
-            while self.running:
-                self.cond.wait()
-        if self.errors:
-            raise self.errors[0]
-
-    def cancel(self) -> None:
-        """Leave the calls not yet taken (after an error elsewhere)."""
-        with self.cond:
-            self.todo.clear()
+    a helper thread, or the calling thread once it has computed the next batch (``finish``). (A function of its
+    own: the calls keep this ``batch`` while the caller's loop moves on to the next one.)"""
+    return Work(lambda consumer: consumer.add(batch), consumers)
 
 
 @contextlib.contextmanager
@@ -434,7 +377,7 @@ def _more_model_threads(extra: int):
 
 def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], workers: int, *,
                overlap: bool = True) -> None:
-    """Batch t's consumer calls (a :class:`_Round`) go to ``workers - 1`` helper threads while the calling thread
+    """Batch t's consumer calls (a round: :func:`_round`) go to ``workers - 1`` helper threads while the calling thread
     computes batch t + 1; then the calling thread makes the calls not yet taken, waits for the rest, and batch
     t + 1's round begins (so each consumer sees the batches in order). ``overlap=False`` (the ``phased``
     schedule): every batch is computed with the helpers' threads given to the model, as the first one always is,
@@ -454,7 +397,7 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
 
     with threadpool_limits(limits=1, user_api="blas"), \
             ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="consumer") as pool:
-        current: _Round | None = None
+        current: Work | None = None
         batches = iter(batches)
         try:
             with _more_model_threads(workers - 1):  # nothing to overlap yet: the helpers' cores go to the model
@@ -462,9 +405,7 @@ def _pipelined(batches: Iterable[MapBatch], consumers: Sequence[MapConsumer], wo
             while batch is not None:
                 if current is not None:
                     current.finish()
-                current = _Round(batch, consumers)
-                for _ in range(workers - 1):
-                    pool.submit(current.work)
+                current = _round(batch, consumers).start(workers - 1, pool)
                 if overlap:
                     batch = next(batches, None)  # overlaps the helpers' work on the current round
                     continue
