@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from bertlook.analyses.contribution_maps import KINDS, PER_HEAD_KINDS, RunTimes, token_maps
-from bertlook.analyses.heads import DEFAULT_OFFSETS, FORCED_BY_SCHEME, TREEBANK_KINDS, score_heads
-from bertlook.analyses.table1 import table1
+from bertlook.analyses.heads import FORCED_BY_SCHEME, TREEBANK_KINDS, score_heads
+from bertlook.analyses.table1 import Table1Scoring, table1
 from bertlook.attention.store import AttentionStore
 from bertlook.errors import BertlookError
 
@@ -35,15 +35,10 @@ TABLE1_COLUMNS = ["kind", "per", "relation", "best", "direction", "accuracy", "c
 
 
 @dataclass(frozen=True)
-class Table1Settings:
-    """How the sentences are scored (the ``heads`` step's settings, :func:`bertlook.analyses.table1.table1`)."""
+class Table1Settings(Table1Scoring):
+    """How the sentences are scored (the ``heads`` step's settings, :class:`~bertlook.analyses.table1.Table1Scoring`
+    and :func:`bertlook.analyses.table1.table1`), the tree source and how the word maps are made."""
 
-    min_count: int = 100
-    offsets: Sequence[int] = DEFAULT_OFFSETS
-    poss_from_possessive: bool = True
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
     treebank_kind: str = "ud"
     from_split: str = "mean"
     text: str = "spaces"

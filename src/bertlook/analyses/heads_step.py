@@ -12,33 +12,27 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from bertlook.analyses.heads import (DEFAULT_OFFSETS, FORCED_BY_SCHEME, HeadScores, head_accuracy_table,
-                                     resolve_tree_source, score_heads, store_where)
-from bertlook.analyses.table1 import (DEFAULT_ALPHA, relation_rows_summary, selection_candidates, statistics_summary,
-                                      table1)
+from bertlook.analyses.heads import (FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source,
+                                     score_heads, store_where)
+from bertlook.analyses.table1 import (DEFAULT_ALPHA, Table1Scoring, relation_rows_summary, selection_candidates,
+                                      statistics_summary, table1)
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 
 
 @dataclass(frozen=True)
-class HeadsOptions:
+class HeadsOptions(Table1Scoring):
     """The settings of :func:`run_heads`, with the defaults of the ``bertlook heads`` flags of the same
-    names: Table 1 rows (``min_count``), ``offsets`` of the baselines, the poss switch, bootstrap
-    intervals (``bootstrap`` replicates, ``confidence``, ``seed``, also the cross-fitting seed), the
+    names: Table 1's scoring (:class:`~bertlook.analyses.table1.Table1Scoring`: rows, offsets of the baselines,
+    the poss switch, bootstrap intervals; ``seed`` is also the cross-fitting seed), the
     paired tests' ``alpha``, the candidate set (``exclude_punct_candidates``), the first ``max_examples``
     sentences of each store, the tree source (``treebank_kind`` / ``treebank_name``, default the dev
     store's meta) and whether the run is ``paper_comparable``."""
 
-    min_count: int = 100
-    offsets: Sequence[int] = DEFAULT_OFFSETS
-    poss_from_possessive: bool = True
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
     alpha: float = DEFAULT_ALPHA
     exclude_punct_candidates: bool = False
     max_examples: int | None = None

@@ -28,14 +28,14 @@ import numpy as np
 import pandas as pd
 
 from bertlook.analyses.heads import (
-    DEFAULT_OFFSETS, FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source, score_heads, store_where,
+    FORCED_BY_SCHEME, HeadScores, head_accuracy_table, resolve_tree_source, score_heads, store_where,
 )
 from bertlook.analyses import rollout_device
 from bertlook.analyses.surface_stats import (
     ENTROPY_SMOOTHING, PUNCT_TOKENS, causal_row_entropy, row_entropy, special_tokens,
 )
 from bertlook.analyses.token_roles import is_causal, role_masks
-from bertlook.analyses.table1 import relation_rows_summary, selection_candidates, table1
+from bertlook.analyses.table1 import Table1Scoring, relation_rows_summary, selection_candidates, table1
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError
 from bertlook.attention.shards import select_examples
@@ -502,19 +502,13 @@ class RolloutStore(AttentionStore):
 
 
 @dataclass(frozen=True)
-class RolloutTable1Options:
+class RolloutTable1Options(Table1Scoring):
     """The settings of Table 1 on rollout maps (:func:`run_rollout`), with the defaults of the
-    ``bertlook rollout`` flags: rows (``min_count``), ``offsets`` of the baselines, the poss switch,
-    bootstrap intervals (``bootstrap`` replicates, ``confidence``, ``seed``), the first ``max_sentences``
+    ``bertlook rollout`` flags: Table 1's scoring (:class:`~bertlook.analyses.table1.Table1Scoring`: rows,
+    offsets of the baselines, the poss switch, bootstrap intervals), the first ``max_sentences``
     of the word store (``--max-sentences``) and the tree source (``treebank_kind`` / ``treebank_name``,
     default the store's meta)."""
 
-    min_count: int = 100
-    offsets: Sequence[int] = DEFAULT_OFFSETS
-    poss_from_possessive: bool = True
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
     max_sentences: int | None = None
     treebank_kind: str | None = None
     treebank_name: str | None = None

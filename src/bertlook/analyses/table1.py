@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from bertlook.analyses.heads import (ALL, DIRECTIONS, FORCED_RELATIONS, PUNCT_RELATIONS, PUNCT_UPOS, SKIP_RELATIONS,
-                                     HeadScores)
+from bertlook.analyses.heads import (ALL, DEFAULT_OFFSETS, DIRECTIONS, FORCED_RELATIONS, PUNCT_RELATIONS, PUNCT_UPOS,
+                                     SKIP_RELATIONS, HeadScores)
 from bertlook.analyses.second_pass import second_pass
 from bertlook.attention.store import AttentionStore, open_store
 from bertlook.errors import BertlookError, check_at_least
@@ -55,6 +55,22 @@ DEFAULT_ALPHA = 0.05
 #: candidates listed per selection of a Table 1 row (:func:`selection_candidates`): every (head, direction)
 #: within this many correct words of the chosen one
 SELECTION_WINDOW = 25
+
+
+@dataclass(frozen=True)
+class Table1Scoring:
+    """How Table 1 is scored, shared by the steps that build one (``heads``: :class:`~bertlook.analyses.heads_step.
+    HeadsOptions`, ``rollout``: :class:`~bertlook.analyses.rollout.RolloutTable1Options`, ``contributions``:
+    :class:`~bertlook.analyses.contribution_table1.Table1Settings`), with the defaults of their flags of the same
+    names: rows of at least ``min_count`` words, the ``offsets`` of the baselines, the poss switch
+    (``poss_from_possessive``), bootstrap intervals (``bootstrap`` replicates, ``confidence``, ``seed``)."""
+
+    min_count: int = 100
+    offsets: Sequence[int] = DEFAULT_OFFSETS
+    poss_from_possessive: bool = True
+    bootstrap: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
 
 
 def _best(correct_lh2: "np.ndarray") -> tuple[int, int, int]:
