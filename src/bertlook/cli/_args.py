@@ -1,6 +1,8 @@
 """Helpers shared by the CLI modules: a step's subparser, the flags of the model-running steps (``--model`` /
 ``--revision`` of every step that loads a model or its tokenizer, the batch flags, ``--max-unk-rate`` and
-``--shard I/K``), ``--offsets`` of ``heads`` and ``rollout``.
+``--shard I/K``), ``--offsets`` of ``heads`` and ``rollout``, the Table 1 flags of ``rollout`` and ``contributions``
+(:func:`add_table1_arguments`, :func:`table1_scoring`), the figure of a model step drawn by a second call
+(:func:`add_figure_arguments`, :func:`draw_figure_from`).
 
 Light imports only: :mod:`bertlook.attention.guards` and :mod:`bertlook.pipeline.sharding` import
 the standard library alone at module level.
@@ -9,6 +11,8 @@ the standard library alone at module level.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any, Callable
 
 from bertlook.attention.guards import DEFAULT_MAX_UNK_RATE, check_max_unk_rate
 from bertlook.errors import BertlookError
@@ -86,3 +90,57 @@ def offsets_arg(text: str) -> tuple[int, ...]:
         return parse_offsets(s.strip() for s in str(text).split(",") if s.strip())
     except BertlookError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_table1_arguments(p, *, treebank_kind: str | None) -> None:
+    """How Table 1 is scored (:class:`bertlook.analyses.table1.Table1Scoring`, but ``--seed``, whose meaning is the
+    step's): --min-count, --offsets, --poss-from-possessive, --bootstrap, --confidence, and --treebank-kind with
+    the default ``treebank_kind`` (None: the word store's meta)."""
+    from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
+
+    p.add_argument("--min-count", type=int, default=100,
+                   help="relations with fewer words are not rows (except the scheme's forced rows; default 100)")
+    p.add_argument("--offsets", type=offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
+                   help="baseline offsets (default -3,-2,-1,1,2,3)")
+    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
+                   help="score a poss word with the prediction made from the following 's (default: on, as heads)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=treebank_kind,
+                   help="where the trees come from (default: " + (treebank_kind or "the word store's meta "
+                                                                   "'treebank_kind'") + ")")
+
+
+def table1_scoring(args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of :class:`bertlook.analyses.table1.Table1Scoring` from the flags of the same names."""
+    from bertlook.analyses.table1 import Table1Scoring
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Table1Scoring)}
+
+
+def add_figure_arguments(p, *, table: str, figure: str) -> None:
+    """--figure-from CSV / --out-figure PNG of a model step whose figure is drawn by a second call from its table
+    alone, in the analysis environment (the model's has no matplotlib): :func:`draw_figure_from`."""
+    p.add_argument("--figure-from", default=None, metavar="CSV",
+                   help=f"input: {table}; draw --out-figure only (no model)")
+    p.add_argument("--out-figure", default=None, metavar="PNG", help=f"output: {figure}, with --figure-from")
+
+
+def draw_figure_from(args: argparse.Namespace, step: str, load: Callable[[], Callable[[Any, Any], Any]]) -> int:
+    """The second call of a model step: ``--out-figure`` drawn from the table ``--figure-from`` alone (no model), by
+    the function ``load()`` imports. The handler calls it under ``if args.figure_from and not args.segments:``, a
+    test of flags that tests/test_envs.py decides by the rule's flags (the model's rule names --segments): the
+    plotting import stays in a branch the model environment (no matplotlib) never takes. The model's call checks
+    :func:`check_no_figure`."""
+    if not args.out_figure or args.model:
+        raise BertlookError(f"{step}: --figure-from CSV takes --out-figure PNG only")
+    load()(args.figure_from, args.out_figure)
+    print(f"wrote {args.out_figure}")
+    return 0
+
+
+def check_no_figure(args: argparse.Namespace, step: str) -> None:
+    """The model's call of a step with :func:`add_figure_arguments`: no figure flag (the figure is a second call)."""
+    if args.figure_from or args.out_figure:
+        raise BertlookError(f"{step}: --figure-from CSV takes --out-figure PNG only (a second call, without the "
+                            "model and its inputs)")

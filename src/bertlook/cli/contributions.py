@@ -8,7 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bertlook.cli._args import add_model_arguments, add_step_parser, offsets_arg
+from bertlook.cli._args import (add_figure_arguments, add_model_arguments, add_step_parser, add_table1_arguments,
+                               check_no_figure, draw_figure_from, table1_scoring)
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
@@ -79,6 +80,7 @@ Definitions: docs/definitions.md#alti-and-value-zeroing
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
+    check_no_figure(args, "contributions")
     if not args.model or not args.segments or not args.treebank:
         raise BertlookError("contributions: give --model, --segments and --treebank (or --figure-from CSV "
                             "--out-figure PNG)")
@@ -97,15 +99,15 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.figure_from:
-        if not args.out_figure or args.segments or args.model:
-            raise BertlookError("contributions: --figure-from CSV takes --out-figure PNG only")
-        from bertlook.reporting.contributions import fig_contributions
-
-        fig_contributions(args.figure_from, args.out_figure)
-        print(f"wrote {args.out_figure}")
-        return 0
+    if args.figure_from and not args.segments:  # the figure's call (tests/test_envs.py decides this test)
+        return draw_figure_from(args, "contributions", _figure)
     return _compute(args)
+
+
+def _figure():
+    from bertlook.reporting.contributions import fig_contributions
+
+    return fig_contributions
 
 
 def _compute(args: argparse.Namespace) -> int:
@@ -118,10 +120,8 @@ def _compute(args: argparse.Namespace) -> int:
     from bertlook.reporting.tables import table1_contributions_markdown
 
     _check_inputs(args)
-    settings = Table1Settings(min_count=args.min_count, offsets=args.offsets,
-                              poss_from_possessive=args.poss_from_possessive, bootstrap=args.bootstrap,
-                              confidence=args.confidence, seed=args.seed, treebank_kind=args.treebank_kind,
-                              from_split=args.from_split, text=args.text)
+    settings = Table1Settings(**table1_scoring(args), treebank_kind=args.treebank_kind, from_split=args.from_split,
+                              text=args.text)
     opts = ContributionOptions(segments=args.n_segments, sentences=args.n_sentences, seed=args.seed,
                                value_zeroing_segments=args.value_zeroing_segments,
                                explorer_sentences=SAMPLE_SENTENCES if args.out_explorer else 0,
@@ -165,15 +165,12 @@ def _print_lines(args: argparse.Namespace, result) -> None:
 
 def register_cli(subparsers) -> None:
     """Add the ``contributions`` subcommand."""
-    from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
-
     p = add_step_parser(subparsers, "contributions", COMMANDS["contributions"], _HELP)
     add_model_arguments(p, required=False)
     p.add_argument("--segments", default=None, metavar="JSONL", help="input: segments JSONL")
     p.add_argument("--treebank", default=None, metavar="CONLLU", help="input: dev treebank (CoNLL-U, gold trees)")
-    p.add_argument("--figure-from", default=None, metavar="CSV",
-                   help="draw fig_contributions.png from contribution_stats.csv (with --out-figure; no model)")
-    for name in ("out-stats", "out-heads", "out-table", "out-markdown", "out-figure", "summary"):
+    add_figure_arguments(p, table="contribution_stats.csv", figure="fig_contributions.png")
+    for name in ("out-stats", "out-heads", "out-table", "out-markdown", "summary"):
         p.add_argument(f"--{name}", default=None, metavar="PATH", help="output (see above)")
     p.add_argument("--out-explorer", default=None, metavar="NPZ",
                    help="output (optional): word-level ALTI per head, ALTI over layers and value zeroing of the head "
@@ -192,13 +189,5 @@ def register_cli(subparsers) -> None:
                    help="attention FROM a split word (as extract-words; default mean)")
     p.add_argument("--text", choices=("spaces", "original"), default="spaces",
                    help="how a sentence is written for the tokenizer (as extract-words; default spaces)")
-    p.add_argument("--min-count", type=int, default=100, help="relations with fewer words are not rows (default 100)")
-    p.add_argument("--offsets", type=offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
-                   help="baseline offsets (default -3,-2,-1,1,2,3)")
-    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
-                   help="score a poss word with the prediction made from the following 's (default: on)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (0 = no CI; default 1000)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default="ud",
-                   help="where the trees come from (default ud)")
+    add_table1_arguments(p, treebank_kind="ud")
     p.set_defaults(func=_run)

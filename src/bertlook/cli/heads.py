@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertlook.cli._args import add_step_parser, offsets_arg
+from bertlook.cli._args import add_step_parser, offsets_arg, table1_scoring
 from bertlook.io_utils import write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
 from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, TWIN_TABLES, figure, figure_page, table
@@ -113,10 +113,9 @@ def _run_heads(args: argparse.Namespace) -> int:
     from bertlook.reporting.tables import table1_markdown, trees_note
 
     options = HeadsOptions(
-        min_count=args.min_count, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-        bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed, alpha=args.alpha,
-        exclude_punct_candidates=args.exclude_punct_candidates, max_examples=args.max_examples,
-        treebank_kind=args.treebank_kind, treebank_name=args.treebank_name, paper_comparable=args.paper_comparable,
+        **table1_scoring(args), alpha=args.alpha, exclude_punct_candidates=args.exclude_punct_candidates,
+        max_examples=args.max_examples, treebank_kind=args.treebank_kind, treebank_name=args.treebank_name,
+        paper_comparable=args.paper_comparable,
     )
     outputs = {"accuracy": args.out_accuracy, "table": args.out_table, "markdown": args.out_markdown,
                "figure": args.out_figure}

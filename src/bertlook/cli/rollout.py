@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertlook.cli._args import add_step_parser, offsets_arg
+from bertlook.cli._args import add_step_parser, add_table1_arguments, table1_scoring
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
@@ -108,11 +108,8 @@ def _run_rollout(args: argparse.Namespace) -> int:
     _check_outputs(args, stats_mode, table_mode)
 
     # compute everything first, then write: a failure leaves no output of this run
-    options = RolloutTable1Options(
-        min_count=args.min_count, offsets=args.offsets, poss_from_possessive=args.poss_from_possessive,
-        bootstrap=args.bootstrap, confidence=args.confidence, seed=args.seed, max_sentences=args.max_examples_words,
-        treebank_kind=args.treebank_kind, treebank_name=args.treebank_name,
-    )
+    options = RolloutTable1Options(**table1_scoring(args), max_sentences=args.max_examples_words,
+                                   treebank_kind=args.treebank_kind, treebank_name=args.treebank_name)
     result = run_rollout(args.attention or None, partials=args.partial or None,
                          word_attention=args.word_attention or None, max_examples=args.max_examples,
                          segments=args.segments, table1_options=options)
@@ -166,8 +163,6 @@ def _print_lines(args: argparse.Namespace, result) -> None:
 
 def register_cli(subparsers) -> None:
     """Add the ``rollout`` subcommand."""
-    from bertlook.analyses.heads import DEFAULT_OFFSETS, TREEBANK_KINDS
-
     p = add_step_parser(subparsers, "rollout", COMMANDS["rollout"], _HELP)
     p.add_argument("--attention", default=None, metavar="DIR", help="input: token-level attention (or norm) store")
     p.add_argument("--partial", action="append", default=None, metavar="NPZ",
@@ -187,19 +182,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--out-table", default=None, metavar="CSV", help="output: Table 1 on rollout (CSV)")
     p.add_argument("--out-markdown", default=None, metavar="MD", help="output: Table 1 on rollout (markdown)")
     p.add_argument("--out-accuracy", default=None, metavar="CSV", help="output: accuracy of every layer's rollout")
-    p.add_argument("--min-count", type=int, default=100,
-                   help="relations with fewer words are not rows (except the scheme's forced rows; default 100)")
-    p.add_argument("--offsets", type=offsets_arg, default=DEFAULT_OFFSETS, metavar="K,K,...",
-                   help="baseline offsets (default -3,-2,-1,1,2,3)")
-    p.add_argument("--poss-from-possessive", action=argparse.BooleanOptionalAction, default=True,
-                   help="score a poss word with the prediction made from the following 's (default: on, as heads)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over sentences (0 = no CI; default 1000)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    add_table1_arguments(p, treebank_kind=None)
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     p.add_argument("--max-sentences", dest="max_examples_words", type=int, default=None, metavar="N",
                    help="Table 1: use only the first N sentences of --word-attention (default: all)")
-    p.add_argument("--treebank-kind", choices=sorted(TREEBANK_KINDS), default=None,
-                   help="where the trees come from (default: the word store's meta 'treebank_kind')")
     p.add_argument("--treebank-name", default=None, metavar="NAME",
                    help="treebank / parser name for the note (default: the store's meta 'treebank_name')")
     p.set_defaults(func=_run_rollout)
