@@ -179,16 +179,17 @@ def test_nan_rows_stay_nan_as_in_the_torch_path():
 
 
 def _tiny(kind: str):
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+    from transformers import GPT2Config, GPT2Model
 
-    torch.manual_seed(7)
-    if kind == "bert":
-        cfg = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=64, max_position_embeddings=64)
-        model = BertModel(cfg, add_pooling_layer=False)
+    from bertlook.testing.tiny_models import random_ln_bert
+
+    if kind == "bert":  # random LayerNorms: gamma and beta take part in the post-LN kernels
+        model = random_ln_bert(layers=2, hidden=32, heads=4, vocab=60, intermediate=64, max_positions=64, seed=7,
+                               pooling=False)
     else:
+        torch.manual_seed(7)
         model = GPT2Model(GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=4, n_positions=64))
-    model.config._attn_implementation = "eager"
+        model.config._attn_implementation = "eager"
     ids = torch.randint(0, 60, (2, 19))
     mask = torch.ones_like(ids)
     mask[1, -4:] = 0  # a padded example

@@ -194,23 +194,11 @@ def test_head_vectors_fit_check():
 # the decomposition on a real layer
 
 
-def _bert(layers=1, hidden=8, heads=2, vocab=20, seed=0):
-    """A seeded random BertModel with eager attention and random LayerNorm gamma / beta (not 1 / 0)."""
-    import torch
-    from transformers import BertConfig, BertModel
+def _bert():
+    """A seeded random BertModel (1 layer, 2 heads, d 8) with eager attention and random LayerNorm gamma / beta."""
+    from bertlook.testing.tiny_models import random_ln_bert
 
-    cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=2 * hidden, max_position_embeddings=16, initializer_range=0.3,
-                     attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = BertModel(cfg).eval()
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.copy_(1.0 + 0.5 * torch.randn(mod.weight.shape, generator=gen))
-                mod.bias.copy_(0.5 * torch.randn(mod.bias.shape, generator=gen))
-    return model
+    return random_ln_bert(layers=1, hidden=8, heads=2, vocab=20, max_positions=16, initializer_range=0.3, seed=0)
 
 
 def test_decomposition_adds_up_to_the_real_layernorm_output():

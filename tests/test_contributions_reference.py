@@ -48,19 +48,12 @@ def tiny():
     beta drawn at random (their initial 1 and 0 would hide the LayerNorm's part: with beta = 0 the choice of
     sigma cancels in the normalised map)."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM
 
-    cfg = BertConfig(vocab_size=60, hidden_size=D_MODEL, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                     intermediate_size=64, max_position_embeddings=32, initializer_range=0.2,
-                     attn_implementation="eager")
-    torch.manual_seed(SEED)
-    model = BertForMaskedLM(cfg).eval()
-    gen = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.copy_(1.0 + 0.5 * torch.randn(mod.weight.shape, generator=gen))
-                mod.bias.copy_(0.5 * torch.randn(mod.bias.shape, generator=gen))
+    from bertlook.testing.tiny_models import random_ln_bert
+
+    gen = torch.Generator().manual_seed(SEED + 1)  # the LayerNorms, then the input ids
+    model = random_ln_bert(layers=LAYERS, hidden=D_MODEL, heads=HEADS, vocab=60, intermediate=64, max_positions=32,
+                           initializer_range=0.2, seed=SEED, mlm=True, generator=gen)
     ids = torch.randint(5, 60, (1, N_TOKENS), generator=gen)
     ids[0, 0], ids[0, -1] = 2, 3  # "[CLS]" ... "[SEP]": special tokens are tokens like any other
     return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -5,7 +5,8 @@ weights, WordPiece ``vocab.txt`` and fast-tokenizer files) that ``AutoModel.from
 ``AutoTokenizer.from_pretrained`` load offline. Weights are random but seeded, so two calls with the
 same arguments give identical files. ``make_tiny_multilingual(out_dir, kind, texts)`` does the same for
 mBERT-like (WordPiece), XLM-R-like (SentencePiece Unigram, ``▁``) and RoBERTa-like (byte-level BPE)
-models whose tokenizer is trained on ``texts`` on the fly.
+models whose tokenizer is trained on ``texts`` on the fly. ``random_ln_bert()`` is a BERT in memory with random
+LayerNorms (the ALTI tests).
 """
 
 from __future__ import annotations
@@ -135,6 +136,34 @@ def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2,
     torch.manual_seed(seed)
     model_cls(config).save_pretrained(out)
     return out
+
+
+def random_layer_norms(model, generator: "torch.Generator"):
+    """``model`` with every LayerNorm's gamma drawn as ``1 + 0.5 N(0, 1)`` and beta as ``0.5 N(0, 1)`` from
+    ``generator``, in module order (their initial 1 and 0 would hide the LayerNorm's part of ALTI: with beta = 0
+    the choice of sigma cancels in the normalised map)."""
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.weight.copy_(1.0 + 0.5 * torch.randn(mod.weight.shape, generator=generator))
+                mod.bias.copy_(0.5 * torch.randn(mod.bias.shape, generator=generator))
+    return model
+
+
+def random_ln_bert(*, layers: int = 1, hidden: int = 8, heads: int = 2, vocab: int = 20,
+                   intermediate: int | None = None, max_positions: int = 16, initializer_range: float = 0.02,
+                   seed: int = 0, mlm: bool = False, pooling: bool = True,
+                   generator: "torch.Generator | None" = None):
+    """A tiny random BERT in memory (``BertModel``, ``BertForMaskedLM`` with ``mlm``) in eval mode, eager attention,
+    its weights drawn after ``torch.manual_seed(seed)`` and its LayerNorms by :func:`random_layer_norms` from
+    ``generator`` (default: one seeded ``seed + 1``; pass your own to draw inputs from it afterwards). The ALTI
+    tests' model: a post-LN encoder whose LayerNorms matter."""
+    config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=intermediate or 2 * hidden, max_position_embeddings=max_positions,
+                        initializer_range=initializer_range, attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = (BertForMaskedLM(config) if mlm else BertModel(config, add_pooling_layer=pooling)).eval()
+    return random_layer_norms(model, generator if generator is not None else torch.Generator().manual_seed(seed + 1))
 
 
 def bert_base_config(**overrides):
