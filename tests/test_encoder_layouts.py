@@ -381,3 +381,51 @@ def test_cli_extract_segments_with_the_norm_store(tmp_path, arch, tokenizer, cap
     summary = json.loads((tmp_path / "s.json").read_text())
     assert sum(summary["norms"]["value_norm_counts"]) == summary["tokens"]
     assert len(summary["norms"]["value_norm_sums"]) == 3
+
+
+@pytest.mark.parametrize("arch", ["distilbert", "albert"])
+def test_cli_extract_words_with_the_norm_store_and_random_init(tmp_path, arch):
+    """extract-words --norms-out --random-init-seed (the atlas's word-level jobs) on the tiny directories."""
+    from bertlook.attention.store import open_store
+    from bertlook.cli.extract_words import register_cli
+    from bertlook.testing.tiny_models import make_tiny_encoder
+
+    model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3)
+    sents = [["The", "cat", "sat", "."], ["John's", "dog", "sang", "42", ","], ["the", "queen", "went", "to", "london"]]
+    lines = []
+    for k, words in enumerate(sents):
+        lines.append(f"# sent_id = s{k}")
+        lines += [f"{j}\t{w}\t{w}\tX\tX\t_\t{0 if j == 1 else 1}\t{'root' if j == 1 else 'dep'}\t_\t_"
+                  for j, w in enumerate(words, 1)]
+        lines.append("")
+    conllu = tmp_path / "dev.conllu"
+    conllu.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    parser = argparse.ArgumentParser(prog="bertlook")
+    register_cli(parser.add_subparsers(dest="step"))
+    for seed in (None, "3"):
+        out, nout = tmp_path / f"w{seed}", tmp_path / f"n{seed}"
+        argv = ["extract-words", "--treebank", str(conllu), "--model", str(model_dir), "--out", str(out),
+                "--norms-out", str(nout), "--device", "cpu"]
+        args = parser.parse_args(argv + (["--random-init-seed", seed] if seed else []))
+        assert args.func(args) == 0
+        words, nst = open_store(out, level="word"), open_store(nout, level="word")
+        assert nst.meta["map"] == "norm" and len(words) == len(nst) == 3
+        assert all(np.asarray(a).shape[:2] == (3, 2) for _, a in words)
+
+
+@pytest.mark.parametrize("arch", ["distilbert", "albert"])
+def test_every_map_kind_of_the_contributions_step_on_a_padded_batch(arch):
+    """contribution_maps.token_maps (the contributions step's model work): every kind for two examples of different
+    lengths in one padded batch equals the same kind of each example alone (batch 1, no padding)."""
+    from bertlook.analyses.contribution_maps import KINDS, RunTimes, token_maps
+
+    model = MODELS[arch]()
+    rows = [[2, 7, 11, 5, 9, 3], [2, 8, 6, 3]]
+    both = token_maps(model, rows, pad_id=0, causal=False, times=RunTimes())
+    for b, row in enumerate(rows):
+        (alone,) = token_maps(model, [row], pad_id=0, causal=False, times=RunTimes())
+        assert set(both[b]) == set(KINDS) == set(alone)
+        for kind in KINDS:
+            n = len(row)
+            assert both[b][kind].shape[-2:] == (n, n) and np.isfinite(both[b][kind]).all(), kind
+            np.testing.assert_allclose(both[b][kind], alone[kind], atol=2e-5, err_msg=kind)
