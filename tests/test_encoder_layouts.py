@@ -429,3 +429,30 @@ def test_every_map_kind_of_the_contributions_step_on_a_padded_batch(arch):
             n = len(row)
             assert both[b][kind].shape[-2:] == (n, n) and np.isfinite(both[b][kind]).all(), kind
             np.testing.assert_allclose(both[b][kind], alone[kind], atol=2e-5, err_msg=kind)
+
+
+@pytest.mark.parametrize("arch", ["distilbert", "albert"])
+def test_the_faithfulness_table_of_a_tiny_masked_lm(tmp_path, arch):
+    """run_faithfulness (the faithfulness step) on tiny DistilBertForMaskedLM / shared-layer AlbertForMaskedLM
+    directories: every measure against both ground truths, the loss rows run (the heads are found), one head
+    ablation row per head."""
+    from transformers import AutoTokenizer
+
+    from bertlook.analyses.faithfulness import FaithfulnessOptions, run_faithfulness
+    from bertlook.analyses.faithfulness_pass import MEASURES
+    from bertlook.testing.tiny_models import make_segment, make_tiny_encoder
+
+    model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3, mlm_head=True)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    texts = [("the cat sat on the mat .", "the dog ran to the house ."),
+             ("john read a book in paris .", "mary wrote two books in london ."),
+             ("the king saw the queen .", "they went to the river and the city .")]
+    seg_path = tmp_path / "segments.jsonl"
+    seg_path.write_text("".join(json.dumps(make_segment(tok, i, a, b)) + "\n" for i, (a, b) in enumerate(texts)))
+    opts = FaithfulnessOptions(segments=3, ablated_tokens=5, bootstrap=50, device="cpu")
+    result = run_faithfulness(seg_path, str(model_dir), opts)
+    t = result.table
+    assert set(t["measure"]) == set(MEASURES) and t["note"].isna().all(), t
+    assert t["spearman"].astype(float).notna().all() and result.summary["loss_status"] == "ok"
+    h = result.heads
+    assert len(h) == 3 * 2 and h["note"].isna().all() and np.isfinite(h["loss_change"].astype(float)).all()

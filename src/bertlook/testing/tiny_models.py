@@ -102,27 +102,28 @@ def make_tiny_bert(
 #: SentencePiece model with the same special tokens). The tiny ALBERT shares one layer across its layers (as
 #: albert-base-v2: ``num_hidden_groups`` 1).
 ENCODER_ARCHS = {
-    "bert": ("BertConfig", "BertModel"),
-    "albert": ("AlbertConfig", "AlbertModel"),
-    "distilbert": ("DistilBertConfig", "DistilBertModel"),
+    "bert": ("BertConfig", "BertModel", "BertForMaskedLM"),
+    "albert": ("AlbertConfig", "AlbertModel", "AlbertForMaskedLM"),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", "DistilBertForMaskedLM"),
 }
 
 
 def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2, heads: int = 2, hidden: int = 32,
                       intermediate_size: int = 64, max_position_embeddings: int = 160, seed: int = 0,
-                      groups: int = 1) -> Path:
+                      groups: int = 1, mlm_head: bool = False) -> Path:
     """Write a tiny random encoder of ``arch`` (one of :data:`ENCODER_ARCHS`: BERT, ALBERT with ``groups`` layer
     groups (default 1: one layer shared by all layers, as the released ALBERTs), DistilBERT) with the WordPiece
-    tokenizer of :func:`make_tiny_bert` to ``out_dir``."""
+    tokenizer of :func:`make_tiny_bert` to ``out_dir``; ``mlm_head``: the masked-LM class (its head)."""
     if arch not in ENCODER_ARCHS:
         raise ValueError(f"unknown encoder architecture {arch!r} (use one of {', '.join(ENCODER_ARCHS)})")
     out = make_tiny_bert(out_dir, num_layers=layers, num_heads=heads, hidden_size=hidden,
                          intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
-                         seed=seed)
+                         seed=seed, mlm_head=mlm_head)
     if arch == "bert":
         return out
     n_vocab = len(tiny_vocab())
-    config_cls, model_cls = (getattr(transformers, name) for name in ENCODER_ARCHS[arch])
+    config_name, base_name, mlm_name = ENCODER_ARCHS[arch]
+    config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, mlm_name if mlm_head else base_name)
     if arch == "albert":
         # the released ALBERTs' layout: ONE layer group, its one AlbertLayer run for every layer (num_hidden_groups
         # 1; read by call order, bertlook.attention.layer_calls); groups > 1: one layer group per `groups` layers
