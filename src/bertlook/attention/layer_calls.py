@@ -24,8 +24,11 @@ from bertlook.errors import BertlookError
 
 
 def _key(obj: Any) -> int:
-    """The identity of a hookable object: the module it wraps (``.module`` of a ``norms.ValueTap``), else itself."""
-    return id(getattr(obj, "module", obj))
+    """The identity of a hookable object: a torch module's own; a wrapper's (``norms.ValueTap``, not a module) that
+    of the module it wraps (``.module``)."""
+    if hasattr(obj, "_modules") or not hasattr(obj, "module"):  # a torch.nn.Module (never unwrapped), or no wrapper
+        return id(obj)
+    return id(obj.module)
 
 
 def is_shared(per_layer: Sequence[Any]) -> bool:
