@@ -123,7 +123,8 @@ def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2,
         return out
     n_vocab = len(tiny_vocab())
     config_name, base_name, mlm_name = ENCODER_ARCHS[arch]
-    config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, mlm_name if mlm_head else base_name)
+    config_cls = getattr(transformers, config_name)
+    model_cls = getattr(transformers, mlm_name if mlm_head else base_name)
     if arch == "albert":
         # the released ALBERTs' layout: ONE layer group, its one AlbertLayer run for every layer (num_hidden_groups
         # 1; read by call order, bertlook.attention.layer_calls); groups > 1: one layer group per `groups` layers
@@ -133,7 +134,8 @@ def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2,
                             type_vocab_size=2, pad_token_id=0)
     else:
         config = config_cls(vocab_size=n_vocab, dim=hidden, n_layers=layers, n_heads=heads,
-                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings, pad_token_id=0)
+                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings,
+                            pad_token_id=0)
     for stale in out.glob("*.safetensors"):  # the BERT weights make_tiny_bert wrote
         stale.unlink()
     torch.manual_seed(seed)
