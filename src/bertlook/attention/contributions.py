@@ -15,8 +15,8 @@ them (this module is imported by steps that have no torch).
   ``beta = 0``). The contribution is ``c[i, j] = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, row-normalised (the
   authors' "min_sum" scaling). ALTI per head (:func:`alti_heads`, bertlook's extension, said so in the tables):
   the same rule on one head's output alone, ``T^h_i(x_j) = L(alpha_h[i, j] f_h(x_j)) / sigma_i``,
-  ``y^h_i = sum_j T^h_i(x_j)`` (no residual, no biases). ALTI over layers (:func:`alti_rollout`): ``R_1 = C_1``, ``R_l = C_l R_{l-1}`` (the residual is
-  already in ``C``, so nothing is added).
+  ``y^h_i = sum_j T^h_i(x_j)`` (no residual, no biases). ALTI over layers (:func:`alti_rollout`): ``R_1 = C_1``,
+  ``R_l = C_l R_{l-1}`` (the residual is already in ``C``, so nothing is added).
 - **Value zeroing** (:func:`value_zeroing`): for layer ``l`` and token ``j``, run the layer again on its
   original input with token ``j``'s value vectors zeroed in every head (bias included), and take the cosine
   distance of every token's new layer output (the whole block: attention, residual, LayerNorms, feed-forward) to
