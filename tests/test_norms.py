@@ -400,11 +400,14 @@ def test_a_model_without_the_modules_is_refused_naming_its_class(segments, token
                          progress_every=0)
     assert not (tmp_path / "a").exists() and not (tmp_path / "n").exists()
 
-    from transformers import DistilBertConfig, DistilBertModel
+    # DeBERTa-v2/v3: encoder.layer[i] like BERT, but value_proj (not attention.self.value): refused, named (DistilBERT
+    # and ALBERT are read: tests/test_encoder_layouts.py)
+    from transformers import DebertaV2Config, DebertaV2Model
 
-    distil = DistilBertModel(DistilBertConfig(vocab_size=100, dim=16, n_layers=1, n_heads=2, hidden_dim=32))
-    with pytest.raises(BertlookError, match="DistilBertModel"):
-        norms.find_attention_modules(distil)
+    deberta = DebertaV2Model(DebertaV2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=32))
+    with pytest.raises(BertlookError, match="DebertaV2Model, layer 1: attention.self.value"):
+        norms.find_attention_modules(deberta)
 
 
 def test_roberta_and_electra_modules_are_found():

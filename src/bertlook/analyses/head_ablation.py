@@ -6,8 +6,9 @@ the sample (one pass records it), ``zero`` by 0. The loss is the gradients step'
 masked positions, a decoder's next-token loss; :func:`bertlook.analyses.faithfulness_pass.target_losses`), per
 segment; the loss change is the ablated loss minus the intact one. :func:`output_projections` finds the projection
 module of every layer (:func:`bertlook.attention.norms.find_attention_modules`; GPT-2's is the ``c_proj`` module).
-One padded batch of the sample per head (right padding: no real token sees a padded one). torch is imported inside
-the functions.
+One padded batch of the sample per head (right padding: no real token sees a padded one). A projection shared by
+several layers (ALBERT's one layer) is hooked by call order (:mod:`bertlook.attention.layer_calls`): only the
+ablated layer's call is changed. torch is imported inside the functions.
 
 Definitions: docs/definitions.md#which-measure-to-trust-faithfulness
 """
@@ -21,7 +22,7 @@ import numpy as np
 
 from bertlook.analyses.faithfulness_pass import target_losses
 from bertlook.analyses.gradient_pass import IGNORE_INDEX, MaskedSegment
-from bertlook.attention import norms
+from bertlook.attention import layer_calls, norms
 from bertlook.errors import BertlookError, check_choice
 
 ABLATION_MODES = ("mean", "zero")
@@ -69,18 +70,23 @@ def _mean_losses(model, head, batch, causal: bool) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _replace_head(module, first: int, width: int, value) -> Iterator[None]:
-    """Within the block, features ``first : first + width`` of ``module``'s input are ``value`` (a [width] tensor)."""
-    def hook(_m, args):
+def _replace_head(model, projections, layer: int, first: int, width: int, value) -> Iterator[None]:
+    """Within the block, features ``first : first + width`` of layer ``layer``'s output projection input are
+    ``value`` (a [width] tensor); a projection shared by several layers (ALBERT) only in ``layer``'s call."""
+    if not layer_calls.is_shared(projections):  # one hook on the one module (as ever)
+        projections, layer_of = [projections[layer]], [layer]
+    else:
+        layer_of = list(range(len(projections)))
+
+    def hook(i, _m, args):
+        if layer_of[i] != layer:
+            return None
         x = args[0].clone()
         x[..., first:first + width] = value
         return (x, *args[1:])
 
-    handle = module.register_forward_pre_hook(hook)
-    try:
+    with layer_calls.layer_hooks(model.base_model, projections, hook, what="head ablation", pre=True):
         yield
-    finally:
-        handle.remove()
 
 
 def _head_means(model, projections, head, batch, causal: bool) -> list:
@@ -88,17 +94,11 @@ def _head_means(model, projections, head, batch, causal: bool) -> list:
     sums: list = [None] * len(projections)
     mask = batch[2].bool()
 
-    def record(layer):
-        def hook(_m, args):
-            sums[layer] = args[0][mask].double().mean(0)  # [features]
-        return hook
+    def record(layer, _m, args):
+        sums[layer] = args[0][mask].double().mean(0)  # [features]
 
-    handles = [p.register_forward_pre_hook(record(layer)) for layer, p in enumerate(projections)]
-    try:
+    with layer_calls.layer_hooks(model.base_model, projections, record, what="head ablation", pre=True):
         target_losses(model, head, batch[0], batch[1], None, causal, mask=batch[2])
-    finally:
-        for h in handles:
-            h.remove()
     return sums
 
 
@@ -121,6 +121,6 @@ def head_ablation(model, head, examples: Sequence[MaskedSegment], causal: bool, 
         for h in range(H):
             s = slice(h * width, (h + 1) * width)
             value = means[layer][s].float() if means is not None else 0.0
-            with _replace_head(proj, h * width, width, value):
+            with _replace_head(model, projections, layer, h * width, width, value):
                 change[:, layer * H + h] = _mean_losses(model, head, batch, causal) - base
     return change, base

@@ -6,7 +6,9 @@ sequence). :func:`capture_layers` hooks each attention module instead (the ones 
 for ``output_attentions``: ``model._can_record_outputs["attentions"]``) and hands each layer's weights to a
 callback the moment the module returns them; the model is run without ``output_attentions``, so nothing else
 keeps them, and a layer's float32 maps are freed before the next layer runs. What the callback keeps (the
-stream: the layer converted to float16, the store's dtype) is all the caller holds.
+stream: the layer converted to float16, the store's dtype) is all the caller holds. ALBERT runs one attention
+module for several layers (all 12 in ``albert-base-v2``): it is hooked once and its calls are the layers in order
+(:mod:`bertlook.attention.layer_calls`).
 
 Definitions: docs/definitions.md#token-level-extraction
 """
@@ -16,13 +18,16 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
+from bertlook.attention import layer_calls, norms
 from bertlook.errors import BertlookError
 
 
 def attention_modules(model) -> list[tuple[str, Any, int]]:
-    """``(name, module, index)`` of every self-attention module of ``model`` in layer order, ``index`` the
-    position of the attention weights in its output tuple (transformers' own ``OutputRecorder`` of
-    ``attentions``). A BertlookError when the model does not say, or the count is not its layer count."""
+    """``(name, module, index)`` of every self-attention module of ``model`` in layer order, one entry per layer,
+    ``index`` the position of the attention weights in its output tuple (transformers' own ``OutputRecorder`` of
+    ``attentions``). A module shared by several layers (ALBERT's: :func:`bertlook.attention.norms.encoder_layout`)
+    is the entry of each of them. A BertlookError when the model does not say, or the modules do not map to its
+    layer count."""
     spec = (getattr(model, "_can_record_outputs", None) or {}).get("attentions")
     if spec is None:
         raise BertlookError(f"model class {type(model).__name__} does not declare its attention modules "
@@ -34,33 +39,43 @@ def attention_modules(model) -> list[tuple[str, Any, int]]:
     found = [(name, mod, index) for name, mod in model.named_modules()
              if isinstance(mod, target) and (not layer_name or layer_name in f".{name}")]
     n_layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    if found and n_layers is not None and len(found) < int(n_layers):
+        found = _shared(model, found, target) or found
     if not found or (n_layers is not None and len(found) != int(n_layers)):
         raise BertlookError(f"model class {type(model).__name__}: {len(found)} attention modules "
                             f"({target.__name__}) found for {n_layers} layers")
     return found
 
 
+def _shared(model, found: list[tuple[str, Any, int]], target) -> list[tuple[str, Any, int]] | None:
+    """``found`` spread over the layers that run each module (an ALBERT's layer modules,
+    :func:`bertlook.attention.norms.encoder_layout`), or None where the model has no such layout."""
+    layout = norms.encoder_layout(model)
+    if layout is None or layout[0] != "albert":
+        return None
+    by_module = {id(mod): (name, mod, index) for name, mod, index in found}
+    per_layer = [getattr(layer, "attention", None) for layer in layout[1]]
+    if any(not isinstance(m, target) or id(m) not in by_module for m in per_layer):
+        return None
+    return [by_module[id(m)] for m in per_layer]
+
+
 @contextlib.contextmanager
 def capture_layers(model, on_layer: Callable[[int, Any], None]) -> Iterator[int]:
     """Within the block, every forward pass of ``model`` calls ``on_layer(layer, weights)`` once per layer in
     order (``weights``: that layer's ``[batch, head, query_pos, key_pos]`` maps, float32, on the device);
-    yields the number of layers. Run the model without ``output_attentions``. Hooks removed on exit."""
+    yields the number of layers. Run the model without ``output_attentions``. A module shared by several layers
+    (ALBERT) is read by call order (:mod:`bertlook.attention.layer_calls`: a forward pass must call it once per
+    layer that runs it, else a BertlookError). Hooks removed on exit."""
     modules = attention_modules(model)
-    handles = []
 
-    def make_hook(layer: int, index: int):
-        def hook(_module, _inputs, output):
-            weights = output[index] if isinstance(output, tuple) and len(output) > index else None
-            if weights is None:
-                raise BertlookError(f"attention module of layer {layer + 1} returned no weights (the model must "
-                                    "be loaded with attn_implementation='eager')")
-            on_layer(layer, weights)
-        return hook
+    def hook(layer: int, _module, _inputs, output):
+        index = modules[layer][2]
+        weights = output[index] if isinstance(output, tuple) and len(output) > index else None
+        if weights is None:
+            raise BertlookError(f"attention module of layer {layer + 1} returned no weights (the model must "
+                                "be loaded with attn_implementation='eager')")
+        on_layer(layer, weights)
 
-    try:
-        for layer, (_, module, index) in enumerate(modules):
-            handles.append(module.register_forward_hook(make_hook(layer, index)))
+    with layer_calls.layer_hooks(model, [module for _, module, _ in modules], hook, what="attention capture"):
         yield len(modules)
-    finally:
-        for h in handles:
-            h.remove()

@@ -11,19 +11,25 @@ from bertlook.errors import BertlookError
 # torch / transformers are imported inside the functions: importing this module stays light (analyses/gradients
 # imports it, also in its reduce step's environment, envs/analysis.yaml: no torch, no huggingface_hub).
 
-#: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``); the head must map
-#: ``[..., hidden]`` to ``[..., vocab]`` position by position.
-HEAD_NAMES = ("cls", "lm_head")
+#: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``; ALBERT: ``predictions``); the head
+#: must map ``[..., hidden]`` to ``[..., vocab]`` position by position.
+HEAD_NAMES = ("cls", "lm_head", "predictions")
+#: DistilBERT's masked-LM head: modules of the model itself, applied in this order (DistilBertForMaskedLM.forward)
+DISTILBERT_HEAD = ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")
 
 
 def mlm_head_module(model):
-    """The model's masked-LM head module when it is a known per-position head, else None."""
+    """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT: its head's
+    modules as one ``Sequential``, the same weights)."""
     import torch  # lazy: see the note at the imports
 
     for name in HEAD_NAMES:
         mod = getattr(model, name, None)
         if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
             return mod
+    parts = [getattr(model, name, None) for name in DISTILBERT_HEAD]
+    if all(isinstance(mod, torch.nn.Module) for mod in parts):  # DistilBERT: its four head modules in a row (a
+        return torch.nn.Sequential(*parts)  # module the model never calls: the gradients step's hook stays idle)
     return None
 
 

@@ -8,10 +8,13 @@ reports), in a second attention store (``meta.json`` ``"map": "norm"``) written 
 pass as the attention maps (:func:`bertlook.attention.extraction.extract_to_store` ``norms_out_dir``).
 
 - :func:`find_attention_modules` finds, per layer, the value ``Linear`` and the output projection
-  ``Linear`` of a BERT-like Hugging Face encoder (BERT, RoBERTa, ELECTRA, MiniLM: ``encoder.layer[i]
-  .attention.self.value`` / ``.attention.output.dense``);
+  ``Linear`` of a Hugging Face encoder (:func:`encoder_layout`: BERT-like ones, BERT, RoBERTa, ELECTRA, MiniLM:
+  ``encoder.layer[i].attention.self.value`` / ``.attention.output.dense``; DistilBERT: ``transformer.layer[i]
+  .attention.v_lin`` / ``.out_lin``; ALBERT: ``attention.value`` / ``.dense`` of the ``AlbertLayer`` each layer
+  runs, one shared by all layers in the released models) or of a decoder (:func:`decoder_layers`);
 - :func:`capture_values` (a context manager) hooks the value ``Linear`` of every layer and keeps
-  its output ``x W_V + b_V`` of the last forward pass;
+  its output ``x W_V + b_V`` of the last forward pass (a module shared by several layers: by call order,
+  :mod:`bertlook.attention.layer_calls`);
 - :func:`value_norms` gives ``|| f_h(x_j) ||`` ``[batch, head, key_pos]``; :func:`norm_maps` the
   row-normalised maps;
 - :func:`token_classes` / :func:`class_sums` the per-layer sums of ``|| f(x_j) ||`` (mean over heads)
@@ -31,6 +34,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from bertlook.attention import layer_calls
 from bertlook.errors import BertlookError
 from bertlook.pipeline.sharding import check_shards, read_json_object
 
@@ -53,17 +57,71 @@ PUNCT_TOKENS = (".", ",")
 # --------------------------------------------------------------------------------------------
 # modules and hooks
 
-def encoder_layers(model):
-    """``encoder.layer`` of a model or of its base model (``model.base_model``), else None."""
+#: the encoder layouts :func:`encoder_layout` reads: kind -> (value projection, output projection, post-LN) of a layer
+#: module, as attribute paths (the post-LN: the LayerNorm after the attention residual, ALTI's)
+ENCODER_LAYOUTS = {
+    "bert": ("attention.self.value", "attention.output.dense", "attention.output.LayerNorm"),  # BERT, RoBERTa, ...
+    "distilbert": ("attention.v_lin", "attention.out_lin", "sa_layer_norm"),
+    "albert": ("attention.value", "attention.dense", "attention.LayerNorm"),  # one AlbertLayer, shared
+}
+
+
+def _albert_layers(encoder, config) -> list:
+    """ALBERT's layer module of every layer, in order: layer ``i`` runs group ``int(i / (L / G))`` (transformers'
+    own rule; ``albert-base-v2``: one group, its one ``AlbertLayer`` for all 12 layers)."""
+    groups = list(encoder.albert_layer_groups)
+    n_layers = int(config.num_hidden_layers)
+    inner = {len(g.albert_layers) for g in groups}
+    if inner != {1}:
+        raise BertlookError(f"model class ALBERT with {sorted(inner)} layers per layer group (inner_group_num > 1): "
+                            "each of its layers runs several attention modules, which bertlook does not map to "
+                            "layers (supported: inner_group_num 1, as every released ALBERT)")
+    return [groups[int(i / (n_layers / len(groups)))].albert_layers[0] for i in range(n_layers)]
+
+
+def encoder_layout(model) -> tuple[str, list] | None:
+    """``(kind, layers)`` of an encoder (or of its base model), ``layers`` the layer module of every layer in order
+    (:data:`ENCODER_LAYOUTS`): ``bert`` (``encoder.layer[i]``: BERT, RoBERTa, ELECTRA, MiniLM), ``distilbert``
+    (``transformer.layer[i]``), ``albert`` (``encoder.albert_layer_groups``: one module may serve several layers,
+    :mod:`bertlook.attention.layer_calls`); None for anything else."""
     for candidate in (model, getattr(model, "base_model", None), getattr(model, "bert", None)):
-        encoder = getattr(candidate, "encoder", None) if candidate is not None else None
+        if candidate is None:
+            continue
+        encoder = getattr(candidate, "encoder", None)
         layers = getattr(encoder, "layer", None) if encoder is not None else None
         if layers is not None:
             try:
-                return list(layers)
+                return "bert", list(layers)
             except TypeError:
                 return None
+        if encoder is not None and getattr(encoder, "albert_layer_groups", None) is not None:
+            return "albert", _albert_layers(encoder, candidate.config)
+        layers = getattr(getattr(candidate, "transformer", None), "layer", None)
+        if layers is not None and len(layers) and hasattr(getattr(layers[0], "attention", None), "v_lin"):
+            return "distilbert", list(layers)
     return None
+
+
+def encoder_layers(model):
+    """The layer module of every layer of an encoder (:func:`encoder_layout`; a shared module repeated), else None."""
+    found = encoder_layout(model)
+    return found[1] if found else None
+
+
+def layer_module(layer, path: str):
+    """The submodule of ``layer`` at the attribute ``path`` (``"attention.self.value"``), else None."""
+    for name in path.split("."):
+        layer = getattr(layer, name, None)
+    return layer
+
+
+class LayerModules(list):
+    """The per-layer ``(value, output projection)`` pairs of :func:`find_attention_modules`, with the ``model`` they
+    were found in (:func:`capture_values` needs its forward passes where one module serves several layers)."""
+
+    def __init__(self, items, model=None) -> None:
+        super().__init__(items)
+        self.model = model
 
 
 class ValueTap:
@@ -155,40 +213,42 @@ def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tu
     return out
 
 
-def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[Any, Any]]:
-    """Per layer, ``(value_linear, output_dense)`` of a BERT-like encoder (``encoder.layer[i]``), or of a
-    decoder-only model (:func:`decoder_layers`: the value part of its projection as a :class:`ValueTap`, its
-    output projection).
+def find_attention_modules(model, num_heads: int | None = None) -> LayerModules:
+    """Per layer, ``(value_linear, output_dense)`` of an encoder (:func:`encoder_layout`: BERT-like, DistilBERT,
+    ALBERT), or of a decoder-only model (:func:`decoder_layers`: the value part of its projection as a
+    :class:`ValueTap`, its output projection), as a :class:`LayerModules` list (``.model``: ``model``).
 
-    ``value_linear`` is ``layer.attention.self.value`` (gives ``x W_V + b_V``), ``output_dense``
-    ``layer.attention.output.dense`` (``W_O``, weight ``[d_model, d_model]``, (out, in)). Raises
-    :class:`BertlookError` naming the model class when they are not found or do not fit (the hidden
-    size must be a multiple of ``num_heads``; the layer count must be the config's).
+    ``value_linear`` gives ``x W_V + b_V`` (BERT: ``layer.attention.self.value``; DistilBERT ``attention.v_lin``;
+    ALBERT ``attention.value``), ``output_dense`` is ``W_O``, weight ``[d_model, d_model]`` (out, in) (BERT:
+    ``layer.attention.output.dense``; DistilBERT ``attention.out_lin``; ALBERT ``attention.dense``). ALBERT's
+    shared layer gives the same pair for every layer that runs it. Raises :class:`BertlookError` naming the model
+    class when they are not found or do not fit (the hidden size must be a multiple of ``num_heads``; the layer
+    count must be the config's).
     """
     cls_name = type(model).__name__
-    layers = encoder_layers(model)
-    decoder = decoder_layers(model) if not layers else None
+    layout = encoder_layout(model)
+    decoder = decoder_layers(model) if not layout or not layout[1] else None
     if decoder is not None:
         if num_heads is None:
             num_heads = int(getattr(model.config, "num_attention_heads", 0) or getattr(model.config, "n_head"))
-        return _decoder_modules(decoder[0], decoder[1], int(num_heads), model.config)
-    if not layers:
+        return LayerModules(_decoder_modules(decoder[0], decoder[1], int(num_heads), model.config), model)
+    if not layout or not layout[1]:
         raise BertlookError(
-            f"norm-based maps: model class {cls_name} has no encoder.layer list (supported: BERT-like encoders "
-            "such as BERT, RoBERTa, ELECTRA, MiniLM; decoders with v_proj/o_proj (Llama, Qwen2, Mistral), "
+            f"norm-based maps: model class {cls_name} has no encoder layer list (supported: BERT-like encoders "
+            "such as BERT, RoBERTa, ELECTRA, MiniLM (encoder.layer), DistilBERT (transformer.layer), ALBERT "
+            "(encoder.albert_layer_groups); decoders with v_proj/o_proj (Llama, Qwen2, Mistral), "
             "query_key_value/dense (GPT-NeoX) or c_attn/c_proj (GPT-2))"
         )
+    kind, layers = layout
+    value_path, dense_path, _ = ENCODER_LAYOUTS[kind]
     out = []
     for i, layer in enumerate(layers):
-        attention = getattr(layer, "attention", None)
-        value = getattr(getattr(attention, "self", None), "value", None)
-        dense = getattr(getattr(attention, "output", None), "dense", None)
+        value, dense = layer_module(layer, value_path), layer_module(layer, dense_path)
         w_v, w_o = getattr(value, "weight", None), getattr(dense, "weight", None)
         if value is None or dense is None or w_v is None or w_o is None or w_o.dim() != 2:
             raise BertlookError(
-                f"norm-based maps: model class {cls_name}, layer {i + 1}: attention.self.value and "
-                "attention.output.dense (Linear modules) not found (supported: BERT-like encoders such as "
-                "BERT, RoBERTa, ELECTRA, MiniLM)"
+                f"norm-based maps: model class {cls_name}, layer {i + 1}: {value_path} and {dense_path} (Linear "
+                f"modules of its {kind} layout) not found"
             )
         d_in = int(w_o.shape[1])
         if int(w_v.shape[0]) != d_in or (num_heads is not None and d_in % int(num_heads)):
@@ -201,29 +261,24 @@ def find_attention_modules(model, num_heads: int | None = None) -> list[tuple[An
     if cfg_layers is not None and int(cfg_layers) != len(out):
         raise BertlookError(f"norm-based maps: model class {cls_name}: {len(out)} encoder layers found, "
                             f"config says {cfg_layers}")
-    return out
+    return LayerModules(out, model)
 
 
 @contextlib.contextmanager
-def capture_values(modules: Sequence[tuple[Any, Any]]) -> Iterator[list]:
+def capture_values(modules: Sequence[tuple[Any, Any]], model=None) -> Iterator[list]:
     """Hook the value ``Linear`` of every layer; yields a list whose entry ``i`` is layer ``i``'s last
     output ``x W_V + b_V`` (``[batch, seq, d_model]``, a tensor on the model's device; None before a
-    forward pass). The hooks are removed on exit, also on an error."""
+    forward pass). A value module shared by several layers (ALBERT) is read by call order
+    (:func:`bertlook.attention.layer_calls.layer_hooks`), which needs ``model`` (default: ``modules.model`` of a
+    :class:`LayerModules`). The hooks are removed on exit, also on an error."""
     captured: list = [None] * len(modules)
-    handles = []
 
-    def make_hook(i: int):
-        def hook(_module, _inputs, output):
-            captured[i] = output.detach()  # [batch, seq, d_model]
-        return hook
+    def hook(i: int, _module, _inputs, output):
+        captured[i] = output.detach()  # [batch, seq, d_model]
 
-    try:
-        for i, (value, _dense) in enumerate(modules):
-            handles.append(value.register_forward_hook(make_hook(i)))
+    model = getattr(modules, "model", None) if model is None else model
+    with layer_calls.layer_hooks(model, [value for value, _dense in modules], hook, what="norm-based maps"):
         yield captured
-    finally:
-        for h in handles:
-            h.remove()
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ How: one ordinary forward pass of a single example (no padding) records each lay
 keyword arguments: masks, rotary tables) and output; :func:`value_zeroing` then calls the layer module itself on
 a batch of copies of its input, copy ``k`` with token ``t0 + k`` zeroed by a hook on the layer's value projection
 (:attr:`bertlook.attention.norms.ValueTap.value_part` says which features are values in a fused q|k|v). Batch-1
-tensors among the recorded arguments broadcast over the copies. Cost: ``n`` extra layer passes per layer and
+tensors among the recorded arguments broadcast over the copies. A layer module shared by several layers (ALBERT's
+one ``AlbertLayer``) is recorded by call order (its ``j``-th call: the ``j``-th layer running it) and called again
+on layer ``l``'s recorded input for layer ``l``; a DistilBERT ``TransformerBlock`` returns its hidden states alone
+(no tuple). Cost: ``n`` extra layer passes per layer and
 example (``n`` tokens): the FLOPs of ``n`` forward passes (``scripts/bench_contributions.py``).
 
 Definitions: docs/definitions.md#alti-and-value-zeroing
@@ -21,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
 
-from bertlook.attention import norms
+from bertlook.attention import layer_calls, norms
 from bertlook.errors import BertlookError
 
 #: copies of one example per layer call (the batch of zeroed tokens)
@@ -29,42 +32,37 @@ DEFAULT_CHUNK = 32
 
 
 def transformer_layers(model) -> list:
-    """The layer modules of a BERT-like encoder or a supported decoder (:func:`norms.find_attention_modules`)."""
+    """The layer module of every layer of an encoder (BERT-like, DistilBERT, ALBERT: a shared module repeated for each
+    layer that runs it; :func:`norms.encoder_layout`) or a supported decoder (:func:`norms.find_attention_modules`)."""
     layers = norms.encoder_layers(model)
     if not layers:
         found = norms.decoder_layers(model)
         layers = found[1] if found else None
     if not layers:
         raise BertlookError(f"value zeroing: model class {type(model).__name__} has no layer list "
-                            "(encoder.layer, layers or h)")
+                            "(encoder.layer, transformer.layer, encoder.albert_layer_groups, layers or h)")
     return layers
 
 
 @contextlib.contextmanager
-def record_layer_calls(layers: Sequence[Any]) -> Iterator[list]:
+def record_layer_calls(layers: Sequence[Any], model=None) -> Iterator[list]:
     """Within the block, each forward pass records per layer ``{"args", "kwargs", "output"}`` (the call and its
-    hidden-state output, detached); yields the list, one dict per layer."""
+    hidden-state output, detached); yields the list, one dict per layer. A layer module shared by several layers
+    (ALBERT) is recorded by call order, its ``j``-th call the ``j``-th layer running it
+    (:mod:`bertlook.attention.layer_calls`; ``model``: the model whose forward passes run the layers)."""
     calls: list = [dict() for _ in layers]
-    handles = []
 
-    def pre(i):
-        def hook(_m, args, kwargs):
-            calls[i]["args"], calls[i]["kwargs"] = args, dict(kwargs)
-        return hook
+    def pre(i, _m, args, kwargs):
+        calls[i]["args"], calls[i]["kwargs"] = args, dict(kwargs)
 
-    def post(i):
-        def hook(_m, _args, output):
-            calls[i]["output"] = _hidden(output).detach()
-        return hook
+    def post(i, _m, _args, output):
+        calls[i]["output"] = _hidden(output).detach()
 
-    try:
-        for i, layer in enumerate(layers):
-            handles.append(layer.register_forward_pre_hook(pre(i), with_kwargs=True))
-            handles.append(layer.register_forward_hook(post(i)))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(layer_calls.layer_hooks(model, layers, pre, what="value zeroing", pre=True,
+                                                    with_kwargs=True))
+        stack.enter_context(layer_calls.layer_hooks(model, layers, post, what="value zeroing"))
         yield calls
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _hidden(output):
@@ -126,7 +124,7 @@ def value_zeroing(model, inputs: dict[str, Any], *, layers: Sequence[int] | None
     n = int(ids.shape[1])
     out = torch.zeros((len(chosen), n, n), dtype=torch.float64)
     with torch.no_grad():
-        with record_layer_calls(mods) as calls:
+        with record_layer_calls(mods, model) as calls:
             decoder = causal or not norms.encoder_layers(model)  # a decoder's cache would grow with each call
             model(**inputs, use_cache=False) if decoder else model(**inputs)
         for row, l in enumerate(chosen):

@@ -9,7 +9,8 @@ decoder's head as untied: an upper bound). Families without a formula here fall 
 ``params_source``).
 
 What a config can tell about whether bertlook can analyse the model is checked here (:func:`refusal`: remote code,
-no attention, encoder-decoder, a ``model_type`` the installed transformers has no class for); that the class then
+no attention, encoder-decoder, an ALBERT with several layers per layer group, a ``model_type`` the installed
+transformers has no class for); that the class then
 loads with the eager attention path, the one that returns the weights, is checked when a step loads it
 (:func:`bertlook.attention.modeling.load_model`).
 """
@@ -119,11 +120,11 @@ def refusal(cfg: Mapping[str, Any], spec: str, known_types: frozenset[str] | Non
     if problem:
         return problem
     model_type = cfg.get("model_type")
-    layers, groups = int(cfg.get("num_hidden_layers") or 0), int(cfg.get("num_hidden_groups") or 1)
-    if model_type == "albert" and groups < layers:
-        return (f"model {spec!r}: ALBERT shares {groups} layer group(s) across {layers} layers "
-                "(num_hidden_groups), one attention module called once per layer; bertlook reads the maps of one "
-                "module per layer, so extraction would stop with 'attention modules found for ... layers'")
+    inner = int(cfg.get("inner_group_num") or 1)
+    if model_type == "albert" and inner > 1:  # shared layer groups (num_hidden_groups < layers) are read by call order
+        return (f"model {spec!r}: ALBERT with {inner} layers per layer group (inner_group_num): each of its "
+                "num_hidden_layers runs several attention modules, which bertlook does not map to layers "
+                "(supported: inner_group_num 1, as every released ALBERT)")
     if known_types is not None and model_type not in known_types:
         return (f"model {spec!r}: transformers has no class for model_type {model_type!r} (an unknown "
                 "architecture: no eager attention path to read the weights from)")

@@ -25,7 +25,7 @@ from bertlook.testing.tiny_models import make_tiny_decoder, make_tiny_encoder, m
 TINY_ATLAS_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "bert": ("encoder", "bert", {}),
     "roberta": ("multilingual", "bytebpe", {}),
-    "albert": ("encoder", "albert", {}),
+    "albert": ("encoder", "albert", {"groups": 1}),  # one layer shared by all layers, as albert-base-v2
     "distilbert": ("encoder", "distilbert", {}),
     "gpt2": ("decoder", "gpt2", {}),
     "pythia": ("decoder", "gpt_neox", {}),

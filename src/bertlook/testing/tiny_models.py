@@ -100,37 +100,43 @@ def make_tiny_bert(
 
 #: the encoder architectures :func:`make_tiny_encoder` builds beside BERT (their transformers config and model
 #: classes); each gets BERT's WordPiece tokenizer ([CLS] ... [SEP], as DistilBERT has; ALBERT's own is a
-#: SentencePiece model with the same special tokens). The tiny ALBERT has one layer group per layer.
+#: SentencePiece model with the same special tokens). The tiny ALBERT shares one layer across its layers (as
+#: albert-base-v2: ``num_hidden_groups`` 1).
 ENCODER_ARCHS = {
-    "bert": ("BertConfig", "BertModel"),
-    "albert": ("AlbertConfig", "AlbertModel"),
-    "distilbert": ("DistilBertConfig", "DistilBertModel"),
+    "bert": ("BertConfig", "BertModel", "BertForMaskedLM"),
+    "albert": ("AlbertConfig", "AlbertModel", "AlbertForMaskedLM"),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", "DistilBertForMaskedLM"),
 }
 
 
 def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2, heads: int = 2, hidden: int = 32,
-                      intermediate_size: int = 64, max_position_embeddings: int = 160, seed: int = 0) -> Path:
-    """Write a tiny random encoder of ``arch`` (one of :data:`ENCODER_ARCHS`: BERT, ALBERT with a layer group
-    per layer, DistilBERT) with the WordPiece tokenizer of :func:`make_tiny_bert` to ``out_dir``."""
+                      intermediate_size: int = 64, max_position_embeddings: int = 160, seed: int = 0,
+                      groups: int = 1, mlm_head: bool = False) -> Path:
+    """Write a tiny random encoder of ``arch`` (one of :data:`ENCODER_ARCHS`: BERT, ALBERT with ``groups`` layer
+    groups (default 1: one layer shared by all layers, as the released ALBERTs), DistilBERT) with the WordPiece
+    tokenizer of :func:`make_tiny_bert` to ``out_dir``; ``mlm_head``: the masked-LM class (its head)."""
     if arch not in ENCODER_ARCHS:
         raise ValueError(f"unknown encoder architecture {arch!r} (use one of {', '.join(ENCODER_ARCHS)})")
     out = make_tiny_bert(out_dir, num_layers=layers, num_heads=heads, hidden_size=hidden,
                          intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
-                         seed=seed)
+                         seed=seed, mlm_head=mlm_head)
     if arch == "bert":
         return out
     n_vocab = len(tiny_vocab())
-    config_cls, model_cls = (getattr(transformers, name) for name in ENCODER_ARCHS[arch])
+    config_name, base_name, mlm_name = ENCODER_ARCHS[arch]
+    config_cls = getattr(transformers, config_name)
+    model_cls = getattr(transformers, mlm_name if mlm_head else base_name)
     if arch == "albert":
-        # one layer group per layer: the word-level capture needs an attention module per layer (the released
-        # ALBERTs share ONE layer across all layers, num_hidden_groups=1, and extract-words refuses them)
+        # the released ALBERTs' layout: ONE layer group, its one AlbertLayer run for every layer (num_hidden_groups
+        # 1; read by call order, bertlook.attention.layer_calls); groups > 1: one layer group per `groups` layers
         config = config_cls(vocab_size=n_vocab, embedding_size=hidden // 2, hidden_size=hidden,
-                            num_hidden_layers=layers, num_hidden_groups=layers, num_attention_heads=heads,
+                            num_hidden_layers=layers, num_hidden_groups=groups, num_attention_heads=heads,
                             intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
                             type_vocab_size=2, pad_token_id=0)
     else:
         config = config_cls(vocab_size=n_vocab, dim=hidden, n_layers=layers, n_heads=heads,
-                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings, pad_token_id=0)
+                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings,
+                            pad_token_id=0)
     for stale in out.glob("*.safetensors"):  # the BERT weights make_tiny_bert wrote
         stale.unlink()
     torch.manual_seed(seed)
