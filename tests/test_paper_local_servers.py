@@ -47,7 +47,10 @@ STAND_IN = "org/bert-base-uncased-stand-in"
 SIZE_KEYS = [("segments", "n_segments"), ("wikipedia", "max_articles"), ("heads", "bootstrap"),
              ("heads", "min_count"), ("clustering", "mds_n_init"), ("clustering", "mds_max_iter"),
              ("gradients", "max_examples"), ("gradients", "batch_size"), ("extraction", "batch_size"),
-             ("head_detectors", "n_sequences"), ("head_detectors", "length"), ("probes", "seeds")]
+             ("head_detectors", "n_sequences"), ("head_detectors", "length"), ("probes", "seeds"),
+             *(("contributions", key) for key in ("segments", "value_zeroing_segments", "sentences",
+                                                  "faithfulness_segments", "ablated_tokens",
+                                                  "faithfulness_value_zeroing"))]
 
 
 def _glove_zip(conllu: list[bytes]) -> bytes:
@@ -84,7 +87,7 @@ def _paper_config(workdir: Path, data: str, sha: str) -> dict:
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     tiny = yaml.safe_load(TINY_CONFIG.read_text())
     for section, key in SIZE_KEYS:
-        config[section][key] = tiny[section][key]
+        config.setdefault(section, {})[key] = tiny[section][key]  # config.yaml may leave a section to its defaults
     config.update(results_dir=str(workdir / "results"), resources_dir=str(workdir / "resources"))
     assert [m["label"] for m in config["models"]] == ["bert-base-uncased"]
     config["models"][0].update(name_or_path=STAND_IN, revision=sha)

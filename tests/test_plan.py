@@ -75,10 +75,10 @@ def test_the_atlas_plan_has_a_row_for_every_model_and_fits_120_columns(tmp_path,
     assert plan["totals"]["planned"] == len(models) and plan["totals"]["refused"] == 0
     assert [r["label"] for r in plan["models"]] == [m["label"] for m in models]
     assert "GPU-hours:" in text and "downloads:" in text and "8 GPUs" in text
-    # the unpinned models are exactly those without a commit hash, and the table names them
-    unpinned = [m["label"] for m in models if not m.get("revision")]
-    assert unpinned and plan["totals"]["unpinned"] == unpinned
-    assert "unpinned" in text and all(label in text.split("unpinned", 1)[1] for label in unpinned)
+    # every model of the atlas is pinned to a 40-hex commit, so the plan lists none as unpinned
+    # (a model without a commit is listed: test_without_a_fixture_the_config_json_is_downloaded_with_hf_hub_download)
+    assert all(re.fullmatch(r"[0-9a-f]{40}", str(m.get("revision"))) for m in models), models
+    assert plan["totals"]["unpinned"] == [] and "unpinned" not in text
     gated = {m["label"] for m in models if m.get("gated")}
     assert gated == {"llama-3.2-1b", "mistral-7b"}
     assert "gated (accept the licence on the hub page, then HF_TOKEN=... make fetch): llama-3.2-1b, mistral-7b" in text
@@ -217,6 +217,7 @@ def test_without_a_fixture_the_config_json_is_downloaded_with_hf_hub_download(tm
     assert rows["p"]["config_source"].startswith("hub download") and abs(rows["p"]["params"] / 70.4e6 - 1) < 0.02
     assert rows["gpt2"]["config_source"].endswith("openai-community--gpt2/config.json")
     assert json.loads(out.read_text())["totals"]["unpinned"] == ["gpt2"]
+    assert "unpinned" in text and text.split("unpinned", 1)[1].split("\n", 1)[0].endswith(": gpt2")
 
 
 def test_a_failed_download_refuses_that_model_only(tmp_path, capsys, monkeypatch):

@@ -37,7 +37,7 @@ import yaml
 from bertlook.pipeline.config import resolve_data_path, schema_path, validate_config
 from bertlook.errors import BertlookError
 from local_http import local_http_server
-from workflow_helpers import GENSIM_DUMP, ROOT, snakemake, tiny_config
+from workflow_helpers import GENSIM_DUMP, ROOT, snakemake, tiny_config, without_contributions
 
 # several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -220,7 +220,7 @@ def injection_runs(tmp_path_factory, tiny_bert_dir, fixtures_dir):
     with local_http_server(tmp_path_factory.mktemp("www"), Handler) as srv:
         for group in ("A", "B", "C"):
             workdir = tmp_path_factory.mktemp(f"inject{group}")
-            config = tiny_config(workdir, tiny_bert_dir)
+            config = without_contributions(tiny_config(workdir, tiny_bert_dir))
             config["segments"]["n_segments"] = 6
             config["treebank"]["silver"].update(train_sentences=12, dev_sentences=8)
             config["probes"].update(seeds=[0], random_init=False)

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from bertlook.attention.store import open_store
-from workflow_helpers import ENV, GENSIM_DUMP, ROOT, RUN, SNAKEMAKE, snakemake, tiny_config  # noqa: F401
+from workflow_helpers import (ENV, GENSIM_DUMP, ROOT, RUN, SNAKEMAKE, snakemake, tiny_config,  # noqa: F401
+                              without_contributions)
 
 pytestmark = pytest.mark.e2e
 
@@ -461,7 +462,8 @@ def test_killed_run_leaves_no_corrupt_outputs_and_resumes(finished_run, tmp_path
 
     from bertlook.attention.store import AttentionStore
 
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))
+    config = without_contributions(tiny_config(tmp_path, tiny_bert_dir))  # the steps ran in finished_run
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
            "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")

@@ -21,7 +21,7 @@ import yaml
 
 from bertlook.attention.store import open_store
 from bertlook.reporting.golden import make_golden
-from workflow_helpers import RUN, snakemake, tiny_config
+from workflow_helpers import RUN, snakemake, tiny_config, without_contributions
 
 # several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -37,7 +37,7 @@ KEEP_MAPS_DEPENDENT_COUNTS = ("extraction/estimated_map_bytes",)
 
 
 def _config(workdir: Path, model_dir: Path, *, shards: int, keep_maps: bool) -> Path:
-    config = tiny_config(workdir, model_dir)
+    config = without_contributions(tiny_config(workdir, model_dir))
     word_shards = 2 if shards > 1 else None  # fewer word-level jobs than segment shards
     config["extraction"].update(shards=shards, word_shards=word_shards, keep_maps=keep_maps, batch_size=1)
     config["gradients"].update(batch_size=1)

@@ -37,6 +37,15 @@ def tiny_config(workdir: Path, model_dir: Path) -> dict:
     return config
 
 
+def without_contributions(config: dict) -> dict:
+    """``config`` with the ``contributions`` section switched off (ALTI, value zeroing, the faithfulness table:
+    four jobs per model), for a workflow test that tests something else (sharding, languages, a killed run,
+    the shell): those steps run in the main tiny run (tests/test_workflow_e2e.py), the encoder + decoder fan-out
+    (tests/test_workflow_decoder.py) and the paper configuration, and their code in the unit tests."""
+    config["contributions"] = {**config.get("contributions", {}), "enabled": False}
+    return config
+
+
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """The real snakemake on ``workdir/config.yaml`` (or ``configfile``), 2 cores."""
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
