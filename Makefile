@@ -54,9 +54,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # pytest-xdist: TEST_WORKERS processes (2 = the CI machine's cores; TEST_WORKERS=0 runs in this process); each
-# test file stays on one worker (--dist loadfile), so a module's fixtures (a finished tiny run) are made once
+# test file stays on one worker (--dist loadfile), so a module's fixtures (a finished tiny run) are made once;
+# files start in tests/conftest.py's order, the longest first (--no-loadscope-reorder: else the most tests first)
 TEST_WORKERS ?= 2
-PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+	--no-loadscope-reorder
 
 test: install
 	$(PYTEST)

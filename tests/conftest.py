@@ -92,13 +92,21 @@ def cli_main(monkeypatch):
 
 
 _FIRST = ("slow", "e2e", "integration")  # the longest tests (whole tiny runs, subprocess pipelines) first
+#: the test files that take longest, longest first (pytest --durations, 2 workers, 2026-12-06: whole tiny runs;
+#: the last ones are `make test`'s longest): started first, the shorter files fill the other worker meanwhile
+_LONGEST_FILES = ("test_workflow_atlas.py", "test_workflow_sharding.py", "test_workflow_e2e.py",
+                  "test_paper_local_servers.py", "test_workflow_languages.py", "test_workflow_decoder.py",
+                  "test_workflow_module.py", "test_shell_injection.py", "test_portability.py", "test_toy_step.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the longest tests first (stable order otherwise): with pytest-xdist (make test: two workers, one
-    test file per worker) a whole tiny Snakemake run then starts at once, beside the unit tests, instead of
-    being the last file to start and the one everything waits for."""
-    def rank(item) -> int:
-        return next((i for i, m in enumerate(_FIRST) if item.get_closest_marker(m)), len(_FIRST))
+    """Run the longest test files first (stable order otherwise): with pytest-xdist (the Makefile: two workers,
+    one test file per worker, `--no-loadscope-reorder` so that xdist keeps this order instead of putting the
+    files with the most tests first) the whole tiny Snakemake runs start at once, longest first, beside each
+    other and the unit tests, instead of the last file to start being the one everything waits for."""
+    def rank(item) -> tuple[int, int]:
+        name = item.path.name
+        by_file = _LONGEST_FILES.index(name) if name in _LONGEST_FILES else len(_LONGEST_FILES)
+        return by_file, next((i for i, m in enumerate(_FIRST) if item.get_closest_marker(m)), len(_FIRST))
 
     items.sort(key=rank)
