@@ -14,22 +14,25 @@ from bertlook.errors import BertlookError
 #: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``; ALBERT: ``predictions``); the head
 #: must map ``[..., hidden]`` to ``[..., vocab]`` position by position.
 HEAD_NAMES = ("cls", "lm_head", "predictions")
-#: DistilBERT's masked-LM head: modules of the model itself, applied in this order (DistilBertForMaskedLM.forward)
-DISTILBERT_HEAD = ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")
+#: masked-LM heads made of several modules of the model itself, applied in this order (their ``ForMaskedLM.forward``):
+#: DistilBERT's four, ModernBERT's ``head`` (dense, activation, norm) then ``decoder``
+SPLIT_HEADS = (("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"), ("head", "decoder"))
 
 
 def mlm_head_module(model):
-    """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT: its head's
-    modules as one ``Sequential``, the same weights)."""
+    """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT, ModernBERT:
+    their head's modules as one ``Sequential``, the same weights; DeBERTa-v2/v3: ``cls``, its legacy head, the one
+    transformers builds unless the config says ``legacy: false``)."""
     import torch  # lazy: see the note at the imports
 
     for name in HEAD_NAMES:
         mod = getattr(model, name, None)
         if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
             return mod
-    parts = [getattr(model, name, None) for name in DISTILBERT_HEAD]
-    if all(isinstance(mod, torch.nn.Module) for mod in parts):  # DistilBERT: its four head modules in a row (a
-        return torch.nn.Sequential(*parts)  # module the model never calls: the gradients step's hook stays idle)
+    for names in SPLIT_HEADS:
+        parts = [getattr(model, name, None) for name in names]
+        if all(isinstance(mod, torch.nn.Module) for mod in parts):  # the head's modules in a row (a module the model
+            return torch.nn.Sequential(*parts)  # never calls: the gradients step's hook stays idle)
     return None
 
 
