@@ -384,6 +384,118 @@ def test_cli_extract_segments_with_the_norm_store(tmp_path, arch, tokenizer, cap
     assert len(summary["norms"]["value_norm_sums"]) == 3
 
 
+def test_the_non_legacy_deberta_head_gives_the_models_logits():
+    """DeBERTa-v2/v3 with legacy: false has lm_predictions.lm_head(hidden, word_embeddings): found, wrapped as a
+    per-position module whose logits are the model's."""
+    import torch
+    import transformers
+
+    from bertlook.attention.mlm import mlm_head_module
+    from bertlook.testing.tiny_models import tiny_encoder_config
+
+    cfg = tiny_encoder_config("deberta_v2", vocab_size=30, hidden=16, intermediate_size=32,
+                              max_position_embeddings=32, legacy=False, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.DebertaV2ForMaskedLM(cfg).eval()
+    assert not hasattr(model, "cls")
+    head = mlm_head_module(model)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(IDS)).logits
+        last = model.base_model(input_ids=torch.tensor(IDS)).last_hidden_state
+        np.testing.assert_allclose(head(last[0]).numpy(), logits[0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_attention_gradients(arch):
+    """The gradients step's dL/dA of a masked position: one [layer, head, n, n] map per example, finite, non-zero,
+    the same padded beside a longer example as alone."""
+    from bertlook.analyses.gradient_pass import attention_gradients
+
+    model = _model(arch, mlm=True)
+    long, short = _masked(IDS[0], 3, 12), _masked([2, 8, 6, 5, 3], 2, 7)
+    both = attention_gradients(model, [long, short])
+    (alone,) = attention_gradients(model, [short])
+    assert both[0]["attn"].shape == (3, 2, 10, 10) and both[1]["grad"].shape == (3, 2, 5, 5)
+    assert np.isfinite(both[0]["grad"]).all() and np.abs(both[0]["grad"]).max() > 0
+    np.testing.assert_allclose(both[1]["grad"], alone["grad"], atol=1e-5)
+    np.testing.assert_allclose(both[1]["attn"], alone["attn"], atol=1e-6)
+
+
+def _treebank(tmp_path) -> Path:
+    sents = [["The", "cat", "sat", "."], ["John's", "dog", "sang", "42", ","], ["the", "queen", "went", "to", "london"]]
+    lines = []
+    for k, words in enumerate(sents):
+        lines.append(f"# sent_id = s{k}")
+        lines += [f"{j}\t{w}\t{w}\tX\tX\t_\t{0 if j == 1 else 1}\t{'root' if j == 1 else 'dep'}\t_\t_"
+                  for j, w in enumerate(words, 1)]
+        lines.append("")
+    conllu = tmp_path / "dev.conllu"
+    conllu.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return conllu
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cli_extract_words_with_the_norm_store_and_random_init(tmp_path, arch):
+    """extract-words --norms-out --random-init-seed (the atlas's word-level jobs) on the tiny directories."""
+    from bertlook.attention.store import open_store
+    from bertlook.cli.extract_words import register_cli
+    from bertlook.testing.tiny_models import make_tiny_encoder
+
+    model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3)
+    conllu = _treebank(tmp_path)
+    parser = argparse.ArgumentParser(prog="bertlook")
+    register_cli(parser.add_subparsers(dest="step"))
+    for seed in (None, "3"):
+        out, nout = tmp_path / f"w{seed}", tmp_path / f"n{seed}"
+        argv = ["extract-words", "--treebank", str(conllu), "--model", str(model_dir), "--out", str(out),
+                "--norms-out", str(nout), "--device", "cpu"]
+        args = parser.parse_args(argv + (["--random-init-seed", seed] if seed else []))
+        assert args.func(args) == 0
+        words, nst = open_store(out, level="word"), open_store(nout, level="word")
+        assert nst.meta["map"] == "norm" and len(words) == len(nst) == 3
+        assert all(np.asarray(a).shape[:2] == (3, 2) for _, a in words)
+        if seed:  # no learnt absolute positions: the word embeddings alone keep their values
+            word = {"deberta_v2": "embeddings.word_embeddings.weight", "modernbert": "embeddings.tok_embeddings.weight"}
+            assert words.meta["random_init"]["kept_parameters"] == [word[arch]], words.meta["random_init"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_faithfulness_table_of_a_tiny_masked_lm(tmp_path, arch):
+    """run_faithfulness on tiny DebertaV2ForMaskedLM / ModernBertForMaskedLM directories: every measure against both
+    ground truths, the loss rows run (the heads are found), one head ablation row per head."""
+    from transformers import AutoTokenizer
+
+    from bertlook.analyses.faithfulness import FaithfulnessOptions, run_faithfulness
+    from bertlook.analyses.faithfulness_pass import MEASURES
+    from bertlook.testing.tiny_models import make_segment, make_tiny_encoder
+
+    model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3, mlm_head=True)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    texts = [("the cat sat on the mat .", "the dog ran to the house ."),
+             ("john read a book in paris .", "mary wrote two books in london ."),
+             ("the king saw the queen .", "they went to the river and the city .")]
+    seg_path = tmp_path / "segments.jsonl"
+    seg_path.write_text("".join(json.dumps(make_segment(tok, i, a, b)) + "\n" for i, (a, b) in enumerate(texts)))
+    opts = FaithfulnessOptions(segments=3, ablated_tokens=5, bootstrap=50, device="cpu")
+    result = run_faithfulness(seg_path, str(model_dir), opts)
+    t = result.table
+    assert set(t["measure"]) == set(MEASURES) and t["note"].isna().all(), t
+    assert t["spearman"].astype(float).notna().all() and result.summary["loss_status"] == "ok"
+    h = result.heads
+    assert len(h) == 3 * 2 and h["note"].isna().all() and np.isfinite(h["loss_change"].astype(float)).all()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_head_detectors_run(tmp_path, arch):
+    """head-detectors (repeated random tokens, maps captured layer by layer) on the tiny directories."""
+    from bertlook.analyses.head_detectors import DetectorOptions, run_head_detectors
+    from bertlook.testing.tiny_models import make_tiny_encoder
+
+    model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3)
+    frame = run_head_detectors(str(model_dir), DetectorOptions(device="cpu", n_sequences=4, length=6)).frame
+    assert len(frame) == 3 * 2 and np.isfinite(frame["induction"].astype(float)).all()
+
+
 # ------------------------------------------------------------------------------------------------
 # every layout of the atlas
 

@@ -22,7 +22,8 @@ SPLIT_HEADS = (("vocab_transform", "activation", "vocab_layer_norm", "vocab_proj
 def mlm_head_module(model):
     """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT, ModernBERT:
     their head's modules as one ``Sequential``, the same weights; DeBERTa-v2/v3: ``cls``, its legacy head, the one
-    transformers builds unless the config says ``legacy: false``)."""
+    transformers builds unless the config says ``legacy: false``, else ``lm_predictions.lm_head`` with the input
+    embeddings as its output layer)."""
     import torch  # lazy: see the note at the imports
 
     for name in HEAD_NAMES:
@@ -33,7 +34,26 @@ def mlm_head_module(model):
         parts = [getattr(model, name, None) for name in names]
         if all(isinstance(mod, torch.nn.Module) for mod in parts):  # the head's modules in a row (a module the model
             return torch.nn.Sequential(*parts)  # never calls: the gradients step's hook stays idle)
+    lm_head = getattr(getattr(model, "lm_predictions", None), "lm_head", None)
+    embeddings = getattr(getattr(getattr(model, "base_model", None), "embeddings", None), "word_embeddings", None)
+    if isinstance(lm_head, torch.nn.Module) and isinstance(embeddings, torch.nn.Module):
+        return _deberta_head(torch, lm_head, embeddings)  # DeBERTa-v2/v3 with legacy: false
     return None
+
+
+def _deberta_head(torch, lm_head, embeddings):
+    """DeBERTa-v2/v3's non-legacy head as a per-position module: ``lm_head(hidden, word_embeddings)`` (its output
+    layer is the input embeddings, as ``DebertaV2ForMaskedLM.forward`` calls it)."""
+
+    class WithEmbeddings(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm_head, self.word_embeddings = lm_head, embeddings
+
+        def forward(self, hidden):
+            return self.lm_head(hidden, self.word_embeddings)
+
+    return WithEmbeddings()
 
 
 
