@@ -547,26 +547,71 @@ def _tiny_from(cfg: dict):
     return AutoModel.from_config(config, attn_implementation="eager").eval()
 
 
-def test_every_atlas_layout_passes_the_readers():
-    """A tiny random instance of the class of every model of config/atlas.yaml (from its fixture config.json; one per
-    model_type and architecture): norms.find_attention_modules and layer_capture.attention_modules find one module
-    per layer, and one forward pass captures every layer's maps and value vectors."""
+#: more config keys shrunk for a tiny instance of a class's default config (mixture-of-experts sizes)
+SHRINK_DEFAULTS = {**SHRINK, "num_key_value_heads": 1, "moe_intermediate_size": 32, "num_experts": 4,
+                   "num_local_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 32}
+
+
+def _tiny_default(model_type: str):
+    """A tiny random instance of the class of ``model_type``, from its config class's defaults."""
+    import torch
+    from transformers import AutoModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_cls = CONFIG_MAPPING[model_type]
+    names, defaults = getattr(config_cls, "attribute_map", {}), config_cls()
+    config = config_cls(**{names.get(k, k): v for k, v in SHRINK_DEFAULTS.items()
+                           if hasattr(defaults, names.get(k, k))})
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+        if isinstance(getattr(config, key, None), int):
+            setattr(config, key, 1)
+    torch.manual_seed(0)
+    return AutoModel.from_config(config, attn_implementation="eager").eval()
+
+
+def _readers_pass(model, label: str) -> None:
+    """find_attention_modules and attention_modules give one entry per layer; one forward pass captures every
+    layer's maps and value vectors; the post-LN (ALTI) of every layer is found or the model is pre-LN."""
     import torch
 
-    from bertlook.attention import norms
+    from bertlook.attention import contributions, norms
     from bertlook.attention.layer_capture import attention_modules, capture_layers
+
+    L = model.config.num_hidden_layers
+    mods = norms.find_attention_modules(model)
+    assert len(mods) == L and len(attention_modules(model)) == L, label
+    got: dict = {}
+    with norms.capture_values(mods) as values, capture_layers(model, lambda l, w: got.__setitem__(l, w)), \
+            torch.no_grad():
+        model(input_ids=torch.tensor([[1, 5, 9, 7, 3, 2]]))
+    assert sorted(got) == list(range(L)) and all(v is not None for v in values), label
+    assert all(got[l].shape == (1, model.config.num_attention_heads, 6, 6) for l in range(L)), label
+    for l in range(L):
+        contributions.post_layer_norm(model, l)  # raises where a post-LN encoder lacks its LayerNorm
+
+
+def test_every_model_type_the_plan_accepts_with_norms_on_passes_the_readers():
+    """plan_models.INSIDE_TYPES (the types `bertlook plan` accepts while norms or contributions are on): a tiny
+    random model of each class passes the readers (and a type outside, OPT, does not)."""
+    from bertlook.pipeline.plan_models import INSIDE_TYPES
+
+    for model_type in sorted(INSIDE_TYPES):
+        _readers_pass(_tiny_default(model_type), model_type)
+    from bertlook.errors import BertlookError
+
+    with pytest.raises(BertlookError, match="OPTModel"):
+        _readers_pass(_tiny_default("opt"), "opt")
+
+
+def test_every_atlas_layout_passes_the_readers():
+    """A tiny random instance of the class of every model of config/atlas.yaml (from its fixture config.json; one per
+    model_type and architecture): the readers pass (:func:`_readers_pass`), and its model_type is one the plan
+    accepts with norms on."""
+    from bertlook.pipeline.plan_models import INSIDE_TYPES
 
     models = _atlas_models()
     types = {cfg["model_type"] for _, cfg in models}
     assert {"bert", "distilbert", "albert", "deberta-v2", "modernbert", "gpt2", "gpt_neox", "llama"} <= types, types
+    assert types <= INSIDE_TYPES
     for label, cfg in models:
-        model = _tiny_from(cfg)
-        L = model.config.num_hidden_layers
-        mods = norms.find_attention_modules(model)
-        assert len(mods) == L and len(attention_modules(model)) == L, label
-        got: dict = {}
-        with norms.capture_values(mods) as values, capture_layers(model, lambda l, w: got.__setitem__(l, w)), \
-                torch.no_grad():
-            model(input_ids=torch.tensor([[1, 5, 9, 7, 3, 2]]))
-        assert sorted(got) == list(range(L)) and all(v is not None for v in values), label
-        assert all(got[l].shape == (1, model.config.num_attention_heads, 6, 6) for l in range(L)), label
+        _readers_pass(_tiny_from(cfg), label)
