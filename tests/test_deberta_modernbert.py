@@ -106,6 +106,11 @@ def test_the_layouts_are_found():
     post = contributions.post_layer_norm(d, 1)
     assert post.weight is not None and post.eps == d.encoder.layer[1].attention.output.LayerNorm.eps
     assert m.config.layer_types[:2] == ["full_attention", "sliding_attention"]  # both kinds of layer are tested
+    from bertlook.errors import BertlookError
+
+    for model in (d, m):  # 16 features do not fit 3 heads
+        with pytest.raises(BertlookError, match="do(es)? not fit 3 heads"):
+            norms.find_attention_modules(model, 3)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -225,7 +225,7 @@ def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tu
     return out
 
 
-def _modernbert_modules(layers: list, cls_name: str) -> list[tuple[Any, Any]]:
+def _modernbert_modules(layers: list, cls_name: str, num_heads: int | None) -> list[tuple[Any, Any]]:
     """:func:`find_attention_modules` of a ModernBERT: the value part of ``attn.Wqkv`` (its output ``[q | k | v]``,
     each ``d_model`` features with the heads in order, as ``ModernBertAttention`` views it) and ``attn.Wo``."""
     out = []
@@ -235,6 +235,9 @@ def _modernbert_modules(layers: list, cls_name: str) -> list[tuple[Any, Any]]:
         if fused is None or dense is None or not d or int(fused.out_features) != 3 * d:
             raise BertlookError(f"norm-based maps: model class {cls_name}, layer {i + 1}: attn.Wqkv (q|k|v, "
                                 f"3 x {d} features) and attn.Wo (Linear modules of its modernbert layout) not found")
+        if num_heads is not None and d % int(num_heads):
+            raise BertlookError(f"norm-based maps: model class {cls_name}, layer {i + 1}: output projection input "
+                                f"size {d} does not fit {num_heads} heads")
 
         def value(o, d=d):  # [batch, seq, 3 d_model]: q | k | v
             return o[..., 2 * d:]
@@ -272,7 +275,7 @@ def find_attention_modules(model, num_heads: int | None = None) -> LayerModules:
         )
     kind, layers = layout
     value_path, dense_path, _ = ENCODER_LAYOUTS[kind]
-    out = _modernbert_modules(layers, cls_name) if kind == "modernbert" else []
+    out = _modernbert_modules(layers, cls_name, num_heads) if kind == "modernbert" else []
     for i, layer in enumerate(layers if kind != "modernbert" else ()):
         value, dense = layer_module(layer, value_path), layer_module(layer, dense_path)
         w_v, w_o = getattr(value, "weight", None), getattr(dense, "weight", None)
