@@ -400,13 +400,14 @@ def test_a_model_without_the_modules_is_refused_naming_its_class(segments, token
                          progress_every=0)
     assert not (tmp_path / "a").exists() and not (tmp_path / "n").exists()
 
-    # DeBERTa-v2/v3: encoder.layer[i] like BERT, but value_proj (not attention.self.value): refused, named (DistilBERT
-    # and ALBERT are read: tests/test_encoder_layouts.py)
-    from transformers import DebertaV2Config, DebertaV2Model
+    # DeBERTa (v1): encoder.layer[i] like BERT, but a fused in_proj (not attention.self.value): refused, named
+    # (DistilBERT, ALBERT, DeBERTa-v2/v3 and ModernBERT are read: tests/test_encoder_layouts.py,
+    # tests/test_deberta_modernbert.py)
+    from transformers import DebertaConfig, DebertaModel
 
-    deberta = DebertaV2Model(DebertaV2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                             intermediate_size=32))
-    with pytest.raises(BertlookError, match="DebertaV2Model, layer 1: attention.self.value"):
+    deberta = DebertaModel(DebertaConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32))
+    with pytest.raises(BertlookError, match="DebertaModel, layer 1: attention.self.value"):
         norms.find_attention_modules(deberta)
 
 

@@ -350,3 +350,35 @@ def test_albert_with_shared_layers_is_planned_and_several_layers_per_group_refus
     assert not rows["albert-base-v2"].get("refused") and rows["albert-base-v2"]["layers"] == 12
     assert "2 layers per layer group (inner_group_num)" in rows["albert-inner"]["refused"]
     assert not rows["gpt2"].get("refused")
+
+
+def test_a_layout_the_inside_readers_cannot_read_is_refused_while_they_are_on(tmp_path, capsys):
+    """DeBERTa-v3 and ModernBERT are planned with norms on (their layouts are read); an OPT (its attention's out_proj
+    is no layout bertlook reads) is refused naming norms.enabled, and with contributions on also ALTI; with both
+    off it is planned (its attention maps are read like any eager model's)."""
+    configs = tmp_path / "configs"
+    for name in ("microsoft/deberta-v3-base", "answerdotai/ModernBERT-base", "openai-community/gpt2"):
+        _write(configs, name, json.loads((FIXTURES / name.replace("/", "--") / "config.json").read_text()))
+    _write(configs, "facebook/opt-125m", {"model_type": "opt", "architectures": ["OPTForCausalLM"], "hidden_size": 768,
+                                          "num_hidden_layers": 12, "num_attention_heads": 12, "ffn_dim": 3072,
+                                          "vocab_size": 50272, "max_position_embeddings": 2048})
+    names = ("microsoft/deberta-v3-base", "answerdotai/ModernBERT-base", "openai-community/gpt2", "facebook/opt-125m")
+    models = [{"label": n.split("/")[1].lower(), "name_or_path": n, "revision": None} for n in names]
+    base = yaml.safe_load(_config_with(tmp_path, models).read_text())
+    for norms_on, contributions_on in ((True, False), (True, True), (False, False)):
+        base["norms"]["enabled"], base["contributions"]["enabled"] = norms_on, contributions_on
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(base))
+        out = tmp_path / "plan.json"
+        rc, text, err = _plan(capsys, str(path), "--configs", str(configs), "--json", str(out))
+        assert rc == 0, err
+        rows = {r["label"]: r for r in json.loads(out.read_text())["models"]}
+        for label in ("deberta-v3-base", "modernbert-base", "gpt2"):
+            assert not rows[label].get("refused"), rows[label]["refused"]
+        reason = rows["opt-125m"].get("refused")
+        if not norms_on:
+            assert not reason
+            continue
+        assert "norms.enabled" in reason and "model_type 'opt'" in reason and "supported-layouts" in reason, reason
+        assert ("ALTI" in reason and "contributions.enabled" in reason) == contributions_on, reason
+        assert any(line.startswith("opt-125m ") and "refused:" in line for line in text.splitlines())

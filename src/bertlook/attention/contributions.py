@@ -7,15 +7,16 @@ them (this module is imported by steps that have no torch).
 - **ALTI** (:func:`alti_layer`): a layer's attention block writes, for token ``i``,
   ``pre_i = x_i + sum_j sum_h alpha_h[i, j] f_h(x_j) + b_O`` (``x``: the layer's input, ``f_h(x_j)`` token ``j``'s
   value vector for head ``h`` through the head's slice of ``W_O``). In a post-LN encoder (BERT) the block's output is
-  ``y_i = LN(pre_i)`` (BERT's ``attention.output.LayerNorm``, DistilBERT's ``sa_layer_norm``, ALBERT's
+  ``y_i = LN(pre_i)`` (BERT's and DeBERTa's ``attention.output.LayerNorm``, DistilBERT's ``sa_layer_norm``, ALBERT's
   ``attention.LayerNorm``: :func:`post_layer_norm`); LN is linear given row ``i``'s statistics, so
   ``y_i = sum_j T_i(x_j) + L(b_O)/sigma_i + beta`` with ``T_i(x_j) = L(sum_h alpha_h[i, j] f_h(x_j) + [i == j] x_i)
-  / sigma_i``, ``L(v) = gamma * (v - mean(v))``, ``sigma_i = sqrt(var(pre_i) + eps)``. In a pre-LN decoder (GPT-2,
-  GPT-NeoX, Llama) the values already come from ``LN_1(x)`` and ``y_i = pre_i`` (``L`` the identity, ``sigma = 1``,
-  ``beta = 0``). The contribution is ``c[i, j] = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, row-normalised (the
-  authors' "min_sum" scaling). ALTI per head (:func:`alti_heads`, bertlook's extension, said so in the tables):
-  the same rule on one head's output alone, ``T^h_i(x_j) = L(alpha_h[i, j] f_h(x_j)) / sigma_i``,
-  ``y^h_i = sum_j T^h_i(x_j)`` (no residual, no biases). ALTI over layers (:func:`alti_rollout`): ``R_1 = C_1``,
+  / sigma_i``, ``L(v) = gamma * (v - mean(v))``, ``sigma_i = sqrt(var(pre_i) + eps)``. In a pre-LN model (the
+  decoders GPT-2, GPT-NeoX, Llama; the encoder ModernBERT) the values already come from ``LN_1(x)`` and
+  ``y_i = pre_i`` (``L`` the identity, ``sigma = 1``, ``beta = 0``). The contribution is
+  ``c[i, j] = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, row-normalised (the authors' "min_sum" scaling). ALTI
+  per head (:func:`alti_heads`, bertlook's extension, said so in the tables): the same rule on one head's output
+  alone, ``T^h_i(x_j) = L(alpha_h[i, j] f_h(x_j)) / sigma_i``, ``y^h_i = sum_j T^h_i(x_j)`` (no residual, no
+  biases). ALTI over layers (:func:`alti_rollout`): ``R_1 = C_1``,
   ``R_l = C_l R_{l-1}`` (the residual is already in ``C``, so nothing is added).
 - **Value zeroing** (:func:`value_zeroing`): for layer ``l`` and token ``j``, run the layer again on its
   original input with token ``j``'s value vectors zeroed in every head (bias included), and take the cosine
@@ -203,9 +204,10 @@ def alti_rollout(layers):
 
 def post_layer_norm(model, layer: int) -> PostLayerNorm | None:
     """The LayerNorm after layer ``layer``'s attention residual in a post-LN encoder (``attention.output.LayerNorm``
-    of BERT, RoBERTa, ELECTRA, MiniLM; DistilBERT's ``sa_layer_norm``; ALBERT's ``attention.LayerNorm`` of the layer
-    module the layer runs: :data:`bertlook.attention.norms.ENCODER_LAYOUTS`); None for a pre-LN decoder (GPT-2,
-    GPT-NeoX, Llama: no LayerNorm there)."""
+    of BERT, RoBERTa, ELECTRA, MiniLM, DeBERTa-v2/v3; DistilBERT's ``sa_layer_norm``; ALBERT's ``attention.LayerNorm``
+    of the layer module the layer runs: :data:`bertlook.attention.norms.ENCODER_LAYOUTS`); None for a pre-LN model
+    (GPT-2, GPT-NeoX, Llama, and the encoder ModernBERT, whose ``attn_norm`` comes before the attention: no
+    LayerNorm after the residual)."""
     from bertlook.attention import norms  # lazy: norms is heavier than this module needs for the maths
 
     layout = norms.encoder_layout(model)
@@ -213,6 +215,8 @@ def post_layer_norm(model, layer: int) -> PostLayerNorm | None:
         return None
     kind, layers = layout
     path = norms.ENCODER_LAYOUTS[kind][2]
+    if path is None:  # a pre-LN encoder (ModernBERT): y_i = pre_i, as in a decoder
+        return None
     ln = norms.layer_module(layers[layer], path)
     if ln is None:
         raise BertlookError(f"alti: model class {type(model).__name__}, layer {layer + 1}: no {path} (a post-LN "

@@ -8,7 +8,8 @@ callback the moment the module returns them; the model is run without ``output_a
 keeps them, and a layer's float32 maps are freed before the next layer runs. What the callback keeps (the
 stream: the layer converted to float16, the store's dtype) is all the caller holds. ALBERT runs one attention
 module for several layers (all 12 in ``albert-base-v2``): it is hooked once and its calls are the layers in order
-(:mod:`bertlook.attention.layer_calls`).
+(:mod:`bertlook.attention.layer_calls`). DeBERTa-v2/v3 declares no attention modules to transformers: its layers'
+``attention.self`` modules are hooked and asked for their weights (:data:`UNDECLARED`).
 
 Definitions: docs/definitions.md#token-level-extraction
 """
@@ -21,14 +22,42 @@ from typing import Any, Callable, Iterator
 from bertlook.attention import layer_calls, norms
 from bertlook.errors import BertlookError
 
+#: encoder layouts (:func:`bertlook.attention.norms.encoder_layout`) whose transformers classes do not declare their
+#: attention modules (no ``_can_record_outputs``): layout -> (the attention module of a layer, as an attribute path;
+#: the position of its ``output_attentions`` argument). The module returns its weights at output index 1 when that
+#: argument is True, which :func:`capture_layers` sets in a forward pre-hook: DeBERTa-v2/v3's
+#: ``DisentangledSelfAttention`` (its parent drops the weights unless the model was asked for them all, so each
+#: layer's weights are still freed before the next layer runs).
+UNDECLARED = {"deberta": ("attention.self", 2)}
+
+
+def _spec(model):
+    """transformers' record of the model's attention modules (``_can_record_outputs["attentions"]``), or None."""
+    return (getattr(model, "_can_record_outputs", None) or {}).get("attentions")
+
+
+def _undeclared(model) -> tuple[list, int] | None:
+    """``(the attention module of every layer, position of its output_attentions argument)`` of a model of an
+    :data:`UNDECLARED` layout, else None."""
+    layout = norms.encoder_layout(model)
+    if layout is None or layout[0] not in UNDECLARED:
+        return None
+    path, position = UNDECLARED[layout[0]]
+    mods = [norms.layer_module(layer, path) for layer in layout[1]]
+    return (mods, position) if mods and all(m is not None for m in mods) else None
+
 
 def attention_modules(model) -> list[tuple[str, Any, int]]:
     """``(name, module, index)`` of every self-attention module of ``model`` in layer order, one entry per layer,
     ``index`` the position of the attention weights in its output tuple (transformers' own ``OutputRecorder`` of
-    ``attentions``). A module shared by several layers (ALBERT's: :func:`bertlook.attention.norms.encoder_layout`)
-    is the entry of each of them. A BertlookError when the model does not say, or the modules do not map to its
-    layer count."""
-    spec = (getattr(model, "_can_record_outputs", None) or {}).get("attentions")
+    ``attentions``; for a model of an :data:`UNDECLARED` layout, DeBERTa-v2/v3, its layers' attention modules, index
+    1). A module shared by several layers (ALBERT's: :func:`bertlook.attention.norms.encoder_layout`) is the entry of
+    each of them. A BertlookError when the model does not say, or the modules do not map to its layer count."""
+    spec = _spec(model)
+    undeclared = _undeclared(model) if spec is None else None
+    if undeclared is not None:
+        names = {id(mod): name for name, mod in model.named_modules()}
+        return [(names.get(id(mod), ""), mod, 1) for mod in undeclared[0]]
     if spec is None:
         raise BertlookError(f"model class {type(model).__name__} does not declare its attention modules "
                             "(transformers' _can_record_outputs); its maps cannot be captured layer by layer")
@@ -77,5 +106,24 @@ def capture_layers(model, on_layer: Callable[[int, Any], None]) -> Iterator[int]
                                 "be loaded with attn_implementation='eager')")
         on_layer(layer, weights)
 
-    with layer_calls.layer_hooks(model, [module for _, module, _ in modules], hook, what="attention capture"):
+    per_layer = [module for _, module, _ in modules]
+    with contextlib.ExitStack() as stack:
+        undeclared = _undeclared(model) if _spec(model) is None else None
+        if undeclared is not None:
+            stack.enter_context(_ask_weights(model, per_layer, undeclared[1]))
+        stack.enter_context(layer_calls.layer_hooks(model, per_layer, hook, what="attention capture"))
         yield len(modules)
+
+
+def _ask_weights(model, per_layer: list, position: int):
+    """Within the block, every call of the modules ``per_layer`` is made with ``output_attentions`` True (its
+    positional argument ``position``, or the keyword), so that it returns its weights (:data:`UNDECLARED`)."""
+
+    def ask(_layer, _module, args, kwargs):
+        if len(args) > position:
+            args = (*args[:position], True, *args[position + 1:])
+        else:
+            kwargs = {**kwargs, "output_attentions": True}
+        return args, kwargs
+
+    return layer_calls.layer_hooks(model, per_layer, ask, what="attention capture", pre=True, with_kwargs=True)

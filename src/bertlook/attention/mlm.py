@@ -14,23 +14,46 @@ from bertlook.errors import BertlookError
 #: names of the masked-LM head module (BERT: ``cls``; RoBERTa-style: ``lm_head``; ALBERT: ``predictions``); the head
 #: must map ``[..., hidden]`` to ``[..., vocab]`` position by position.
 HEAD_NAMES = ("cls", "lm_head", "predictions")
-#: DistilBERT's masked-LM head: modules of the model itself, applied in this order (DistilBertForMaskedLM.forward)
-DISTILBERT_HEAD = ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")
+#: masked-LM heads made of several modules of the model itself, applied in this order (their ``ForMaskedLM.forward``):
+#: DistilBERT's four, ModernBERT's ``head`` (dense, activation, norm) then ``decoder``
+SPLIT_HEADS = (("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"), ("head", "decoder"))
 
 
 def mlm_head_module(model):
-    """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT: its head's
-    modules as one ``Sequential``, the same weights)."""
+    """The model's masked-LM head module when it is a known per-position head, else None (DistilBERT, ModernBERT:
+    their head's modules as one ``Sequential``, the same weights; DeBERTa-v2/v3: ``cls``, its legacy head, the one
+    transformers builds unless the config says ``legacy: false``, else ``lm_predictions.lm_head`` with the input
+    embeddings as its output layer)."""
     import torch  # lazy: see the note at the imports
 
     for name in HEAD_NAMES:
         mod = getattr(model, name, None)
         if isinstance(mod, torch.nn.Module) and name != getattr(model, "base_model_prefix", None):
             return mod
-    parts = [getattr(model, name, None) for name in DISTILBERT_HEAD]
-    if all(isinstance(mod, torch.nn.Module) for mod in parts):  # DistilBERT: its four head modules in a row (a
-        return torch.nn.Sequential(*parts)  # module the model never calls: the gradients step's hook stays idle)
+    for names in SPLIT_HEADS:
+        parts = [getattr(model, name, None) for name in names]
+        if all(isinstance(mod, torch.nn.Module) for mod in parts):  # the head's modules in a row (a module the model
+            return torch.nn.Sequential(*parts)  # never calls: the gradients step's hook stays idle)
+    lm_head = getattr(getattr(model, "lm_predictions", None), "lm_head", None)
+    embeddings = getattr(getattr(getattr(model, "base_model", None), "embeddings", None), "word_embeddings", None)
+    if isinstance(lm_head, torch.nn.Module) and isinstance(embeddings, torch.nn.Module):
+        return _deberta_head(torch, lm_head, embeddings)  # DeBERTa-v2/v3 with legacy: false
     return None
+
+
+def _deberta_head(torch, lm_head, embeddings):
+    """DeBERTa-v2/v3's non-legacy head as a per-position module: ``lm_head(hidden, word_embeddings)`` (its output
+    layer is the input embeddings, as ``DebertaV2ForMaskedLM.forward`` calls it)."""
+
+    class WithEmbeddings(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm_head, self.word_embeddings = lm_head, embeddings
+
+        def forward(self, hidden):
+            return self.lm_head(hidden, self.word_embeddings)
+
+    return WithEmbeddings()
 
 
 

@@ -9,9 +9,11 @@ pass as the attention maps (:func:`bertlook.attention.extraction.extract_to_stor
 
 - :func:`find_attention_modules` finds, per layer, the value ``Linear`` and the output projection
   ``Linear`` of a Hugging Face encoder (:func:`encoder_layout`: BERT-like ones, BERT, RoBERTa, ELECTRA, MiniLM:
-  ``encoder.layer[i].attention.self.value`` / ``.attention.output.dense``; DistilBERT: ``transformer.layer[i]
-  .attention.v_lin`` / ``.out_lin``; ALBERT: ``attention.value`` / ``.dense`` of the ``AlbertLayer`` each layer
-  runs, one shared by all layers in the released models) or of a decoder (:func:`decoder_layers`);
+  ``encoder.layer[i].attention.self.value`` / ``.attention.output.dense``; DeBERTa-v2/v3: ``attention.self
+  .value_proj`` / ``attention.output.dense``; DistilBERT: ``transformer.layer[i].attention.v_lin`` / ``.out_lin``;
+  ALBERT: ``attention.value`` / ``.dense`` of the ``AlbertLayer`` each layer runs, one shared by all layers in the
+  released models; ModernBERT: the value part of ``layers[i].attn.Wqkv`` / ``attn.Wo``) or of a decoder
+  (:func:`decoder_layers`);
 - :func:`capture_values` (a context manager) hooks the value ``Linear`` of every layer and keeps
   its output ``x W_V + b_V`` of the last forward pass (a module shared by several layers: by call order,
   :mod:`bertlook.attention.layer_calls`);
@@ -58,11 +60,14 @@ PUNCT_TOKENS = (".", ",")
 # modules and hooks
 
 #: the encoder layouts :func:`encoder_layout` reads: kind -> (value projection, output projection, post-LN) of a layer
-#: module, as attribute paths (the post-LN: the LayerNorm after the attention residual, ALTI's)
+#: module, as attribute paths (the post-LN: the LayerNorm after the attention residual, ALTI's; None: a pre-LN
+#: encoder, whose values come from the LayerNorm before the attention, as a decoder's)
 ENCODER_LAYOUTS = {
     "bert": ("attention.self.value", "attention.output.dense", "attention.output.LayerNorm"),  # BERT, RoBERTa, ...
+    "deberta": ("attention.self.value_proj", "attention.output.dense", "attention.output.LayerNorm"),  # DeBERTa-v2/v3
     "distilbert": ("attention.v_lin", "attention.out_lin", "sa_layer_norm"),
     "albert": ("attention.value", "attention.dense", "attention.LayerNorm"),  # one AlbertLayer, shared
+    "modernbert": ("attn.Wqkv", "attn.Wo", None),  # the value part of a fused q|k|v projection; pre-LN (attn_norm)
 }
 
 
@@ -81,9 +86,11 @@ def _albert_layers(encoder, config) -> list:
 
 def encoder_layout(model) -> tuple[str, list] | None:
     """``(kind, layers)`` of an encoder (or of its base model), ``layers`` the layer module of every layer in order
-    (:data:`ENCODER_LAYOUTS`): ``bert`` (``encoder.layer[i]``: BERT, RoBERTa, ELECTRA, MiniLM), ``distilbert``
-    (``transformer.layer[i]``), ``albert`` (``encoder.albert_layer_groups``: one module may serve several layers,
-    :mod:`bertlook.attention.layer_calls`); None for anything else."""
+    (:data:`ENCODER_LAYOUTS`): ``bert`` (``encoder.layer[i]``: BERT, RoBERTa, ELECTRA, MiniLM), ``deberta``
+    (``encoder.layer[i]`` with ``attention.self.value_proj``: DeBERTa-v2/v3), ``distilbert`` (``transformer.layer[i]``),
+    ``albert`` (``encoder.albert_layer_groups``: one module may serve several layers,
+    :mod:`bertlook.attention.layer_calls`), ``modernbert`` (``layers[i]`` with ``attn.Wqkv``: ModernBERT, pre-LN);
+    None for anything else."""
     for candidate in (model, getattr(model, "base_model", None), getattr(model, "bert", None)):
         if candidate is None:
             continue
@@ -91,14 +98,19 @@ def encoder_layout(model) -> tuple[str, list] | None:
         layers = getattr(encoder, "layer", None) if encoder is not None else None
         if layers is not None:
             try:
-                return "bert", list(layers)
+                layers = list(layers)
             except TypeError:
                 return None
+            deberta = layers and hasattr(layer_module(layers[0], "attention.self"), "value_proj")
+            return ("deberta" if deberta else "bert"), layers
         if encoder is not None and getattr(encoder, "albert_layer_groups", None) is not None:
             return "albert", _albert_layers(encoder, candidate.config)
         layers = getattr(getattr(candidate, "transformer", None), "layer", None)
         if layers is not None and len(layers) and hasattr(getattr(layers[0], "attention", None), "v_lin"):
             return "distilbert", list(layers)
+        layers = getattr(candidate, "layers", None)
+        if layers is not None and len(layers) and hasattr(getattr(layers[0], "attn", None), "Wqkv"):
+            return "modernbert", list(layers)
     return None
 
 
@@ -213,17 +225,39 @@ def _decoder_modules(kind: str, layers: list, num_heads: int, config) -> list[tu
     return out
 
 
-def find_attention_modules(model, num_heads: int | None = None) -> LayerModules:
-    """Per layer, ``(value_linear, output_dense)`` of an encoder (:func:`encoder_layout`: BERT-like, DistilBERT,
-    ALBERT), or of a decoder-only model (:func:`decoder_layers`: the value part of its projection as a
-    :class:`ValueTap`, its output projection), as a :class:`LayerModules` list (``.model``: ``model``).
+def _modernbert_modules(layers: list, cls_name: str, num_heads: int | None) -> list[tuple[Any, Any]]:
+    """:func:`find_attention_modules` of a ModernBERT: the value part of ``attn.Wqkv`` (its output ``[q | k | v]``,
+    each ``d_model`` features with the heads in order, as ``ModernBertAttention`` views it) and ``attn.Wo``."""
+    out = []
+    for i, layer in enumerate(layers):
+        fused, dense = layer_module(layer, "attn.Wqkv"), layer_module(layer, "attn.Wo")
+        d = int(getattr(dense, "in_features", 0) or 0)
+        if fused is None or dense is None or not d or int(fused.out_features) != 3 * d:
+            raise BertlookError(f"norm-based maps: model class {cls_name}, layer {i + 1}: attn.Wqkv (q|k|v, "
+                                f"3 x {d} features) and attn.Wo (Linear modules of its modernbert layout) not found")
+        if num_heads is not None and d % int(num_heads):
+            raise BertlookError(f"norm-based maps: model class {cls_name}, layer {i + 1}: output projection input "
+                                f"size {d} does not fit {num_heads} heads")
 
-    ``value_linear`` gives ``x W_V + b_V`` (BERT: ``layer.attention.self.value``; DistilBERT ``attention.v_lin``;
-    ALBERT ``attention.value``), ``output_dense`` is ``W_O``, weight ``[d_model, d_model]`` (out, in) (BERT:
-    ``layer.attention.output.dense``; DistilBERT ``attention.out_lin``; ALBERT ``attention.dense``). ALBERT's
-    shared layer gives the same pair for every layer that runs it. Raises :class:`BertlookError` naming the model
-    class when they are not found or do not fit (the hidden size must be a multiple of ``num_heads``; the layer
-    count must be the config's).
+        def value(o, d=d):  # [batch, seq, 3 d_model]: q | k | v
+            return o[..., 2 * d:]
+        out.append((ValueTap(fused, value, lambda w, d=d: _part(w, 3 * d, 2 * d)), dense))
+    return out
+
+
+def find_attention_modules(model, num_heads: int | None = None) -> LayerModules:
+    """Per layer, ``(value_linear, output_dense)`` of an encoder (:func:`encoder_layout`: BERT-like, DeBERTa-v2/v3,
+    DistilBERT, ALBERT, ModernBERT), or of a decoder-only model (:func:`decoder_layers`: the value part of its
+    projection as a :class:`ValueTap`, its output projection), as a :class:`LayerModules` list (``.model``:
+    ``model``).
+
+    ``value_linear`` gives ``x W_V + b_V`` (BERT: ``layer.attention.self.value``; DeBERTa ``attention.self
+    .value_proj``; DistilBERT ``attention.v_lin``; ALBERT ``attention.value``; ModernBERT: the value part of
+    ``attn.Wqkv``, a :class:`ValueTap`), ``output_dense`` is ``W_O``, weight ``[d_model, d_model]`` (out, in)
+    (BERT, DeBERTa: ``layer.attention.output.dense``; DistilBERT ``attention.out_lin``; ALBERT ``attention.dense``;
+    ModernBERT ``attn.Wo``). ALBERT's shared layer gives the same pair for every layer that runs it. Raises
+    :class:`BertlookError` naming the model class when they are not found or do not fit (the hidden size must be a
+    multiple of ``num_heads``; the layer count must be the config's).
     """
     cls_name = type(model).__name__
     layout = encoder_layout(model)
@@ -235,14 +269,14 @@ def find_attention_modules(model, num_heads: int | None = None) -> LayerModules:
     if not layout or not layout[1]:
         raise BertlookError(
             f"norm-based maps: model class {cls_name} has no encoder layer list (supported: BERT-like encoders "
-            "such as BERT, RoBERTa, ELECTRA, MiniLM (encoder.layer), DistilBERT (transformer.layer), ALBERT "
-            "(encoder.albert_layer_groups); decoders with v_proj/o_proj (Llama, Qwen2, Mistral), "
-            "query_key_value/dense (GPT-NeoX) or c_attn/c_proj (GPT-2))"
+            "such as BERT, RoBERTa, ELECTRA, MiniLM, DeBERTa-v2/v3 (encoder.layer), DistilBERT "
+            "(transformer.layer), ALBERT (encoder.albert_layer_groups), ModernBERT (layers[i].attn.Wqkv); decoders "
+            "with v_proj/o_proj (Llama, Qwen2, Mistral), query_key_value/dense (GPT-NeoX) or c_attn/c_proj (GPT-2))"
         )
     kind, layers = layout
     value_path, dense_path, _ = ENCODER_LAYOUTS[kind]
-    out = []
-    for i, layer in enumerate(layers):
+    out = _modernbert_modules(layers, cls_name, num_heads) if kind == "modernbert" else []
+    for i, layer in enumerate(layers if kind != "modernbert" else ()):
         value, dense = layer_module(layer, value_path), layer_module(layer, dense_path)
         w_v, w_o = getattr(value, "weight", None), getattr(dense, "weight", None)
         if value is None or dense is None or w_v is None or w_o is None or w_o.dim() != 2:

@@ -7,7 +7,9 @@ embeddings, every other weight random" (the authors did not release this code). 
 
 - ``"embeddings"`` (default, the paper's reading): ``embeddings.word_embeddings.weight`` and
   ``embeddings.position_embeddings.weight`` keep their pretrained values, bit for bit; every other
-  parameter is re-initialised.
+  parameter is re-initialised. A model without learnt absolute positions keeps its input embeddings
+  alone: a decoder with rotary positions, DeBERTa-v3 (relative positions, ``encoder.rel_embeddings``,
+  re-initialised with the attention they feed), ModernBERT (rotary).
 - ``"none"``: every parameter is re-initialised, the word and position embeddings included.
 
 :func:`make_random_init_model` builds that model:
@@ -108,6 +110,28 @@ def _decoder_embeddings(model, params: dict[str, Any]) -> list[str] | None:
     return kept
 
 
+def _encoder_embeddings(model, params: dict[str, Any]) -> list[str]:
+    """The kept parameters of an encoder: ``embeddings.word_embeddings`` and ``embeddings.position_embeddings``
+    (BERT-style encoders, as ever); an encoder without learnt absolute positions (no ``embeddings
+    .position_embeddings`` module: DeBERTa-v3, ``position_biased_input`` false, whose relative positions live inside
+    every attention layer; ModernBERT, rotary) keeps its input (word) embeddings alone, found by identity with
+    ``get_input_embeddings()``."""
+    named = [n for n in params if _kept(n)]
+    if len(named) == len(KEPT_MODULES):
+        return named
+    base = getattr(model, "base_model", model)
+    positions = getattr(getattr(base, "embeddings", None), "position_embeddings", None)
+    word = getattr(model.get_input_embeddings(), "weight", None)
+    inputs = [n for n, p in params.items() if p is word]
+    if positions is None and len(inputs) == 1:
+        return inputs
+    raise BertlookError(
+        f"model {type(model).__name__}: expected parameters {', '.join(m + '.weight' for m in KEPT_MODULES)} (or, "
+        f"without learnt positions, its input embeddings), found {named or 'none'}; only BERT-style models, "
+        "DeBERTa-v2/v3 and ModernBERT among the encoders are supported"
+    )
+
+
 def reinit_except_embeddings(model, seed: int, keep: str = DEFAULT_KEEP) -> dict[str, list[str]]:
     """Re-initialise ``model`` in place with its own ``_init_weights`` under ``torch.manual_seed(seed)``.
 
@@ -122,12 +146,7 @@ def reinit_except_embeddings(model, seed: int, keep: str = DEFAULT_KEEP) -> dict
     _check_keep(keep)
     params = dict(model.named_parameters())
     decoder = _decoder_embeddings(model, params)
-    embeddings = decoder if decoder is not None else [n for n in params if _kept(n)]
-    if decoder is None and len(embeddings) != len(KEPT_MODULES):
-        raise BertlookError(
-            f"model {type(model).__name__}: expected parameters {', '.join(m + '.weight' for m in KEPT_MODULES)}, "
-            f"found {embeddings or 'none'}; only BERT-style models are supported"
-        )
+    embeddings = decoder if decoder is not None else _encoder_embeddings(model, params)
     kept = embeddings if keep == "embeddings" else []
     saved = {n: params[n].detach().clone() for n in kept}
     init_fn = getattr(model, "_init_weights", None)

@@ -37,8 +37,8 @@ import yaml
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline import costs as cost_models
-from bertlook.pipeline.plan_models import (DTYPE_BYTES, ModelConfig, find_config, hub_download, param_count, refusal,
-                                           transformers_types, weights_dtype)
+from bertlook.pipeline.plan_models import (DTYPE_BYTES, ModelConfig, find_config, hub_download, layout_refusal,
+                                           param_count, refusal, transformers_types, weights_dtype)
 from bertlook.pipeline.sharding import shard_labels
 from bertlook.pipeline.sizing import (MIB, Job, ModelDims, dims_from_config, rule_resources, segments_input,
                                       sum_flops)
@@ -199,7 +199,8 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     if found.cfg is None:
         return _refused(model, found, found.refused or "no config.json")
     cfg, spec = found.cfg, str(model["name_or_path"])
-    reason = refusal(cfg, spec, known_types)
+    on = switches(config, True, declared)
+    reason = refusal(cfg, spec, known_types) or layout_refusal(cfg, spec, on)
     try:
         dims = dims_from_config(cfg, found.weights_bytes, source=found.source)
     except BertlookError as err:
@@ -210,7 +211,6 @@ def plan_model(model: Mapping[str, Any], found: ModelConfig, config: Mapping[str
     stored = weights_dtype(cfg)
     loaded = stored if config["extraction"].get("model_dtype") == "auto" else "float32"
     gpu_bytes = float(params * DTYPE_BYTES[loaded])
-    on = switches(config, True, declared)
     run = f"{config['run_name']}-{model['label']}"
     jobs = [_job_row(rule, wc, config, run, dims, costs, partitions, gpu_bytes, gpu_tflops)
             for rule, wc in model_jobs(config, on, declared, partitions, rules_info) if rule in costs]

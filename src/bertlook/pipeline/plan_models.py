@@ -10,7 +10,8 @@ decoder's head as untied: an upper bound). Families without a formula here fall 
 
 What a config can tell about whether bertlook can analyse the model is checked here (:func:`refusal`: remote code,
 no attention, encoder-decoder, an ALBERT with several layers per layer group, a ``model_type`` the installed
-transformers has no class for); that the class then
+transformers has no class for; :func:`layout_refusal`: a layer layout the norm-based maps or the contributions
+step cannot read while they are switched on); that the class then
 loads with the eager attention path, the one that returns the weights, is checked when a step loads it
 (:func:`bertlook.attention.modeling.load_model`).
 """
@@ -129,6 +130,32 @@ def refusal(cfg: Mapping[str, Any], spec: str, known_types: frozenset[str] | Non
         return (f"model {spec!r}: transformers has no class for model_type {model_type!r} (an unknown "
                 "architecture: no eager attention path to read the weights from)")
     return None
+
+
+#: the ``model_type`` values whose layers the readers that look inside a layer know (the norm-based maps, ALTI, value
+#: zeroing, head ablation: docs/definitions.md#supported-layouts); each is checked on a tiny random model of its
+#: class (tests/test_deberta_modernbert.py), so that a model the plan accepts is one those readers read
+INSIDE_TYPES = frozenset({
+    "bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert", "deberta-v2", "modernbert",
+    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+    "gemma3_text", "olmo", "olmo2", "stablelm", "starcoder2", "smollm3", "granite",
+})
+#: the switches (:func:`bertlook.pipeline.steps.switches`) whose steps read inside a layer
+INSIDE_SWITCHES = ("norms", "contributions")
+
+
+def layout_refusal(cfg: Mapping[str, Any], spec: str, on: Mapping[str, bool]) -> str | None:
+    """Why the steps switched on in ``on`` cannot read the model of ``cfg``: a ``model_type`` outside
+    :data:`INSIDE_TYPES` while a step that reads inside a layer (:data:`INSIDE_SWITCHES`) is on; else None."""
+    wanted = [name for name in INSIDE_SWITCHES if on.get(name)]
+    model_type = cfg.get("model_type")
+    if not wanted or model_type in INSIDE_TYPES:
+        return None
+    keys = " and ".join(f"{name}.enabled" for name in wanted)
+    return (f"model {spec!r}: {keys} read inside each layer (the value and output projections of its attention: "
+            f"norm-based maps{', ALTI, value zeroing, head ablation' if 'contributions' in wanted else ''}), and the "
+            f"layer layout of model_type {model_type!r} is not one bertlook reads (docs/definitions.md#supported-"
+            f"layouts); switch {' and '.join(wanted)} off to run its attention analyses, or leave the model out")
 
 
 def weights_dtype(cfg: Mapping[str, Any]) -> str:

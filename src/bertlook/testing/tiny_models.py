@@ -100,21 +100,54 @@ def make_tiny_bert(
 
 #: the encoder architectures :func:`make_tiny_encoder` builds beside BERT (their transformers config and model
 #: classes); each gets BERT's WordPiece tokenizer ([CLS] ... [SEP], as DistilBERT has; ALBERT's own is a
-#: SentencePiece model with the same special tokens). The tiny ALBERT shares one layer across its layers (as
-#: albert-base-v2: ``num_hidden_groups`` 1).
+#: SentencePiece model with the same special tokens, DeBERTa-v3's too, ModernBERT's a byte-level BPE with [CLS] /
+#: [SEP]). The tiny ALBERT shares one layer across its layers (as albert-base-v2: ``num_hidden_groups`` 1); the tiny
+#: DeBERTa-v2 has DeBERTa-v3's relative-position attention (``p2c|c2p``, shared keys, position buckets, no absolute
+#: positions, no token types); the tiny ModernBERT alternates global and local (sliding-window) attention.
 ENCODER_ARCHS = {
     "bert": ("BertConfig", "BertModel", "BertForMaskedLM"),
     "albert": ("AlbertConfig", "AlbertModel", "AlbertForMaskedLM"),
     "distilbert": ("DistilBertConfig", "DistilBertModel", "DistilBertForMaskedLM"),
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", "DebertaV2ForMaskedLM"),
+    "modernbert": ("ModernBertConfig", "ModernBertModel", "ModernBertForMaskedLM"),
 }
+
+
+def tiny_encoder_config(arch: str, *, vocab_size: int, layers: int = 2, heads: int = 2, hidden: int = 32,
+                        intermediate_size: int = 64, max_position_embeddings: int = 160, groups: int = 1, **extra):
+    """The transformers config of a tiny ``arch`` (:data:`ENCODER_ARCHS`; ``extra``: more config keys)."""
+    config_cls = getattr(transformers, ENCODER_ARCHS[arch][0])
+    common = dict(vocab_size=vocab_size, max_position_embeddings=max_position_embeddings, pad_token_id=0)
+    if arch == "albert":
+        # the released ALBERTs' layout: ONE layer group, its one AlbertLayer run for every layer (num_hidden_groups
+        # 1; read by call order, bertlook.attention.layer_calls); groups > 1: one layer group per `groups` layers
+        params = dict(embedding_size=hidden // 2, hidden_size=hidden, num_hidden_layers=layers,
+                      num_hidden_groups=groups, num_attention_heads=heads, intermediate_size=intermediate_size,
+                      type_vocab_size=2)
+    elif arch == "distilbert":
+        params = dict(dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=intermediate_size)
+    elif arch == "deberta_v2":  # microsoft/deberta-v3-base's attention, with 16 position buckets
+        params = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      intermediate_size=intermediate_size, relative_attention=True, position_buckets=16,
+                      max_relative_positions=-1, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
+                      share_att_key=True, position_biased_input=False, type_vocab_size=0, layer_norm_eps=1e-7)
+    elif arch == "modernbert":  # answerdotai/ModernBERT-base's layout: global attention every 2nd layer here
+        params = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      intermediate_size=intermediate_size, local_attention=4, global_attn_every_n_layers=2,
+                      bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
+    else:
+        params = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      intermediate_size=intermediate_size, type_vocab_size=2)
+    return config_cls(**{**common, **params, **extra})
 
 
 def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2, heads: int = 2, hidden: int = 32,
                       intermediate_size: int = 64, max_position_embeddings: int = 160, seed: int = 0,
                       groups: int = 1, mlm_head: bool = False) -> Path:
     """Write a tiny random encoder of ``arch`` (one of :data:`ENCODER_ARCHS`: BERT, ALBERT with ``groups`` layer
-    groups (default 1: one layer shared by all layers, as the released ALBERTs), DistilBERT) with the WordPiece
-    tokenizer of :func:`make_tiny_bert` to ``out_dir``; ``mlm_head``: the masked-LM class (its head)."""
+    groups (default 1: one layer shared by all layers, as the released ALBERTs), DistilBERT, DeBERTa-v2/v3,
+    ModernBERT; :func:`tiny_encoder_config`) with the WordPiece tokenizer of :func:`make_tiny_bert` to ``out_dir``;
+    ``mlm_head``: the masked-LM class (its head)."""
     if arch not in ENCODER_ARCHS:
         raise ValueError(f"unknown encoder architecture {arch!r} (use one of {', '.join(ENCODER_ARCHS)})")
     out = make_tiny_bert(out_dir, num_layers=layers, num_heads=heads, hidden_size=hidden,
@@ -122,21 +155,11 @@ def make_tiny_encoder(out_dir: str | os.PathLike, arch: str, *, layers: int = 2,
                          seed=seed, mlm_head=mlm_head)
     if arch == "bert":
         return out
-    n_vocab = len(tiny_vocab())
-    config_name, base_name, mlm_name = ENCODER_ARCHS[arch]
-    config_cls = getattr(transformers, config_name)
+    _config_name, base_name, mlm_name = ENCODER_ARCHS[arch]
     model_cls = getattr(transformers, mlm_name if mlm_head else base_name)
-    if arch == "albert":
-        # the released ALBERTs' layout: ONE layer group, its one AlbertLayer run for every layer (num_hidden_groups
-        # 1; read by call order, bertlook.attention.layer_calls); groups > 1: one layer group per `groups` layers
-        config = config_cls(vocab_size=n_vocab, embedding_size=hidden // 2, hidden_size=hidden,
-                            num_hidden_layers=layers, num_hidden_groups=groups, num_attention_heads=heads,
-                            intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
-                            type_vocab_size=2, pad_token_id=0)
-    else:
-        config = config_cls(vocab_size=n_vocab, dim=hidden, n_layers=layers, n_heads=heads,
-                            hidden_dim=intermediate_size, max_position_embeddings=max_position_embeddings,
-                            pad_token_id=0)
+    config = tiny_encoder_config(arch, vocab_size=len(tiny_vocab()), layers=layers, heads=heads, hidden=hidden,
+                                 intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
+                                 groups=groups)
     for stale in out.glob("*.safetensors"):  # the BERT weights make_tiny_bert wrote
         stale.unlink()
     torch.manual_seed(seed)
