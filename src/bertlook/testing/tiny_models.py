@@ -6,7 +6,7 @@ weights, WordPiece ``vocab.txt`` and fast-tokenizer files) that ``AutoModel.from
 same arguments give identical files. ``make_tiny_multilingual(out_dir, kind, texts)`` does the same for
 mBERT-like (WordPiece), XLM-R-like (SentencePiece Unigram, ``▁``) and RoBERTa-like (byte-level BPE)
 models whose tokenizer is trained on ``texts`` on the fly. ``random_ln_bert()`` is a BERT in memory with random
-LayerNorms (the ALTI tests).
+LayerNorms (the ALTI tests), ``random_ln_encoder(arch)`` the same for every encoder layout (the layout tests).
 """
 
 from __future__ import annotations
@@ -175,7 +175,8 @@ def random_layer_norms(model, generator: "torch.Generator"):
         for mod in model.modules():
             if isinstance(mod, torch.nn.LayerNorm):
                 mod.weight.copy_(1.0 + 0.5 * torch.randn(mod.weight.shape, generator=generator))
-                mod.bias.copy_(0.5 * torch.randn(mod.bias.shape, generator=generator))
+                if mod.bias is not None:  # a LayerNorm without bias (ModernBERT's default) draws no beta
+                    mod.bias.copy_(0.5 * torch.randn(mod.bias.shape, generator=generator))
     return model
 
 
@@ -193,6 +194,22 @@ def random_ln_bert(*, layers: int = 1, hidden: int = 8, heads: int = 2, vocab: i
     torch.manual_seed(seed)
     model = (BertForMaskedLM(config) if mlm else BertModel(config, add_pooling_layer=pooling)).eval()
     return random_layer_norms(model, generator if generator is not None else torch.Generator().manual_seed(seed + 1))
+
+
+def random_ln_encoder(arch: str, *, layers: int = 3, hidden: int = 16, heads: int = 2, vocab: int = 30,
+                      max_positions: int = 32, initializer_range: float = 0.3, seed: int = 0, mlm: bool = False,
+                      **extra):
+    """A tiny random encoder of ``arch`` (:data:`ENCODER_ARCHS`, config :func:`tiny_encoder_config` with
+    ``intermediate_size`` 2 x ``hidden`` and ``extra``) in memory, in eval mode, eager attention: the base class
+    (the masked-LM class with ``mlm``), its weights drawn after ``torch.manual_seed(seed)`` and its LayerNorms by
+    :func:`random_layer_norms` from a generator seeded ``seed + 1``. The layout tests' models (as
+    :func:`random_ln_bert` is BERT's)."""
+    config = tiny_encoder_config(arch, vocab_size=vocab, layers=layers, heads=heads, hidden=hidden,
+                                 intermediate_size=2 * hidden, max_position_embeddings=max_positions,
+                                 initializer_range=initializer_range, attn_implementation="eager", **extra)
+    torch.manual_seed(seed)
+    model = getattr(transformers, ENCODER_ARCHS[arch][2 if mlm else 1])(config).eval()
+    return random_layer_norms(model, torch.Generator().manual_seed(seed + 1))
 
 
 def bert_base_config(**overrides):
