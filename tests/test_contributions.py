@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from alti_by_hand import alti_by_hand
 from bertlook.errors import BertlookError
 
 
@@ -225,27 +226,18 @@ def test_decomposition_adds_up_to_the_real_layernorm_output():
     dense, ln = layer.attention.output.dense, layer.attention.output.LayerNorm
     w, b = dense.weight.detach().double().numpy(), dense.bias.detach().double().numpy()
     g, beta, eps = ln.weight.detach().double().numpy(), ln.bias.detach().double().numpy(), ln.eps
-    n, nh = a.shape[1], a.shape[0]
-    dh = v.shape[1] // nh
-    f = np.stack([[w[:, h * dh:(h + 1) * dh] @ v[j, h * dh:(h + 1) * dh] for j in range(n)] for h in range(nh)])
+    hand = alti_by_hand(x, a, v, w, b, (g, beta, eps))             # T_i(x_j), y_i, the map, step by step
+    ln_out = got["ln"][0].double().numpy()
+    np.testing.assert_allclose(hand.y, ln_out, atol=1e-6)
     L = lambda u: g * (u - u.mean(-1, keepdims=True))  # noqa: E731
-    expected_map = np.zeros((n, n))
-    for i in range(n):
-        raw = np.stack([sum(a[h, i, j] * f[h, j] for h in range(nh)) + (x[i] if i == j else 0) for j in range(n)])
-        pre = raw.sum(0) + b
-        sigma = np.sqrt(pre.var() + eps)
-        t = L(raw) / sigma                                          # T_i(x_j), j = 0..n-1
-        y = t.sum(0) + L(b) / sigma + beta
-        np.testing.assert_allclose(y, got["ln"][0, i].double().numpy(), atol=1e-6)
-        s_unbiased = np.std(pre + eps, ddof=1)
-        y_unbiased = L(raw).sum(0) / s_unbiased + L(b) / s_unbiased + beta
-        assert float(np.abs(y_unbiased - got["ln"][0, i].double().numpy()).max()) > 1e-3
-        expected_map[i] = np.maximum(0, np.abs(y).sum() - np.abs(y - t).sum(-1))
-        expected_map[i] /= expected_map[i].sum()
+    for i in range(a.shape[1]):
+        s_unbiased = np.std(hand.pre[i] + eps, ddof=1)
+        y_unbiased = L(hand.raw[i]).sum(0) / s_unbiased + L(b) / s_unbiased + beta
+        assert float(np.abs(y_unbiased - ln_out[i]).max()) > 1e-3
     from bertlook.attention.contributions import example_maps
 
     maps = example_maps(model, {"input_ids": ids})
-    np.testing.assert_allclose(maps["alti"][0, 0].numpy(), expected_map, atol=2e-6)
+    np.testing.assert_allclose(maps["alti"][0, 0].numpy(), hand.map, atol=2e-6)
 
 
 # --------------------------------------------------------------------------------------------------------------
