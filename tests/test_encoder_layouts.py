@@ -22,7 +22,7 @@ import pytest
 
 from bertlook.errors import BertlookError
 from layout_models import (ARCHS, LAYOUTS, MODEL_TYPES, hand_alti, hand_values, layer, masked, parts, run, tiny,
-                           treebank, value_input)
+                           treebank)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
