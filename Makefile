@@ -72,7 +72,9 @@ test-all: install
 	$(PYTEST) -m "not slurm"
 
 # tests/test_slurm.py -m slurm (excluded from `make test`): installs slurm-wlm + munge with apt-get when
-# missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables.
+# missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables; then the tiny
+# atlas (9 models, one broken; one SLURM job per model: profiles/slurm-cpu-per-model) and its rerun, both atlas
+# pages in headless Chromium (about 12 minutes on 2 shared cores; the 9-model atlas is not in make test-all).
 test-slurm: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -s -m slurm tests/test_slurm.py
 

@@ -111,6 +111,43 @@ def test_partition_and_account_come_from_the_environment(name, monkeypatch):
             assert res["slurm_partition"] == "'a100'"
 
 
+# rules that join several models (or none): never in the per-model group, which would make one job of all models
+ACROSS_MODELS_RULES = {"atlas", "models_summary", "resources_summary", "report_pages_summary", "explorer_models",
+                       "languages", "download_wikipedia", "download_glove", "treebank_ud"}
+
+
+def test_the_per_model_add_on_groups_every_step_of_a_model_and_nothing_else(monkeypatch):
+    """profiles/slurm-cpu-per-model: groups and the CPUs of a group only (the rest from profiles/slurm-cpu), every
+    rule of a model's run in the one group `model` (a rule left out would split a model's group around it), no
+    cross-model or local rule, and a group asks for no more CPUs than profiles/slurm-cpu lets one job have."""
+    add_on = yaml.safe_load((PROFILES / "slurm-cpu-per-model" / "config.yaml").read_text())
+    assert set(add_on) == {"groups", "cores"}
+    groups = dict(entry.split("=") for entry in add_on["groups"])
+    assert set(groups.values()) == {"model"}
+    assert set(groups) == set(rules_in_smk()) - ACROSS_MODELS_RULES
+    assert add_on["cores"] <= load_profile("slurm-cpu", monkeypatch)["max-threads"]
+
+
+@pytest.mark.e2e  # snakemake -n with the profiles
+def test_dry_run_with_the_per_model_add_on_makes_one_group_job_per_model(tmp_path):
+    from bertlook.testing.tiny_atlas import make_tiny_atlas
+
+    configfile = make_tiny_atlas(tmp_path, tiny_config(tmp_path, tmp_path / "unused"), labels=["bert", "gpt2"],
+                                 broken=None, minilm=False)
+    env = dict(ENV, BERTLOOK_SLURM_PARTITION="batch")
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(configfile), "--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile",
+         str(PROFILES / "slurm-cpu-per-model"), "-n"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("Group job model (jobs in lexicogr. order):") == 2
+    # outside the groups: only the cross-model jobs (and `all`, which runs where snakemake runs)
+    alone = set(re.findall(r"^(?:local)?rule (\w+):$", proc.stdout, flags=re.M))
+    assert alone and alone <= ACROSS_MODELS_RULES | {"all"}, alone
+
+
 @pytest.mark.e2e  # snakemake -n with the profile
 def test_dry_run_resources_with_the_gpu_profile(tmp_path, tiny_bert_dir):
     """What Snakemake itself makes of profiles/slurm: partition strings and GPUs per job."""
@@ -352,82 +389,155 @@ def test_gpu_profile_runs_extraction_on_the_gpu_partition(runs, cluster):
         assert "gres:gpu:1" in record.get("TresPerJob", ""), record
 
 
-# ---- one failure is one model, on the cluster ----------------------------------------------------
-# A smaller tiny atlas than tests/test_workflow_atlas.py's (time: every SLURM job pays its submission and a
-# snakemake start-up): a tiny GPT-2 and the GPT-NeoX with truncated weights, up to the atlas (no report pages).
-ATLAS_LABELS = ["gpt2", "pythia"]
+# ---- the tiny atlas on the cluster: one failure is one model -------------------------------------------------
+# The whole tiny atlas (bertlook.testing.tiny_atlas: eight tiny models of distinct families and the offline MiniLM,
+# the GPT-NeoX one with truncated weights) through profiles/slurm-cpu with the add-on profile
+# profiles/slurm-cpu-per-model: every model's steps one Snakemake job group, so one SLURM job per model (9 + the
+# atlas, instead of 154 jobs that each pay a submission and two snakemake start-ups). Up to the target `atlas`
+# (not the report pages and cross-model summaries beside it). --cores 1: a group job asks for one CPU (its steps
+# run one after the other in it), so two models run at once on the test's 2-CPU node.
+PER_MODEL = PROFILES / "slurm-cpu-per-model"
+GROUP = "model"  # the group name of profiles/slurm-cpu-per-model
+
+
+def group_failures(log: str) -> list[tuple[str, list[str]]]:
+    """(SLURM log, [log file of each of its steps]) of every group job snakemake reports as failed, once each."""
+    out = []
+    for m in re.finditer(rf"^    message: Error in group {GROUP}\n    log: (\S+).*\n    jobs:\n((?:        .*\n)+)", log,
+                         flags=re.M):
+        entry = (m.group(1), re.findall(r"^            log: (\S+)", m.group(2), flags=re.M))
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def group_jobs(log: str) -> list[tuple[str, str]]:
+    """(rule, run wildcard or "") of every job snakemake started, the steps of its group jobs included (their
+    `rule NAME:` blocks, indented by 4 in a group job's listing); not the steps listed again under a failed group
+    job (indented by 8), nor the jobs of the SLURM logs that show-failed-logs prints (a job's own snakemake,
+    between lines of `=`)."""
+    log = re.sub(r"^={20,}\n.*?^={20,}\n", "", log, flags=re.M | re.S)
+    out = []
+    for m in re.finditer(r"^((?:    )?)(?:local)?rule (\w+):\n((?:\1    .*\n)*)", log, flags=re.M):
+        run = re.search(r"^ *wildcards: .*?\brun=([\w.-]+)", m.group(3), flags=re.M)
+        out.append((m.group(2), run.group(1) if run else ""))
+    return out
 
 
 @pytest.fixture(scope="module")
 def atlas_on_slurm(cluster, tmp_path_factory) -> dict:
-    """The small tiny atlas through profiles/slurm-cpu (keep-going), then, the broken model repaired, again."""
+    """The tiny atlas through profiles/slurm-cpu + slurm-cpu-per-model (keep-going), then, the broken model
+    repaired, again."""
     from bertlook.testing.tiny_atlas import make_tiny_atlas, make_tiny_atlas_model
-    from test_workflow_atlas import BROKEN, logs_of_failed_jobs, state
+    from test_workflow_atlas import BROKEN, state
 
     workdir = tmp_path_factory.mktemp("atlas-on-slurm")
-    configfile = make_tiny_atlas(workdir, slurm_test_config(workdir, workdir / "unused"), labels=ATLAS_LABELS,
-                                 broken=BROKEN, minilm=False)
+    configfile = make_tiny_atlas(workdir, slurm_test_config(workdir, workdir / "unused"), broken=BROKEN)
     assert configfile == workdir / "config.yaml"  # where SnakemakeRun reads it
     env = cluster.env(ENV)
     env["BERTLOOK_SLURM_PARTITION"] = "batch"
-    # the target `atlas`: every model's run and the atlas, not the report pages and summaries beside them
-    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--max-threads", "1", *SLURM_POLL_FAST, "atlas"]
+    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile", str(PER_MODEL), "--cores", "1",
+            "--max-threads", "1", *SLURM_POLL_FAST, "atlas"]
+    page, data = workdir / "results" / "tiny-atlas" / "atlas.html", workdir / "results" / "tiny-atlas" / "atlas.json"
     out = {"workdir": workdir}
     for name in ("first", "rerun"):
         run = SnakemakeRun(workdir, args, env)
         try:
-            result = run.wait(timeout=900, cluster=cluster)
+            result = run.wait(timeout=1200, cluster=cluster)
         finally:
             run.kill()
         out[name], out[f"{name}_code"], out[f"{name}_wall"] = result.stdout + result.stderr, result.returncode, run.wall
         (workdir / f"snakemake-{name}.log").write_text(out[name])
+        out[f"{name}_page"] = page.read_text() if page.is_file() else None
+        out[f"{name}_atlas"] = json.loads(data.read_text()) if data.is_file() else {"models": []}
         if name == "first":
-            out["failed_logs"] = logs_of_failed_jobs(out[name])  # before the rerun writes them again
+            out["failed_logs"] = {path: Path(path).read_text() if Path(path).is_file() else ""
+                                  for _, paths in group_failures(out[name]) for path in paths}
             out["after_first"] = state(workdir / "results")
+            out["jobs_after_first"] = cluster.jobs()
             make_tiny_atlas_model(workdir / "models", BROKEN)  # the repair
-    print(f"\nSLURM atlas test ({len(ATLAS_LABELS)} models, one broken): {out['first_wall']:.0f} s, then the rerun "
-          f"{out['rerun_wall']:.0f} s")
+    print(f"\nSLURM atlas test (9 models, one broken; one SLURM job per model): {out['first_wall']:.0f} s, then the "
+          f"rerun {out['rerun_wall']:.0f} s")
     return out
 
 
 @pytest.mark.slurm
 def test_a_failed_model_on_slurm_stops_only_its_own_jobs(atlas_on_slurm, cluster):
-    from test_workflow_atlas import BROKEN, failed
+    from bertlook.testing.tiny_atlas import MINILM, TINY_ATLAS_MODELS
+    from test_workflow_atlas import BROKEN
 
     log, results = atlas_on_slurm["first"], atlas_on_slurm["workdir"] / "results"
     assert atlas_on_slurm["first_code"] != 0, log[-4000:]
-    errors = failed(log)
-    assert errors and all(f"/tiny-{BROKEN}/" in job_log for _, job_log in errors), errors
-    assert all("corrupt or truncated safetensors" in atlas_on_slurm["failed_logs"][job_log] for _, job_log in errors)
+    # the group jobs that failed: the broken model's (twice: see below), each of its steps' logs in that model's run
+    failures = group_failures(log)
+    assert failures and all(steps and all(f"/tiny-{BROKEN}/" in path for path in steps) for _, steps in failures), \
+        failures
+    assert any("corrupt or truncated safetensors" in text for text in atlas_on_slurm["failed_logs"].values())
+    labels = [*TINY_ATLAS_MODELS, MINILM["label"]]
     after_first = atlas_on_slurm["after_first"]
-    assert after_first["tiny-gpt2"] and not after_first[f"tiny-{BROKEN}"] and not after_first["models_summary"]
-    # every job a SLURM job; those of the broken model FAILED, every other one COMPLETED
-    submitted = re.findall(r"^Job (\d+) has been submitted with SLURM jobid (\d+) ", log, flags=re.M)
-    # (show-failed-logs prints a failed job's SLURM log, with the job headers of the snakemake inside the job:
-    # job 0 of its one-job DAG. Job 0 of this snakemake is the target, `atlas`, which never starts here.)
-    remote = {jobid: rule for is_local, rule, jobid in _job_headers(log) if not is_local and jobid != "0"}
-    assert sorted(jobid for jobid, _ in submitted) == sorted(remote)
-    records = cluster.jobs()
+    assert {label for label in labels if after_first[f"tiny-{label}"]} == set(labels) - {BROKEN}
+    assert not after_first["models_summary"]
+    # every job a SLURM job: one group job per model (all its steps in it), nothing else (the target `atlas` never
+    # starts); the broken model's FAILED, every other one COMPLETED. The broken model's group job is submitted
+    # twice: a group job takes the largest `retries:` of its steps (treebank's 1).
+    submitted = re.findall(r"^Job ([\w-]+) has been submitted with SLURM jobid (\d+) ", log, flags=re.M)
+    assert len({group for group, _ in submitted}) == len(labels), submitted
+    ran = group_jobs(log)
+    assert {run for _, run in ran} == {f"tiny-{label}" for label in labels}, ran  # no cross-model job started
+    assert all(len([rule for rule, run in ran if run == f"tiny-{label}"]) >= 10 for label in labels), ran
+    records = atlas_on_slurm["jobs_after_first"]
     states = {}
-    for _, slurm_id in submitted:
-        states.setdefault(records[slurm_id]["JobState"], []).append(records[slurm_id]["Comment"])
-    assert set(states) == {"COMPLETED", "FAILED"}, states
-    assert len(states["FAILED"]) == len(errors)
+    for group, slurm_id in submitted:
+        record = records[slurm_id]
+        assert record["Comment"].startswith(f"rule_{GROUP}_"), record  # the plugin's name of a group job
+        assert record["NumCPUs"] == "1" and record["Partition"] == "batch", record
+        states.setdefault(record["JobState"], set()).add(group)
+    assert sorted(states) == ["COMPLETED", "FAILED"] and len(states["FAILED"]) == 1, states
+    assert len(states["COMPLETED"]) == len(labels) - 1 and not states["FAILED"] & states["COMPLETED"], states
     # the onerror handler ran `bertlook atlas` where snakemake runs (the login node), not as a SLURM job
     handler = results / "tiny-all-models" / "logs" / "atlas_onerror.log"
     assert handler.is_file() and " -m bertlook atlas " in handler.read_text().splitlines()[0]
-    assert not [c for c in states["COMPLETED"] + states["FAILED"] if c.startswith("rule_atlas")]
+    records = {r["label"]: r for r in atlas_on_slurm["first_atlas"]["models"]}
+    assert records[BROKEN]["status"] == "did not run" and "safetensors" in records[BROKEN]["reason"], records[BROKEN]
+    assert all(r["status"] == "ran" for label, r in records.items() if label != BROKEN)
 
 
 @pytest.mark.slurm
 def test_the_rerun_on_slurm_runs_only_what_is_missing(atlas_on_slurm):
-    from test_workflow_atlas import ACROSS_MODELS, BROKEN, jobs, run_complete
+    from test_workflow_atlas import ACROSS_MODELS, BROKEN, run_complete
 
     log = atlas_on_slurm["rerun"]
-    ran = jobs(log)
+    ran = group_jobs(log)
     assert ran and not [(r, run) for r, run in ran if run != f"tiny-{BROKEN}" and r not in ACROSS_MODELS], ran
     assert {"extract_segments", "manifest", "atlas"} <= {rule for rule, _ in ran}
+    assert len(re.findall(r"^Job [\w-]+ has been submitted with SLURM jobid \d+ ", log, flags=re.M)) == 2  # + atlas
     assert atlas_on_slurm["rerun_code"] == 0, log[-4000:]
-    atlas = json.loads((atlas_on_slurm["workdir"] / "results" / "tiny-atlas" / "atlas.json").read_text())
+    atlas = atlas_on_slurm["rerun_atlas"]
     assert {r["status"] for r in atlas["models"]} == {"ran"}, atlas["models"]  # the repaired model ran too
     assert run_complete(atlas_on_slurm["workdir"] / "results" / f"tiny-{BROKEN}")
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("which", ["first", "rerun"])
+def test_the_atlas_page_of_the_slurm_run_in_a_headless_browser(atlas_on_slurm, which, tmp_path):
+    """The page the onerror handler wrote after the failed run (first) and the atlas rule's page after the rerun,
+    in headless Chromium: a row per model, the broken one saying why (first) or every model run (rerun), sorting
+    and a family filter work, a depth profile per model that ran, no script error."""
+    from bertlook.testing.tiny_atlas import MINILM, TINY_ATLAS_MODELS
+    from test_explorer import _run_page_in_chromium
+    from test_workflow_atlas import ATLAS_DRIVER, BROKEN
+
+    page = atlas_on_slurm[f"{which}_page"]
+    assert page is not None, f"no atlas.html after the {which} run"
+    family = {r["label"]: r["family"] for r in atlas_on_slurm[f"{which}_atlas"]["models"]}
+    out = _run_page_in_chromium(tmp_path, page.replace("</body>", ATLAS_DRIVER.replace(
+        "FAMILY", json.dumps(family["gpt2"])[1:-1]) + "</body>"))
+    labels = [*TINY_ATLAS_MODELS, MINILM["label"]]
+    assert sorted(out["initial"]) == sorted(labels)
+    did_not_run = sorted(m for m in labels if out["status"][m].startswith("did not run"))
+    assert did_not_run == ([BROKEN] if which == "first" else []), out["status"]
+    if which == "first":
+        assert "safetensors" in out["status"][BROKEN] and out["by_params"][-1] == BROKEN
+    assert family["gpt2"] in out["families"] and len(out["families"]) >= 6
+    assert sorted(out["after_filter"]) == sorted(m for m in labels if family[m] != family["gpt2"])
+    assert 0 < out["lines"] <= len([m for m in out["after_filter"] if m not in did_not_run])
