@@ -4,6 +4,7 @@
 #                    `slow` or `slurm` mark): the quick loop while coding
 #   make test-all    the whole suite, `slow` tests included (what CI runs)
 #   make test-slurm  set up a one-node SLURM cluster here (root: apt-get, daemons) and run the workflow on it
+#   make test-atlas  the whole tiny atlas (eight families + the offline MiniLM, one broken) run locally (~14 min)
 #   make demo        offline configuration end to end -> results/offline-minilm/
 #   make reproduce   paper configuration (needs network, or local paths in config.yaml)
 #   make fetch       download every input of CONFIG (models, dump, UD, GloVe) before a cluster run (login node)
@@ -36,7 +37,7 @@ GOLDEN := tests/golden/offline-minilm.json
 TOLERANCES := tests/golden/tolerances.json
 OFFLINE_RUN := results/offline-minilm
 
-.PHONY: install test test-unit test-all test-slurm demo reproduce fetch resources report lint docs bench scale-check check golden clean unlock
+.PHONY: install test test-unit test-all test-slurm test-atlas demo reproduce fetch resources report lint docs bench scale-check check golden clean unlock
 
 # A run that was killed (Ctrl-C twice, OOM killer, lost node) leaves .snakemake/locks behind and the
 # next run refuses to start: say what to do (scripts/check_stale_lock.sh) instead of starting.
@@ -70,6 +71,12 @@ test-unit: install
 # languages DAG, the parquet corpus): -m on the command line replaces the one in pyproject's addopts
 test-all: install
 	$(PYTEST) -m "not slurm"
+
+# the whole tiny atlas locally (tests/test_workflow_atlas.py with BERTLOOK_TINY_ATLAS=all: eight tiny models of
+# distinct families and the offline MiniLM, one broken; 14 minutes on 2 cores): make test-all runs three of
+# them, make test-slurm all nine on the SLURM cluster
+test-atlas: install
+	BERTLOOK_TINY_ATLAS=all $(PYTEST) -m slow tests/test_workflow_atlas.py
 
 # tests/test_slurm.py -m slurm (excluded from `make test`): installs slurm-wlm + munge with apt-get when
 # missing, runs the tiny configuration through profiles/slurm-cpu and locally, compares the tables; then the tiny
