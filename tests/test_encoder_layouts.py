@@ -319,26 +319,16 @@ def test_cli_extract_segments_with_the_norm_store(tmp_path, arch, tokenizer, cap
     import torch
     from transformers import AutoModel
 
-    from bertlook.attention.store import open_store
-    from bertlook.cli.extract_segments import register_cli
     from bertlook.testing.tiny_models import make_segment, make_tiny_encoder
+    from test_norms import extract_segments_with_norms
 
     model_dir = make_tiny_encoder(tmp_path / arch, arch, layers=3)
     cfg = json.loads((model_dir / "config.json").read_text())
     assert cfg["model_type"] == MODEL_TYPES[arch] and (arch != "albert" or cfg["num_hidden_groups"] == 1)
     texts = [("the cat sat on the mat .", "the dog ran to the house ."), ("john read a book .", "mary wrote it .")]
-    seg_path = tmp_path / "segments.jsonl"
     segs = [make_segment(tokenizer, i, a, b) for i, (a, b) in enumerate(texts)]
-    seg_path.write_text("".join(json.dumps(s) + "\n" for s in segs))
-    parser = argparse.ArgumentParser(prog="bertlook")
-    register_cli(parser.add_subparsers(dest="step"))
-    args = parser.parse_args(["extract-segments", "--segments", str(seg_path), "--model", str(model_dir),
-                              "--out", str(tmp_path / "att"), "--norms-out", str(tmp_path / "norm"),
-                              "--device", "cpu", "--batch-size", "2", "--summary", str(tmp_path / "s.json")])
-    assert args.func(args) == 0
-    assert "norm-based maps -> " in capsys.readouterr().out
-    att, nst = open_store(tmp_path / "att", level="token"), open_store(tmp_path / "norm", level="token")
-    assert att.meta["map"] == "attention" and nst.meta["map"] == "norm" and len(att) == len(nst) == 2
+    att, nst = extract_segments_with_norms(tmp_path, segs, model_dir, capsys)
+    assert len(att) == len(nst) == 2
     maps = {rec["id"]: np.asarray(a, dtype=np.float32) for rec, a in att}
     assert all(a.shape[:2] == (3, 2) for a in maps.values())
     assert not np.allclose(maps[0][0], maps[0][1], atol=1e-3)  # three layers, three different maps

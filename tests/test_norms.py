@@ -285,20 +285,28 @@ def test_gather_extraction_adds_up_the_norm_sums(tmp_path, tiny_bert_dir, segmen
 
 # ------------------------------------------------------------------------------------ (e) CLI, atomicity
 
-def test_cli_extract_segments_norms_out(tmp_path, tiny_bert_dir, segments, capsys):
+def extract_segments_with_norms(tmp_path, segments, model_dir, capsys):
+    """`bertlook extract-segments --norms-out` on ``segments`` (written to tmp_path/segments.jsonl) with the model of
+    ``model_dir``, batch 2, on the CPU: exit 0 and its norm line checked; the attention and norm stores opened
+    (tmp_path/att, tmp_path/norm; the summary in tmp_path/s.json). Also used by tests/test_encoder_layouts.py."""
     from bertlook.cli.extract_segments import register_cli
 
     seg_path = tmp_path / "segments.jsonl"
     seg_path.write_text("".join(json.dumps(s) + "\n" for s in segments), encoding="utf-8")
     parser = argparse.ArgumentParser(prog="bertlook")
     register_cli(parser.add_subparsers(dest="step"))
-    args = parser.parse_args(["extract-segments", "--segments", str(seg_path), "--model", str(tiny_bert_dir),
+    args = parser.parse_args(["extract-segments", "--segments", str(seg_path), "--model", str(model_dir),
                               "--out", str(tmp_path / "att"), "--norms-out", str(tmp_path / "norm"),
                               "--device", "cpu", "--batch-size", "2", "--summary", str(tmp_path / "s.json")])
     assert args.func(args) == 0
     assert "norm-based maps -> " in capsys.readouterr().out
     att, nst = open_store(tmp_path / "att", level="token"), open_store(tmp_path / "norm", level="token")
     assert att.meta["map"] == "attention" and nst.meta["map"] == "norm"
+    return att, nst
+
+
+def test_cli_extract_segments_norms_out(tmp_path, tiny_bert_dir, segments, capsys):
+    att, nst = extract_segments_with_norms(tmp_path, segments, tiny_bert_dir, capsys)
     assert len(att) == len(nst) == len(segments)
     for rec, n in nst:  # open_store checks every row (finite, >= 0, sums to 1); check it here too
         np.testing.assert_allclose(n.astype(np.float32).sum(-1), 1.0, atol=2e-3)
