@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_helpers import ENV, ROOT, RUN, SNAKEMAKE, tiny_config
+from workflow_helpers import ENV, ROOT, RUN, SNAKEMAKE, fewer_analyses, tiny_config
 
 PROFILES = ROOT / "profiles"
 SLURM_PROFILES = ["slurm", "slurm-cpu"]
@@ -150,7 +150,9 @@ def test_dry_run_with_the_per_model_add_on_makes_one_group_job_per_model(tmp_pat
 
 @pytest.mark.e2e  # snakemake -n with the profile
 def test_dry_run_resources_with_the_gpu_profile(tmp_path, tiny_bert_dir):
-    """What Snakemake itself makes of profiles/slurm: partition strings and GPUs per job."""
+    """What Snakemake itself makes of profiles/slurm: partition strings and GPUs per job, and memory that this
+    machine has (on the test cluster's node, this machine, a larger request would pend forever): every rule of the
+    tiny configuration, those the per-step SLURM run below leaves out included."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config(tmp_path, tiny_bert_dir)))
     env = dict(ENV, BERTLOOK_SLURM_PARTITION="all", BERTLOOK_SLURM_GPU_PARTITION="a100",
                BERTLOOK_SLURM_ACCOUNT="proj42")
@@ -163,9 +165,12 @@ def test_dry_run_resources_with_the_gpu_profile(tmp_path, tiny_bert_dir):
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", proc.stdout, flags=re.M)
     assert jobs
     model_rules = {name for name, body in rules_in_smk().items() if MODEL_RULE_MARK in body}
+    machine_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
+    assert {"contributions", "faithfulness", "rollout", "tree_heads", "head_detectors"} <= {r for r, _ in jobs}
     for rule, resources in jobs:
         if rule == "all":
             continue
+        assert 0 < int(re.search(r"\bmem_mb=(\d+)", resources).group(1)) < machine_mb, (rule, resources)
         assert "slurm_account=proj42" in resources, (rule, resources)
         if rule in model_rules:
             assert "slurm_partition=a100" in resources and "gpu=1" in resources, (rule, resources)
@@ -289,16 +294,32 @@ def slurm_test_config(workdir: Path, model_dir: Path) -> dict:
     return config
 
 
+def slurm_tiny_run_config(workdir: Path, model_dir: Path) -> dict:
+    """The tiny configuration of the per-step SLURM run: :func:`slurm_test_config` with the analyses beyond the
+    paper off but the head report and the explorer (the steps of the paper's tables and figures): this run tests the
+    profile, the executor and the scheduling, which every rule shares; every rule's resources are checked against
+    this machine in the dry run above (test_dry_run_resources_with_the_gpu_profile), and every step runs in the
+    local tiny runs of `make test-all`."""
+    return fewer_analyses(slurm_test_config(workdir, model_dir), keep=("head_report", "explorer"))
+
+
 SLURM_POLL_FAST = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
                    "--latency-wait", "5"]
 
 
+#: BERTLOOK_SLURM_TEST_SEQUENTIAL=1: every snakemake run of this file alone (undisturbed wall times); by default the
+#: tiny configuration's two runs and the tiny atlas's first SLURM run go at once, so that the node's CPUs work
+#: while one run waits for squeue or for a job's start
+SEQUENTIAL = os.environ.get("BERTLOOK_SLURM_TEST_SEQUENTIAL") == "1"
+
+
 @pytest.fixture(scope="module")
-def runs(cluster, tiny_bert_dir, tmp_path_factory) -> dict:
-    """The tiny configuration through profiles/slurm-cpu on the cluster, and locally."""
+def runs(cluster, tiny_bert_dir, tmp_path_factory, atlas_first_run) -> dict:
+    """The tiny configuration through profiles/slurm-cpu on the cluster, and locally (beside the tiny atlas's
+    first run, ``atlas_first_run``, already started)."""
     local, on_slurm = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("on-slurm")
     for workdir in (local, on_slurm):
-        (workdir / "config.yaml").write_text(yaml.safe_dump(slurm_test_config(workdir, tiny_bert_dir)))
+        (workdir / "config.yaml").write_text(yaml.safe_dump(slurm_tiny_run_config(workdir, tiny_bert_dir)))
     # Threads: 1 per job in both runs (two 1-CPU jobs share a 2-CPU node), so that the numbers come
     # from the same thread counts. The plugin polls every second instead of every 40 s.
     threads = ["--max-threads", "1"]
@@ -308,7 +329,7 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory) -> dict:
                   *SLURM_POLL_FAST]
     # The local run goes alongside (it fills the CPUs while the SLURM run waits for squeue), unless
     # BERTLOOK_SLURM_TEST_SEQUENTIAL=1 asks for undisturbed wall times of both.
-    sequential = os.environ.get("BERTLOOK_SLURM_TEST_SEQUENTIAL") == "1"
+    sequential = SEQUENTIAL
     local_run = SnakemakeRun(local, ["--cores", "2", *threads], ENV)
     slurm_run = None
     try:
@@ -327,7 +348,7 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory) -> dict:
     assert slurm_result.returncode == 0, log[-6000:] + "\n" + cluster.logs_tail()
     n_jobs = log.count("has been submitted with SLURM jobid")
     print(f"\nSLURM test: {n_jobs} SLURM jobs; snakemake wall time {slurm_run.wall:.0f} s on SLURM, "
-          f"{local_run.wall:.0f} s locally ({'one after the other' if sequential else 'both at once'}, "
+          f"{local_run.wall:.0f} s locally ({'one after the other' if sequential else 'both at once, the atlas beside'}, "
           f"--max-threads 1, {cluster.cpus} CPUs)")
     return {"local": local, "slurm": on_slurm, "slurm_log": log, "local_log": local_result.stdout + local_result.stderr}
 
@@ -425,23 +446,45 @@ def group_jobs(log: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def atlas_on_slurm(cluster, tmp_path_factory) -> dict:
-    """The tiny atlas through profiles/slurm-cpu + slurm-cpu-per-model (keep-going), then, the broken model
-    repaired, again."""
-    from bertlook.testing.tiny_atlas import make_tiny_atlas, make_tiny_atlas_model
-    from test_workflow_atlas import BROKEN, state
+def atlas_first_run(cluster, tmp_path_factory):
+    """The tiny atlas's first run through profiles/slurm-cpu + slurm-cpu-per-model (keep-going), started in the
+    background (``runs`` goes on beside it; with BERTLOOK_SLURM_TEST_SEQUENTIAL=1 it has finished on return):
+    {"run": SnakemakeRun, "workdir", "args", "env"}."""
+    from bertlook.testing.tiny_atlas import make_tiny_atlas
+    from test_workflow_atlas import BROKEN
 
     workdir = tmp_path_factory.mktemp("atlas-on-slurm")
     configfile = make_tiny_atlas(workdir, slurm_test_config(workdir, workdir / "unused"), broken=BROKEN)
     assert configfile == workdir / "config.yaml"  # where SnakemakeRun reads it
     env = cluster.env(ENV)
     env["BERTLOOK_SLURM_PARTITION"] = "batch"
-    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile", str(PER_MODEL), "--cores", "1",
-            "--max-threads", "1", *SLURM_POLL_FAST, "atlas"]
+    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile", str(PER_MODEL), "--max-threads", "1",
+            *SLURM_POLL_FAST, "atlas"]
+    run = SnakemakeRun(workdir, [*args, "--cores", "1"], env)
+    try:
+        if SEQUENTIAL:
+            run.wait(timeout=1200, cluster=cluster)
+        yield {"run": run, "workdir": workdir, "args": args, "env": env}
+    finally:
+        run.kill()
+
+
+@pytest.fixture(scope="module")
+def atlas_on_slurm(atlas_first_run, cluster) -> dict:
+    """The first run of ``atlas_first_run`` waited for, then, the broken model repaired, the rerun. The first run
+    asks one CPU per group job (--cores 1: two models at once on the test's 2-CPU node); the rerun, one model's
+    group job, two (its steps two at a time)."""
+    from bertlook.testing.tiny_atlas import make_tiny_atlas_model
+    from test_workflow_atlas import BROKEN, state
+
+    workdir, args, env = atlas_first_run["workdir"], atlas_first_run["args"], atlas_first_run["env"]
     page, data = workdir / "results" / "tiny-atlas" / "atlas.html", workdir / "results" / "tiny-atlas" / "atlas.json"
     out = {"workdir": workdir}
     for name in ("first", "rerun"):
-        run = SnakemakeRun(workdir, args, env)
+        if name == "first":
+            run = atlas_first_run["run"]
+        else:
+            run = SnakemakeRun(workdir, [*args, "--cores", "2"], env)
         try:
             result = run.wait(timeout=1200, cluster=cluster)
         finally:
@@ -456,8 +499,8 @@ def atlas_on_slurm(cluster, tmp_path_factory) -> dict:
             out["after_first"] = state(workdir / "results")
             out["jobs_after_first"] = cluster.jobs()
             make_tiny_atlas_model(workdir / "models", BROKEN)  # the repair
-    print(f"\nSLURM atlas test (9 models, one broken; one SLURM job per model): {out['first_wall']:.0f} s, then the "
-          f"rerun {out['rerun_wall']:.0f} s")
+    print(f"\nSLURM atlas test (9 models, one broken; one SLURM job per model): {out['first_wall']:.0f} s "
+          f"({'alone' if SEQUENTIAL else 'beside the tiny configuration runs'}), then the rerun {out['rerun_wall']:.0f} s")
     return out
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from bertlook.data.treebank import read_conllu
-from workflow_helpers import ROOT, snakemake, tiny_config, without_contributions
+from workflow_helpers import ROOT, fewer_analyses, snakemake, tiny_config
 
 # several full runs of the tiny DAG (minutes): `make test-all` and CI run it, `make test` does not
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -66,7 +66,8 @@ def languages_run(tmp_path_factory):
     for name in ("de_tiny-ud-train", "de_tiny-ud-dev", "zh_tiny-ud-train", "zh_tiny-ud-dev"):
         texts += _treebank_text(UD / f"{name}.conllu")
     model = make_tiny_multilingual(work / "model", "wordpiece", texts, vocab_size=600, mlm_head=True, seed=0)
-    config = without_contributions(tiny_config(work, model))
+    # the analyses beyond the paper off but the head report (its languages are what is tested here)
+    config = fewer_analyses(tiny_config(work, model), keep=("head_report",))
     config["models"] = [{"label": "mini", "name_or_path": str(model), "revision": None}]
     config["wikipedia"].update(path=None, url=None, max_articles=None,
                                hf_dataset={"path": "parquet", "data_files": str(parquet)})

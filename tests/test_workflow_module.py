@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from workflow_helpers import ENV, ROOT, SNAKEMAKE, tiny_config, without_contributions
+from workflow_helpers import ENV, ROOT, SNAKEMAKE, fewer_analyses, tiny_config
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +30,9 @@ use rule * from bertlook as bertlook_*
 
 def _deployment(tmp_path, tiny_bert_dir):
     (tmp_path / "config").mkdir()
-    config = without_contributions(tiny_config(tmp_path, tiny_bert_dir))
+    # the analyses beyond the paper off (but the explorer, the head report it needs and coreference): the module is
+    # what is tested here, not the steps
+    config = fewer_analyses(tiny_config(tmp_path, tiny_bert_dir), keep=("explorer", "head_report", "coref"))
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     # the workflow's own file, where the catalog and snakedeploy look (the top-level Snakefile links to it)
     (tmp_path / "Snakefile").write_text(USER_SNAKEFILE.format(snakefile=ROOT / "workflow" / "Snakefile"))

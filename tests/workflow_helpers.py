@@ -46,6 +46,22 @@ def without_contributions(config: dict) -> dict:
     return config
 
 
+def fewer_analyses(config: dict, *, keep: tuple[str, ...] = ()) -> dict:
+    """``config`` with the analyses beyond the paper switched off and one probe seed, as in the tiny atlas
+    (:data:`bertlook.testing.tiny_atlas.FEWEST_ANALYSES`: norm maps, rollout, tree decoding, the head report, the
+    explorer, head detectors, contributions, the coreference fixture), but the sections named in ``keep``: for a
+    workflow test whose subject is not those steps (the workflow as a module, the languages DAG); every step runs
+    in the main tiny run (tests/test_workflow_e2e.py) and the encoder + decoder fan-out."""
+    import copy
+
+    from bertlook.testing.tiny_atlas import FEWEST_ANALYSES
+
+    for section, values in FEWEST_ANALYSES.items():
+        if section not in keep:
+            config.setdefault(section, {}).update(copy.deepcopy(values))
+    return config
+
+
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """The real snakemake on ``workdir/config.yaml`` (or ``configfile``), 2 cores."""
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
