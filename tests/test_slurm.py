@@ -329,15 +329,14 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory, atlas_first_run) -> dict:
                   *SLURM_POLL_FAST]
     # The local run goes alongside (it fills the CPUs while the SLURM run waits for squeue), unless
     # BERTLOOK_SLURM_TEST_SEQUENTIAL=1 asks for undisturbed wall times of both.
-    sequential = SEQUENTIAL
     local_run = SnakemakeRun(local, ["--cores", "2", *threads], ENV)
     slurm_run = None
     try:
-        if sequential:
+        if SEQUENTIAL:
             local_result = local_run.wait(timeout=900)
         slurm_run = SnakemakeRun(on_slurm, slurm_args, env)
         slurm_result = slurm_run.wait(timeout=900, cluster=cluster)
-        if not sequential:
+        if not SEQUENTIAL:
             local_result = local_run.wait(timeout=900)
     finally:
         for run in (local_run, slurm_run):
@@ -348,7 +347,7 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory, atlas_first_run) -> dict:
     assert slurm_result.returncode == 0, log[-6000:] + "\n" + cluster.logs_tail()
     n_jobs = log.count("has been submitted with SLURM jobid")
     print(f"\nSLURM test: {n_jobs} SLURM jobs; snakemake wall time {slurm_run.wall:.0f} s on SLURM, "
-          f"{local_run.wall:.0f} s locally ({'one after the other' if sequential else 'both at once, the atlas beside'}, "
+          f"{local_run.wall:.0f} s locally ({'one after the other' if SEQUENTIAL else 'both at once, the atlas beside'}, "
           f"--max-threads 1, {cluster.cpus} CPUs)")
     return {"local": local, "slurm": on_slurm, "slurm_log": log, "local_log": local_result.stdout + local_result.stderr}
 
@@ -458,9 +457,9 @@ def atlas_first_run(cluster, tmp_path_factory):
     assert configfile == workdir / "config.yaml"  # where SnakemakeRun reads it
     env = cluster.env(ENV)
     env["BERTLOOK_SLURM_PARTITION"] = "batch"
-    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile", str(PER_MODEL), "--max-threads", "1",
-            *SLURM_POLL_FAST, "atlas"]
-    run = SnakemakeRun(workdir, [*args, "--cores", "1"], env)
+    args = ["--workflow-profile", str(PROFILES / "slurm-cpu"), "--profile", str(PER_MODEL), "--cores", "1",
+            "--max-threads", "1", *SLURM_POLL_FAST, "atlas"]
+    run = SnakemakeRun(workdir, args, env)
     try:
         if SEQUENTIAL:
             run.wait(timeout=1200, cluster=cluster)
@@ -471,9 +470,8 @@ def atlas_first_run(cluster, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def atlas_on_slurm(atlas_first_run, cluster) -> dict:
-    """The first run of ``atlas_first_run`` waited for, then, the broken model repaired, the rerun. The first run
-    asks one CPU per group job (--cores 1: two models at once on the test's 2-CPU node); the rerun, one model's
-    group job, two (its steps two at a time)."""
+    """The first run of ``atlas_first_run`` waited for, then, the broken model repaired, the rerun (the same
+    arguments: one CPU per group job, --cores 1, so two models at once on the test's 2-CPU node)."""
     from bertlook.testing.tiny_atlas import make_tiny_atlas_model
     from test_workflow_atlas import BROKEN, state
 
@@ -481,10 +479,7 @@ def atlas_on_slurm(atlas_first_run, cluster) -> dict:
     page, data = workdir / "results" / "tiny-atlas" / "atlas.html", workdir / "results" / "tiny-atlas" / "atlas.json"
     out = {"workdir": workdir}
     for name in ("first", "rerun"):
-        if name == "first":
-            run = atlas_first_run["run"]
-        else:
-            run = SnakemakeRun(workdir, [*args, "--cores", "2"], env)
+        run = atlas_first_run["run"] if name == "first" else SnakemakeRun(workdir, args, env)
         try:
             result = run.wait(timeout=1200, cluster=cluster)
         finally:

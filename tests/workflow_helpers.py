@@ -48,18 +48,14 @@ def without_contributions(config: dict) -> dict:
 
 def fewer_analyses(config: dict, *, keep: tuple[str, ...] = ()) -> dict:
     """``config`` with the analyses beyond the paper switched off and one probe seed, as in the tiny atlas
-    (:data:`bertlook.testing.tiny_atlas.FEWEST_ANALYSES`: norm maps, rollout, tree decoding, the head report, the
+    (:func:`bertlook.testing.tiny_atlas.fewest_analyses`: norm maps, rollout, tree decoding, the head report, the
     explorer, head detectors, contributions, the coreference fixture), but the sections named in ``keep``: for a
-    workflow test whose subject is not those steps (the workflow as a module, the languages DAG); every step runs
-    in the main tiny run (tests/test_workflow_e2e.py) and the encoder + decoder fan-out."""
-    import copy
+    workflow test whose subject is not those steps (the workflow as a module, the languages DAG, a killed run, the
+    SLURM executor); every step runs in the main tiny run (tests/test_workflow_e2e.py) and the encoder + decoder
+    fan-out."""
+    from bertlook.testing.tiny_atlas import fewest_analyses
 
-    from bertlook.testing.tiny_atlas import FEWEST_ANALYSES
-
-    for section, values in FEWEST_ANALYSES.items():
-        if section not in keep:
-            config.setdefault(section, {}).update(copy.deepcopy(values))
-    return config
+    return fewest_analyses(config, keep=keep)
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -76,6 +76,15 @@ def corrupt_weights(model_dir: str | os.PathLike) -> Path:
     return weights
 
 
+def fewest_analyses(config: dict[str, Any], *, keep: Iterable[str] = ()) -> dict[str, Any]:
+    """``config`` (changed in place and returned) with :data:`FEWEST_ANALYSES` set, but the sections named in
+    ``keep``."""
+    for section, values in FEWEST_ANALYSES.items():
+        if section not in keep:
+            config.setdefault(section, {}).update(copy.deepcopy(values))
+    return config
+
+
 def make_tiny_atlas(out_dir: str | os.PathLike, base_config: dict[str, Any], *, labels: Iterable[str] | None = None,
                     broken: str | None = "pythia", minilm: bool = True,
                     texts: Iterable[str] = DEFAULT_TEXTS) -> Path:
@@ -93,10 +102,8 @@ def make_tiny_atlas(out_dir: str | os.PathLike, base_config: dict[str, Any], *, 
         if label == broken:
             corrupt_weights(path)
         models.append({"label": label, "name_or_path": str(path), "revision": None})
-    config = copy.deepcopy(base_config)
+    config = fewest_analyses(copy.deepcopy(base_config))
     config["models"] = models + ([dict(MINILM)] if minilm else [])
-    for section, values in FEWEST_ANALYSES.items():
-        config.setdefault(section, {}).update(copy.deepcopy(values))
     path = out / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
