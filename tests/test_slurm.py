@@ -305,6 +305,11 @@ def slurm_tiny_run_config(workdir: Path, model_dir: Path) -> dict:
 
 SLURM_POLL_FAST = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
                    "--latency-wait", "5"]
+#: seconds a snakemake run of this file may take (the atlas runs: twice that). Generous on purpose: CI runs this
+#: file beside `make test-all` on the same two cores (.ci/run), which can double the walls measured alone (the
+#: tiny configuration on SLURM 412-532 s, the atlas 306-476 s, 2026-12-06); a job that can never start is caught
+#: at once by SnakemakeRun.wait's squeue check, not by this timeout
+RUN_TIMEOUT = 1800
 
 
 #: BERTLOOK_SLURM_TEST_SEQUENTIAL=1: every snakemake run of this file alone (undisturbed wall times); by default the
@@ -321,7 +326,9 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory, atlas_first_run) -> dict:
     for workdir in (local, on_slurm):
         (workdir / "config.yaml").write_text(yaml.safe_dump(slurm_tiny_run_config(workdir, tiny_bert_dir)))
     # Threads: 1 per job in both runs (two 1-CPU jobs share a 2-CPU node), so that the numbers come
-    # from the same thread counts. The plugin polls every second instead of every 40 s.
+    # from the same thread counts. The plugin's status checks start after 1 s instead of 40 s and come 1 s after a
+    # check that saw a job end; after one that saw none it waits 10 s longer each time (snakemake-executor-plugin-
+    # slurm 2.8's back-off, up to 180 s, not an option): about 12 s per level of the per-step DAG.
     threads = ["--max-threads", "1"]
     env = cluster.env(ENV)
     env["BERTLOOK_SLURM_PARTITION"] = "batch"  # not the default partition: the variable must reach sbatch
@@ -333,11 +340,11 @@ def runs(cluster, tiny_bert_dir, tmp_path_factory, atlas_first_run) -> dict:
     slurm_run = None
     try:
         if SEQUENTIAL:
-            local_result = local_run.wait(timeout=900)
+            local_result = local_run.wait(timeout=RUN_TIMEOUT)
         slurm_run = SnakemakeRun(on_slurm, slurm_args, env)
-        slurm_result = slurm_run.wait(timeout=900, cluster=cluster)
+        slurm_result = slurm_run.wait(timeout=RUN_TIMEOUT, cluster=cluster)
         if not SEQUENTIAL:
-            local_result = local_run.wait(timeout=900)
+            local_result = local_run.wait(timeout=RUN_TIMEOUT)
     finally:
         for run in (local_run, slurm_run):
             if run is not None:
@@ -393,7 +400,7 @@ def test_gpu_profile_runs_extraction_on_the_gpu_partition(runs, cluster):
     run = SnakemakeRun(workdir, ["--workflow-profile", str(PROFILES / "slurm"), "--forcerun", "extract_segments",
                                  "--until", "extract_segments", "--max-threads", "1", *SLURM_POLL_FAST], env)
     try:
-        result = run.wait(timeout=600, cluster=cluster)
+        result = run.wait(timeout=RUN_TIMEOUT, cluster=cluster)
     finally:
         run.kill()
     log = result.stdout + result.stderr
@@ -462,7 +469,7 @@ def atlas_first_run(cluster, tmp_path_factory):
     run = SnakemakeRun(workdir, args, env)
     try:
         if SEQUENTIAL:
-            run.wait(timeout=1200, cluster=cluster)
+            run.wait(timeout=2 * RUN_TIMEOUT, cluster=cluster)
         yield {"run": run, "workdir": workdir, "args": args, "env": env}
     finally:
         run.kill()
@@ -481,7 +488,7 @@ def atlas_on_slurm(atlas_first_run, cluster) -> dict:
     for name in ("first", "rerun"):
         run = atlas_first_run["run"] if name == "first" else SnakemakeRun(workdir, args, env)
         try:
-            result = run.wait(timeout=1200, cluster=cluster)
+            result = run.wait(timeout=2 * RUN_TIMEOUT, cluster=cluster)
         finally:
             run.kill()
         out[name], out[f"{name}_code"], out[f"{name}_wall"] = result.stdout + result.stderr, result.returncode, run.wall
