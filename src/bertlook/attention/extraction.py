@@ -230,14 +230,15 @@ def stream_maps(
     check_at_least("batch size", batch_size, 1)
     kept, use_tt, plan = plan_stream(examples, model, model_dims(model), batch_size=batch_size,
                                      max_seq_len=max_seq_len, meta=meta, norms=norms)
-    norm_modules = find_attention_modules(model, plan.num_heads) if norms else None
+    alti = any(getattr(c, "map_kind", None) == "alti" for c in consumers)  # ALTI readers read the value vectors too
+    norm_modules = find_attention_modules(model, plan.num_heads) if norms or alti else None
     device = model_device(model) if device is None else torch.device(device)
     sizes = check_stores_space([c for c in consumers if isinstance(c, StoreConsumer)], plan,
                                check_disk=check_disk, step=step)
     device_warning = cuda_visibility_warning() if device.type == "cpu" else None
     sched, why = choose_schedule(device, schedule) if workers > 1 and consumers else ("overlap", "")
     seconds = _run_stream(kept, model, consumers, plan, batch_size=batch_size, device=device, map_dtype=map_dtype,
-                          norm_modules=norm_modules, use_tt=use_tt, workers=workers, schedule=sched,
+                          norm_modules=norm_modules, norm_maps=norms, use_tt=use_tt, workers=workers, schedule=sched,
                           progress_every=progress_every, step=step)
     summary = _stream_summary(kept, plan, seconds=seconds, batch_size=batch_size, max_seq_len=max_seq_len,
                               norms=norms, device=device, device_warning=device_warning,
@@ -268,7 +269,8 @@ def plan_stream(examples: Sequence[tuple[dict[str, Any], Sequence[int], Sequence
 
 
 def _run_stream(kept, model, consumers: Sequence[Any], plan: StreamPlan, *, batch_size: int, device, map_dtype: str,
-                norm_modules, use_tt: bool, workers: int, schedule: str, progress_every: int, step: str) -> float:
+                norm_modules, norm_maps: bool, use_tt: bool, workers: int, schedule: str, progress_every: int,
+                step: str) -> float:
     """The pass itself: the model's map batches (:func:`bertlook.attention.stream.map_batches`) handed to the
     consumers (:func:`bertlook.attention.stream.run_consumers`) under a progress bar; returns its seconds."""
     bar = progress_bar(total=len(kept), desc=step, unit="ex", enabled=bool(progress_every))
@@ -278,7 +280,7 @@ def _run_stream(kept, model, consumers: Sequence[Any], plan: StreamPlan, *, batc
     batches = map_batches(kept, model, batch_size=batch_size, device=device, num_layers=plan.num_layers,
                           num_heads=plan.num_heads, map_dtype=map_dtype, norm_modules=norm_modules,
                           use_token_types=use_tt, on_batch=bar.update, layer_readers=layer_readers, host=host,
-                          reader_threads=workers)
+                          reader_threads=workers, norm_maps=norm_maps)
     try:
         run_consumers(batches, consumers, plan, workers=workers, schedule=schedule)
     finally:

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from bertlook.attention.stream import MAP_KINDS, LayerBatch, MapConsumer, PerExample, StoreConsumer, StreamPlan
+from bertlook.attention.stream import (LAYER_KINDS, MAP_KINDS, LayerBatch, MapConsumer, PerExample, StoreConsumer,
+                                      StreamPlan)
 from bertlook.errors import check_choice
 
 
@@ -50,7 +51,14 @@ class PerLayer(LayerReader, PerExample):
 
     The layer-wise twin of :class:`bertlook.attention.stream.PerExample`, whose ``make``, ``kind``, ``ids``,
     ``start``, ``accumulator``, ``count`` and ``n_stream`` it shares (same accumulators, same results); the stream
-    hands it layers, never host batches (``layerwise``)."""
+    hands it layers, never host batches (``layerwise``). ``kind`` may also be ``alti`` (:data:`LAYER_KINDS`: the
+    authors' ALTI per layer, ``a`` ``[1, n, n]`` float32, computed only for the chosen examples:
+    :mod:`bertlook.attention.alti_stream`)."""
+
+    def __init__(self, make, *, kind: str = "attention", ids: set | None = None) -> None:
+        check_choice("map kind", kind, LAYER_KINDS)
+        PerExample.__init__(self, make, ids=ids)
+        self.map_kind = kind
 
     def add_layer(self, batch: LayerBatch, layer: int, maps) -> None:
         for b, record in enumerate(batch.records):

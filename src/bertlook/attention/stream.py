@@ -40,6 +40,10 @@ from bertlook.errors import BertlookError, check_choice
 from bertlook.threads import Work, run_items
 
 MAP_KINDS = ("attention", "norm")
+#: the map kinds a layer reader (:mod:`bertlook.attention.layer_readers`) may read: the stored kinds and ``alti``
+#: (Ferrando et al. 2022, per layer; computed on the device for the examples a reader asks for, never stored:
+#: :mod:`bertlook.attention.alti_stream`)
+LAYER_KINDS = MAP_KINDS + ("alti",)
 
 
 @dataclasses.dataclass
@@ -136,10 +140,12 @@ class _LayerSink:
     time (a large model on a GPU) unless a layer reader keeps some; the CPU only the kinds its readers need."""
 
     def __init__(self, num_layers: int, dtype, captured=None, norm_modules=None, grams=None, *,
-                 readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS, pool=None, helpers: int = 0) -> None:
+                 readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS, pool=None, helpers: int = 0,
+                 alti=None, norm_maps: bool = True) -> None:
         self.num_layers, self.dtype = num_layers, dtype
         self.captured, self.norm_modules, self.grams = captured, norm_modules, grams
-        self.readers = {k: [r for r in readers if r.map_kind == k] for k in MAP_KINDS}  # kind -> layer readers
+        self.alti, self.norm_maps = alti, norm_maps  # alti_stream.AltiLayers or None; whether to compute norm maps
+        self.readers = {k: [r for r in readers if r.map_kind == k] for k in LAYER_KINDS}  # kind -> layer readers
         self.host = set(host)
         self.pool, self.helpers = pool, helpers  # threads beside this one for the readers' calls of a layer
         self.maps = self.nmaps = self.vnorms = None
@@ -159,10 +165,17 @@ class _LayerSink:
         if "attention" in self.host:
             self.maps = self._host_copy(self.maps, layer, a16)
         calls = [functools.partial(r.add_layer, self.batch, layer, a16) for r in self.readers["attention"]]
-        if self.captured is not None:
+        if self.captured is not None and self.norm_maps:
             nm16 = self._norms(layer, a)
             calls += [functools.partial(r.add_layer, self.batch, layer, nm16) for r in self.readers["norm"]]
+        if self.readers["alti"]:  # [batch, 1, T, T] float32, each example computed when a reader asks for it
+            alti = self.alti.layer_maps(layer, a, self.captured[layer], self.lengths)
+            calls += [functools.partial(r.add_layer, self.batch, layer, alti) for r in self.readers["alti"]]
         self._run(calls)
+        if self.captured is not None:
+            self.captured[layer] = None  # the layer's value vectors are not needed any more
+        if self.alti is not None:
+            self.alti.release(layer)
         self.seen += 1
 
     def _run(self, calls: list) -> None:
@@ -195,7 +208,6 @@ class _LayerSink:
         nm16 = norms_mod.norm_maps(a, vn, lengths=self.lengths, ids=self.ids).to(self.dtype)  # [batch, head, T, T]
         if "norm" in self.host:
             self.nmaps = self._host_copy(self.nmaps, layer, nm16)
-        self.captured[layer] = None  # the layer's value vectors are not needed any more
         return nm16
 
     def check(self) -> None:
@@ -204,14 +216,14 @@ class _LayerSink:
                                 "(it must be loaded with attn_implementation='eager')")
 
     def end_batch(self) -> None:
-        self._run([functools.partial(r.end_batch, self.batch) for kind in MAP_KINDS for r in self.readers[kind]])
+        self._run([functools.partial(r.end_batch, self.batch) for kind in LAYER_KINDS for r in self.readers[kind]])
 
 
 def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int]]], model, *, batch_size: int,
                 device, num_layers: int, num_heads: int, map_dtype: str = "float16", norm_modules=None,
                 use_token_types: bool = True, on_batch: Callable[[int], None] | None = None,
                 layer_readers: Sequence[Any] = (), host: Iterable[str] = MAP_KINDS,
-                reader_threads: int = 1) -> Iterator[MapBatch]:
+                reader_threads: int = 1, norm_maps: bool = True) -> Iterator[MapBatch]:
     """Run ``model`` on ``kept`` (``(record, input_ids, token_type_ids)``, storage order) in batches of
     ``batch_size`` under ``torch.inference_mode()``, the model in eval mode; yield a :class:`MapBatch` each.
 
@@ -222,7 +234,9 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     ``layer_readers`` (:class:`bertlook.attention.layer_readers.LayerReader`): handed each layer's maps of
     their kind on the device during the forward pass (``reader_threads`` > 1: a layer's calls of several readers
     in that many threads; the results do not depend on it); ``host``: the map kinds copied to the CPU for the
-    batches (the others are None in the :class:`MapBatch`).
+    batches (the others are None in the :class:`MapBatch`). Layer readers of the kind ``alti`` get each layer's ALTI
+    maps (:mod:`bertlook.attention.alti_stream`; they need ``norm_modules``, whose value vectors ALTI reads);
+    ``norm_maps`` False: the value vectors are captured for them, but no norm-based map is computed.
     """
     import torch  # lazy: see _batch_inputs
 
@@ -233,15 +247,17 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     model.eval()
     try:
         with contextlib.ExitStack() as stack:
-            captured = grams = None
+            captured = grams = alti = None
             if norm_modules is not None:
                 captured = stack.enter_context(norms_mod.capture_values(norm_modules))
                 grams = [norms_mod.head_gram(dense.weight.detach(), num_heads) for _, dense in norm_modules]
+            if any(r.map_kind == "alti" for r in layer_readers):
+                alti = stack.enter_context(_alti_layers(model, norm_modules))
             # each layer's float32 maps leave the forward pass as soon as the layer computed them
             helpers = max(0, int(reader_threads) - 1) if len(layer_readers) > 1 else 0
             pool = stack.enter_context(ThreadPoolExecutor(helpers, thread_name_prefix="layer-reader")) if helpers else None
             sink = _LayerSink(num_layers, dtype, captured, norm_modules, grams, readers=layer_readers, host=host,
-                              pool=pool, helpers=helpers)
+                              pool=pool, helpers=helpers, alti=alti, norm_maps=norm_maps)
             stack.enter_context(capture_layers(model, sink))
             stack.enter_context(torch.inference_mode())
             for start in range(0, len(kept), batch_size):
@@ -269,6 +285,15 @@ def map_batches(kept: Sequence[tuple[dict[str, Any], Sequence[int], Sequence[int
     finally:
         if was_training:
             model.train()
+
+
+def _alti_layers(model, norm_modules):
+    """The layer inputs' capture of the stream's ALTI readers (:class:`bertlook.attention.alti_stream.AltiLayers`)."""
+    from bertlook.attention.alti_stream import AltiLayers  # lazy: only where a reader asks for ALTI
+
+    if norm_modules is None:
+        raise BertlookError("ALTI in the stream needs the value vectors of the norm-based maps (norm_modules)")
+    return AltiLayers(model, norm_modules).capture()
 
 
 SCHEDULES = ("auto", "overlap", "phased")
