@@ -2,8 +2,10 @@
 """Measure (not a test) how far the ``contributions`` and ``faithfulness`` steps' numbers move across CPU code paths
 and thread counts: both steps of a run (the demo's settings, read from the run's config) under ``OMP_NUM_THREADS``
 1 and 2 and ``ATEN_CPU_CAPABILITY`` ``default`` and ``avx2`` (torch reads it at start-up: every setting is its own
-process; the numba ALTI kernels take torch's thread count). For every numeric cell of contribution_stats.csv,
-contribution_heads.csv, faithfulness.csv and head_ablation.csv the largest difference between two settings; for
+process; the numba ALTI kernels take torch's thread count), and ALTI per layer read in the extraction stream
+(``extract-segments --alti-stats-partial`` on ``contributions.stream_segments`` segments, then ``surface-stats``).
+For every numeric cell of contribution_stats.csv, contribution_heads.csv, faithfulness.csv, head_ablation.csv and
+attention_stats_alti.csv the largest difference between two settings; for
 table1_contributions.csv the largest accuracy difference in words (accuracy x count) and the chosen heads that
 differ. Written as JSON (``--out``) and, with ``--tolerances FILE``, into that tolerances file's
 ``groups.contributions`` (the regression gate: ``atol`` = 10 x the largest difference, at least 1e-7;
@@ -30,9 +32,11 @@ import pandas as pd
 
 SETTINGS = [{"OMP_NUM_THREADS": t, "ATEN_CPU_CAPABILITY": c}
             for t, c in itertools.product(("1", "2"), ("default", "avx2"))]
-NUMERIC_TABLES = ("contribution_stats.csv", "contribution_heads.csv", "faithfulness.csv", "head_ablation.csv")
-#: the tolerance groups: the statistics of the contributions step, and the faithfulness step's agreement tables
-ATOL_GROUPS = {"atol": ("contribution_stats.csv", "contribution_heads.csv"),
+NUMERIC_TABLES = ("contribution_stats.csv", "contribution_heads.csv", "faithfulness.csv", "head_ablation.csv",
+                  "attention_stats_alti.csv")
+#: the tolerance groups: the statistics of the contributions step and of ALTI in the extraction stream, and the
+#: faithfulness step's agreement tables
+ATOL_GROUPS = {"atol": ("contribution_stats.csv", "contribution_heads.csv", "attention_stats_alti.csv"),
                "faithfulness_atol": ("faithfulness.csv", "head_ablation.csv")}
 ATOL_FACTOR, ATOL_FLOOR, WORDS_FACTOR, WORDS_FLOOR = 10.0, 1e-7, 4, 4
 
@@ -49,7 +53,7 @@ def commands(run: Path, cfg: dict, model: str, out: Path) -> list[list[str]]:
         contrib += ["--value-zeroing-segments", str(c["value_zeroing_segments"])]
     for flag, name in (("--out-stats", "contribution_stats.csv"), ("--out-heads", "contribution_heads.csv"),
                        ("--out-table", "table1_contributions.csv"), ("--out-markdown", "table1_contributions.md"),
-                       ("--out-figure", "fig.png"), ("--summary", "contribution_stats.summary.json")):
+                       ("--summary", "contribution_stats.summary.json")):
         contrib += [flag, str(out / name)]
     faith = [*py, "faithfulness", "--model", model, "--segments", str(run / "corpus/segments.jsonl"),
              "--n-segments", str(c["faithfulness_segments"]), "--ablated-tokens", str(c["ablated_tokens"]),
@@ -58,7 +62,15 @@ def commands(run: Path, cfg: dict, model: str, out: Path) -> list[list[str]]:
              "--seed", seed, "--device", "cpu",
              "--out-table", str(out / "faithfulness.csv"), "--out-markdown", str(out / "faithfulness.md"),
              "--out-heads", str(out / "head_ablation.csv"), "--summary", str(out / "faithfulness.summary.json")]
-    return [contrib, faith]
+    # ALTI per layer in the extraction stream (extract-segments --alti-stats-partial, then surface-stats)
+    alti = [*py, "extract-segments", "--model", model, "--segments", str(run / "corpus/segments.jsonl"),
+            "--batch-size", str(cfg["extraction"]["batch_size"]), "--max-seq-len", str(cfg["segments"]["max_seq_len"]),
+            "--device", "cpu", "--alti-stats-partial", str(out / "stats_alti.npz")]
+    if c.get("stream_segments"):
+        alti += ["--alti-max-examples", str(c["stream_segments"])]
+    stats = [*py, "surface-stats", "--partial", str(out / "stats_alti.npz"), "--out",
+             str(out / "attention_stats_alti.csv"), "--summary", str(out / "attention_stats_alti.summary.json")]
+    return [contrib, faith, alti, stats]
 
 
 def run_setting(cmds: list[list[str]], env_extra: dict[str, str]) -> float:

@@ -287,6 +287,48 @@ def check_extraction(examples, enc_cpu, enc_dev, device: str, tmp: Path, batch_s
     return out
 
 
+ALTI_TOL = 1e-4  # ALTI per layer in the stream, device (torch path) vs CPU (numba kernels): float32 maps of shares
+
+
+class _KeepAlti:
+    """Every layer's ALTI map of every example (float64, on the host)."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, list] = {}
+
+    def add_layer(self, record, layer: int, a) -> None:
+        self.maps.setdefault(str(record["id"]), []).append(a.double().cpu())
+
+    def end_example(self, record) -> None:
+        pass
+
+
+def check_alti(examples, enc_cpu, enc_dev, device: str, n_examples: int, batch_size: int,
+               max_len: int) -> dict[str, Any]:
+    """ALTI per layer read in the extraction stream (bertlook.attention.alti_stream) on the device vs on the CPU, the
+    same examples: the largest difference of a map entry, and seconds per example of the pass (forward included)."""
+    from bertlook.attention.extraction import stream_maps
+    from bertlook.attention.layer_readers import PerLayer
+
+    got = {}
+    for side, model, dev in (("cpu", enc_cpu, "cpu"), ("device", enc_dev, device)):
+        stream_maps(examples[:1], model, [PerLayer(lambda plan: _KeepAlti(), kind="alti")], batch_size=1, device=dev,
+                    max_seq_len=max_len, meta={}, progress_every=0)  # warm-up: the CPU kernels' first call loads them
+        reader = PerLayer(lambda plan: _KeepAlti(), kind="alti")
+        synchronize(dev)
+        t0 = time.perf_counter()
+        stream_maps(examples[:n_examples], model, [reader], batch_size=batch_size, device=dev, max_seq_len=max_len,
+                    meta={}, progress_every=0)
+        synchronize(dev)
+        got[side] = (time.perf_counter() - t0, reader.accumulator.maps)
+    (t_cpu, cpu), (t_dev, dev_maps) = got["cpu"], got["device"]
+    if set(cpu) != set(dev_maps):
+        raise RuntimeError("ALTI: the CPU and the device read different examples")
+    worst = max(max_abs_diff(b, a) for k in cpu for a, b in zip(cpu[k], dev_maps[k]))
+    return {"examples": len(cpu), "max_abs_diff": worst, "ms_per_example": {"cpu": 1e3 * t_cpu / len(cpu),
+                                                                           "device": 1e3 * t_dev / len(cpu)}}
+
+
 def check_gradients(examples, tokenizer, mlm_cpu, mlm_dev, device: str, n_examples: int, batch_size: int,
                     seed: int) -> dict[str, Any]:
     import numpy as np
@@ -538,8 +580,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (a) extraction
         enc_cpu, enc_dev = load_model(resolved, "cpu"), load_model(resolved, device)
         ext = check_extraction(examples, enc_cpu, enc_dev, device, tmp, args.batch_size, args.max_len, dims, special)
+        alti = check_alti(examples, enc_cpu, enc_dev, device, args.js_examples, args.batch_size, args.max_len)
         del enc_cpu, enc_dev
-        report["extraction"] = ext
+        report["extraction"], report["alti"] = ext, alti
+        print(f"  (e) ALTI in the stream: {alti['examples']} examples, max |device - CPU| {alti['max_abs_diff']:.3g}; "
+              f"ms/example (forward included) CPU {alti['ms_per_example']['cpu']:.1f}, "
+              f"{device} {alti['ms_per_example']['device']:.1f}", flush=True)
         print(f"  (a) extraction: {ext['maps_compared']} maps, max |device - CPU| {ext['max_abs_diff']:.3g}; "
               f"{ext['cpu']['tokens_per_s']:.0f} tokens/s CPU, {ext['device']['tokens_per_s']:.0f} tokens/s {device}",
               flush=True)
@@ -618,6 +664,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "PASS" if words["equal"] else "FAIL", f"max abs diff {words['max_abs_diff']:.3g}"),
         *[summary_row(f"(e) {k}: ms/example CPU / {dev}", f"{v['cpu']:.1f} / {v['device']:.1f}")
           for k, v in readers["ms_per_example"].items()],
+        summary_row("(e) ALTI per layer in the stream, device vs CPU: max abs diff", alti["max_abs_diff"],
+                    f"<= {ALTI_TOL:g}", verdict(alti["max_abs_diff"], ALTI_TOL), f"{alti['examples']} examples"),
+        summary_row(f"(e) ALTI in the stream (forward included): ms/example CPU / {dev}",
+                    f"{alti['ms_per_example']['cpu']:.1f} / {alti['ms_per_example']['device']:.1f}"),
         summary_row(f"(d) matmul fp32 (no TF32) GFLOP/s, {dev}", rate32),
         summary_row(f"(d) matmul fp16 GFLOP/s, {dev}", rate16),
         summary_row(f"(d) extraction model GFLOP/s, {dev}", ext["device"]["gflops"]),

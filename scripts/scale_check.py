@@ -156,6 +156,20 @@ def js_elements(summary: dict[str, Any], tokens: int, examples: int, sum_sq: flo
     return total
 
 
+def alti_flops(summary: dict[str, Any], tokens: int, examples: int, sum_sq: float | None, layers: int, heads: int,
+               hidden: int) -> float:
+    """FLOPs of ALTI per layer in an extraction job (``readers.surface_stats_alti`` of its summary):
+    ``2 L H d`` per ``(i, j)`` pair of every example it read (each pair's transformed vector is ``H`` head terms of
+    ``d`` floats), ``sum n^2`` exact when given, else ``tokens^2 / examples``, scaled to the examples read."""
+    readers = summary.get("readers") if isinstance(summary, dict) else None
+    info = readers.get("surface_stats_alti") if isinstance(readers, dict) else None
+    if not isinstance(info, dict) or examples <= 0:
+        return 0.0
+    sq = sum_sq if sum_sq is not None else tokens * tokens / examples
+    read = min(int(info.get("examples") or 0), examples)
+    return 2.0 * layers * heads * hidden * sq * read / examples
+
+
 def js_limit(elements: float, ns_per_element: float | None, threads: int) -> float:
     """Seconds ``elements`` JS pair-elements take at the arithmetic limit (``ns_per_element`` on one thread)."""
     if not elements or not ns_per_element:
@@ -307,7 +321,8 @@ def job_work(job: dict[str, Any], run_dir: Path | None, dims: dict[str, int],
             sum_sq = (_exact_sum_sq(lengths, s.get("shard"), tokens, s.get("max_seq_len"))
                       if rule == "extract_segments" else None)
             one = {"kind": "forward", "tokens": tokens, "examples": n, "passes": 1,
-                   "flops": forward_flops_from_totals(tokens, n, L, h, i, sum_sq),
+                   "flops": forward_flops_from_totals(tokens, n, L, h, i, sum_sq)
+                   + alti_flops(s, tokens, n, sum_sq, L, int(dims.get("heads") or 0), h),
                    "n2": "exact" if sum_sq is not None else "mean",
                    "js_elements": js_elements(s, tokens, n, sum_sq, L * int(dims.get("heads") or 0))}
             if work is None:

@@ -366,3 +366,23 @@ def test_gpu_check_allow_cpu_path(tmp_path):
     checks = {r["check"]: r["result"] for r in report["summary"]}
     assert checks["(a) extraction: max |map_dev - map_cpu| (float16 maps)"] == "PASS"
     assert "all checks PASS" in proc.stdout
+
+
+def test_alti_in_the_stream_enters_the_extraction_flops(sc, tmp_path):
+    """readers.surface_stats_alti of an extraction summary: 2 L H d x sum n^2 of the examples it read (hand-computed),
+    added to the forward pass's FLOPs; nothing without the reader."""
+    # sum n^2 = 10^2 + 20^2 = 500 over 2 examples; ALTI read 1 of 2 (scaled: 250); L 2, H 3, d 2: 2 x 2 x 3 x 2 x 250
+    summary = {"readers": {"surface_stats_alti": {"examples": 1}}}
+    assert sc.alti_flops(summary, 30, 2, 500.0, 2, 3, 2) == pytest.approx(6000)
+    assert sc.alti_flops(summary, 30, 2, None, 2, 3, 2) == pytest.approx(24 * 900 / 2 / 2)  # mean n^2: 30^2 / 2
+    assert sc.alti_flops({"readers": {}}, 30, 2, 500.0, 2, 3, 2) == 0.0
+    run = tmp_path / "scale-x"
+    (run / "corpus").mkdir(parents=True)
+    (run / "corpus" / "segments.jsonl").write_text(
+        "".join(json.dumps({"id": k, "tokens": ["t"] * n}) + "\n" for k, n in enumerate([10, 20])))
+    seg = run / "segments-1of1.summary.json"
+    seg.write_text(json.dumps({"tokens": 30, "n_examples": 2, "max_seq_len": 128, "shard": {"start": 0, "stop": 2},
+                               **summary}))
+    job = {"rule": "extract_segments", "output": [str(seg)], "wildcards": {"run": "scale-x"}}
+    work = sc.job_work(job, run, {"layers": 2, "heads": 3, "hidden": 2, "inter": 4, "vocab": 5})
+    assert work["flops"] == pytest.approx(11840 + 6000)  # the model's 11,840 of the test above, and ALTI's

@@ -98,12 +98,13 @@ def test_run_outputs_pages_and_summaries_of_a_full_run(offline_config):
             "comparison.md", "resources.md", "tables/tree_heads.csv"} <= set(outputs)
     pages = steps.run_pages(STEPS, on)
     assert len({p.page for p in pages}) == len(pages)  # one file per page under report/
-    assert len(pages) == 38
-    assert list(steps.beyond_summaries(STEPS, on)) == ["stats_norm", "heads_norm", "tree_heads", "probes_norm",
+    assert len(pages) == 39
+    assert list(steps.beyond_summaries(STEPS, on)) == ["stats_norm", "stats_alti", "heads_norm", "tree_heads", "probes_norm",
                                                        "probe_ablations", "head_detectors", "rollout", "rollout_table1",
                                                        "contributions", "faithfulness", "head_report"]
     assert all(s.endswith(".summary.json") for s in steps.beyond_summaries(STEPS, on).values())
-    assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "tree_heads", "tree_heads_best",
+    assert [t.group for t in steps.golden_tables(STEPS)] == ["head_importance", "attention_stats_alti", "tree_heads",
+                                                             "tree_heads_best",
                                                              "probe_ablations", "head_detectors", "rollout_stats",
                                                              "contribution_stats", "contribution_heads",
                                                              "table1_contributions", "faithfulness", "head_ablation",

@@ -107,7 +107,8 @@ def test_treebanks_fan_out_a_syntax_run_per_model_and_treebank(tmp_path, tiny_be
     # heads: one per run, plus the main run's norm twin ({maps} = _norm)
     assert counts["heads"] == 3 + 1 and counts["languages"] == 1
     # the segment steps and the probes run once, for the model run only
-    assert counts["segments"] == 1 and counts["surface_stats"] == 1 + 1 and counts["probes"] == 1  # + norm twin
+    # + the norm twin and ALTI's
+    assert counts["segments"] == 1 and counts["surface_stats"] == 1 + 2 and counts["probes"] == 1
     assert counts["compare"] == 1 and counts["manifest"] == 1
     results = tmp_path / "results"
     for run in ("tiny-rand-de", "tiny-rand-ewt"):

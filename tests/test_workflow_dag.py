@@ -180,12 +180,14 @@ def test_beyond_the_paper_rules_and_their_switches(tmp_path, tiny_bert_dir):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts, out = _dry_run(tmp_path)
     assert set().union(*BEYOND_RULES.values()) <= set(counts)
-    # {maps}: the attention maps and the norm-based maps, one job each
-    assert counts["surface_stats"] == counts["cluster_heads"] == counts["heads"] == 2, counts
+    # {maps}: the attention maps and the norm-based maps, one job each; the surface statistics also of ALTI per
+    # layer (read in the extraction stream, contributions.enabled)
+    assert counts["cluster_heads"] == counts["heads"] == 2 and counts["surface_stats"] == 3, counts
+    assert "tables/attention_stats_alti.csv" in out
     assert "tables/attention_stats_norm.csv" in out and "tables/table1_norm.csv" in out
     extract = [line for line in out.splitlines() if " -m bertlook extract-segments " in line]
     assert extract and all("--norm-stats-partial" in line and "--norm-js-partial" in line and "--rollout-partial"
-                           in line for line in extract)
+                           in line and "--alti-stats-partial" in line for line in extract)
     assert not any("--norms-out" in line or "--out " in line for line in extract)  # keep_maps: false
     words = [line for line in out.splitlines() if " -m bertlook extract-words " in line]
     assert sum("--norms-out" in line for line in words) == 2  # the model's stores, not the random-init ones

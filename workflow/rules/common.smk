@@ -177,16 +177,20 @@ RUN_TREE_HEADS = SWITCH["tree_heads"]
 RUN_PROBE_ABLATIONS = SWITCH["probe_ablations"]
 
 
-# The map kind of a step that runs on the attention maps and, with norms.enabled, on the norm-based maps
-# (surface_stats, cluster_heads, heads): the wildcard {maps}, "" or "_norm", ends the name of every path
-# (attention_stats.csv, attention_stats_norm.csv). "(?:)" matches only "": no norm twin without norms.
+# The wildcard {maps} of a step on the attention maps and, with norms.enabled, the norm-based maps (surface_stats,
+# cluster_heads, heads: "" or "_norm" ends each path: attention_stats_norm.csv); surface_stats also on ALTI ("_alti",
+# contributions.enabled: attention_stats_alti.csv, from the extraction stream). "(?:)" matches only "".
+MAPS_TWINS = {"_norm": ", norm-based maps", "_alti": ", ALTI per layer"}
+MAPS_ON = [""] + (["_norm"] if RUN_NORMS else []) + (["_alti"] if SWITCH["contributions"] else [])
+
+
 wildcard_constraints:
-    maps="|_norm" if RUN_NORMS else "(?:)",
+    maps="|".join(MAPS_ON) if len(MAPS_ON) > 1 else "(?:)",
 
 
 def maps_label(text):
-    """A report label of a {maps} step's output: ``text``, plus ", norm-based maps" for the norm twin."""
-    return lambda wildcards: {"result": text.format(maps=", norm-based maps" if wildcards.maps else "")}
+    """A report label of a {maps} step's output: ``text``, plus the twin's name (", norm-based maps", ...)."""
+    return lambda wildcards: {"result": text.format(maps=MAPS_TWINS.get(wildcards.maps, ""))}
 
 
 def data_file(path, caption, label, subcategory="{run}"):

@@ -13,7 +13,7 @@ from bertlook.cli._args import (add_figure_arguments, add_model_arguments, add_s
 from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_csv_full, write_json, write_text
 from bertlook.pipeline import costs
-from bertlook.pipeline.steps import BEYOND, GoldenTable, Page, Step, figure, figure_page, table
+from bertlook.pipeline.steps import BEYOND, CONTRIBUTIONS_SUB, GoldenTable, Page, Step, figure, figure_page, table
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
 #: bertlook.cli.discover_commands)
@@ -21,9 +21,6 @@ COMMANDS = {
     "contributions": "ALTI and value zeroing beside attention, norms and rollout: shares, entropy and Table 1 per "
                      "map kind on seeded samples",
 }
-
-#: where the report lists this step's pages
-CONTRIBUTIONS_SUB = "ALTI and value zeroing (Ferrando et al. 2022; Mohebbi et al. 2023)"
 
 #: the steps of a run this command makes (gathered by bertlook.cli.declared_steps)
 STEPS = (
@@ -51,8 +48,9 @@ STEPS = (
 _HELP = """\
 ALTI (Ferrando et al. 2022), ALTI per head, ALTI over layers and value zeroing (Mohebbi et al. 2023) beside the
 attention weights, the norm-based maps (Kobayashi et al. 2020) and attention rollout, through the surface
-statistics and Table 1. A step of its own that runs the model on seeded samples (not a reader inside the
-extraction stream): value zeroing costs n extra layer passes per layer and example.
+statistics and Table 1. A step of its own that runs the model on seeded samples: value zeroing costs n extra
+layer passes per layer and example. (ALTI per layer is also read inside the extraction stream, on many more
+segments: extract-segments --alti-stats-partial, attention_stats_alti.csv.)
 
 inputs:
   --model SPEC [--revision REV]   the run's model

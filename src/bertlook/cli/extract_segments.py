@@ -49,6 +49,9 @@ statistics of the same pass (partial sums for `surface-stats --partial`, `cluste
   --js-partial NPZ          JS divergences between heads (Fig 6), summed
   --norm-js-partial NPZ     the same on the norm-based maps
   --rollout-partial NPZ     attention rollout statistics per layer
+  --alti-stats-partial NPZ  surface statistics of ALTI per layer (Ferrando et al. 2022; one "head" per layer),
+                            computed on the device from the same pass (~2 n^2 H d per layer and segment: see
+                            --alti-max-examples)
   --fig1-example NPZ        the Fig 1 example's map (--example-index, in the unsharded store's order)
 --summary JSON: counts (excluded over-long examples), tokens/s, device, the per-class ||f(x)|| sums with
 norm-based maps, the seconds each reader took.
@@ -77,6 +80,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     for flag, what in (("--stats-partial", "surface statistics"), ("--norm-stats-partial", "surface statistics of "
                        "the norm-based maps"), ("--js-partial", "JS divergence sum"), ("--norm-js-partial",
                        "JS divergence sum of the norm-based maps"), ("--rollout-partial", "rollout statistics"),
+                       ("--alti-stats-partial", "surface statistics of ALTI per layer"),
                        ("--fig1-example", "the Fig 1 example")):
         p.add_argument(flag, default=None, metavar="NPZ", help=f"output: {what} of this pass (partial file)")
     p.add_argument("--js-max-examples", type=int, default=None, metavar="N",
@@ -89,6 +93,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                    help="seed of the rows --js-rows draws (with each segment's id; default 0)")
     p.add_argument("--rollout-max-examples", type=int, default=None, metavar="N",
                    help="rollout statistics over the first N segments of --segments only (default: all)")
+    p.add_argument("--alti-max-examples", type=int, default=None, metavar="N",
+                   help="ALTI over the first N segments of --segments only (default: all)")
     p.add_argument("--example-index", type=int, default=0, metavar="I",
                    help="the Fig 1 example: position in the unsharded store's order (default 0)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
@@ -188,6 +194,11 @@ def _partials(args, threads: int) -> list[_Partial]:
             make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
                 plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads, **tok)
             out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
+    if args.alti_stats_partial:  # one map per layer: a "head" per layer
+        make = lambda plan, tok: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
+            plan.num_layers, 1, where=where("ALTI"), num_threads=threads, **tok)
+        out.append(_Partial("surface_stats_alti", args.alti_stats_partial, "alti", make, surface_stats.PARTIAL_KIND,
+                            ids=ids(args.alti_max_examples), max_examples=args.alti_max_examples))
     if args.rollout_partial:
         make = lambda plan, tok: rollout.RolloutAccumulator(  # noqa: E731
             plan.num_layers, plan.num_heads, where=where("attention"), store_excluded=plan.excluded, **tok)
@@ -204,6 +215,7 @@ def _cmd_extract(args) -> int:
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or torch.get_num_threads()
     check_at_least("--js-rows", args.js_rows, 1, optional=True)
+    check_at_least("--alti-max-examples", args.alti_max_examples, 1, optional=True)
     # the readers run layer by layer inside the forward pass (the model paused), so the model and the readers'
     # kernels each get every thread; the stores' writers run beside the next batch (--schedule)
     torch.set_num_threads(threads)

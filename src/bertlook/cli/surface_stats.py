@@ -8,7 +8,7 @@ from bertlook.errors import BertlookError
 from bertlook.io_utils import write_csv, write_json
 from bertlook.pipeline import costs
 from bertlook.pipeline.sharding import save_partial
-from bertlook.pipeline.steps import BEYOND, NORMS_SUB, Page, RUN_TABLES, Step, table
+from bertlook.pipeline.steps import BEYOND, CONTRIBUTIONS_SUB, NORMS_SUB, GoldenTable, Page, RUN_TABLES, Step, table
 
 
 #: the subcommands this module registers, with their help lines (read without importing this module:
@@ -29,6 +29,14 @@ STEPS = (
          pages=(Page(table("attention_stats_norm.csv"), "attention_stats_norm.html", BEYOND,
                      "Surface statistics per head, norm-based maps", caption="attention_stats_norm.rst",
                      subcategory=NORMS_SUB),)),
+    # ALTI per layer (Ferrando et al. 2022) read in the extraction stream (extract-segments --alti-stats-partial)
+    Step("stats_alti", (table("attention_stats_alti.csv"),), rule="surface_stats", switch="contributions",
+         maps=("alti",), beyond=True, summary=table("attention_stats_alti.summary.json"),
+         pages=(Page(table("attention_stats_alti.csv"), "attention_stats_alti.html", BEYOND,
+                     "Surface statistics per layer, ALTI (in the extraction stream)",
+                     caption="attention_stats_alti.rst",
+                     subcategory=CONTRIBUTIONS_SUB),),
+         golden=(GoldenTable("attention_stats_alti", table("attention_stats_alti.csv"), ("layer", "head")),)),
 )
 
 

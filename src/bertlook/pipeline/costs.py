@@ -60,6 +60,8 @@ JS_NS_PER_ENTRY = 0.7  # CPU ns per (head pair x map entry) of the JS divergence
 STATS_NS_PER_ENTRY = 5.0  # ns per map entry of the surface statistics of extract_segments (layer_stats: 1.9-2.6 ms
 #                           per demo-shaped example of 0.5 M entries on 1 thread, issue 42)
 ROLLOUT_NS_PER_ENTRY = 10.0  # ns per map entry of the rollout reader (6 measured before issue 42, kept)
+ALTI_NS_PER_MAC = 0.11  # CPU s x 1e9 per multiply-add of ALTI in the stream (alti_macs; 48 ms per 128-token MiniLM
+#                         segment, 2 threads, Intel Xeon, 2026-12-06: 0.106)
 MAP_NS_PER_ENTRY = 6.5  # s x 1e9 per map entry of an eager forward pass beyond its matmuls (softmax, masks, the
 #                         float16 copy): 40 decoder segments of <= 1,024 tokens, 2.6e9 entries, 21.6 s of which
 #                         the FLOPs at CPU_FLOPS are 4.8 s (issue 42, 2 threads)
@@ -193,9 +195,20 @@ def js_entries(seg: Examples, *, causal: bool, rows: int | None) -> float:
     return min(exact, rows * (seg.tokens + seg.count) / 2 if causal else rows * seg.tokens)
 
 
+def alti_macs(job: Job, dims: ModelDims) -> float:
+    """Multiply-adds of ALTI per layer in the stream (``contributions.enabled``): ``L x H x d x sum n^2`` over the
+    first ``contributions.stream_segments`` segments (every ``(i, j)`` pair of a layer builds a ``d``-long vector
+    from ``H`` head terms; the forward pass's own FLOPs are counted apart); 0 with the step off."""
+    c = job.config.get("contributions") or {}
+    if not c.get("enabled", True):
+        return 0.0
+    seg = segments_input(job, c.get("stream_segments"))
+    return float(dims.layers * dims.heads * dims.hidden) * seg.squares
+
+
 def segment_pass(job: Job, cost: Cost) -> Estimate:
     """extract_segments: the forward pass, and the readers of its maps layer by layer inside it (surface statistics,
-    JS partial sums, rollout, and their norm-based twins); stores only with extraction.keep_maps. Causal maps (a
+    JS partial sums, rollout, and their norm-based twins; ALTI per layer: :func:`alti_macs`); stores only with extraction.keep_maps. Causal maps (a
     decoder's) are read on their visible triangles, the JS estimator (clustering.js_rows) on R rows per segment."""
     cfg, dims = job.config, job.dims()
     seg = segments_input(job)
@@ -210,6 +223,7 @@ def segment_pass(job: Job, cost: Cost) -> Estimate:
                     + STATS_NS_PER_ENTRY * 1e-9 * visible * K)
     if (cfg.get("rollout") or {}).get("enabled", True):
         cpu += ROLLOUT_NS_PER_ENTRY * 1e-9 * seg.squares * K
+    cpu += ALTI_NS_PER_MAC * 1e-9 * alti_macs(job, dims)
     maps = dims.layers * job.batch * dims.heads * n ** 2 * 4 / MIB  # one batch of float32 maps
     # the norm-based twin of the batch, and the next batch (and its twin) in flight: the calibrated RSS of the
     # readers beside the forward pass (docs/development/benchmarks.md; the layer-wise readers of issue 42 keep no
@@ -381,7 +395,8 @@ def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu
         rows = (job.config.get("clustering") or {}).get("js_rows")
         js = js_entries(segments_input(job, (job.config.get("clustering") or {}).get("max_examples")),
                         causal=dims.family == "decoder", rows=rows)
-        flops = sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
+        flops = (sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
+                 + 2 * alti_macs(job, dims))
     elif cost.estimate is gradients:
         ex = segments_input(job, (job.config.get("gradients") or {}).get("max_examples"))
         flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0

@@ -141,10 +141,13 @@ def model_jobs(config: Mapping[str, Any], on: Mapping[str, bool], declared: Sequ
     support = ("segments", treebank, "gather_extraction", *(("explorer_sample",) if "explorer" in rules else ()),
                "manifest", "report_pages")
     maps = ("", "_norm") if on.get("norms") else ("",)
+    # a {maps} rule that also runs on ALTI (surface_stats: attention_stats_alti.csv, contributions.enabled)
+    alti = {step.rule_name for step in enabled_steps(declared, on) if "alti" in step.maps}
     done = {rule for rule, _ in jobs}
     for rule in dict.fromkeys([*sorted(rules & partitions.gpu_rules), *support, *sorted(rules)]):
         if rule not in done:
-            jobs += [(rule, {"maps": m}) for m in maps] if rule in rules_info.per_maps else [(rule, {})]
+            twins = maps + (("_alti",) if rule in alti else ())
+            jobs += [(rule, {"maps": m}) for m in twins] if rule in rules_info.per_maps else [(rule, {})]
             done.add(rule)
     return jobs
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the declarations' costs: bertlook --help imports this modul
 #: report subcategories
 TWIN_TABLES, RUN_TABLES = "Twins of the paper's tables", "Per-head and per-layer tables"
 NORMS_SUB = "Norm-based maps (Kobayashi et al. 2020)"
+CONTRIBUTIONS_SUB = "ALTI and value zeroing (Ferrando et al. 2022; Mohebbi et al. 2023)"
 ROLLOUT_SUB = "Attention rollout (Abnar & Zuidema 2020)"
 CARD_SUB = "Per-head report card"
 TREES_SUB = "Single-head trees (Htut et al. 2019)"
@@ -38,7 +39,7 @@ COMPOSITE_SWITCHES = ("probes", "random_init", "norm_probes", "probe_ablations")
 #: the caption of a page declared without one of its own (under workflow/report/)
 GENERIC_CAPTION = "step_page.rst"
 #: the attention maps a step can read
-MAPS = ("attention", "norm", "rollout", "random_init")
+MAPS = ("attention", "norm", "rollout", "random_init", "alti")
 #: the conda environments (envs/*.yaml)
 ENVS = ("torch", "analysis")
 

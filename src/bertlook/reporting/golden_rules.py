@@ -402,7 +402,9 @@ def add_ranges(run_dir: Path, groups: dict[str, dict[str, Any]], tolerances) -> 
 
 
 # ------------------------------------------------------------------------------- ALTI, value zeroing, faithfulness
-CONTRIBUTION_GROUPS = ("contribution_stats", "contribution_heads", "faithfulness", "head_ablation")
+#: attention_stats_alti: ALTI per layer read in the extraction stream, the same kernels as contribution_stats
+CONTRIBUTION_GROUPS = ("contribution_stats", "contribution_heads", "faithfulness", "head_ablation",
+                       "attention_stats_alti")
 
 
 @ranger(*CONTRIBUTION_GROUPS)

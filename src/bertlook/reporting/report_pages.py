@@ -196,6 +196,8 @@ _ACCURACY_UNITS = ("Percent of the relation's words whose gold head is the head'
 TABLE_FORMATS: dict[str, TableFormat] = {
     "attention_stats": TableFormat("Surface statistics per head", _STATS_UNITS, _STATS),
     "attention_stats_norm": TableFormat("Surface statistics per head, norm-based maps", _STATS_UNITS, _STATS),
+    "attention_stats_alti": TableFormat("Surface statistics per layer, ALTI (one map per layer: head 1)", _STATS_UNITS,
+                                        _STATS),
     "head_clusters": TableFormat("Head embedding and behaviour labels (Fig 6)", _CLUSTERS_UNITS, _CLUSTERS),
     "head_clusters_norm": TableFormat("Head embedding and behaviour labels, norm-based maps", _CLUSTERS_UNITS,
                                       _CLUSTERS),
