@@ -387,3 +387,28 @@ def test_js_entries_mirror_the_reader_and_long_contexts_cost_their_squares():
     _, cpu = costs.forward(dims, ex, 1)
     flops_only = costs.STARTUP_S + sizing.sum_flops(dims, ex) / costs.CPU_FLOPS
     assert cpu - flops_only == pytest.approx(costs.MAP_NS_PER_ENTRY * 1e-9 * 64 * sum(n * n for n in lengths))
+
+
+def test_alti_in_the_stream_is_costed_on_its_segments(tmp_path):
+    """costs.alti_macs = L x H x d x sum n^2 over the first contributions.stream_segments segments (hand-computed),
+    0 with contributions off; extract_segments' CPU time and GPU seconds grow by it (the GPU's by its bytes:
+    ALTI's torch path is memory-bound)."""
+    from bertlook.pipeline import costs
+
+    seg = tmp_path / "segments.jsonl"
+    seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in (4, 5, 6)))
+
+    def job(**edits):
+        return sizing.Job(rule="extract_segments", config=_config(**edits), inputs=[str(seg)],
+                          wildcards={"run": "offline-minilm", "shard": "1of1"}, dims_of=lambda spec, rev: BASE)
+
+    assert costs.alti_macs(job(**{"contributions.stream_segments": 2}), BASE) == 12 * 12 * 768 * (16 + 25)
+    assert costs.alti_macs(job(**{"contributions.stream_segments": None}), BASE) == 12 * 12 * 768 * (16 + 25 + 36)
+    assert costs.alti_macs(job(**{"contributions.enabled": False}), BASE) == 0
+    on, off = job(**{"contributions.stream_segments": None}), job(**{"contributions.enabled": False})
+    cost = COSTS["extract_segments"]
+    macs = 12 * 12 * 768 * 77
+    assert _estimate("extract_segments", on)[1] - _estimate("extract_segments", off)[1] == pytest.approx(
+        costs.ALTI_NS_PER_MAC * 1e-9 * macs)
+    gpu = costs.gpu_seconds(on, cost, BASE, 0.0, 20.0) - costs.gpu_seconds(off, cost, BASE, 0.0, 20.0)
+    assert gpu == pytest.approx(costs.ALTI_GPU_BYTES_PER_MAC * macs / 12 / (costs.GPU_MEM_GB_S * 1e9))

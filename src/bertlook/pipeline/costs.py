@@ -374,6 +374,9 @@ CONTRIBUTIONS = Cost(estimate=contributions)
 # ---- a model job on a GPU -------------------------------------------------------------------------
 
 GPU_LOAD_MB_S = 200.0  # MB/s reading the weights from a shared filesystem into the GPU
+GPU_MEM_GB_S = 2000.0  # GB/s of GPU memory: ASSUMED (an H100 PCIe's 2.0 TB/s; no GPU was lent to measure one)
+ALTI_GPU_BYTES_PER_MAC = 16.0  # ALTI's torch path (the GPU's): 4 float32 passes over [rows, keys, d] per head-summed
+#                                vector (write, subtract, abs, sum): 16 bytes per (pair x d), i.e. per MAC / heads
 JS_FLOPS_PER_ENTRY = 10.0  # device FLOPs per (head pair x map entry) of the JS sums (smoothing, logs, sums)
 
 
@@ -388,15 +391,18 @@ def runs_model(job: Job, cost: Cost) -> bool:
 def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu_tflops: float) -> float:
     """Seconds a model job holds its GPU: startup, reading ``weights_bytes`` at ``GPU_LOAD_MB_S``, its FLOPs at
     ``gpu_tflops`` (effective TFLOP/s): the forward passes (three for the gradients plus the language-model head)
-    and, in the one-pass extraction, the JS sums on the device (``JS_FLOPS_PER_ENTRY`` per head pair and entry)."""
+    and, in the one-pass extraction, the JS sums on the device (``JS_FLOPS_PER_ENTRY`` per head pair and entry) and
+    ALTI per layer (:func:`alti_macs`: memory-bound on a GPU, its bytes at ``GPU_MEM_GB_S``, or its FLOPs if more)."""
+    extra = 0.0
     if cost.estimate is segment_pass:
         seg = segments_input(job)
         kinds = 2 if norms_on(job.config) else 1
         rows = (job.config.get("clustering") or {}).get("js_rows")
         js = js_entries(segments_input(job, (job.config.get("clustering") or {}).get("max_examples")),
                         causal=dims.family == "decoder", rows=rows)
-        flops = (sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
-                 + 2 * alti_macs(job, dims))
+        flops = sum_flops(dims, seg) + kinds * JS_FLOPS_PER_ENTRY * js * dims.heads_total ** 2 / 2
+        macs = alti_macs(job, dims)
+        extra = max(2 * macs / (gpu_tflops * 1e12), ALTI_GPU_BYTES_PER_MAC * macs / dims.heads / (GPU_MEM_GB_S * 1e9))
     elif cost.estimate is gradients:
         ex = segments_input(job, (job.config.get("gradients") or {}).get("max_examples"))
         flops = (3 * sum_flops(dims, ex) + 6.0 * dims.hidden * dims.vocab * ex.tokens) if dims.mlm_head else 0.0
@@ -408,4 +414,4 @@ def gpu_seconds(job: Job, cost: Cost, dims: ModelDims, weights_bytes: float, gpu
         flops = sum_flops(dims, cost.examples(job)[1]) * cost.passes(job.config)
     else:
         flops = 0.0
-    return STARTUP_S + weights_bytes / (GPU_LOAD_MB_S * 1e6) + flops / (gpu_tflops * 1e12)
+    return STARTUP_S + weights_bytes / (GPU_LOAD_MB_S * 1e6) + flops / (gpu_tflops * 1e12) + extra
