@@ -221,3 +221,22 @@ def test_the_torch_path_a_gpu_runs_agrees_with_the_cpu_kernels(monkeypatch):
     worst = max(float(np.abs(np.stack(a) - np.stack(torch_path.accumulator.maps[k])).max())
                 for k, a in kernels.accumulator.maps.items())
     assert 0 < worst < 1e-4
+
+
+def test_cli_alti_statistics_of_two_shards_add_up(segments_file, tiny_bert_dir, tmp_path):
+    """--alti-max-examples counts the first segments of the whole file: two shards (segments 0-1 and 2-3) with the
+    first 3 give, reduced by surface-stats, the table of one job (within float rounding of the sums)."""
+    from bertlook.analyses.surface_stats import run_surface_stats_step
+    from bertlook.cli import main
+
+    def run(out, *extra):
+        assert main(["extract-segments", "--segments", str(segments_file), "--model", str(tiny_bert_dir), "--device",
+                     "cpu", "--alti-stats-partial", str(out), "--alti-max-examples", "3", *extra]) == 0
+        return out
+
+    whole = run_surface_stats_step(partials=[run(tmp_path / "all.npz")])
+    parts = run_surface_stats_step(partials=[run(tmp_path / "s1.npz", "--shard", "1of2"),
+                                             run(tmp_path / "s2.npz", "--shard", "2of2")])
+    assert whole.summary["n_examples"] == parts.summary["n_examples"] == 3
+    cols = ["cls", "sep", "punct", "self", "prev", "next", "entropy", "max_attention"]
+    np.testing.assert_allclose(parts.frame[cols].to_numpy(), whole.frame[cols].to_numpy(), rtol=1e-12, atol=1e-14)
