@@ -238,3 +238,29 @@ def test_benchmark_script_runs_small(tmp_path, capsys):
     assert result["alti"]["alti_layer"]["macs"] == 2 * 12 * 12 * 12 * 384
     assert result["value_zeroing"]["all_layers"]["seconds"] > 0 and "4" in result["value_zeroing"]["chunks"]
     assert "value zeroing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["layer", "heads"])
+def test_torch_path_skips_the_keys_no_row_weights(kind, monkeypatch):
+    """The torch path (a GPU's) computes each chunk of rows on the keys up to the last one any of them weights
+    (C._key_stop): on a causal map about half the pairs, on padded keys none of the padding; the maps equal the
+    torch path on every key (the skipped contributions are exactly 0 either way)."""
+    x, attn, values, w_o, b_o, post = _random_layer(3, causal=True, pad=7)
+    monkeypatch.setattr(C, "CHUNK_ELEMENTS", 2 * 21 * 48 * 3)  # 3 rows per chunk: 7 chunks
+    real, keys = C._key_stop, []
+    monkeypatch.setattr(C, "_key_stop", lambda w, i1: keys.append(real(w, i1)) or keys[-1])
+
+    def run():
+        keys.clear()
+        if kind == "layer":
+            return C.alti_layer(x, attn, values, w_o, b_o, post)
+        return C.alti_heads(attn, values, w_o, post)
+
+    with torch_path():
+        skipped, used = run(), list(keys)
+        monkeypatch.setattr(C, "_key_stop", lambda w, i1: 21)  # every key, as before the skip
+        every = run()
+    assert used[:7] == [3, 6, 9, 12, 15, 18, 21]  # causal: rows i0:i1 need keys :i1
+    assert sum(used) < 0.6 * 21 * len(used)
+    np.testing.assert_allclose(skipped.numpy(), every.numpy(), rtol=0, atol=1e-7)
+    assert torch.equal(skipped[..., 20], every[..., 20])  # nothing beyond: the last key of the last chunk

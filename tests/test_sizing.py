@@ -405,6 +405,9 @@ def test_alti_in_the_stream_is_costed_on_its_segments(tmp_path):
     assert costs.alti_macs(job(**{"contributions.stream_segments": 2}), BASE) == 12 * 12 * 768 * (16 + 25)
     assert costs.alti_macs(job(**{"contributions.stream_segments": None}), BASE) == 12 * 12 * 768 * (16 + 25 + 36)
     assert costs.alti_macs(job(**{"contributions.enabled": False}), BASE) == 0
+    decoder = sizing.ModelDims(layers=2, heads=4, hidden=8, intermediate=32, vocab=50, family="decoder")
+    # a decoder's visible triangles: (16 + 4) / 2 + (25 + 5) / 2 + (36 + 6) / 2 = 46 pairs per layer and head-d
+    assert costs.alti_macs(job(**{"contributions.stream_segments": None}), decoder) == 2 * 4 * 8 * 46
     on, off = job(**{"contributions.stream_segments": None}), job(**{"contributions.enabled": False})
     cost = COSTS["extract_segments"]
     macs = 12 * 12 * 768 * 77

@@ -96,20 +96,31 @@ def _sigma(pre, ln: PostLayerNorm | None, sigma: str):
     raise BertlookError(f"alti: unknown sigma {sigma!r} (layernorm, unbiased_std)")
 
 
-def _min_sum(y, parts_fn: Callable[[int, int], Any], n: int):
-    """``max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)`` row-normalised: ``y`` ``[batch, q, d]``, ``parts_fn(i0, i1)``
-    the transformed vectors of rows ``i0:i1`` ``[batch, rows, key_pos, d]``; computed in row chunks."""
+def _key_stop(w, i1: int) -> int:
+    """The keys rows ``..i1`` need: ``w`` ``[..., rows, key_pos]`` the rows' weights (every head and batch entry);
+    past the last key any of them weights (and past ``i1``: a row's own token ``j = i`` has its residual), every
+    ``T_i(x_j)`` is 0, so ``c = max(0, ||y_i|| - ||y_i||) = 0`` exactly: a causal map's later keys, padded keys."""
+    live = (w != 0).flatten(0, -2).any(0).nonzero()  # [live keys, 1]
+    return max(i1, int(live[-1, 0]) + 1 if live.numel() else 0)
+
+
+def _min_sum(y, parts_fn: Callable[[int, int, int], Any], n: int, weights: Callable[[int, int], Any]):
+    """``max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)`` row-normalised: ``y`` ``[batch, q, d]``, ``parts_fn(i0, i1, k)``
+    the transformed vectors of rows ``i0:i1`` and keys ``:k`` ``[batch, rows, k, d]``, ``weights(i0, i1)`` the
+    rows' weights ``[..., rows, key_pos]``; computed in row chunks, each on the keys :func:`_key_stop` leaves it
+    (the others are 0: in a causal map half the work, which on a GPU is memory traffic)."""
     import torch  # lazy: see the module docstring
 
     B, Q, D = y.shape
-    out = torch.empty((B, Q, n), dtype=torch.float32, device=y.device)  # [batch, query_pos, key_pos]
+    out = torch.zeros((B, Q, n), dtype=torch.float32, device=y.device)  # [batch, query_pos, key_pos]
     step = max(1, CHUNK_ELEMENTS // max(1, B * n * D))
     ynorm = y.abs().sum(-1)  # [batch, query_pos]
     for i0 in range(0, Q, step):
         i1 = min(Q, i0 + step)
-        t = parts_fn(i0, i1)  # [batch, rows, key_pos, d]
-        dist = (y[:, i0:i1, None, :] - t).abs_().sum(-1)  # [batch, rows, key_pos]
-        out[:, i0:i1] = (ynorm[:, i0:i1, None] - dist).clamp_min_(0)
+        k = _key_stop(weights(i0, i1), i1)
+        t = parts_fn(i0, i1, k)  # [batch, rows, k, d]
+        dist = (y[:, i0:i1, None, :] - t).abs_().sum(-1)  # [batch, rows, k]
+        out[:, i0:i1, :k] = (ynorm[:, i0:i1, None] - dist).clamp_min_(0)
     sums = out.sum(-1, keepdim=True)
     return out / torch.where(sums > 0, sums, torch.ones_like(sums))
 
@@ -158,12 +169,12 @@ def alti_layer(x, attn, values, w_o, b_o=None, ln: PostLayerNorm | None = None, 
                                                         num_threads=_threads()))
     eye = torch.eye(n, device=x.device, dtype=x.dtype)
 
-    def parts(i0: int, i1: int):  # [batch, rows, key_pos, d_model]
-        t = torch.einsum("bhij,bhjd->bijd", a[:, :, i0:i1], f)
-        t = t + eye[i0:i1, :, None] * x[:, i0:i1, None, :]
+    def parts(i0: int, i1: int, k: int):  # [batch, rows, k, d_model]
+        t = torch.einsum("bhij,bhjd->bijd", a[:, :, i0:i1, :k], f[:, :, :k])
+        t = t + eye[i0:i1, :k, None] * x[:, i0:i1, None, :]
         return _centre(t, ln) / s[:, i0:i1, None, :]
 
-    return _min_sum(y, parts, n)
+    return _min_sum(y, parts, n, lambda i0, i1: a[:, :, i0:i1])
 
 
 def alti_heads(attn, values, w_o, ln: PostLayerNorm | None = None):
@@ -185,7 +196,8 @@ def alti_heads(attn, values, w_o, ln: PostLayerNorm | None = None):
     out = torch.empty((B, H, n, n), dtype=torch.float32, device=a.device)
     for h in range(H):
         y = torch.einsum("bij,bjd->bid", a[:, h], u[:, h])  # [batch, seq, d_model]
-        out[:, h] = _min_sum(y, lambda i0, i1, h=h: a[:, h, i0:i1, :, None] * u[:, h, None, :, :], n)
+        out[:, h] = _min_sum(y, lambda i0, i1, k, h=h: a[:, h, i0:i1, :k, None] * u[:, h, None, :k, :], n,
+                             lambda i0, i1, h=h: a[:, h, i0:i1])
     return out
 
 

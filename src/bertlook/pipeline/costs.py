@@ -198,12 +198,14 @@ def js_entries(seg: Examples, *, causal: bool, rows: int | None) -> float:
 def alti_macs(job: Job, dims: ModelDims) -> float:
     """Multiply-adds of ALTI per layer in the stream (``contributions.enabled``): ``L x H x d x sum n^2`` over the
     first ``contributions.stream_segments`` segments (every ``(i, j)`` pair of a layer builds a ``d``-long vector
-    from ``H`` head terms; the forward pass's own FLOPs are counted apart); 0 with the step off."""
+    from ``H`` head terms; the forward pass's own FLOPs are counted apart), a decoder's visible triangles only
+    (``(n^2 + n) / 2``: both the CPU kernels and the torch path skip keys no head weights); 0 with the step off."""
     c = job.config.get("contributions") or {}
     if not c.get("enabled", True):
         return 0.0
     seg = segments_input(job, c.get("stream_segments"))
-    return float(dims.layers * dims.heads * dims.hidden) * seg.squares
+    pairs = (seg.squares + seg.tokens) / 2 if dims.family == "decoder" else seg.squares
+    return float(dims.layers * dims.heads * dims.hidden) * pairs
 
 
 def segment_pass(job: Job, cost: Cost) -> Estimate:
