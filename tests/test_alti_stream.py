@@ -111,15 +111,19 @@ def test_only_the_chosen_examples_are_computed(monkeypatch):
     real = alti_stream.alti_layer
 
     def counted(x, *args, **kwargs):
-        calls.append(int(x.shape[1]))
+        calls.append(tuple(x.shape[:2]))  # (examples, tokens) of the call
         return real(x, *args, **kwargs)
 
     monkeypatch.setattr(alti_stream, "alti_layer", counted)
     model = _encoder("bert")
     examples = _examples(30)
+    # batches of 3, longest first: (ex3 12, ex6 10, ex1 9), (ex2 7, ex4 6, ex0 5), (ex5 3)
     reader, _ = _stream_alti(model, examples, ids={"ex1", "ex4"})
     assert sorted(reader.accumulator.ended) == ["ex1", "ex4"] and reader.count == 2
-    assert sorted(calls) == sorted([LENGTHS[1]] * 2 + [LENGTHS[4]] * 2)  # 2 layers each, nothing else
+    assert sorted(calls) == [(1, 6)] * 2 + [(1, 9)] * 2  # 2 layers each, nothing else
+    calls.clear()
+    reader, _ = _stream_alti(model, examples, ids={"ex1", "ex6", "ex5"})
+    assert calls == [(2, 10), (2, 10), (1, 3), (1, 3)]  # ex6 and ex1 together, padded to 10 tokens
 
 
 def test_alti_beside_the_attention_and_norm_readers_leaves_them_unchanged():
@@ -138,11 +142,13 @@ def test_alti_beside_the_attention_and_norm_readers_leaves_them_unchanged():
                 assert np.array_equal(a, b)
 
 
-def test_lazy_maps_accept_only_one_example_at_a_time():
+def test_lazy_maps_compute_the_wanted_examples_together_and_accept_one_example_at_a_time():
     done = []
-    lazy = LazyLayerMaps(lambda b, n: done.append((b, n)) or f"map{b}", [4, 2])
-    assert lazy[1, :, :2, :2] == "map1" and lazy[1, :, :2, :2] == "map1" and done == [(1, 2)]
-    for key in [(0, slice(None), slice(None, 3), slice(None, 3)), (2, slice(None), slice(None, 2), slice(None, 2)),
+    lazy = LazyLayerMaps(lambda rows: done.append(list(rows)) or [f"map{b}" for b in rows], [4, 2, 3], [0, 2])
+    assert lazy[2, :, :3, :3] == "map2" and done == [[0, 2]]  # the first read: every wanted example, one call
+    assert lazy[0, :, :4, :4] == "map0" and lazy[2, :, :3, :3] == "map2" and done == [[0, 2]]
+    assert lazy[1, :, :2, :2] == "map1" and done == [[0, 2], [1]]  # not wanted: alone
+    for key in [(0, slice(None), slice(None, 3), slice(None, 3)), (3, slice(None), slice(None, 2), slice(None, 2)),
                 (0, 0, slice(None, 4), slice(None, 4)), 0]:
         with pytest.raises(BertlookError, match=r"maps\[b, :, :n, :n\]"):
             lazy[key]

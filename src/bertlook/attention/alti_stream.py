@@ -6,12 +6,14 @@ weights, the per-head value vectors (the ones the norm-based maps read: :func:`b
 the layer's input ``x`` (the residual stream before the layer: a forward pre-hook on the layer module, the
 hidden state ``hidden_states[l]`` of ``output_hidden_states``), ``W_O``, ``b_O`` and, in a post-LN encoder, the
 LayerNorm after the attention residual. :class:`AltiLayers` holds what is fixed per model and captures ``x``;
-:meth:`AltiLayers.layer_maps` gives a layer's maps as a :class:`LazyLayerMaps`, which computes one example's map,
-cut to its own tokens, the first time a reader asks for it (``maps[b, :, :n, :n]``, the indexing of
-:class:`bertlook.attention.layer_readers.PerLayer`): ALTI costs ``~2 n^2 H d`` per layer and example, so only the
-examples a reader chose (``--alti-max-examples``) are computed. A map is ``[1, n, n]`` float32 (one "head": ALTI
-has one map per layer), rows normalised, exactly :func:`~bertlook.attention.contributions.example_maps`' ``alti``
-of the example run alone.
+:meth:`AltiLayers.layer_maps` gives a layer's maps as a :class:`LazyLayerMaps`, read as ``maps[b, :, :n, :n]`` (the
+indexing of :class:`bertlook.attention.layer_readers.PerLayer`): the first read computes, in one call, the maps of
+every example of the batch that a reader wants (``LayerReader.wants``; ALTI costs ``~2 n^2 H d`` per layer and
+example, so only the examples a reader chose, ``--alti-max-examples``, are computed), on the batch's rows padded
+to the longest of them (a padded key has weight 0 in every head, so its contribution is 0: skipped by the kernels);
+one call per layer instead of one per example is 1.65x faster on the CPU (``scripts/bench_contributions.py``). A
+map is ``[1, n, n]`` float32 (one "head": ALTI has one map per layer), rows normalised: the ``alti`` of
+:func:`~bertlook.attention.contributions.example_maps` of the example run alone, up to float32 rounding.
 
 Definitions: docs/definitions.md#alti-and-value-zeroing
 """
@@ -72,10 +74,12 @@ class AltiLayers:
         with layer_calls.layer_hooks(self.model, self.layers, hook, what="ALTI", pre=True, with_kwargs=True):
             yield self
 
-    def layer_maps(self, layer: int, attn, values, lengths: Sequence[int]) -> "LazyLayerMaps":
-        """Layer ``layer``'s ALTI maps of the batch, computed per example on demand: ``attn`` its weights
+    def layer_maps(self, layer: int, attn, values, lengths: Sequence[int],
+                   wanted: Sequence[int] | None = None) -> "LazyLayerMaps":
+        """Layer ``layer``'s ALTI maps of the batch, computed on the first read: ``attn`` its weights
         ``[batch, head, T, T]`` (float32, as the model computed them), ``values`` its value vectors
-        ``[batch, T, heads * d_head]``, ``lengths`` each example's tokens."""
+        ``[batch, T, heads * d_head]``, ``lengths`` each example's tokens, ``wanted`` the examples to compute
+        together (None: every one; another example read is computed alone)."""
         x = self.inputs[layer]
         if x is None or values is None:
             raise BertlookError(f"ALTI: layer {layer + 1}: its input or value vectors were not captured in the "
@@ -83,10 +87,15 @@ class AltiLayers:
         w_o, b_o = self.dense[layer]
         ln = self.post_ln[layer]
 
-        def one(b: int, n: int):  # [1, n, n]: example b alone, cut to its n tokens
-            return alti_layer(x[b:b + 1, :n], attn[b:b + 1, :, :n, :n], values[b:b + 1, :n], w_o, b_o, ln)
+        def some(rows: Sequence[int]) -> list:  # [1, n, n] of each example of rows, cut to its n tokens
+            import torch  # lazy: the tensors are torch's; this module is imported by the stream only where needed
 
-        return LazyLayerMaps(one, lengths)
+            t = max(lengths[b] for b in rows)
+            idx = torch.as_tensor(list(rows), device=attn.device)
+            c = alti_layer(x[idx, :t], attn[idx][:, :, :t, :t], values[idx, :t], w_o, b_o, ln)  # [rows, t, t]
+            return [c[k:k + 1, :lengths[b], :lengths[b]] for k, b in enumerate(rows)]
+
+        return LazyLayerMaps(some, lengths, range(len(lengths)) if wanted is None else wanted)
 
     def release(self, layer: int) -> None:
         """Forget layer ``layer``'s input (its maps are done)."""
@@ -100,19 +109,22 @@ def _bias(dense):
 
 class LazyLayerMaps:
     """One layer's per-layer maps of a batch, ``[batch, 1, T, T]`` to a reader: ``maps[b, :, :n, :n]`` (the only
-    indexing it accepts, ``n`` example ``b``'s length) computes example ``b``'s map ``[1, n, n]`` with ``one(b, n)``
-    the first time, then gives the same tensor (thread-safe: readers of a layer may run in several threads)."""
+    indexing it accepts, ``n`` example ``b``'s length) gives example ``b``'s map ``[1, n, n]``. The first read
+    computes the maps of every example of ``wanted`` with one call ``some(wanted)`` (a list of maps, in that
+    order); an example outside ``wanted`` is computed alone, ``some([b])``. Thread-safe: readers of a layer may
+    run in several threads."""
 
-    def __init__(self, one: Callable[[int, int], Any], lengths: Sequence[int]) -> None:
-        self._one, self._lengths = one, list(lengths)
+    def __init__(self, some: Callable[[Sequence[int]], list], lengths: Sequence[int], wanted: Sequence[int]) -> None:
+        self._some, self._lengths, self._wanted = some, list(lengths), list(wanted)
         self._done: dict[int, Any] = {}
         self._lock = threading.Lock()
 
     def __getitem__(self, key):
-        b, n = _example_key(key, self._lengths)
+        b, _n = _example_key(key, self._lengths)
         with self._lock:
             if b not in self._done:
-                self._done[b] = self._one(b, n)
+                rows = self._wanted if b in self._wanted else [b]
+                self._done.update(zip(rows, self._some(rows)))
             return self._done[b]
 
 

@@ -44,6 +44,11 @@ class LayerReader(MapConsumer):
     def end_batch(self, batch: LayerBatch) -> None:
         """Called once after the batch's last layer."""
 
+    def wants(self, record: dict[str, Any]) -> bool:
+        """Whether it reads the maps of the example ``record`` (the stream computes ALTI only for those some reader
+        wants: :mod:`bertlook.attention.alti_stream`)."""
+        return True
+
 
 class PerLayer(LayerReader, PerExample):
     """Hand each example of one map kind, layer by layer, to an accumulator's ``add_layer(record, layer, a)``
@@ -59,6 +64,9 @@ class PerLayer(LayerReader, PerExample):
         check_choice("map kind", kind, LAYER_KINDS)
         PerExample.__init__(self, make, ids=ids)
         self.map_kind = kind
+
+    def wants(self, record: dict[str, Any]) -> bool:
+        return self.chosen(record)
 
     def add_layer(self, batch: LayerBatch, layer: int, maps) -> None:
         for b, record in enumerate(batch.records):

@@ -168,8 +168,8 @@ class _LayerSink:
         if self.captured is not None and self.norm_maps:
             nm16 = self._norms(layer, a)
             calls += [functools.partial(r.add_layer, self.batch, layer, nm16) for r in self.readers["norm"]]
-        if self.readers["alti"]:  # [batch, 1, T, T] float32, each example computed when a reader asks for it
-            alti = self.alti.layer_maps(layer, a, self.captured[layer], self.lengths)
+        if self.readers["alti"]:  # [batch, 1, T, T] float32: the wanted examples computed at the first read
+            alti = self.alti.layer_maps(layer, a, self.captured[layer], self.lengths, self._alti_wanted())
             calls += [functools.partial(r.add_layer, self.batch, layer, alti) for r in self.readers["alti"]]
         self._run(calls)
         if self.captured is not None:
@@ -177,6 +177,12 @@ class _LayerSink:
         if self.alti is not None:
             self.alti.release(layer)
         self.seen += 1
+
+    def _alti_wanted(self) -> list[int]:
+        """The examples of the batch some ALTI reader wants (``LayerReader.wants``; a reader without it: all)."""
+        readers = self.readers["alti"]
+        return [b for b, record in enumerate(self.batch.records)
+                if any(getattr(r, "wants", lambda _record: True)(record) for r in readers)]
 
     def _run(self, calls: list) -> None:
         """The readers' calls of one layer (each reader's own calls stay in order: a layer's are all made before

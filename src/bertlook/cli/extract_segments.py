@@ -120,6 +120,9 @@ class _Timed:
         self.map_kind = inner.map_kind
         self.layerwise = getattr(inner, "layerwise", False)
 
+    def wants(self, record) -> bool:
+        return getattr(self.inner, "wants", lambda _record: True)(record)
+
     def _timed(self, method: str, *args) -> None:
         t0 = time.perf_counter()
         getattr(self.inner, method)(*args)

@@ -60,8 +60,8 @@ JS_NS_PER_ENTRY = 0.7  # CPU ns per (head pair x map entry) of the JS divergence
 STATS_NS_PER_ENTRY = 5.0  # ns per map entry of the surface statistics of extract_segments (layer_stats: 1.9-2.6 ms
 #                           per demo-shaped example of 0.5 M entries on 1 thread, issue 42)
 ROLLOUT_NS_PER_ENTRY = 10.0  # ns per map entry of the rollout reader (6 measured before issue 42, kept)
-ALTI_NS_PER_MAC = 0.11  # CPU s x 1e9 per multiply-add of ALTI in the stream (alti_macs; 48 ms per 128-token MiniLM
-#                         segment, 2 threads, Intel Xeon, 2026-12-06: 0.106)
+ALTI_NS_PER_MAC = 0.075  # CPU s x 1e9 per multiply-add of ALTI in the stream (alti_macs; 34 ms per 128-token MiniLM
+#                          segment, 2 threads, a batch's wanted examples in one call, Intel Xeon, 2026-12-06: 0.075)
 MAP_NS_PER_ENTRY = 6.5  # s x 1e9 per map entry of an eager forward pass beyond its matmuls (softmax, masks, the
 #                         float16 copy): 40 decoder segments of <= 1,024 tokens, 2.6e9 entries, 21.6 s of which
 #                         the FLOPs at CPU_FLOPS are 4.8 s (issue 42, 2 threads)
