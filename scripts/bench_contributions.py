@@ -122,8 +122,8 @@ def bench_alti(model, args, rate: float) -> dict:
               f"rate: "
               f"kernel / limit = {sec / limit:.1f}x, torch / limit = {torch_sec / limit:.0f}x")
     # the extraction stream's calls (bertlook.attention.alti_stream): one example at a time, cut to its tokens
-    one = lambda b: C.alti_layer(t["x"][b:b + 1], t["attn"][b:b + 1], t["values"][b:b + 1], t["w_o"], t["b_o"],  # noqa: E731
-                                 t["ln"])
+    one = lambda b: C.alti_layer(  # noqa: E731
+        t["x"][b:b + 1], t["attn"][b:b + 1], t["values"][b:b + 1], t["w_o"], t["b_o"], t["ln"])
     sec = timed(lambda: [one(b) for b in range(B)], args.repeats)
     limit = 2.0 * macs / rate
     out["alti_layer_per_example"] = dict(seconds=sec, macs=macs, limit_seconds=limit, ratio=sec / limit)

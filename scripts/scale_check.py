@@ -144,16 +144,20 @@ def js_elements(summary: dict[str, Any], tokens: int, examples: int, sum_sq: flo
     each map kind, ``sum n^2`` over the examples read times the ``K (K + 1) / 2`` head pairs ``j >= i``
     (what :mod:`bertlook.analyses.xlogx` visits); ``sum n^2`` exact when given, else ``tokens^2 / examples``,
     scaled to the examples read."""
+    if num_heads_total <= 0:
+        return 0.0
+    return _read_squares(summary, tokens, examples, sum_sq, "js_") * num_heads_total * (num_heads_total + 1) / 2
+
+
+def _read_squares(summary: dict[str, Any], tokens: int, examples: int, sum_sq: float | None, prefix: str) -> float:
+    """``sum n^2`` of the examples the readers ``readers.<prefix>*`` of an extraction summary read, added over those
+    readers: exact when ``sum_sq`` is given, else ``tokens^2 / examples``, scaled to the examples each read."""
     readers = summary.get("readers") if isinstance(summary, dict) else None
-    if not isinstance(readers, dict) or examples <= 0 or num_heads_total <= 0:
+    if not isinstance(readers, dict) or examples <= 0:
         return 0.0
     sq = sum_sq if sum_sq is not None else tokens * tokens / examples
-    total = 0.0
-    for name, info in readers.items():
-        if name.startswith("js_") and isinstance(info, dict):
-            read = min(int(info.get("examples") or 0), examples)
-            total += sq * read / examples * num_heads_total * (num_heads_total + 1) / 2
-    return total
+    return sum(sq * min(int(info.get("examples") or 0), examples) / examples
+               for name, info in readers.items() if name.startswith(prefix) and isinstance(info, dict))
 
 
 def alti_flops(summary: dict[str, Any], tokens: int, examples: int, sum_sq: float | None, layers: int, heads: int,
@@ -161,13 +165,7 @@ def alti_flops(summary: dict[str, Any], tokens: int, examples: int, sum_sq: floa
     """FLOPs of ALTI per layer in an extraction job (``readers.surface_stats_alti`` of its summary):
     ``2 L H d`` per ``(i, j)`` pair of every example it read (each pair's transformed vector is ``H`` head terms of
     ``d`` floats), ``sum n^2`` exact when given, else ``tokens^2 / examples``, scaled to the examples read."""
-    readers = summary.get("readers") if isinstance(summary, dict) else None
-    info = readers.get("surface_stats_alti") if isinstance(readers, dict) else None
-    if not isinstance(info, dict) or examples <= 0:
-        return 0.0
-    sq = sum_sq if sum_sq is not None else tokens * tokens / examples
-    read = min(int(info.get("examples") or 0), examples)
-    return 2.0 * layers * heads * hidden * sq * read / examples
+    return 2.0 * layers * heads * hidden * _read_squares(summary, tokens, examples, sum_sq, "surface_stats_alti")
 
 
 def js_limit(elements: float, ns_per_element: float | None, threads: int) -> float:

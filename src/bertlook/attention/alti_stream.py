@@ -2,8 +2,8 @@
 the same forward pass that computes the attention maps, on the model's device, one layer at a time.
 
 ALTI of layer ``l`` (:func:`bertlook.attention.contributions.alti_layer`) needs, besides the layer's attention
-weights, the per-head value vectors (the ones the norm-based maps read: :func:`bertlook.attention.norms.capture_values`),
-the layer's input ``x`` (the residual stream before the layer: a forward pre-hook on the layer module, the
+weights, the per-head value vectors (the ones the norm-based maps read:
+:func:`bertlook.attention.norms.capture_values`), the layer's input ``x`` (the residual stream before the layer: a forward pre-hook on the layer module, the
 hidden state ``hidden_states[l]`` of ``output_hidden_states``), ``W_O``, ``b_O`` and, in a post-LN encoder, the
 LayerNorm after the attention residual. :class:`AltiLayers` holds what is fixed per model and captures ``x``;
 :meth:`AltiLayers.layer_maps` gives a layer's maps as a :class:`LazyLayerMaps`, read as ``maps[b, :, :n, :n]`` (the

@@ -121,7 +121,7 @@ class _Timed:
         self.layerwise = getattr(inner, "layerwise", False)
 
     def wants(self, record) -> bool:
-        return getattr(self.inner, "wants", lambda _record: True)(record)
+        return self.inner.wants(record)
 
     def _timed(self, method: str, *args) -> None:
         t0 = time.perf_counter()
@@ -192,16 +192,15 @@ def _partials(args, threads: int) -> list[_Partial]:
                 causal=bool(tok.get("causal")), rows=args.js_rows, seed=args.js_seed)
             out.append(_Partial(f"js_{kind}", path, kind, make, cluster_heads.PARTIAL_KIND,
                                 ids=ids(args.js_max_examples), max_examples=args.js_max_examples))
-    for path, kind in ((args.stats_partial, "attention"), (args.norm_stats_partial, "norm")):
+    # ALTI has one map per layer: a "head" per layer, on the first --alti-max-examples segments
+    for path, kind, limit in ((args.stats_partial, "attention", None), (args.norm_stats_partial, "norm", None),
+                              (args.alti_stats_partial, "alti", args.alti_max_examples)):
         if path:
             make = lambda plan, tok, kind=kind: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
-                plan.num_layers, plan.num_heads, where=where(kind), num_threads=threads, **tok)
-            out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND))
-    if args.alti_stats_partial:  # one map per layer: a "head" per layer
-        make = lambda plan, tok: surface_stats.SurfaceStatsAccumulator(  # noqa: E731
-            plan.num_layers, 1, where=where("ALTI"), num_threads=threads, **tok)
-        out.append(_Partial("surface_stats_alti", args.alti_stats_partial, "alti", make, surface_stats.PARTIAL_KIND,
-                            ids=ids(args.alti_max_examples), max_examples=args.alti_max_examples))
+                plan.num_layers, 1 if kind == "alti" else plan.num_heads, where=where(kind), num_threads=threads,
+                **tok)
+            out.append(_Partial(f"surface_stats_{kind}", path, kind, make, surface_stats.PARTIAL_KIND, ids=ids(limit),
+                                max_examples=limit))
     if args.rollout_partial:
         make = lambda plan, tok: rollout.RolloutAccumulator(  # noqa: E731
             plan.num_layers, plan.num_heads, where=where("attention"), store_excluded=plan.excluded, **tok)

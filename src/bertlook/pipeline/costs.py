@@ -210,8 +210,9 @@ def alti_macs(job: Job, dims: ModelDims) -> float:
 
 def segment_pass(job: Job, cost: Cost) -> Estimate:
     """extract_segments: the forward pass, and the readers of its maps layer by layer inside it (surface statistics,
-    JS partial sums, rollout, and their norm-based twins; ALTI per layer: :func:`alti_macs`); stores only with extraction.keep_maps. Causal maps (a
-    decoder's) are read on their visible triangles, the JS estimator (clustering.js_rows) on R rows per segment."""
+    JS partial sums, rollout, and their norm-based twins; ALTI per layer: :func:`alti_macs`); stores only with
+    extraction.keep_maps. Causal maps (a decoder's) are read on their visible triangles, the JS estimator
+    (clustering.js_rows) on R rows per segment."""
     cfg, dims = job.config, job.dims()
     seg = segments_input(job)
     mem, cpu = forward(dims, seg, job.batch)
