@@ -3,7 +3,9 @@
 
 # The resources tables of a run wait for every other output `all` asks for of that run, those of the
 # cross-model summary for every other output of the configuration, except the report's pages (made
-# from the resources tables too, so after them: their own job is not in the tables).
+# from the resources tables too, so after them: their own job is not in the tables). The summary leaves
+# the runs' report_pages jobs out too: it does not wait for them, and a rerun of one rewrites its
+# benchmark file while the summary may be reading it.
 RESOURCES_TABLES = ("resources.csv", "resources.md")
 
 
@@ -51,7 +53,7 @@ use rule _analysis_step as resources_summary with:
             "resources",
             run_dir=[os.path.join(RESULTS, run) for run in RUNS]
             + [SUMMARY_DIR, os.path.join(RESOURCES, "benchmarks")],
-            exclude="resources_summary",
+            exclude=["resources_summary", "report_pages", "report_pages_summary"],
             by_rule=True,
             out_csv=OUT.csv,
             out_markdown=OUT.markdown,
