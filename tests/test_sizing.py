@@ -162,6 +162,26 @@ def test_probes_read_the_train_store(tmp_path):
     assert _req("probes", _config(), [str(train)])["runtime"] == 15
 
 
+def test_input_files_are_read_once_per_state(tmp_path):
+    """Snakemake asks a rule's resources once per job (and again when it is ready): a segments or CoNLL-U file is
+    read once while its size and mtime stay, and read again once it changes."""
+    seg, conllu = tmp_path / "segments.jsonl", tmp_path / "dev.conllu"
+    seg.write_text("".join(json.dumps({"tokens": ["t"] * n}) + "\n" for n in (4, 5, 6)))
+    conllu.write_text("1\tA\n2\tb\n\n1\tc\n\n")
+    seg_reads, conllu_reads = sizing._segment_lengths.cache_info().misses, sizing._sentence_words.cache_info().misses
+    for shard in (None, (1, 2), (2, 2), None):
+        sizing.segments_examples(seg, shard)
+        sizing.conllu_examples(conllu, 128, shard)
+    assert sizing._segment_lengths.cache_info().misses == seg_reads + 1
+    assert sizing._sentence_words.cache_info().misses == conllu_reads + 1
+    assert sizing.segments_examples(seg, (2, 2)).tokens == 11 and sizing.conllu_examples(conllu, 128)[0].tokens == 7
+    seg.write_text(json.dumps({"tokens": ["t"] * 9}) + "\n")  # another size: read again
+    conllu.write_text("1\tA\n\n")
+    assert sizing.segments_examples(seg).tokens == 9 and sizing.conllu_examples(conllu, 128)[0].tokens == 3
+    assert sizing._segment_lengths.cache_info().misses == seg_reads + 2
+    assert sizing.segments_examples(tmp_path) is None  # a directory is not a segments file
+
+
 def test_extract_words_from_the_treebank_file(tmp_path, tiny_bert_dir):
     conllu = tmp_path / "train.conllu"
     conllu.write_text(

@@ -34,10 +34,12 @@ model of each quantity); its calibration on measured runs is in docs/development
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -223,38 +225,50 @@ def shard_slice(items: list, shard: tuple[int, int] | None) -> list:
     return items[(i - 1) * n // k: i * n // k]
 
 
-def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = None,
-                      limit: int | None = None) -> Examples | None:
-    """Token counts of a segments file (JSON Lines with ``tokens``; of its first ``limit`` segments), or of one
-    shard of them; None when the file is not there."""
-    p = Path(path)
-    if not p.is_file():
+def _file_key(path: str | os.PathLike) -> tuple[str, int, int] | None:
+    """(path, size, mtime) of a file, the key of the read caches below; None when it is not a file. Snakemake
+    evaluates a rule's resources for every job of the rule (and again when the job is ready): the files are read
+    once per state, not once per evaluation."""
+    try:
+        st = os.stat(path)
+    except OSError:
         return None
+    return (str(path), st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_lengths(key: tuple[str, int, int]) -> tuple[int, ...]:
     lengths = []
-    with open(p, encoding="utf-8") as fh:
+    with open(key[0], encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 try:
                     lengths.append(len(json.loads(line).get("tokens") or ()))
                 except (ValueError, AttributeError):
                     continue
+    return tuple(lengths)
+
+
+def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = None,
+                      limit: int | None = None) -> Examples | None:
+    """Token counts of a segments file (JSON Lines with ``tokens``; of its first ``limit`` segments), or of one
+    shard of them; None when the file is not there."""
+    key = _file_key(path)
+    if key is None:
+        return None
+    lengths = list(_segment_lengths(key))
     ex = Examples()
     for n in shard_slice(lengths[:limit] if limit else lengths, shard):
         ex.add(n)
     return ex
 
 
-def conllu_examples(path: str | os.PathLike, max_seq_len: int,
-                    shard: tuple[int, int] | None = None) -> tuple[Examples, Examples] | None:
-    """(words incl. [CLS]/[SEP], wordpieces) of a CoNLL-U file's sentences (or of one shard of them);
-    None when the file is not there. Wordpieces ~ ``WORDPIECES_PER_WORD`` per word, at most
-    ``max_seq_len``; multi-word-token ranges and empty nodes are not words."""
-    p = Path(path)
-    if not p.is_file():
-        return None
+@functools.lru_cache(maxsize=64)
+def _sentence_words(key: tuple[str, int, int]) -> tuple[int, ...]:
+    """Words per sentence of a CoNLL-U file (multi-word-token ranges and empty nodes are not words)."""
     counts: list[int] = []
     n = 0
-    with open(p, encoding="utf-8", errors="replace") as fh:
+    with open(key[0], encoding="utf-8", errors="replace") as fh:
         for line in fh:
             line = line.strip()
             if not line:
@@ -265,8 +279,19 @@ def conllu_examples(path: str | os.PathLike, max_seq_len: int,
                 n += 1
     if n:
         counts.append(n)
+    return tuple(counts)
+
+
+def conllu_examples(path: str | os.PathLike, max_seq_len: int,
+                    shard: tuple[int, int] | None = None) -> tuple[Examples, Examples] | None:
+    """(words incl. [CLS]/[SEP], wordpieces) of a CoNLL-U file's sentences (or of one shard of them);
+    None when the file is not there. Wordpieces ~ ``WORDPIECES_PER_WORD`` per word, at most
+    ``max_seq_len``; multi-word-token ranges and empty nodes are not words."""
+    key = _file_key(path)
+    if key is None:
+        return None
     words, pieces = Examples(), Examples()
-    for n in shard_slice(counts, shard):
+    for n in shard_slice(list(_sentence_words(key)), shard):
         words.add(n + 2)
         pieces.add(min(max_seq_len, WORDPIECES_PER_WORD * n + 2))
     pieces.longest = max_seq_len  # a batch may hold a sentence of max_seq_len wordpieces
