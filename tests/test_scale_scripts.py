@@ -306,6 +306,23 @@ def test_scale_check_dry_tiny(tmp_path):
     assert not list(tmp_path.glob("scale-*"))  # a dry run runs nothing
 
 
+def test_bare_forward_is_the_runs_model_against_its_flop_limit(sc, tmp_path):
+    """The machine's floor for a model job: the tiny model's eager forward with maps, timed; its FLOPs
+    hand-computed (batch 2 x 2 layers x (2 x 8 x (4 x 32^2 + 2 x 32 x 64) + 4 x 8^2 x 32) = 557,056), its limit at
+    the rate given, its ratio the seconds over that limit; at_rate rebases both on another rate."""
+    model = tmp_path / "model"
+    sc.build_model(model, tiny=True)
+    bare = sc.bare_forward(model, 1, 1.0, batch=2, length=8, trials=2)
+    assert (bare["batch"], bare["length"], bare["threads"], bare["flops"]) == (2, 8, 1, 557_056)
+    assert bare["limit_s"] == pytest.approx(557_056e-9) and bare["seconds"] > 0
+    assert bare["ratio"] == pytest.approx(bare["seconds"] / bare["limit_s"])
+    half = sc.at_rate(bare, 2.0)
+    assert half["limit_s"] == pytest.approx(bare["limit_s"] / 2) and half["ratio"] == pytest.approx(2 * bare["ratio"])
+    line = sc.bare_forward_line({**bare, "seconds": 1.2, "limit_s": 1.0, "ratio": 1.2}, 1.5)
+    assert "1.200 s = 1.20x its FLOP limit of 1.000 s" in line and "the model jobs' 1.50x is 1.25x this bare" in line
+    assert sc.bare_forward_line(None, 1.5) == "bare eager forward with maps: not measured"
+
+
 # ------------------------------------------------------------------------------------------- GPU check
 
 def test_gpu_check_helpers(gc):
