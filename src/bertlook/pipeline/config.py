@@ -224,9 +224,10 @@ def _treebank_label_problems(config: dict[str, Any]) -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _schema(path: str) -> dict[str, Any]:
-    """The parsed schema file (parsed once per process: the YAML parser takes ~50 ms; callers copy it)."""
+    """The parsed schema file (parsed once per process, by libyaml where PyYAML has it: 4 ms against the pure-Python
+    parser's 33 ms, in every snakemake and CLI start; callers copy it)."""
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
 
 
 def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
