@@ -5,8 +5,6 @@ neighbours follow, the metric menu recolours the grid with a legend; no script e
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from bertlook.errors import BertlookError
 from bertlook.reporting.explorer import explorer_data, explorer_html, explorer_sample
+from headless_chromium import find_chromium, run_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,16 +210,6 @@ def test_page_escapes_the_data(tmp_path):
     assert json.loads(html[start:html.index("</script>", start)].replace("<\\/", "</"))["run"] == "a</script><b>"
 
 
-def _chromium():
-    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-    if browser is None:
-        why = "no headless Chromium on PATH (Debian package `chromium`: apt-get install -y chromium)"
-        if os.environ.get("BERTLOOK_REQUIRE_CHROMIUM") or os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    return browser
-
-
 DRIVER = """<script>
 window.addEventListener("load", function () {
   const out = {};
@@ -272,22 +261,16 @@ window.addEventListener("load", function () {
 
 
 #: headless Chromium without network, sync or a shared profile (the page must work offline)
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync")
-
-
 def _run_page_in_chromium(tmp_path, html):
     """Open ``html`` in headless Chromium with a driver script that leaves ``<pre id="test-result">`` (JSON) in
     the DOM; no uncaught script error; the driver's result."""
-    browser = _chromium()
     page = tmp_path / "page.html"
     page.write_text(html, encoding="utf-8")
-    cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-           "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    marker = '<pre id="test-result">'
+    proc = run_chromium(["--virtual-time-budget=3000", "--dump-dom", page.as_uri()], tmp_path / "profile",
+                        done=lambda out: marker in out and "</html>" in out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not [line for line in proc.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
-    marker = '<pre id="test-result">'
     out = json.loads(proc.stdout.split(marker, 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
     assert "error" not in out, out
     return out
@@ -327,12 +310,10 @@ def test_screenshot_of_the_page(tmp_path):
     card's four heads) and its text, not a blank or error page."""
     from PIL import Image
 
-    browser = _chromium()
     page, png = tmp_path / "explorer.html", tmp_path / "explorer.png"
     page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny")), encoding="utf-8")
-    cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
-           "--window-size=1000,700", "--virtual-time-budget=3000", f"--screenshot={png}", page.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    proc = run_chromium(["--hide-scrollbars", "--window-size=1000,700", "--virtual-time-budget=3000",
+                         f"--screenshot={png}", page.as_uri()], tmp_path / "profile", done=lambda _: png.exists())
     assert proc.returncode == 0 and png.exists(), proc.stderr[-3000:]
     img = Image.open(png).convert("RGB")
     assert img.size == (1000, 700)
@@ -424,7 +405,7 @@ def test_the_readme_screenshot_script(tmp_path):
 
     from PIL import Image
 
-    _chromium()
+    find_chromium()
     page = tmp_path / "explorer.html"
     sample = explorer_sample(_word_store(tmp_path), words=(3, 5))
     page.write_text(explorer_html(explorer_data(*_tables(tmp_path), run="tiny", sample=sample)), encoding="utf-8")
