@@ -122,3 +122,27 @@ def test_word_extraction_keeps_token_maps_on_the_device(tiny_bert_dir, tokenizer
         want = token_to_word_attention(torch.stack(out.attentions, dim=1)[0].numpy(), al)  # [layer, head, W+2, W+2]
         np.testing.assert_allclose(np.asarray(attn, np.float32), want, atol=2e-3)
     assert len(AttentionStore(tmp_path / "n").records) == 2
+
+
+@pytest.mark.parametrize("mode", ["mean", "first", "max"])
+def test_the_cpu_kernel_is_the_torch_path_bit_for_bit(mode):
+    """The numba kernel (word_kernels, the CPU's float32 path) against the torch operations (every other device):
+    the same additions in the same order, so equal bit for bit; on many random alignments, maps of several
+    layers and heads, strided (a slice of a padded batch, as the stream hands them)."""
+    from bertlook.attention.alignment import _torch_word_maps, token_to_word_maps
+
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        al = _alignment(rng.integers(1, 6, size=int(rng.integers(1, 25))))
+        n = al.n_tokens
+        padded = torch.from_numpy(rng.random((2, 3, n + 4, n + 4)).astype(np.float32) ** 3)  # [layer, head, N, N]
+        a = padded[:, :, :n, :n]
+        a = a / a.sum(-1, keepdim=True)
+        starts, counts = word_slots(al)
+        got = token_to_word_maps(a, starts, counts, from_split=mode)
+        ref = _torch_word_maps(a, torch.from_numpy(starts), torch.from_numpy(counts), mode)
+        if mode == "max":
+            total = ref.sum(dim=-1, keepdim=True)
+            ref = torch.where(total > 0, ref / torch.where(total > 0, total, 1), 0)
+        assert got.dtype == torch.float32 and got.shape == (2, 3, len(starts), len(starts))
+        assert torch.equal(got, ref), (trial, mode, (got - ref).abs().max())

@@ -268,11 +268,29 @@ def token_to_word_maps(a, starts, counts, *, from_split: str = "mean"):
     Columns: the sum over the word's tokens; rows (``from_split``) of the column-summed map: ``mean`` (each token
     row times 1 / the word's token count, then summed), ``first`` token's row, or ``max`` (element-wise max,
     renormalised to sum to 1). A word's tokens are added one after the other in token order, by gathers rather
-    than a matrix product or an atomic scatter, so the values are the same on every device and thread count.
+    than a matrix product or an atomic scatter, so the values are the same on every device and thread count. On
+    the CPU (float32) a numba kernel does those additions in one pass per map (:mod:`bertlook.attention.word_kernels`;
+    the same values bit for bit), elsewhere torch operations.
     """
     import torch  # lazy: the word-level maps run where the model does; this module is also imported without torch
 
     check_choice("from_split", from_split, FROM_SPLIT_MODES)
+    if a.device.type == "cpu" and a.dtype == torch.float32:  # the same sums in one pass per map (word_kernels)
+        from bertlook.attention.word_kernels import word_maps  # lazy: numba, for the CPU only
+
+        out = torch.from_numpy(word_maps(a.detach().numpy(), np.asarray(starts), np.asarray(counts), from_split))
+    else:
+        out = _torch_word_maps(a, starts, counts, from_split)  # [..., query_word, key_word]
+    if from_split != "max":
+        return out
+    total = out.sum(dim=-1, keepdim=True)  # [..., query_word, 1]
+    return torch.where(total > 0, out / torch.where(total > 0, total, 1), 0)
+
+
+def _torch_word_maps(a, starts, counts, from_split: str):
+    """The conversion as torch operations, on any device (``max``: not yet renormalised)."""
+    import torch  # lazy: see token_to_word_maps
+
     st = torch.as_tensor(starts, device=a.device)  # [word]
     ct = torch.as_tensor(counts, device=a.device)  # [word]
     cols = _segments(a, st, ct, dim=-1, reduce="sum")  # [..., query_pos, key_word]
@@ -281,9 +299,7 @@ def token_to_word_maps(a, starts, counts, *, from_split: str = "mean"):
     if from_split == "mean":
         weight = (1.0 / ct.to(a.dtype)).repeat_interleave(ct)  # [query_pos]: 1 / the word's token count
         return _segments(cols * weight[:, None], st, ct, dim=-2, reduce="sum")  # [..., query_word, key_word]
-    out = _segments(cols, st, ct, dim=-2, reduce="max")  # [..., query_word, key_word]
-    total = out.sum(dim=-1, keepdim=True)  # [..., query_word, 1]
-    return torch.where(total > 0, out / torch.where(total > 0, total, 1), 0)
+    return _segments(cols, st, ct, dim=-2, reduce="max")  # [..., query_word, key_word]
 
 
 def _segments(x, st, ct, *, dim: int, reduce: str):
