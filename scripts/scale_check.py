@@ -838,13 +838,12 @@ def bare_forward(model_dir: Path, threads: int, rate_gflops: float, *, batch: in
     float32), one forward pass returning its maps on ``batch`` x ``length`` seeded random tokens, no reader, best of
     ``trials`` after a warm-up, on ``threads`` threads; its FLOP limit is the same forward's
     :func:`model_flops` at ``rate_gflops``. The limits count only the matmuls, so ``ratio`` is what softmax,
-    GELU, layer norms and copies cost on this CPU (1.085x on the AMD EPYC of 2026-12-05, 1.27-1.31x on the Intel
+    GELU, layer norms and copies cost on this CPU (1.085x on the AMD EPYC of 2026-12-05, 1.21-1.31x on the Intel
     Xeon of 2026-12-06): a model job that also reads its maps and starts a process cannot come below it."""
     import torch
+    from transformers.utils import logging as hf_logging
 
     from bertlook.attention.modeling import load_model, resolve_model
-
-    from transformers.utils import logging as hf_logging
 
     old, verbosity = torch.get_num_threads(), hf_logging.get_verbosity()
     torch.set_num_threads(int(threads))
