@@ -591,8 +591,8 @@ def bare_forward_line(bare: dict[str, Any] | None, model_ratio: float | None) ->
     Hugging Face's eager forward alone does on this CPU."""
     if not bare:
         return "bare eager forward with maps: not measured"
-    over = "" if model_ratio is None else (f"; the model jobs' {model_ratio:.2f}x is {model_ratio / bare['ratio']:.2f}x "
-                                           "this bare forward")
+    over = "" if model_ratio is None else (f"; the model jobs' {model_ratio:.2f}x is "
+                                           f"{model_ratio / bare['ratio']:.2f}x this bare forward")
     return (f"bare eager forward with maps (the run's model, batch {bare['batch']} x {bare['length']} tokens, "
             f"{bare['threads']} thread(s), no reader, no start-up): {bare['seconds']:.3f} s = {bare['ratio']:.2f}x its "
             f"FLOP limit of {bare['limit_s']:.3f} s (softmax, GELU, layer norms, copies: not in the limits){over}")

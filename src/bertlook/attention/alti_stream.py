@@ -3,17 +3,18 @@ the same forward pass that computes the attention maps, on the model's device, o
 
 ALTI of layer ``l`` (:func:`bertlook.attention.contributions.alti_layer`) needs, besides the layer's attention
 weights, the per-head value vectors (the ones the norm-based maps read:
-:func:`bertlook.attention.norms.capture_values`), the layer's input ``x`` (the residual stream before the layer: a forward pre-hook on the layer module, the
-hidden state ``hidden_states[l]`` of ``output_hidden_states``), ``W_O``, ``b_O`` and, in a post-LN encoder, the
-LayerNorm after the attention residual. :class:`AltiLayers` holds what is fixed per model and captures ``x``;
-:meth:`AltiLayers.layer_maps` gives a layer's maps as a :class:`LazyLayerMaps`, read as ``maps[b, :, :n, :n]`` (the
-indexing of :class:`bertlook.attention.layer_readers.PerLayer`): the first read computes, in one call, the maps of
-every example of the batch that a reader wants (``LayerReader.wants``; ALTI costs ``~2 n^2 H d`` per layer and
-example, so only the examples a reader chose, ``--alti-max-examples``, are computed), on the batch's rows padded
-to the longest of them (a padded key has weight 0 in every head, so its contribution is 0: skipped by the kernels);
-one call per layer instead of one per example is 1.65x faster on the CPU (``scripts/bench_contributions.py``). A
-map is ``[1, n, n]`` float32 (one "head": ALTI has one map per layer), rows normalised: the ``alti`` of
-:func:`~bertlook.attention.contributions.example_maps` of the example run alone, up to float32 rounding.
+:func:`bertlook.attention.norms.capture_values`), the layer's input ``x`` (the residual stream before the layer: a
+forward pre-hook on the layer module, the hidden state ``hidden_states[l]`` of ``output_hidden_states``), ``W_O``,
+``b_O`` and, in a post-LN encoder, the LayerNorm after the attention residual. :class:`AltiLayers` holds what is
+fixed per model and captures ``x``; :meth:`AltiLayers.layer_maps` gives a layer's maps as a :class:`LazyLayerMaps`,
+read as ``maps[b, :, :n, :n]`` (the indexing of :class:`bertlook.attention.layer_readers.PerLayer`): the first read
+computes, in one call, the maps of every example of the batch that a reader wants (``LayerReader.wants``; ALTI costs
+``~2 n^2 H d`` per layer and example, so only the examples a reader chose, ``--alti-max-examples``, are computed),
+on the batch's rows padded to the longest of them (a padded key has weight 0 in every head, so its contribution is
+0: skipped by the kernels); one call per layer instead of one per example is 1.65x faster on the CPU
+(``scripts/bench_contributions.py``). A map is ``[1, n, n]`` float32 (one "head": ALTI has one map per layer), rows
+normalised: the ``alti`` of :func:`~bertlook.attention.contributions.example_maps` of the example run alone, up to
+float32 rounding.
 
 Definitions: docs/definitions.md#alti-and-value-zeroing
 """

@@ -41,7 +41,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.model_spec import DECODER, cached_file, model_family, resolve_model
@@ -215,7 +215,7 @@ class Examples:
         return cls(count=count, tokens=float(count * n), squares=float(count * n * n), longest=n)
 
 
-def shard_slice(items: list, shard: tuple[int, int] | None) -> list:
+def shard_slice(items: Sequence, shard: tuple[int, int] | None) -> Sequence:
     """Shard ``i`` of ``k``: the contiguous range ``[(i-1) N // k, i N // k)`` of the items, as
     ``bertlook.pipeline.sharding.shard_range`` cuts the segments and treebank files."""
     if shard is None:
@@ -225,15 +225,16 @@ def shard_slice(items: list, shard: tuple[int, int] | None) -> list:
     return items[(i - 1) * n // k: i * n // k]
 
 
-def _file_key(path: str | os.PathLike) -> tuple[str, int, int] | None:
-    """(path, size, mtime) of a file, the key of the read caches below; None when it is not a file. Snakemake
-    evaluates a rule's resources for every job of the rule (and again when the job is ready): the files are read
-    once per state, not once per evaluation."""
+def _path_state(path: str | os.PathLike, *, regular: bool = False) -> tuple[str, int, int] | None:
+    """(path, size, mtime) of a path (with ``regular``: of a regular file only); None when there is none. The key of
+    the read caches below and of :func:`snakemake_resources`' cache: Snakemake evaluates a rule's resources for
+    every job of the rule (and again when the job is ready), and the files are read once per state, not once per
+    evaluation."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (str(path), st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+    return (str(path), st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) or not regular else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,10 +254,10 @@ def segments_examples(path: str | os.PathLike, shard: tuple[int, int] | None = N
                       limit: int | None = None) -> Examples | None:
     """Token counts of a segments file (JSON Lines with ``tokens``; of its first ``limit`` segments), or of one
     shard of them; None when the file is not there."""
-    key = _file_key(path)
+    key = _path_state(path, regular=True)
     if key is None:
         return None
-    lengths = list(_segment_lengths(key))
+    lengths = _segment_lengths(key)
     ex = Examples()
     for n in shard_slice(lengths[:limit] if limit else lengths, shard):
         ex.add(n)
@@ -287,11 +288,11 @@ def conllu_examples(path: str | os.PathLike, max_seq_len: int,
     """(words incl. [CLS]/[SEP], wordpieces) of a CoNLL-U file's sentences (or of one shard of them);
     None when the file is not there. Wordpieces ~ ``WORDPIECES_PER_WORD`` per word, at most
     ``max_seq_len``; multi-word-token ranges and empty nodes are not words."""
-    key = _file_key(path)
+    key = _path_state(path, regular=True)
     if key is None:
         return None
     words, pieces = Examples(), Examples()
-    for n in shard_slice(list(_sentence_words(key)), shard):
+    for n in shard_slice(_sentence_words(key), shard):
         words.add(n + 2)
         pieces.add(min(max_seq_len, WORDPIECES_PER_WORD * n + 2))
     pieces.longest = max_seq_len  # a batch may hold a sentence of max_seq_len wordpieces
@@ -461,11 +462,7 @@ def snakemake_resources(rule: str, config: Mapping[str, Any], costs: Mapping[str
     cache: dict[tuple, dict[str, int]] = {}
 
     def state(path: str) -> tuple:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return (path, None)
-        return (path, st.st_size, st.st_mtime_ns)
+        return _path_state(path) or (path, None)
 
     def value(key: str) -> Callable:
         def get(wildcards, input, attempt):
