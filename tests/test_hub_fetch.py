@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import huggingface_hub
@@ -64,6 +65,29 @@ def hub(tmp_path, monkeypatch, tiny_bert_dir):
         monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(home / ".agent_harnesses.json"))
         srv.cache = home / "hub"
         yield srv
+
+
+class _RetryWaits:
+    """``huggingface_hub.file_download``'s ``time`` module without the 1-s sleep before each resumed try
+    (``http_get``): the waits are recorded instead of slept (five per file that never arrives)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+@pytest.fixture()
+def retry_waits(monkeypatch) -> _RetryWaits:
+    from huggingface_hub import file_download
+
+    waits = _RetryWaits()
+    monkeypatch.setattr(file_download, "time", waits)
+    return waits
 
 
 def _resolve_gets(srv, repo: str = "org/tiny") -> dict[str, int]:
@@ -183,7 +207,7 @@ def test_free_bytes_of_a_cache_that_does_not_exist_yet(tmp_path):
     assert model_fetch.free_bytes(tmp_path / "no" / "such" / "cache") == model_fetch.free_bytes(tmp_path) > 0
 
 
-def test_download_dropped_mid_file_is_resumed_with_a_range_request(hub, monkeypatch, tiny_bert_dir):
+def test_download_dropped_mid_file_is_resumed_with_a_range_request(hub, monkeypatch, tiny_bert_dir, retry_waits):
     """The server closes the connection after 40000 bytes of the weights, once: huggingface_hub
     resumes from the last chunk it wrote (chunks of 8192 bytes here, 10 MB by default) with
     ``Range: bytes=N-`` and the file arrives whole."""
@@ -196,10 +220,11 @@ def test_download_dropped_mid_file_is_resumed_with_a_range_request(hub, monkeypa
     ranges = [r["headers"].get("Range") for r in hub.requests
               if r["method"] == "GET" and r["path"].endswith("/model.safetensors")]
     assert ranges == [None, f"bytes={40000 // 8192 * 8192}-"], ranges
+    assert retry_waits.waits == [1]  # one resumed try, after the client's one-second wait
     assert not list(hub.cache.rglob("*.incomplete"))
 
 
-def test_interrupted_fetch_downloads_only_what_is_missing(hub):
+def test_interrupted_fetch_downloads_only_what_is_missing(hub, retry_waits):
     """A fetch that cannot finish one file (the connection drops after 3000 bytes of it on every try,
     resumed tries included, until the client gives up) keeps the files it finished and no partial
     file; the next fetch requests only the missing one."""
@@ -210,6 +235,7 @@ def test_interrupted_fetch_downloads_only_what_is_missing(hub):
     done = _resolve_gets(hub)
     assert done.pop("model.safetensors") > 1 and set(done.values()) == {1} and len(done) == 4
     assert not list(hub.cache.rglob("*.incomplete"))
+    assert retry_waits.waits == [1] * 5  # the client's five resumed tries, each after its wait
     hub.drop_always.clear()
     before = _resolve_gets(hub)
     item = model_fetch.fetch_model("org/tiny", "main")

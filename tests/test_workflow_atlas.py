@@ -162,9 +162,10 @@ def test_the_tiny_atlas_lists_its_models(tmp_path):
         make_tiny_atlas(tmp_path / "x", base, labels=["bert"], broken="llama")
 
 
-@pytest.mark.e2e  # snakemake -n
-@pytest.mark.parametrize("n_models, enabled, planned", [(2, None, True), (1, None, False), (1, True, True),
-                                                        (2, False, False)])
+@pytest.mark.e2e  # snakemake -n; the default with two models and with one in make test, the switch both ways in CI's
+@pytest.mark.parametrize("n_models, enabled, planned", [  # make test-all (one dry run each, ~1.8 s)
+    (2, None, True), (1, None, False), pytest.param(1, True, True, marks=pytest.mark.slow),
+    pytest.param(2, False, False, marks=pytest.mark.slow)])
 def test_the_atlas_rule_is_planned_with_several_models_or_when_asked(tmp_path, tiny_bert_dir, n_models, enabled,
                                                                       planned):
     import yaml
