@@ -49,6 +49,7 @@ directory, an input, is reported separately); the model jobs' summed wall <= 1.3
 DAG's wall <= 1.15x its floor (:func:`dag_floor`: the model jobs exactly at their limits, the other jobs as
 measured, perfectly packed onto the cores). The DAG's wall over the sum of the limits is still printed; it cannot
 reach 1.3x by design (the jobs without a FLOP limit alone take 0.19x of the limits, docs/development/benchmarks.md).
+Printed beside it: the DAG's wall over every job as it ran, packed the same way (what the schedule itself adds).
 Beside the targets, the machine's own floor for a model job (:func:`bare_forward`, measured before the run): the
 run's model, loaded as the jobs load it, one eager forward returning its maps on 16 x 128 random tokens, no reader
 and no process start-up, over its FLOP limit; the model jobs' ratio is printed over it too. The limits count the
@@ -448,14 +449,20 @@ def dag_floor(rows: Sequence[dict[str, Any]], cores: int, target: float = DAG_RA
     limit (``other``) as measured, that floor is ``sum(limit x share) + sum(other wall x share)``;
     ``floor_over_limits`` is it over the sum of limits (the DAG ratio no schedule and no model speed-up can beat
     while the other jobs take what they take), and ``model_ratio_for_dag_target`` the model jobs' wall / limit
-    (share-weighted) at which even a perfect packing just meets ``target``. Both None without limits."""
+    (share-weighted) at which even a perfect packing just meets ``target``. Both None without limits.
+    ``jobs_packed_s``: every job as it ran (model jobs at their measured walls), perfectly packed, the same
+    way: the DAG's wall over it is what the schedule itself adds (cores left idle by dependencies, Snakemake's own
+    work between jobs), apart from how far the model jobs are from their limits."""
     share = lambda r: min(int(r.get("threads") or 1), int(cores)) / int(cores)  # noqa: E731
     limited = [r for r in rows if r.get("limit_s") is not None]
     other = [r for r in rows if r.get("limit_s") is None and r.get("wall_s") is not None]
     sum_limits = sum(r["limit_s"] for r in limited)
     packed_limits = sum(r["limit_s"] * share(r) for r in limited)
     other_packed = sum(r["wall_s"] * share(r) for r in other)
+    ran = [r for r in limited if r.get("wall_s") is not None]
+    jobs_packed = other_packed + sum(r["wall_s"] * share(r) for r in ran) if len(ran) == len(limited) else None
     out: dict[str, Any] = {"other_jobs_wall_s": sum(r["wall_s"] for r in other), "other_jobs_packed_s": other_packed,
+                           "jobs_packed_s": jobs_packed,
                            "floor_wall_s": None, "floor_over_limits": None, "model_ratio_for_dag_target": None}
     if sum_limits > 0:
         out["floor_wall_s"] = packed_limits + other_packed
@@ -578,6 +585,11 @@ def totals_lines(tot: dict[str, Any], disk_end: int | None, disk_peak: int | Non
             f"{tot['model_ratio_for_dag_target']:.2f}x their limits; measured: {q(tot['model_wall_over_limits'])}x); "
             f"the DAG's wall is {q(tot['dag_wall_s'] / tot['floor_wall_s'])}x this floor (target <= "
             f"{DAG_FLOOR_TARGET:g}x)"]),
+        *([] if not tot.get("jobs_packed_s") or tot.get("dag_wall_s") is None else [
+            f"the schedule itself: every job as it ran, perfectly packed onto the cores, {q(tot['jobs_packed_s'])} s; "
+            f"the DAG's wall is {q(tot['dag_wall_s'] / tot['jobs_packed_s'])}x that (cores idle between dependent "
+            f"jobs, Snakemake's own work); the rest of its ratio to the floor is the model jobs' distance from their "
+            f"limits"]),
         f"peak memory over jobs (PSS): {q(tot['peak_rss_mib'])} MiB ({tot['peak_rss_job'] or '?'}; largest max_rss "
         f"{q(tot.get('peak_max_rss_mib'))} MiB); sampled peak of the whole snakemake process tree (PSS): "
         f"{mib(tree_rss_peak)} MiB",

@@ -222,6 +222,11 @@ def test_dag_floor_is_what_the_other_jobs_leave_the_model_jobs(sc):
     lines = sc.totals_lines(tot, 1, 1, 1, 1)
     assert "could not finish in under 150 s = 1.25x the sum of limits" in lines[1] and "<= 1.05x" in lines[1]
     assert "1.33x this floor (target <= 1.15x)" in lines[1]
+    # the schedule itself: the jobs as they ran packed, 150 + 30 / 2 + 40 = 205 s; the DAG's 200 s is 0.976x that
+    assert f["jobs_packed_s"] == pytest.approx(205.0)
+    assert "perfectly packed onto the cores, 205 s; the DAG's wall is 0.976x that" in lines[2]
+    assert sc.dag_floor([{**rows[0], "wall_s": None}, *rows[1:]], cores=2)["jobs_packed_s"] is None  # one not timed
+    assert not any("the schedule itself" in line for line in sc.totals_lines({**tot, "jobs_packed_s": None}, 1, 1, 1, 1))
 
 
 def test_two_forward_passes_and_js_readers_enter_the_limit(sc, tmp_path):
