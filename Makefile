@@ -58,8 +58,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # test file stays on one worker (--dist loadfile), so a module's fixtures (a finished tiny run) are made once;
 # files start in tests/conftest.py's order, the longest first (--no-loadscope-reorder: else the most tests first)
 TEST_WORKERS ?= 2
-PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-	--no-loadscope-reorder
+# OpenMP threads with nothing to do sleep at once instead of spinning first (libgomp's default, torch's OpenMP): the
+# two workers, their torch threads and the tiny runs' jobs share the cores, and spinning threads took CPU time the
+# others needed (make test 2026-12-07, alternated on one clone: 169-170 s and 300 s of user CPU spinning, 157-160 s
+# and 276-281 s passive). No number changes: the wait policy moves no work between threads. TEST_OMP_WAIT=ACTIVE
+# gives the default back.
+TEST_OMP_WAIT ?= PASSIVE
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=$(TEST_OMP_WAIT) $(BIN)/python -m pytest -q \
+	-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: install
 	$(PYTEST)
@@ -83,7 +89,8 @@ test-atlas: install
 # atlas (9 models, one broken; one SLURM job per model: profiles/slurm-cpu-per-model) and its rerun, both atlas
 # pages in headless Chromium (about 12 minutes on 2 shared cores; the 9-model atlas is not in make test-all).
 test-slurm: install
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -s -m slurm tests/test_slurm.py
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=$(TEST_OMP_WAIT) $(BIN)/python -m pytest -q -s -m slurm \
+		tests/test_slurm.py
 
 demo: install
 	@scripts/check_stale_lock.sh . $(OFFLINE_CONFIG)
