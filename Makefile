@@ -64,8 +64,8 @@ TEST_WORKERS ?= 2
 # and 276-281 s passive). No number changes: the wait policy moves no work between threads. TEST_OMP_WAIT=ACTIVE
 # gives the default back.
 TEST_OMP_WAIT ?= PASSIVE
-PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=$(TEST_OMP_WAIT) $(BIN)/python -m pytest -q \
-	-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+TEST_ENV := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=$(TEST_OMP_WAIT)
+PYTEST := $(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: install
 	$(PYTEST)
@@ -89,8 +89,7 @@ test-atlas: install
 # atlas (9 models, one broken; one SLURM job per model: profiles/slurm-cpu-per-model) and its rerun, both atlas
 # pages in headless Chromium (about 12 minutes on 2 shared cores; the 9-model atlas is not in make test-all).
 test-slurm: install
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_WAIT_POLICY=$(TEST_OMP_WAIT) $(BIN)/python -m pytest -q -s -m slurm \
-		tests/test_slurm.py
+	$(TEST_ENV) $(BIN)/python -m pytest -q -s -m slurm tests/test_slurm.py
 
 demo: install
 	@scripts/check_stale_lock.sh . $(OFFLINE_CONFIG)
