@@ -13,7 +13,7 @@ import yaml
 
 from bertlook.errors import BertlookError
 from bertlook.pipeline.config import load_config, validate_config
-from workflow_helpers import ROOT, snakemake, tiny_config
+from workflow_helpers import ROOT, job_counts, snakemake, tiny_config
 
 OFFLINE = ROOT / "config" / "offline.yaml"
 DE = {"label": "de", "language": "de", "source": "local",
@@ -100,8 +100,7 @@ def test_treebanks_fan_out_a_syntax_run_per_model_and_treebank(tmp_path, tiny_be
     proc = snakemake(tmp_path, "-n", "-p")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    stats = out[out.index("Job stats:"):]
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.M)}
+    counts = job_counts(out)
     # the main run (silver) + tiny-rand-de (local) build trees; tiny-rand-ewt downloads (treebank_ud)
     assert counts["treebank"] == 2 and counts["treebank_ud"] == 1
     # heads: one per run, plus the main run's norm twin ({maps} = _norm)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, snakemake, tiny_config
+from workflow_helpers import ROOT, job_counts, snakemake, tiny_config
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +30,7 @@ def _dry_run(workdir: Path) -> tuple[dict[str, int], str]:
     proc = snakemake(workdir, "-n", "-p")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    stats = out[out.index("Job stats:"):]
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, flags=re.M)}
-    counts.pop("total", None)
-    return counts, out
+    return job_counts(out), out
 
 
 def _rules(configfile: Path, workdir: Path) -> dict:

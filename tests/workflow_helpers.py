@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,11 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(configfile or workdir / "config.yaml"), "--cores", "2", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    """Jobs per rule in the first "Job stats:" table of Snakemake's output ``out`` (the total left out)."""
+    table = out[out.index("Job stats:"):].split("\n\n", 1)[0]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
+    counts.pop("total", None)
+    return counts
