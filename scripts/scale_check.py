@@ -46,10 +46,12 @@ peak memory (PSS) over the jobs, disk used at the end and the sampled peak. Targ
 the run completes; peak memory over jobs <= 4 GiB; disk used by the run directories at the end <= 1 GB and at
 the sampled peak <= 2 GB (10^9 bytes; the peak is the probes job reading the three word stores; the model
 directory, an input, is reported separately); the model jobs' summed wall <= 1.3x their summed FLOP limits; the
-DAG's wall <= 1.15x its floor (:func:`dag_floor`: the model jobs exactly at their limits, the other jobs as
-measured, perfectly packed onto the cores). The DAG's wall over the sum of the limits is still printed; it cannot
-reach 1.3x by design (the jobs without a FLOP limit alone take 0.19x of the limits, docs/development/benchmarks.md).
-Printed beside it: the DAG's wall over every job as it ran, packed the same way (what the schedule itself adds).
+DAG's wall <= 1.15x its floor (:func:`schedule_floor`: every job as it ran perfectly packed onto the cores, or the
+longest chain of dependent jobs, :func:`critical_path`, whichever is longer: what the schedule adds; how far the
+model jobs are from their limits is the model target's). Printed beside it, not targets: the DAG's wall over the
+sum of the limits, which cannot reach 1.3x by design (the jobs without a FLOP limit alone take 0.19x of the
+limits, docs/development/benchmarks.md), and over the FLOP floor (:func:`dag_floor`: the model jobs exactly at
+their limits, the other jobs as measured, packed), which carries the model jobs' distance a second time.
 Beside the targets, the machine's own floor for a model job (:func:`bare_forward`, measured before the run): the
 run's model, loaded as the jobs load it, one eager forward returning its maps on 16 x 128 random tokens, no reader
 and no process start-up, over its FLOP limit; the model jobs' ratio is printed over it too. The limits count the
@@ -199,13 +201,13 @@ def ratio(wall: float | None, limit: float | None) -> float | None:
 # snakemake: dry-run plan, benchmark files
 
 def parse_dry_run(text: str) -> list[dict[str, Any]]:
-    """Jobs of ``snakemake -n`` output: rule, jobid, output, log, benchmark, wildcards, threads."""
+    """Jobs of ``snakemake -n`` output: rule, jobid, input, output, log, benchmark, wildcards, threads."""
     jobs: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     for line in text.splitlines():
         m = re.match(r"^(?:local)?rule (\S+):\s*$", line)
         if m:
-            cur = {"rule": m.group(1), "threads": 1, "output": [], "benchmark": None, "wildcards": {},
+            cur = {"rule": m.group(1), "threads": 1, "input": [], "output": [], "benchmark": None, "wildcards": {},
                    "jobid": None, "log": []}
             jobs.append(cur)
             continue
@@ -217,7 +219,7 @@ def parse_dry_run(text: str) -> list[dict[str, Any]]:
                 cur = None
             continue
         key, value = m.group(1), m.group(2).strip()
-        if key in ("output", "log"):
+        if key in ("input", "output", "log"):
             cur[key] = [v for v in value.split(", ") if v]
         elif key == "benchmark":
             cur["benchmark"] = value
@@ -451,8 +453,7 @@ def dag_floor(rows: Sequence[dict[str, Any]], cores: int, target: float = DAG_RA
     while the other jobs take what they take), and ``model_ratio_for_dag_target`` the model jobs' wall / limit
     (share-weighted) at which even a perfect packing just meets ``target``. Both None without limits.
     ``jobs_packed_s``: every job as it ran (model jobs at their measured walls), perfectly packed, the same
-    way: the DAG's wall over it is what the schedule itself adds (cores left idle by dependencies, Snakemake's own
-    work between jobs), apart from how far the model jobs are from their limits."""
+    way: with :func:`critical_path`, the whole-DAG target's floor (:func:`schedule_floor`)."""
     share = lambda r: min(int(r.get("threads") or 1), int(cores)) / int(cores)  # noqa: E731
     limited = [r for r in rows if r.get("limit_s") is not None]
     other = [r for r in rows if r.get("limit_s") is None and r.get("wall_s") is not None]
@@ -469,6 +470,49 @@ def dag_floor(rows: Sequence[dict[str, Any]], cores: int, target: float = DAG_RA
         out["floor_over_limits"] = out["floor_wall_s"] / sum_limits
         out["model_ratio_for_dag_target"] = (target * sum_limits - other_packed) / packed_limits
     return out
+
+
+def critical_path(jobs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The longest chain of dependent jobs of the plan (:func:`parse_dry_run`), each at its measured wall (its
+    row's ``wall_s``, found by benchmark path; a job without a benchmark file, like ``all``, weighs 0): no schedule
+    on any number of cores finishes before it. A job depends on the job whose output is one of its inputs or a
+    folder above one. ``seconds`` None when a job on the plan has a benchmark but no measured wall."""
+    norm = lambda p: os.path.normpath(os.path.abspath(p))  # noqa: E731
+    wall_of = {norm(r["benchmark"]): r.get("wall_s") for r in rows if r.get("benchmark")}
+    producer = {norm(out): k for k, job in enumerate(jobs) for out in job.get("output", [])}
+
+    def made_by(path: str) -> int | None:
+        path = norm(path)
+        while path not in producer and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        return producer.get(path)
+
+    deps = [{d for d in map(made_by, job.get("input", [])) if d is not None and d != k} for k, job in enumerate(jobs)]
+    walls = [wall_of.get(norm(job["benchmark"])) if job.get("benchmark") else 0.0 for job in jobs]
+    if any(w is None for w in walls):
+        return {"seconds": None, "chain": []}
+    best: dict[int, tuple[float, list[int]]] = {}
+
+    def longest(k: int, seen: frozenset = frozenset()) -> tuple[float, list[int]]:
+        if k in seen:
+            raise ValueError(f"the plan's jobs form a cycle through {jobs[k]['rule']}")
+        if k not in best:
+            before = max((longest(d, seen | {k}) for d in deps[k]), default=(0.0, []))
+            best[k] = (before[0] + walls[k], before[1] + [k])
+        return best[k]
+
+    seconds, chain = max((longest(k) for k in range(len(jobs))), default=(0.0, []))
+    names = [Path(jobs[k]["benchmark"]).stem for k in chain if jobs[k].get("benchmark")]
+    return {"seconds": seconds, "chain": names}
+
+
+def schedule_floor(tot: dict[str, Any]) -> float | None:
+    """The whole-DAG target's floor: every job as it ran, perfectly packed onto the cores, or the longest chain of
+    dependent jobs (:func:`critical_path`), whichever is longer; None when the jobs were not all timed."""
+    packed, chain = tot.get("jobs_packed_s"), tot.get("critical_path_s")
+    if not packed:
+        return None
+    return max(packed, chain or 0.0)
 
 
 def evaluate_targets(tot: dict[str, Any], disk_end: int | None, disk_peak: int | None, completed: bool,
@@ -505,14 +549,15 @@ def _ratio_target(name, value, limit) -> dict[str, Any]:
 
 
 def dag_target(tot: dict[str, Any]) -> dict[str, Any]:
-    """The whole-DAG row: its wall over its floor (:func:`dag_floor`) <= :data:`DAG_FLOOR_TARGET`; the "measured"
-    cell adds the wall over the sum of limits and the floor's own ratio, where known."""
-    wall, floor_s = tot.get("dag_wall_s"), tot.get("floor_wall_s")
+    """The whole-DAG row: its wall over its floor (:func:`schedule_floor`: what no schedule of the jobs as they
+    ran can beat) <= :data:`DAG_FLOOR_TARGET`; the "measured" cell adds the wall over the sum of limits and over
+    the FLOP floor (:func:`dag_floor`: the model jobs at their limits), where known."""
+    wall, floor_s = tot.get("dag_wall_s"), schedule_floor(tot)
     value = wall / floor_s if wall is not None and floor_s else None
     row = _ratio_target("whole DAG's wall / its floor", value, DAG_FLOOR_TARGET)
-    over, floor = tot.get("dag_wall_over_limits"), tot.get("floor_over_limits")
-    if value is not None and over is not None and floor is not None:
-        row["shown"] += f" ({over:.2f}x the sum of limits; the floor {floor:.2f}x)"
+    over, flop_floor = tot.get("dag_wall_over_limits"), tot.get("floor_wall_s")
+    if value is not None and over is not None and flop_floor:
+        row["shown"] += f" ({over:.2f}x the sum of limits, {wall / flop_floor:.2f}x the FLOP floor)"
     return row
 
 
@@ -578,18 +623,19 @@ def totals_lines(tot: dict[str, Any], disk_end: int | None, disk_peak: int | Non
         f"limits {q(tot['sum_limits_s'])} s ({q(tot['model_wall_over_limits'])}x); DAG wall / sum of limits "
         f"{q(tot['dag_wall_over_limits'])}x; {q(tot['gflop'])} model GFLOP",
         *([] if tot.get("floor_over_limits") is None else [
-            f"DAG floor (dag_floor): the jobs without a FLOP limit took {q(tot['other_jobs_wall_s'])} s "
+            f"FLOP floor (dag_floor): the jobs without a FLOP limit took {q(tot['other_jobs_wall_s'])} s "
             f"({q(tot['other_jobs_packed_s'])} s packed onto the cores); with every model job exactly at its limit the "
             f"DAG could not finish in under {q(tot['floor_wall_s'])} s = {tot['floor_over_limits']:.2f}x the sum of "
             f"limits (a {DAG_RATIO_TARGET:g}x-of-limits DAG would need the model jobs at <= "
             f"{tot['model_ratio_for_dag_target']:.2f}x their limits; measured: {q(tot['model_wall_over_limits'])}x); "
-            f"the DAG's wall is {q(tot['dag_wall_s'] / tot['floor_wall_s'])}x this floor (target <= "
-            f"{DAG_FLOOR_TARGET:g}x)"]),
-        *([] if not tot.get("jobs_packed_s") or tot.get("dag_wall_s") is None else [
-            f"the schedule itself: every job as it ran, perfectly packed onto the cores, {q(tot['jobs_packed_s'])} s; "
-            f"the DAG's wall is {q(tot['dag_wall_s'] / tot['jobs_packed_s'])}x that (cores idle between dependent "
-            f"jobs, Snakemake's own work); the rest of its ratio to the floor is the model jobs' distance from their "
-            f"limits"]),
+            f"the DAG's wall is {q(tot['dag_wall_s'] / tot['floor_wall_s'])}x this floor (not a target: the model "
+            f"jobs' distance from their limits has its own)"]),
+        *([] if schedule_floor(tot) is None or tot.get("dag_wall_s") is None else [
+            f"the DAG's floor (schedule_floor): every job as it ran, perfectly packed onto the cores, "
+            f"{q(tot['jobs_packed_s'])} s; the longest chain of dependent jobs {q(tot.get('critical_path_s'))} s "
+            f"({' > '.join(tot.get('critical_path') or []) or '?'}); the DAG's wall is "
+            f"{q(tot['dag_wall_s'] / schedule_floor(tot))}x the longer (target <= {DAG_FLOOR_TARGET:g}x): what the "
+            f"schedule adds, cores idle between dependent jobs and Snakemake's own work"]),
         f"peak memory over jobs (PSS): {q(tot['peak_rss_mib'])} MiB ({tot['peak_rss_job'] or '?'}; largest max_rss "
         f"{q(tot.get('peak_max_rss_mib'))} MiB); sampled peak of the whole snakemake process tree (PSS): "
         f"{mib(tree_rss_peak)} MiB",
@@ -1039,7 +1085,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = [p for d in run_map.values() for p in sorted((d / "benchmarks").glob("*.tsv"))]
     rows = build_rows(jobs, rates, dims, run_map, args.grad_flop_factor, extra_benchmarks=extra,
                       js_ns_per_element=js_ns)
-    tot = {**totals(rows, dag_wall), **dag_floor(rows, args.cores)}
+    chain = critical_path(jobs, rows)
+    tot = {**totals(rows, dag_wall), **dag_floor(rows, args.cores), "critical_path_s": chain["seconds"],
+           "critical_path": chain["chain"]}
     disk_end = disk_usage(sample_paths)
     disk_peak = max(sampler.peak_disk or 0, disk_end)
     model_bytes = disk_usage([model_dir])

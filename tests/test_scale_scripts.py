@@ -111,6 +111,8 @@ def test_parse_dry_run_and_job_stats(sc):
     ext = jobs[0]
     assert ext["threads"] == 2 and ext["jobid"] == 3
     assert ext["output"][1].endswith("segments-1of1.summary.json")
+    assert ext["input"] == ["/r/scale-x/corpus/segments.jsonl"] and jobs[1]["input"] == []
+    assert jobs[2]["input"] == ["/r/scale-x/tables/table1.csv"]
     assert ext["benchmark"].endswith("extract_segments-1of1.tsv")
     assert ext["wildcards"] == {"run": "scale-x", "shard": "1of1"}
     assert jobs[1]["threads"] == 1 and jobs[2]["benchmark"] is None
@@ -169,12 +171,15 @@ def test_rows_totals_targets_and_tables(sc, tmp_path):
     assert floor["floor_wall_s"] == pytest.approx(2.5)
     targets = sc.evaluate_targets({**tot, **floor}, disk_end=int(0.5e9), disk_peak=int(2.5e9), completed=True,
                                   keep_maps=False)
-    # 5000 MiB > 4 GiB; 2.5 GB > 2 GB (the end's 0.5 GB <= 1 GB); model jobs 10x > 1.3x; DAG 20 s = 8x its floor
+    # 5000 MiB > 4 GiB; 2.5 GB > 2 GB (the end's 0.5 GB <= 1 GB); model jobs 10x > 1.3x; DAG 20 s over its floor,
+    # the jobs as they ran packed (10 s on both cores + 3 s on one: 11.5 s): 1.74x; 8x the FLOP floor
     assert [t["result"] for t in targets] == ["PASS", "FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
     assert "keep_maps false" in targets[2]["target"] and targets[3]["limit_shown"] == "<= 2 GB"
-    assert [t["shown"] for t in targets[4:]] == ["10.00x", "8.00x (20.00x the sum of limits; the floor 2.50x)"]
+    assert [t["shown"] for t in targets[4:]] == ["10.00x", "1.74x (20.00x the sum of limits, 8.00x the FLOP floor)"]
     assert targets[4]["limit_shown"] == "<= 1.3x" and targets[5]["limit_shown"] == "<= 1.15x"
-    at_limits = {"peak_rss_mib": 100.0, "model_wall_over_limits": 1.3, "dag_wall_s": 115.0, "floor_wall_s": 100.0}
+    # the longest chain of dependent jobs is the floor when it is longer than the packed jobs: 20 / 16 = 1.25x
+    assert sc.dag_target({**tot, **floor, "critical_path_s": 16.0})["shown"].startswith("1.25x (")
+    at_limits = {"peak_rss_mib": 100.0, "model_wall_over_limits": 1.3, "dag_wall_s": 115.0, "jobs_packed_s": 100.0}
     assert [t["result"] for t in sc.evaluate_targets(at_limits, int(1e9), int(2e9), True, False)] == ["PASS"] * 6
     over = {**at_limits, "model_wall_over_limits": 1.31, "dag_wall_s": 115.1}
     assert [t["result"] for t in sc.evaluate_targets(over, int(1e9) + 1, int(2e9) + 1, True, False)][2:] == ["FAIL"] * 4
@@ -213,21 +218,46 @@ def test_dag_floor_is_what_the_other_jobs_leave_the_model_jobs(sc):
     assert f["floor_wall_s"] == pytest.approx(150.0) and f["floor_over_limits"] == pytest.approx(1.25)
     assert f["model_ratio_for_dag_target"] == pytest.approx(116.0 / 110.0)
     assert sc.dag_floor(rows[2:], cores=2)["floor_over_limits"] is None  # no limits: nothing to say
-    row = sc.dag_target({"dag_wall_over_limits": 1.65, "dag_wall_s": 198.0, **f})
-    assert row["result"] == "FAIL" and row["shown"] == "1.32x (1.65x the sum of limits; the floor 1.25x)"
-    assert sc.dag_target({"dag_wall_over_limits": 1.4375, "dag_wall_s": 172.5, **f})["result"] == "PASS"  # 1.15x
+    # the target's floor is the jobs as they ran, packed: 150 + 30 / 2 + 40 = 205 s (the chain of 120 s is shorter)
+    assert f["jobs_packed_s"] == pytest.approx(205.0)
+    f = {**f, "critical_path_s": 120.0, "critical_path": ["a", "b"]}
+    assert sc.schedule_floor(f) == pytest.approx(205.0)
+    row = sc.dag_target({"dag_wall_over_limits": 1.65, "dag_wall_s": 236.0, **f})  # 236 / 205 = 1.151x
+    assert row["result"] == "FAIL" and row["shown"] == "1.15x (1.65x the sum of limits, 1.57x the FLOP floor)"
+    assert sc.dag_target({"dag_wall_over_limits": 1.4375, "dag_wall_s": 235.75, **f})["result"] == "PASS"  # 1.15x
+    assert sc.dag_target({"dag_wall_s": 200.0, **f, "critical_path_s": 250.0})["shown"].startswith("0.80x")
     tot = {"dag_wall_s": 200.0, "jobs": 5, "serial_wall_s": 230.0, "model_jobs_wall_s": 180.0, "sum_limits_s": 120.0,
            "model_wall_over_limits": 1.5, "dag_wall_over_limits": 1.67, "gflop": 1.0, "peak_rss_mib": 1.0,
            "peak_rss_job": "x", **f}
     lines = sc.totals_lines(tot, 1, 1, 1, 1)
     assert "could not finish in under 150 s = 1.25x the sum of limits" in lines[1] and "<= 1.05x" in lines[1]
-    assert "1.33x this floor (target <= 1.15x)" in lines[1]
-    # the schedule itself: the jobs as they ran packed, 150 + 30 / 2 + 40 = 205 s; the DAG's 200 s is 0.976x that
-    assert f["jobs_packed_s"] == pytest.approx(205.0)
-    assert "perfectly packed onto the cores, 205 s; the DAG's wall is 0.976x that" in lines[2]
+    assert "1.33x this floor (not a target" in lines[1]
+    assert "perfectly packed onto the cores, 205 s; the longest chain of dependent jobs 120 s (a > b)" in lines[2]
+    assert "the DAG's wall is 0.976x the longer (target <= 1.15x)" in lines[2]
     assert sc.dag_floor([{**rows[0], "wall_s": None}, *rows[1:]], cores=2)["jobs_packed_s"] is None  # one not timed
     untimed = sc.totals_lines({**tot, "jobs_packed_s": None}, 1, 1, 1, 1)
-    assert not any("the schedule itself" in line for line in untimed)
+    assert not any("the DAG's floor" in line for line in untimed)
+    assert sc.dag_target({**tot, "jobs_packed_s": None})["shown"] == "not measured"
+
+
+def test_critical_path_follows_inputs_to_their_jobs(sc, tmp_path):
+    """Hand-made plan: a (10 s) -> b (20 s, a folder) -> c (5 s, reads a file inside b's folder); a -> d (30 s);
+    all (no benchmark) reads c and d. Longest chain a > d = 40 s (a > b > c is 35 s)."""
+    r = str(tmp_path)
+    walls = {"a": 10.0, "b": 20.0, "c": 5.0, "d": 30.0}
+    jobs = [{"rule": k, "input": ins, "output": [f"{r}/{k}"], "benchmark": f"{r}/bench/{k}.tsv"}
+            for k, ins in [("c", [f"{r}/b/part-1.npz"]), ("b", [f"{r}/a"]), ("a", []), ("d", [f"{r}/a", "/x/in"])]]
+    jobs.append({"rule": "all", "input": [f"{r}/c", f"{r}/d"], "output": [], "benchmark": None})
+    rows = [{"benchmark": f"{r}/bench/{k}.tsv", "wall_s": w} for k, w in walls.items()]
+    assert sc.critical_path(jobs, rows) == {"seconds": 40.0, "chain": ["a", "d"]}
+    walls["c"] = 16.0  # a > b > c now 46 s
+    rows = [{"benchmark": f"{r}/bench/{k}.tsv", "wall_s": w} for k, w in walls.items()]
+    assert sc.critical_path(jobs, rows) == {"seconds": 46.0, "chain": ["a", "b", "c"]}
+    assert sc.critical_path(jobs, rows[1:])["seconds"] is None  # a job of the plan not timed: unknown
+    assert sc.critical_path([], [])["seconds"] == 0.0
+    jobs[2]["input"] = [f"{r}/c"]  # a reads c: a cycle
+    with pytest.raises(ValueError, match="cycle"):
+        sc.critical_path(jobs, rows)
 
 
 def test_two_forward_passes_and_js_readers_enter_the_limit(sc, tmp_path):
