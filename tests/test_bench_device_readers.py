@@ -45,9 +45,11 @@ def test_tiny_decoder_on_the_cpu_every_reader_reads_it(bdr):
     m = bdr.measure(bdr.SHAPES["tiny"], 48, device="cpu", js_rows=8, repeats=1, output_attentions=True)
     assert m["reader_examples"] == [1] * 5  # stats, norm stats, JS, norm JS, rollout: the one sequence each
     assert m["layers"] == 2 and m["heads"] == 4 and m["one_layer_fp16_map_bytes"] == 2 * 4 * 48 * 48
-    assert all(m[k]["seconds"] > 0 and "host_bytes" not in m[k] for k in ("maps", "readers", "output_attentions"))
+    passes = ("maps", "readers", "output_attentions", "output_attentions_to_host")
+    assert all(m[k]["seconds"] > 0 and "host_bytes" not in m[k] for k in passes)
     v = bdr.verdicts(m)
     assert v["host_bytes"].startswith("n/a")
+    assert v["readers_over_output_attentions"] == f"{m['readers']['seconds'] / m['output_attentions']['seconds']:.2f}x"
     ratio = m["readers"]["seconds"] / m["maps"]["seconds"]
     assert v["readers_over_maps"].startswith(f"{ratio:.2f}x (")
     # the counter runs around the whole stream (the dispatch mode does not break the pass or its readers); on the
@@ -55,6 +57,17 @@ def test_tiny_decoder_on_the_cpu_every_reader_reads_it(bdr):
     c = bdr.measure(bdr.SHAPES["tiny"], 32, device="cpu", js_rows=None, repeats=1, output_attentions=False,
                     count_from="cpu")
     assert c["reader_examples"] == [1] * 5 and c["readers"]["host_bytes"] > c["maps"]["host_bytes"] > 0
+
+
+def test_a_pass_out_of_memory_is_skipped_not_fatal(bdr):
+    def too_big():
+        raise MemoryError("CUDA out of memory. Tried to allocate 64.00 GiB\nmore detail")
+
+    assert bdr.run_pass(too_big, "cpu", 2, None) == {"skipped": "out of memory: CUDA out of memory. Tried to "
+                                                                "allocate 64.00 GiB"}
+    assert bdr.run_pass(lambda: None, "cpu", 1, None)["seconds"] >= 0
+    m = {"maps": {"seconds": 1.0}, "readers": {"skipped": "out of memory: x"}, "one_layer_fp16_map_bytes": 1}
+    assert bdr.verdicts(m) == {"readers_over_maps": "not measured (out of memory: x)", "host_bytes": "not measured"}
 
 
 def test_verdicts_against_the_targets(bdr):
