@@ -213,7 +213,7 @@ def measure(cfg: dict[str, Any], tokens: int, *, device: str, js_rows: int | Non
     source = count_from or (None if device == "cpu" else device)
     for name, fn in passes.items():
         out[name] = run_pass(fn, device, repeats, source)
-    out["reader_examples"] = readers_out["examples"]
+    out["reader_examples"] = readers_out.get("examples")  # None when the readers' pass was skipped
     out["one_layer_fp16_map_bytes"] = 2 * H * tokens * tokens
     return out
 

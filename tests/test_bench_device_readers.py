@@ -59,13 +59,22 @@ def test_tiny_decoder_on_the_cpu_every_reader_reads_it(bdr):
     assert c["reader_examples"] == [1] * 5 and c["readers"]["host_bytes"] > c["maps"]["host_bytes"] > 0
 
 
-def test_a_pass_out_of_memory_is_skipped_not_fatal(bdr):
+def test_a_pass_out_of_memory_is_skipped_not_fatal(bdr, monkeypatch):
     def too_big():
         raise MemoryError("CUDA out of memory. Tried to allocate 64.00 GiB\nmore detail")
 
     assert bdr.run_pass(too_big, "cpu", 2, None) == {"skipped": "out of memory: CUDA out of memory. Tried to "
                                                                 "allocate 64.00 GiB"}
     assert bdr.run_pass(lambda: None, "cpu", 1, None)["seconds"] >= 0
+    # in a whole measurement: the readers' pass out of memory, the maps' pass still timed
+    def no_memory(*args):
+        raise MemoryError("out of memory in the readers")
+
+    monkeypatch.setattr(bdr, "every_reader", no_memory)
+    whole = bdr.measure(bdr.SHAPES["tiny"], 16, device="cpu", js_rows=None, repeats=1, output_attentions=False)
+    assert whole["readers"] == {"skipped": "out of memory: out of memory in the readers"}
+    assert whole["maps"]["seconds"] > 0 and whole["reader_examples"] is None
+    assert bdr.verdicts(whole)["readers_over_maps"] == "not measured (out of memory: out of memory in the readers)"
     m = {"maps": {"seconds": 1.0}, "readers": {"skipped": "out of memory: x"}, "one_layer_fp16_map_bytes": 1}
     assert bdr.verdicts(m) == {"readers_over_maps": "not measured (out of memory: x)", "host_bytes": "not measured"}
 
