@@ -2,8 +2,8 @@
 """Benchmark (not a test): a decoder's forward pass with every one-pass reader on the maps' device (issue 42).
 
 For a random decoder of a model's shape (``--shape 1b``: TinyLlama-1.1B's, ``7b``: Llama-2-7B's, ``tiny``: a
-2-layer model for the CPU and the tests; ``scripts/decoder_memory.py``'s shapes) on one sequence of ``--tokens``
-seeded random tokens, batch 1, eager attention (float16 weights on CUDA, float32 on the CPU), it times
+2-layer model for the CPU and the tests; ``scripts/decoder_memory.py``'s shapes and builder) on one sequence of
+``--tokens`` seeded random tokens, batch 1, eager attention (float16 weights on CUDA, float32 on the CPU), it times
 
 * ``maps``: the forward pass with its maps captured layer by layer on the device
   (:func:`bertlook.attention.extraction.stream_maps` with no reader: every map computed, none kept, none copied);
@@ -42,11 +42,8 @@ for path in (str(SCRIPTS), str(ROOT / "src")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from decoder_memory import GIB, SHAPES, computed  # noqa: E402
+from decoder_memory import GIB, SHAPES, build_decoder, computed, output_attentions_maps  # noqa: E402
 
-SHAPES = {**SHAPES, "tiny": dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                                 max_position_embeddings=4096, architectures=["LlamaForCausalLM"])}
 READER_RATIO_TARGET = 1.5  # issue 42: the 7B decoder at 4k tokens with every reader <= 1.5x its bare forward
 
 
@@ -73,7 +70,6 @@ class HostCopies:
 
         aten = torch.ops.aten
         on = lambda t, kind: isinstance(t, torch.Tensor) and t.device.type == kind  # noqa: E731
-        moved = 0
         if func is aten._to_copy.default and on(args[0], self.source) and on(out, "cpu"):
             moved = out.numel() * out.element_size()
         elif func is aten.copy_.default and on(args[0], "cpu") and on(args[1], self.source):
@@ -109,19 +105,6 @@ def every_reader(layers: int, heads: int, js_rows: int | None) -> list[Any]:
         "rollout": ("attention", lambda plan: RolloutAccumulator(layers, heads, store_excluded=plan.excluded, **tok)),
     }
     return [PerLayer(make, kind=kind) for kind, make in makes.values()]
-
-
-def build_decoder(cfg: dict[str, Any], device: str, seed: int = 0):
-    """A random ``LlamaModel`` of the shape (eager attention; float16 on CUDA, float32 on the CPU)."""
-    import torch
-    from transformers import LlamaConfig, LlamaModel
-
-    config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")})
-    config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = LlamaModel(config)
-    return model.to(torch.float16 if device == "cuda" else torch.float32).eval()
 
 
 def _sync(device: str) -> None:
@@ -192,16 +175,14 @@ def measure(cfg: dict[str, Any], tokens: int, *, device: str, js_rows: int | Non
     def readers():
         consumers = every_reader(L, H, js_rows)
         stream_maps(kept, model, consumers, norms=True, **stream)
-        readers_out["partials"] = [c.accumulator.partial(n_examples_in_store=c.n_stream) for c in consumers]
+        for c in consumers:  # the partial sums read once at the end, as the CLI's save does (timed with the pass)
+            c.accumulator.partial(n_examples_in_store=c.n_stream)
         readers_out["examples"] = [c.count for c in consumers]
 
     def recorded(to_host: bool):
-        with torch.inference_mode():
-            attns = model(input_ids=torch.tensor([ids], device=device), output_attentions=True).attentions
-            stacked = torch.stack([a.to(torch.float16) for a in attns], dim=1)  # [batch, layer, head, T, T]
-            del attns
-            if to_host:
-                stacked.cpu()
+        maps_ = output_attentions_maps(model, ids, device)  # [batch, layer, head, T, T]
+        if to_host:
+            maps_.cpu()
 
     passes = {"maps": maps, "readers": readers}
     if output_attentions:  # Hugging Face's maps returned, in float16 on the device; then also copied to the host

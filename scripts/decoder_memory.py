@@ -2,8 +2,8 @@
 """Memory of extracting a decoder's attention: computed from the model's dimensions and, on a CUDA GPU, measured.
 
 Not a test. For a model shape (``--shape 1b``: TinyLlama-1.1B's, 22 layers x 32 heads, hidden 2048, 4
-key/value heads; ``--shape 7b``: Llama-2-7B's, 32 x 32, hidden 4096; or ``--config config.json``) at ``--tokens``
-tokens, batch 1, it prints
+key/value heads; ``--shape 7b``: Llama-2-7B's, 32 x 32, hidden 4096; ``tiny``: 2 layers, for tests; or ``--config
+config.json``) at ``--tokens`` tokens, batch 1, it prints
 
 * computed (``bertlook.pipeline.sizing.ModelDims``): the weights in the model's dtype (float16), one layer's
   float32 maps, every layer's float16 maps (what the extraction's readers receive, on the CPU), and what
@@ -35,8 +35,37 @@ SHAPES = {
     "7b": dict(model_type="llama", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                num_attention_heads=32, num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096,
                architectures=["LlamaForCausalLM"]),
+    # a 2-layer grouped-query decoder for the CPU and the tests (scripts/bench_device_readers.py)
+    "tiny": dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=4096,
+                 architectures=["LlamaForCausalLM"]),
 }
 GIB = 2.0 ** 30
+
+
+def build_decoder(cfg: dict, device: str, seed: int = 0):
+    """A random ``LlamaModel`` of the shape (eager attention; float16 on CUDA, float32 on the CPU)."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaModel(config)
+    return model.to(torch.float16 if device == "cuda" else torch.float32).eval()
+
+
+def output_attentions_maps(model, ids, device: str):
+    """Hugging Face's forward returning its maps: every layer's, stacked in float16 on ``device``
+    ``[batch, layer, head, T, T]`` (the extraction before the layer-by-layer stream)."""
+    import torch
+
+    with torch.inference_mode():
+        attns = model(input_ids=torch.tensor([ids], device=device), output_attentions=True).attentions
+        maps = torch.stack([a.to(torch.float16) for a in attns], dim=1)  # [batch, layer, head, T, T]
+        del attns
+    return maps
 
 
 def computed(cfg: dict, tokens: int) -> dict:
@@ -58,15 +87,11 @@ def computed(cfg: dict, tokens: int) -> dict:
 def measure(cfg: dict, tokens: int, peak_tflops: float) -> dict:
     """Peak device memory above the weights: the layer-by-layer extraction vs output_attentions=True."""
     import torch
-    from transformers import LlamaConfig, LlamaModel
 
     from bertlook.attention.stream import map_batches
 
-    config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")})
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = LlamaModel(config).to(torch.float16).eval()
+    model = build_decoder(cfg, "cuda")
+    config = model.config
     ids = torch.randint(3, config.vocab_size, (tokens,)).tolist()
     kept = [({"id": 0, "tokens": ["x"] * tokens}, ids, [0] * tokens)]
     L, H = config.num_hidden_layers, config.num_attention_heads
@@ -91,11 +116,7 @@ def measure(cfg: dict, tokens: int, peak_tflops: float) -> dict:
             out["cpu_maps_gib"] = batch.maps.nbytes / GIB
 
     def recorded():  # the previous extraction: every layer kept, stacked in float16 on the device, then copied
-        with torch.inference_mode():
-            attns = model(input_ids=torch.tensor([ids], device="cuda"), output_attentions=True).attentions
-            maps = torch.stack([a.to(torch.float16) for a in attns], dim=1)  # [batch, layer, head, T, T]
-            del attns
-            out["previous_cpu_maps_gib"] = maps.cpu().numpy().nbytes / GIB
+        out["previous_cpu_maps_gib"] = output_attentions_maps(model, ids, "cuda").cpu().numpy().nbytes / GIB
 
     run("warmup", layered)  # kernels, allocator
     run("layer_by_layer", layered)

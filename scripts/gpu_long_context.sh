@@ -64,9 +64,14 @@ readers() {  # readers SHAPE TOKENS ROWS|exact [more options]: one bench_device_
   rm -f "$one"
   step "readers-$shape-$tokens-$rows" "$PY" "$ROOT/scripts/bench_device_readers.py" --shape "$shape" \
     --tokens "$tokens" "${flags[@]}"
-  if [[ -s "$one" ]]; then
-    "$PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$one" >>"$OUT/readers.jsonl"
-    "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdicts"])' "$one" | tee -a "$log"
+  if [[ -s "$one" ]]; then  # one line to readers.jsonl, the verdicts to the log
+    "$PY" - "$one" "$OUT/readers.jsonl" <<'PY' | tee -a "$log"
+import json, sys
+run = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "a") as fh:
+    fh.write(json.dumps(run) + "\n")
+print(run["verdicts"])
+PY
     rm -f "$one"
   fi
 }
